@@ -1,0 +1,155 @@
+/*
+ * dtrain communicator: collective and point-to-point communication between
+ * the ranks of a job, over shared memory (ranks on one host) and TCP (ranks
+ * on different hosts).
+ *
+ * Conventions (NCCL/Gloo-shaped):
+ *  - every call returns 0 (DT_OK) or a negative DT_ERR_* code; after an error
+ *    dt_comm_error() says what happened, naming the peer, the collective and
+ *    its sequence number. A failed communicator stays failed: later calls
+ *    return DT_ERR_ABORTED at once.
+ *  - counts are in elements. All-gather, reduce-scatter, gather and scatter
+ *    counts are per rank; all-to-all counts are per peer.
+ *  - in place when send == recv. For all-gather and gather the rank's own
+ *    block is then read from its slot in recv; for reduce-scatter the input
+ *    is the whole of recv (size * count elements) and the result lands at
+ *    its start (MPI_IN_PLACE rules). NCCL's in-place layouts
+ *    (send == recv + rank * count) work too.
+ *  - every rank gets bit-identical results: reductions run in a fixed order.
+ *  - a communicator is driven by one thread at a time (as in MPI and NCCL);
+ *    different communicators may be driven from different threads.
+ */
+#ifndef DTRAIN_COMM_H
+#define DTRAIN_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_comm dt_comm;
+typedef struct dt_request dt_request;
+
+typedef enum {
+    DT_F32 = 0,
+    DT_F64,
+    DT_BF16,
+    DT_F16,
+    DT_I32,
+    DT_I64,
+    DT_U8,
+    DT_DTYPE_COUNT
+} dt_dtype;
+
+typedef enum {
+    DT_SUM = 0,
+    DT_AVG,
+    DT_MAX,
+    DT_MIN,
+    DT_PROD,
+    DT_OP_COUNT
+} dt_op;
+
+enum {
+    DT_OK = 0,
+    DT_ERR_INVALID = -1,  /* bad argument or configuration */
+    DT_ERR_SYSTEM = -2,   /* an operating-system call failed */
+    DT_ERR_TIMEOUT = -3,  /* a wait passed its deadline (DTRAIN_TIMEOUT) */
+    DT_ERR_PEER = -4,     /* a peer died or its connection broke */
+    DT_ERR_MISMATCH = -5, /* ranks disagree on collective, count, dtype, op or root */
+    DT_ERR_ABORTED = -6,  /* the job was aborted because another rank failed */
+    DT_ERR_NOMEM = -7,
+    DT_ERR_AUTH = -8,     /* a connection did not present the job's secret */
+    DT_ERR_PROTOCOL = -9  /* malformed data on the wire */
+};
+
+/* Colour for dt_comm_split meaning "not in any new communicator". */
+#define DT_UNDEFINED (-1)
+
+/* A short name for an error code ("timeout", "mismatch", ...). */
+const char *dt_strerror(int code);
+const char *dt_dtype_name(dt_dtype t);
+const char *dt_op_name(dt_op op);
+size_t dt_dtype_size(dt_dtype t);
+
+/*
+ * Join the job described by the environment: torchrun (RANK, WORLD_SIZE,
+ * LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), Open MPI
+ * (OMPI_COMM_WORLD_*), MPICH/PMI (PMI_RANK, PMI_SIZE) or Slurm
+ * (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID), in that order; with none of
+ * them the job is this process alone. On failure *out is NULL and the
+ * message is in dt_last_error().
+ */
+int dt_comm_init(dt_comm **out);
+/* The message of the last failed dt_comm_init in this process. */
+const char *dt_last_error(void);
+
+int dt_comm_rank(const dt_comm *c);
+int dt_comm_size(const dt_comm *c);
+/* Rank among the communicator's members on this host, and their number. */
+int dt_comm_local_rank(const dt_comm *c);
+int dt_comm_local_size(const dt_comm *c);
+/* Collective over c: ranks with the same colour form a new communicator,
+ * ordered by key then old rank. DT_UNDEFINED gives *out = NULL. */
+int dt_comm_split(dt_comm *c, int color, int key, dt_comm **out);
+const char *dt_comm_error(const dt_comm *c);
+/* "shm", "tcp" or "shm+tcp": what carries this communicator's messages. */
+const char *dt_comm_transport(const dt_comm *c);
+/* Collective: waits for outstanding requests, then frees everything. */
+void dt_comm_destroy(dt_comm *c);
+
+/* Blocking collectives. */
+int dt_allreduce(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t, dt_op op);
+int dt_broadcast(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t, int root);
+int dt_reduce(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t, dt_op op,
+              int root);
+int dt_gather(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t, int root);
+int dt_scatter(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t, int root);
+int dt_allgather(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t);
+int dt_reduce_scatter(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t,
+                      dt_op op);
+int dt_alltoall(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t);
+int dt_barrier(dt_comm *c);
+/* Point to point; the receiver's count must equal the sender's. */
+int dt_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, int peer);
+int dt_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer);
+
+/*
+ * Non-blocking twins: the call returns at once and a progress thread runs
+ * the operations of a communicator in the order they were issued. Buffers
+ * must stay untouched until dt_wait returns. dt_wait returns the
+ * operation's status and frees the request; dt_test sets *done and, once
+ * done, behaves like dt_wait.
+ */
+int dt_iallreduce(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t, dt_op op,
+                  dt_request **req);
+int dt_ibroadcast(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t, int root,
+                  dt_request **req);
+int dt_ireduce(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t, dt_op op,
+               int root, dt_request **req);
+int dt_igather(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t, int root,
+               dt_request **req);
+int dt_iscatter(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t, int root,
+                dt_request **req);
+int dt_iallgather(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t,
+                  dt_request **req);
+int dt_ireduce_scatter(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t,
+                       dt_op op, dt_request **req);
+int dt_ialltoall(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t,
+                 dt_request **req);
+int dt_ibarrier(dt_comm *c, dt_request **req);
+int dt_isend(dt_comm *c, const void *buf, size_t count, dt_dtype t, int peer, dt_request **req);
+int dt_irecv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer, dt_request **req);
+int dt_wait(dt_request *req);
+int dt_test(dt_request *req, int *done);
+
+/* Timestamps (CLOCK_MONOTONIC, ns) of when the progress thread started and
+ * finished the request's operation; 0 while not yet. For overlap studies. */
+void dt_request_times(const dt_request *req, uint64_t *start_ns, uint64_t *end_ns);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,17 @@
+/* The `dtrain` command's subcommands. Each takes the arguments from the
+ * subcommand's name on (argv[0] is "launch", "bench", ...), handles its own
+ * --help, and returns the process exit status: 0 on success, 2 for a usage
+ * error, anything else for a failure of the work itself. */
+#ifndef DT_CLI_CLI_H
+#define DT_CLI_CLI_H
+
+#ifndef DTRAIN_VERSION
+#define DTRAIN_VERSION "0.1.0-dev"
+#endif
+
+/* Exit status for a command line that cannot be run as written. */
+#define CLI_EXIT_USAGE 2
+
+int cli_launch(int argc, char **argv);
+
+#endif

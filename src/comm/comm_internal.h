@@ -1,0 +1,259 @@
+/*
+ * The communicator's insides, shared by the files of src/comm.
+ *
+ * A job (one per process) holds what the environment gave (rank, size,
+ * master, secret, timeout), the store connection, the control monitor and
+ * the job-wide abort state. A communicator holds its members, one link per
+ * peer (shared memory or TCP), the collective sequence number, its failure
+ * message and its progress thread.
+ *
+ * Algorithms are written as steps: each step is a small array of
+ * point-to-point operations (send, receive, receive-and-reduce) that
+ * dt_p2p_run posts together and progresses until all are done, spinning
+ * briefly, then blocking, never past the deadline.
+ */
+#ifndef DT_COMM_INTERNAL_H
+#define DT_COMM_INTERNAL_H
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/comm.h"
+
+struct dt_store_server;
+struct dt_store;
+struct dt_monitor;
+struct dt_shm_comm;
+struct dt_async;
+
+/* ---- collectives ------------------------------------------------------ */
+
+typedef enum {
+    DT_COLL_NONE = 0,
+    DT_COLL_SEND,
+    DT_COLL_BARRIER,
+    DT_COLL_BROADCAST,
+    DT_COLL_REDUCE,
+    DT_COLL_GATHER,
+    DT_COLL_SCATTER,
+    DT_COLL_ALLREDUCE,
+    DT_COLL_ALLGATHER,
+    DT_COLL_REDUCE_SCATTER,
+    DT_COLL_ALLTOALL,
+    DT_COLL_KIND_COUNT
+} dt_coll_kind;
+
+const char *dt_coll_name(dt_coll_kind k);
+
+/* One collective call: what the user asked for. */
+typedef struct {
+    dt_coll_kind kind;
+    const void *send;
+    void *recv;
+    size_t count;
+    dt_dtype dtype;
+    dt_op op;
+    int root; /* root, or peer for send/recv */
+    int is_recv; /* DT_COLL_SEND: 1 for the receiving side */
+} dt_coll_args;
+
+/* ---- messages ----------------------------------------------------------- */
+
+#define DT_MSG_MAGIC 0x31544d44u /* "DMT1" */
+#define DT_MSG_FLAG_CMA 1u       /* payload to be pulled by cross-memory attach */
+
+/* Every message starts with this header; the receiver checks each field
+ * against its own call, so ranks that disagree fail instead of computing
+ * garbage. 64 bytes. */
+typedef struct {
+    uint32_t magic;
+    uint32_t comm_tag;
+    uint64_t seq;
+    uint8_t coll;
+    uint8_t dtype;
+    uint8_t op;
+    uint8_t flags;
+    int32_t root;
+    uint64_t count;
+    uint64_t bytes; /* payload bytes that follow (or are pulled) */
+    uint64_t aux[3]; /* transport's use: CMA address, ticket */
+} dt_msg_hdr;
+
+_Static_assert(sizeof(dt_msg_hdr) == 64, "message header must be one cache line");
+
+/* ---- point-to-point operations ------------------------------------------ */
+
+typedef enum { DT_P2P_SEND = 0, DT_P2P_RECV, DT_P2P_RECV_REDUCE } dt_p2p_kind;
+
+typedef struct {
+    dt_p2p_kind kind;
+    int peer;        /* communicator rank */
+    const void *src; /* SEND: the data; RECV_REDUCE: local operand */
+    void *dst;       /* RECV, RECV_REDUCE: where the result goes */
+    size_t bytes;
+    /* Progress state, owned by the link while the op runs. */
+    int hdr_done;   /* header sent / received and checked */
+    size_t hdr_off; /* bytes of header moved so far (stream transports) */
+    size_t done;    /* payload bytes moved (and reduced) so far */
+    uint64_t ticket;
+    dt_msg_hdr hdr; /* received header, or the one being sent */
+} dt_p2p;
+
+static inline dt_p2p dt_p2p_send(int peer, const void *src, size_t bytes)
+{
+    dt_p2p op = {0};
+    op.kind = DT_P2P_SEND;
+    op.peer = peer;
+    op.src = src;
+    op.bytes = bytes;
+    return op;
+}
+
+static inline dt_p2p dt_p2p_recv(int peer, void *dst, size_t bytes)
+{
+    dt_p2p op = {0};
+    op.kind = DT_P2P_RECV;
+    op.peer = peer;
+    op.dst = dst;
+    op.bytes = bytes;
+    return op;
+}
+
+/* dst = local op incoming (local may equal dst). */
+static inline dt_p2p dt_p2p_recv_reduce(int peer, void *dst, const void *local, size_t bytes)
+{
+    dt_p2p op = {0};
+    op.kind = DT_P2P_RECV_REDUCE;
+    op.peer = peer;
+    op.dst = dst;
+    op.src = local;
+    op.bytes = bytes;
+    return op;
+}
+
+/* ---- links (one per peer) --------------------------------------------- */
+
+typedef struct dt_link dt_link;
+
+typedef struct {
+    const char *name; /* "shm", "tcp" */
+    /* Advance op without blocking: 1 when complete, 0 when it must wait for
+     * the peer, or a negative DT_ERR_* after dt_comm_fail(). Sets
+     * *progressed when any byte moved. */
+    int (*progress)(dt_comm *c, dt_link *l, dt_p2p *op, int *progressed);
+    /* Fill a pollfd to wait on for op (TCP), or return 0 when the link
+     * waits through the communicator's shared-memory doorbell. */
+    int (*pollfd)(dt_link *l, const dt_p2p *op, struct pollfd *pfd);
+    void (*destroy)(dt_link *l);
+} dt_link_ops;
+
+struct dt_link {
+    const dt_link_ops *ops;
+    int peer; /* communicator rank */
+};
+
+/* ---- job (process-wide) ----------------------------------------------- */
+
+typedef struct dt_job {
+    int rank, size, local_rank, local_size; /* from the environment */
+    char launcher[16];                      /* "torchrun", "openmpi", "pmi", "slurm", "none" */
+    char master_addr[256];
+    int master_port;
+    char advertise_addr[64]; /* address of the interface that reaches master_addr */
+    char secret[256];
+    char job_id[64];
+    double timeout_s;
+    int force_tcp; /* DTRAIN_TRANSPORT=tcp */
+    char hostname[256];
+    char boot_id[64];
+    struct dt_store_server *server; /* rank 0 */
+    struct dt_store *store;
+    struct dt_monitor *monitor;
+    pthread_mutex_t store_lock; /* the store connection has one user at a time */
+    /* Abort state: set once, by a local failure or by the store. */
+    atomic_int aborted;
+    int abort_code;
+    char abort_msg[512];
+    pthread_mutex_t lock;
+    int wake_fd; /* eventfd written on abort; TCP waits poll it */
+    dt_comm **comms; /* live communicators, to wake on abort */
+    int ncomms, comms_cap;
+    int comm_counter;
+} dt_job;
+
+/* ---- communicator ------------------------------------------------------ */
+
+struct dt_comm {
+    dt_job *job;
+    char id[96];      /* "w" for the world, "w.s0c3" for a split, ... */
+    uint32_t tag;     /* hash of id, carried in every header */
+    int rank, size;
+    int local_rank, local_size;
+    int *world_rank;  /* [size] */
+    int *host_of;     /* [size] host index, equal for ranks sharing memory */
+    dt_link **links;  /* [size], NULL for self */
+    struct dt_shm_comm *shm;
+    const char *transport_name;
+    uint64_t seq;          /* sequence number of the next collective */
+    uint64_t *p2p_send_seq; /* [size] per-peer counters for send/recv */
+    uint64_t *p2p_recv_seq;
+    dt_coll_args cur;     /* the collective being run */
+    uint64_t cur_seq;
+    const char *cur_step; /* algorithm step, for messages */
+    int split_count;
+    /* Failure: set once; later calls return failed_code at once. */
+    atomic_int failed;
+    int failed_code;
+    char err[768];
+    pthread_mutex_t err_lock;
+    struct dt_async *async;
+    /* Scratch for algorithms that need a temporary buffer. */
+    void *scratch;
+    size_t scratch_bytes;
+    int spin_limit;
+};
+
+/* Record a failure of c (first one wins), prefixed with the collective, its
+ * sequence number and the peer; also aborts the job so that every rank
+ * learns of it. Returns code. */
+int dt_comm_fail(dt_comm *c, int code, int peer, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Job-wide abort: stores the message, wakes every waiting communicator.
+ * Called by the monitor when the store broadcasts, and by dt_comm_fail. */
+void dt_job_abort(dt_job *job, int code, const char *msg);
+/* A scratch buffer of at least bytes, owned by c. */
+void *dt_comm_scratch(dt_comm *c, size_t bytes);
+uint64_t dt_comm_deadline(const dt_comm *c);
+
+/* Post ops together and progress until all complete (0), or fail. Ops on
+ * the same peer and direction complete in array order. */
+int dt_p2p_run(dt_comm *c, dt_p2p *ops, int n);
+/* Header helpers for links: fill from the current collective; check a
+ * received one (fails c with a mismatch message naming both sides). */
+void dt_p2p_fill_hdr(const dt_comm *c, const dt_p2p *op, dt_msg_hdr *h);
+int dt_p2p_check_hdr(dt_comm *c, const dt_p2p *op, const dt_msg_hdr *h);
+/* Reduce incoming bytes into op's destination: dst[off..] = src[off..] op in. */
+void dt_p2p_reduce_chunk(const dt_comm *c, dt_p2p *op, size_t off, const void *in, size_t bytes);
+
+/* Transports: set up links to the given peers (communicator ranks), using
+ * the store under the communicator's id. Collective over the members. */
+int dt_shm_setup(dt_comm *c, const int *peers, int npeers);
+void dt_shm_teardown(dt_comm *c);
+/* Shared-memory doorbell of c. Read the bell before a progress pass; after
+ * a fruitless pass, dt_shm_wait sleeps unless the bell moved since. */
+uint32_t dt_shm_bell(const dt_comm *c);
+void dt_shm_wait(dt_comm *c, uint32_t bell, int timeout_ms);
+void dt_shm_wake(dt_comm *c);
+int dt_tcp_setup(dt_comm *c, const int *peers, int npeers);
+
+/* Store access from communicator code (serialised by job->store_lock);
+ * keys are prefixed with the communicator's id. */
+int dt_comm_store_set(dt_comm *c, const char *key, const void *val, size_t len);
+int dt_comm_store_get(dt_comm *c, const char *key, void **val, size_t *len);
+int dt_comm_store_barrier(dt_comm *c, const char *key);
+
+#endif

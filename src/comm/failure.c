@@ -1,0 +1,103 @@
+/*
+ * Failure handling. A failure anywhere fails the whole job: the first rank
+ * to see it tells the store, the store tells every rank, and every pending
+ * or later call returns an error whose message names the collective, its
+ * sequence number and the peer.
+ *
+ * For a timeout the local view can blame the wrong rank (in a ring, every
+ * rank waits on its left neighbour, only one of which is the stopped
+ * process), so after reporting we wait briefly for the store's verdict,
+ * which looks at heartbeats to find the rank that is really stuck.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/comm_internal.h"
+#include "comm/store.h"
+#include "core/log.h"
+#include "core/str.h"
+#include "core/timer.h"
+
+#define VERDICT_WAIT_S 2.0
+
+static void wake_all(dt_job *job)
+{
+    uint64_t one = 1;
+    if (job->wake_fd >= 0 && write(job->wake_fd, &one, sizeof one) < 0 && errno != EAGAIN)
+        dt_log(DT_LOG_DEBUG, "waking waiters: %s", strerror(errno));
+    for (int i = 0; i < job->ncomms; i++) dt_shm_wake(job->comms[i]);
+}
+
+void dt_job_abort(dt_job *job, int code, const char *msg)
+{
+    pthread_mutex_lock(&job->lock);
+    if (!atomic_load(&job->aborted)) {
+        job->abort_code = code;
+        snprintf(job->abort_msg, sizeof job->abort_msg, "%s", msg);
+        atomic_store(&job->aborted, 1);
+        wake_all(job);
+    }
+    pthread_mutex_unlock(&job->lock);
+}
+
+/* "allreduce #17 (rank 2 of 4)", plus the communicator when not the world. */
+static int describe_call(const dt_comm *c, char *buf, size_t len)
+{
+    const char *comm = strcmp(c->id, "w") ? c->id : NULL;
+    if (c->cur.kind == DT_COLL_NONE)
+        return snprintf(buf, len, "rank %d of %d%s%s", c->rank, c->size,
+                        comm ? " in communicator " : "", comm ? comm : "");
+    if (c->cur.kind == DT_COLL_SEND)
+        return snprintf(buf, len, "%s with rank %d (rank %d of %d%s%s)",
+                        c->cur.is_recv ? "recv" : "send", c->cur.root, c->rank, c->size,
+                        comm ? ", communicator " : "", comm ? comm : "");
+    return snprintf(buf, len, "%s #%llu (rank %d of %d%s%s%s%s)", dt_coll_name(c->cur.kind),
+                    (unsigned long long)c->cur_seq, c->rank, c->size,
+                    c->cur_step ? ", " : "", c->cur_step ? c->cur_step : "",
+                    comm ? ", communicator " : "", comm ? comm : "");
+}
+
+static void wait_for_verdict(dt_job *job)
+{
+    double until = dt_now_s() + VERDICT_WAIT_S;
+    while (!atomic_load(&job->aborted) && dt_now_s() < until) usleep(10000);
+}
+
+int dt_comm_fail(dt_comm *c, int code, int peer, const char *fmt, ...)
+{
+    char detail[512], where[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    describe_call(c, where, sizeof where);
+
+    dt_job *job = c->job;
+    int from_abort = atomic_load(&job->aborted);
+    if (!from_abort && job->monitor) {
+        char report[800];
+        snprintf(report, sizeof report, "rank %d: %s: %s", job->rank, where, detail);
+        dt_monitor_report(job->monitor, code, peer >= 0 ? c->world_rank[peer] : -1,
+                          code == DT_ERR_TIMEOUT, report);
+        if (code == DT_ERR_TIMEOUT) wait_for_verdict(job);
+    }
+
+    pthread_mutex_lock(&c->err_lock);
+    if (!atomic_load(&c->failed)) {
+        char verdict[600] = "";
+        pthread_mutex_lock(&job->lock);
+        if (!from_abort && atomic_load(&job->aborted) && !strstr(job->abort_msg, detail))
+            snprintf(verdict, sizeof verdict, "; the job's verdict: %s", job->abort_msg);
+        pthread_mutex_unlock(&job->lock);
+        dt_strf(c->err, sizeof c->err, "%s: %s%s", where, detail, verdict);
+        c->failed_code = code;
+        atomic_store(&c->failed, 1);
+    }
+    pthread_mutex_unlock(&c->err_lock);
+
+    /* Everything else in this process stops too, whatever the store does. */
+    if (!from_abort) dt_job_abort(job, code, c->err);
+    return code;
+}

@@ -1,0 +1,241 @@
+/*
+ * The step executor: every algorithm is a sequence of steps, each a few
+ * point-to-point operations posted together. dt_p2p_run advances all of
+ * them over their links until they are done, so a rank can send to its
+ * right neighbour while receiving from its left one without deadlock.
+ *
+ * Waiting: spin a little (the peer is usually about to deliver), then
+ * block on the communicator's shared-memory doorbell (a futex) or in poll()
+ * on TCP sockets. With more ranks than cores the spin is short, because a
+ * spinning rank steals the core from the rank it waits for. Every wakeup
+ * checks the job's abort flag and the deadline: no progress for
+ * DTRAIN_TIMEOUT seconds fails the communicator, naming the peer.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/comm_internal.h"
+#include "comm/reduce_ops.h"
+#include "core/timer.h"
+
+#define DT_P2P_MAX_OPS 64
+#define DT_BLOCK_SLICE_MS 100 /* longest single sleep: bounds abort latency */
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static int is_send(const dt_p2p *op) { return op->kind == DT_P2P_SEND; }
+
+/* Ops with the same peer and direction run one at a time, in array order,
+ * because a link carries one message stream per direction. */
+static int is_head(const dt_p2p *ops, const unsigned char *done, int i)
+{
+    for (int j = 0; j < i; j++)
+        if (!done[j] && ops[j].peer == ops[i].peer && is_send(&ops[j]) == is_send(&ops[i]))
+            return 0;
+    return 1;
+}
+
+/* One pass over the ops. Returns the number still pending, or an error. */
+static int progress_pass(dt_comm *c, dt_p2p *ops, unsigned char *done, int n, int *progressed)
+{
+    int pending = 0;
+    for (int i = 0; i < n; i++) {
+        if (done[i]) continue;
+        if (!is_head(ops, done, i)) {
+            pending++;
+            continue;
+        }
+        dt_link *l = c->links[ops[i].peer];
+        int rc = l->ops->progress(c, l, &ops[i], progressed);
+        if (rc < 0) return rc;
+        if (rc == 1) {
+            done[i] = 1;
+            *progressed = 1;
+        } else {
+            pending++;
+        }
+    }
+    return pending;
+}
+
+/* Sleep until a link may have moved, the job aborted, or a time slice
+ * passed. TCP ops wait in poll() (with the job's wake fd so that an abort
+ * interrupts); shared-memory ops on the doorbell futex. */
+static void block_once(dt_comm *c, dt_p2p *ops, const unsigned char *done, int n, uint32_t bell,
+                       int ms)
+{
+    struct pollfd pfds[DT_P2P_MAX_OPS + 1];
+    int npfd = 0, shm_pending = 0;
+    for (int i = 0; i < n; i++) {
+        if (done[i] || !is_head(ops, done, i)) continue;
+        dt_link *l = c->links[ops[i].peer];
+        if (l->ops->pollfd(l, &ops[i], &pfds[npfd]))
+            npfd++;
+        else
+            shm_pending = 1;
+    }
+    if (npfd == 0) {
+        dt_shm_wait(c, bell, ms);
+        return;
+    }
+    pfds[npfd].fd = c->job->wake_fd;
+    pfds[npfd].events = POLLIN;
+    npfd++;
+    /* Mixed TCP and shared memory (hierarchical steps): poll briefly so the
+     * shared-memory side is checked often. */
+    poll(pfds, (nfds_t)npfd, shm_pending ? 1 : ms);
+}
+
+static int fail_from_abort(dt_comm *c)
+{
+    dt_job *job = c->job;
+    char msg[512];
+    pthread_mutex_lock(&job->lock);
+    snprintf(msg, sizeof msg, "%s", job->abort_msg);
+    int code = job->abort_code;
+    pthread_mutex_unlock(&job->lock);
+    return dt_comm_fail(c, code ? code : DT_ERR_ABORTED, -1, "job aborted: %s", msg);
+}
+
+static int pending_peer(const dt_p2p *ops, const unsigned char *done, int n, const char **what)
+{
+    for (int i = 0; i < n; i++) {
+        if (done[i]) continue;
+        *what = is_send(&ops[i]) ? "to take our send" : "to send";
+        return ops[i].peer;
+    }
+    *what = "";
+    return -1;
+}
+
+int dt_p2p_run(dt_comm *c, dt_p2p *ops, int n)
+{
+    if (atomic_load(&c->failed)) return c->failed_code;
+    if (n > DT_P2P_MAX_OPS) return dt_comm_fail(c, DT_ERR_INVALID, -1, "step of %d ops", n);
+    unsigned char done[DT_P2P_MAX_OPS] = {0};
+    uint64_t timeout_ns = (uint64_t)(c->job->timeout_s * 1e9);
+    uint64_t last_progress = 0;
+    int spins = 0;
+    for (;;) {
+        int progressed = 0;
+        uint32_t bell = dt_shm_bell(c);
+        int pending = progress_pass(c, ops, done, n, &progressed);
+        if (pending <= 0) return pending;
+        if (progressed) {
+            spins = 0;
+            last_progress = 0;
+            continue;
+        }
+        if (atomic_load(&c->job->aborted)) return fail_from_abort(c);
+        if (++spins < c->spin_limit) {
+            cpu_relax();
+            continue;
+        }
+        uint64_t now = dt_now_ns();
+        if (!last_progress) last_progress = now;
+        if (now - last_progress >= timeout_ns) {
+            const char *what;
+            int peer = pending_peer(ops, done, n, &what);
+            return dt_comm_fail(c, DT_ERR_TIMEOUT, peer,
+                                "timed out after %.1f s waiting for rank %d %s (DTRAIN_TIMEOUT)",
+                                c->job->timeout_s, peer, what);
+        }
+        uint64_t left_ms = (timeout_ns - (now - last_progress)) / 1000000 + 1;
+        block_once(c, ops, done, n, bell, left_ms < DT_BLOCK_SLICE_MS ? (int)left_ms : DT_BLOCK_SLICE_MS);
+        spins = c->spin_limit / 2; /* after a sleep, spin less before the next */
+    }
+}
+
+void dt_p2p_fill_hdr(const dt_comm *c, const dt_p2p *op, dt_msg_hdr *h)
+{
+    memset(h, 0, sizeof *h);
+    h->magic = DT_MSG_MAGIC;
+    h->comm_tag = c->tag;
+    h->coll = (uint8_t)c->cur.kind;
+    h->dtype = (uint8_t)c->cur.dtype;
+    h->op = (uint8_t)c->cur.op;
+    h->root = c->cur.root;
+    h->count = c->cur.count;
+    h->bytes = op->bytes;
+    if (c->cur.kind == DT_COLL_SEND) {
+        /* Point-to-point messages are numbered per pair, not per collective. */
+        h->seq = c->p2p_send_seq[op->peer];
+        h->root = c->rank; /* the receiver expects its peer here */
+    } else {
+        h->seq = c->cur_seq;
+    }
+}
+
+static const char *coll_name_of(uint8_t k)
+{
+    return k < DT_COLL_KIND_COUNT ? dt_coll_name((dt_coll_kind)k) : "unknown";
+}
+
+/* The first field that differs, described for both sides. */
+static int describe_mismatch(const dt_comm *c, const dt_msg_hdr *want, const dt_msg_hdr *got,
+                             char *buf, size_t len)
+{
+    if (got->coll != want->coll)
+        return snprintf(buf, len, "collective: we called %s, rank %%d called %s",
+                        coll_name_of(want->coll), coll_name_of(got->coll));
+    if (got->seq != want->seq)
+        return snprintf(buf, len, "sequence: we are at #%llu, rank %%d at #%llu",
+                        (unsigned long long)want->seq, (unsigned long long)got->seq);
+    if (got->count != want->count)
+        return snprintf(buf, len, "count: ours %llu, rank %%d's %llu",
+                        (unsigned long long)want->count, (unsigned long long)got->count);
+    if (got->dtype != want->dtype)
+        return snprintf(buf, len, "dtype: ours %s, rank %%d's %s",
+                        dt_dtype_name((dt_dtype)want->dtype),
+                        got->dtype < DT_DTYPE_COUNT ? dt_dtype_name((dt_dtype)got->dtype) : "?");
+    if (got->op != want->op)
+        return snprintf(buf, len, "op: ours %s, rank %%d's %s", dt_op_name((dt_op)want->op),
+                        got->op < DT_OP_COUNT ? dt_op_name((dt_op)got->op) : "?");
+    if (got->root != want->root) {
+        if (want->coll == DT_COLL_SEND)
+            return snprintf(buf, len, "sender: expected rank %d, got rank %d", want->root,
+                            got->root);
+        return snprintf(buf, len, "root: ours %d, rank %%d's %d", want->root, got->root);
+    }
+    if (got->bytes != want->bytes)
+        return snprintf(buf, len, "message size: expected %llu bytes, rank %%d sent %llu",
+                        (unsigned long long)want->bytes, (unsigned long long)got->bytes);
+    (void)c;
+    return 0;
+}
+
+int dt_p2p_check_hdr(dt_comm *c, const dt_p2p *op, const dt_msg_hdr *h)
+{
+    if (h->magic != DT_MSG_MAGIC || h->comm_tag != c->tag)
+        return dt_comm_fail(c, DT_ERR_PROTOCOL, op->peer,
+                            "malformed message from rank %d (magic %08x, communicator tag %08x, "
+                            "expected %08x)",
+                            op->peer, h->magic, h->comm_tag, c->tag);
+    dt_msg_hdr want;
+    dt_p2p_fill_hdr(c, op, &want);
+    if (c->cur.kind == DT_COLL_SEND) {
+        want.seq = c->p2p_recv_seq[op->peer];
+        want.root = op->peer;
+    }
+    char fmt[256];
+    if (!describe_mismatch(c, &want, h, fmt, sizeof fmt)) return 0;
+    char msg[300];
+    snprintf(msg, sizeof msg, fmt, op->peer);
+    return dt_comm_fail(c, DT_ERR_MISMATCH, op->peer, "ranks disagree on the %s", msg);
+}
+
+void dt_p2p_reduce_chunk(const dt_comm *c, dt_p2p *op, size_t off, const void *in, size_t bytes)
+{
+    size_t esz = dt_dtype_size(c->cur.dtype);
+    dt_reduce_elems(c->cur.dtype, c->cur.op, (char *)op->dst + off, (const char *)op->src + off, in,
+              bytes / esz);
+}

@@ -1,0 +1,311 @@
+/*
+ * Element-wise reductions and 16-bit float conversions.
+ *
+ * These loops run on every byte an all-reduce moves, so each (dtype, op)
+ * pair gets its own plain loop that the compiler vectorises; the switch
+ * sits outside the loop. The pointers are not restrict because dst may
+ * equal a or b: GCC then versions each loop with a run-time overlap check
+ * that accepts dst == a (a dependence distance of zero), so the in-place
+ * case takes the vector path too.
+ *
+ * The 16-bit conversions are written as integer bit manipulation with
+ * selects instead of branches, so that they vectorise inside those loops
+ * and do not depend on the FPU's denormal flags (FTZ/DAZ), which some
+ * math libraries switch on.
+ */
+#include "comm/reduce_ops.h"
+
+#include <string.h>
+
+#if defined(__AVX512F__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+/* ---- bit casts ---------------------------------------------------------- */
+
+static inline uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* ---- bf16 --------------------------------------------------------------- */
+
+/* bf16 is the top half of an f32, so widening is exact and a shift. */
+static inline float bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+/* Round to nearest, ties to even: adding 0x7fff plus the lowest kept bit
+ * carries into the kept half exactly when the dropped half is above one
+ * half, or equal to it with an odd kept half. A carry out of the mantissa
+ * correctly bumps the exponent (up to infinity). NaN must not be rounded
+ * (it could carry into infinity), so it is truncated and kept quiet. */
+static inline uint16_t f32_to_bf16(float f)
+{
+    uint32_t u = f32_bits(f);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t quiet_nan = (u >> 16) | 0x0040u;
+    int is_nan = (u & 0x7fffffffu) > 0x7f800000u;
+    return (uint16_t)(is_nan ? quiet_nan : rounded);
+}
+
+/* ---- f16 ---------------------------------------------------------------- */
+
+#define F32_EXP_BIAS 127
+#define F16_EXP_BIAS 15
+
+/* Normals only need the exponent rebiased; infinities and NaNs get the
+ * all-ones exponent instead (NaNs quietened, as the hardware conversion
+ * does). An f16 subnormal m * 2^-24 (m < 1024) becomes an f32 normal by
+ * moving m's leading one to the implicit bit. All integer: a float
+ * operation here would be sunk into a branch by the compiler (it may
+ * trap), which stops the loops around it from vectorising. */
+static inline float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t mag = h & 0x7fffu;
+    uint32_t rebias = mag >= 0x7c00u ? (uint32_t)(255 - 31) << 23
+                                     : (uint32_t)(F32_EXP_BIAS - F16_EXP_BIAS) << 23;
+    uint32_t quiet = (uint32_t)(mag > 0x7c00u) << 22;
+    uint32_t normal = ((mag << 13) + rebias) | quiet;
+    uint32_t lead = 31u - (uint32_t)__builtin_clz(mag | 1u); /* bit index of m's top one */
+    uint32_t sub_exp = lead + (uint32_t)(F32_EXP_BIAS - 24);
+    uint32_t subnormal = (sub_exp << 23) | ((mag << (23u - lead)) & 0x007fffffu);
+    subnormal = mag == 0 ? 0u : subnormal;
+    uint32_t bits = mag < 0x0400u ? subnormal : normal;
+    return bits_f32(bits | sign);
+}
+
+/* Magnitude bounds of the f16 ranges, as f32 bit patterns. */
+#define F32_BITS_2POW16 0x47800000u   /* 65536: at or above, the result is inf */
+#define F32_BITS_2POWM14 0x38800000u  /* smallest f16 normal */
+#define F32_BITS_HALF 0x3f000000u     /* 0.5 */
+
+static inline uint16_t f32_to_f16(float f)
+{
+    uint32_t u = f32_bits(f);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t a = u & 0x7fffffffu;
+    /* Normal: rebias, then round to nearest even at bit 13 (same carry
+     * trick as bf16); values from 65520 up carry into the inf pattern. */
+    uint32_t n = a - ((uint32_t)(F32_EXP_BIAS - F16_EXP_BIAS) << 23);
+    uint32_t normal = (n + 0x0fffu + ((n >> 13) & 1u)) >> 13;
+    /* Below 2^-14 the result is a multiple of 2^-24. Adding 0.5 puts the
+     * value where the f32 ulp is 2^-24, so the FPU's own round-to-nearest-
+     * even does the rounding; the mantissa bits are then the f16 result
+     * (1024 = the smallest normal, which is also the right encoding). */
+    uint32_t subnormal = f32_bits(bits_f32(a) + 0.5f) - F32_BITS_HALF;
+    uint32_t nan = 0x7e00u | ((a >> 13) & 0x03ffu);
+    uint32_t r = a < F32_BITS_2POWM14 ? subnormal : normal;
+    r = a >= F32_BITS_2POW16 ? 0x7c00u : r;
+    r = a > 0x7f800000u ? nan : r;
+    return (uint16_t)(r | sign);
+}
+
+float dt_bf16_to_f32(uint16_t h) { return bf16_to_f32(h); }
+uint16_t dt_f32_to_bf16(float f) { return f32_to_bf16(f); }
+float dt_f16_to_f32(uint16_t h) { return f16_to_f32(h); }
+uint16_t dt_f32_to_f16(float f) { return f32_to_f16(f); }
+
+/* ---- element combiners -------------------------------------------------- */
+
+/* Floating max/min propagate NaN (a NaN gradient must not be hidden by a
+ * reduction); written as selects so that they vectorise. */
+#define COMBINE_SUM(x, y) ((x) + (y))
+#define COMBINE_PROD(x, y) ((x) * (y))
+#define COMBINE_FMAX(x, y) (((x) != (x) || (x) > (y)) ? (x) : (y))
+#define COMBINE_FMIN(x, y) (((x) != (x) || (x) < (y)) ? (x) : (y))
+#define COMBINE_IMAX(x, y) ((x) > (y) ? (x) : (y))
+#define COMBINE_IMIN(x, y) ((x) < (y) ? (x) : (y))
+
+/* One loop over native elements. */
+#define DEFINE_LOOP(name, T, COMBINE)                                         \
+    static void name(T *dst, const T *a, const T *b, size_t n)                \
+    {                                                                         \
+        for (size_t i = 0; i < n; i++) dst[i] = (T)COMBINE(a[i], b[i]);       \
+    }
+
+/* One loop over 16-bit floats: widen, combine in f32, round back. */
+#define DEFINE_LOOP16(name, TO_F32, FROM_F32, COMBINE)                        \
+    static void name(uint16_t *dst, const uint16_t *a, const uint16_t *b,     \
+                     size_t n)                                                \
+    {                                                                         \
+        for (size_t i = 0; i < n; i++) {                                      \
+            float x = TO_F32(a[i]), y = TO_F32(b[i]);                         \
+            dst[i] = FROM_F32(COMBINE(x, y));                                 \
+        }                                                                     \
+    }
+
+DEFINE_LOOP(sum_f32, float, COMBINE_SUM)
+DEFINE_LOOP(prod_f32, float, COMBINE_PROD)
+DEFINE_LOOP(max_f32, float, COMBINE_FMAX)
+DEFINE_LOOP(min_f32, float, COMBINE_FMIN)
+
+DEFINE_LOOP(sum_f64, double, COMBINE_SUM)
+DEFINE_LOOP(prod_f64, double, COMBINE_PROD)
+DEFINE_LOOP(max_f64, double, COMBINE_FMAX)
+DEFINE_LOOP(min_f64, double, COMBINE_FMIN)
+
+DEFINE_LOOP16(sum_bf16, bf16_to_f32, f32_to_bf16, COMBINE_SUM)
+DEFINE_LOOP16(prod_bf16, bf16_to_f32, f32_to_bf16, COMBINE_PROD)
+DEFINE_LOOP16(max_bf16, bf16_to_f32, f32_to_bf16, COMBINE_FMAX)
+DEFINE_LOOP16(min_bf16, bf16_to_f32, f32_to_bf16, COMBINE_FMIN)
+
+/* Signed sums and products run on the unsigned type of the same width:
+ * the low bits of a two's complement result do not depend on signedness,
+ * and unsigned arithmetic wraps where signed overflow would be undefined.
+ * (Reading an int32_t through a uint32_t lvalue is allowed aliasing.) */
+DEFINE_LOOP(sum_u32, uint32_t, COMBINE_SUM)
+DEFINE_LOOP(prod_u32, uint32_t, COMBINE_PROD)
+DEFINE_LOOP(max_i32, int32_t, COMBINE_IMAX)
+DEFINE_LOOP(min_i32, int32_t, COMBINE_IMIN)
+
+DEFINE_LOOP(sum_u64, uint64_t, COMBINE_SUM)
+DEFINE_LOOP(prod_u64, uint64_t, COMBINE_PROD)
+DEFINE_LOOP(max_i64, int64_t, COMBINE_IMAX)
+DEFINE_LOOP(min_i64, int64_t, COMBINE_IMIN)
+
+/* uint8_t promotes to int, where 255 * 255 cannot overflow; the cast back
+ * wraps modulo 256. */
+DEFINE_LOOP(sum_u8, uint8_t, COMBINE_SUM)
+DEFINE_LOOP(prod_u8, uint8_t, COMBINE_PROD)
+DEFINE_LOOP(max_u8, uint8_t, COMBINE_IMAX)
+DEFINE_LOOP(min_u8, uint8_t, COMBINE_IMIN)
+
+/* ---- dispatch ----------------------------------------------------------- */
+
+/* One switch per dtype picks the loop; AVG reduces as SUM. The void
+ * pointers convert to the loop's element pointers implicitly. */
+#define DEFINE_DISPATCH(name, sum, prod, max, min)                            \
+    static void name(dt_op op, void *dst, const void *a, const void *b,       \
+                     size_t n)                                                \
+    {                                                                         \
+        switch (op) {                                                         \
+        case DT_SUM:                                                          \
+        case DT_AVG: sum(dst, a, b, n); break;                                \
+        case DT_PROD: prod(dst, a, b, n); break;                              \
+        case DT_MAX: max(dst, a, b, n); break;                                \
+        case DT_MIN: min(dst, a, b, n); break;                                \
+        default: break;                                                       \
+        }                                                                     \
+    }
+
+DEFINE_DISPATCH(reduce_f32, sum_f32, prod_f32, max_f32, min_f32)
+DEFINE_DISPATCH(reduce_f64, sum_f64, prod_f64, max_f64, min_f64)
+DEFINE_DISPATCH(reduce_bf16, sum_bf16, prod_bf16, max_bf16, min_bf16)
+DEFINE_DISPATCH(reduce_i32, sum_u32, prod_u32, max_i32, min_i32)
+DEFINE_DISPATCH(reduce_i64, sum_u64, prod_u64, max_i64, min_i64)
+DEFINE_DISPATCH(reduce_u8, sum_u8, prod_u8, max_u8, min_u8)
+
+/* ---- f16 ---------------------------------------------------------------- */
+
+/* f16 goes through f32 in chunks: widen both operands into small buffers
+ * on the stack, combine with the f32 loops, narrow back. The widening and
+ * narrowing then use the CPU's conversion instructions where the build
+ * allows them (about 5x faster than the bit manipulation, which
+ * vectorises but needs many instructions per element); they round to
+ * nearest even and keep subnormals whatever the FTZ/DAZ flags say, like
+ * the portable code that handles the tails. Reading a whole chunk before
+ * writing it also makes dst == a or b safe. */
+#define F16_CHUNK 512
+
+static void widen_f16(float *out, const uint16_t *in, size_t n)
+{
+    size_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(in + i))));
+#elif defined(__F16C__)
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + i))));
+#endif
+    for (; i < n; i++) out[i] = f16_to_f32(in[i]);
+}
+
+static void narrow_f16(uint16_t *out, const float *in, size_t n)
+{
+    size_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(out + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+#elif defined(__F16C__)
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(out + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+    for (; i < n; i++) out[i] = f32_to_f16(in[i]);
+}
+
+static void reduce_f16(dt_op op, uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t n)
+{
+    float x[F16_CHUNK], y[F16_CHUNK];
+    for (size_t off = 0; off < n; off += F16_CHUNK) {
+        size_t m = n - off < F16_CHUNK ? n - off : F16_CHUNK;
+        widen_f16(x, a + off, m);
+        widen_f16(y, b + off, m);
+        reduce_f32(op, x, x, y, m);
+        narrow_f16(dst + off, x, m);
+    }
+}
+
+void dt_reduce_elems(dt_dtype t, dt_op op, void *dst, const void *a, const void *b, size_t n)
+{
+    switch (t) {
+    case DT_F32: reduce_f32(op, dst, a, b, n); break;
+    case DT_F64: reduce_f64(op, dst, a, b, n); break;
+    case DT_BF16: reduce_bf16(op, dst, a, b, n); break;
+    case DT_F16: reduce_f16(op, dst, a, b, n); break;
+    case DT_I32: reduce_i32(op, dst, a, b, n); break;
+    case DT_I64: reduce_i64(op, dst, a, b, n); break;
+    case DT_U8: reduce_u8(op, dst, a, b, n); break;
+    default: break;
+    }
+}
+
+/* ---- average ------------------------------------------------------------ */
+
+/* Division rather than multiplication by 1/divisor: the quotient is then
+ * correctly rounded, as a serial x / p would be. */
+#define DEFINE_DIV(name, T, D)                                                \
+    static void name(T *x, size_t n, D d)                                     \
+    {                                                                         \
+        for (size_t i = 0; i < n; i++) x[i] = (T)(x[i] / d);                  \
+    }
+
+#define DEFINE_DIV16(name, TO_F32, FROM_F32)                                  \
+    static void name(uint16_t *x, size_t n, float d)                          \
+    {                                                                         \
+        for (size_t i = 0; i < n; i++) x[i] = FROM_F32(TO_F32(x[i]) / d);     \
+    }
+
+DEFINE_DIV(div_f32, float, float)
+DEFINE_DIV(div_f64, double, double)
+DEFINE_DIV(div_i32, int32_t, int32_t)
+DEFINE_DIV(div_i64, int64_t, int64_t)
+DEFINE_DIV(div_u8, uint8_t, unsigned)
+DEFINE_DIV16(div_bf16, bf16_to_f32, f32_to_bf16)
+DEFINE_DIV16(div_f16, f16_to_f32, f32_to_f16)
+
+/* A divisor below 2 leaves x as it is (one rank averages to itself). */
+void dt_reduce_finish_avg(dt_dtype t, void *x, size_t n, int divisor)
+{
+    if (divisor < 2) return;
+    switch (t) {
+    case DT_F32: div_f32(x, n, (float)divisor); break;
+    case DT_F64: div_f64(x, n, (double)divisor); break;
+    case DT_BF16: div_bf16(x, n, (float)divisor); break;
+    case DT_F16: div_f16(x, n, (float)divisor); break;
+    case DT_I32: div_i32(x, n, (int32_t)divisor); break;
+    case DT_I64: div_i64(x, n, (int64_t)divisor); break;
+    case DT_U8: div_u8(x, n, (unsigned)divisor); break;
+    default: break;
+    }
+}

@@ -1,0 +1,24 @@
+/* Element-wise reductions for every dtype and op, and 16-bit float
+ * conversions. Used by the receive-and-reduce paths of every transport. */
+#ifndef DT_COMM_REDUCE_OPS_H
+#define DT_COMM_REDUCE_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/comm.h"
+
+/* dst[i] = a[i] op b[i] for n elements; dst may alias a or b. DT_AVG
+ * reduces as DT_SUM (the division happens once, in dt_reduce_finish_avg).
+ * Integer sums and products wrap (two's complement), never overflow UB.
+ * bf16/f16 are computed in fp32 and rounded to nearest even. */
+void dt_reduce_elems(dt_dtype t, dt_op op, void *dst, const void *a, const void *b, size_t n);
+/* x[i] /= divisor, for DT_AVG (integers truncate toward zero). */
+void dt_reduce_finish_avg(dt_dtype t, void *x, size_t n, int divisor);
+
+float dt_bf16_to_f32(uint16_t h);
+uint16_t dt_f32_to_bf16(float f);
+float dt_f16_to_f32(uint16_t h);
+uint16_t dt_f32_to_f16(float f);
+
+#endif

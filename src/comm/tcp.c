@@ -1,0 +1,531 @@
+/*
+ * TCP transport: one connection per peer, used in both directions at once.
+ *
+ * Setup. Every rank listens on an ephemeral port and publishes
+ * "address:port" in the store. The rank with the higher communicator rank
+ * of each pair connects, so every pair makes exactly one connection and
+ * nobody waits on a cycle: rank r connects to its lower peers (who only
+ * need to be listening; the kernel queues the connection), then accepts
+ * its higher ones. Each connection is authenticated with the job's secret,
+ * then both sides exchange a hello {magic, communicator tag, rank}, so a
+ * connection that reached the wrong communicator or process (a stale port
+ * reused by someone else) is refused rather than carrying messages.
+ *
+ * Messages. A message is the 64-byte header followed by its payload, moved
+ * with non-blocking sendmsg/recvmsg straight between the socket and the
+ * user's buffer; header and payload travel in one call where they fit.
+ * Receive-and-reduce lands the payload in a per-link scratch buffer (small
+ * enough to stay in cache) and reduces whole elements from there.
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "comm/auth.h"
+#include "comm/comm_internal.h"
+#include "comm/net.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/str.h"
+#include "core/timer.h"
+
+#define HDR_BYTES sizeof(dt_msg_hdr)
+#define TCP_SCRATCH_BYTES (256u << 10)
+/* Most payload one progress call moves before returning, so that a long
+ * receive does not starve a send on the same step (full duplex). */
+#define TCP_BURST_BYTES (8u << 20)
+#define TCP_HELLO_MAGIC 0x4c485444u /* "DTHL" */
+/* One incoming handshake may take at most this long, so that a stray
+ * connection that sends nothing cannot hold up the setup until the
+ * deadline. Genuine peers answer within milliseconds. */
+#define TCP_HANDSHAKE_NS 10000000000ull
+/* Waits for connections are cut into slices to notice a job abort. */
+#define TCP_WAIT_SLICE_NS 200000000ull
+
+typedef struct {
+    dt_link base;
+    int fd;
+    unsigned char *scratch; /* receive-and-reduce landing area, made on first use */
+    size_t partial;         /* bytes of an incomplete element at the start of scratch */
+    char where[80];         /* the peer's address, for messages */
+} tcp_link;
+
+typedef struct {
+    uint32_t magic;
+    uint32_t tag;
+    int32_t rank;
+} tcp_hello;
+
+/* ---- errors ------------------------------------------------------------- */
+
+static const char *op_verb(const dt_p2p *op)
+{
+    return op->kind == DT_P2P_SEND ? "sending to" : "receiving from";
+}
+
+/* err is an errno value, or 0 for an orderly close by the peer. */
+static int io_fail(dt_comm *c, const tcp_link *l, const dt_p2p *op, int err)
+{
+    if (err == 0)
+        return dt_comm_fail(c, DT_ERR_PEER, op->peer,
+                            "connection to rank %d (%s) closed by the peer while %s it "
+                            "(did that rank exit or crash?)",
+                            op->peer, l->where, op_verb(op));
+    if (err == ECONNRESET || err == EPIPE || err == ETIMEDOUT || err == ECONNABORTED ||
+        err == EHOSTUNREACH || err == ENETUNREACH || err == ENETDOWN)
+        return dt_comm_fail(c, DT_ERR_PEER, op->peer,
+                            "connection to rank %d (%s) broke while %s it: %s", op->peer,
+                            l->where, op_verb(op), strerror(err));
+    return dt_comm_fail(c, DT_ERR_SYSTEM, op->peer, "%s rank %d (%s) over TCP failed: %s",
+                        op_verb(op), op->peer, l->where, strerror(err));
+}
+
+/* ---- send --------------------------------------------------------------- */
+
+/* Account w written bytes: header first, then payload. */
+static void advance(dt_p2p *op, size_t w)
+{
+    size_t h = HDR_BYTES - op->hdr_off;
+    if (h > w) h = w;
+    op->hdr_off += h;
+    op->done += w - h;
+}
+
+static int progress_send(dt_comm *c, tcp_link *l, dt_p2p *op, int *progressed)
+{
+    if (op->hdr_off == 0) dt_p2p_fill_hdr(c, op, &op->hdr);
+    size_t moved = 0;
+    while (op->hdr_off < HDR_BYTES || op->done < op->bytes) {
+        if (moved >= TCP_BURST_BYTES) return 0;
+        struct iovec iov[2];
+        int n = 0;
+        if (op->hdr_off < HDR_BYTES)
+            iov[n++] = (struct iovec){(char *)&op->hdr + op->hdr_off, HDR_BYTES - op->hdr_off};
+        if (op->done < op->bytes)
+            iov[n++] = (struct iovec){(char *)op->src + op->done, op->bytes - op->done};
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(l->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        if (w < 0) return io_fail(c, l, op, errno);
+        if (w == 0) return 0;
+        *progressed = 1;
+        advance(op, (size_t)w);
+        moved += (size_t)w;
+    }
+    op->hdr_done = 1;
+    return 1;
+}
+
+/* ---- receive ------------------------------------------------------------ */
+
+/* One recvmsg of what remains of the header plus up to room payload bytes
+ * into payload. The stream fills the header first, so payload bytes only
+ * arrive once the header is complete, and it is checked right then, before
+ * the caller uses them. Returns 1 with *got payload bytes, 0 when nothing
+ * is there yet, or a negative code after failing c. */
+static int read_some(dt_comm *c, tcp_link *l, dt_p2p *op, void *payload, size_t room,
+                     size_t *got, int *progressed)
+{
+    *got = 0;
+    struct iovec iov[2];
+    int n = 0;
+    size_t hdr_left = HDR_BYTES - op->hdr_off;
+    if (hdr_left) iov[n++] = (struct iovec){(char *)&op->hdr + op->hdr_off, hdr_left};
+    if (room) iov[n++] = (struct iovec){payload, room};
+    if (n == 0) return 1;
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    ssize_t r;
+    do {
+        r = recvmsg(l->fd, &m, MSG_DONTWAIT);
+    } while (r < 0 && errno == EINTR);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (r <= 0) return io_fail(c, l, op, r < 0 ? errno : 0);
+    *progressed = 1;
+    size_t h = hdr_left < (size_t)r ? hdr_left : (size_t)r;
+    op->hdr_off += h;
+    *got = (size_t)r - h;
+    if (!op->hdr_done && op->hdr_off == HDR_BYTES) {
+        int rc = dt_p2p_check_hdr(c, op, &op->hdr);
+        if (rc < 0) return rc;
+        op->hdr_done = 1;
+    }
+    return 1;
+}
+
+static int progress_recv(dt_comm *c, tcp_link *l, dt_p2p *op, int *progressed)
+{
+    size_t moved = 0;
+    while (!op->hdr_done || op->done < op->bytes) {
+        if (moved >= TCP_BURST_BYTES) return 0;
+        size_t got;
+        int rc = read_some(c, l, op, (char *)op->dst + op->done, op->bytes - op->done, &got,
+                           progressed);
+        if (rc <= 0) return rc;
+        op->done += got;
+        moved += got;
+    }
+    return 1;
+}
+
+/* Reduce the whole elements now in scratch; keep the bytes of a split
+ * element at the front for the next read. */
+static void reduce_received(dt_comm *c, tcp_link *l, dt_p2p *op, size_t got)
+{
+    size_t esz = dt_dtype_size(c->cur.dtype);
+    size_t avail = l->partial + got;
+    size_t whole = avail - avail % esz;
+    if (whole) dt_p2p_reduce_chunk(c, op, op->done, l->scratch, whole);
+    op->done += whole;
+    l->partial = avail - whole;
+    if (l->partial) memmove(l->scratch, l->scratch + whole, l->partial);
+}
+
+static int progress_recv_reduce(dt_comm *c, tcp_link *l, dt_p2p *op, int *progressed)
+{
+    if (!l->scratch) {
+        l->scratch = dt_alloc(TCP_SCRATCH_BYTES, DT_MEM_COMM);
+        if (!l->scratch)
+            return dt_comm_fail(c, DT_ERR_NOMEM, op->peer, "out of memory for a TCP buffer");
+    }
+    if (op->hdr_off == 0) l->partial = 0;
+    size_t moved = 0;
+    /* done counts reduced bytes; the partial element is received, not yet reduced. */
+    while (!op->hdr_done || op->done + l->partial < op->bytes) {
+        if (moved >= TCP_BURST_BYTES) return 0;
+        size_t room = op->bytes - op->done - l->partial;
+        if (room > TCP_SCRATCH_BYTES - l->partial) room = TCP_SCRATCH_BYTES - l->partial;
+        size_t got;
+        int rc = read_some(c, l, op, l->scratch + l->partial, room, &got, progressed);
+        if (rc <= 0) return rc;
+        reduce_received(c, l, op, got);
+        moved += got;
+    }
+    l->partial = 0; /* only left over when bytes is not whole elements */
+    return 1;
+}
+
+/* ---- link operations ---------------------------------------------------- */
+
+static int tcp_progress(dt_comm *c, dt_link *base, dt_p2p *op, int *progressed)
+{
+    tcp_link *l = (tcp_link *)base;
+    switch (op->kind) {
+    case DT_P2P_SEND: return progress_send(c, l, op, progressed);
+    case DT_P2P_RECV: return progress_recv(c, l, op, progressed);
+    case DT_P2P_RECV_REDUCE: return progress_recv_reduce(c, l, op, progressed);
+    }
+    return dt_comm_fail(c, DT_ERR_INVALID, op->peer, "unknown operation kind %d", (int)op->kind);
+}
+
+static int tcp_pollfd(dt_link *base, const dt_p2p *op, struct pollfd *pfd)
+{
+    const tcp_link *l = (const tcp_link *)base;
+    pfd->fd = l->fd;
+    pfd->events = op->kind == DT_P2P_SEND ? POLLOUT : POLLIN;
+    pfd->revents = 0;
+    return 1;
+}
+
+static void tcp_destroy(dt_link *base)
+{
+    tcp_link *l = (tcp_link *)base;
+    if (l->fd >= 0) close(l->fd);
+    dt_free(l->scratch);
+    free(l);
+}
+
+static const dt_link_ops tcp_link_ops = {
+    .name = "tcp",
+    .progress = tcp_progress,
+    .pollfd = tcp_pollfd,
+    .destroy = tcp_destroy,
+};
+
+/* ---- setup: helpers ----------------------------------------------------- */
+
+/* "host:port" of the other end, for messages. */
+static void peer_address(int fd, char *buf, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char host[NI_MAXHOST], port[NI_MAXSERV];
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) != 0 ||
+        getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, port, sizeof port,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+        dt_strf(buf, len, "unknown address");
+        return;
+    }
+    const char *h = strncmp(host, "::ffff:", 7) == 0 ? host + 7 : host;
+    dt_strf(buf, len, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, port);
+}
+
+/* The link takes the connected, authenticated socket; it belongs to c
+ * from here on (c's teardown destroys it). */
+static int link_add(dt_comm *c, int peer, int fd)
+{
+    tcp_link *l = calloc(1, sizeof *l);
+    if (!l) {
+        close(fd);
+        return dt_comm_fail(c, DT_ERR_NOMEM, peer, "out of memory for a TCP link");
+    }
+    l->base.ops = &tcp_link_ops;
+    l->base.peer = peer;
+    l->fd = fd;
+    peer_address(fd, l->where, sizeof l->where);
+    dt_net_tune(fd);
+    if (dt_net_set_nonblock(fd, 1) != 0) {
+        tcp_destroy(&l->base);
+        return dt_comm_fail(c, DT_ERR_SYSTEM, peer, "cannot make the socket to rank %d "
+                            "non-blocking: %s", peer, strerror(errno));
+    }
+    c->links[peer] = &l->base;
+    return 0;
+}
+
+static int publish_endpoint(dt_comm *c, int port)
+{
+    const char *addr = c->job->advertise_addr[0] ? c->job->advertise_addr : "127.0.0.1";
+    char ep[96], key[32];
+    dt_strf(ep, sizeof ep, strchr(addr, ':') ? "[%s]:%d" : "%s:%d", addr, port);
+    dt_strf(key, sizeof key, "tcp/%d", c->rank);
+    return dt_comm_store_set(c, key, ep, strlen(ep));
+}
+
+/* Split "host:port" or "[v6 host]:port" at the last colon. */
+static int parse_endpoint(const char *ep, char *host, size_t hostlen, int *port)
+{
+    const char *colon = strrchr(ep, ':');
+    if (!colon || colon == ep) return -1;
+    const char *h = ep;
+    size_t n = (size_t)(colon - ep);
+    if (h[0] == '[' && n >= 2 && h[n - 1] == ']') {
+        h++;
+        n -= 2;
+    }
+    if (n == 0 || n >= hostlen) return -1;
+    memcpy(host, h, n);
+    host[n] = '\0';
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || p <= 0 || p > 65535) return -1;
+    *port = (int)p;
+    return 0;
+}
+
+static int read_endpoint(dt_comm *c, int peer, char *host, size_t hostlen, int *port)
+{
+    char key[32];
+    dt_strf(key, sizeof key, "tcp/%d", peer);
+    void *val = NULL;
+    size_t len = 0;
+    int rc = dt_comm_store_get(c, key, &val, &len);
+    if (rc < 0) return rc;
+    if (parse_endpoint(val, host, hostlen, port) != 0)
+        rc = dt_comm_fail(c, DT_ERR_PROTOCOL, peer, "rank %d published a malformed TCP "
+                          "endpoint '%.80s'", peer, (const char *)val);
+    free(val);
+    return rc;
+}
+
+static int aborted(dt_comm *c)
+{
+    if (!atomic_load(&c->job->aborted)) return 0;
+    char msg[512];
+    pthread_mutex_lock(&c->job->lock);
+    dt_strf(msg, sizeof msg, "%s", c->job->abort_msg);
+    int code = c->job->abort_code ? c->job->abort_code : DT_ERR_ABORTED;
+    pthread_mutex_unlock(&c->job->lock);
+    return dt_comm_fail(c, code, -1, "job aborted while setting up TCP links: %s", msg);
+}
+
+static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+/* ---- setup: connecting side --------------------------------------------- */
+
+/* Authenticate, say who we are, and check that the other end is the rank
+ * we meant to reach. Returns 0 or a code, with the reason in err. */
+static int client_handshake(dt_comm *c, int fd, int peer, uint64_t deadline, char *err,
+                            size_t errlen)
+{
+    int rc = dt_auth_client(fd, c->job->secret, "tcp", deadline, err, errlen);
+    if (rc) return rc;
+    tcp_hello me = {TCP_HELLO_MAGIC, c->tag, c->rank}, them;
+    rc = dt_net_write_all(fd, &me, sizeof me, deadline);
+    if (rc == 0) rc = dt_net_read_all(fd, &them, sizeof them, deadline);
+    if (rc) {
+        dt_strf(err, errlen, "%s during the hello (the peer refused us?)",
+                rc == DT_ERR_TIMEOUT ? "timed out" : "connection closed");
+        return rc;
+    }
+    if (them.magic != TCP_HELLO_MAGIC || them.tag != c->tag || them.rank != peer) {
+        dt_strf(err, errlen, "reached the wrong process (it says rank %d, communicator tag "
+                "%08x; expected rank %d, tag %08x)", (int)them.rank, them.tag, peer, c->tag);
+        return DT_ERR_PROTOCOL;
+    }
+    return 0;
+}
+
+/* dt_net_connect retries until its deadline while the peer is not yet
+ * listening; in slices, so that a job abort ends the wait. */
+static int connect_sliced(dt_comm *c, const char *host, int port, uint64_t deadline, int *fd,
+                          char *err, size_t errlen)
+{
+    uint64_t start = dt_now_ns();
+    for (;;) {
+        int rc = aborted(c);
+        if (rc) return rc;
+        uint64_t slice = min_u64(deadline, dt_now_ns() + 5 * TCP_WAIT_SLICE_NS);
+        rc = dt_net_connect(host, port, slice, fd, err, errlen);
+        if (rc != DT_ERR_TIMEOUT) return rc;
+        if (slice >= deadline) {
+            char last[512];
+            dt_strf(last, sizeof last, "%s", err);
+            dt_strf(err, errlen, "no connection after %.1f s (DTRAIN_TIMEOUT); last try: %s",
+                    (double)(dt_now_ns() - start) * 1e-9, last);
+            return rc;
+        }
+    }
+}
+
+static int connect_peer(dt_comm *c, int peer, uint64_t deadline)
+{
+    char host[80], err[512] = "";
+    int port = 0, fd = -1;
+    int rc = read_endpoint(c, peer, host, sizeof host, &port);
+    if (rc < 0) return rc;
+    rc = connect_sliced(c, host, port, deadline, &fd, err, sizeof err);
+    if (rc == 0) {
+        rc = client_handshake(c, fd, peer, deadline, err, sizeof err);
+        if (rc) close(fd);
+    }
+    if (rc) return dt_comm_fail(c, rc, peer, "TCP connection to rank %d at %s:%d: %s", peer,
+                                host, port, err);
+    return link_add(c, peer, fd);
+}
+
+/* ---- setup: accepting side ---------------------------------------------- */
+
+/* Authenticate an incoming connection and read its hello. Returns the
+ * peer's rank, or -1 (reason in err) for anything that is not a peer we
+ * still wait for. */
+static int server_handshake(dt_comm *c, int fd, const unsigned char *awaited, char *err,
+                            size_t errlen)
+{
+    uint64_t deadline = min_u64(dt_comm_deadline(c), dt_now_ns() + TCP_HANDSHAKE_NS);
+    if (dt_auth_server(fd, c->job->secret, "tcp", deadline, err, errlen) != 0) return -1;
+    tcp_hello them;
+    if (dt_net_read_all(fd, &them, sizeof them, deadline) != 0) {
+        dt_strf(err, errlen, "no hello after authentication");
+        return -1;
+    }
+    if (them.magic != TCP_HELLO_MAGIC || them.tag != c->tag) {
+        dt_strf(err, errlen, "hello for another communicator (tag %08x, ours %08x)", them.tag,
+                c->tag);
+        return -1;
+    }
+    if (them.rank < 0 || them.rank >= c->size || !awaited[them.rank]) {
+        dt_strf(err, errlen, "hello from rank %d, which is not a peer we are waiting for",
+                (int)them.rank);
+        return -1;
+    }
+    tcp_hello me = {TCP_HELLO_MAGIC, c->tag, c->rank};
+    if (dt_net_write_all(fd, &me, sizeof me, deadline) != 0) {
+        dt_strf(err, errlen, "could not answer the hello of rank %d", (int)them.rank);
+        return -1;
+    }
+    return them.rank;
+}
+
+static int fail_missing(dt_comm *c, const unsigned char *awaited)
+{
+    char list[256] = "";
+    size_t off = 0;
+    int first = -1;
+    for (int r = 0; r < c->size && off < sizeof list - 16; r++) {
+        if (!awaited[r]) continue;
+        if (first < 0) first = r;
+        off += (size_t)dt_strf(list + off, sizeof list - off, "%s%d", off ? ", " : "", r);
+    }
+    return dt_comm_fail(c, DT_ERR_TIMEOUT, first,
+                        "timed out after %.1f s waiting for TCP connections from rank(s) %s "
+                        "(DTRAIN_TIMEOUT)",
+                        c->job->timeout_s, list);
+}
+
+/* Accept until every awaited peer has arrived; strays are logged and
+ * closed. awaited[r] is cleared as rank r connects. */
+static int accept_peers(dt_comm *c, int lfd, unsigned char *awaited, int count)
+{
+    uint64_t deadline = dt_comm_deadline(c);
+    while (count > 0) {
+        int rc = aborted(c);
+        if (rc) return rc;
+        if (dt_now_ns() >= deadline) return fail_missing(c, awaited);
+        char err[512] = "";
+        int fd = -1;
+        rc = dt_net_accept(lfd, min_u64(deadline, dt_now_ns() + TCP_WAIT_SLICE_NS), &fd, err,
+                           sizeof err);
+        if (rc == DT_ERR_TIMEOUT) continue;
+        if (rc) return dt_comm_fail(c, rc, -1, "TCP setup: %s", err);
+        int peer = server_handshake(c, fd, awaited, err, sizeof err);
+        if (peer < 0) {
+            char who[80];
+            peer_address(fd, who, sizeof who);
+            DT_WARN("TCP setup of communicator %s: refused a connection from %s: %s", c->id,
+                    who, err);
+            close(fd);
+            continue;
+        }
+        if ((rc = link_add(c, peer, fd)) < 0) return rc;
+        awaited[peer] = 0;
+        count--;
+    }
+    return 0;
+}
+
+/* ---- setup -------------------------------------------------------------- */
+
+static int connect_and_accept(dt_comm *c, int lfd, const int *peers, int npeers)
+{
+    unsigned char *awaited = calloc((size_t)c->size, 1);
+    if (!awaited) return dt_comm_fail(c, DT_ERR_NOMEM, -1, "out of memory");
+    int rc = 0, count = 0;
+    uint64_t deadline = dt_comm_deadline(c);
+    for (int i = 0; i < npeers && rc == 0; i++) {
+        if (peers[i] < c->rank)
+            rc = connect_peer(c, peers[i], deadline);
+        else if (!awaited[peers[i]]) {
+            awaited[peers[i]] = 1;
+            count++;
+        }
+    }
+    if (rc == 0) rc = accept_peers(c, lfd, awaited, count);
+    free(awaited);
+    return rc;
+}
+
+int dt_tcp_setup(dt_comm *c, const int *peers, int npeers)
+{
+    if (npeers == 0) return 0;
+    for (int i = 0; i < npeers; i++)
+        if (peers[i] < 0 || peers[i] >= c->size || peers[i] == c->rank)
+            return dt_comm_fail(c, DT_ERR_INVALID, -1, "TCP setup: bad peer rank %d", peers[i]);
+    char err[512] = "";
+    int lfd = -1, port = 0;
+    int rc = dt_net_listen(NULL, 0, &lfd, &port, err, sizeof err);
+    if (rc) return dt_comm_fail(c, rc, -1, "TCP setup: %s", err);
+    /* Accepted sockets inherit the buffer sizes, in time for the
+     * window negotiation. */
+    dt_net_tune(lfd);
+    rc = publish_endpoint(c, port);
+    if (rc == 0) rc = connect_and_accept(c, lfd, peers, npeers);
+    close(lfd);
+    return rc;
+}

@@ -1,0 +1,29 @@
+/* Aligned allocation with accounting per kind, so that per-rank memory
+ * (parameters, gradients, optimizer state, activations, communication
+ * buffers) can be reported. */
+#ifndef DT_CORE_ALLOC_H
+#define DT_CORE_ALLOC_H
+
+#include <stddef.h>
+
+typedef enum {
+    DT_MEM_PARAMS = 0,
+    DT_MEM_GRADS,
+    DT_MEM_OPTIM,
+    DT_MEM_ACTS,
+    DT_MEM_COMM,
+    DT_MEM_OTHER,
+    DT_MEM_KIND_COUNT
+} dt_mem_kind;
+
+#define DT_ALIGN 64
+
+/* Zeroed, DT_ALIGN-aligned; NULL on failure or size overflow. */
+void *dt_alloc(size_t bytes, dt_mem_kind kind);
+void dt_free(void *p);
+/* Bytes currently held, and the most ever held, of one kind. */
+size_t dt_mem_current(dt_mem_kind kind);
+size_t dt_mem_peak(dt_mem_kind kind);
+const char *dt_mem_kind_name(dt_mem_kind kind);
+
+#endif

@@ -1,0 +1,19 @@
+#include "core/str.h"
+
+#include <stdio.h>
+
+int dt_vstrf(char *buf, size_t len, const char *fmt, va_list ap)
+{
+    if (!len) return 0;
+    int n = vsnprintf(buf, len, fmt, ap);
+    return n < 0 ? 0 : ((size_t)n >= len ? (int)len - 1 : n);
+}
+
+int dt_strf(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = dt_vstrf(buf, len, fmt, ap);
+    va_end(ap);
+    return n;
+}

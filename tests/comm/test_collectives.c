@@ -1,0 +1,461 @@
+/*
+ * Every collective against a serial reference, run by every rank of a job
+ * (start it with `dtrain launch -n N`): all dtypes and ops, counts 0, 1,
+ * p-1, p, p+1 and large, in place and not, several roots. Inputs are small
+ * integers, so every reduction is exact in every dtype and any difference
+ * from the reference is a bug, not rounding. A second pass with random
+ * floats checks that all ranks hold bit-identical results. Then
+ * sub-communicators, non-blocking calls, and point-to-point.
+ *
+ * Usage: test_collectives [--large N] [--quick]
+ * Exit 0 when every check passed; otherwise the first failures are printed.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/reduce_ops.h"
+#include "dtrain/comm.h"
+
+static int rank, size;
+static long checks, failures;
+
+#define FAIL(...)                                              \
+    do {                                                       \
+        if (failures++ < 20) {                                 \
+            fprintf(stderr, "rank %d: FAIL: ", rank);          \
+            fprintf(stderr, __VA_ARGS__);                      \
+            fprintf(stderr, "\n");                             \
+        }                                                      \
+    } while (0)
+
+static void must(dt_comm *c, int rc, const char *what)
+{
+    if (rc != 0) {
+        fprintf(stderr, "rank %d: %s returned %d (%s): %s\n", rank, what, rc, dt_strerror(rc),
+                dt_comm_error(c));
+        exit(1);
+    }
+}
+
+/* ---- typed element access ---------------------------------------------------- */
+
+static void put(dt_dtype t, void *buf, size_t i, double v)
+{
+    switch (t) {
+    case DT_F32: ((float *)buf)[i] = (float)v; break;
+    case DT_F64: ((double *)buf)[i] = v; break;
+    case DT_BF16: ((uint16_t *)buf)[i] = dt_f32_to_bf16((float)v); break;
+    case DT_F16: ((uint16_t *)buf)[i] = dt_f32_to_f16((float)v); break;
+    case DT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case DT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case DT_U8: ((uint8_t *)buf)[i] = (uint8_t)(int64_t)v; break;
+    default: break;
+    }
+}
+
+static double get(dt_dtype t, const void *buf, size_t i)
+{
+    switch (t) {
+    case DT_F32: return ((const float *)buf)[i];
+    case DT_F64: return ((const double *)buf)[i];
+    case DT_BF16: return dt_bf16_to_f32(((const uint16_t *)buf)[i]);
+    case DT_F16: return dt_f16_to_f32(((const uint16_t *)buf)[i]);
+    case DT_I32: return ((const int32_t *)buf)[i];
+    case DT_I64: return (double)((const int64_t *)buf)[i];
+    case DT_U8: return ((const uint8_t *)buf)[i];
+    default: return 0;
+    }
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+/* Rank r's i-th input: small integers that keep sums and products exact. */
+static double input(int r, size_t i, dt_dtype t, dt_op op, int salt)
+{
+    uint64_t h = mix((uint64_t)r * 1000003u + i * 7919u + (uint64_t)t * 131u + (uint64_t)op * 17u +
+                     (uint64_t)salt * 65537u);
+    if (op == DT_PROD) {
+        static const int vals[4] = {1, 2, -1, 1};
+        return t == DT_U8 ? (double)(1 + h % 2) : vals[h % 4];
+    }
+    return t == DT_U8 ? (double)(h % 9) : (double)((int)(h % 9) - 4);
+}
+
+/* Serial reduction of element i over all ranks, in exact arithmetic. */
+static double reference(size_t i, dt_dtype t, dt_op op, int salt)
+{
+    double acc = input(0, i, t, op, salt);
+    for (int r = 1; r < size; r++) {
+        double v = input(r, i, t, op, salt);
+        switch (op) {
+        case DT_SUM:
+        case DT_AVG: acc += v; break;
+        case DT_PROD: acc *= v; break;
+        case DT_MAX: acc = v > acc ? v : acc; break;
+        case DT_MIN: acc = v < acc ? v : acc; break;
+        default: break;
+        }
+    }
+    if (t == DT_U8) acc = (double)((int64_t)acc & 0xff);
+    if (op == DT_AVG) {
+        if (t == DT_I32 || t == DT_I64 || t == DT_U8)
+            acc = (double)((int64_t)acc / size);
+        else
+            acc = acc / size;
+    }
+    return acc;
+}
+
+static int close_enough(dt_dtype t, dt_op op, double got, double want)
+{
+    if (op != DT_AVG || t == DT_I32 || t == DT_I64 || t == DT_U8) return got == want;
+    double tol = t == DT_BF16 ? 1.0 / 128 : t == DT_F16 ? 1.0 / 1024 : t == DT_F32 ? 1e-6 : 1e-13;
+    return fabs(got - want) <= tol * fabs(want) + 1e-30;
+}
+
+typedef struct {
+    const char *coll;
+    dt_dtype t;
+    dt_op op;
+    size_t count;
+    int root, inplace;
+} caseinfo;
+
+static void check_elem(const caseinfo *k, size_t i, double got, double want)
+{
+    checks++;
+    if (!close_enough(k->t, k->op, got, want))
+        FAIL("%s %s %s count=%zu root=%d inplace=%d: element %zu is %g, expected %g", k->coll,
+             dt_dtype_name(k->t), dt_op_name(k->op), k->count, k->root, k->inplace, i, got, want);
+}
+
+static void *alloc_bytes(size_t n) { return calloc(n ? n : 1, 1); }
+
+/* ---- one test per collective ------------------------------------------------ */
+
+static void test_allreduce(dt_comm *c, caseinfo k)
+{
+    size_t esz = dt_dtype_size(k.t);
+    char *in = alloc_bytes(k.count * esz), *out = alloc_bytes(k.count * esz);
+    for (size_t i = 0; i < k.count; i++) put(k.t, in, i, input(rank, i, k.t, k.op, 1));
+    if (k.inplace) memcpy(out, in, k.count * esz);
+    must(c, dt_allreduce(c, k.inplace ? out : in, out, k.count, k.t, k.op), "dt_allreduce");
+    for (size_t i = 0; i < k.count; i++) check_elem(&k, i, get(k.t, out, i), reference(i, k.t, k.op, 1));
+    free(in);
+    free(out);
+}
+
+static void test_reduce(dt_comm *c, caseinfo k)
+{
+    size_t esz = dt_dtype_size(k.t);
+    char *in = alloc_bytes(k.count * esz), *out = alloc_bytes(k.count * esz);
+    for (size_t i = 0; i < k.count; i++) put(k.t, in, i, input(rank, i, k.t, k.op, 2));
+    if (k.inplace) memcpy(out, in, k.count * esz);
+    must(c, dt_reduce(c, k.inplace ? out : in, out, k.count, k.t, k.op, k.root), "dt_reduce");
+    if (rank == k.root)
+        for (size_t i = 0; i < k.count; i++)
+            check_elem(&k, i, get(k.t, out, i), reference(i, k.t, k.op, 2));
+    for (size_t i = 0; i < k.count && !k.inplace; i++) /* send is never written */
+        check_elem(&k, i, get(k.t, in, i), input(rank, i, k.t, k.op, 2));
+    free(in);
+    free(out);
+}
+
+static void test_reduce_scatter(dt_comm *c, caseinfo k)
+{
+    size_t esz = dt_dtype_size(k.t), n = k.count * (size_t)size;
+    char *in = alloc_bytes(n * esz), *out = alloc_bytes(n * esz);
+    for (size_t i = 0; i < n; i++) put(k.t, in, i, input(rank, i, k.t, k.op, 3));
+    if (k.inplace) memcpy(out, in, n * esz);
+    must(c, dt_reduce_scatter(c, k.inplace ? out : in, out, k.count, k.t, k.op),
+         "dt_reduce_scatter");
+    for (size_t i = 0; i < k.count; i++)
+        check_elem(&k, i, get(k.t, out, i), reference((size_t)rank * k.count + i, k.t, k.op, 3));
+    free(in);
+    free(out);
+}
+
+static void test_broadcast(dt_comm *c, caseinfo k)
+{
+    size_t esz = dt_dtype_size(k.t);
+    char *in = alloc_bytes(k.count * esz), *out = alloc_bytes(k.count * esz);
+    for (size_t i = 0; i < k.count; i++) put(k.t, in, i, input(k.root, i, k.t, DT_SUM, 4));
+    if (k.inplace && rank == k.root) memcpy(out, in, k.count * esz);
+    must(c, dt_broadcast(c, k.inplace ? out : in, out, k.count, k.t, k.root), "dt_broadcast");
+    for (size_t i = 0; i < k.count; i++)
+        check_elem(&k, i, get(k.t, out, i), input(k.root, i, k.t, DT_SUM, 4));
+    free(in);
+    free(out);
+}
+
+static void test_gather(dt_comm *c, caseinfo k)
+{
+    size_t esz = dt_dtype_size(k.t), n = k.count * (size_t)size;
+    char *in = alloc_bytes(k.count * esz), *out = alloc_bytes(n * esz);
+    for (size_t i = 0; i < k.count; i++) put(k.t, in, i, input(rank, i, k.t, DT_SUM, 5));
+    const void *send = in;
+    if (k.inplace) { /* own block already in its slot (root), or send == recv elsewhere */
+        if (rank == k.root) {
+            memcpy(out + (size_t)rank * k.count * esz, in, k.count * esz);
+        } else {
+            memcpy(out, in, k.count * esz);
+        }
+        send = out;
+    }
+    must(c, dt_gather(c, send, out, k.count, k.t, k.root), "dt_gather");
+    if (rank == k.root)
+        for (size_t i = 0; i < n; i++)
+            check_elem(&k, i, get(k.t, out, i), input((int)(i / k.count), i % k.count, k.t, DT_SUM, 5));
+    free(in);
+    free(out);
+}
+
+static void test_scatter(dt_comm *c, caseinfo k)
+{
+    size_t esz = dt_dtype_size(k.t), n = k.count * (size_t)size;
+    char *in = alloc_bytes(n * esz), *out = alloc_bytes(n * esz);
+    for (size_t i = 0; i < n; i++) put(k.t, in, i, input(k.root, i, k.t, DT_SUM, 6));
+    /* In place at the root: its block stays where it is in send. */
+    int inplace_root = k.inplace && rank == k.root;
+    if (inplace_root) memcpy(out, in, n * esz);
+    must(c, dt_scatter(c, inplace_root ? out : in, out, k.count, k.t, k.root), "dt_scatter");
+    size_t base = inplace_root ? (size_t)rank * k.count : 0;
+    for (size_t i = 0; i < k.count; i++)
+        check_elem(&k, i, get(k.t, out, base + i),
+                   input(k.root, (size_t)rank * k.count + i, k.t, DT_SUM, 6));
+    free(in);
+    free(out);
+}
+
+static void test_allgather(dt_comm *c, caseinfo k)
+{
+    size_t esz = dt_dtype_size(k.t), n = k.count * (size_t)size;
+    char *in = alloc_bytes(k.count * esz), *out = alloc_bytes(n * esz);
+    for (size_t i = 0; i < k.count; i++) put(k.t, in, i, input(rank, i, k.t, DT_SUM, 7));
+    if (k.inplace) memcpy(out + (size_t)rank * k.count * esz, in, k.count * esz);
+    must(c, dt_allgather(c, k.inplace ? out : in, out, k.count, k.t), "dt_allgather");
+    for (size_t i = 0; i < n; i++)
+        check_elem(&k, i, get(k.t, out, i), input((int)(i / k.count), i % k.count, k.t, DT_SUM, 7));
+    free(in);
+    free(out);
+}
+
+static void test_alltoall(dt_comm *c, caseinfo k)
+{
+    size_t esz = dt_dtype_size(k.t), n = k.count * (size_t)size;
+    char *in = alloc_bytes(n * esz), *out = alloc_bytes(n * esz);
+    /* Block j of rank r's input is meant for rank j. */
+    for (size_t i = 0; i < n; i++) put(k.t, in, i, input(rank, i, k.t, DT_SUM, 8));
+    if (k.inplace) memcpy(out, in, n * esz);
+    must(c, dt_alltoall(c, k.inplace ? out : in, out, k.count, k.t), "dt_alltoall");
+    for (size_t i = 0; i < n; i++) {
+        int from = (int)(i / k.count);
+        size_t j = (size_t)rank * k.count + i % k.count;
+        check_elem(&k, i, get(k.t, out, i), input(from, j, k.t, DT_SUM, 8));
+    }
+    free(in);
+    free(out);
+}
+
+/* ---- the matrix ---------------------------------------------------------------- */
+
+static void run_matrix(dt_comm *c, size_t large, int quick)
+{
+    size_t counts[6] = {0, 1, (size_t)(size > 1 ? size - 1 : 2), (size_t)size,
+                        (size_t)size + 1, large};
+    int roots[3] = {0, size - 1, size / 2}, nroots = size == 1 ? 1 : size == 2 ? 2 : 3;
+    for (int t = 0; t < DT_DTYPE_COUNT; t++)
+        for (int ci = 0; ci < 6; ci++)
+            for (int inplace = 0; inplace < 2; inplace++) {
+                size_t n = counts[ci];
+                /* The large count for every dtype and op would be slow with
+                 * more ranks than cores; f32 and one other dtype suffice. */
+                int big = ci == 5, full_ops = !big || t == DT_F32 || t == DT_BF16;
+                if (quick && big && t != DT_F32) continue;
+                for (int op = 0; op < DT_OP_COUNT; op++) {
+                    if (!full_ops && op != DT_SUM) continue;
+                    caseinfo k = {"allreduce", (dt_dtype)t, (dt_op)op, n, 0, inplace};
+                    test_allreduce(c, k);
+                    k.coll = "reduce_scatter";
+                    test_reduce_scatter(c, k);
+                    k.coll = "reduce";
+                    for (int ri = 0; ri < nroots; ri++) {
+                        k.root = roots[ri];
+                        if (!big || ri == 0) test_reduce(c, k);
+                    }
+                }
+                for (int ri = 0; ri < nroots; ri++) {
+                    caseinfo k = {"broadcast", (dt_dtype)t, DT_SUM, n, roots[ri], inplace};
+                    if (big && ri > 0) continue;
+                    test_broadcast(c, k);
+                    k.coll = "gather";
+                    test_gather(c, k);
+                    k.coll = "scatter";
+                    test_scatter(c, k);
+                }
+                caseinfo k = {"allgather", (dt_dtype)t, DT_SUM, n, 0, inplace};
+                test_allgather(c, k);
+                k.coll = "alltoall";
+                test_alltoall(c, k);
+            }
+}
+
+/* Random floats: sums are inexact, so check the tolerance against the serial
+ * sum and that every rank holds exactly the same bits. */
+static void test_bit_identical(dt_comm *c, size_t n)
+{
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = (float)((double)(mix(rank * 7777u + i) >> 11) / 9007199254740992.0 - 0.5);
+    must(c, dt_allreduce(c, x, x, n, DT_F32, DT_SUM), "dt_allreduce (random)");
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *b = (const unsigned char *)x;
+    for (size_t i = 0; i < n * sizeof *x; i++) h = (h ^ b[i]) * 1099511628211ull;
+    uint64_t *all = malloc((size_t)size * sizeof *all);
+    must(c, dt_allgather(c, &h, all, 1, DT_I64), "dt_allgather (hashes)");
+    for (int r = 0; r < size; r++) {
+        checks++;
+        if (all[r] != h) FAIL("random allreduce: rank %d's result differs from ours", r);
+    }
+    for (size_t i = 0; i < n; i += 97) {
+        double want = 0;
+        for (int r = 0; r < size; r++) want += (double)(float)((double)(mix(r * 7777u + i) >> 11) / 9007199254740992.0 - 0.5);
+        checks++;
+        if (fabs(x[i] - want) > 1e-5 * size) FAIL("random allreduce: element %zu is %g, expected %g", i, x[i], want);
+    }
+    free(all);
+    free(x);
+}
+
+static void test_split(dt_comm *c)
+{
+    /* Even and odd ranks, ordered by descending old rank. */
+    dt_comm *sub = NULL;
+    must(c, dt_comm_split(c, rank % 2, -rank, &sub), "dt_comm_split");
+    int members = (size + 1 - rank % 2) / 2;
+    checks++;
+    if (!sub || dt_comm_size(sub) != members) {
+        FAIL("split: size %d, expected %d", sub ? dt_comm_size(sub) : -1, members);
+        return;
+    }
+    int want_rank = 0;
+    for (int r = rank + 2; r < size; r += 2) want_rank++;
+    checks++;
+    if (dt_comm_rank(sub) != want_rank) FAIL("split: rank %d, expected %d", dt_comm_rank(sub), want_rank);
+    int64_t v = rank, sum = 0;
+    must(sub, dt_allreduce(sub, &v, &sum, 1, DT_I64, DT_SUM), "dt_allreduce on split");
+    int64_t want = 0;
+    for (int r = rank % 2; r < size; r += 2) want += r;
+    checks++;
+    if (sum != want) FAIL("split allreduce: %lld, expected %lld", (long long)sum, (long long)want);
+    /* A nested split, and ranks opting out with DT_UNDEFINED. */
+    dt_comm *inner = NULL;
+    must(sub, dt_comm_split(sub, dt_comm_rank(sub) == 0 ? DT_UNDEFINED : 0, 0, &inner), "nested split");
+    checks++;
+    if ((dt_comm_rank(sub) == 0) != (inner == NULL)) FAIL("nested split: DT_UNDEFINED not honoured");
+    if (inner) {
+        must(inner, dt_barrier(inner), "barrier on nested split");
+        dt_comm_destroy(inner);
+    }
+    dt_comm_destroy(sub);
+    must(c, dt_barrier(c), "dt_barrier after split");
+}
+
+static void test_nonblocking(dt_comm *c)
+{
+    enum { K = 6, N = 1000 };
+    float bufs[K][N];
+    dt_request *req[K];
+    for (int k = 0; k < K; k++) {
+        for (int i = 0; i < N; i++) bufs[k][i] = (float)(rank + k + i % 5);
+        must(c, dt_iallreduce(c, bufs[k], bufs[k], N, DT_F32, DT_SUM, &req[k]), "dt_iallreduce");
+    }
+    for (int k = K - 1; k >= 0; k--) must(c, dt_wait(req[k]), "dt_wait");
+    for (int k = 0; k < K; k++)
+        for (int i = 0; i < N; i++) {
+            float want = 0;
+            for (int r = 0; r < size; r++) want += (float)(r + k + i % 5);
+            checks++;
+            if (bufs[k][i] != want) {
+                FAIL("iallreduce %d element %d is %g, expected %g", k, i, bufs[k][i], want);
+                break;
+            }
+        }
+    /* A blocking call queues behind pending ones and keeps the order. */
+    int32_t a = rank, b = 0;
+    dt_request *r1;
+    must(c, dt_ibroadcast(c, &a, &a, 1, DT_I32, 0, &r1), "dt_ibroadcast");
+    must(c, dt_allreduce(c, &a, &b, 1, DT_I32, DT_SUM), "dt_allreduce after ibroadcast");
+    must(c, dt_wait(r1), "dt_wait");
+    checks++;
+    if (b != 0 || a != 0) FAIL("ibroadcast then allreduce gave a=%d b=%d", a, b);
+}
+
+static void test_p2p(dt_comm *c)
+{
+    if (size < 2) return;
+    enum { N = 70000 }; /* over the CMA threshold in bytes */
+    int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    double *out = malloc(N * sizeof *out), *in = malloc(N * sizeof *in);
+    for (int i = 0; i < N; i++) out[i] = rank * 1e6 + i;
+    for (int round = 0; round < 3; round++) {
+        if (rank % 2 == 0) {
+            must(c, dt_send(c, out, N, DT_F64, right), "dt_send");
+            must(c, dt_recv(c, in, N, DT_F64, left), "dt_recv");
+        } else {
+            must(c, dt_recv(c, in, N, DT_F64, left), "dt_recv");
+            must(c, dt_send(c, out, N, DT_F64, right), "dt_send");
+        }
+        for (int i = 0; i < N; i += 101) {
+            checks++;
+            if (in[i] != left * 1e6 + i) {
+                FAIL("p2p round %d: element %d is %g", round, i, in[i]);
+                break;
+            }
+        }
+    }
+    free(out);
+    free(in);
+}
+
+int main(int argc, char **argv)
+{
+    size_t large = 262147;
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--large") && i + 1 < argc)
+            large = (size_t)strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--quick"))
+            quick = 1;
+        else {
+            fprintf(stderr, "usage: %s [--large N] [--quick]\n", argv[0]);
+            return 2;
+        }
+    }
+    dt_comm *c;
+    if (dt_comm_init(&c) != 0) {
+        fprintf(stderr, "dt_comm_init: %s\n", dt_last_error());
+        return 1;
+    }
+    rank = dt_comm_rank(c);
+    size = dt_comm_size(c);
+    run_matrix(c, large, quick);
+    test_bit_identical(c, large + 13);
+    test_split(c);
+    test_nonblocking(c);
+    test_p2p(c);
+    if (rank == 0)
+        printf("test_collectives: %d ranks over %s: %ld checks, %ld failed on rank 0\n", size,
+               dt_comm_transport(c), checks, failures);
+    dt_comm_destroy(c);
+    return failures ? 1 : 0;
+}
