@@ -13,5 +13,6 @@
 #define CLI_EXIT_USAGE 2
 
 int cli_launch(int argc, char **argv);
+int cli_bench(int argc, char **argv);
 
 #endif

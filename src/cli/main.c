@@ -13,6 +13,7 @@ struct cli_command {
 
 static const struct cli_command commands[] = {
     {"launch", cli_launch, "start N ranks of a program with the torchrun environment"},
+    {"bench", cli_bench, "benchmarks: `bench comm` times collectives (nccl-tests table)"},
 };
 
 static const int ncommands = (int)(sizeof commands / sizeof commands[0]);

@@ -1,0 +1,206 @@
+# Shared by tests/comm/fault_*.sh and netns_two_hosts.sh: source it after
+# `set -euo pipefail`. It starts jobs under `dtrain launch` in the
+# background, waits for what they print, and makes sure that whatever
+# happens to the script (a failed check, a timeout, ctest's SIGTERM) no
+# launcher, rank or shared-memory file outlives it.
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/dtrain-fault.XXXXXX")
+export TMP
+
+# The caller's environment must not leak a secret, a job id, a timeout or
+# a transport into the launches under test; each script sets its own.
+unset DTRAIN_SECRET DTRAIN_JOB_ID DTRAIN_GRACE_PERIOD DTRAIN_TIMEOUT DTRAIN_TRANSPORT
+unset DTRAIN_HEARTBEAT_TIMEOUT DTRAIN_FAULT_PIDDIR MASTER_ADDR MASTER_PORT RANK WORLD_SIZE
+
+LAUNCHERS=()   # pids of launchers, each the leader of its own session
+JOB_IDS=()     # DTRAIN_JOB_IDs, to find their /dev/shm files
+CLEANUP_HOOKS=()
+
+check() { echo "check: $*"; }
+note() { echo "  $*"; }
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+now_ms() { date +%s%3N; }
+
+# A process counts as gone once it has exited, even before it is reaped.
+alive() {
+    local state
+    state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+    [[ -n "$state" && "$state" != Z ]]
+}
+
+# Pids written by test_faults under DTRAIN_FAULT_PIDDIR, only while that
+# pid still runs one of our programs (never signal a recycled pid).
+job_rank_pids() { # name
+    local f pid
+    for f in "$TMP/$1.pids"/rank*.pid; do
+        [[ -e "$f" ]] || continue
+        pid=$(cat "$f")
+        if alive "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q test_; then
+            echo "$pid"
+        fi
+    done
+}
+
+cleanup() {
+    local rc=$? pid f
+    set +e
+    for pid in "${LAUNCHERS[@]+"${LAUNCHERS[@]}"}"; do
+        # The launcher's session: the launcher itself. Its ranks die with
+        # it (parent-death signal), stopped ones included, as SIGKILL needs
+        # no SIGCONT; the sweep below catches any that did not.
+        kill -KILL -- "-$pid" 2>/dev/null
+    done
+    for f in "$TMP"/*.pids; do
+        [[ -d "$f" ]] || continue
+        for pid in $(job_rank_pids "$(basename "$f" .pids)"); do
+            kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
+        done
+    done
+    for hook in "${CLEANUP_HOOKS[@]+"${CLEANUP_HOOKS[@]}"}"; do eval "$hook"; done
+    for id in "${JOB_IDS[@]+"${JOB_IDS[@]}"}"; do rm -f /dev/shm/dtrain-"$id"-*; done
+    if [[ $rc -ne 0 ]]; then
+        # The outputs are the evidence: show them before they go. Progress
+        # lines are many and alike, so only the last few of stdout.
+        for f in "$TMP"/*.err "$TMP"/*.out; do
+            [[ -s "$f" ]] || continue
+            echo "--- $(basename "$f"):" >&2
+            case $f in
+            *.out) tail -n 6 "$f" >&2 ;;
+            *) tail -n 40 "$f" >&2 ;;
+            esac
+        done
+    fi
+    [[ -n "${KEEP_TMP:-}" ]] && echo "outputs kept in $TMP" >&2 || rm -rf "$TMP"
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+
+random_hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
+
+# A port nobody listens on now. Another process may take it before we do;
+# the scripts that need a fixed port retry on a bind failure.
+free_port() {
+    local p
+    for _ in $(seq 1 50); do
+        p=$((20000 + RANDOM % 30000))
+        if ! ss -Htln "sport = :$p" 2>/dev/null | grep -q .; then
+            echo "$p"
+            return 0
+        fi
+    done
+    fail "no free port found"
+}
+
+# start_job NAME [ENV=VALUE ...] -- LAUNCH-ARGS...
+# Starts `dtrain launch LAUNCH-ARGS` in the background in its own session,
+# with stdout in $TMP/NAME.out, stderr in $TMP/NAME.err and the ranks'
+# pids in $TMP/NAME.pids/. Sets JOB_PID and JOB_T0 (ms).
+start_job() {
+    local name=$1
+    shift
+    local envs=()
+    while [[ $# -gt 0 && "$1" != "--" ]]; do
+        envs+=("$1")
+        shift
+    done
+    [[ "${1:-}" == "--" ]] && shift
+    local id="ft$(random_hex 8)"
+    JOB_IDS+=("$id")
+    mkdir -p "$TMP/$name.pids"
+    JOB_T0=$(now_ms)
+    env DTRAIN_JOB_ID="$id" DTRAIN_FAULT_PIDDIR="$TMP/$name.pids" "${envs[@]}" \
+        setsid "$DTRAIN" launch "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" </dev/null &
+    JOB_PID=$!
+    LAUNCHERS+=("$JOB_PID")
+    eval "JOBID_$name=$id"
+}
+
+# wait_job PID SECONDS: waits for the launcher to exit, at most SECONDS;
+# sets JOB_RC. A launcher still running then is a hang: fail.
+wait_job() {
+    local pid=$1 limit_ms=$(($2 * 1000)) t0
+    t0=$(now_ms)
+    while alive "$pid"; do
+        (($(now_ms) - t0 < limit_ms)) || fail "the launcher (pid $pid) still runs after $2 s: a hang"
+        sleep 0.05
+    done
+    JOB_RC=0
+    wait "$pid" || JOB_RC=$?
+    # Reaped: its pid may be recycled now, so cleanup must not signal it.
+    local keep=() p
+    for p in "${LAUNCHERS[@]+"${LAUNCHERS[@]}"}"; do [[ $p == "$pid" ]] || keep+=("$p"); done
+    LAUNCHERS=("${keep[@]+"${keep[@]}"}")
+}
+
+# wait_for_lines FILE REGEX N SECONDS: until FILE has N lines matching.
+wait_for_lines() {
+    local file=$1 re=$2 n=$3 limit_ms=$(($4 * 1000)) t0 have
+    t0=$(now_ms)
+    while :; do
+        have=$(grep -cE -- "$re" "$file" 2>/dev/null || true)
+        [[ ${have:-0} -ge $n ]] && return 0
+        (($(now_ms) - t0 < limit_ms)) || fail "after $4 s, $file has ${have:-0} of $n lines matching '$re'"
+        sleep 0.05
+    done
+}
+
+# rank_pid NAME RANK: the pid that rank wrote (waits up to 20 s for it).
+rank_pid() {
+    local f="$TMP/$1.pids/rank$2.pid"
+    for _ in $(seq 1 400); do
+        [[ -s "$f" ]] && { cat "$f"; return 0; }
+        sleep 0.05
+    done
+    fail "rank $2 of job $1 never wrote its pid"
+}
+
+# After the launcher exited: no rank of the job may still run (the kernel
+# gets 2 s to finish SIGKILLs), and its shared-memory files are gone.
+expect_no_leftovers() { # name
+    local left id
+    for _ in $(seq 1 40); do
+        left=$(job_rank_pids "$1" | tr '\n' ' ')
+        [[ -z "$left" ]] && break
+        sleep 0.05
+    done
+    [[ -z "$left" ]] || fail "job $1: ranks still alive after the launcher exited: $left"
+    eval "id=\$JOBID_$1"
+    if compgen -G "/dev/shm/dtrain-$id-*" >/dev/null; then
+        fail "job $1: shared-memory files left behind: $(ls /dev/shm/dtrain-"$id"-*)"
+    fi
+}
+
+# Lines `rank R: error: ...` that rank R printed on stderr.
+error_lines() { grep -E "^rank $2: error: " "$TMP/$1.err" || true; }
+
+# expect_error_line NAME RANK REGEX WHAT: rank RANK printed exactly one
+# error line, and it matches REGEX (extended, case-sensitive).
+expect_error_line() {
+    local lines n
+    lines=$(error_lines "$1" "$2")
+    n=$(printf '%s' "$lines" | grep -c . || true)
+    [[ $n -eq 1 ]] || fail "job $1: rank $2 printed $n error lines, expected exactly 1"
+    grep -qE -- "$3" <<<"$lines" || fail "job $1: rank $2's error does not name $4: $lines"
+    note "rank $2: ${lines#rank $2: error: }"
+}
+
+# A sanitizer build reports on stderr; any report fails the test even when
+# the exit statuses look right.
+expect_no_sanitizer_reports() { # name
+    if grep -qE "ERROR: (Address|Leak)Sanitizer|WARNING: ThreadSanitizer|runtime error:" \
+        "$TMP/$1.out" "$TMP/$1.err"; then
+        fail "job $1: sanitizer report in the output"
+    fi
+}
+
+# No rank may print a wrong result or a FAIL of its own.
+expect_no_bug_lines() { # name
+    if grep -qE "^rank [0-9]+: FAIL" "$TMP/$1.out" "$TMP/$1.err"; then
+        fail "job $1: $(grep -hE "^rank [0-9]+: FAIL" "$TMP/$1.err" | head -3)"
+    fi
+}

@@ -1,0 +1,236 @@
+/*
+ * Failure behaviour, seen from inside a job: every rank runs this program
+ * under `dtrain launch`, and the tests/comm/fault_*.sh scripts break the job
+ * from outside (kill, stop, wrong secret) or make the ranks disagree from
+ * inside (the mismatch modes), then read what each rank printed.
+ *
+ * Usage: test_faults MODE [ARGS]
+ *   stream N [EVERY]  N all-reduces of 1 MiB of f32, a progress line on
+ *                     stdout after the first and then every EVERY (default
+ *                     50); each result is checked.
+ *   mismatch [COUNT]  dt_allreduce of COUNT f32 (default 1024); rank 1
+ *                     passes COUNT + 1.
+ *   dtype-mismatch [COUNT]  rank 1 passes DT_I32 where the others pass
+ *                     DT_F32: the same bytes, so only the header can tell.
+ *   root-mismatch [COUNT]   dt_broadcast from root 0; rank 1 says root 1.
+ *   coll-mismatch [COUNT]   rank 1 calls dt_allgather, the others
+ *                     dt_allreduce.
+ *   join              dt_comm_init, a barrier, dt_comm_destroy (the rogue
+ *                     process of fault_secret.sh).
+ *
+ * The contract the scripts check: on the first error a rank prints exactly
+ * one line, `rank R: error: <dt_comm_error text>`, on stderr and exits 3.
+ * A mismatched call that returns 0 is a library bug, reported as
+ * `rank R: FAIL: ...` with exit 1 and never as a result.
+ *
+ * With DTRAIN_FAULT_PIDDIR set, each rank first writes its pid to
+ * DIR/rankR.pid, so that a script can signal one particular rank.
+ */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dtrain/comm.h"
+
+#define EXIT_COMM_ERROR 3
+#define EXIT_BUG 1
+
+static int rank = -1, size;
+
+static void usage(const char *prog)
+{
+    fprintf(stderr,
+            "usage: %s stream N [EVERY] | mismatch [COUNT] | dtype-mismatch [COUNT] |\n"
+            "       root-mismatch [COUNT] | coll-mismatch [COUNT] | join\n",
+            prog);
+    exit(2);
+}
+
+/* One write() per line: the ranks share the launcher's stderr, and a line
+ * written in pieces could interleave with another rank's. */
+static void say(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(int fd, const char *fmt, ...)
+{
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n > sizeof line - 2) n = (int)sizeof line - 2;
+    line[n++] = '\n';
+    fflush(stdout);
+    for (int off = 0; off < n;) {
+        ssize_t w = write(fd, line + off, (size_t)(n - off));
+        if (w <= 0) return;
+        off += (int)w;
+    }
+}
+
+/* exit() rather than _exit(): under the sanitizer builds the leak checker
+ * and ThreadSanitizer's exit status must still get their say on the error
+ * path. The communicator is not destroyed: destroy is collective, and a
+ * failed job has nobody left to be collective with. */
+static void comm_error(dt_comm *c)
+{
+    say(2, "rank %d: error: %s", rank, dt_comm_error(c));
+    exit(EXIT_COMM_ERROR);
+}
+
+static void bug(const char *what, const char *detail)
+{
+    say(2, "rank %d: FAIL: %s%s", rank, what, detail);
+    exit(EXIT_BUG);
+}
+
+/* Written to a temporary name and renamed, so a script polling for the
+ * file never reads half a pid. */
+static void write_pid_file(void)
+{
+    const char *dir = getenv("DTRAIN_FAULT_PIDDIR");
+    const char *r = getenv("RANK");
+    if (!dir || !*dir) return;
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/rank%s.pid", dir, r ? r : "0");
+    snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f || fprintf(f, "%ld\n", (long)getpid()) < 0 || fclose(f) != 0 || rename(tmp, path)) {
+        perror(tmp);
+        exit(2);
+    }
+}
+
+static size_t parse_count(const char *s, const char *prog)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v == 0 || v > ((size_t)1 << 30)) usage(prog);
+    return (size_t)v;
+}
+
+/* ---- stream -------------------------------------------------------------- */
+
+/* Inputs are small integers, so every sum is exact and a single wrong
+ * element is a real corruption, not rounding. */
+static float stream_input(int r, size_t i, long iter) { return (float)((r + i + (size_t)iter) % 8); }
+
+static int stream(dt_comm *c, long n, long every)
+{
+    enum { COUNT = (1 << 20) / sizeof(float) };
+    float *buf = malloc(COUNT * sizeof *buf);
+    if (!buf) bug("out of memory", "");
+    for (long it = 0; it < n; it++) {
+        for (size_t i = 0; i < COUNT; i++) buf[i] = stream_input(rank, i, it);
+        int rc = dt_allreduce(c, buf, buf, COUNT, DT_F32, DT_SUM);
+        if (rc != 0) comm_error(c);
+        for (size_t i = 0; i < COUNT; i += 61) {
+            float want = 0;
+            for (int r = 0; r < size; r++) want += stream_input(r, i, it);
+            if (buf[i] != want) {
+                char d[160];
+                snprintf(d, sizeof d, "iteration %ld: element %zu is %g, expected %g", it, i,
+                         (double)buf[i], (double)want);
+                bug("stream: wrong all-reduce result: ", d);
+            }
+        }
+        if (it == 0 || (it + 1) % every == 0) {
+            say(1, "rank %d: stream: %ld/%ld all-reduces done", rank, it + 1, n);
+        }
+    }
+    free(buf);
+    say(1, "rank %d: stream: finished %ld all-reduces over %s", rank, n, dt_comm_transport(c));
+    return 0;
+}
+
+/* ---- mismatches ------------------------------------------------------------ */
+
+/* Every rank must fail the mismatched call; one that returns 0 would hand
+ * its caller a result computed from disagreeing inputs. */
+static void expect_failure(dt_comm *c, int rc, const char *call)
+{
+    if (rc != 0) comm_error(c);
+    bug(call, " returned 0 although the ranks disagree");
+}
+
+static void mismatch(dt_comm *c, const char *mode, size_t count)
+{
+    /* Room for the largest call any rank makes: count + 1 elements, or an
+     * all-gather's size * count. */
+    size_t n = (count + 1) * (size_t)(size > 1 ? size : 2);
+    float *send = calloc(n, sizeof *send), *recv = calloc(n, sizeof *recv);
+    if (!send || !recv) bug("out of memory", "");
+    for (size_t i = 0; i < n; i++) send[i] = (float)(rank + 1);
+    /* Everyone out of dt_comm_init first. Otherwise a fast rank can fail
+     * and exit, taking rank 0's store with it, while a slow rank still
+     * waits in init's store barrier: that rank then reports the lost store,
+     * not the mismatch under test. */
+    int rc = dt_barrier(c);
+    if (rc != 0) comm_error(c);
+    int odd = rank == 1;
+    if (!strcmp(mode, "mismatch")) {
+        expect_failure(c, dt_allreduce(c, send, recv, count + (odd ? 1 : 0), DT_F32, DT_SUM),
+                       "dt_allreduce with rank 1's count one larger");
+    } else if (!strcmp(mode, "dtype-mismatch")) {
+        expect_failure(c, dt_allreduce(c, send, recv, count, odd ? DT_I32 : DT_F32, DT_SUM),
+                       "dt_allreduce with rank 1 passing i32 for f32");
+    } else if (!strcmp(mode, "root-mismatch")) {
+        expect_failure(c, dt_broadcast(c, send, recv, count, DT_F32, odd ? 1 : 0),
+                       "dt_broadcast with rank 1 claiming to be the root");
+    } else if (!strcmp(mode, "coll-mismatch")) {
+        rc = odd ? dt_allgather(c, send, recv, count, DT_F32)
+                 : dt_allreduce(c, send, recv, count, DT_F32, DT_SUM);
+        expect_failure(c, rc, odd ? "dt_allgather (others called dt_allreduce)"
+                                  : "dt_allreduce (rank 1 called dt_allgather)");
+    }
+    free(send);
+    free(recv);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) usage(argv[0]);
+    const char *mode = argv[1];
+    long n = 0, every = 50;
+    size_t count = 1024;
+    if (!strcmp(mode, "stream")) {
+        if (argc < 3 || argc > 4) usage(argv[0]);
+        n = (long)parse_count(argv[2], argv[0]);
+        if (argc == 4) every = (long)parse_count(argv[3], argv[0]);
+    } else if (!strcmp(mode, "mismatch") || !strcmp(mode, "dtype-mismatch") ||
+               !strcmp(mode, "root-mismatch") || !strcmp(mode, "coll-mismatch")) {
+        if (argc > 3) usage(argv[0]);
+        if (argc == 3) count = parse_count(argv[2], argv[0]);
+    } else if (strcmp(mode, "join") || argc != 2) {
+        usage(argv[0]);
+    }
+    write_pid_file();
+
+    dt_comm *c;
+    int rc = dt_comm_init(&c);
+    if (rc != 0) {
+        const char *r = getenv("RANK");
+        /* stdout carries the code, so the one error line stays exactly one. */
+        say(1, "rank %s: dt_comm_init returned %d (%s)", r ? r : "?", rc, dt_strerror(rc));
+        say(2, "rank %s: error: %s", r ? r : "?", dt_last_error());
+        return EXIT_COMM_ERROR;
+    }
+    rank = dt_comm_rank(c);
+    size = dt_comm_size(c);
+    if (size < 2 && strcmp(mode, "stream") && strcmp(mode, "join"))
+        bug(mode, " needs at least 2 ranks (rank 1 is the odd one out)");
+
+    if (!strcmp(mode, "stream")) {
+        stream(c, n, every);
+    } else if (!strcmp(mode, "join")) {
+        rc = dt_barrier(c);
+        if (rc != 0) comm_error(c);
+        say(1, "rank %d: join: joined a job of %d ranks", rank, size);
+    } else {
+        mismatch(c, mode, count);
+    }
+    dt_comm_destroy(c);
+    return 0;
+}
