@@ -19,7 +19,8 @@ struct dt_async {
     pthread_cond_t work; /* queue gained an op, or the inline runner finished */
     pthread_cond_t idle; /* an op finished */
     dt_request *head, *tail;
-    int running; /* an op executes (on the thread or inline) */
+    int running;  /* an op executes (on the thread or inline) */
+    int p2p_open; /* the running op is a send/recv step that takes more */
     int started, stop;
     pthread_t thread;
 };
@@ -34,6 +35,84 @@ struct dt_async *dt_async_create(void)
     return a;
 }
 
+/* A send/recv step in flight on the progress thread. Requests queued while
+ * it runs join it when they are send/recv too: run one after another, an
+ * isend and an irecv that two ranks both issue in that order would each
+ * wait for the other's receive. */
+typedef struct {
+    dt_comm *c;
+    dt_request *reqs[DT_P2P_BATCH];
+    dt_coll_args calls[DT_P2P_BATCH];
+    int n;
+} p2p_step;
+
+static int is_p2p(const dt_request *r) { return r && r->args.kind == DT_COLL_SEND; }
+
+/* Called with a->mu held. */
+static void take_p2p(struct dt_async *a, p2p_step *st, dt_p2p *ops)
+{
+    while (is_p2p(a->head) && st->n < DT_P2P_BATCH) {
+        dt_request *r = a->head;
+        a->head = r->next;
+        if (!a->head) a->tail = NULL;
+        st->reqs[st->n] = r;
+        st->calls[st->n] = r->args;
+        ops[st->n] = dt_p2p_from_call(st->c, &st->calls[st->n]);
+        st->n++;
+    }
+}
+
+static int refill_p2p(void *arg, dt_p2p *ops, int n, int cap)
+{
+    p2p_step *st = arg;
+    struct dt_async *a = st->c->async;
+    (void)n, (void)cap;
+    pthread_mutex_lock(&a->mu);
+    take_p2p(a, st, ops);
+    a->p2p_open = st->n < DT_P2P_BATCH;
+    pthread_mutex_unlock(&a->mu);
+    return st->n;
+}
+
+/* Called with a->mu held; returns with it held. */
+static void run_next(dt_comm *c, struct dt_async *a)
+{
+    dt_request *single[1];
+    dt_request **done = single;
+    int ndone = 1, status;
+    p2p_step st = {.c = c};
+    dt_p2p ops[DT_P2P_BATCH];
+    uint64_t start = dt_now_ns();
+    a->running = 1;
+    if (is_p2p(a->head)) {
+        take_p2p(a, &st, ops);
+        a->p2p_open = 1;
+        pthread_mutex_unlock(&a->mu);
+        c->cur = st.calls[0];
+        status = dt_p2p_run_growing(c, ops, st.n, DT_P2P_BATCH, refill_p2p, &st);
+        c->cur.kind = DT_COLL_NONE;
+        pthread_mutex_lock(&a->mu);
+        a->p2p_open = 0;
+        done = st.reqs;
+        ndone = st.n;
+    } else {
+        single[0] = a->head;
+        a->head = single[0]->next;
+        if (!a->head) a->tail = NULL;
+        pthread_mutex_unlock(&a->mu);
+        status = dt_coll_execute(c, &single[0]->args);
+        pthread_mutex_lock(&a->mu);
+    }
+    uint64_t end = dt_now_ns();
+    for (int i = 0; i < ndone; i++) {
+        done[i]->status = status;
+        done[i]->start_ns = start;
+        done[i]->end_ns = end;
+        done[i]->done = 1;
+    }
+    a->running = 0;
+}
+
 static void *progress_main(void *arg)
 {
     dt_comm *c = arg;
@@ -42,21 +121,7 @@ static void *progress_main(void *arg)
     for (;;) {
         while (!a->stop && (!a->head || a->running)) pthread_cond_wait(&a->work, &a->mu);
         if (a->stop && !a->head) break;
-        dt_request *r = a->head;
-        a->head = r->next;
-        if (!a->head) a->tail = NULL;
-        a->running = 1;
-        pthread_mutex_unlock(&a->mu);
-
-        r->start_ns = dt_now_ns();
-        int status = dt_coll_execute(c, &r->args);
-        uint64_t end = dt_now_ns();
-
-        pthread_mutex_lock(&a->mu);
-        r->status = status;
-        r->end_ns = end;
-        r->done = 1;
-        a->running = 0;
+        run_next(c, a);
         pthread_cond_broadcast(&a->idle);
         pthread_cond_broadcast(&a->work);
     }
@@ -108,8 +173,10 @@ int dt_async_submit(dt_comm *c, const dt_coll_args *args, dt_request **out)
     else
         a->head = r;
     a->tail = r;
+    int join = a->p2p_open && is_p2p(r);
     pthread_cond_broadcast(&a->work);
     pthread_mutex_unlock(&a->mu);
+    if (join) dt_shm_wake(c); /* the running step may sleep on its doorbell */
     if (out) {
         *out = r;
         return 0;

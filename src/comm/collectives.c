@@ -94,6 +94,7 @@ static int run_allreduce(dt_comm *c, const dt_coll_args *a, size_t esz)
 
 static int run_reduce(dt_comm *c, const dt_coll_args *a, size_t esz)
 {
+    (void)esz; /* the tree sizes its own buffers */
     int rc = dt_reduce_binomial(c, a->send, a->recv, a->count, a->root);
     if (rc == 0 && a->op == DT_AVG && c->rank == a->root)
         dt_reduce_finish_avg(a->dtype, a->recv, a->count, c->size);
@@ -163,18 +164,26 @@ static int run_alltoall(dt_comm *c, const dt_coll_args *a, size_t esz)
     return c->size > 1 ? dt_alltoall_pairwise(c, send, a->recv, block) : 0;
 }
 
-static int run_p2p(dt_comm *c, const dt_coll_args *a, size_t esz)
+dt_p2p dt_p2p_from_call(dt_comm *c, const dt_coll_args *a)
 {
-    size_t bytes = a->count * esz;
+    size_t bytes = a->count * dt_dtype_size(a->dtype);
     dt_p2p op = a->is_recv ? dt_p2p_recv(a->root, a->recv, bytes)
                            : dt_p2p_send(a->root, a->send, bytes);
-    int rc = dt_p2p_run(c, &op, 1);
-    if (rc == 0) {
-        if (a->is_recv)
-            c->p2p_recv_seq[a->root]++;
-        else
-            c->p2p_send_seq[a->root]++;
-    }
+    op.call = a;
+    /* Numbered at issue: same-peer ops complete in this order. */
+    op.p2p_seq = a->is_recv ? c->p2p_recv_seq[a->root]++ : c->p2p_send_seq[a->root]++;
+    return op;
+}
+
+int dt_p2p_execute_batch(dt_comm *c, const dt_coll_args *calls, int n)
+{
+    dt_p2p ops[DT_P2P_BATCH];
+    if (n > DT_P2P_BATCH) return dt_comm_fail(c, DT_ERR_INVALID, -1, "batch of %d", n);
+    if (atomic_load(&c->failed)) return c->failed_code;
+    c->cur = calls[0];
+    for (int i = 0; i < n; i++) ops[i] = dt_p2p_from_call(c, &calls[i]);
+    int rc = dt_p2p_run(c, ops, n);
+    c->cur.kind = DT_COLL_NONE;
     return rc;
 }
 
@@ -196,7 +205,7 @@ int dt_coll_execute(dt_comm *c, const dt_coll_args *a)
     case DT_COLL_REDUCE_SCATTER: rc = run_reduce_scatter(c, a, esz); break;
     case DT_COLL_ALLTOALL: rc = run_alltoall(c, a, esz); break;
     case DT_COLL_BARRIER: rc = c->size > 1 ? dt_barrier_dissemination(c) : 0; break;
-    case DT_COLL_SEND: rc = run_p2p(c, a, esz); break;
+    case DT_COLL_SEND: return dt_p2p_execute_batch(c, a, 1);
     default: rc = dt_comm_fail(c, DT_ERR_INVALID, -1, "unknown collective %d", (int)a->kind);
     }
     c->cur.kind = DT_COLL_NONE;

@@ -101,6 +101,10 @@ typedef struct {
     size_t done;    /* payload bytes moved (and reduced) so far */
     uint64_t ticket;
     dt_msg_hdr hdr; /* received header, or the one being sent */
+    /* Point-to-point calls only: the call this op carries (its dtype and
+     * count go in the header) and its number in the pair's stream. */
+    const dt_coll_args *call;
+    uint64_t p2p_seq;
 } dt_p2p;
 
 static inline dt_p2p dt_p2p_send(int peer, const void *src, size_t bytes)
@@ -232,6 +236,18 @@ uint64_t dt_comm_deadline(const dt_comm *c);
 /* Post ops together and progress until all complete (0), or fail. Ops on
  * the same peer and direction complete in array order. */
 int dt_p2p_run(dt_comm *c, dt_p2p *ops, int n);
+/* Run a batch of dt_send/dt_recv calls as one step, so that queued
+ * non-blocking sends and receives progress together (no deadlock when two
+ * ranks each isend before they irecv). */
+#define DT_P2P_BATCH 32
+int dt_p2p_execute_batch(dt_comm *c, const dt_coll_args *calls, int n);
+/* The op for one send/recv call, numbered in its pair's stream. */
+dt_p2p dt_p2p_from_call(dt_comm *c, const dt_coll_args *call);
+/* dt_p2p_run whose op list may grow while it runs: refill(arg, ops, n, cap)
+ * returns the new count (for requests queued meanwhile). */
+typedef int (*dt_p2p_refill_fn)(void *arg, dt_p2p *ops, int n, int cap);
+int dt_p2p_run_growing(dt_comm *c, dt_p2p *ops, int n, int cap, dt_p2p_refill_fn refill,
+                       void *arg);
 /* Header helpers for links: fill from the current collective; check a
  * received one (fails c with a mismatch message naming both sides). */
 void dt_p2p_fill_hdr(const dt_comm *c, const dt_p2p *op, dt_msg_hdr *h);

@@ -117,16 +117,20 @@ static int pending_peer(const dt_p2p *ops, const unsigned char *done, int n, con
     return -1;
 }
 
-int dt_p2p_run(dt_comm *c, dt_p2p *ops, int n)
+int dt_p2p_run(dt_comm *c, dt_p2p *ops, int n) { return dt_p2p_run_growing(c, ops, n, n, NULL, NULL); }
+
+int dt_p2p_run_growing(dt_comm *c, dt_p2p *ops, int n, int cap, dt_p2p_refill_fn refill,
+                       void *arg)
 {
     if (atomic_load(&c->failed)) return c->failed_code;
-    if (n > DT_P2P_MAX_OPS) return dt_comm_fail(c, DT_ERR_INVALID, -1, "step of %d ops", n);
+    if (cap > DT_P2P_MAX_OPS) return dt_comm_fail(c, DT_ERR_INVALID, -1, "step of %d ops", cap);
     unsigned char done[DT_P2P_MAX_OPS] = {0};
     uint64_t timeout_ns = (uint64_t)(c->job->timeout_s * 1e9);
     uint64_t last_progress = 0;
     int spins = 0;
     for (;;) {
         int progressed = 0;
+        if (refill) n = refill(arg, ops, n, cap);
         uint32_t bell = dt_shm_bell(c);
         int pending = progress_pass(c, ops, done, n, &progressed);
         if (pending <= 0) return pending;
@@ -157,18 +161,19 @@ int dt_p2p_run(dt_comm *c, dt_p2p *ops, int n)
 
 void dt_p2p_fill_hdr(const dt_comm *c, const dt_p2p *op, dt_msg_hdr *h)
 {
+    const dt_coll_args *call = op->call ? op->call : &c->cur;
     memset(h, 0, sizeof *h);
     h->magic = DT_MSG_MAGIC;
     h->comm_tag = c->tag;
-    h->coll = (uint8_t)c->cur.kind;
-    h->dtype = (uint8_t)c->cur.dtype;
-    h->op = (uint8_t)c->cur.op;
-    h->root = c->cur.root;
-    h->count = c->cur.count;
+    h->coll = (uint8_t)call->kind;
+    h->dtype = (uint8_t)call->dtype;
+    h->op = (uint8_t)call->op;
+    h->root = call->root;
+    h->count = call->count;
     h->bytes = op->bytes;
-    if (c->cur.kind == DT_COLL_SEND) {
+    if (call->kind == DT_COLL_SEND) {
         /* Point-to-point messages are numbered per pair, not per collective. */
-        h->seq = c->p2p_send_seq[op->peer];
+        h->seq = op->p2p_seq;
         h->root = c->rank; /* the receiver expects its peer here */
     } else {
         h->seq = c->cur_seq;
@@ -201,7 +206,7 @@ static int describe_mismatch(const dt_comm *c, const dt_msg_hdr *want, const dt_
         return snprintf(buf, len, "op: ours %s, rank %%d's %s", dt_op_name((dt_op)want->op),
                         got->op < DT_OP_COUNT ? dt_op_name((dt_op)got->op) : "?");
     if (got->root != want->root) {
-        if (want->coll == DT_COLL_SEND)
+        if (want->coll == DT_COLL_SEND && got->coll == DT_COLL_SEND)
             return snprintf(buf, len, "sender: expected rank %d, got rank %d", want->root,
                             got->root);
         return snprintf(buf, len, "root: ours %d, rank %%d's %d", want->root, got->root);
@@ -222,10 +227,7 @@ int dt_p2p_check_hdr(dt_comm *c, const dt_p2p *op, const dt_msg_hdr *h)
                             op->peer, h->magic, h->comm_tag, c->tag);
     dt_msg_hdr want;
     dt_p2p_fill_hdr(c, op, &want);
-    if (c->cur.kind == DT_COLL_SEND) {
-        want.seq = c->p2p_recv_seq[op->peer];
-        want.root = op->peer;
-    }
+    if (want.coll == DT_COLL_SEND) want.root = op->peer;
     char fmt[256];
     if (!describe_mismatch(c, &want, h, fmt, sizeof fmt)) return 0;
     char msg[300];

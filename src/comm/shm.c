@@ -213,7 +213,7 @@ static int recv_header(dt_comm *c, shm_link *l, dt_p2p *op)
     return 1;
 }
 
-static void consume(dt_comm *c, shm_link *l, dt_p2p *op, const void *from, size_t n)
+static void consume(dt_comm *c, dt_p2p *op, const void *from, size_t n)
 {
     if (op->kind == DT_P2P_RECV)
         memcpy((char *)op->dst + op->done, from, n);
@@ -233,7 +233,7 @@ static int recv_stream(dt_comm *c, shm_link *l, dt_p2p *op, int *progressed)
         size_t n = op->bytes - op->done;
         if (n > avail) n = avail;
         if (n > rb - off) n = rb - off; /* up to the wrap; elements never straddle it */
-        consume(c, l, op, l->in->data + off, n);
+        consume(c, op, l->in->data + off, n);
         l->tail += n;
         publish_tail(l);
         *progressed = 1;
@@ -277,7 +277,7 @@ static int recv_cma(dt_comm *c, shm_link *l, dt_p2p *op, int *progressed)
         if (op->kind == DT_P2P_RECV)
             op->done += n;
         else
-            consume(c, l, op, l->sc->reduce_buf, n);
+            consume(c, op, l->sc->reduce_buf, n);
         *progressed = 1;
         if (op->done < op->bytes) return 0;
     }
@@ -306,7 +306,12 @@ static int shm_progress(dt_comm *c, dt_link *base, dt_p2p *op, int *progressed)
     return shm_recv_progress(c, l, op, progressed);
 }
 
-static int shm_pollfd(dt_link *l, const dt_p2p *op, struct pollfd *pfd) { return 0; }
+/* Shared-memory ops wait on the doorbell, not on a file descriptor. */
+static int shm_pollfd(dt_link *l, const dt_p2p *op, struct pollfd *pfd)
+{
+    (void)l, (void)op, (void)pfd;
+    return 0;
+}
 
 static void shm_link_destroy(dt_link *l) { free(l); }
 

@@ -1,12 +1,14 @@
 #include "core/log.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static int log_rank = -1;
-static int log_level = -1;
+static int log_level = DT_LOG_WARN;
+static pthread_once_t level_once = PTHREAD_ONCE_INIT;
 
 static int parse_level(void)
 {
@@ -22,9 +24,12 @@ static int parse_level(void)
 
 void dt_log_set_rank(int rank) { log_rank = rank; }
 
+/* Several threads may log first at once; the level is read exactly once. */
+static void init_level(void) { log_level = parse_level(); }
+
 int dt_log_enabled(int level)
 {
-    if (log_level < 0) log_level = parse_level();
+    pthread_once(&level_once, init_level);
     return level <= log_level;
 }
 
