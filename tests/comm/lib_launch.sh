@@ -149,6 +149,8 @@ wait_for_lines() {
     done
 }
 
+has_line() { grep -qE -- "$2" "$1" 2>/dev/null; } # file regex
+
 # rank_pid NAME RANK: the pid that rank wrote (waits up to 20 s for it).
 rank_pid() {
     local f="$TMP/$1.pids/rank$2.pid"

@@ -7,7 +7,9 @@
  * Usage: test_faults MODE [ARGS]
  *   stream N [EVERY]  N all-reduces of 1 MiB of f32, a progress line on
  *                     stdout after the first and then every EVERY (default
- *                     50); each result is checked.
+ *                     50); each result is checked. With DTRAIN_FAULT_UNTIL
+ *                     set to a path, it goes on past N until that file
+ *                     exists, so a script decides when the job ends.
  *   mismatch [COUNT]  dt_allreduce of COUNT f32 (default 1024); rank 1
  *                     passes COUNT + 1.
  *   dtype-mismatch [COUNT]  rank 1 passes DT_I32 where the others pass
@@ -117,12 +119,27 @@ static size_t parse_count(const char *s, const char *prog)
  * element is a real corruption, not rounding. */
 static float stream_input(int r, size_t i, long iter) { return (float)((r + i + (size_t)iter) % 8); }
 
+/* Whether the stream should go on past its N iterations: until the file
+ * exists, as seen by any rank. The ranks agree through an all-reduce, as
+ * they would drift apart by an iteration if each looked for itself. */
+static int keep_going(dt_comm *c, const char *until)
+{
+    if (!until) return 0;
+    int32_t absent = access(until, F_OK) != 0, all = 0;
+    int rc = dt_allreduce(c, &absent, &all, 1, DT_I32, DT_MIN);
+    if (rc != 0) comm_error(c);
+    return all;
+}
+
 static int stream(dt_comm *c, long n, long every)
 {
     enum { COUNT = (1 << 20) / sizeof(float) };
+    const char *until = getenv("DTRAIN_FAULT_UNTIL");
+    if (until && !*until) until = NULL;
     float *buf = malloc(COUNT * sizeof *buf);
     if (!buf) bug("out of memory", "");
-    for (long it = 0; it < n; it++) {
+    long it;
+    for (it = 0; it < n || keep_going(c, until); it++) {
         for (size_t i = 0; i < COUNT; i++) buf[i] = stream_input(rank, i, it);
         int rc = dt_allreduce(c, buf, buf, COUNT, DT_F32, DT_SUM);
         if (rc != 0) comm_error(c);
@@ -137,11 +154,11 @@ static int stream(dt_comm *c, long n, long every)
             }
         }
         if (it == 0 || (it + 1) % every == 0) {
-            say(1, "rank %d: stream: %ld/%ld all-reduces done", rank, it + 1, n);
+            say(1, "rank %d: stream: %ld all-reduces done", rank, it + 1);
         }
     }
     free(buf);
-    say(1, "rank %d: stream: finished %ld all-reduces over %s", rank, n, dt_comm_transport(c));
+    say(1, "rank %d: stream: finished %ld all-reduces over %s", rank, it, dt_comm_transport(c));
     return 0;
 }
 
