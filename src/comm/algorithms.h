@@ -21,8 +21,8 @@ static inline size_t dt_block_len(size_t count, int n, int i)
 }
 static inline int dt_mod(int a, int n) { return ((a % n) + n) % n; }
 
-/* In place on buf (count elements). */
-int dt_allreduce_ring(dt_comm *c, void *buf, size_t count);
+/* recv = reduction of every rank's send (count elements); send may equal recv. */
+int dt_allreduce_ring(dt_comm *c, const void *send, void *recv, size_t count);
 /* buf holds the data at the root; everyone ends with it. */
 int dt_broadcast_binomial(dt_comm *c, void *buf, size_t bytes, int root);
 /* Reduction of every rank's send into recv at the root (recv unused

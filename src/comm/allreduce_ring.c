@@ -4,16 +4,18 @@
  * its left), then an all-gather of the reduced blocks (p-1 more steps).
  * Bandwidth-optimal, 2(p-1)/p of the buffer crosses each link. Each
  * block's sum is formed once, by its owner, so every rank ends with the
- * same bits.
+ * same bits. Out of place, each block is first written by the step that
+ * folds the incoming partial into our input, so send is never copied.
  */
 #include "comm/algorithms.h"
 
-int dt_allreduce_ring(dt_comm *c, void *buf, size_t count)
+int dt_allreduce_ring(dt_comm *c, const void *send, void *recv, size_t count)
 {
     int p = c->size, r = c->rank;
     int right = dt_mod(r + 1, p), left = dt_mod(r - 1, p);
     size_t esz = dt_dtype_size(c->cur.dtype);
-    char *b = buf;
+    const char *in_buf = send;
+    char *b = recv;
 
     c->cur_step = "ring reduce-scatter";
     for (int s = 0; s < p - 1; s++) {
@@ -21,9 +23,11 @@ int dt_allreduce_ring(dt_comm *c, void *buf, size_t count)
         dt_p2p ops[2];
         int n = 0;
         size_t olen = dt_block_len(count, p, out) * esz, ilen = dt_block_len(count, p, in) * esz;
-        char *ob = b + dt_block_off(count, p, out) * esz, *ib = b + dt_block_off(count, p, in) * esz;
-        if (olen) ops[n++] = dt_p2p_send(right, ob, olen);
-        if (ilen) ops[n++] = dt_p2p_recv_reduce(left, ib, ib, ilen);
+        size_t ooff = dt_block_off(count, p, out) * esz, ioff = dt_block_off(count, p, in) * esz;
+        /* Step 0 sends our own input; later steps forward the partial that
+         * the previous step left in recv. */
+        if (olen) ops[n++] = dt_p2p_send(right, (s == 0 ? in_buf : b) + ooff, olen);
+        if (ilen) ops[n++] = dt_p2p_recv_reduce(left, b + ioff, in_buf + ioff, ilen);
         int rc = dt_p2p_run(c, ops, n);
         if (rc < 0) return rc;
     }

@@ -86,8 +86,11 @@ static void copy_if_distinct(void *dst, const void *src, size_t bytes)
 
 static int run_allreduce(dt_comm *c, const dt_coll_args *a, size_t esz)
 {
-    copy_if_distinct(a->recv, a->send, a->count * esz);
-    int rc = c->size > 1 ? dt_allreduce_ring(c, a->recv, a->count) : 0;
+    int rc = 0;
+    if (c->size > 1)
+        rc = dt_allreduce_ring(c, a->send, a->recv, a->count);
+    else
+        copy_if_distinct(a->recv, a->send, a->count * esz);
     if (rc == 0 && a->op == DT_AVG) dt_reduce_finish_avg(a->dtype, a->recv, a->count, c->size);
     return rc;
 }

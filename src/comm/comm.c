@@ -377,8 +377,12 @@ int dt_comm_init(dt_comm **out)
     int host_ranks = 0;
     for (int r = 0; rc == 0 && r < c->size; r++) host_ranks += c->host_of[r] == c->host_of[c->rank];
     if (rc < 0) {
-        snprintf(last_error, sizeof last_error, "dt_comm_init: %s",
-                 err[0] ? err : dt_strerror(rc));
+        if (job && atomic_load(&job->aborted)) { /* another rank failed first: its cause */
+            pthread_mutex_lock(&job->lock);
+            dt_strf(err, sizeof err, "job aborted: %s", job->abort_msg);
+            pthread_mutex_unlock(&job->lock);
+        }
+        dt_strf(last_error, sizeof last_error, "dt_comm_init: %s", err[0] ? err : dt_strerror(rc));
         if (job && job->monitor && !atomic_load(&job->aborted))
             dt_monitor_report(job->monitor, rc, -1, 0, last_error);
         if (c) {

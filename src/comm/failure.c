@@ -81,14 +81,18 @@ int dt_comm_fail(dt_comm *c, int code, int peer, const char *fmt, ...)
         snprintf(report, sizeof report, "rank %d: %s: %s", job->rank, where, detail);
         dt_monitor_report(job->monitor, code, peer >= 0 ? c->world_rank[peer] : -1,
                           code == DT_ERR_TIMEOUT, report);
-        if (code == DT_ERR_TIMEOUT) wait_for_verdict(job);
+        /* A timeout or a lost peer is often the echo of a failure elsewhere
+         * (a peer that exited because of it); rank 0 must not exit, taking
+         * the store with it, before the others heard. Wait for the cause. */
+        if (code == DT_ERR_TIMEOUT || code == DT_ERR_PEER || job->server) wait_for_verdict(job);
     }
 
     pthread_mutex_lock(&c->err_lock);
     if (!atomic_load(&c->failed)) {
         char verdict[600] = "";
         pthread_mutex_lock(&job->lock);
-        if (!from_abort && atomic_load(&job->aborted) && !strstr(job->abort_msg, detail))
+        if (atomic_load(&job->aborted) && !strstr(job->abort_msg, detail) &&
+            !strstr(detail, job->abort_msg))
             snprintf(verdict, sizeof verdict, "; the job's verdict: %s", job->abort_msg);
         pthread_mutex_unlock(&job->lock);
         dt_strf(c->err, sizeof c->err, "%s: %s%s", where, detail, verdict);

@@ -50,7 +50,7 @@ typedef struct {
 } shm_ring;
 
 typedef struct {
-    uint64_t magic;
+    _Atomic uint64_t magic; /* written last: the segment is ready */
     uint64_t segment_bytes;
     uint64_t ring_bytes;
     int32_t pid;
@@ -373,8 +373,7 @@ static int create_inbox(dt_comm *c, struct dt_shm_comm *sc)
     sc->me->pid = (int32_t)getpid();
     sc->me->nlocal = sc->nlocal;
     sc->me->probe_addr = (uint64_t)(uintptr_t)&probe_value;
-    atomic_thread_fence(memory_order_release);
-    sc->me->magic = SHM_MAGIC;
+    atomic_store_explicit(&sc->me->magic, SHM_MAGIC, memory_order_release);
     return 0;
 }
 

@@ -657,8 +657,10 @@ static void job_abort(dt_store_server *s, int code, const char *fmt, ...)
     s->aborted = 1;
     s->abort_code = code;
     dt_log(DT_LOG_INFO, "store: aborting the job: %s", s->abort_msg);
-    for (int r = 0; r < s->world_size; r++) {
-        rank_state *rs = &s->ranks[r];
+    /* Rank 0, the store's own process, hears last: once told it may exit
+     * and take the store with it. */
+    for (int i = 1; i <= s->world_size; i++) {
+        rank_state *rs = &s->ranks[i % s->world_size];
         if (rs->ctl && !rs->bye) send_abort(rs->ctl, code, s->abort_msg);
     }
 }
@@ -848,8 +850,11 @@ static void on_fail(dt_store_server *s, conn *c, const wire_hdr *h, const unsign
     s->ranks[c->rank].reported = 1;
     if (s->aborted) return;
     fail_report *f = &s->fail;
-    /* Within a turn a definite failure explains more than a timeout. */
-    if (f->set && !(f->is_timeout && !h->flag)) return;
+    /* Within a turn a definite failure explains more than a timeout or a
+     * lost peer, which are often its echoes. */
+    int weak_old = f->is_timeout || f->code == DT_ERR_PEER;
+    int weak_new = h->flag || h->a == DT_ERR_PEER;
+    if (f->set && !(weak_old && !weak_new)) return;
     f->set = 1;
     f->rank = c->rank;
     f->code = h->a < 0 ? h->a : DT_ERR_ABORTED;

@@ -45,6 +45,8 @@
  * connection that sends nothing cannot hold up the setup until the
  * deadline. Genuine peers answer within milliseconds. */
 #define TCP_HANDSHAKE_NS 10000000000ull
+/* Longest wait for the job's verdict after a connection broke. */
+#define TCP_VERDICT_WAIT_NS 2000000000ull
 /* Waits for connections are cut into slices to notice a job abort. */
 #define TCP_WAIT_SLICE_NS 200000000ull
 
@@ -64,26 +66,60 @@ typedef struct {
 
 /* ---- errors ------------------------------------------------------------- */
 
+/* Fail c with the job's abort reason (the cause, found by another rank or
+ * by the store), as every other wait does once the job is aborted. */
+static int fail_from_abort(dt_comm *c, const char *during)
+{
+    char msg[512];
+    pthread_mutex_lock(&c->job->lock);
+    dt_strf(msg, sizeof msg, "%s", c->job->abort_msg);
+    int code = c->job->abort_code ? c->job->abort_code : DT_ERR_ABORTED;
+    pthread_mutex_unlock(&c->job->lock);
+    return dt_comm_fail(c, code, -1, "job aborted%s: %s", during, msg);
+}
+
+static int aborted(dt_comm *c)
+{
+    if (!atomic_load(&c->job->aborted)) return 0;
+    return fail_from_abort(c, " while setting up TCP links");
+}
+
+/* A connection that closes is usually the echo of a failure elsewhere: a
+ * rank failed (a mismatch, say, or a dead peer of its own) and exited. The
+ * store's verdict naming the cause follows within milliseconds, so wait
+ * for it briefly and report it rather than the symptom. */
+static int wait_for_verdict(dt_comm *c)
+{
+    uint64_t until = dt_now_ns() + TCP_VERDICT_WAIT_NS;
+    while (!atomic_load(&c->job->aborted) && dt_now_ns() < until) usleep(5000);
+    return atomic_load(&c->job->aborted);
+}
+
 static const char *op_verb(const dt_p2p *op)
 {
     return op->kind == DT_P2P_SEND ? "sending to" : "receiving from";
 }
 
+static int connection_lost(int err)
+{
+    return err == ECONNRESET || err == EPIPE || err == ETIMEDOUT || err == ECONNABORTED ||
+           err == EHOSTUNREACH || err == ENETUNREACH || err == ENETDOWN;
+}
+
 /* err is an errno value, or 0 for an orderly close by the peer. */
 static int io_fail(dt_comm *c, const tcp_link *l, const dt_p2p *op, int err)
 {
+    if (err != 0 && !connection_lost(err))
+        return dt_comm_fail(c, DT_ERR_SYSTEM, op->peer, "%s rank %d (%s) over TCP failed: %s",
+                            op_verb(op), op->peer, l->where, strerror(err));
+    if (wait_for_verdict(c)) return fail_from_abort(c, "");
     if (err == 0)
         return dt_comm_fail(c, DT_ERR_PEER, op->peer,
                             "connection to rank %d (%s) closed by the peer while %s it "
                             "(did that rank exit or crash?)",
                             op->peer, l->where, op_verb(op));
-    if (err == ECONNRESET || err == EPIPE || err == ETIMEDOUT || err == ECONNABORTED ||
-        err == EHOSTUNREACH || err == ENETUNREACH || err == ENETDOWN)
-        return dt_comm_fail(c, DT_ERR_PEER, op->peer,
-                            "connection to rank %d (%s) broke while %s it: %s", op->peer,
-                            l->where, op_verb(op), strerror(err));
-    return dt_comm_fail(c, DT_ERR_SYSTEM, op->peer, "%s rank %d (%s) over TCP failed: %s",
-                        op_verb(op), op->peer, l->where, strerror(err));
+    return dt_comm_fail(c, DT_ERR_PEER, op->peer, "connection to rank %d (%s) broke while %s "
+                        "it: %s", op->peer, l->where, op_verb(op), strerror(err));
 }
 
 /* ---- send --------------------------------------------------------------- */
@@ -126,10 +162,13 @@ static int progress_send(dt_comm *c, tcp_link *l, dt_p2p *op, int *progressed)
 /* ---- receive ------------------------------------------------------------ */
 
 /* One recvmsg of what remains of the header plus up to room payload bytes
- * into payload. The stream fills the header first, so payload bytes only
- * arrive once the header is complete, and it is checked right then, before
- * the caller uses them. Returns 1 with *got payload bytes, 0 when nothing
- * is there yet, or a negative code after failing c. */
+ * into payload, saving a system call per small message. The stream fills
+ * the header first, and it is checked as soon as it is complete, before
+ * any payload is reduced. (A plain receive may already have put payload
+ * bytes into the user's buffer by then; a bad header fails the
+ * communicator, after which the buffer's contents are undefined anyway.)
+ * Returns 1 with *got payload bytes, 0 when nothing is there yet, or a
+ * negative code after failing c. */
 static int read_some(dt_comm *c, tcp_link *l, dt_p2p *op, void *payload, size_t room,
                      size_t *got, int *progressed)
 {
@@ -281,9 +320,10 @@ static int link_add(dt_comm *c, int peer, int fd)
     peer_address(fd, l->where, sizeof l->where);
     dt_net_tune(fd);
     if (dt_net_set_nonblock(fd, 1) != 0) {
+        int e = errno;
         tcp_destroy(&l->base);
         return dt_comm_fail(c, DT_ERR_SYSTEM, peer, "cannot make the socket to rank %d "
-                            "non-blocking: %s", peer, strerror(errno));
+                            "non-blocking: %s", peer, strerror(e));
     }
     c->links[peer] = &l->base;
     return 0;
@@ -332,17 +372,6 @@ static int read_endpoint(dt_comm *c, int peer, char *host, size_t hostlen, int *
                           "endpoint '%.80s'", peer, (const char *)val);
     free(val);
     return rc;
-}
-
-static int aborted(dt_comm *c)
-{
-    if (!atomic_load(&c->job->aborted)) return 0;
-    char msg[512];
-    pthread_mutex_lock(&c->job->lock);
-    dt_strf(msg, sizeof msg, "%s", c->job->abort_msg);
-    int code = c->job->abort_code ? c->job->abort_code : DT_ERR_ABORTED;
-    pthread_mutex_unlock(&c->job->lock);
-    return dt_comm_fail(c, code, -1, "job aborted while setting up TCP links: %s", msg);
 }
 
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
@@ -412,32 +441,33 @@ static int connect_peer(dt_comm *c, int peer, uint64_t deadline)
 
 /* ---- setup: accepting side ---------------------------------------------- */
 
-/* Authenticate an incoming connection and read its hello. Returns the
- * peer's rank, or -1 (reason in err) for anything that is not a peer we
- * still wait for. */
-static int server_handshake(dt_comm *c, int fd, const unsigned char *awaited, char *err,
-                            size_t errlen)
+/* Authenticate an incoming connection (from who) and read its hello.
+ * Returns the peer's rank, or -1 (reason in err) for anything that is not
+ * a peer we still wait for. */
+static int server_handshake(dt_comm *c, int fd, const char *who, const unsigned char *awaited,
+                            uint64_t setup_deadline, char *err, size_t errlen)
 {
-    uint64_t deadline = min_u64(dt_comm_deadline(c), dt_now_ns() + TCP_HANDSHAKE_NS);
+    uint64_t deadline = min_u64(setup_deadline, dt_now_ns() + TCP_HANDSHAKE_NS);
     if (dt_auth_server(fd, c->job->secret, "tcp", deadline, err, errlen) != 0) return -1;
     tcp_hello them;
     if (dt_net_read_all(fd, &them, sizeof them, deadline) != 0) {
-        dt_strf(err, errlen, "no hello after authentication");
+        dt_strf(err, errlen, "%s sent no hello after authenticating", who);
         return -1;
     }
     if (them.magic != TCP_HELLO_MAGIC || them.tag != c->tag) {
-        dt_strf(err, errlen, "hello for another communicator (tag %08x, ours %08x)", them.tag,
-                c->tag);
+        dt_strf(err, errlen, "%s is for another communicator (tag %08x, ours %08x)", who,
+                them.tag, c->tag);
         return -1;
     }
     if (them.rank < 0 || them.rank >= c->size || !awaited[them.rank]) {
-        dt_strf(err, errlen, "hello from rank %d, which is not a peer we are waiting for",
-                (int)them.rank);
+        dt_strf(err, errlen, "%s says it is rank %d, which is not a peer we are waiting for",
+                who, (int)them.rank);
         return -1;
     }
     tcp_hello me = {TCP_HELLO_MAGIC, c->tag, c->rank};
     if (dt_net_write_all(fd, &me, sizeof me, deadline) != 0) {
-        dt_strf(err, errlen, "could not answer the hello of rank %d", (int)them.rank);
+        dt_strf(err, errlen, "could not answer the hello of rank %d at %s", (int)them.rank,
+                who);
         return -1;
     }
     return them.rank;
@@ -461,9 +491,9 @@ static int fail_missing(dt_comm *c, const unsigned char *awaited)
 
 /* Accept until every awaited peer has arrived; strays are logged and
  * closed. awaited[r] is cleared as rank r connects. */
-static int accept_peers(dt_comm *c, int lfd, unsigned char *awaited, int count)
+static int accept_peers(dt_comm *c, int lfd, unsigned char *awaited, int count,
+                        uint64_t deadline)
 {
-    uint64_t deadline = dt_comm_deadline(c);
     while (count > 0) {
         int rc = aborted(c);
         if (rc) return rc;
@@ -474,12 +504,12 @@ static int accept_peers(dt_comm *c, int lfd, unsigned char *awaited, int count)
                            sizeof err);
         if (rc == DT_ERR_TIMEOUT) continue;
         if (rc) return dt_comm_fail(c, rc, -1, "TCP setup: %s", err);
-        int peer = server_handshake(c, fd, awaited, err, sizeof err);
+        char who[96];
+        dt_strf(who, sizeof who, "the connection from ");
+        peer_address(fd, who + strlen(who), sizeof who - strlen(who));
+        int peer = server_handshake(c, fd, who, awaited, deadline, err, sizeof err);
         if (peer < 0) {
-            char who[80];
-            peer_address(fd, who, sizeof who);
-            DT_WARN("TCP setup of communicator %s: refused a connection from %s: %s", c->id,
-                    who, err);
+            DT_WARN("TCP setup of communicator %s: refused a connection: %s", c->id, err);
             close(fd);
             continue;
         }
@@ -506,7 +536,7 @@ static int connect_and_accept(dt_comm *c, int lfd, const int *peers, int npeers)
             count++;
         }
     }
-    if (rc == 0) rc = accept_peers(c, lfd, awaited, count);
+    if (rc == 0) rc = accept_peers(c, lfd, awaited, count, deadline);
     free(awaited);
     return rc;
 }

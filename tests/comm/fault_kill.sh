@@ -31,7 +31,7 @@ kill_case() { # name transport victim
     local launcher=$JOB_PID
     # Killing before every rank is in the stream would test init instead.
     for ((r = 0; r < NP; r++)); do
-        wait_for_lines "$TMP/$name.out" "^rank $r: stream: " 1 60
+        wait_for_lines "$TMP/$name.out" "^rank $r: stream: " 1 60 "$launcher"
     done
     local pid
     pid=$(rank_pid "$name" "$victim")

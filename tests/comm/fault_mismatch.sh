@@ -3,7 +3,8 @@
 # dtype of the same size (so only the message header can tell), a
 # broadcast root, or a different collective altogether. Every rank must
 # fail the call with an error that says what they disagree on (never
-# return a result), and the job must end at once, without waiting for
+# return a result; for a root mismatch, the call or the next one: the
+# ranks that think they are the root only send), and the job must end at once, without waiting for
 # DTRAIN_TIMEOUT. Each mode runs with a small count and with one large
 # enough for the transports' bulk paths (cross-memory attach, streaming).
 #
@@ -35,7 +36,7 @@ what_for() {
     case $1 in
     mismatch) echo "count" ;;
     dtype-mismatch) echo "dtype" ;;
-    root-mismatch) echo "root" ;;
+    root-mismatch) echo "root|broadcast" ;;
     coll-mismatch) echo "allgather.*allreduce|allreduce.*allgather" ;;
     esac
 }

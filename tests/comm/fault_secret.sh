@@ -64,7 +64,7 @@ secret_case() { # transport
     # The job keeps streaming after the refusal; then let it finish.
     local done_before
     done_before=$(grep -c "^rank 0: stream: " "$TMP/$name.out" || true)
-    wait_for_lines "$TMP/$name.out" "^rank 0: stream: " $((done_before + 1)) 30
+    wait_for_lines "$TMP/$name.out" "^rank 0: stream: " $((done_before + 1)) 30 "$launcher"
     touch "$TMP/$name.stop"
     wait_job "$launcher" 30
     note "job exited with status $JOB_RC"

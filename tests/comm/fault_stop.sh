@@ -43,13 +43,13 @@ stop_case() { # name transport victim
         -n $NP -- "$FAULTS" stream 10000000 20
     local launcher=$JOB_PID
     for ((r = 0; r < NP; r++)); do
-        wait_for_lines "$TMP/$name.out" "^rank $r: stream: " 1 60
+        wait_for_lines "$TMP/$name.out" "^rank $r: stream: " 1 60 "$launcher"
     done
     pid=$(rank_pid "$name" "$victim")
     t0=$(now_ms)
     kill -STOP "$pid"
     # The first error line marks when the deadline fired.
-    wait_for_lines "$TMP/$name.err" "^rank [0-9]+: error: " 1 20
+    wait_for_lines "$TMP/$name.err" "^rank [0-9]+: error: " 1 20 "$launcher"
     ms=$(($(now_ms) - t0))
     note "first error $ms ms after the stop"
     ((ms >= MIN_MS)) || fail "a rank failed $ms ms after the stop, before the $TIMEOUT_S s deadline"

@@ -1,8 +1,10 @@
 # Shared by tests/comm/fault_*.sh and netns_two_hosts.sh: source it after
 # `set -euo pipefail`. It starts jobs under `dtrain launch` in the
 # background, waits for what they print, and makes sure that whatever
-# happens to the script (a failed check, a timeout, ctest's SIGTERM) no
-# launcher, rank or shared-memory file outlives it.
+# ends the script (success, a failed check, SIGTERM or SIGINT) no launcher,
+# rank or shared-memory file outlives it. SIGKILL cannot be trapped: then
+# only the ranks' parent-death signal helps, once the launcher is killed
+# too (as ctest does to a test's whole process tree at its TIMEOUT).
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dtrain-fault.XXXXXX")
 export TMP
@@ -14,6 +16,7 @@ unset DTRAIN_HEARTBEAT_TIMEOUT DTRAIN_FAULT_PIDDIR MASTER_ADDR MASTER_PORT RANK 
 
 LAUNCHERS=()   # pids of launchers, each the leader of its own session
 JOB_IDS=()     # DTRAIN_JOB_IDs, to find their /dev/shm files
+declare -A JOBID # job name -> its DTRAIN_JOB_ID ("" when the launcher chose)
 CLEANUP_HOOKS=()
 
 check() { echo "check: $*"; }
@@ -59,9 +62,9 @@ cleanup() {
             kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
         done
     done
-    for hook in "${CLEANUP_HOOKS[@]+"${CLEANUP_HOOKS[@]}"}"; do eval "$hook"; done
+    for hook in "${CLEANUP_HOOKS[@]+"${CLEANUP_HOOKS[@]}"}"; do "$hook"; done
     for id in "${JOB_IDS[@]+"${JOB_IDS[@]}"}"; do rm -f /dev/shm/dtrain-"$id"-*; done
-    if [[ $rc -ne 0 ]]; then
+    if [[ $rc -ne 0 && $rc -ne 77 ]]; then
         # The outputs are the evidence: show them before they go. Progress
         # lines are many and alike, so only the last few of stdout.
         for f in "$TMP"/*.err "$TMP"/*.out; do
@@ -73,7 +76,11 @@ cleanup() {
             esac
         done
     fi
-    [[ -n "${KEEP_TMP:-}" ]] && echo "outputs kept in $TMP" >&2 || rm -rf "$TMP"
+    if [[ -n "${KEEP_TMP:-}" ]]; then
+        echo "outputs kept in $TMP" >&2
+    else
+        rm -rf "$TMP"
+    fi
     exit $rc
 }
 trap cleanup EXIT
@@ -100,6 +107,10 @@ free_port() {
 # Starts `dtrain launch LAUNCH-ARGS` in the background in its own session,
 # with stdout in $TMP/NAME.out, stderr in $TMP/NAME.err and the ranks'
 # pids in $TMP/NAME.pids/. Sets JOB_PID and JOB_T0 (ms).
+# LAUNCH_WRAP (an array), when set, goes before `dtrain launch`: a command
+# that ends by exec'ing its arguments, so that JOB_PID is the launcher.
+# A fresh DTRAIN_JOB_ID keeps concurrent runs apart in /dev/shm, unless
+# JOB_ID_FROM_LAUNCHER=1 leaves the choice to the launcher.
 start_job() {
     local name=$1
     shift
@@ -109,15 +120,22 @@ start_job() {
         shift
     done
     [[ "${1:-}" == "--" ]] && shift
-    local id="ft$(random_hex 8)"
-    JOB_IDS+=("$id")
+    local id
+    id="ft$(random_hex 8)"
+    if [[ "${JOB_ID_FROM_LAUNCHER:-0}" == 1 ]]; then
+        id=""
+    else
+        JOB_IDS+=("$id")
+        envs=("DTRAIN_JOB_ID=$id" "${envs[@]+"${envs[@]}"}")
+    fi
     mkdir -p "$TMP/$name.pids"
     JOB_T0=$(now_ms)
-    env DTRAIN_JOB_ID="$id" DTRAIN_FAULT_PIDDIR="$TMP/$name.pids" "${envs[@]}" \
-        setsid "$DTRAIN" launch "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" </dev/null &
+    env DTRAIN_FAULT_PIDDIR="$TMP/$name.pids" "${envs[@]+"${envs[@]}"}" \
+        setsid "${LAUNCH_WRAP[@]+"${LAUNCH_WRAP[@]}"}" "$DTRAIN" launch "$@" \
+        >"$TMP/$name.out" 2>"$TMP/$name.err" </dev/null &
     JOB_PID=$!
     LAUNCHERS+=("$JOB_PID")
-    eval "JOBID_$name=$id"
+    JOBID[$name]=$id
 }
 
 # wait_job PID SECONDS: waits for the launcher to exit, at most SECONDS;
@@ -137,14 +155,20 @@ wait_job() {
     LAUNCHERS=("${keep[@]+"${keep[@]}"}")
 }
 
-# wait_for_lines FILE REGEX N SECONDS: until FILE has N lines matching.
+# wait_for_lines FILE REGEX N SECONDS [PID]: until FILE has N lines
+# matching; with PID, fails as soon as that process is gone without them.
 wait_for_lines() {
-    local file=$1 re=$2 n=$3 limit_ms=$(($4 * 1000)) t0 have
+    local file=$1 re=$2 n=$3 limit_ms=$(($4 * 1000)) pid=${5:-} t0 have gone=0
     t0=$(now_ms)
     while :; do
         have=$(grep -cE -- "$re" "$file" 2>/dev/null || true)
         [[ ${have:-0} -ge $n ]] && return 0
-        (($(now_ms) - t0 < limit_ms)) || fail "after $4 s, $file has ${have:-0} of $n lines matching '$re'"
+        # One more look after the process is gone: it may have printed
+        # the lines just before it exited.
+        ((gone)) && fail "pid $pid exited; $(basename "$file") has ${have:-0} of $n lines matching '$re'"
+        [[ -n "$pid" ]] && ! alive "$pid" && gone=1 && continue
+        (($(now_ms) - t0 < limit_ms)) ||
+            fail "after $4 s, $(basename "$file") has ${have:-0} of $n lines matching '$re'"
         sleep 0.05
     done
 }
@@ -164,14 +188,15 @@ rank_pid() {
 # After the launcher exited: no rank of the job may still run (the kernel
 # gets 2 s to finish SIGKILLs), and its shared-memory files are gone.
 expect_no_leftovers() { # name
-    local left id
+    local left id=""
     for _ in $(seq 1 40); do
         left=$(job_rank_pids "$1" | tr '\n' ' ')
         [[ -z "$left" ]] && break
         sleep 0.05
     done
     [[ -z "$left" ]] || fail "job $1: ranks still alive after the launcher exited: $left"
-    eval "id=\$JOBID_$1"
+    id=${JOBID[$1]:-}
+    [[ -n "$id" ]] || return 0
     if compgen -G "/dev/shm/dtrain-$id-*" >/dev/null; then
         fail "job $1: shared-memory files left behind: $(ls /dev/shm/dtrain-"$id"-*)"
     fi
@@ -188,7 +213,7 @@ expect_error_line() {
     n=$(printf '%s' "$lines" | grep -c . || true)
     [[ $n -eq 1 ]] || fail "job $1: rank $2 printed $n error lines, expected exactly 1"
     grep -qE -- "$3" <<<"$lines" || fail "job $1: rank $2's error does not name $4: $lines"
-    note "rank $2: ${lines#rank $2: error: }"
+    note "rank $2: ${lines#"rank $2: error: "}"
 }
 
 # A sanitizer build reports on stderr; any report fails the test even when
