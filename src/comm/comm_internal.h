@@ -226,6 +226,9 @@ struct dt_comm {
  * learns of it. Returns code. */
 int dt_comm_fail(dt_comm *c, int code, int peer, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Fail c with the job's abort cause (found by another rank or the store);
+ * `during` is appended to "job aborted" (may be ""). */
+int dt_comm_fail_from_abort(dt_comm *c, const char *during);
 /* Job-wide abort: stores the message, wakes every waiting communicator.
  * Called by the monitor when the store broadcasts, and by dt_comm_fail. */
 void dt_job_abort(dt_job *job, int code, const char *msg);

@@ -105,3 +105,13 @@ int dt_comm_fail(dt_comm *c, int code, int peer, const char *fmt, ...)
     if (!from_abort) dt_job_abort(job, code, c->err);
     return code;
 }
+
+int dt_comm_fail_from_abort(dt_comm *c, const char *during)
+{
+    char msg[512];
+    pthread_mutex_lock(&c->job->lock);
+    dt_strf(msg, sizeof msg, "%s", c->job->abort_msg);
+    int code = c->job->abort_code ? c->job->abort_code : DT_ERR_ABORTED;
+    pthread_mutex_unlock(&c->job->lock);
+    return dt_comm_fail(c, code, -1, "job aborted%s: %s", during, msg);
+}

@@ -95,17 +95,6 @@ static void block_once(dt_comm *c, dt_p2p *ops, const unsigned char *done, int n
     poll(pfds, (nfds_t)npfd, shm_pending ? 1 : ms);
 }
 
-static int fail_from_abort(dt_comm *c)
-{
-    dt_job *job = c->job;
-    char msg[512];
-    pthread_mutex_lock(&job->lock);
-    snprintf(msg, sizeof msg, "%s", job->abort_msg);
-    int code = job->abort_code;
-    pthread_mutex_unlock(&job->lock);
-    return dt_comm_fail(c, code ? code : DT_ERR_ABORTED, -1, "job aborted: %s", msg);
-}
-
 static int pending_peer(const dt_p2p *ops, const unsigned char *done, int n, const char **what)
 {
     for (int i = 0; i < n; i++) {
@@ -139,7 +128,7 @@ int dt_p2p_run_growing(dt_comm *c, dt_p2p *ops, int n, int cap, dt_p2p_refill_fn
             last_progress = 0;
             continue;
         }
-        if (atomic_load(&c->job->aborted)) return fail_from_abort(c);
+        if (atomic_load(&c->job->aborted)) return dt_comm_fail_from_abort(c, "");
         if (++spins < c->spin_limit) {
             cpu_relax();
             continue;

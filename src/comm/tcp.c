@@ -66,22 +66,10 @@ typedef struct {
 
 /* ---- errors ------------------------------------------------------------- */
 
-/* Fail c with the job's abort reason (the cause, found by another rank or
- * by the store), as every other wait does once the job is aborted. */
-static int fail_from_abort(dt_comm *c, const char *during)
-{
-    char msg[512];
-    pthread_mutex_lock(&c->job->lock);
-    dt_strf(msg, sizeof msg, "%s", c->job->abort_msg);
-    int code = c->job->abort_code ? c->job->abort_code : DT_ERR_ABORTED;
-    pthread_mutex_unlock(&c->job->lock);
-    return dt_comm_fail(c, code, -1, "job aborted%s: %s", during, msg);
-}
-
 static int aborted(dt_comm *c)
 {
     if (!atomic_load(&c->job->aborted)) return 0;
-    return fail_from_abort(c, " while setting up TCP links");
+    return dt_comm_fail_from_abort(c, " while setting up TCP links");
 }
 
 /* A connection that closes is usually the echo of a failure elsewhere: a
@@ -112,7 +100,7 @@ static int io_fail(dt_comm *c, const tcp_link *l, const dt_p2p *op, int err)
     if (err != 0 && !connection_lost(err))
         return dt_comm_fail(c, DT_ERR_SYSTEM, op->peer, "%s rank %d (%s) over TCP failed: %s",
                             op_verb(op), op->peer, l->where, strerror(err));
-    if (wait_for_verdict(c)) return fail_from_abort(c, "");
+    if (wait_for_verdict(c)) return dt_comm_fail_from_abort(c, "");
     if (err == 0)
         return dt_comm_fail(c, DT_ERR_PEER, op->peer,
                             "connection to rank %d (%s) closed by the peer while %s it "
