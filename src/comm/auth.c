@@ -38,22 +38,6 @@
 #define STATUS_ACCEPTED 1
 #define STATUS_REFUSED 0
 
-/* "1.2.3.4:5555" or "[::1]:5555" of the other end, for messages. */
-static void peer_name(int fd, char *buf, size_t len)
-{
-    struct sockaddr_storage ss;
-    socklen_t sslen = sizeof ss;
-    char host[NI_MAXHOST], port[NI_MAXSERV];
-    if (getpeername(fd, (struct sockaddr *)&ss, &sslen) != 0 ||
-        getnameinfo((struct sockaddr *)&ss, sslen, host, sizeof host, port, sizeof port,
-                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-        snprintf(buf, len, "an unknown address");
-        return;
-    }
-    const char *h = host;
-    if (strncmp(host, "::ffff:", 7) == 0 && strchr(host + 7, '.')) h = host + 7;
-    snprintf(buf, len, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, port);
-}
 
 static int random_nonce(unsigned char *buf, size_t n)
 {
@@ -118,7 +102,7 @@ int dt_auth_server(int fd, const char *secret, const char *context, uint64_t dea
     int rc = check_args(secret, context, err, errlen);
     if (rc) return rc;
     char who[128], peer[96];
-    peer_name(fd, peer, sizeof peer);
+    dt_net_peer_name(fd, peer, sizeof peer);
     snprintf(who, sizeof who, "the connection from %s", peer);
 
     unsigned char hello[MAGIC_LEN + NONCE_LEN];
@@ -173,7 +157,7 @@ int dt_auth_client(int fd, const char *secret, const char *context, uint64_t dea
     int rc = check_args(secret, context, err, errlen);
     if (rc) return rc;
     char who[128], peer[96];
-    peer_name(fd, peer, sizeof peer);
+    dt_net_peer_name(fd, peer, sizeof peer);
     snprintf(who, sizeof who, "the server at %s", peer);
 
     unsigned char hello[MAGIC_LEN + NONCE_LEN];

@@ -450,3 +450,20 @@ int dt_net_connect(const char *host, int port, uint64_t deadline_ns, int *out_fd
              last_err);
     return DT_ERR_TIMEOUT;
 }
+
+/* "1.2.3.4:5555" or "[::1]:5555" of the other end, for messages. */
+void dt_net_peer_name(int fd, char *buf, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sslen = sizeof ss;
+    char host[NI_MAXHOST], port[NI_MAXSERV];
+    if (getpeername(fd, (struct sockaddr *)&ss, &sslen) != 0 ||
+        getnameinfo((struct sockaddr *)&ss, sslen, host, sizeof host, port, sizeof port,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+        snprintf(buf, len, "an unknown address");
+        return;
+    }
+    const char *h = host;
+    if (strncmp(host, "::ffff:", 7) == 0 && strchr(host + 7, '.')) h = host + 7;
+    snprintf(buf, len, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, port);
+}

@@ -22,6 +22,8 @@ int dt_net_accept(int listen_fd, uint64_t deadline_ns, int *out_fd, char *err, s
  * closes or breaks. Writes never raise SIGPIPE. */
 int dt_net_write_all(int fd, const void *buf, size_t n, uint64_t deadline_ns);
 int dt_net_read_all(int fd, void *buf, size_t n, uint64_t deadline_ns);
+/* "1.2.3.4:5555" or "[::1]:5555" of the other end of a socket, for messages. */
+void dt_net_peer_name(int fd, char *buf, size_t len);
 /* Numeric address of the local end of a connected socket. */
 int dt_net_local_addr(int fd, char *buf, size_t len);
 /* TCP_NODELAY, large socket buffers, keepalive. */

@@ -368,21 +368,6 @@ static void wake_server(dt_store_server *s)
     (void)w; /* a full counter still wakes the poll */
 }
 
-static void peer_of(int fd, char *buf, size_t len)
-{
-    struct sockaddr_storage ss;
-    socklen_t sslen = sizeof ss;
-    char host[NI_MAXHOST], port[NI_MAXSERV];
-    if (getpeername(fd, (struct sockaddr *)&ss, &sslen) != 0 ||
-        getnameinfo((struct sockaddr *)&ss, sslen, host, sizeof host, port, sizeof port,
-                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-        snprintf(buf, len, "an unknown address");
-        return;
-    }
-    const char *h = host;
-    if (strncmp(host, "::ffff:", 7) == 0 && strchr(host + 7, '.')) h = host + 7;
-    snprintf(buf, len, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, port);
-}
 
 /* ==== server: connections ================================================== */
 
@@ -507,7 +492,7 @@ static void conn_adopt(dt_store_server *s, int fd)
     dt_net_tune(fd);
     c->fd = fd;
     c->rank = -1;
-    peer_of(fd, c->peer, sizeof c->peer);
+    dt_net_peer_name(fd, c->peer, sizeof c->peer);
     s->conns[s->nconns++] = c;
 }
 

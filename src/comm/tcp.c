@@ -277,22 +277,6 @@ static const dt_link_ops tcp_link_ops = {
 
 /* ---- setup: helpers ----------------------------------------------------- */
 
-/* "host:port" of the other end, for messages. */
-static void peer_address(int fd, char *buf, size_t len)
-{
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    char host[NI_MAXHOST], port[NI_MAXSERV];
-    if (getpeername(fd, (struct sockaddr *)&ss, &sl) != 0 ||
-        getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, port, sizeof port,
-                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-        dt_strf(buf, len, "unknown address");
-        return;
-    }
-    const char *h = strncmp(host, "::ffff:", 7) == 0 ? host + 7 : host;
-    dt_strf(buf, len, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, port);
-}
-
 /* The link takes the connected, authenticated socket; it belongs to c
  * from here on (c's teardown destroys it). */
 static int link_add(dt_comm *c, int peer, int fd)
@@ -305,7 +289,7 @@ static int link_add(dt_comm *c, int peer, int fd)
     l->base.ops = &tcp_link_ops;
     l->base.peer = peer;
     l->fd = fd;
-    peer_address(fd, l->where, sizeof l->where);
+    dt_net_peer_name(fd, l->where, sizeof l->where);
     dt_net_tune(fd);
     if (dt_net_set_nonblock(fd, 1) != 0) {
         int e = errno;
@@ -494,7 +478,7 @@ static int accept_peers(dt_comm *c, int lfd, unsigned char *awaited, int count,
         if (rc) return dt_comm_fail(c, rc, -1, "TCP setup: %s", err);
         char who[96];
         dt_strf(who, sizeof who, "the connection from ");
-        peer_address(fd, who + strlen(who), sizeof who - strlen(who));
+        dt_net_peer_name(fd, who + strlen(who), sizeof who - strlen(who));
         int peer = server_handshake(c, fd, who, awaited, deadline, err, sizeof err);
         if (peer < 0) {
             DT_WARN("TCP setup of communicator %s: refused a connection: %s", c->id, err);
