@@ -176,7 +176,6 @@ static double value_of(int rank, size_t i) { return (double)((int)(i % 5) + rank
 static void fill_inputs(bench_ctx *b, size_t n_send, int inplace)
 {
     char *dst = inplace ? b->recv : b->send;
-    size_t esz = b->esz;
     for (size_t i = 0; i < n_send; i++) {
         float v = (float)value_of(b->rank, i);
         switch (b->o->dtype) {
@@ -190,7 +189,6 @@ static void fill_inputs(bench_ctx *b, size_t n_send, int inplace)
         default: break;
         }
     }
-    (void)esz;
 }
 
 static double elem(const bench_ctx *b, size_t i)

@@ -178,16 +178,10 @@ dt_p2p dt_p2p_from_call(dt_comm *c, const dt_coll_args *a)
     return op;
 }
 
-int dt_p2p_execute_batch(dt_comm *c, const dt_coll_args *calls, int n)
+static int run_p2p(dt_comm *c, const dt_coll_args *a)
 {
-    dt_p2p ops[DT_P2P_BATCH];
-    if (n > DT_P2P_BATCH) return dt_comm_fail(c, DT_ERR_INVALID, -1, "batch of %d", n);
-    if (atomic_load(&c->failed)) return c->failed_code;
-    c->cur = calls[0];
-    for (int i = 0; i < n; i++) ops[i] = dt_p2p_from_call(c, &calls[i]);
-    int rc = dt_p2p_run(c, ops, n);
-    c->cur.kind = DT_COLL_NONE;
-    return rc;
+    dt_p2p op = dt_p2p_from_call(c, a);
+    return dt_p2p_run(c, &op, 1);
 }
 
 int dt_coll_execute(dt_comm *c, const dt_coll_args *a)
@@ -208,7 +202,7 @@ int dt_coll_execute(dt_comm *c, const dt_coll_args *a)
     case DT_COLL_REDUCE_SCATTER: rc = run_reduce_scatter(c, a, esz); break;
     case DT_COLL_ALLTOALL: rc = run_alltoall(c, a, esz); break;
     case DT_COLL_BARRIER: rc = c->size > 1 ? dt_barrier_dissemination(c) : 0; break;
-    case DT_COLL_SEND: return dt_p2p_execute_batch(c, a, 1);
+    case DT_COLL_SEND: rc = run_p2p(c, a); break;
     default: rc = dt_comm_fail(c, DT_ERR_INVALID, -1, "unknown collective %d", (int)a->kind);
     }
     c->cur.kind = DT_COLL_NONE;

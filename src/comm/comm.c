@@ -241,13 +241,12 @@ static void job_unregister(dt_job *job, dt_comm *c)
 
 /* ---- communicator --------------------------------------------------------- */
 
-static int spin_limit(const dt_job *job, int ranks_on_host)
+static int spin_limit(int ranks_on_host)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     long spin = ranks_on_host > cpus ? 50 : 4000;
     char e[256];
     if (dt_env_long("DTRAIN_SPIN", 0, 100000000, &spin, e, sizeof e) < 0) DT_WARN("%s", e);
-    (void)job;
     return (int)spin;
 }
 
@@ -395,7 +394,7 @@ int dt_comm_init(dt_comm **out)
         }
         return rc;
     }
-    c->spin_limit = spin_limit(job, host_ranks);
+    c->spin_limit = spin_limit(host_ranks);
     the_job = job;
     *out = c;
     return 0;

@@ -239,11 +239,8 @@ uint64_t dt_comm_deadline(const dt_comm *c);
 /* Post ops together and progress until all complete (0), or fail. Ops on
  * the same peer and direction complete in array order. */
 int dt_p2p_run(dt_comm *c, dt_p2p *ops, int n);
-/* Run a batch of dt_send/dt_recv calls as one step, so that queued
- * non-blocking sends and receives progress together (no deadlock when two
- * ranks each isend before they irecv). */
+/* Queued dt_isend/dt_irecv calls that the progress thread runs as one step. */
 #define DT_P2P_BATCH 32
-int dt_p2p_execute_batch(dt_comm *c, const dt_coll_args *calls, int n);
 /* The op for one send/recv call, numbered in its pair's stream. */
 dt_p2p dt_p2p_from_call(dt_comm *c, const dt_coll_args *call);
 /* dt_p2p_run whose op list may grow while it runs: refill(arg, ops, n, cap)

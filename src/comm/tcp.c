@@ -45,8 +45,6 @@
  * connection that sends nothing cannot hold up the setup until the
  * deadline. Genuine peers answer within milliseconds. */
 #define TCP_HANDSHAKE_NS 10000000000ull
-/* Longest wait for the job's verdict after a connection broke. */
-#define TCP_VERDICT_WAIT_NS 2000000000ull
 /* Waits for connections are cut into slices to notice a job abort. */
 #define TCP_WAIT_SLICE_NS 200000000ull
 
@@ -72,17 +70,6 @@ static int aborted(dt_comm *c)
     return dt_comm_fail_from_abort(c, " while setting up TCP links");
 }
 
-/* A connection that closes is usually the echo of a failure elsewhere: a
- * rank failed (a mismatch, say, or a dead peer of its own) and exited. The
- * store's verdict naming the cause follows within milliseconds, so wait
- * for it briefly and report it rather than the symptom. */
-static int wait_for_verdict(dt_comm *c)
-{
-    uint64_t until = dt_now_ns() + TCP_VERDICT_WAIT_NS;
-    while (!atomic_load(&c->job->aborted) && dt_now_ns() < until) usleep(5000);
-    return atomic_load(&c->job->aborted);
-}
-
 static const char *op_verb(const dt_p2p *op)
 {
     return op->kind == DT_P2P_SEND ? "sending to" : "receiving from";
@@ -100,7 +87,8 @@ static int io_fail(dt_comm *c, const tcp_link *l, const dt_p2p *op, int err)
     if (err != 0 && !connection_lost(err))
         return dt_comm_fail(c, DT_ERR_SYSTEM, op->peer, "%s rank %d (%s) over TCP failed: %s",
                             op_verb(op), op->peer, l->where, strerror(err));
-    if (wait_for_verdict(c)) return dt_comm_fail_from_abort(c, "");
+    /* A closed connection is usually the echo of a failure elsewhere;
+     * dt_comm_fail waits briefly for the job's verdict and names the cause. */
     if (err == 0)
         return dt_comm_fail(c, DT_ERR_PEER, op->peer,
                             "connection to rank %d (%s) closed by the peer while %s it "

@@ -25,14 +25,8 @@ kill_case() { # name transport victim
     local name=$1 transport=$2 victim=$3 r t0 ms
     check "$transport, $NP ranks: SIGKILL rank $victim mid-stream -> every other rank names" \
         "rank $victim, launcher non-zero, all within $((LIMIT_MS / 1000)) s"
-    # Far more iterations than can run before the kill; the kill ends it.
-    start_job "$name" DTRAIN_TIMEOUT=$TIMEOUT_S DTRAIN_TRANSPORT="$transport" -- \
-        -n $NP -- "$FAULTS" stream 10000000 20
+    start_stream_job "$name" "$transport"
     local launcher=$JOB_PID
-    # Killing before every rank is in the stream would test init instead.
-    for ((r = 0; r < NP; r++)); do
-        wait_for_lines "$TMP/$name.out" "^rank $r: stream: " 1 60 "$launcher"
-    done
     local pid
     pid=$(rank_pid "$name" "$victim")
     t0=$(now_ms)

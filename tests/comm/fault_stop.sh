@@ -39,12 +39,8 @@ stop_case() { # name transport victim
     local name=$1 transport=$2 victim=$3 r t0 ms pid
     check "$transport, $NP ranks: SIGSTOP rank $victim mid-stream, DTRAIN_TIMEOUT=$TIMEOUT_S ->" \
         "every other rank fails naming rank $victim, launcher non-zero, no process left"
-    start_job "$name" DTRAIN_TIMEOUT=$TIMEOUT_S DTRAIN_TRANSPORT="$transport" -- \
-        -n $NP -- "$FAULTS" stream 10000000 20
+    start_stream_job "$name" "$transport"
     local launcher=$JOB_PID
-    for ((r = 0; r < NP; r++)); do
-        wait_for_lines "$TMP/$name.out" "^rank $r: stream: " 1 60 "$launcher"
-    done
     pid=$(rank_pid "$name" "$victim")
     t0=$(now_ms)
     kill -STOP "$pid"

@@ -231,3 +231,16 @@ expect_no_bug_lines() { # name
         fail "job $1: $(grep -hE "^rank [0-9]+: FAIL" "$TMP/$1.err" | head -3)"
     fi
 }
+
+# Start NP ranks of `test_faults stream` (far more iterations than can run:
+# the fault under test ends it) and return once every rank is streaming, so
+# that the fault hits the stream and not init. Sets JOB_PID. Needs NP,
+# TIMEOUT_S and FAULTS. Usage: start_stream_job name transport
+start_stream_job() {
+    local name=$1 transport=$2 r
+    start_job "$name" DTRAIN_TIMEOUT=$TIMEOUT_S DTRAIN_TRANSPORT="$transport" -- \
+        -n $NP -- "$FAULTS" stream 10000000 20
+    for ((r = 0; r < NP; r++)); do
+        wait_for_lines "$TMP/$name.out" "^rank $r: stream: " 1 60 "$JOB_PID"
+    done
+}
