@@ -3,7 +3,8 @@
 # something is missing. Safe to run again: it does nothing when all is there.
 set -euo pipefail
 
-packages=(build-essential cmake pkg-config libssl-dev iproute2 procps python3)
+packages=(build-essential cmake pkg-config libssl-dev iproute2 procps python3
+          libdnnl-dev libcjson-dev python3-torch python3-numpy fortunes)
 
 missing=()
 for p in "${packages[@]}"; do

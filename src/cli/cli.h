@@ -14,5 +14,8 @@
 
 int cli_launch(int argc, char **argv);
 int cli_bench(int argc, char **argv);
+int cli_data(int argc, char **argv);
+int cli_train(int argc, char **argv);
+int cli_sample(int argc, char **argv);
 
 #endif

@@ -12,8 +12,11 @@ struct cli_command {
 };
 
 static const struct cli_command commands[] = {
+    {"train", cli_train, "train a GPT in this process (flags, or a DeepSpeed-style --config)"},
+    {"sample", cli_sample, "generate text from a checkpoint"},
     {"launch", cli_launch, "start N ranks of a program with the torchrun environment"},
     {"bench", cli_bench, "benchmarks: `bench comm` times collectives (nccl-tests table)"},
+    {"data", cli_data, "prepare training data: `data prepare` makes llm.c token shards"},
 };
 
 static const int ncommands = (int)(sizeof commands / sizeof commands[0]);

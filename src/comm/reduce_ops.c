@@ -1,5 +1,5 @@
 /*
- * Element-wise reductions and 16-bit float conversions.
+ * Element-wise reductions.
  *
  * These loops run on every byte an all-reduce moves, so each (dtype, op)
  * pair gets its own plain loop that the compiler vectorises; the switch
@@ -8,10 +8,9 @@
  * that accepts dst == a (a dependence distance of zero), so the in-place
  * case takes the vector path too.
  *
- * The 16-bit conversions are written as integer bit manipulation with
- * selects instead of branches, so that they vectorise inside those loops
- * and do not depend on the FPU's denormal flags (FTZ/DAZ), which some
- * math libraries switch on.
+ * The 16-bit conversions live in core/half.h (shared with the kernels'
+ * casts); they are inline, branch-free bit manipulation, so they vectorise
+ * inside these loops.
  */
 #include "comm/reduce_ops.h"
 
@@ -20,100 +19,6 @@
 #if defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
-
-/* ---- bit casts ---------------------------------------------------------- */
-
-static inline uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-/* ---- bf16 --------------------------------------------------------------- */
-
-/* bf16 is the top half of an f32, so widening is exact and a shift. */
-static inline float bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
-
-/* Round to nearest, ties to even, leaving the bf16 result in the top half
- * of the returned f32 bits: adding 0x7fff plus the lowest kept bit carries
- * into the kept half exactly when the dropped half is above one half, or
- * equal to it with an odd kept half. A carry out of the mantissa correctly
- * bumps the exponent (up to infinity). NaN must not be rounded (it could
- * carry into infinity), so it is only made quiet. */
-static inline uint32_t bf16_rounded_bits(float f)
-{
-    uint32_t u = f32_bits(f);
-    int is_nan = (u & 0x7fffffffu) > 0x7f800000u;
-    return is_nan ? (u | 0x00400000u) : (u + 0x7fffu + ((u >> 16) & 1u));
-}
-
-static inline uint16_t f32_to_bf16(float f) { return (uint16_t)(bf16_rounded_bits(f) >> 16); }
-
-/* ---- f16 ---------------------------------------------------------------- */
-
-#define F32_EXP_BIAS 127
-#define F16_EXP_BIAS 15
-
-/* Normals only need the exponent rebiased; infinities and NaNs get the
- * all-ones exponent instead (NaNs quietened, as the hardware conversion
- * does). An f16 subnormal m * 2^-24 (m < 1024) becomes an f32 normal by
- * moving m's leading one to the implicit bit. All integer: a float
- * operation here would be sunk into a branch by the compiler (it may
- * trap), which stops the loops around it from vectorising. */
-static inline float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t mag = h & 0x7fffu;
-    uint32_t rebias = mag >= 0x7c00u ? (uint32_t)(255 - 31) << 23
-                                     : (uint32_t)(F32_EXP_BIAS - F16_EXP_BIAS) << 23;
-    uint32_t quiet = (uint32_t)(mag > 0x7c00u) << 22;
-    uint32_t normal = ((mag << 13) + rebias) | quiet;
-    uint32_t lead = 31u - (uint32_t)__builtin_clz(mag | 1u); /* bit index of m's top one */
-    uint32_t sub_exp = lead + (uint32_t)(F32_EXP_BIAS - 24);
-    uint32_t subnormal = (sub_exp << 23) | ((mag << (23u - lead)) & 0x007fffffu);
-    subnormal = mag == 0 ? 0u : subnormal;
-    uint32_t bits = mag < 0x0400u ? subnormal : normal;
-    return bits_f32(bits | sign);
-}
-
-/* Magnitude bounds of the f16 ranges, as f32 bit patterns. */
-#define F32_BITS_2POW16 0x47800000u   /* 65536: at or above, the result is inf */
-#define F32_BITS_2POWM14 0x38800000u  /* smallest f16 normal */
-#define F32_BITS_HALF 0x3f000000u     /* 0.5 */
-
-static inline uint16_t f32_to_f16(float f)
-{
-    uint32_t u = f32_bits(f);
-    uint32_t sign = (u >> 16) & 0x8000u;
-    uint32_t a = u & 0x7fffffffu;
-    /* Normal: rebias, then round to nearest even at bit 13 (same carry
-     * trick as bf16); values from 65520 up carry into the inf pattern. */
-    uint32_t n = a - ((uint32_t)(F32_EXP_BIAS - F16_EXP_BIAS) << 23);
-    uint32_t normal = (n + 0x0fffu + ((n >> 13) & 1u)) >> 13;
-    /* Below 2^-14 the result is a multiple of 2^-24. Adding 0.5 puts the
-     * value where the f32 ulp is 2^-24, so the FPU's own round-to-nearest-
-     * even does the rounding; the mantissa bits are then the f16 result
-     * (1024 = the smallest normal, which is also the right encoding). */
-    uint32_t subnormal = f32_bits(bits_f32(a) + 0.5f) - F32_BITS_HALF;
-    uint32_t nan = 0x7e00u | ((a >> 13) & 0x03ffu);
-    uint32_t r = a < F32_BITS_2POWM14 ? subnormal : normal;
-    r = a >= F32_BITS_2POW16 ? 0x7c00u : r;
-    r = a > 0x7f800000u ? nan : r;
-    return (uint16_t)(r | sign);
-}
-
-float dt_bf16_to_f32(uint16_t h) { return bf16_to_f32(h); }
-uint16_t dt_f32_to_bf16(float f) { return f32_to_bf16(f); }
-float dt_f16_to_f32(uint16_t h) { return f16_to_f32(h); }
-uint16_t dt_f32_to_f16(float f) { return f32_to_f16(f); }
 
 /* ---- element combiners -------------------------------------------------- */
 
@@ -147,17 +52,17 @@ uint16_t dt_f32_to_f16(float f) { return f32_to_f16(f); }
             uint32_t wa, wb;                                                  \
             memcpy(&wa, a + 2 * p, sizeof wa);                                \
             memcpy(&wb, b + 2 * p, sizeof wb);                                \
-            float xl = bits_f32(wa << 16), yl = bits_f32(wb << 16);           \
-            float xh = bits_f32(wa & 0xffff0000u);                            \
-            float yh = bits_f32(wb & 0xffff0000u);                            \
-            uint32_t lo = bf16_rounded_bits(COMBINE(xl, yl));                 \
-            uint32_t hi = bf16_rounded_bits(COMBINE(xh, yh));                 \
+            float xl = dt_bits_as_f32(wa << 16), yl = dt_bits_as_f32(wb << 16); \
+            float xh = dt_bits_as_f32(wa & 0xffff0000u);                      \
+            float yh = dt_bits_as_f32(wb & 0xffff0000u);                      \
+            uint32_t lo = dt_bf16_rounded_bits(COMBINE(xl, yl));              \
+            uint32_t hi = dt_bf16_rounded_bits(COMBINE(xh, yh));              \
             uint32_t w = (hi & 0xffff0000u) | (lo >> 16);                     \
             memcpy(dst + 2 * p, &w, sizeof w);                                \
         }                                                                     \
         if (n % 2) {                                                          \
-            float x = bf16_to_f32(a[n - 1]), y = bf16_to_f32(b[n - 1]);       \
-            dst[n - 1] = f32_to_bf16(COMBINE(x, y));                          \
+            float x = dt_bf16_to_f32(a[n - 1]), y = dt_bf16_to_f32(b[n - 1]); \
+            dst[n - 1] = dt_f32_to_bf16(COMBINE(x, y));                       \
         }                                                                     \
     }
 
@@ -244,7 +149,7 @@ static void widen_f16(float *out, const uint16_t *in, size_t n)
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + i))));
 #endif
-    for (; i < n; i++) out[i] = f16_to_f32(in[i]);
+    for (; i < n; i++) out[i] = dt_f16_to_f32(in[i]);
 }
 
 static void narrow_f16(uint16_t *out, const float *in, size_t n)
@@ -259,7 +164,7 @@ static void narrow_f16(uint16_t *out, const float *in, size_t n)
         _mm_storeu_si128((__m128i *)(out + i),
                          _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
 #endif
-    for (; i < n; i++) out[i] = f32_to_f16(in[i]);
+    for (; i < n; i++) out[i] = dt_f32_to_f16(in[i]);
 }
 
 static void reduce_f16(dt_op op, uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t n)
@@ -309,8 +214,8 @@ DEFINE_DIV(div_f64, double, double)
 DEFINE_DIV(div_i32, int32_t, int32_t)
 DEFINE_DIV(div_i64, int64_t, int64_t)
 DEFINE_DIV(div_u8, uint8_t, unsigned)
-DEFINE_DIV16(div_bf16, bf16_to_f32, f32_to_bf16)
-DEFINE_DIV16(div_f16, f16_to_f32, f32_to_f16)
+DEFINE_DIV16(div_bf16, dt_bf16_to_f32, dt_f32_to_bf16)
+DEFINE_DIV16(div_f16, dt_f16_to_f32, dt_f32_to_f16)
 
 /* A divisor below 2 leaves x as it is (one rank averages to itself). */
 void dt_reduce_finish_avg(dt_dtype t, void *x, size_t n, int divisor)

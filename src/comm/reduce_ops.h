@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/half.h"
 #include "dtrain/comm.h"
 
 /* dst[i] = a[i] op b[i] for n elements; dst may alias a or b. DT_AVG
@@ -16,9 +17,7 @@ void dt_reduce_elems(dt_dtype t, dt_op op, void *dst, const void *a, const void 
 /* x[i] /= divisor, for DT_AVG (integers truncate toward zero). */
 void dt_reduce_finish_avg(dt_dtype t, void *x, size_t n, int divisor);
 
-float dt_bf16_to_f32(uint16_t h);
-uint16_t dt_f32_to_bf16(float f);
-float dt_f16_to_f32(uint16_t h);
-uint16_t dt_f32_to_f16(float f);
+/* The scalar conversions dt_bf16_to_f32, dt_f32_to_bf16, dt_f16_to_f32 and
+ * dt_f32_to_f16 are inline, from core/half.h. */
 
 #endif

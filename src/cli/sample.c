@@ -1,0 +1,233 @@
+/* `dtrain sample`: generate text from a checkpoint or a weights file, so a
+ * user sees what the model learned. Byte-level models (vocabulary 256). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/cli.h"
+#include "core/str.h"
+#include "kernels/threads.h"
+#include "model/gpt.h"
+#include "train/checkpoint.h"
+#include "train/weights.h"
+
+typedef struct {
+    const char *ckpt;
+    const char *prompt;
+    long tokens;
+    double temperature;
+    long top_k;
+    unsigned long long seed;
+    long threads;
+} sample_args;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dtrain sample --ckpt PATH [--prompt TEXT] [options]\n"
+            "\n"
+            "Generates text from a trained byte-level model.\n"
+            "  --ckpt PATH         a run directory (its latest checkpoint), a checkpoint\n"
+            "                      directory, or a .safetensors weights file\n"
+            "  --prompt TEXT       the text to continue (default: a newline)\n"
+            "  --tokens N          tokens to generate (default 256)\n"
+            "  --temperature T     softmax temperature, > 0 (default 0.8)\n"
+            "  --top-k K           sample among the K likeliest tokens; 0 = all (default 40)\n"
+            "  --seed S            random seed (default 1337)\n"
+            "  --threads N         compute threads (default 1)\n");
+}
+
+static int parse_number(const char *flag, const char *v, double lo, double hi, double *out)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (*v == 0 || *end != 0 || !(x >= lo && x <= hi)) {
+        fprintf(stderr, "dtrain sample: %s: '%s' is not a number in [%g, %g]\n", flag, v, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, sample_args *a)
+{
+    *a = (sample_args){NULL, "\n", 256, 0.8, 40, 1337, 1};
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) {
+            usage(stdout);
+            return 1;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "dtrain sample: %s needs a value (see --help)\n", f);
+            return -1;
+        }
+        const char *v = argv[++i];
+        double x;
+        if (strcmp(f, "--ckpt") == 0) a->ckpt = v;
+        else if (strcmp(f, "--prompt") == 0) a->prompt = v;
+        else if (strcmp(f, "--tokens") == 0) {
+            if (parse_number(f, v, 1, 1e7, &x)) return -1;
+            a->tokens = (long)x;
+        } else if (strcmp(f, "--temperature") == 0) {
+            if (parse_number(f, v, 1e-4, 1e4, &a->temperature)) return -1;
+        } else if (strcmp(f, "--top-k") == 0) {
+            if (parse_number(f, v, 0, 1e9, &x)) return -1;
+            a->top_k = (long)x;
+        } else if (strcmp(f, "--seed") == 0) {
+            if (parse_number(f, v, 0, 1.8e19, &x)) return -1;
+            a->seed = (unsigned long long)x;
+        } else if (strcmp(f, "--threads") == 0) {
+            if (parse_number(f, v, 1, 1024, &x)) return -1;
+            a->threads = (long)x;
+        } else {
+            fprintf(stderr, "dtrain sample: unknown option %s (see --help)\n", f);
+            return -1;
+        }
+    }
+    if (!a->ckpt) {
+        fprintf(stderr, "dtrain sample: --ckpt is required (see --help)\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* The weights file behind --ckpt. */
+static int weights_path(const char *ckpt, char *out, size_t len, char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat(ckpt, &st) != 0) {
+        dt_strf(err, errlen, "--ckpt %s: no such file or directory", ckpt);
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        dt_strf(out, len, "%s", ckpt);
+        return 0;
+    }
+    char dir[4200];
+    if (dt_ckpt_resolve(ckpt, dir, sizeof dir, err, errlen)) return -1;
+    dt_strf(out, len, "%s/model.safetensors", dir);
+    return 0;
+}
+
+static uint64_t next_random(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static int float_desc(const void *x, const void *y)
+{
+    float a = *(const float *)x, b = *(const float *)y;
+    return (a < b) - (a > b);
+}
+
+/* Draws from softmax(logits / temperature) over the top_k largest logits;
+ * scratch holds V floats. */
+static int draw(const float *logits, int V, const sample_args *a, uint64_t *rng, float *scratch,
+                double *prob)
+{
+    float kth = -INFINITY;
+    if (a->top_k > 0 && a->top_k < V) {
+        memcpy(scratch, logits, (size_t)V * sizeof *scratch);
+        qsort(scratch, (size_t)V, sizeof *scratch, float_desc);
+        kth = scratch[a->top_k - 1];
+    }
+    float mx = -INFINITY;
+    for (int i = 0; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < V; i++) {
+        prob[i] = logits[i] >= kth ? exp((logits[i] - mx) / a->temperature) : 0.0;
+        sum += prob[i];
+    }
+    double u = (double)(next_random(rng) >> 11) / 9007199254740992.0 * sum;
+    for (int i = 0; i < V; i++) {
+        u -= prob[i];
+        if (u < 0) return i;
+    }
+    return V - 1;
+}
+
+static int generate(dt_gpt *m, const sample_args *a, char *err, size_t errlen)
+{
+    const int V = m->cfg.vocab_size, maxT = m->cfg.block_size;
+    size_t plen = strlen(a->prompt);
+    size_t cap = plen + (size_t)a->tokens;
+    int32_t *seq = malloc(cap * sizeof *seq);
+    double *prob = malloc((size_t)V * sizeof *prob);
+    float *scratch = malloc((size_t)V * sizeof *scratch);
+    if (!seq || !prob || !scratch) {
+        free(seq);
+        free(prob);
+        free(scratch);
+        dt_strf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < plen; i++) seq[i] = (unsigned char)a->prompt[i];
+    fwrite(a->prompt, 1, plen, stdout);
+    uint64_t rng = a->seed;
+    size_t n = plen;
+    int rc = 0;
+    for (long k = 0; k < a->tokens && rc == 0; k++) {
+        int t = n > (size_t)maxT ? maxT : (int)n;
+        if (dt_gpt_forward(m, seq + n - t, NULL, 1, t) < 0) {
+            dt_strf(err, errlen, "%s", m->error);
+            rc = -1;
+            break;
+        }
+        int tok = draw(m->logits + (size_t)(t - 1) * V, V, a, &rng, scratch, prob);
+        seq[n++] = tok;
+        putchar(tok);
+        fflush(stdout);
+    }
+    putchar('\n');
+    free(seq);
+    free(prob);
+    free(scratch);
+    return rc;
+}
+
+int cli_sample(int argc, char **argv)
+{
+    sample_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc) return rc > 0 ? 0 : CLI_EXIT_USAGE;
+    char path[4300], err[1024];
+    dt_gpt_config cfg;
+    dt_gpt m;
+    dt_kernels_set_threads((int)a.threads);
+    if (weights_path(a.ckpt, path, sizeof path, err, sizeof err) ||
+        dt_weights_inspect(path, &cfg, err, sizeof err)) {
+        fprintf(stderr, "dtrain sample: %s\n", err);
+        return 1;
+    }
+    if (cfg.vocab_size != 256) {
+        fprintf(stderr,
+                "dtrain sample: %s has a vocabulary of %d; sampling supports byte-level models "
+                "(256) only\n",
+                path, cfg.vocab_size);
+        return 1;
+    }
+    if (cfg.n_head == 0) {
+        fprintf(stderr, "dtrain sample: %s does not record n_head\n", path);
+        return 1;
+    }
+    if (dt_gpt_create(&m, &cfg, DT_PREC_F32, err, sizeof err)) {
+        fprintf(stderr, "dtrain sample: %s\n", err);
+        return 1;
+    }
+    rc = dt_weights_load(&m, path, err, sizeof err);
+    if (rc == 0 && dt_gpt_alloc_acts(&m, 1, cfg.block_size) != 0) {
+        dt_strf(err, sizeof err, "%s", m.error);
+        rc = -1;
+    }
+    if (rc == 0) rc = generate(&m, &a, err, sizeof err);
+    if (rc != 0) fprintf(stderr, "dtrain sample: %s\n", err);
+    dt_gpt_destroy(&m);
+    return rc != 0;
+}

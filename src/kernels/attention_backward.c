@@ -1,0 +1,166 @@
+/*
+ * Causal self-attention, backward, flash style: no T x T matrix is kept.
+ *   qkv, dqkv [B, T, 3C]; out, dout [B, T, C]; lse [B, NH, T]
+ * Per (batch, head) slice, for each key block and each query block at or
+ * after it, the probabilities are recomputed from the saved log-sum-exp,
+ * P = exp(scale * q.k - lse), and with D = rowsum(dout * out):
+ *   dV += P^T dO,  dP = dO V^T,  dS = P (dP - D) scale,
+ *   dQ += dS K,    dK += dS^T Q.
+ * dK and dV of a key block gather in scratch and are written once; dQ adds
+ * up in dqkv itself. A slice belongs to one thread, so nothing is shared.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "kernels/attention.h"
+#include "kernels/attention_blocks.h"
+#include "kernels/fast_exp.h"
+#include "kernels/threads.h"
+
+typedef struct {
+    float *kt, *vt;     /* [HS, T_padded]: K and V transposed */
+    float *probs, *dS;  /* [ATTN_BLOCK, ATTN_BLOCK] */
+    float *dk, *dv;     /* [ATTN_BLOCK, HS] */
+    float *D;           /* [T_padded]: rowsum(dout * out) */
+} backward_scratch;
+
+static float *backward_scratch_alloc(backward_scratch *s, const attn_dims *d)
+{
+    size_t packed = (size_t)d->HS * d->T_padded, block = ATTN_BLOCK * ATTN_BLOCK;
+    size_t grad = (size_t)ATTN_BLOCK * d->HS;
+    size_t bytes = (2 * packed + 2 * block + 2 * grad + d->T_padded) * sizeof(float);
+    float *base = aligned_alloc(64, bytes);
+    if (!base) return NULL;
+    memset(base, 0, bytes);
+    s->kt = base;
+    s->vt = s->kt + packed;
+    s->probs = s->vt + packed;
+    s->dS = s->probs + block;
+    s->dk = s->dS + block;
+    s->dv = s->dk + grad;
+    s->D = s->dv + grad;
+    return base;
+}
+
+/* scores -> probabilities, zero where the mask hides the key. Whole-width
+ * loops with the hidden entries selected away vectorise without remainders
+ * (the rows are initialised memory beyond bk: the scratch starts zeroed). */
+static void probabilities(float *p, const float *lse, int bq, int bk, int diagonal, float scale)
+{
+    for (int r = 0; r < bq; r++) {
+        float *row = p + r * ATTN_BLOCK;
+        int visible = diagonal ? r + 1 : bk;
+        float row_lse = lse[r];
+#pragma omp simd
+        for (int j = 0; j < ATTN_BLOCK; j++)
+            row[j] = j < visible ? dt_fast_expf(row[j] * scale - row_lse) : 0.0f;
+    }
+}
+
+/* dP (in dS) -> dS = P (dP - D) scale; hidden entries set to zero, not
+ * multiplied: the causal products leave them uncomputed. */
+static void score_grads(float *dS, const float *p, const float *D, int bq, int bk, int diagonal,
+                        float scale)
+{
+    for (int r = 0; r < bq; r++) {
+        float *row = dS + r * ATTN_BLOCK;
+        const float *prow = p + r * ATTN_BLOCK;
+        int visible = diagonal ? r + 1 : bk;
+        float row_D = D[r];
+#pragma omp simd
+        for (int j = 0; j < ATTN_BLOCK; j++)
+            row[j] = j < visible ? prow[j] * (row[j] - row_D) * scale : 0.0f;
+    }
+}
+
+/* One query block against one key block: adds to s->dk, s->dv and dq. */
+static void block_pair(const backward_scratch *s, const attn_dims *d, const float *q,
+                       const float *k, const float *dout, const float *lse, float *dq, int q0,
+                       int k0, int bk)
+{
+    int bq = d->T - q0 < ATTN_BLOCK ? d->T - q0 : ATTN_BLOCK, diagonal = q0 == k0;
+    block_shape by_width = diagonal ? BLOCK_CAUSAL_WIDTH : BLOCK_FULL;
+    block_shape k_from_row = diagonal ? BLOCK_CAUSAL_K_BEGIN : BLOCK_FULL;
+    block_shape k_to_row = diagonal ? BLOCK_CAUSAL_K_END : BLOCK_FULL;
+    const float *q_blk = q + q0 * d->ld, *dout_blk = dout + q0 * d->ld_out;
+    attn_block_gemm(by_width, bq, d->HS, bk, q_blk, d->ld, 1, s->kt + k0, d->T_padded, s->probs,
+                    ATTN_BLOCK, 0);
+    probabilities(s->probs, lse + q0, bq, bk, diagonal, d->scale);
+    attn_block_gemm(k_from_row, bk, bq, d->HS, s->probs, 1, ATTN_BLOCK, dout_blk, d->ld_out,
+                    s->dv, d->HS, 1);
+    attn_block_gemm(by_width, bq, d->HS, bk, dout_blk, d->ld_out, 1, s->vt + k0, d->T_padded,
+                    s->dS, ATTN_BLOCK, 0);
+    score_grads(s->dS, s->probs, s->D + q0, bq, bk, diagonal, d->scale);
+    attn_block_gemm(k_to_row, bq, bk, d->HS, s->dS, ATTN_BLOCK, 1, k + k0 * d->ld, d->ld,
+                    dq + q0 * d->ld, d->ld, 1);
+    attn_block_gemm(k_from_row, bk, bq, d->HS, s->dS, 1, ATTN_BLOCK, q_blk, d->ld, s->dk, d->HS,
+                    1);
+}
+
+static void row_dots(float *D, const float *dout, const float *out, const attn_dims *d)
+{
+    for (int t = 0; t < d->T; t++) {
+        const float *a = dout + t * d->ld_out, *b = out + t * d->ld_out;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < d->HS; j++) sum += a[j] * b[j];
+        D[t] = sum;
+    }
+}
+
+/* q, dq: the slice's first q row in qkv and dqkv (k and v follow at +C,
+ * +2C); dout, out: its first row in those. */
+static void backward_head(const backward_scratch *s, const attn_dims *d, const float *q,
+                          float *dq, const float *dout, const float *out, const float *lse, int C)
+{
+    const float *k = q + C, *v = q + 2 * (size_t)C;
+    float *dk = dq + C, *dv = dq + 2 * (size_t)C;
+    attn_pack_transposed(s->kt, k, d);
+    attn_pack_transposed(s->vt, v, d);
+    row_dots(s->D, dout, out, d);
+    for (int t = 0; t < d->T; t++) memset(dq + t * d->ld, 0, (size_t)d->HS * sizeof(float));
+    for (int k0 = 0; k0 < d->T; k0 += ATTN_BLOCK) {
+        int bk = d->T - k0 < ATTN_BLOCK ? d->T - k0 : ATTN_BLOCK;
+        memset(s->dk, 0, (size_t)bk * d->HS * sizeof(float));
+        memset(s->dv, 0, (size_t)bk * d->HS * sizeof(float));
+        for (int q0 = k0; q0 < d->T; q0 += ATTN_BLOCK)
+            block_pair(s, d, q, k, dout, lse, dq, q0, k0, bk);
+        for (int r = 0; r < bk; r++) {
+            memcpy(dk + (k0 + r) * d->ld, s->dk + (size_t)r * d->HS, (size_t)d->HS * sizeof(float));
+            memcpy(dv + (k0 + r) * d->ld, s->dv + (size_t)r * d->HS, (size_t)d->HS * sizeof(float));
+        }
+    }
+}
+
+void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                           const float *lse, int B, int T, int C, int NH)
+{
+    if (B <= 0 || T <= 0 || NH <= 0 || C <= 0) return;
+    attn_dims d = attn_make_dims(T, C, NH);
+    int nt = dt_kernels_threads(), failed = 0;
+#pragma omp parallel num_threads(nt) reduction(| : failed)
+    {
+        backward_scratch s = {0};
+        float *base = backward_scratch_alloc(&s, &d);
+        failed = base == NULL;
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < B * NH; bh++) {
+            int b = bh / NH, h = bh % NH;
+            size_t qkv_off = (size_t)b * T * d.ld + (size_t)h * d.HS;
+            size_t out_off = (size_t)b * T * d.ld_out + (size_t)h * d.HS;
+            if (!base) {
+                for (int t = 0; t < T; t++)
+                    for (int j = 0; j < d.HS; j++)
+                        for (int part = 0; part < 3; part++)
+                            dqkv[qkv_off + t * d.ld + (size_t)part * C + j] = NAN;
+                continue;
+            }
+            backward_head(&s, &d, qkv + qkv_off, dqkv + qkv_off, dout + out_off, out + out_off,
+                          lse + (size_t)bh * T, C);
+        }
+        free(base);
+    }
+    if (failed) dt_log(DT_LOG_ERROR, "attention backward: out of memory, gradient set to NaN");
+}

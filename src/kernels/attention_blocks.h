@@ -1,0 +1,86 @@
+/*
+ * Pieces shared by the attention forward and backward kernels: the layout
+ * of one (batch, head) slice, the causal block products and the packing.
+ *
+ * Queries and keys are cut into blocks of ATTN_BLOCK at the same offsets,
+ * so a query block sees every earlier key block in full and the key block
+ * at its own offset (the diagonal block) through the causal mask. Inside the
+ * diagonal block, a tile of rows [r0, r0 + R) needs only keys below r0 + R,
+ * which is what the causal block shapes exploit: they skip the tiles that
+ * the mask would zero anyway (40% of the work at T = 256).
+ */
+#ifndef DT_KERNELS_ATTENTION_BLOCKS_H
+#define DT_KERNELS_ATTENTION_BLOCKS_H
+
+#include <math.h>
+#include <stddef.h>
+
+#include "kernels/tile_gemm.h"
+
+#define ATTN_BLOCK 64
+
+/* One (batch, head) slice: q, k, v rows of HS floats, ld apart (3C);
+ * out/dout rows ld_out apart (C). */
+typedef struct {
+    int T, HS;
+    size_t ld, ld_out;
+    int T_padded; /* T rounded up to 16, the row stride of packed K^T, V^T */
+    float scale;  /* 1 / sqrt(HS) */
+} attn_dims;
+
+typedef enum {
+    BLOCK_FULL,
+    BLOCK_CAUSAL_WIDTH,   /* row r needs columns < r + 1 (scores: C columns are keys) */
+    BLOCK_CAUSAL_K_END,   /* row r needs k < r + 1 (k runs over keys; A is zero above) */
+    BLOCK_CAUSAL_K_BEGIN, /* row r needs k >= r (rows are keys, k runs over queries) */
+} block_shape;
+
+/* C[rows, width] (+)= A[rows, K] @ B[K, width], A element (r, k) at
+ * A[r * a_row + k * a_col], B rows b_row apart, C rows c_row apart. With a
+ * causal shape, the entries the shape leaves out are not computed. */
+static inline void attn_block_gemm(block_shape shape, int rows, int K, int width,
+                                   const float *A, size_t a_row, size_t a_col, const float *B,
+                                   size_t b_row, float *C, size_t c_row, int accumulate)
+{
+    for (int r0 = 0; r0 < rows; r0 += DT_TILE_ROWS) {
+        int R = rows - r0 < DT_TILE_ROWS ? rows - r0 : DT_TILE_ROWS;
+        int k_begin = shape == BLOCK_CAUSAL_K_BEGIN ? r0 : 0;
+        int k_end = shape == BLOCK_CAUSAL_K_END && r0 + R < K ? r0 + R : K;
+        int w_end = shape == BLOCK_CAUSAL_WIDTH && r0 + R < width ? r0 + R : width;
+        for (int c0 = 0; c0 < w_end; c0 += DT_TILE_COLS) {
+            int w = w_end - c0 < DT_TILE_COLS ? w_end - c0 : DT_TILE_COLS;
+            dt_tile_gemm_block(R, k_begin, k_end, w, A + r0 * a_row, a_row, a_col, B + c0, b_row,
+                               C + r0 * c_row + c0, c_row, accumulate);
+        }
+    }
+}
+
+/* dst[d * T_padded + t] = src[t * ld + d]: K or V of one head, transposed so
+ * that a block of scores is a product with contiguous rows of B. Sixteen
+ * rows of src at a time: each destination row then gets a whole cache line
+ * per pass, and the sixteen source rows stay in L1 meanwhile. */
+static inline void attn_pack_transposed(float *dst, const float *src, const attn_dims *d)
+{
+    for (int t0 = 0; t0 < d->T; t0 += 16) {
+        int rows = d->T - t0 < 16 ? d->T - t0 : 16;
+        const float *s = src + t0 * d->ld;
+        for (int j = 0; j < d->HS; j++) {
+            float *out = dst + (size_t)j * d->T_padded + t0;
+            for (int i = 0; i < rows; i++) out[i] = s[i * d->ld + j];
+        }
+    }
+}
+
+static inline attn_dims attn_make_dims(int T, int C, int NH)
+{
+    attn_dims d;
+    d.T = T;
+    d.HS = C / NH;
+    d.ld = 3 * (size_t)C;
+    d.ld_out = (size_t)C;
+    d.T_padded = (T + 15) / 16 * 16;
+    d.scale = 1.0f / sqrtf((float)d.HS);
+    return d;
+}
+
+#endif

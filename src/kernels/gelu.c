@@ -1,0 +1,51 @@
+/*
+ * GELU with the tanh approximation, as PyTorch's approximate="tanh":
+ *   gelu(x) = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
+ *   x, out, dout, dx [n]
+ * 0.5 (1 + tanh(u)) equals s = 1 / (1 + e), e = exp(-2u), the logistic
+ * sigmoid of 2u: one exp, and no precision lost where tanh(u) is near -1
+ * (as 1 + tanh(u) loses it). For the gradient, 0.5 (1 - tanh(u)^2) =
+ * 2 s (1 - s) = 2 e s^2, again without the cancellation of 1 - s near 1:
+ *   gelu'(x) = s + 2 x e s^2 du/dx.
+ */
+#include "kernels/gelu.h"
+
+#include "kernels/fast_exp.h"
+#include "kernels/threads.h"
+
+#define SQRT_2_OVER_PI 0.7978845608028654f
+#define GELU_CUBIC 0.044715f
+#define PARALLEL_MIN_ELEMS (1 << 14)
+
+static inline float half_one_plus_tanh(float u) { return 1.0f / (1.0f + dt_fast_expf(-2.0f * u)); }
+
+/* e stays finite (e s^2 would be inf * 0 for very negative x); the
+ * clamped s, about 1e-35, is then as good as 0 there */
+#define MAX_EXP_ARG 80.0f
+
+void dt_gelu_forward(float *out, const float *x, size_t n)
+{
+    int nt = n >= PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;
+#pragma omp parallel for simd schedule(static) num_threads(nt)
+    for (size_t i = 0; i < n; i++) {
+        float xi = x[i];
+        float u = SQRT_2_OVER_PI * (xi + GELU_CUBIC * xi * xi * xi);
+        out[i] = xi * half_one_plus_tanh(u);
+    }
+}
+
+void dt_gelu_backward(float *dx, const float *x, const float *dout, size_t n)
+{
+    int nt = n >= PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;
+#pragma omp parallel for simd schedule(static) num_threads(nt)
+    for (size_t i = 0; i < n; i++) {
+        float xi = x[i];
+        float u = SQRT_2_OVER_PI * (xi + GELU_CUBIC * xi * xi * xi);
+        float du_dx = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_CUBIC * xi * xi);
+        float minus_2u = -2.0f * u;
+        float e = dt_fast_expf(minus_2u < MAX_EXP_ARG ? minus_2u : MAX_EXP_ARG);
+        float s = 1.0f / (1.0f + e);
+        float grad = s + 2.0f * xi * (e * s * s) * du_dx;
+        dx[i] = dout[i] * grad;
+    }
+}

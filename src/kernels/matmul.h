@@ -1,0 +1,19 @@
+/* Matrix products through oneDNN, in fp32 or in bf16 with fp32 accumulation.
+ * Every matrix is row-major fp32 in memory; bf16 is a compute precision. */
+#ifndef DT_KERNELS_MATMUL_H
+#define DT_KERNELS_MATMUL_H
+
+typedef enum { DT_PREC_F32 = 0, DT_PREC_BF16 = 1 } dt_precision;
+
+/* C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C.
+ * op(X) is X, or X transposed when transX is set: A is stored [M,K] (lda >= K)
+ * or, transposed, [K,M] (lda >= M); likewise B [K,N] or [N,K].
+ * With DT_PREC_BF16 the inputs are rounded to bf16 and the products are
+ * accumulated in fp32 (PyTorch's bf16 autocast rounds the same inputs).
+ * beta is 0 or 1 (overwrite or accumulate). M, N or K may be 0.
+ * Returns 0, or -1 with a message from dt_matmul_error(). */
+int dt_matmul(dt_precision prec, int transA, int transB, int M, int N, int K, float alpha,
+              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+const char *dt_matmul_error(void);
+
+#endif

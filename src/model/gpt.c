@@ -1,0 +1,430 @@
+/* GPT-2 layout, initialisation, forward and backward. See gpt.h. */
+#include "model/gpt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/str.h"
+#include "kernels/attention.h"
+#include "kernels/crossentropy.h"
+#include "kernels/embedding.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/linear.h"
+
+#define LN_EPS 1e-5f
+/* Tensors start on 64-byte boundaries so that every kernel sees aligned rows. */
+#define TENSOR_ALIGN_FLOATS 16
+
+enum { LAYER_TENSORS = 12 };
+
+static const char *const layer_tensor_names[LAYER_TENSORS] = {
+    "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
+    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
+    "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias",
+};
+
+int dt_gpt_config_check(const dt_gpt_config *cfg, char *err, size_t errlen)
+{
+    const struct { const char *name; int v; } dims[] = {
+        {"n_layer", cfg->n_layer},       {"n_head", cfg->n_head},
+        {"n_embd", cfg->n_embd},         {"vocab_size", cfg->vocab_size},
+        {"block_size", cfg->block_size},
+    };
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        if (dims[i].v <= 0) {
+            dt_strf(err, errlen, "model: %s must be positive (got %d)", dims[i].name, dims[i].v);
+            return -1;
+        }
+    }
+    if (cfg->n_embd % cfg->n_head != 0) {
+        dt_strf(err, errlen, "model: n_embd (%d) must be divisible by n_head (%d)", cfg->n_embd,
+                cfg->n_head);
+        return -1;
+    }
+    /* Row offsets are ints in the kernels: keep every activation indexable. */
+    if ((double)cfg->n_embd * 4 * cfg->block_size > 2e9 || (double)cfg->vocab_size * cfg->n_embd > 2e9) {
+        dt_strf(err, errlen, "model: n_embd %d with block_size %d / vocab_size %d is too large",
+                cfg->n_embd, cfg->block_size, cfg->vocab_size);
+        return -1;
+    }
+    return 0;
+}
+
+size_t dt_gpt_param_count(const dt_gpt_config *cfg)
+{
+    size_t V = (size_t)cfg->vocab_size, T = (size_t)cfg->block_size, C = (size_t)cfg->n_embd;
+    return V * C + T * C + (size_t)cfg->n_layer * (12 * C * C + 13 * C) + 2 * C;
+}
+
+double dt_gpt_flops_per_token(const dt_gpt_config *cfg, int T)
+{
+    return 6.0 * (double)dt_gpt_param_count(cfg) + 6.0 * cfg->n_layer * (double)T * cfg->n_embd;
+}
+
+/* ---- layout ------------------------------------------------------------- */
+
+static void add_tensor(dt_gpt *m, size_t *cursor, const char *name, int d0, int d1)
+{
+    dt_param_tensor *t = &m->tensors[m->n_tensors++];
+    dt_strf(t->name, sizeof t->name, "%s", name);
+    t->offset = *cursor;
+    t->ndim = d1 > 0 ? 2 : 1;
+    t->shape[0] = d0;
+    t->shape[1] = d1 > 0 ? d1 : 0;
+    t->numel = (size_t)d0 * (size_t)(d1 > 0 ? d1 : 1);
+    t->decay = t->ndim >= 2;
+    m->n_params += t->numel;
+    *cursor += (t->numel + TENSOR_ALIGN_FLOATS - 1) / TENSOR_ALIGN_FLOATS * TENSOR_ALIGN_FLOATS;
+}
+
+static void build_layout(dt_gpt *m)
+{
+    const int C = m->cfg.n_embd;
+    const int shapes[LAYER_TENSORS][2] = {
+        {C, 0}, {C, 0}, {C, 3 * C}, {3 * C, 0}, {C, C},     {C, 0},
+        {C, 0}, {C, 0}, {C, 4 * C}, {4 * C, 0}, {4 * C, C}, {C, 0},
+    };
+    size_t cursor = 0;
+    char name[48];
+    add_tensor(m, &cursor, "wte.weight", m->cfg.vocab_size, C);
+    add_tensor(m, &cursor, "wpe.weight", m->cfg.block_size, C);
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        for (int i = 0; i < LAYER_TENSORS; i++) {
+            dt_strf(name, sizeof name, "h.%d.%s", l, layer_tensor_names[i]);
+            add_tensor(m, &cursor, name, shapes[i][0], shapes[i][1]);
+        }
+    }
+    add_tensor(m, &cursor, "ln_f.weight", C, 0);
+    add_tensor(m, &cursor, "ln_f.bias", C, 0);
+    m->n_floats = cursor;
+}
+
+int dt_gpt_create(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec, char *err,
+                  size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    if (dt_gpt_config_check(cfg, err, errlen) != 0) return -1;
+    m->cfg = *cfg;
+    m->prec = prec;
+    m->tensors = calloc((size_t)(2 + LAYER_TENSORS * cfg->n_layer + 2), sizeof *m->tensors);
+    if (!m->tensors) {
+        dt_strf(err, errlen, "model: out of memory for the tensor table");
+        return -1;
+    }
+    build_layout(m);
+    m->params = dt_alloc(m->n_floats * sizeof(float), DT_MEM_PARAMS);
+    if (!m->params) {
+        dt_strf(err, errlen, "model: cannot allocate %zu parameters (%.1f MiB)", m->n_params,
+                (double)m->n_floats * 4 / 1048576.0);
+        dt_gpt_destroy(m);
+        return -1;
+    }
+    return 0;
+}
+
+void dt_gpt_destroy(dt_gpt *m)
+{
+    free(m->tensors);
+    dt_free(m->params);
+    dt_free(m->grads);
+    dt_free(m->acts_mem);
+    free(m->layer_acts);
+    memset(m, 0, sizeof *m);
+}
+
+int dt_gpt_alloc_grads(dt_gpt *m)
+{
+    if (m->grads) return 0;
+    m->grads = dt_alloc(m->n_floats * sizeof(float), DT_MEM_GRADS);
+    if (!m->grads) {
+        dt_strf(m->error, sizeof m->error, "model: cannot allocate gradients (%.1f MiB)",
+                (double)m->n_floats * 4 / 1048576.0);
+        return -1;
+    }
+    return 0;
+}
+
+const dt_param_tensor *dt_gpt_find(const dt_gpt *m, const char *name)
+{
+    for (int i = 0; i < m->n_tensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
+    return NULL;
+}
+
+dt_gpt_layer dt_gpt_layer_view(const dt_gpt *m, float *flat, int layer)
+{
+    const dt_param_tensor *t = &m->tensors[2 + LAYER_TENSORS * layer];
+    dt_gpt_layer v = {
+        flat + t[0].offset, flat + t[1].offset, flat + t[2].offset,  flat + t[3].offset,
+        flat + t[4].offset, flat + t[5].offset, flat + t[6].offset,  flat + t[7].offset,
+        flat + t[8].offset, flat + t[9].offset, flat + t[10].offset, flat + t[11].offset,
+    };
+    return v;
+}
+
+static float *tensor_ptr(const dt_gpt *m, float *flat, int index)
+{
+    return flat + m->tensors[index].offset;
+}
+#define WTE(m, flat) tensor_ptr(m, flat, 0)
+#define WPE(m, flat) tensor_ptr(m, flat, 1)
+#define LNF_W(m, flat) tensor_ptr(m, flat, (m)->n_tensors - 2)
+#define LNF_B(m, flat) tensor_ptr(m, flat, (m)->n_tensors - 1)
+
+/* ---- activations -------------------------------------------------------- */
+
+/* Carves the arena: called once to measure (base NULL), once to assign. */
+static size_t carve_acts(dt_gpt *m, float *base, int B, int T)
+{
+    const size_t N = (size_t)B * T, C = (size_t)m->cfg.n_embd, V = (size_t)m->cfg.vocab_size;
+    const size_t NH = (size_t)m->cfg.n_head;
+    size_t used = 0;
+#define TAKE(ptr, n)                                                                   \
+    do {                                                                               \
+        if (base) (ptr) = base + used;                                                 \
+        used += ((size_t)(n) + TENSOR_ALIGN_FLOATS - 1) / TENSOR_ALIGN_FLOATS * TENSOR_ALIGN_FLOATS; \
+    } while (0)
+    TAKE(m->encoded, N * C);
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        dt_gpt_layer_acts *a = base ? &m->layer_acts[l] : &(dt_gpt_layer_acts){0};
+        TAKE(a->ln1, N * C);
+        TAKE(a->ln1_mean, N);
+        TAKE(a->ln1_rstd, N);
+        TAKE(a->qkv, N * 3 * C);
+        TAKE(a->att, N * C);
+        TAKE(a->lse, NH * N);
+        TAKE(a->res2, N * C);
+        TAKE(a->ln2, N * C);
+        TAKE(a->ln2_mean, N);
+        TAKE(a->ln2_rstd, N);
+        TAKE(a->fc, N * 4 * C);
+        TAKE(a->fc_gelu, N * 4 * C);
+        TAKE(a->res3, N * C);
+    }
+    TAKE(m->lnf, N * C);
+    TAKE(m->lnf_mean, N);
+    TAKE(m->lnf_rstd, N);
+    TAKE(m->logits, N * V);
+    TAKE(m->losses, N);
+    TAKE(m->d_res, N * C);
+    TAKE(m->d_c, N * C);
+    TAKE(m->d_qkv, N * 3 * C);
+    TAKE(m->d_fc, N * 4 * C);
+#undef TAKE
+    return used;
+}
+
+int dt_gpt_alloc_acts(dt_gpt *m, int B, int T)
+{
+    if (B <= 0 || T <= 0 || T > m->cfg.block_size) {
+        dt_strf(m->error, sizeof m->error,
+                "model: micro-batch %d x %d does not fit (block_size %d)", B, T,
+                m->cfg.block_size);
+        return -1;
+    }
+    if (m->acts_mem && m->B == B && m->T == T) return 0;
+    dt_free(m->acts_mem);
+    free(m->layer_acts);
+    m->layer_acts = calloc((size_t)m->cfg.n_layer, sizeof *m->layer_acts);
+    size_t n = carve_acts(m, NULL, B, T);
+    m->acts_mem = dt_alloc(n * sizeof(float), DT_MEM_ACTS);
+    if (!m->layer_acts || !m->acts_mem) {
+        dt_strf(m->error, sizeof m->error, "model: cannot allocate activations (%.1f MiB)",
+                (double)n * 4 / 1048576.0);
+        return -1;
+    }
+    carve_acts(m, m->acts_mem, B, T);
+    m->acts_floats = n;
+    m->B = B;
+    m->T = T;
+    return 0;
+}
+
+/* ---- initialisation ------------------------------------------------------ */
+
+static uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Standard normal by Box-Muller on 53-bit uniforms. */
+static double normal01(uint64_t *state)
+{
+    double u1 = ((double)(splitmix64(state) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    double u2 = (double)(splitmix64(state) >> 11) * (1.0 / 9007199254740992.0);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+void dt_gpt_init_weights(dt_gpt *m, uint64_t seed)
+{
+    const double residual_std = 0.02 / sqrt(2.0 * m->cfg.n_layer);
+    memset(m->params, 0, m->n_floats * sizeof(float));
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dt_param_tensor *t = &m->tensors[i];
+        float *p = m->params + t->offset;
+        /* A stream per tensor: a tensor's values do not depend on the layout before it. */
+        uint64_t state = seed * 0x9E3779B97F4A7C15ull + (uint64_t)i * 0xD1B54A32D192ED03ull;
+        if (t->ndim == 1) {
+            float v = (strstr(t->name, "ln_") && ends_with(t->name, ".weight")) ? 1.0f : 0.0f;
+            for (size_t k = 0; k < t->numel; k++) p[k] = v;
+            continue;
+        }
+        double std = ends_with(t->name, "c_proj.weight") ? residual_std : 0.02;
+        for (size_t k = 0; k < t->numel; k++) p[k] = (float)(std * normal01(&state));
+    }
+}
+
+/* ---- forward ------------------------------------------------------------ */
+
+static void add_into(float *dst, const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dst[i] = a[i] + b[i];
+}
+
+static int fail_matmul(dt_gpt *m, const char *where)
+{
+    dt_strf(m->error, sizeof m->error, "model: %s: %s", where, dt_matmul_error());
+    return -1;
+}
+
+static int layer_forward(dt_gpt *m, int l, const float *x, int b, int t)
+{
+    const int C = m->cfg.n_embd, N = b * t;
+    dt_gpt_layer w = dt_gpt_layer_view(m, m->params, l);
+    dt_gpt_layer_acts *a = &m->layer_acts[l];
+
+    dt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1_w, w.ln1_b, LN_EPS, N, C);
+    if (dt_linear_forward(m->prec, a->qkv, a->ln1, w.qkv_w, w.qkv_b, N, C, 3 * C))
+        return fail_matmul(m, "attn.c_attn");
+    dt_attention_forward(a->att, a->lse, a->qkv, b, t, C, m->cfg.n_head);
+    if (dt_linear_forward(m->prec, a->res2, a->att, w.proj_w, w.proj_b, N, C, C))
+        return fail_matmul(m, "attn.c_proj");
+    add_into(a->res2, a->res2, x, (size_t)N * C);
+
+    dt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2_w, w.ln2_b, LN_EPS, N,
+                         C);
+    if (dt_linear_forward(m->prec, a->fc, a->ln2, w.fc_w, w.fc_b, N, C, 4 * C))
+        return fail_matmul(m, "mlp.c_fc");
+    dt_gelu_forward(a->fc_gelu, a->fc, (size_t)N * 4 * C);
+    if (dt_linear_forward(m->prec, a->res3, a->fc_gelu, w.fcp_w, w.fcp_b, N, 4 * C, C))
+        return fail_matmul(m, "mlp.c_proj");
+    add_into(a->res3, a->res3, a->res2, (size_t)N * C);
+    return 0;
+}
+
+static int check_tokens(dt_gpt *m, const int32_t *tokens, size_t n, const char *what)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size) {
+            dt_strf(m->error, sizeof m->error,
+                    "model: %s %d at position %zu is outside the vocabulary [0, %d)", what,
+                    tokens[i], i, m->cfg.vocab_size);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+double dt_gpt_forward(dt_gpt *m, const int32_t *tokens, const int32_t *targets, int b, int t)
+{
+    const int C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer, N = b * t;
+    if (!m->acts_mem || b <= 0 || t <= 0 || b > m->B || t > m->T) {
+        dt_strf(m->error, sizeof m->error, "model: forward of %d x %d exceeds the %d x %d arena",
+                b, t, m->B, m->T);
+        return -1;
+    }
+    if (check_tokens(m, tokens, (size_t)N, "token") ||
+        (targets && check_tokens(m, targets, (size_t)N, "target")))
+        return -1;
+    dt_embedding_forward(m->encoded, tokens, WTE(m, m->params), WPE(m, m->params), b, t, C);
+    const float *x = m->encoded;
+    for (int l = 0; l < L; l++) {
+        if (layer_forward(m, l, x, b, t)) return -1;
+        x = m->layer_acts[l].res3;
+    }
+    dt_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, LNF_W(m, m->params),
+                         LNF_B(m, m->params), LN_EPS, N, C);
+    /* logits = lnf @ wte^T: the output head is tied to the token embedding. */
+    if (dt_matmul(m->prec, 0, 1, N, V, C, 1.0f, m->lnf, C, WTE(m, m->params), C, 0.0f,
+                  m->logits, V))
+        return fail_matmul(m, "lm_head");
+    m->targets = targets;
+    if (!targets) return 0;
+    double sum = dt_crossentropy(NULL, m->losses, m->logits, targets, N, V, 0.0f);
+    return sum / N;
+}
+
+/* ---- backward ----------------------------------------------------------- */
+
+static int layer_backward(dt_gpt *m, int l, const float *x, int b, int t)
+{
+    const int C = m->cfg.n_embd, N = b * t;
+    dt_gpt_layer w = dt_gpt_layer_view(m, m->params, l);
+    dt_gpt_layer g = dt_gpt_layer_view(m, m->grads, l);
+    dt_gpt_layer_acts *a = &m->layer_acts[l];
+
+    /* m->d_res holds d(res3); the MLP branch first. */
+    if (dt_linear_backward(m->prec, m->d_fc, 0, g.fcp_w, g.fcp_b, m->d_res, a->fc_gelu, w.fcp_w,
+                           N, 4 * C, C))
+        return fail_matmul(m, "mlp.c_proj backward");
+    dt_gelu_backward(m->d_fc, a->fc, m->d_fc, (size_t)N * 4 * C);
+    if (dt_linear_backward(m->prec, m->d_c, 0, g.fc_w, g.fc_b, m->d_fc, a->ln2, w.fc_w, N, C,
+                           4 * C))
+        return fail_matmul(m, "mlp.c_fc backward");
+    dt_layernorm_backward(m->d_res, g.ln2_w, g.ln2_b, m->d_c, a->res2, w.ln2_w, a->ln2_mean,
+                          a->ln2_rstd, N, C);
+
+    /* m->d_res now holds d(res2); the attention branch. */
+    if (dt_linear_backward(m->prec, m->d_c, 0, g.proj_w, g.proj_b, m->d_res, a->att, w.proj_w, N,
+                           C, C))
+        return fail_matmul(m, "attn.c_proj backward");
+    dt_attention_backward(m->d_qkv, m->d_c, a->qkv, a->att, a->lse, b, t, C, m->cfg.n_head);
+    if (dt_linear_backward(m->prec, m->d_c, 0, g.qkv_w, g.qkv_b, m->d_qkv, a->ln1, w.qkv_w, N, C,
+                           3 * C))
+        return fail_matmul(m, "attn.c_attn backward");
+    dt_layernorm_backward(m->d_res, g.ln1_w, g.ln1_b, m->d_c, x, w.ln1_w, a->ln1_mean,
+                          a->ln1_rstd, N, C);
+    return 0;
+}
+
+int dt_gpt_backward(dt_gpt *m, const int32_t *tokens, int b, int t, float grad_scale)
+{
+    const int C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer, N = b * t;
+    if (!m->grads || !m->targets) {
+        dt_strf(m->error, sizeof m->error,
+                "model: backward needs gradients and a forward with targets");
+        return -1;
+    }
+    /* The logits buffer becomes d(logits), in place. */
+    dt_crossentropy(m->logits, m->losses, m->logits, m->targets, N, V, grad_scale);
+    float *lnf_in = L > 0 ? m->layer_acts[L - 1].res3 : m->encoded;
+    /* dlnf = dlogits @ wte; dwte += dlogits^T @ lnf. */
+    if (dt_matmul(m->prec, 0, 0, N, C, V, 1.0f, m->logits, V, WTE(m, m->params), C, 0.0f, m->d_c,
+                  C) ||
+        dt_matmul(m->prec, 1, 0, V, C, N, 1.0f, m->logits, V, m->lnf, C, 1.0f,
+                  WTE(m, m->grads), C))
+        return fail_matmul(m, "lm_head backward");
+    memset(m->d_res, 0, (size_t)N * C * sizeof(float));
+    dt_layernorm_backward(m->d_res, LNF_W(m, m->grads), LNF_B(m, m->grads), m->d_c, lnf_in,
+                          LNF_W(m, m->params), m->lnf_mean, m->lnf_rstd, N, C);
+    for (int l = L - 1; l >= 0; l--) {
+        const float *x = l > 0 ? m->layer_acts[l - 1].res3 : m->encoded;
+        if (layer_backward(m, l, x, b, t)) return -1;
+    }
+    dt_embedding_backward(WTE(m, m->grads), WPE(m, m->grads), m->d_res, tokens, b, t, C);
+    m->targets = NULL;
+    return 0;
+}

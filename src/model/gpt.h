@@ -1,0 +1,118 @@
+/* GPT-2: configuration, the flat parameter layout, and forward/backward of a
+ * micro-batch on the CPU kernels.
+ *
+ * Parameters live in one flat buffer, ordered layer-major in forward order
+ * (wte, wpe, h.0.*, ..., h.{L-1}.*, ln_f.*), each tensor starting on a
+ * 64-byte boundary. Gradients use the same layout, so a gradient bucket, a
+ * ZeRO shard, a pipeline stage or a checkpoint shard is a contiguous range.
+ * Shapes and names are Hugging Face GPT-2's (linear weights [in, out]). */
+#ifndef DT_MODEL_GPT_H
+#define DT_MODEL_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/matmul.h"
+
+typedef struct {
+    int n_layer;
+    int n_head;
+    int n_embd;
+    int vocab_size;
+    int block_size; /* the longest sequence: rows of wpe */
+} dt_gpt_config;
+
+/* One named tensor of the flat layout. */
+typedef struct {
+    char name[48]; /* Hugging Face name without the "transformer." prefix */
+    size_t offset; /* in floats, from the start of the flat buffer */
+    size_t numel;
+    int ndim;
+    int shape[2];
+    int decay; /* weight decay applies (tensors of two or more dimensions) */
+} dt_param_tensor;
+
+/* Pointers to one layer's tensors inside a flat buffer (parameters or
+ * gradients: the layout is the same). */
+typedef struct {
+    float *ln1_w, *ln1_b;   /* [C] */
+    float *qkv_w, *qkv_b;   /* [C, 3C], [3C] */
+    float *proj_w, *proj_b; /* [C, C], [C] */
+    float *ln2_w, *ln2_b;   /* [C] */
+    float *fc_w, *fc_b;     /* [C, 4C], [4C] */
+    float *fcp_w, *fcp_b;   /* [4C, C], [C] */
+} dt_gpt_layer;
+
+/* Activations of one layer for one micro-batch, kept for backward. */
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd; /* [N, C], [N], [N] */
+    float *qkv;                       /* [N, 3C] */
+    float *att, *lse;                 /* [N, C], [B, NH, T] */
+    float *res2;                      /* [N, C]: residual after attention */
+    float *ln2, *ln2_mean, *ln2_rstd; /* [N, C], [N], [N] */
+    float *fc, *fc_gelu;              /* [N, 4C] each */
+    float *res3;                      /* [N, C]: the layer's output */
+} dt_gpt_layer_acts;
+
+typedef struct {
+    dt_gpt_config cfg;
+    dt_precision prec; /* of the matrix products */
+
+    int n_tensors;
+    dt_param_tensor *tensors;
+    size_t n_params;  /* real parameters, without alignment padding */
+    size_t n_floats;  /* length of the flat buffers, padding included */
+    float *params;
+    float *grads;     /* NULL until dt_gpt_alloc_grads */
+
+    /* Activations, sized for B x T once (dt_gpt_alloc_acts). */
+    int B, T;
+    float *acts_mem;
+    size_t acts_floats;
+    float *encoded;               /* [N, C] */
+    dt_gpt_layer_acts *layer_acts; /* [L] */
+    float *lnf, *lnf_mean, *lnf_rstd; /* [N, C], [N], [N] */
+    float *logits;                /* [N, V]; holds its own gradient after backward */
+    float *losses;                /* [N] */
+    /* Backward scratch, shared by all layers. */
+    float *d_res, *d_c, *d_qkv, *d_fc; /* [N,C], [N,C], [N,3C], [N,4C] */
+
+    const int32_t *targets; /* of the last forward with targets */
+    char error[256];
+} dt_gpt;
+
+/* Checks a configuration; returns 0 or -1 with a message naming the field. */
+int dt_gpt_config_check(const dt_gpt_config *cfg, char *err, size_t errlen);
+/* Number of parameters by the closed formula V C + T C + L (12 C^2 + 13 C) + 2 C. */
+size_t dt_gpt_param_count(const dt_gpt_config *cfg);
+
+/* Builds the layout and allocates the parameters (zeroed). 0 or -1. */
+int dt_gpt_create(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec, char *err,
+                  size_t errlen);
+void dt_gpt_destroy(dt_gpt *m);
+int dt_gpt_alloc_grads(dt_gpt *m);
+/* Activations for micro-batches of B sequences of length T <= block_size. */
+int dt_gpt_alloc_acts(dt_gpt *m, int B, int T);
+
+/* GPT-2 initialisation: N(0, 0.02) weights, residual projections scaled by
+ * 1/sqrt(2 L), zero biases, unit LayerNorm weights; deterministic in seed. */
+void dt_gpt_init_weights(dt_gpt *m, uint64_t seed);
+
+const dt_param_tensor *dt_gpt_find(const dt_gpt *m, const char *name);
+dt_gpt_layer dt_gpt_layer_view(const dt_gpt *m, float *flat, int layer);
+
+/* Forward of a micro-batch of b <= B sequences of t <= T tokens. With
+ * targets, the per-token losses are computed and the mean is returned;
+ * without, logits are left in m->logits ([b*t, V]) and 0 is returned.
+ * Returns a negative value on failure (message in m->error). */
+double dt_gpt_forward(dt_gpt *m, const int32_t *tokens, const int32_t *targets, int b, int t);
+/* Backward of the last forward (which had targets), accumulating into
+ * m->grads; each token's loss counts with weight grad_scale (1/(tokens in
+ * the global batch) for a mean). 0 or -1. */
+int dt_gpt_backward(dt_gpt *m, const int32_t *tokens, int b, int t, float grad_scale);
+
+/* FLOPs of a training step per token, llm.c's convention: 6 N for the
+ * matrix products plus 6 L T C for attention (causal masking not counted). */
+double dt_gpt_flops_per_token(const dt_gpt_config *cfg, int T);
+
+#endif

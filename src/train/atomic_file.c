@@ -1,0 +1,146 @@
+#include "train/atomic_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/str.h"
+
+/* Threads of one process may write the same path (a rank per thread), so
+ * the pid alone does not make the temporary name unique. */
+static atomic_uint tmp_counter;
+
+int dt_afile_open(dt_afile *a, const char *path, char *err, size_t errlen)
+{
+    a->fd = -1;
+    if (strlen(path) >= sizeof a->path) {
+        dt_strf(err, errlen, "%.64s...: path too long", path);
+        return -1;
+    }
+    memcpy(a->path, path, strlen(path) + 1);
+    unsigned n = atomic_fetch_add(&tmp_counter, 1);
+    dt_strf(a->tmp, sizeof a->tmp, "%s.tmp.%ld.%u", path, (long)getpid(), n);
+    a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (a->fd < 0) {
+        dt_strf(err, errlen, "%s: cannot create: %s", a->tmp, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static int write_all(int fd, const char *p, size_t n, uint64_t off, int positioned)
+{
+    while (n) {
+        size_t chunk = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
+        ssize_t w = positioned ? pwrite(fd, p, chunk, (off_t)off) : write(fd, p, chunk);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
+}
+
+int dt_afile_write(dt_afile *a, const void *p, size_t n, char *err, size_t errlen)
+{
+    if (write_all(a->fd, p, n, 0, 0) == 0) return 0;
+    dt_strf(err, errlen, "%s: write failed: %s", a->tmp, strerror(errno));
+    dt_afile_abort(a);
+    return -1;
+}
+
+int dt_afile_pwrite(dt_afile *a, uint64_t off, const void *p, size_t n, char *err,
+                    size_t errlen)
+{
+    if (write_all(a->fd, p, n, off, 1) == 0) return 0;
+    dt_strf(err, errlen, "%s: write failed: %s", a->tmp, strerror(errno));
+    dt_afile_abort(a);
+    return -1;
+}
+
+/* The rename is only durable once the directory entry is on disk. */
+static int fsync_parent(const char *path)
+{
+    char dir[DT_PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (!slash) {
+        memcpy(dir, ".", 2);
+    } else if (slash == path) {
+        memcpy(dir, "/", 2);
+    } else {
+        memcpy(dir, path, (size_t)(slash - path));
+        dir[slash - path] = '\0';
+    }
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+int dt_afile_commit(dt_afile *a, char *err, size_t errlen)
+{
+    if (fsync(a->fd) != 0) {
+        dt_strf(err, errlen, "%s: fsync failed: %s", a->tmp, strerror(errno));
+        dt_afile_abort(a);
+        return -1;
+    }
+    int rc = close(a->fd);
+    a->fd = -1;
+    if (rc != 0) {
+        dt_strf(err, errlen, "%s: close failed: %s", a->tmp, strerror(errno));
+        unlink(a->tmp);
+        return -1;
+    }
+    if (rename(a->tmp, a->path) != 0) {
+        dt_strf(err, errlen, "%s: cannot rename to %s: %s", a->tmp, a->path, strerror(errno));
+        unlink(a->tmp);
+        return -1;
+    }
+    if (fsync_parent(a->path) != 0) {
+        dt_strf(err, errlen, "%s: cannot flush its directory: %s", a->path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+void dt_afile_abort(dt_afile *a)
+{
+    if (a->fd < 0) return;
+    close(a->fd);
+    a->fd = -1;
+    unlink(a->tmp);
+}
+
+int dt_mkdir_p(const char *dir, char *err, size_t errlen)
+{
+    char buf[DT_PATH_MAX];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof buf) {
+        dt_strf(err, errlen, "'%.64s': not a usable directory name", dir);
+        return -1;
+    }
+    memcpy(buf, dir, n + 1);
+    /* Each prefix that ends at a '/', then the whole path. */
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0') continue;
+        char saved = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
+            dt_strf(err, errlen, "%s: cannot create directory: %s", buf, strerror(errno));
+            return -1;
+        }
+        buf[i] = saved;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        dt_strf(err, errlen, "%s: not a directory", dir);
+        return -1;
+    }
+    return 0;
+}

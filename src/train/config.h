@@ -1,0 +1,132 @@
+/* Training configuration: one struct, filled in layers where a later one
+ * wins: defaults (dt_config_defaults), a model preset, a JSON file
+ * (--config, DeepSpeed's keys plus dtrain's own), then command-line flags;
+ * dt_config_validate then checks it and fills the inferred values.
+ *
+ * Typical use:
+ *     dt_train_config c;
+ *     char err[512];
+ *     dt_config_defaults(&c);
+ *     int rc = dt_config_parse_args(&c, argc, argv, err, sizeof err);
+ *     if (rc == 1) return 0;                      // --help was printed
+ *     if (rc || dt_config_validate(&c, dp_size, err, sizeof err)) { report err }
+ *
+ * One table in config.c describes every option (flag spelling, JSON key,
+ * type, range, help), so flags, JSON keys and --help cannot drift apart.
+ * Presets: tiny (the default), gpt2, gpt2-medium, gpt2-large, gpt2-xl, bench.
+ * A preset sets the model sizes that were not given explicitly, wherever
+ * they were given (JSON or flags), so "--n-layer 2 --model gpt2" and
+ * "--model gpt2 --n-layer 2" mean the same. */
+#ifndef DT_TRAIN_CONFIG_H
+#define DT_TRAIN_CONFIG_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#define DT_CONFIG_PATH 4096
+/* Upper bound on the options of the table in config.c (checked there). */
+#define DT_CONFIG_MAX_OPTIONS 96
+
+typedef struct dt_train_config {
+    /* Model. vocab_size 0: taken from --init or the data (256 for text). */
+    char model[32]; /* preset name, or "" for sizes given one by one */
+    int n_layer, n_head, n_embd, vocab_size, block_size;
+
+    /* Files; "" means unset. */
+    char data[DT_CONFIG_PATH], val_data[DT_CONFIG_PATH], init[DT_CONFIG_PATH];
+    char out_dir[DT_CONFIG_PATH];    /* checkpoints go here; "" = none */
+    char save_final[DT_CONFIG_PATH]; /* safetensors file written at the end */
+    char log_json[DT_CONFIG_PATH];   /* one JSON object per step; "-" = stdout */
+    char resume[DT_CONFIG_PATH];     /* checkpoint dir; "" with resume_flag = latest in out_dir */
+    double val_fraction; /* tail of data held out for validation when no val_data */
+
+    /* Batch. train_batch_size = batch_size x grad_accum x data-parallel size
+     * (DeepSpeed's rule); dt_config_validate infers the one not given. */
+    int batch_size;        /* sequences per rank per micro-batch */
+    int seq_len;           /* tokens per sequence; 0 = block_size (validate fills it) */
+    int grad_accum;        /* micro-batches per optimizer step */
+    long train_batch_size; /* global sequences per optimizer step; 0 = inferred */
+
+    /* Optimization; see dt_config_lr_at for the schedule. */
+    long steps; /* optimizer steps */
+    double lr, min_lr;
+    double min_lr_ratio; /* when given, validate sets min_lr = min_lr_ratio x lr */
+    char lr_schedule[16]; /* constant | cosine | linear */
+    long warmup_steps;
+    char optimizer[8]; /* adamw | adam | sgd */
+    double beta1, beta2, eps, weight_decay, momentum;
+    double grad_clip; /* max global gradient norm; 0 = no clipping */
+
+    /* Run. */
+    unsigned long long seed;
+    int shuffle;
+    int threads;  /* compute threads per rank; 0 = all online cores */
+    char dtype[8]; /* fp32 | bf16 */
+    long eval_every;   /* steps between evaluations; 0 = only at the end */
+    long eval_batches; /* batches per evaluation; 0 = no evaluation */
+    long save_every;   /* steps between checkpoints; 0 = only at the end (with out_dir) */
+    long keep_last;    /* checkpoints kept in out_dir */
+    long print_every;  /* steps between log lines */
+    int zero_stage;    /* zero_optimization.stage, 0-3; kept for the ZeRO strategies */
+    int resume_flag;   /* --resume was given (with or without a directory) */
+
+    /* Internal: given[i] = option i of the table was set explicitly, so that
+     * a preset does not undo an explicit size and validate knows which batch
+     * number to infer. Zeroed by dt_config_defaults. */
+    unsigned char given[DT_CONFIG_MAX_OPTIONS];
+} dt_train_config;
+
+/* The defaults: model tiny (L4 H4 C128 T128), batch 8, seq_len = block,
+ * accum 1, 200 steps, AdamW (PyTorch defaults, wd 0.01) at lr 1e-3 with a
+ * cosine schedule to 0 and no warmup, clip 1.0, seed 1337, fp32. */
+void dt_config_defaults(dt_train_config *c);
+
+/* Applies the flags of argv[1..argc-1] (argv[0], the program or subcommand
+ * name, is skipped). Flags are "--name value" or "--name=value". Every
+ * --config FILE is loaded first, in order, wherever it appears; then the
+ * other flags in order. c must hold defaults or an earlier state.
+ * Returns 0, -1 with a message naming the flag, or 1 when --help (-h) was
+ * given: the usage was printed to stdout and the caller should exit 0. */
+int dt_config_parse_args(dt_train_config *c, int argc, char **argv, char *err, size_t errlen);
+
+/* Loads a JSON config file onto c. Keys: dtrain's flag names in snake_case
+ * (n_layer, lr_schedule, ...) and DeepSpeed's keys (train_batch_size,
+ * train_micro_batch_size_per_gpu, gradient_accumulation_steps, optimizer,
+ * scheduler, bf16, fp16, gradient_clipping, steps_per_print,
+ * zero_optimization, wall_clock_breakdown); the mapping of DeepSpeed's
+ * sections is described in config.c. Where a file gives a setting both ways,
+ * dtrain's own key wins. Unknown keys are warnings (through dt_log, naming
+ * the key and the file); wrong types and out-of-range values are errors. */
+int dt_config_load_json(dt_train_config *c, const char *path, char *err, size_t errlen);
+
+/* Checks every field (ranges, n_embd % n_head, seq_len <= block_size,
+ * warmup_steps <= steps, min_lr <= lr, --resume needs --out or a directory,
+ * ...) and fills the inferred values: seq_len, min_lr from min_lr_ratio,
+ * and whichever of train_batch_size, grad_accum, batch_size was not given
+ * (with all three given, a mismatch is an error that shows the numbers).
+ * When only train_batch_size is given the micro-batch is held (it sets the
+ * memory) and grad_accum is inferred. data_parallel_size >= 1. */
+int dt_config_validate(dt_train_config *c, int data_parallel_size, char *err, size_t errlen);
+
+/* A few lines summarizing the run (model, data, batch, optimizer, run). */
+void dt_config_print(const dt_train_config *c, FILE *f);
+
+/* The options, grouped by topic, each with its default. */
+void dt_config_usage(FILE *f);
+
+/* Whether the field at this offset was set explicitly (JSON or flag) rather
+ * than by a default or a preset: DT_CONFIG_GIVEN(c, seq_len). */
+int dt_config_given_at(const dt_train_config *c, size_t field_offset);
+#define DT_CONFIG_GIVEN(c, field) dt_config_given_at((c), offsetof(dt_train_config, field))
+
+/* Learning rate of optimizer step `step` (counted from 0), W = warmup_steps,
+ * S = steps:
+ *   step < W:  lr * (step + 1) / W                       (linear warmup from 0)
+ *   otherwise, with p = (step - W) / (S - W) clamped to [0, 1] (1 when S == W):
+ *     constant: lr
+ *     cosine:   min_lr + 0.5 (lr - min_lr) (1 + cos(pi p))
+ *     linear:   min_lr + (lr - min_lr) (1 - p)
+ * Steps past S stay at the final value. */
+double dt_config_lr_at(const dt_train_config *c, long step);
+
+#endif

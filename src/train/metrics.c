@@ -1,0 +1,86 @@
+/* Step lines, JSON log, MFU peak and the memory table. See metrics.h. */
+#include "train/metrics.h"
+
+#include <math.h>
+#include <sys/resource.h>
+
+#include "core/alloc.h"
+#include "core/env.h"
+
+double dt_peak_flops(int threads, int bf16)
+{
+    double per_thread = bf16 ? 200e9 : 100e9;
+    double gflops;
+    char err[160];
+    if (dt_env_double("DTRAIN_PEAK_GFLOPS", 1e-3, 1e9, &gflops, err, sizeof err) == 1)
+        per_thread = gflops * 1e9;
+    return per_thread * (threads > 0 ? threads : 1);
+}
+
+static void format_duration(char *buf, size_t len, double s)
+{
+    if (!(s >= 0) || s > 1e8) {
+        snprintf(buf, len, "?");
+        return;
+    }
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, len, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(buf, len, "%ld:%02ld", t / 60, t % 60);
+}
+
+void dt_print_step(FILE *f, const dt_step_stats *s)
+{
+    char eta[32];
+    format_duration(eta, sizeof eta, s->eta_s);
+    int width = snprintf(NULL, 0, "%ld", s->steps);
+    fprintf(f, "step %*ld/%ld | loss %.4f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s", width,
+            s->step + 1, s->steps, s->loss, s->grad_norm, s->lr, s->ms, s->tokens_per_s);
+    if (s->mfu >= 0) fprintf(f, " | MFU %.1f%%", 100.0 * s->mfu);
+    fprintf(f, " | ETA %s\n", eta);
+    fflush(f);
+}
+
+/* JSON has no NaN or infinity; a diverged loss is written as null. */
+static void json_number(FILE *f, const char *key, double v, int last)
+{
+    if (isfinite(v))
+        fprintf(f, "\"%s\":%.9g%s", key, v, last ? "" : ",");
+    else
+        fprintf(f, "\"%s\":null%s", key, last ? "" : ",");
+}
+
+void dt_log_json_step(FILE *f, const dt_step_stats *s)
+{
+    fprintf(f, "{\"step\":%ld,", s->step);
+    json_number(f, "loss", s->loss, 0);
+    json_number(f, "lr", s->lr, 0);
+    json_number(f, "ms", s->ms, 0);
+    json_number(f, "tokens_per_s", s->tokens_per_s, 0);
+    json_number(f, "grad_norm", s->grad_norm, s->mfu < 0);
+    if (s->mfu >= 0) json_number(f, "mfu", s->mfu, 1);
+    fprintf(f, "}\n");
+    fflush(f);
+}
+
+size_t dt_peak_rss(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (size_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
+}
+
+void dt_print_memory(FILE *f, const char *title)
+{
+    const dt_mem_kind kinds[] = {DT_MEM_PARAMS, DT_MEM_GRADS, DT_MEM_OPTIM, DT_MEM_ACTS,
+                                 DT_MEM_COMM, DT_MEM_OTHER};
+    double total = 0;
+    fprintf(f, "%s:", title);
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        double mib = (double)dt_mem_current(kinds[i]) / 1048576.0;
+        total += mib;
+        if (mib > 0) fprintf(f, " %s %.1f MiB |", dt_mem_kind_name(kinds[i]), mib);
+    }
+    fprintf(f, " total %.1f MiB | peak RSS %.1f MiB\n", total, (double)dt_peak_rss() / 1048576.0);
+}

@@ -1,0 +1,34 @@
+/* What a training run reports: the per-step line on the terminal, the JSON
+ * log (one object per optimizer step), MFU, and the memory table. */
+#ifndef DT_TRAIN_METRICS_H
+#define DT_TRAIN_METRICS_H
+
+#include <stdio.h>
+
+typedef struct {
+    long step;        /* from 0 */
+    long steps;       /* total */
+    double loss;
+    double grad_norm;
+    double lr;
+    double ms;        /* wall time of the step */
+    double tokens_per_s;
+    double mfu;       /* fraction of peak, or < 0 when unknown */
+    double eta_s;
+} dt_step_stats;
+
+/* Peak FLOP/s the MFU is measured against: DTRAIN_PEAK_GFLOPS per thread if
+ * set, else 100 GFLOP/s per thread in fp32 and 200 in bf16 (this machine
+ * kind's measured matmul peak, REFERENCE.md). */
+double dt_peak_flops(int threads, int bf16);
+
+void dt_print_step(FILE *f, const dt_step_stats *s);
+/* {"step":..,"loss":..,"lr":..,"ms":..,"tokens_per_s":..,"grad_norm":..,"mfu":..} */
+void dt_log_json_step(FILE *f, const dt_step_stats *s);
+/* The bytes held per kind (parameters, gradients, optimizer, activations)
+ * and the process's peak resident set. */
+void dt_print_memory(FILE *f, const char *title);
+/* Peak resident set size of this process in bytes. */
+size_t dt_peak_rss(void);
+
+#endif

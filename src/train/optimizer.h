@@ -1,0 +1,41 @@
+/* The optimizer over a flat parameter buffer: its state (moments) in the
+ * same layout, a step over a contiguous range that honours each tensor's
+ * weight-decay flag, and the global gradient norm for clipping. A range lets
+ * a sharded strategy (ZeRO) update only its own slice. */
+#ifndef DT_TRAIN_OPTIMIZER_H
+#define DT_TRAIN_OPTIMIZER_H
+
+#include <stddef.h>
+
+#include "model/gpt.h"
+
+typedef enum { DT_OPT_ADAMW = 0, DT_OPT_ADAM, DT_OPT_SGD } dt_opt_kind;
+
+typedef struct {
+    dt_opt_kind kind;
+    double beta1, beta2, eps, weight_decay, momentum;
+    size_t n;       /* floats in each state buffer */
+    float *m, *v;   /* first and second moments (SGD: m is the momentum buffer) */
+    long t;         /* optimizer steps taken */
+} dt_optimizer;
+
+/* Parses "adamw", "adam" or "sgd"; -1 when unknown. */
+int dt_opt_kind_parse(const char *name, dt_opt_kind *out);
+const char *dt_opt_kind_name(dt_opt_kind k);
+
+/* State for n floats (zeroed). 0, or -1 when memory runs out. */
+int dt_optimizer_init(dt_optimizer *o, dt_opt_kind kind, size_t n, double beta1, double beta2,
+                      double eps, double weight_decay, double momentum);
+void dt_optimizer_free(dt_optimizer *o);
+
+/* One step, t+1, on floats [lo, hi) of params/grads (and the state), with
+ * weight decay on the tensors that take it. grad_scale multiplies every
+ * gradient first (the clipping coefficient). */
+void dt_optimizer_step(dt_optimizer *o, const dt_gpt *m, float *params, const float *grads,
+                       size_t lo, size_t hi, double lr, float grad_scale);
+
+/* PyTorch's clip_grad_norm_ coefficient: min(1, max_norm / (norm + 1e-6)),
+ * or 1 when max_norm is 0 (no clipping). */
+float dt_clip_coef(double norm, double max_norm);
+
+#endif

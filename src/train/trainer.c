@@ -1,0 +1,423 @@
+/* The single-process training loop. See trainer.h.
+ *
+ * Step s trains on the global batch of G sequences whose counters are
+ * s*G .. s*G+G-1 (sampler.h maps counters to sequences); micro-batch j
+ * takes the j-th block of B. The logged loss of step s is the mean over
+ * that batch, before the update. */
+#include "train/trainer.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/str.h"
+#include "core/timer.h"
+#include "kernels/optimizer.h"
+#include "kernels/threads.h"
+#include "model/gpt.h"
+#include "train/checkpoint.h"
+#include "train/corpus.h"
+#include "train/dataset.h"
+#include "train/metrics.h"
+#include "train/optimizer.h"
+#include "train/weights.h"
+
+typedef struct {
+    dt_train_config *cfg;
+    dt_gpt model;
+    dt_optimizer opt;
+    dt_dataset *train, *val;
+    dt_sampler train_order, val_order;
+    int32_t *inputs, *targets; /* one micro-batch, B x T each */
+    int B, T, accum, threads;
+    long global_batch;         /* sequences per optimizer step */
+    long step;                 /* next optimizer step to run */
+    uint64_t seq_counter;      /* training sequences consumed */
+    double last_loss;
+    FILE *json;                /* --log-json, or NULL */
+    FILE *out;                 /* human-readable lines */
+    char err[512];
+} trainer;
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_interrupt(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+/* ---- data --------------------------------------------------------------- */
+
+static int open_data(trainer *t)
+{
+    const dt_train_config *c = t->cfg;
+    char train_path[DT_CONFIG_PATH], val_path[DT_CONFIG_PATH];
+    const char *train_file = c->data, *val_file = c->val_data;
+    if (!c->data[0]) {
+        if (dt_default_corpus(train_path, val_path, sizeof train_path, t->err, sizeof t->err))
+            return -1;
+        train_file = train_path;
+        if (!c->val_data[0]) val_file = val_path;
+    }
+    dt_dataset *all;
+    if (dt_dataset_open(train_file, &all, t->err, sizeof t->err)) return -1;
+    if (val_file[0]) {
+        t->train = all;
+        return dt_dataset_open(val_file, &t->val, t->err, sizeof t->err);
+    }
+    if (c->val_fraction <= 0 || c->eval_batches == 0) {
+        t->train = all;
+        return 0;
+    }
+    int rc = dt_dataset_split(all, c->val_fraction, &t->train, &t->val, t->err, sizeof t->err);
+    dt_dataset_close(all);
+    return rc;
+}
+
+/* ---- the model's sizes ---------------------------------------------------- */
+
+/* Sizes given explicitly must match the ones a weights file implies. */
+static int check_sizes_agree(trainer *t, const char *source, const dt_gpt_config *mc)
+{
+    const dt_train_config *c = t->cfg;
+    const struct { const char *name; int given, want, have; } s[] = {
+        {"n_layer", DT_CONFIG_GIVEN(c, n_layer), c->n_layer, mc->n_layer},
+        {"n_head", DT_CONFIG_GIVEN(c, n_head), c->n_head, mc->n_head},
+        {"n_embd", DT_CONFIG_GIVEN(c, n_embd), c->n_embd, mc->n_embd},
+        {"vocab_size", DT_CONFIG_GIVEN(c, vocab_size), c->vocab_size, mc->vocab_size},
+        {"block_size", DT_CONFIG_GIVEN(c, block_size), c->block_size, mc->block_size},
+    };
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
+        if (s[i].given && s[i].want != s[i].have) {
+            dt_strf(t->err, sizeof t->err, "%s has %s %d, but %d was asked for", source,
+                    s[i].name, s[i].have, s[i].want);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Sizes come from a checkpoint being resumed, else from --init, else from
+ * the config (vocabulary from the data when not given). */
+static int resolve_model_config(trainer *t, const char *resume_dir, dt_gpt_config *mc)
+{
+    const dt_train_config *c = t->cfg;
+    if (resume_dir || c->init[0]) {
+        int rc = resume_dir ? dt_ckpt_model_config(resume_dir, mc, t->err, sizeof t->err)
+                            : dt_weights_inspect(c->init, mc, t->err, sizeof t->err);
+        if (rc) return -1;
+        if (mc->n_head == 0) {
+            mc->n_head = c->n_head;
+            DT_WARN("%s gives no n_head; using %d (set --n-head)",
+                    resume_dir ? resume_dir : c->init, c->n_head);
+        }
+        if (check_sizes_agree(t, resume_dir ? resume_dir : c->init, mc)) return -1;
+        /* Sequences fill the file's context unless a length was asked for. */
+        if (!DT_CONFIG_GIVEN(c, seq_len)) t->T = mc->block_size;
+    } else {
+        mc->n_layer = c->n_layer;
+        mc->n_head = c->n_head;
+        mc->n_embd = c->n_embd;
+        mc->block_size = c->block_size;
+        /* Byte-level data gets the full byte vocabulary, so any text can be sampled. */
+        int data_vocab = dt_dataset_vocab(t->train);
+        mc->vocab_size = c->vocab_size > 0 ? c->vocab_size : data_vocab <= 256 ? 256 : data_vocab;
+    }
+    int need = dt_dataset_vocab(t->train);
+    if (t->val && dt_dataset_vocab(t->val) > need) need = dt_dataset_vocab(t->val);
+    if (need > mc->vocab_size) {
+        dt_strf(t->err, sizeof t->err,
+                "%s holds token %d, outside the model's vocabulary of %d (set --vocab-size)",
+                dt_dataset_name(t->train), need - 1, mc->vocab_size);
+        return -1;
+    }
+    if (t->T > mc->block_size) {
+        dt_strf(t->err, sizeof t->err, "--seq-len %d exceeds the model's block_size %d", t->T,
+                mc->block_size);
+        return -1;
+    }
+    return dt_gpt_config_check(mc, t->err, sizeof t->err);
+}
+
+static int setup_model(trainer *t, const char *resume_dir)
+{
+    const dt_train_config *c = t->cfg;
+    dt_gpt_config mc;
+    if (resolve_model_config(t, resume_dir, &mc)) return -1;
+    dt_precision prec = strcmp(c->dtype, "bf16") == 0 ? DT_PREC_BF16 : DT_PREC_F32;
+    if (dt_gpt_create(&t->model, &mc, prec, t->err, sizeof t->err)) return -1;
+    if (dt_gpt_alloc_grads(&t->model) || dt_gpt_alloc_acts(&t->model, t->B, t->T)) {
+        dt_strf(t->err, sizeof t->err, "%s", t->model.error);
+        return -1;
+    }
+    dt_opt_kind kind;
+    if (dt_opt_kind_parse(c->optimizer, &kind) ||
+        dt_optimizer_init(&t->opt, kind, t->model.n_floats, c->beta1, c->beta2, c->eps,
+                          c->weight_decay, c->momentum)) {
+        dt_strf(t->err, sizeof t->err, "optimizer %s: cannot set up its state", c->optimizer);
+        return -1;
+    }
+    t->inputs = malloc((size_t)t->B * t->T * sizeof(int32_t));
+    t->targets = malloc((size_t)t->B * t->T * sizeof(int32_t));
+    if (!t->inputs || !t->targets) {
+        dt_strf(t->err, sizeof t->err, "out of memory for the batch");
+        return -1;
+    }
+    if (resume_dir) return 0;
+    if (c->init[0]) return dt_weights_load(&t->model, c->init, t->err, sizeof t->err);
+    dt_gpt_init_weights(&t->model, c->seed);
+    return 0;
+}
+
+static int resume(trainer *t, const char *dir)
+{
+    dt_ckpt_state st;
+    if (dt_ckpt_load(dir, &t->model, &t->opt, &st, t->err, sizeof t->err)) return -1;
+    if (st.seq_len != t->T || st.shuffle != t->cfg->shuffle || st.seed != t->cfg->seed) {
+        dt_strf(t->err, sizeof t->err,
+                "%s: saved with seq_len %d, shuffle %d, seed %llu; this run has %d, %d, %llu "
+                "(the data order would differ)",
+                dir, st.seq_len, st.shuffle, (unsigned long long)st.seed, t->T, t->cfg->shuffle,
+                (unsigned long long)t->cfg->seed);
+        return -1;
+    }
+    if (st.global_batch != t->global_batch)
+        DT_WARN("%s: global batch was %ld sequences, now %ld", dir, st.global_batch,
+                t->global_batch);
+    t->step = st.step;
+    t->seq_counter = st.seq_counter;
+    t->last_loss = st.last_loss;
+    fprintf(t->out, "resumed from %s at step %ld\n", dir, t->step);
+    return 0;
+}
+
+/* ---- one optimizer step --------------------------------------------------- */
+
+static int train_step(trainer *t, double *loss_out, double *norm_out)
+{
+    dt_gpt *m = &t->model;
+    const float grad_scale = 1.0f / ((float)t->B * (float)t->T * (float)t->accum);
+    double loss_sum = 0;
+    memset(m->grads, 0, m->n_floats * sizeof(float));
+    for (int j = 0; j < t->accum; j++) {
+        uint64_t first = t->seq_counter + (uint64_t)j * t->B;
+        if (dt_dataset_batch(t->train, &t->train_order, first, t->B, t->T, t->inputs, t->targets,
+                             t->err, sizeof t->err))
+            return -1;
+        double loss = dt_gpt_forward(m, t->inputs, t->targets, t->B, t->T);
+        if (loss < 0 || dt_gpt_backward(m, t->inputs, t->B, t->T, grad_scale)) {
+            dt_strf(t->err, sizeof t->err, "%s", m->error);
+            return -1;
+        }
+        loss_sum += loss;
+    }
+    double norm = sqrt(dt_sum_squares(m->grads, m->n_floats));
+    float coef = dt_clip_coef(norm, t->cfg->grad_clip);
+    double lr = dt_config_lr_at(t->cfg, t->step);
+    dt_optimizer_step(&t->opt, m, m->params, m->grads, 0, m->n_floats, lr, coef);
+    t->seq_counter += (uint64_t)t->global_batch;
+    *loss_out = loss_sum / t->accum;
+    *norm_out = norm;
+    return 0;
+}
+
+/* Mean loss over up to eval_batches micro-batches of the validation data,
+ * always the same sequences (the first ones, in order). */
+static int evaluate(trainer *t, double *loss_out)
+{
+    uint64_t nseq = dt_dataset_nseq(t->val, t->T);
+    uint64_t want = (uint64_t)t->cfg->eval_batches * (uint64_t)t->B;
+    uint64_t total = want < nseq ? want : nseq;
+    double sum = 0;
+    for (uint64_t first = 0; first < total; first += (uint64_t)t->B) {
+        int b = (int)(total - first < (uint64_t)t->B ? total - first : (uint64_t)t->B);
+        if (dt_dataset_batch(t->val, &t->val_order, first, b, t->T, t->inputs, t->targets, t->err,
+                             sizeof t->err))
+            return -1;
+        double loss = dt_gpt_forward(&t->model, t->inputs, t->targets, b, t->T);
+        if (loss < 0) {
+            dt_strf(t->err, sizeof t->err, "%s", t->model.error);
+            return -1;
+        }
+        sum += loss * b;
+    }
+    *loss_out = sum / (double)total;
+    return 0;
+}
+
+static int report_eval(trainer *t)
+{
+    if (!t->val || t->cfg->eval_batches == 0) return 0;
+    if (dt_dataset_check(t->val, t->T, t->err, sizeof t->err)) return -1;
+    double loss;
+    if (evaluate(t, &loss)) return -1;
+    fprintf(t->out, "val loss %.4f (step %ld)\n", loss, t->step);
+    if (t->json) fprintf(t->json, "{\"step\":%ld,\"val_loss\":%.9g}\n", t->step - 1, loss);
+    return 0;
+}
+
+static int save_checkpoint(trainer *t)
+{
+    dt_ckpt_state st = {t->step,          t->seq_counter, t->cfg->seed, t->cfg->shuffle,
+                        t->T,             t->global_batch, t->last_loss};
+    char path[DT_CONFIG_PATH + 64];
+    if (dt_ckpt_save(t->cfg->out_dir, &t->model, &t->opt, &st, (int)t->cfg->keep_last, path,
+                     sizeof path, t->err, sizeof t->err))
+        return -1;
+    fprintf(t->out, "checkpoint %s\n", path);
+    return 0;
+}
+
+/* ---- the loop ------------------------------------------------------------- */
+
+static void print_header(trainer *t)
+{
+    const dt_gpt *m = &t->model;
+    dt_config_print(t->cfg, t->out);
+    fprintf(t->out,
+            "model: %d layers, %d heads, %d embd, vocab %d, block %d: %.2fM parameters | "
+            "%s matmuls | %d threads\n",
+            m->cfg.n_layer, m->cfg.n_head, m->cfg.n_embd, m->cfg.vocab_size, m->cfg.block_size,
+            (double)m->n_params / 1e6, m->prec == DT_PREC_BF16 ? "bf16" : "fp32", t->threads);
+    fprintf(t->out, "data: %s, %llu tokens (%llu sequences of %d)", dt_dataset_name(t->train),
+            (unsigned long long)dt_dataset_ntokens(t->train),
+            (unsigned long long)dt_dataset_nseq(t->train, t->T), t->T);
+    if (t->val)
+        fprintf(t->out, " | val: %s, %llu tokens", dt_dataset_name(t->val),
+                (unsigned long long)dt_dataset_ntokens(t->val));
+    fprintf(t->out, "\nbatch: %ld sequences per step = %d per micro-batch x %d accumulation\n",
+            t->global_batch, t->B, t->accum);
+    dt_print_memory(t->out, "memory");
+}
+
+static int run_loop(trainer *t)
+{
+    const dt_train_config *c = t->cfg;
+    const double flops_tok = dt_gpt_flops_per_token(&t->model.cfg, t->T);
+    const double peak = dt_peak_flops(t->threads, t->model.prec == DT_PREC_BF16);
+    double ms_avg = 0; /* over steps after the first, which pays for kernel generation */
+    long averaged = -1;
+    while (t->step < c->steps && !stop_requested) {
+        uint64_t t0 = dt_now_ns();
+        double loss, norm;
+        if (train_step(t, &loss, &norm)) return -1;
+        double ms = (double)(dt_now_ns() - t0) * 1e-6;
+        if (++averaged > 0) ms_avg += (ms - ms_avg) / (double)averaged;
+        double tps = (double)t->global_batch * t->T / (ms * 1e-3);
+        dt_step_stats s = {.step = t->step, .steps = c->steps, .loss = loss, .grad_norm = norm,
+                           .lr = dt_config_lr_at(c, t->step), .ms = ms, .tokens_per_s = tps,
+                           .mfu = tps * flops_tok / peak,
+                           .eta_s = (double)(c->steps - t->step - 1) *
+                                    (averaged > 0 ? ms_avg : ms) * 1e-3};
+        t->last_loss = loss;
+        t->step++;
+        if (!isfinite(loss)) {
+            dt_strf(t->err, sizeof t->err, "step %ld: the loss is %f: training diverged",
+                    t->step - 1, loss);
+            return -1;
+        }
+        if (c->print_every > 0 && (t->step % c->print_every == 0 || t->step == c->steps))
+            dt_print_step(t->out, &s);
+        if (t->json) dt_log_json_step(t->json, &s);
+        int eval_now = c->eval_every > 0 && t->step % c->eval_every == 0 && t->step < c->steps;
+        if (eval_now && report_eval(t)) return -1;
+        int save_now = c->out_dir[0] && c->save_every > 0 && t->step % c->save_every == 0;
+        if (save_now && save_checkpoint(t)) return -1;
+    }
+    return 0;
+}
+
+static int finish(trainer *t)
+{
+    const dt_train_config *c = t->cfg;
+    if (stop_requested) fprintf(t->out, "interrupted at step %ld\n", t->step);
+    if (!stop_requested && report_eval(t)) return -1;
+    int saved = c->save_every > 0 && t->step % c->save_every == 0;
+    if (c->out_dir[0] && !saved && save_checkpoint(t)) return -1;
+    if (c->save_final[0]) {
+        if (dt_weights_save(&t->model, c->save_final, t->err, sizeof t->err)) return -1;
+        fprintf(t->out, "weights %s\n", c->save_final);
+    }
+    dt_print_memory(t->out, "memory at the end");
+    return 0;
+}
+
+static int setup(trainer *t)
+{
+    dt_train_config *c = t->cfg;
+    t->B = c->batch_size;
+    t->T = c->seq_len;
+    t->accum = c->grad_accum;
+    t->global_batch = c->train_batch_size;
+    t->threads = c->threads > 0 ? c->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    dt_kernels_set_threads(t->threads);
+    dt_sampler_init(&t->train_order, c->seed, c->shuffle);
+    dt_sampler_init(&t->val_order, c->seed, 0);
+    if (open_data(t)) return -1;
+    char resume_dir[DT_CONFIG_PATH + 64];
+    int resuming = c->resume_flag;
+    if (resuming && dt_ckpt_resolve(c->resume[0] ? c->resume : c->out_dir, resume_dir,
+                                    sizeof resume_dir, t->err, sizeof t->err))
+        return -1;
+    if (setup_model(t, resuming ? resume_dir : NULL)) return -1;
+    if (dt_dataset_check(t->train, t->T, t->err, sizeof t->err)) return -1;
+    if (resuming && resume(t, resume_dir)) return -1;
+    if (c->log_json[0]) {
+        int to_stdout = strcmp(c->log_json, "-") == 0;
+        t->json = to_stdout ? stdout : fopen(c->log_json, resuming ? "a" : "w");
+        if (!t->json) {
+            dt_strf(t->err, sizeof t->err, "--log-json %s: cannot open for writing", c->log_json);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void teardown(trainer *t)
+{
+    if (t->json && t->json != stdout) fclose(t->json);
+    free(t->inputs);
+    free(t->targets);
+    dt_optimizer_free(&t->opt);
+    dt_gpt_destroy(&t->model);
+    dt_sampler_free(&t->train_order);
+    dt_sampler_free(&t->val_order);
+    if (t->train) dt_dataset_close(t->train);
+    if (t->val) dt_dataset_close(t->val);
+}
+
+int dt_train(dt_train_config *cfg, char *err, size_t errlen)
+{
+    if (dt_config_validate(cfg, 1, err, errlen)) return -1;
+    trainer t;
+    memset(&t, 0, sizeof t);
+    t.cfg = cfg;
+    /* With the JSON log on stdout, the human-readable lines go to stderr. */
+    t.out = strcmp(cfg->log_json, "-") == 0 ? stderr : stdout;
+    stop_requested = 0;
+    struct sigaction sa = {0}, old_int, old_term;
+    sa.sa_handler = on_interrupt;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    int rc = setup(&t);
+    if (rc == 0) {
+        print_header(&t);
+        rc = run_loop(&t);
+    }
+    if (rc == 0) rc = finish(&t);
+    if (rc) dt_strf(err, errlen, "%s", t.err);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    teardown(&t);
+    if (rc == 0 && stop_requested) {
+        dt_strf(err, errlen, "interrupted");
+        return 130;
+    }
+    return rc;
+}

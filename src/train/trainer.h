@@ -1,0 +1,15 @@
+/* The training loop of one process: data, model, optimizer, evaluation,
+ * logging and checkpoints, driven by a validated dt_train_config. */
+#ifndef DT_TRAIN_TRAINER_H
+#define DT_TRAIN_TRAINER_H
+
+#include <stddef.h>
+
+#include "train/config.h"
+
+/* Runs the whole training. 0 on success, -1 with a message naming what went
+ * wrong (a file, a setting, a tensor). The config must have been parsed;
+ * dt_train validates it. */
+int dt_train(dt_train_config *cfg, char *err, size_t errlen);
+
+#endif

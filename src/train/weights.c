@@ -1,0 +1,163 @@
+/* Flat buffers <-> safetensors with Hugging Face GPT-2 names. See weights.h. */
+#include "train/weights.h"
+
+#include <cjson/cJSON.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/str.h"
+
+/* ---- inspecting a file ---------------------------------------------------- */
+
+static const dt_st_tensor *find_hf(const dt_st_file *f, const char *prefix, const char *name)
+{
+    char full[256];
+    dt_strf(full, sizeof full, "%s%s", prefix, name);
+    const dt_st_tensor *t = dt_st_find(f, full);
+    if (t) return t;
+    dt_strf(full, sizeof full, "%stransformer.%s", prefix, name);
+    return dt_st_find(f, full);
+}
+
+/* Hugging Face keeps the sizes that shapes cannot give in config.json. */
+static int n_head_from_config_json(const char *weights_path)
+{
+    char dir[4096], path[4200];
+    dt_strf(dir, sizeof dir, "%s", weights_path);
+    dt_strf(path, sizeof path, "%s/config.json", dirname(dir));
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return 0;
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, fp);
+    fclose(fp);
+    buf[n] = 0;
+    cJSON *root = cJSON_Parse(buf);
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(root, "n_head");
+    int v = cJSON_IsNumber(h) ? h->valueint : 0;
+    cJSON_Delete(root);
+    return v;
+}
+
+int dt_weights_inspect(const char *path, dt_gpt_config *cfg, char *err, size_t errlen)
+{
+    dt_st_file f;
+    if (dt_st_open(path, &f, err, errlen) != 0) return -1;
+    memset(cfg, 0, sizeof *cfg);
+    const dt_st_tensor *wte = find_hf(&f, "", "wte.weight");
+    const dt_st_tensor *wpe = find_hf(&f, "", "wpe.weight");
+    if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2) {
+        dt_strf(err, errlen, "%s: no 2-D wte.weight and wpe.weight: not a GPT-2 weights file",
+                path);
+        dt_st_close(&f);
+        return -1;
+    }
+    cfg->vocab_size = (int)wte->shape[0];
+    cfg->n_embd = (int)wte->shape[1];
+    cfg->block_size = (int)wpe->shape[0];
+    char name[64];
+    for (;;) {
+        dt_strf(name, sizeof name, "h.%d.ln_1.weight", cfg->n_layer);
+        if (!find_hf(&f, "", name)) break;
+        cfg->n_layer++;
+    }
+    const char *nh = dt_st_meta_get(&f, "n_head");
+    cfg->n_head = nh ? atoi(nh) : n_head_from_config_json(path);
+    dt_st_close(&f);
+    return 0;
+}
+
+/* ---- reading ------------------------------------------------------------- */
+
+static int check_shape(const dt_param_tensor *p, const dt_st_tensor *t, const char *path,
+                       char *err, size_t errlen)
+{
+    int ok = t->ndim == p->ndim;
+    for (int d = 0; ok && d < p->ndim; d++) ok = t->shape[d] == p->shape[d];
+    if (ok) return 0;
+    char want[64], got[128] = "";
+    if (p->ndim == 2)
+        dt_strf(want, sizeof want, "[%d, %d]", p->shape[0], p->shape[1]);
+    else
+        dt_strf(want, sizeof want, "[%d]", p->shape[0]);
+    size_t used = 0;
+    for (int d = 0; d < t->ndim && used + 24 < sizeof got; d++)
+        used += (size_t)snprintf(got + used, sizeof got - used, "%s%lld", d ? ", " : "",
+                                 (long long)t->shape[d]);
+    dt_strf(err, errlen, "%s: tensor %s has shape [%s], the model needs %s", path, t->name, got,
+            want);
+    return -1;
+}
+
+int dt_weights_read(const dt_gpt *m, float *flat, const dt_st_file *f, const char *prefix,
+                    char *err, size_t errlen)
+{
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dt_param_tensor *p = &m->tensors[i];
+        const dt_st_tensor *t = find_hf(f, prefix, p->name);
+        if (!t) {
+            dt_strf(err, errlen, "%s: tensor %s%s is missing", f->path, prefix, p->name);
+            return -1;
+        }
+        if (check_shape(p, t, f->path, err, errlen) != 0) return -1;
+        if (dt_st_read_f32(f, t, flat + p->offset, err, errlen) != 0) return -1;
+    }
+    return 0;
+}
+
+int dt_weights_load(dt_gpt *m, const char *path, char *err, size_t errlen)
+{
+    dt_st_file f;
+    if (dt_st_open(path, &f, err, errlen) != 0) return -1;
+    int rc = dt_weights_read(m, m->params, &f, "", err, errlen);
+    dt_st_close(&f);
+    return rc;
+}
+
+/* ---- writing ------------------------------------------------------------- */
+
+int dt_weights_write(const dt_gpt *m, const float *const *bufs, const char *const *prefixes,
+                     int nbufs, const char *path, char *err, size_t errlen)
+{
+    int n = m->n_tensors * nbufs;
+    dt_st_entry *e = calloc((size_t)n, sizeof *e);
+    char (*names)[96] = calloc((size_t)n, sizeof *names);
+    if (!e || !names) {
+        free(e);
+        free(names);
+        dt_strf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    for (int b = 0; b < nbufs; b++) {
+        for (int i = 0; i < m->n_tensors; i++) {
+            const dt_param_tensor *p = &m->tensors[i];
+            dt_st_entry *x = &e[b * m->n_tensors + i];
+            char *name = names[b * m->n_tensors + i];
+            dt_strf(name, sizeof names[0], "%s%s", prefixes[b], p->name);
+            x->name = name;
+            x->data = bufs[b] + p->offset;
+            x->ndim = p->ndim;
+            x->shape[0] = p->shape[0];
+            x->shape[1] = p->shape[1];
+            x->dtype = DT_ST_F32;
+        }
+    }
+    char v[5][16];
+    const int sizes[5] = {m->cfg.n_layer, m->cfg.n_head, m->cfg.n_embd, m->cfg.vocab_size,
+                          m->cfg.block_size};
+    for (int i = 0; i < 5; i++) dt_strf(v[i], sizeof v[i], "%d", sizes[i]);
+    const dt_st_meta meta[5] = {{"n_layer", v[0]},    {"n_head", v[1]},    {"n_embd", v[2]},
+                                {"vocab_size", v[3]}, {"block_size", v[4]}};
+    int rc = dt_st_write(path, e, n, meta, 5, err, errlen);
+    free(e);
+    free(names);
+    return rc;
+}
+
+int dt_weights_save(const dt_gpt *m, const char *path, char *err, size_t errlen)
+{
+    const float *bufs[1] = {m->params};
+    const char *prefixes[1] = {""};
+    return dt_weights_write(m, bufs, prefixes, 1, path, err, errlen);
+}

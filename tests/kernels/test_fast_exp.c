@@ -1,0 +1,59 @@
+/*
+ * The kernels' exp against libm's exp in double: relative error over the
+ * whole normal range, the edges where it flushes to 0 or goes to infinity,
+ * the special values, and the AVX-512 form giving the same bits as the
+ * scalar one.
+ */
+#include "kernel_test.h"
+#include "kernels/fast_exp.h"
+
+static void check_accuracy(void)
+{
+    double worst = 0.0, worst_x = 0.0;
+    for (int i = 0; i <= 2000000; i++) {
+        float x = -87.0f + (88.3f + 87.0f) * (float)i / 2000000.0f;
+        double want = exp((double)x), got = dt_fast_expf(x);
+        double err = fabs(got - want) / want;
+        if (err > worst) worst = err, worst_x = x;
+    }
+    /* fp32 rounding alone is up to 6e-8; allow about 3 ulp */
+    CHECK(worst < 2e-7, "worst relative error %.3g at x = %.9g", worst, worst_x);
+    CHECK(dt_fast_expf(0.0f) == 1.0f, "exp(0) = %.9g", dt_fast_expf(0.0f));
+}
+
+static void check_special_values(void)
+{
+    CHECK(dt_fast_expf(-INFINITY) == 0.0f, "exp(-inf) = %g", dt_fast_expf(-INFINITY));
+    CHECK(dt_fast_expf(-100.0f) == 0.0f, "exp(-100) = %g", dt_fast_expf(-100.0f));
+    CHECK(isinf(dt_fast_expf(INFINITY)), "exp(inf) = %g", dt_fast_expf(INFINITY));
+    CHECK(isinf(dt_fast_expf(89.0f)), "exp(89) = %g", dt_fast_expf(89.0f));
+    CHECK(isnan(dt_fast_expf(NAN)), "exp(nan) = %g", dt_fast_expf(NAN));
+    float near_max = dt_fast_expf(88.3f);
+    CHECK(fabs(near_max / exp((double)88.3f) - 1.0) < 2e-7, "exp(88.3) = %g", near_max);
+}
+
+static void check_vector_form(void)
+{
+#if defined(__AVX512F__)
+    int bad = 0;
+    for (int i = 0; i < 100000; i++) {
+        float x[16], y[16];
+        for (int j = 0; j < 16; j++) x[j] = rnd_unit() * 100.0f;
+        if (i == 0) x[0] = NAN, x[1] = INFINITY, x[2] = -INFINITY;
+        _mm512_storeu_ps(y, dt_fast_exp512(_mm512_loadu_ps(x)));
+        for (int j = 0; j < 16; j++) {
+            float s = dt_fast_expf(x[j]);
+            bad += memcmp(&s, &y[j], sizeof s) != 0;
+        }
+    }
+    CHECK(bad == 0, "AVX-512 exp differs from the scalar one in %d cases", bad);
+#endif
+}
+
+int main(void)
+{
+    check_accuracy();
+    check_special_values();
+    check_vector_form();
+    return finish("test_fast_exp");
+}

@@ -1,0 +1,111 @@
+/*
+ * dt_linear_forward and dt_linear_backward against double references, in
+ * fp32 and bf16 (products on bf16-rounded operands, the bias and its
+ * gradient exact), with and without bias, overwriting and accumulating
+ * dinp, and skipping dinp or db.
+ */
+#include "bf16_ref.h"
+#include "kernel_test.h"
+#include "kernels/linear.h"
+#include "kernels/threads.h"
+
+static float *rounded(const float *x, size_t n, int bf16)
+{
+    float *y = fcopy(x, n);
+    for (size_t i = 0; bf16 && i < n; i++) y[i] = ref_bf16_round(x[i]);
+    return y;
+}
+
+static void check_forward(dt_precision prec, int N, int IN, int OUT, int with_bias)
+{
+    int bf16 = prec == DT_PREC_BF16;
+    float *inp = rnd_array((size_t)N * IN, 1.0f), *W = rnd_array((size_t)IN * OUT, 1.0f);
+    float *b = with_bias ? rnd_array(OUT, 1.0f) : NULL;
+    float *out = rnd_array((size_t)N * OUT, 1.0f);
+    float *ri = rounded(inp, (size_t)N * IN, bf16), *rW = rounded(W, (size_t)IN * OUT, bf16);
+    double *want = dalloc((size_t)N * OUT);
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OUT; o++) {
+            double s = b ? b[o] : 0.0;
+            for (int k = 0; k < IN; k++) s += (double)ri[(size_t)i * IN + k] * rW[(size_t)k * OUT + o];
+            want[(size_t)i * OUT + o] = s;
+        }
+    CHECK(dt_linear_forward(prec, out, inp, W, b, N, IN, OUT) == 0, "forward failed");
+    CHECK_CLOSE(out, want, (size_t)N * OUT, 1e-5, "forward %s N=%d IN=%d OUT=%d bias=%d",
+                bf16 ? "bf16" : "fp32", N, IN, OUT, with_bias);
+    free(inp), free(W), free(b), free(out), free(ri), free(rW), free(want);
+}
+
+typedef struct {
+    float *dinp, *dW, *db;
+} grads;
+static void check_backward(dt_precision prec, int N, int IN, int OUT, int accumulate,
+                           int with_dinp, int with_db)
+{
+    int bf16 = prec == DT_PREC_BF16;
+    float *inp = rnd_array((size_t)N * IN, 1.0f), *W = rnd_array((size_t)IN * OUT, 1.0f);
+    float *dout = rnd_array((size_t)N * OUT, 1.0f);
+    grads g = {rnd_array((size_t)N * IN, 1.0f), rnd_array((size_t)IN * OUT, 1.0f),
+               rnd_array(OUT, 1.0f)};
+    if (!accumulate)
+        for (size_t i = 0; i < (size_t)N * IN; i++) g.dinp[i] = NAN; /* must be overwritten */
+    grads before = {fcopy(g.dinp, (size_t)N * IN), fcopy(g.dW, (size_t)IN * OUT),
+                    fcopy(g.db, OUT)};
+    float *ri = rounded(inp, (size_t)N * IN, bf16), *rW = rounded(W, (size_t)IN * OUT, bf16);
+    float *rd = rounded(dout, (size_t)N * OUT, bf16);
+    double *want_dinp = dalloc((size_t)N * IN), *want_dW = dalloc((size_t)IN * OUT);
+    double *want_db = dalloc(OUT);
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < IN; k++) {
+            double s = accumulate ? before.dinp[(size_t)i * IN + k] : 0.0;
+            for (int o = 0; o < OUT; o++) s += (double)rd[(size_t)i * OUT + o] * rW[(size_t)k * OUT + o];
+            want_dinp[(size_t)i * IN + k] = s;
+        }
+    for (int k = 0; k < IN; k++)
+        for (int o = 0; o < OUT; o++) {
+            double s = before.dW[(size_t)k * OUT + o];
+            for (int i = 0; i < N; i++) s += (double)ri[(size_t)i * IN + k] * rd[(size_t)i * OUT + o];
+            want_dW[(size_t)k * OUT + o] = s;
+        }
+    for (int o = 0; o < OUT; o++) {
+        double s = before.db[o];
+        for (int i = 0; i < N; i++) s += dout[(size_t)i * OUT + o];
+        want_db[o] = s;
+    }
+    int rc = dt_linear_backward(prec, with_dinp ? g.dinp : NULL, accumulate, g.dW,
+                                with_db ? g.db : NULL, dout, inp, W, N, IN, OUT);
+    CHECK(rc == 0, "backward failed");
+    const char *p = bf16 ? "bf16" : "fp32";
+    if (with_dinp)
+        CHECK_CLOSE(g.dinp, want_dinp, (size_t)N * IN, 1e-5, "dinp %s N=%d IN=%d OUT=%d acc=%d", p,
+                    N, IN, OUT, accumulate);
+    CHECK_CLOSE(g.dW, want_dW, (size_t)IN * OUT, 1e-5, "dW %s N=%d IN=%d OUT=%d", p, N, IN, OUT);
+    if (with_db)
+        CHECK_CLOSE(g.db, want_db, OUT, 1e-6, "db %s N=%d OUT=%d", p, N, OUT);
+    else
+        CHECK(bits_equal(g.db, before.db, OUT), "db changed though NULL was passed");
+    free(inp), free(W), free(dout), free(ri), free(rW), free(rd);
+    free(g.dinp), free(g.dW), free(g.db), free(before.dinp), free(before.dW), free(before.db);
+    free(want_dinp), free(want_dW), free(want_db);
+}
+
+static const int shapes[][3] = {{1, 1, 1}, {1, 16, 48}, {7, 5, 3}, {33, 17, 65}, {64, 64, 64},
+                                {130, 48, 200}, {257, 100, 71}};
+
+int main(void)
+{
+    int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
+    for (int threads = 1; threads <= 2; threads++) {
+        dt_kernels_set_threads(threads);
+        for (int prec = 0; prec < 2; prec++)
+            for (int s = 0; s < n_shapes; s++) {
+                int N = shapes[s][0], IN = shapes[s][1], OUT = shapes[s][2];
+                check_forward((dt_precision)prec, N, IN, OUT, 1);
+                check_forward((dt_precision)prec, N, IN, OUT, 0);
+                check_backward((dt_precision)prec, N, IN, OUT, 0, 1, 1);
+                check_backward((dt_precision)prec, N, IN, OUT, 1, 1, 1);
+                check_backward((dt_precision)prec, N, IN, OUT, 0, 0, 0);
+            }
+    }
+    return finish("test_linear");
+}
