@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# The README's main command: installs what is missing, builds, then runs a
-# small distributed job: 4 ranks started by `dtrain launch` exchange data
-# through every kind of collective, and the collective benchmark prints its
-# nccl-tests table for 2 ranks over shared memory.
+# The README's main command: installs what is missing, builds, then trains
+# a small GPT on the built-in English corpus (Debian's fortunes, made into
+# token shards on first use), prints what it learned, and shows the
+# communication layer under `dtrain launch`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh build >/dev/null
+run=runs/demo
+echo "== dtrain train --steps 600 --eval-every 200 --out $run"
+build/dtrain train --steps 600 --eval-every 200 --print-every 50 --out "$run"
+echo
+echo "== dtrain sample --ckpt $run --prompt 'The ' --tokens 300"
+build/dtrain sample --ckpt "$run" --prompt "The " --tokens 300
+echo
 echo "== dtrain launch -n 4 --tag-output build/examples/hello_collectives"
 build/dtrain launch -n 4 --tag-output build/examples/hello_collectives
-echo
-echo "== dtrain bench comm --nproc 2 --op allreduce --max-bytes 64M"
-build/dtrain bench comm --nproc 2 --op allreduce --max-bytes 64M

@@ -24,22 +24,28 @@ static float row_max(const float *x, int V)
     return m;
 }
 
-/* sum of exp(x - max), in double: vocabularies run to 50k entries, where
- * an fp32 running sum would lose digits; the exponentials go to e when it
- * is not NULL */
+/* sum of exp(x - max), summed in double: vocabularies run to 50k entries,
+ * where an fp32 running sum would lose digits. The exponentials go to e;
+ * they are summed in a second pass (one loop doing both does not vectorise). */
 static double sum_exp(float *e, const float *x, float max, int V)
 {
+#pragma omp simd
+    for (int j = 0; j < V; j++) e[j] = dt_fast_expf(x[j] - max);
     double sum = 0.0;
-    if (e) {
 #pragma omp simd reduction(+ : sum)
-        for (int j = 0; j < V; j++) {
-            e[j] = dt_fast_expf(x[j] - max);
-            sum += e[j];
-        }
-    } else {
-#pragma omp simd reduction(+ : sum)
-        for (int j = 0; j < V; j++) sum += dt_fast_expf(x[j] - max);
-    }
+    for (int j = 0; j < V; j++) sum += e[j];
+    return sum;
+}
+
+#define EXP_CHUNK 256
+
+/* the same sum when there is no gradient row to hold the exponentials */
+static double sum_exp_no_output(const float *x, float max, int V)
+{
+    float e[EXP_CHUNK];
+    double sum = 0.0;
+    for (int j0 = 0; j0 < V; j0 += EXP_CHUNK)
+        sum += sum_exp(e, x + j0, max, V - j0 < EXP_CHUNK ? V - j0 : EXP_CHUNK);
     return sum;
 }
 
@@ -51,7 +57,7 @@ static float row_loss(float *d, const float *x, int target, int V, float grad_sc
     }
     float x_target = x[target];
     float max = row_max(x, V);
-    double sum = sum_exp(d, x, max, V);
+    double sum = d ? sum_exp(d, x, max, V) : sum_exp_no_output(x, max, V);
     if (d) {
         float scale = (float)(grad_scale / sum);
 #pragma omp simd

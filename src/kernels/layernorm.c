@@ -70,6 +70,7 @@ static void backward_row(float *dx, double *dw_part, double *db_part, const floa
 void dt_layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
                            const float *w, const float *mean, const float *rstd, int N, int C)
 {
+    if (N <= 0 || C <= 0) return;
     int nt = dt_kernels_threads();
     double *partials[nt]; /* per thread: dw then db terms [2C], on that thread's stack */
 #pragma omp parallel num_threads(nt)

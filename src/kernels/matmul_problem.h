@@ -8,6 +8,7 @@
 #ifndef DT_KERNELS_MATMUL_PROBLEM_H
 #define DT_KERNELS_MATMUL_PROBLEM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels/matmul.h"
@@ -30,5 +31,10 @@ int dt_matmul_solve(const dt_matmul_problem *p);
 /* Rounds a stored matrix (rows x cols, row stride ld) to bf16, packed
  * (row stride cols), with the kernel threads. */
 void dt_matmul_round_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld);
+
+/* A bf16 buffer of the calling thread for an operand rounded once and used
+ * by several products (dt_matmul_solve never touches it). It stays valid
+ * until the next call from the same thread; NULL when memory runs out. */
+uint16_t *dt_matmul_bf16_buffer(size_t elems);
 
 #endif

@@ -9,7 +9,7 @@
 
 double dt_peak_flops(int threads, int bf16)
 {
-    double per_thread = bf16 ? 200e9 : 100e9;
+    double per_thread = bf16 ? 220e9 : 110e9;
     double gflops;
     char err[160];
     if (dt_env_double("DTRAIN_PEAK_GFLOPS", 1e-3, 1e9, &gflops, err, sizeof err) == 1)

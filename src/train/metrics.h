@@ -18,8 +18,9 @@ typedef struct {
 } dt_step_stats;
 
 /* Peak FLOP/s the MFU is measured against: DTRAIN_PEAK_GFLOPS per thread if
- * set, else 100 GFLOP/s per thread in fp32 and 200 in bf16 (this machine
- * kind's measured matmul peak, REFERENCE.md). */
+ * set, else 110 GFLOP/s per thread in fp32 and 220 in bf16: the best matrix
+ * product rates measured on the reference CPU (bench_kernels: 108 and 204-212;
+ * REFERENCE.md says "about 100 and 200"), so that MFU stays below 100%. */
 double dt_peak_flops(int threads, int bf16);
 
 void dt_print_step(FILE *f, const dt_step_stats *s);

@@ -1,0 +1,140 @@
+/*
+ * The table of oneDNN matmul primitives behind dt_matmul.
+ *
+ * A primitive is specialised on shape, strides, transposes, precision,
+ * alpha, beta, bias and the thread count (oneDNN splits the work when it
+ * creates the primitive), so all of those form the key. Transposes are
+ * strides in the memory descriptors, never copies; alpha is an output
+ * scale, beta a sum post-op and the bias oneDNN's own input, all applied
+ * while the result is still in registers. Scratchpads are passed in by the
+ * caller ("user" mode), so two threads can run the same primitive at once.
+ * The table is small and searched linearly under a lock: the model uses a
+ * few dozen distinct products, each call costs microseconds to milliseconds.
+ */
+#include "kernels/matmul_plans.h"
+
+#include <pthread.h>
+
+#include "kernels/matmul.h"
+
+static dnnl_engine_t engine;
+static dnnl_status_t engine_status = dnnl_runtime_error;
+static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
+
+static void create_engine(void) { engine_status = dnnl_engine_create(&engine, dnnl_cpu, 0); }
+
+dnnl_status_t dt_mm_engine(dnnl_engine_t *out)
+{
+    pthread_once(&engine_once, create_engine);
+    *out = engine;
+    return engine_status;
+}
+
+dnnl_status_t dt_mm_matrix_desc(dnnl_memory_desc_t *md, int rows, int cols, int ld,
+                                int transposed, dnnl_data_type_t type)
+{
+    dnnl_dims_t dims = {rows, cols};
+    dnnl_dims_t strides = {transposed ? 1 : ld, transposed ? ld : 1};
+    return dnnl_memory_desc_init_by_strides(md, 2, dims, type, strides);
+}
+
+dnnl_status_t dt_mm_bias_desc(dnnl_memory_desc_t *md, int N)
+{
+    dnnl_dims_t dims = {1, N}, strides = {N, 1};
+    return dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_f32, strides);
+}
+
+static dnnl_status_t build_attr(dnnl_primitive_attr_t attr, const dt_mm_key *k)
+{
+    dnnl_status_t s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+    if (s == dnnl_success && k->alpha != 1.0f)
+        s = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha);
+    if (s == dnnl_success && k->beta != 0.0f) {
+        dnnl_post_ops_t ops;
+        s = dnnl_post_ops_create(&ops);
+        if (s != dnnl_success) return s;
+        s = dnnl_post_ops_append_sum(ops, k->beta);
+        if (s == dnnl_success) s = dnnl_primitive_attr_set_post_ops(attr, ops);
+        dnnl_post_ops_destroy(ops);
+    }
+    return s;
+}
+
+static dnnl_status_t matmul_desc(dnnl_matmul_desc_t *desc, const dt_mm_key *k)
+{
+    dnnl_data_type_t in = k->prec == DT_PREC_BF16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_memory_desc_t a, b, c, bias;
+    dnnl_status_t s = dt_mm_matrix_desc(&a, k->M, k->K, k->lda, k->transA, in);
+    if (s == dnnl_success) s = dt_mm_matrix_desc(&b, k->K, k->N, k->ldb, k->transB, in);
+    if (s == dnnl_success) s = dt_mm_matrix_desc(&c, k->M, k->N, k->ldc, 0, dnnl_f32);
+    if (s == dnnl_success && k->has_bias) s = dt_mm_bias_desc(&bias, k->N);
+    if (s == dnnl_success) s = dnnl_matmul_desc_init(desc, &a, &b, k->has_bias ? &bias : NULL, &c);
+    return s;
+}
+
+static dnnl_status_t create_primitive(const dt_mm_key *k, dt_mm_plan *plan)
+{
+    dnnl_matmul_desc_t desc;
+    dnnl_primitive_attr_t attr;
+    dnnl_status_t s = matmul_desc(&desc, k);
+    if (s != dnnl_success || (s = dnnl_primitive_attr_create(&attr)) != dnnl_success) return s;
+    dnnl_primitive_desc_t pd = NULL;
+    s = build_attr(attr, k);
+    if (s == dnnl_success) s = dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL);
+    dnnl_primitive_attr_destroy(attr);
+    if (s != dnnl_success) return s;
+    const dnnl_memory_desc_t *scratch = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    plan->scratch_bytes = dnnl_memory_desc_get_size(scratch);
+    s = dnnl_primitive_create(&plan->primitive, pd);
+    dnnl_primitive_desc_destroy(pd);
+    return s;
+}
+
+/* ---- the table ---------------------------------------------------------- */
+
+#define PLAN_CAPACITY 512
+
+typedef struct {
+    dt_mm_key key;
+    dt_mm_plan plan;
+} entry;
+
+static entry table[PLAN_CAPACITY];
+static int table_size;
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int same_key(const dt_mm_key *a, const dt_mm_key *b)
+{
+    return a->prec == b->prec && a->transA == b->transA && a->transB == b->transB &&
+           a->M == b->M && a->N == b->N && a->K == b->K && a->lda == b->lda &&
+           a->ldb == b->ldb && a->ldc == b->ldc && a->has_bias == b->has_bias &&
+           a->threads == b->threads && a->alpha == b->alpha && a->beta == b->beta;
+}
+
+/* The cached plan for k, created on first use. When the table is full the
+ * plan is made for this call only (temporary; dt_mm_plan_release ends it). */
+dnnl_status_t dt_mm_plan_for(const dt_mm_key *k, dt_mm_plan *out)
+{
+    dnnl_engine_t e;
+    dnnl_status_t s = dt_mm_engine(&e);
+    if (s != dnnl_success) return s;
+    pthread_mutex_lock(&table_lock);
+    for (int i = 0; i < table_size; i++) {
+        if (same_key(&table[i].key, k)) {
+            *out = table[i].plan;
+            pthread_mutex_unlock(&table_lock);
+            return dnnl_success;
+        }
+    }
+    s = create_primitive(k, out);
+    out->temporary = table_size == PLAN_CAPACITY;
+    if (s == dnnl_success && !out->temporary) table[table_size++] = (entry){*k, *out};
+    pthread_mutex_unlock(&table_lock);
+    return s;
+}
+
+void dt_mm_plan_release(dt_mm_plan *plan)
+{
+    if (plan->temporary) dnnl_primitive_destroy(plan->primitive);
+    plan->temporary = 0;
+}
