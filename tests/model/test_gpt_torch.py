@@ -9,6 +9,7 @@ CHECK is one of:
           decay through `dtrain train`: losses and final weights within 1e-4;
           the weights go in with --init (written here) and come back with
           --save-final (read here)
+  adam_sgd  the same with Adam (L2 weight decay) and SGD with momentum
   bf16    --dtype bf16 stays within 2% of fp32's loss at every one of 50 steps
 """
 import json
@@ -72,10 +73,19 @@ def check_grads(oracle, tmp):
         check(worst < 1e-5, "%s gradients (worst %.2e in %s)" % (name, worst, worst_name))
 
 
-def torch_train(model, tokens, B, T, accum, steps, lr, wd, clip, betas=(0.9, 0.999), eps=1e-8):
+def make_optimizer(kind, model, lr, wd):
+    groups = param_groups(model, wd)
+    if kind == "adamw":
+        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8)
+    if kind == "adam":
+        return torch.optim.Adam(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8)
+    return torch.optim.SGD(groups, lr=lr, momentum=0.9)
+
+
+def torch_train(model, tokens, B, T, accum, steps, lr, wd, clip, kind="adamw"):
     """The same run as dtrain's, in PyTorch: step s takes sequences
     s*G .. s*G+G-1 (wrapping), micro-batch j the j-th block of B."""
-    opt = torch.optim.AdamW(param_groups(model, wd), lr=lr, betas=betas, eps=eps)
+    opt = make_optimizer(kind, model, lr, wd)
     nseq = (len(tokens) - 1) // T
     G = B * accum
     losses = []
@@ -110,7 +120,7 @@ def read_log(path):
         return [json.loads(line) for line in f if '"loss"' in line]
 
 
-def check_adamw(dtrain, tmp):
+def check_adamw(dtrain, tmp, kind="adamw", lr=3e-3):
     rng = np.random.default_rng(7)
     L, H, hs, V, maxT, B, T, accum, steps = 2, 2, 16, 64, 32, 3, 24, 2, 10
     model = random_model(rng, L, H, hs, V, maxT)
@@ -123,15 +133,16 @@ def check_adamw(dtrain, tmp):
     log, final = os.path.join(tmp, "log.json"), os.path.join(tmp, "final.safetensors")
     run_dtrain(dtrain, ["--init", w, "--data", data, "--val-fraction", "0", "--eval-batches", "0",
                         "--batch-size", str(B), "--seq-len", str(T), "--grad-accum", str(accum),
-                        "--steps", str(steps), "--lr", "3e-3", "--lr-schedule", "constant",
+                        "--steps", str(steps), "--lr", str(lr), "--lr-schedule", "constant",
                         "--weight-decay", "0.1", "--grad-clip", "0.5", "--shuffle", "0",
+                        "--optimizer", kind, "--momentum", "0.9",
                         "--threads", "1", "--log-json", log, "--save-final", final])
     ours = [e["loss"] for e in read_log(log)]
-    ref = torch_train(model, tokens, B, T, accum, steps, 3e-3, 0.1, 0.5)
+    ref = torch_train(model, tokens, B, T, accum, steps, lr, 0.1, 0.5, kind)
     check(len(ours) == steps, "dtrain logged %d steps" % len(ours))
     worst = max(abs(a - b) / abs(b) for a, b in zip(ours, ref))
-    check(worst < 1e-4, "10 AdamW steps: losses within 1e-4 (worst %.2e; %.5f -> %.5f)"
-          % (worst, ref[0], ref[-1]))
+    check(worst < 1e-4, "10 %s steps: losses within 1e-4 (worst %.2e; %.5f -> %.5f)"
+          % (kind, worst, ref[0], ref[-1]))
     check(ref[-1] < ref[0], "the loss went down (%.4f -> %.4f)" % (ref[0], ref[-1]))
     got, meta = st_read(final)
     worst, worst_name = 0.0, ""
@@ -144,7 +155,7 @@ def check_adamw(dtrain, tmp):
             # only be held to those steps (lr per step); the query and value
             # biases are compared exactly.
             key = slice(C, 2 * C)
-            check((got[name][key] - p[key]).abs().max().item() <= 2 * 3e-3 * steps,
+            check((got[name][key] - p[key]).abs().max().item() <= 2 * lr * steps,
                   "%s key part within 2 lr per step" % name)
             p, g = torch.cat([p[:C], p[2 * C:]]), torch.cat([got[name][:C], got[name][2 * C:]])
         else:
@@ -185,6 +196,8 @@ def main():
     what, oracle, dtrain = sys.argv[1], sys.argv[2], sys.argv[3]
     with tempfile.TemporaryDirectory() as tmp:
         {"grads": lambda: check_grads(oracle, tmp), "adamw": lambda: check_adamw(dtrain, tmp),
+         "adam_sgd": lambda: (check_adamw(dtrain, tmp, "adam"),
+                              check_adamw(dtrain, tmp, "sgd", lr=0.1)),
          "bf16": lambda: check_bf16(dtrain, tmp)}[what]()
     if failures:
         print("%d check(s) failed" % len(failures))
