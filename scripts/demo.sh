@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh build >/dev/null
 run=runs/demo
+rm -rf "$run"   # a fresh run each time (--out refuses to mix runs)
 echo "== dtrain train --steps 600 --eval-every 200 --out $run"
 build/dtrain train --steps 600 --eval-every 200 --print-every 50 --out "$run"
 echo

@@ -88,6 +88,10 @@ static int parse_args(int argc, char **argv, sample_args *a)
             return -1;
         }
     }
+    if (!a->prompt[0]) {
+        fprintf(stderr, "dtrain sample: --prompt is empty; give at least one character\n");
+        return -1;
+    }
     if (!a->ckpt) {
         fprintf(stderr, "dtrain sample: --ckpt is required (see --help)\n");
         return -1;

@@ -17,9 +17,9 @@ int cli_train(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     rc = dt_train(&c, err, sizeof err);
-    if (rc == 130) {
+    if (rc > 128) {
         fprintf(stderr, "dtrain train: interrupted\n");
-        return 130;
+        return rc;
     }
     if (rc != 0) {
         fprintf(stderr, "dtrain train: error: %s\n", err);

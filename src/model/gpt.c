@@ -229,12 +229,17 @@ int dt_gpt_alloc_acts(dt_gpt *m, int B, int T)
     if (m->acts_mem && m->B == B && m->T == T) return 0;
     dt_free(m->acts_mem);
     free(m->layer_acts);
+    m->acts_mem = NULL;
+    m->B = m->T = 0;
+    m->targets = NULL;
     m->layer_acts = calloc((size_t)m->cfg.n_layer, sizeof *m->layer_acts);
     size_t n = carve_acts(m, NULL, B, T);
     m->acts_mem = dt_alloc(n * sizeof(float), DT_MEM_ACTS);
     if (!m->layer_acts || !m->acts_mem) {
         dt_strf(m->error, sizeof m->error, "model: cannot allocate activations (%.1f MiB)",
                 (double)n * 4 / 1048576.0);
+        dt_free(m->acts_mem);
+        m->acts_mem = NULL;
         return -1;
     }
     carve_acts(m, m->acts_mem, B, T);
@@ -362,6 +367,9 @@ double dt_gpt_forward(dt_gpt *m, const int32_t *tokens, const int32_t *targets, 
                   m->logits, V))
         return fail_matmul(m, "lm_head");
     m->targets = targets;
+    m->fwd_tokens = tokens;
+    m->fwd_b = b;
+    m->fwd_t = t;
     if (!targets) return 0;
     double sum = dt_crossentropy(NULL, m->losses, m->logits, targets, N, V, 0.0f);
     return sum / N;
@@ -406,6 +414,13 @@ int dt_gpt_backward(dt_gpt *m, const int32_t *tokens, int b, int t, float grad_s
     if (!m->grads || !m->targets) {
         dt_strf(m->error, sizeof m->error,
                 "model: backward needs gradients and a forward with targets");
+        return -1;
+    }
+    if (tokens != m->fwd_tokens || b != m->fwd_b || t != m->fwd_t) {
+        dt_strf(m->error, sizeof m->error,
+                "model: backward of %d x %d does not match the last forward (%d x %d, other "
+                "tokens?)",
+                b, t, m->fwd_b, m->fwd_t);
         return -1;
     }
     /* The logits buffer becomes d(logits), in place. */

@@ -77,7 +77,10 @@ typedef struct {
     /* Backward scratch, shared by all layers. */
     float *d_res, *d_c, *d_qkv, *d_fc; /* [N,C], [N,C], [N,3C], [N,4C] */
 
-    const int32_t *targets; /* of the last forward with targets */
+    /* The last forward's inputs: backward must be of the same batch. */
+    const int32_t *targets; /* NULL when it had none, or after backward */
+    const int32_t *fwd_tokens;
+    int fwd_b, fwd_t;
     char error[256];
 } dt_gpt;
 

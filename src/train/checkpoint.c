@@ -90,9 +90,11 @@ static char *state_to_json(const dt_ckpt_state *s, const dt_optimizer *o)
     cJSON_AddNumberToObject(j, "seq_len", s->seq_len);
     cJSON_AddNumberToObject(j, "global_batch", (double)s->global_batch);
     cJSON_AddNumberToObject(j, "last_loss", s->last_loss);
+    dt_strf(buf, sizeof buf, "%llu", (unsigned long long)s->data_tokens);
+    cJSON_AddStringToObject(j, "data_tokens", buf);
     cJSON_AddStringToObject(j, "optimizer", dt_opt_kind_name(o->kind));
     cJSON_AddNumberToObject(j, "optimizer_step", (double)o->t);
-    char *text = cJSON_Print(j);
+    char *text = j ? cJSON_Print(j) : NULL;
     cJSON_Delete(j);
     return text;
 }
@@ -138,6 +140,7 @@ static int state_from_json(const char *path, const char *text, dt_ckpt_state *s,
         cJSON_Delete(j);
         return -1;
     }
+    if (!bad && json_u64(j, "data_tokens", &s->data_tokens) != 0) s->data_tokens = 0;
     const cJSON *loss = cJSON_GetObjectItemCaseSensitive(j, "last_loss");
     s->last_loss = cJSON_IsNumber(loss) ? loss->valuedouble : 0.0;
     cJSON_Delete(j);
@@ -166,8 +169,12 @@ static int write_contents(const char *dir, const dt_gpt *m, const dt_optimizer *
         if (dt_weights_write(m, bufs, prefixes, o->v ? 2 : 1, path, err, errlen) != 0) return -1;
     }
     char *text = state_to_json(state, o);
+    if (!text) {
+        dt_strf(err, errlen, "%s: out of memory for the checkpoint state", dir);
+        return -1;
+    }
     dt_strf(path, sizeof path, "%s/state.json", dir);
-    int rc = text ? write_text_atomic(path, text, err, errlen) : -1;
+    int rc = write_text_atomic(path, text, err, errlen);
     free(text);
     return rc;
 }
@@ -177,22 +184,32 @@ static int ckpt_name_cmp(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Removes the oldest ckpt-* directories beyond keep. Names sort by step
- * because the step is zero-padded. */
-static void prune(const char *out_dir, int keep)
+/* Removes checkpoints older than `current` beyond the keep - 1 newest of
+ * them, and temporary directories that crashed saves left. Names sort by
+ * step because the step is zero-padded; nothing newer than `current` is
+ * touched. */
+static void prune(const char *out_dir, const char *current, long keep)
 {
     DIR *d = opendir(out_dir);
     if (!d) return;
     char *names[4096];
     int n = 0;
     struct dirent *e;
-    while ((e = readdir(d)) != NULL && n < 4096)
-        if (strncmp(e->d_name, CKPT_PREFIX, strlen(CKPT_PREFIX)) == 0) names[n++] = strdup(e->d_name);
+    char path[DT_PATH_MAX + 256];
+    while ((e = readdir(d)) != NULL && n < 4096) {
+        if (strncmp(e->d_name, CKPT_PREFIX, strlen(CKPT_PREFIX)) == 0 &&
+            strcmp(e->d_name, current) < 0)
+            names[n++] = strdup(e->d_name);
+        else if (strncmp(e->d_name, "." CKPT_PREFIX, strlen(CKPT_PREFIX) + 1) == 0 &&
+                 strstr(e->d_name, ".tmp.")) {
+            dt_strf(path, sizeof path, "%s/%s", out_dir, e->d_name);
+            remove_tree(path);
+        }
+    }
     closedir(d);
     qsort(names, (size_t)n, sizeof names[0], ckpt_name_cmp);
-    char path[DT_PATH_MAX + 256];
     for (int i = 0; i < n; i++) {
-        if (i < n - keep) {
+        if (names[i] && (long)(n - i) > keep - 1) {
             dt_strf(path, sizeof path, "%s/%s", out_dir, names[i]);
             remove_tree(path);
         }
@@ -200,11 +217,24 @@ static void prune(const char *out_dir, int keep)
     }
 }
 
+int dt_ckpt_exists(const char *out_dir)
+{
+    DIR *d = opendir(out_dir);
+    if (!d) return 0;
+    struct dirent *e;
+    int found = 0;
+    while (!found && (e = readdir(d)) != NULL)
+        found = strncmp(e->d_name, CKPT_PREFIX, strlen(CKPT_PREFIX)) == 0 ||
+                strcmp(e->d_name, "latest") == 0;
+    closedir(d);
+    return found;
+}
+
 int dt_ckpt_save(const char *out_dir, const dt_gpt *m, const dt_optimizer *o,
-                 const dt_ckpt_state *state, int keep_last, char *path_out, size_t path_len,
+                 const dt_ckpt_state *state, long keep_last, char *path_out, size_t path_len,
                  char *err, size_t errlen)
 {
-    char name[64], tmp[DT_PATH_MAX + 128], final[DT_PATH_MAX + 128], old[DT_PATH_MAX + 160];
+    char name[64], tmp[DT_PATH_MAX + 128], final[DT_PATH_MAX + 128];
     if (dt_mkdir_p(out_dir, err, errlen) != 0) return -1;
     dt_strf(name, sizeof name, CKPT_PREFIX "%08ld", state->step);
     dt_strf(tmp, sizeof tmp, "%s/.%s.tmp.%d", out_dir, name, (int)getpid());
@@ -218,23 +248,25 @@ int dt_ckpt_save(const char *out_dir, const dt_gpt *m, const dt_optimizer *o,
         remove_tree(tmp);
         return -1;
     }
-    /* A checkpoint of the same step (a resumed run saving again) is moved
-     * aside first, and removed only once the new one is in place. */
-    dt_strf(old, sizeof old, "%s/.%s.old.%d", out_dir, name, (int)getpid());
-    int had_old = rename(final, old) == 0;
-    if (rename(tmp, final) != 0) {
-        dt_strf(err, errlen, "%s: cannot rename into place: %s", final, strerror(errno));
-        if (had_old) rename(old, final);
+    /* A checkpoint of the same step already there (a run saving twice) is
+     * swapped with the new one in a single atomic exchange, so the name
+     * never stops holding a complete checkpoint. */
+    struct stat st;
+    int exchange = stat(final, &st) == 0;
+    int rc = exchange ? renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE)
+                      : rename(tmp, final);
+    if (rc != 0) {
+        dt_strf(err, errlen, "%s: cannot move into place: %s", final, strerror(errno));
         remove_tree(tmp);
         return -1;
     }
     fsync_dir(out_dir);
-    if (had_old) remove_tree(old);
+    if (exchange) remove_tree(tmp); /* now the old checkpoint */
     char latest[DT_PATH_MAX + 16], line[80];
     dt_strf(latest, sizeof latest, "%s/latest", out_dir);
     dt_strf(line, sizeof line, "%s\n", name);
     if (write_text_atomic(latest, line, err, errlen) != 0) return -1;
-    prune(out_dir, keep_last > 0 ? keep_last : 1);
+    prune(out_dir, name, keep_last > 0 ? keep_last : 1);
     if (path_out) dt_strf(path_out, path_len, "%s", final);
     return 0;
 }

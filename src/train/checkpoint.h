@@ -9,7 +9,8 @@
  * A checkpoint is built in a hidden temporary directory and renamed into
  * place whole, then `latest` is replaced atomically, then old ones beyond
  * keep_last are removed: a crash at any point leaves the last good
- * checkpoint intact and `latest` naming a complete one. */
+ * checkpoint intact and `latest` naming a complete one. Saving a step that
+ * exists already swaps the two directories atomically (renameat2). */
 #ifndef DT_TRAIN_CHECKPOINT_H
 #define DT_TRAIN_CHECKPOINT_H
 
@@ -27,12 +28,17 @@ typedef struct {
     int seq_len;
     long global_batch;     /* sequences per optimizer step */
     double last_loss;
+    uint64_t data_tokens;  /* tokens of the training data: resuming on other data is refused */
 } dt_ckpt_state;
 
-/* Writes a checkpoint of m (parameters) and o (moments) for state->step. */
+/* Writes a checkpoint of m (parameters) and o (moments) for state->step,
+ * then removes older checkpoints beyond keep_last (never newer ones). */
 int dt_ckpt_save(const char *out_dir, const dt_gpt *m, const dt_optimizer *o,
-                 const dt_ckpt_state *state, int keep_last, char *path_out, size_t path_len,
+                 const dt_ckpt_state *state, long keep_last, char *path_out, size_t path_len,
                  char *err, size_t errlen);
+
+/* Whether out_dir holds checkpoints (or a `latest`) already. */
+int dt_ckpt_exists(const char *out_dir);
 
 /* Finds the checkpoint to resume from: `where` is a checkpoint directory, or
  * a run directory whose `latest` names one. */

@@ -30,7 +30,9 @@ void dt_optimizer_free(dt_optimizer *o);
 
 /* One step, t+1, on floats [lo, hi) of params/grads (and the state), with
  * weight decay on the tensors that take it. grad_scale multiplies every
- * gradient first (the clipping coefficient). */
+ * gradient first (the clipping coefficient). Exactly one call per optimizer
+ * step: each call advances t, which the bias correction uses. (SGD keeps its
+ * momentum buffer in m, saved under the exp_avg. names.) */
 void dt_optimizer_step(dt_optimizer *o, const dt_gpt *m, float *params, const float *grads,
                        size_t lo, size_t hi, double lr, float grad_scale);
 

@@ -37,6 +37,7 @@ typedef struct {
     int B, T, accum, threads;
     long global_batch;         /* sequences per optimizer step */
     long step;                 /* next optimizer step to run */
+    long steps_run;            /* steps run by this process */
     uint64_t seq_counter;      /* training sequences consumed */
     double last_loss;
     FILE *json;                /* --log-json, or NULL */
@@ -44,13 +45,12 @@ typedef struct {
     char err[512];
 } trainer;
 
-static volatile sig_atomic_t stop_requested;
+/* The first SIGINT or SIGTERM asks the loop to stop after the current step
+ * and save; the handler is installed with SA_RESETHAND, so a second one
+ * kills the process at once. */
+static volatile sig_atomic_t stop_signal;
 
-static void on_interrupt(int sig)
-{
-    (void)sig;
-    stop_requested = 1;
-}
+static void on_interrupt(int sig) { stop_signal = sig; }
 
 /* ---- data --------------------------------------------------------------- */
 
@@ -113,9 +113,15 @@ static int resolve_model_config(trainer *t, const char *resume_dir, dt_gpt_confi
                             : dt_weights_inspect(c->init, mc, t->err, sizeof t->err);
         if (rc) return -1;
         if (mc->n_head == 0) {
+            /* Shapes do not give the head count, and a wrong one still runs. */
+            if (!DT_CONFIG_GIVEN(c, n_head) && !DT_CONFIG_GIVEN(c, model)) {
+                dt_strf(t->err, sizeof t->err,
+                        "%s records no n_head (no metadata, no config.json beside it): "
+                        "give --n-head",
+                        resume_dir ? resume_dir : c->init);
+                return -1;
+            }
             mc->n_head = c->n_head;
-            DT_WARN("%s gives no n_head; using %d (set --n-head)",
-                    resume_dir ? resume_dir : c->init, c->n_head);
         }
         if (check_sizes_agree(t, resume_dir ? resume_dir : c->init, mc)) return -1;
         /* Sequences fill the file's context unless a length was asked for. */
@@ -187,6 +193,15 @@ static int resume(trainer *t, const char *dir)
                 (unsigned long long)t->cfg->seed);
         return -1;
     }
+    uint64_t ntok = dt_dataset_ntokens(t->train);
+    if (st.data_tokens != 0 && st.data_tokens != ntok) {
+        dt_strf(t->err, sizeof t->err,
+                "%s: trained on %llu tokens of data, this run has %llu (%s): other data would "
+                "break the data order",
+                dir, (unsigned long long)st.data_tokens, (unsigned long long)ntok,
+                dt_dataset_name(t->train));
+        return -1;
+    }
     if (st.global_batch != t->global_batch)
         DT_WARN("%s: global batch was %ld sequences, now %ld", dir, st.global_batch,
                 t->global_batch);
@@ -218,6 +233,13 @@ static int train_step(trainer *t, double *loss_out, double *norm_out)
         loss_sum += loss;
     }
     double norm = sqrt(dt_sum_squares(m->grads, m->n_floats));
+    if (!isfinite(norm)) {
+        dt_strf(t->err, sizeof t->err,
+                "step %ld: the gradient norm is %f; stopping before the update (the weights "
+                "and the last checkpoint are untouched)",
+                t->step + 1, norm);
+        return -1;
+    }
     float coef = dt_clip_coef(norm, t->cfg->grad_clip);
     double lr = dt_config_lr_at(t->cfg, t->step);
     dt_optimizer_step(&t->opt, m, m->params, m->grads, 0, m->n_floats, lr, coef);
@@ -264,10 +286,16 @@ static int report_eval(trainer *t)
 
 static int save_checkpoint(trainer *t)
 {
-    dt_ckpt_state st = {t->step,          t->seq_counter, t->cfg->seed, t->cfg->shuffle,
-                        t->T,             t->global_batch, t->last_loss};
+    dt_ckpt_state st = {.step = t->step,
+                        .seq_counter = t->seq_counter,
+                        .seed = t->cfg->seed,
+                        .shuffle = t->cfg->shuffle,
+                        .seq_len = t->T,
+                        .global_batch = t->global_batch,
+                        .last_loss = t->last_loss,
+                        .data_tokens = dt_dataset_ntokens(t->train)};
     char path[DT_CONFIG_PATH + 64];
-    if (dt_ckpt_save(t->cfg->out_dir, &t->model, &t->opt, &st, (int)t->cfg->keep_last, path,
+    if (dt_ckpt_save(t->cfg->out_dir, &t->model, &t->opt, &st, t->cfg->keep_last, path,
                      sizeof path, t->err, sizeof t->err))
         return -1;
     fprintf(t->out, "checkpoint %s\n", path);
@@ -303,7 +331,7 @@ static int run_loop(trainer *t)
     const double peak = dt_peak_flops(t->threads, t->model.prec == DT_PREC_BF16);
     double ms_avg = 0; /* over steps after the first, which pays for kernel generation */
     long averaged = -1;
-    while (t->step < c->steps && !stop_requested) {
+    while (t->step < c->steps && !stop_signal) {
         uint64_t t0 = dt_now_ns();
         double loss, norm;
         if (train_step(t, &loss, &norm)) return -1;
@@ -317,14 +345,15 @@ static int run_loop(trainer *t)
                                     (averaged > 0 ? ms_avg : ms) * 1e-3};
         t->last_loss = loss;
         t->step++;
-        if (!isfinite(loss)) {
-            dt_strf(t->err, sizeof t->err, "step %ld: the loss is %f: training diverged",
-                    t->step - 1, loss);
-            return -1;
-        }
+        t->steps_run++;
         if (c->print_every > 0 && (t->step % c->print_every == 0 || t->step == c->steps))
             dt_print_step(t->out, &s);
         if (t->json) dt_log_json_step(t->json, &s);
+        if (!isfinite(loss)) {
+            dt_strf(t->err, sizeof t->err, "step %ld: the loss is %f: training diverged",
+                    t->step, loss);
+            return -1;
+        }
         int eval_now = c->eval_every > 0 && t->step % c->eval_every == 0 && t->step < c->steps;
         if (eval_now && report_eval(t)) return -1;
         int save_now = c->out_dir[0] && c->save_every > 0 && t->step % c->save_every == 0;
@@ -336,15 +365,50 @@ static int run_loop(trainer *t)
 static int finish(trainer *t)
 {
     const dt_train_config *c = t->cfg;
-    if (stop_requested) fprintf(t->out, "interrupted at step %ld\n", t->step);
-    if (!stop_requested && report_eval(t)) return -1;
+    if (stop_signal) fprintf(t->out, "interrupted at step %ld\n", t->step);
+    /* Save first: a failing evaluation must not cost the trained weights. A
+     * process that ran no step has nothing new to save. */
     int saved = c->save_every > 0 && t->step % c->save_every == 0;
-    if (c->out_dir[0] && !saved && save_checkpoint(t)) return -1;
-    if (c->save_final[0]) {
+    if (c->out_dir[0] && t->steps_run > 0 && !saved && save_checkpoint(t)) return -1;
+    if (c->save_final[0] && (t->steps_run > 0 || !stop_signal)) {
         if (dt_weights_save(&t->model, c->save_final, t->err, sizeof t->err)) return -1;
         fprintf(t->out, "weights %s\n", c->save_final);
     }
+    if (!stop_signal && report_eval(t)) return -1;
     dt_print_memory(t->out, "memory at the end");
+    return 0;
+}
+
+/* Opens --log-json. A resumed run keeps the entries of the steps before the
+ * checkpoint and drops later ones (steps a crashed run logged but did not
+ * save), so the file reads as one run. */
+static int open_log(trainer *t, int resuming)
+{
+    const char *path = t->cfg->log_json;
+    if (!path[0]) return 0;
+    if (strcmp(path, "-") == 0) {
+        t->json = stdout;
+        return 0;
+    }
+    char *kept = NULL;
+    size_t kept_len = 0;
+    FILE *old = resuming ? fopen(path, "r") : NULL;
+    if (old) {
+        FILE *mem = open_memstream(&kept, &kept_len);
+        char line[4096];
+        long step;
+        while (mem && fgets(line, sizeof line, old))
+            if (sscanf(line, "{\"step\":%ld", &step) == 1 && step < t->step) fputs(line, mem);
+        if (mem) fclose(mem);
+        fclose(old);
+    }
+    t->json = fopen(path, "w");
+    if (t->json && kept) fwrite(kept, 1, kept_len, t->json);
+    free(kept);
+    if (!t->json) {
+        dt_strf(t->err, sizeof t->err, "--log-json %s: cannot open for writing", path);
+        return -1;
+    }
     return 0;
 }
 
@@ -365,18 +429,27 @@ static int setup(trainer *t)
     if (resuming && dt_ckpt_resolve(c->resume[0] ? c->resume : c->out_dir, resume_dir,
                                     sizeof resume_dir, t->err, sizeof t->err))
         return -1;
+    if (!resuming && c->out_dir[0] && dt_ckpt_exists(c->out_dir)) {
+        dt_strf(t->err, sizeof t->err,
+                "--out %s already holds checkpoints: add --resume to continue that run, or "
+                "choose another directory",
+                c->out_dir);
+        return -1;
+    }
     if (setup_model(t, resuming ? resume_dir : NULL)) return -1;
     if (dt_dataset_check(t->train, t->T, t->err, sizeof t->err)) return -1;
+    /* Validation data too short for one sequence would fail only at the end. */
+    if (t->val && c->eval_batches > 0 && dt_dataset_check(t->val, t->T, t->err, sizeof t->err))
+        return -1;
     if (resuming && resume(t, resume_dir)) return -1;
-    if (c->log_json[0]) {
-        int to_stdout = strcmp(c->log_json, "-") == 0;
-        t->json = to_stdout ? stdout : fopen(c->log_json, resuming ? "a" : "w");
-        if (!t->json) {
-            dt_strf(t->err, sizeof t->err, "--log-json %s: cannot open for writing", c->log_json);
-            return -1;
-        }
-    }
-    return 0;
+    /* The header reports the model actually built (sizes may come from a file). */
+    c->n_layer = t->model.cfg.n_layer;
+    c->n_head = t->model.cfg.n_head;
+    c->n_embd = t->model.cfg.n_embd;
+    c->vocab_size = t->model.cfg.vocab_size;
+    c->block_size = t->model.cfg.block_size;
+    c->seq_len = t->T;
+    return open_log(t, resuming);
 }
 
 static void teardown(trainer *t)
@@ -400,9 +473,10 @@ int dt_train(dt_train_config *cfg, char *err, size_t errlen)
     t.cfg = cfg;
     /* With the JSON log on stdout, the human-readable lines go to stderr. */
     t.out = strcmp(cfg->log_json, "-") == 0 ? stderr : stdout;
-    stop_requested = 0;
+    stop_signal = 0;
     struct sigaction sa = {0}, old_int, old_term;
     sa.sa_handler = on_interrupt;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     int rc = setup(&t);
@@ -415,9 +489,9 @@ int dt_train(dt_train_config *cfg, char *err, size_t errlen)
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     teardown(&t);
-    if (rc == 0 && stop_requested) {
-        dt_strf(err, errlen, "interrupted");
-        return 130;
+    if (rc == 0 && stop_signal) {
+        dt_strf(err, errlen, "interrupted by signal %d", (int)stop_signal);
+        return 128 + stop_signal;
     }
     return rc;
 }

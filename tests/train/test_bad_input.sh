@@ -38,6 +38,7 @@ open(tmp + "/version.bin", "wb").write(hdr.tobytes() + data[1024:])
 m = GPT(2, 2, 16, 256, 32)
 st = m.hf_state()
 st_write(tmp + "/ok.safetensors", st, {"n_head": "2"})
+st_write(tmp + "/nohead.safetensors", st)
 open(tmp + "/foreign.bin", "wb").write(open(tmp + "/ok.safetensors", "rb").read())
 missing = dict(st); del missing["h.1.mlp.c_fc.bias"]
 st_write(tmp + "/missing.safetensors", missing, {"n_head": "2"})
@@ -68,6 +69,13 @@ expect_error "init: wrong shape" "shape.safetensors: tensor h.0.attn.c_proj.weig
 expect_error "init: sizes that disagree" "ok.safetensors has n_layer 2, but 3 was asked for" \
   "$dtrain" train --steps 1 --threads 1 --data "$tmp/text.txt" --init "$tmp/ok.safetensors" \
   --n-layer 3
+expect_error "init: no head count" "nohead.safetensors records no n_head .*give --n-head" \
+  "$dtrain" train --steps 1 --threads 1 --data "$tmp/text.txt" --init "$tmp/nohead.safetensors"
+expect_error "validation data too short, found before training" "short.txt.* too few" \
+  "$dtrain" "${t[@]}" --data "$tmp/text.txt" --val-data "$tmp/short.txt" --eval-batches 2 \
+  --steps 1000000
+expect_error "sample: empty prompt" "prompt is empty" \
+  "$dtrain" sample --ckpt "$tmp/ok.safetensors" --prompt ""
 expect_error "init: not safetensors" "garbage.safetensors" \
   "$dtrain" train --steps 1 --threads 1 --data "$tmp/text.txt" --init "$tmp/garbage.safetensors"
 expect_error "n_embd not divisible by n_head" "n_embd.*divisible|divisible.*n_head" \

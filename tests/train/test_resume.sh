@@ -39,3 +39,36 @@ for f in model.safetensors optimizer.safetensors; do
     || { echo "FAIL: $f differs after resume"; exit 1; }
 done
 echo "ok: 20 steps == 10 + resume 10, bit for bit ($(losses "$tmp/a.json" | tail -1))"
+
+# --keep-last: of checkpoints every 2 steps over 10, the last 2 remain.
+"$dtrain" train "${common[@]}" --steps 10 --save-every 2 --keep-last 2 --out "$tmp/k" >/dev/null
+[ "$(cd "$tmp/k" && echo ckpt-* latest)" = "ckpt-00000008 ckpt-00000010 latest" ] \
+  || { echo "FAIL: keep-last left: $(ls -A "$tmp/k")"; exit 1; }
+# A fresh run must not mix into a run directory; resuming on other data is refused.
+if "$dtrain" train "${common[@]}" --steps 12 --out "$tmp/k" >/dev/null 2>"$tmp/err"; then
+  echo "FAIL: a fresh run wrote into a directory with checkpoints"; exit 1
+fi
+grep -q "already holds checkpoints" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+head -c 20000 "$tmp/data.txt" > "$tmp/other.txt"
+if "$dtrain" train "${common[@]}" --data "$tmp/other.txt" --steps 12 --out "$tmp/k" --resume \
+     >/dev/null 2>"$tmp/err"; then
+  echo "FAIL: resumed on other data"; exit 1
+fi
+grep -q "trained on [0-9]* tokens of data" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+echo "ok: keep-last, no mixing of runs, no resuming on other data"
+
+# Ctrl-C: the run stops after the current step, saves it, and exits 130.
+"$dtrain" train "${common[@]}" --steps 1000000 --out "$tmp/c" --log-json "$tmp/c.json" \
+  >/dev/null 2>&1 &
+pid=$!
+for _ in $(seq 600); do
+  [ "$(cat "$tmp/c.json" 2>/dev/null | grep -c '"loss"')" -ge 3 ] && break
+  sleep 0.05
+done
+kill -INT $pid
+rc=0; wait $pid || rc=$?
+[ $rc -eq 130 ] || { echo "FAIL: interrupted run exited $rc, want 130"; exit 1; }
+n=$(grep -c '"loss"' "$tmp/c.json")
+[ "$(cat "$tmp/c/latest")" = "$(printf 'ckpt-%08d' "$n")" ] \
+  || { echo "FAIL: after $n logged steps latest is $(cat "$tmp/c/latest")"; exit 1; }
+echo "ok: SIGINT after $n steps saved $(cat "$tmp/c/latest") and exited 130"
