@@ -78,6 +78,10 @@ typedef struct {
 struct dt_shm_comm {
     char name[128];
     shm_inbox *me;
+    /* `me` once it is mapped, for dt_shm_wake: the store's monitor thread
+     * may wake a communicator that is still being set up or torn down, so
+     * this and c->shm change only under job->lock, which the waker holds. */
+    shm_inbox *wake_me;
     size_t seg_bytes;
     uint64_t ring_bytes;
     size_t cma_min;
@@ -338,7 +342,15 @@ void dt_shm_wait(dt_comm *c, uint32_t bell, int timeout_ms)
 
 void dt_shm_wake(dt_comm *c)
 {
-    if (c->shm) ring_notify(c->shm->me);
+    if (c->shm && c->shm->wake_me) ring_notify(c->shm->wake_me);
+}
+
+static void publish(dt_comm *c, struct dt_shm_comm *sc, shm_inbox *wake_me)
+{
+    pthread_mutex_lock(&c->job->lock);
+    c->shm = sc;
+    if (sc) sc->wake_me = wake_me;
+    pthread_mutex_unlock(&c->job->lock);
 }
 
 /* ---- setup -------------------------------------------------------------- */
@@ -457,7 +469,7 @@ int dt_shm_setup(dt_comm *c, const int *peers, int npeers)
         return dt_comm_fail(c, DT_ERR_INVALID, -1, "more than 256 ranks on one host");
     struct dt_shm_comm *sc = calloc(1, sizeof *sc);
     if (!sc) return dt_comm_fail(c, DT_ERR_NOMEM, -1, "out of memory");
-    c->shm = sc;
+    publish(c, sc, NULL);
     int rc = read_settings(c, sc);
     if (rc < 0) return rc;
     /* Yama may restrict process_vm_readv to ancestors; allow our peers. */
@@ -479,6 +491,7 @@ int dt_shm_setup(dt_comm *c, const int *peers, int npeers)
     sc->reduce_buf = malloc(REDUCE_PIECE);
     if (!sc->maps || !sc->reduce_buf) return dt_comm_fail(c, DT_ERR_NOMEM, -1, "out of memory");
     if ((rc = create_inbox(c, sc)) < 0) return rc;
+    publish(c, sc, sc->me);
     sc->maps[sc->my_local] = sc->me;
     if ((rc = dt_comm_store_barrier(c, "shm-created")) < 0) goto out;
     for (int i = 0; i < n && rc == 0; i++)
@@ -501,10 +514,10 @@ void dt_shm_teardown(dt_comm *c)
 {
     struct dt_shm_comm *sc = c->shm;
     if (!sc) return;
+    publish(c, NULL, NULL);
     for (int i = 0; i < sc->nlocal; i++)
         if (sc->maps && sc->maps[i]) munmap(sc->maps[i], sc->seg_bytes);
     free(sc->maps);
     free(sc->reduce_buf);
     free(sc);
-    c->shm = NULL;
 }
