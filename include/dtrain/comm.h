@@ -145,6 +145,10 @@ int dt_irecv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer, dt_reque
 int dt_wait(dt_request *req);
 int dt_test(dt_request *req, int *done);
 
+/* Payload bytes this rank has sent on c so far (headers not counted), for
+ * measuring what a strategy moves per step. */
+uint64_t dt_comm_bytes_sent(const dt_comm *c);
+
 /* Timestamps (CLOCK_MONOTONIC, ns) of when the progress thread started and
  * finished the request's operation; 0 while not yet. For overlap studies. */
 void dt_request_times(const dt_request *req, uint64_t *start_ns, uint64_t *end_ns);

@@ -203,6 +203,7 @@ struct dt_comm {
     struct dt_shm_comm *shm;
     const char *transport_name;
     uint64_t seq;          /* sequence number of the next collective */
+    _Atomic uint64_t bytes_sent; /* payload bytes this rank has sent (dt_comm_bytes_sent) */
     uint64_t *p2p_send_seq; /* [size] per-peer counters for send/recv */
     uint64_t *p2p_recv_seq;
     dt_coll_args cur;     /* the collective being run */

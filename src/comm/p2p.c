@@ -60,6 +60,7 @@ static int progress_pass(dt_comm *c, dt_p2p *ops, unsigned char *done, int n, in
         if (rc == 1) {
             done[i] = 1;
             *progressed = 1;
+            if (is_send(&ops[i])) atomic_fetch_add(&c->bytes_sent, ops[i].bytes);
         } else {
             pending++;
         }

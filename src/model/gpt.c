@@ -175,6 +175,23 @@ static float *tensor_ptr(const dt_gpt *m, float *flat, int index)
 #define LNF_W(m, flat) tensor_ptr(m, flat, (m)->n_tensors - 2)
 #define LNF_B(m, flat) tensor_ptr(m, flat, (m)->n_tensors - 1)
 
+int dt_gpt_segments(const dt_gpt *m) { return m->cfg.n_layer + 2; }
+
+size_t dt_gpt_segment_start(const dt_gpt *m, int segment)
+{
+    if (segment <= 0) return 0;
+    if (segment >= m->cfg.n_layer + 2) return m->n_floats;
+    /* Layer l's first tensor follows wte and wpe; ln_f follows the last layer. */
+    return m->tensors[2 + LAYER_TENSORS * (segment - 1)].offset;
+}
+
+static void segment_done(dt_gpt *m, int segment)
+{
+    if (m->grad_ready)
+        m->grad_ready(m->grad_ready_ctx, dt_gpt_segment_start(m, segment),
+                      dt_gpt_segment_start(m, segment + 1));
+}
+
 /* ---- activations -------------------------------------------------------- */
 
 /* Carves the arena: called once to measure (base NULL), once to assign. */
@@ -435,11 +452,14 @@ int dt_gpt_backward(dt_gpt *m, const int32_t *tokens, int b, int t, float grad_s
     memset(m->d_res, 0, (size_t)N * C * sizeof(float));
     dt_layernorm_backward(m->d_res, LNF_W(m, m->grads), LNF_B(m, m->grads), m->d_c, lnf_in,
                           LNF_W(m, m->params), m->lnf_mean, m->lnf_rstd, N, C);
+    segment_done(m, L + 1);
     for (int l = L - 1; l >= 0; l--) {
         const float *x = l > 0 ? m->layer_acts[l - 1].res3 : m->encoded;
         if (layer_backward(m, l, x, b, t)) return -1;
+        segment_done(m, 1 + l);
     }
     dt_embedding_backward(WTE(m, m->grads), WPE(m, m->grads), m->d_res, tokens, b, t, C);
+    segment_done(m, 0);
     m->targets = NULL;
     return 0;
 }

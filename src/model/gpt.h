@@ -78,6 +78,12 @@ typedef struct {
     float *d_res, *d_c, *d_qkv, *d_fc; /* [N,C], [N,C], [N,3C], [N,4C] */
 
     /* The last forward's inputs: backward must be of the same batch. */
+    /* Backward calls grad_ready(ctx, lo, hi) as the gradients of floats
+     * [lo, hi) become final (a segment: see dt_gpt_segment_start), so data
+     * parallelism can start reducing them while backward goes on. */
+    void (*grad_ready)(void *ctx, size_t lo, size_t hi);
+    void *grad_ready_ctx;
+
     const int32_t *targets; /* NULL when it had none, or after backward */
     const int32_t *fwd_tokens;
     int fwd_b, fwd_t;
@@ -113,6 +119,13 @@ double dt_gpt_forward(dt_gpt *m, const int32_t *tokens, const int32_t *targets, 
  * m->grads; each token's loss counts with weight grad_scale (1/(tokens in
  * the global batch) for a mean). 0 or -1. */
 int dt_gpt_backward(dt_gpt *m, const int32_t *tokens, int b, int t, float grad_scale);
+
+/* The flat layout in L + 2 segments that backward finishes one at a time:
+ * segment 0 the embeddings (wte, wpe), 1 + l layer l, L + 1 the final
+ * LayerNorm. Segment k is [start(k), start(k + 1)); start(L + 2) is the
+ * buffer's length. Backward completes them from L + 1 down to 0. */
+int dt_gpt_segments(const dt_gpt *m);
+size_t dt_gpt_segment_start(const dt_gpt *m, int segment);
 
 /* FLOPs of a training step per token, llm.c's convention: 6 N for the
  * matrix products plus 6 L T C for attention (causal masking not counted). */

@@ -141,6 +141,10 @@ static const opt options[] = {
     OPT(G_RUN, "seed", NULL, T_U64, seed, 0, 0, "N", NULL, 0, "seed of init and shuffling"),
     OPT(G_RUN, "zero-stage", NULL, T_INT, zero_stage, 0, 3, "N", NULL, 0,
         "ZeRO stage (zero_optimization.stage)"),
+    OPT(G_RUN, "strategy", NULL, T_CHOICE, strategy, 0, 0, "ddp", NULL, 0,
+        "data parallelism across ranks (with more than one)"),
+    OPT(G_RUN, "bucket-mb", NULL, T_DBL, bucket_mb, 1e-6, 1e6, "MB", NULL, 0,
+        "DDP gradient bucket size in MiB"),
     OPT(G_CKPT, "eval-every", NULL, T_LONG, eval_every, 0, LMAX, "N", NULL, 0,
         "steps between evaluations; 0 = at the end only"),
     OPT(G_CKPT, "eval-batches", NULL, T_LONG, eval_batches, 0, LMAX, "N", NULL, 0,
@@ -283,6 +287,8 @@ void dt_config_defaults(dt_train_config *c)
     c->seed = 1337;
     c->shuffle = 1;
     strcpy(c->dtype, "fp32");
+    strcpy(c->strategy, "ddp");
+    c->bucket_mb = 25;
     c->eval_batches = 8;
     c->keep_last = 3;
     c->print_every = 1;

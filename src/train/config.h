@@ -68,6 +68,8 @@ typedef struct dt_train_config {
     long keep_last;    /* checkpoints kept in out_dir */
     long print_every;  /* steps between log lines */
     int zero_stage;    /* zero_optimization.stage, 0-3; kept for the ZeRO strategies */
+    char strategy[8];  /* how ranks share the work: ddp */
+    double bucket_mb;  /* DDP gradient bucket size, MiB */
     int resume_flag;   /* --resume was given (with or without a directory) */
 
     /* Internal: given[i] = option i of the table was set explicitly, so that

@@ -38,6 +38,9 @@ void dt_print_step(FILE *f, const dt_step_stats *s)
     fprintf(f, "step %*ld/%ld | loss %.4f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s", width,
             s->step + 1, s->steps, s->loss, s->grad_norm, s->lr, s->ms, s->tokens_per_s);
     if (s->mfu >= 0) fprintf(f, " | MFU %.1f%%", 100.0 * s->mfu);
+    if (s->ranks > 1)
+        fprintf(f, " | comm %.1f ms exposed, %.1f MB sent", s->comm_ms,
+                (double)s->bytes_sent / 1e6);
     fprintf(f, " | ETA %s\n", eta);
     fflush(f);
 }
@@ -58,6 +61,10 @@ void dt_log_json_step(FILE *f, const dt_step_stats *s)
     json_number(f, "lr", s->lr, 0);
     json_number(f, "ms", s->ms, 0);
     json_number(f, "tokens_per_s", s->tokens_per_s, 0);
+    if (s->ranks > 1) {
+        json_number(f, "comm_ms", s->comm_ms, 0);
+        fprintf(f, "\"bytes_sent\":%llu,", s->bytes_sent);
+    }
     json_number(f, "grad_norm", s->grad_norm, s->mfu < 0);
     if (s->mfu >= 0) json_number(f, "mfu", s->mfu, 1);
     fprintf(f, "}\n");

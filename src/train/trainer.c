@@ -1,9 +1,11 @@
-/* The single-process training loop. See trainer.h.
+/* The training loop, in one process or as one rank of a data-parallel job.
+ * See trainer.h.
  *
  * Step s trains on the global batch of G sequences whose counters are
- * s*G .. s*G+G-1 (sampler.h maps counters to sequences); micro-batch j
- * takes the j-th block of B. The logged loss of step s is the mean over
- * that batch, before the update. */
+ * s*G .. s*G+G-1 (sampler.h maps counters to sequences); rank r takes the
+ * r-th block of B * accum of them, and its micro-batch j the j-th block of
+ * B within that. The logged loss of step s is the mean over the global
+ * batch, before the update. */
 #include "train/trainer.h"
 
 #include <math.h>
@@ -19,7 +21,10 @@
 #include "core/timer.h"
 #include "kernels/optimizer.h"
 #include "kernels/threads.h"
+#include "comm/bootstrap.h"
+#include "dtrain/comm.h"
 #include "model/gpt.h"
+#include "parallel/ddp.h"
 #include "train/checkpoint.h"
 #include "train/corpus.h"
 #include "train/dataset.h"
@@ -41,7 +46,11 @@ typedef struct {
     uint64_t seq_counter;      /* training sequences consumed */
     double last_loss;
     FILE *json;                /* --log-json, or NULL */
-    FILE *out;                 /* human-readable lines */
+    FILE *out;                 /* human-readable lines (rank 0's; /dev/null elsewhere) */
+    /* Data parallelism: comm is NULL in a single process. */
+    dt_comm *comm;
+    int rank, world;
+    dt_ddp ddp;
     char err[512];
 } trainer;
 
@@ -214,24 +223,42 @@ static int resume(trainer *t, const char *dir)
 
 /* ---- one optimizer step --------------------------------------------------- */
 
+static int comm_failed(trainer *t, const char *what)
+{
+    dt_strf(t->err, sizeof t->err, "%s: %s", what, dt_comm_error(t->comm));
+    return -1;
+}
+
+/* The mean of a value over ranks (the value itself in one process). */
+static int mean_over_ranks(trainer *t, double *v)
+{
+    if (!t->comm) return 0;
+    return dt_allreduce(t->comm, v, v, 1, DT_F64, DT_AVG) ? comm_failed(t, "loss") : 0;
+}
+
 static int train_step(trainer *t, double *loss_out, double *norm_out)
 {
     dt_gpt *m = &t->model;
     const float grad_scale = 1.0f / ((float)t->B * (float)t->T * (float)t->accum);
+    const uint64_t mine = t->seq_counter + (uint64_t)t->rank * t->B * t->accum;
     double loss_sum = 0;
     memset(m->grads, 0, m->n_floats * sizeof(float));
     for (int j = 0; j < t->accum; j++) {
-        uint64_t first = t->seq_counter + (uint64_t)j * t->B;
-        if (dt_dataset_batch(t->train, &t->train_order, first, t->B, t->T, t->inputs, t->targets,
-                             t->err, sizeof t->err))
+        if (dt_dataset_batch(t->train, &t->train_order, mine + (uint64_t)j * t->B, t->B, t->T,
+                             t->inputs, t->targets, t->err, sizeof t->err))
             return -1;
         double loss = dt_gpt_forward(m, t->inputs, t->targets, t->B, t->T);
+        /* Only the last micro-batch's backward reduces the accumulated gradients. */
+        if (t->comm) dt_ddp_begin_backward(&t->ddp, j == t->accum - 1);
         if (loss < 0 || dt_gpt_backward(m, t->inputs, t->B, t->T, grad_scale)) {
             dt_strf(t->err, sizeof t->err, "%s", m->error);
             return -1;
         }
         loss_sum += loss;
     }
+    if (t->comm && dt_ddp_finish(&t->ddp)) return comm_failed(t, "gradient all-reduce");
+    double loss_mean = loss_sum / t->accum;
+    if (mean_over_ranks(t, &loss_mean)) return -1;
     double norm = sqrt(dt_sum_squares(m->grads, m->n_floats));
     if (!isfinite(norm)) {
         dt_strf(t->err, sizeof t->err,
@@ -244,7 +271,7 @@ static int train_step(trainer *t, double *loss_out, double *norm_out)
     double lr = dt_config_lr_at(t->cfg, t->step);
     dt_optimizer_step(&t->opt, m, m->params, m->grads, 0, m->n_floats, lr, coef);
     t->seq_counter += (uint64_t)t->global_batch;
-    *loss_out = loss_sum / t->accum;
+    *loss_out = loss_mean;
     *norm_out = norm;
     return 0;
 }
@@ -256,8 +283,10 @@ static int evaluate(trainer *t, double *loss_out)
     uint64_t nseq = dt_dataset_nseq(t->val, t->T);
     uint64_t want = (uint64_t)t->cfg->eval_batches * (uint64_t)t->B;
     uint64_t total = want < nseq ? want : nseq;
-    double sum = 0;
-    for (uint64_t first = 0; first < total; first += (uint64_t)t->B) {
+    double sum[1] = {0};
+    /* Rank r evaluates micro-batches r, r + world, ...; the sums are added. */
+    uint64_t stride = (uint64_t)t->B * (uint64_t)t->world;
+    for (uint64_t first = (uint64_t)t->rank * t->B; first < total; first += stride) {
         int b = (int)(total - first < (uint64_t)t->B ? total - first : (uint64_t)t->B);
         if (dt_dataset_batch(t->val, &t->val_order, first, b, t->T, t->inputs, t->targets, t->err,
                              sizeof t->err))
@@ -267,9 +296,11 @@ static int evaluate(trainer *t, double *loss_out)
             dt_strf(t->err, sizeof t->err, "%s", t->model.error);
             return -1;
         }
-        sum += loss * b;
+        sum[0] += loss * b;
     }
-    *loss_out = sum / (double)total;
+    if (t->comm && dt_allreduce(t->comm, sum, sum, 1, DT_F64, DT_SUM))
+        return comm_failed(t, "evaluation");
+    *loss_out = sum[0] / (double)total;
     return 0;
 }
 
@@ -286,6 +317,7 @@ static int report_eval(trainer *t)
 
 static int save_checkpoint(trainer *t)
 {
+    if (t->rank != 0) return 0; /* replicas: rank 0 writes for the job */
     dt_ckpt_state st = {.step = t->step,
                         .seq_counter = t->seq_counter,
                         .seed = t->cfg->seed,
@@ -319,19 +351,32 @@ static void print_header(trainer *t)
     if (t->val)
         fprintf(t->out, " | val: %s, %llu tokens", dt_dataset_name(t->val),
                 (unsigned long long)dt_dataset_ntokens(t->val));
-    fprintf(t->out, "\nbatch: %ld sequences per step = %d per micro-batch x %d accumulation\n",
+    fprintf(t->out, "\nbatch: %ld sequences per step = %d per micro-batch x %d accumulation",
             t->global_batch, t->B, t->accum);
-    dt_print_memory(t->out, "memory");
+    if (t->comm)
+        fprintf(t->out, " x %d ranks (DDP over %s, %d buckets of ~%g MiB)", t->world,
+                dt_comm_transport(t->comm), t->ddp.nbuckets, t->cfg->bucket_mb);
+    fprintf(t->out, "\n");
+    dt_print_memory(t->out, t->comm ? "memory per rank" : "memory");
+}
+
+/* Whether to stop before the next step. Ranks agree (a signal may reach
+ * one of them only), or their collectives would stop matching. */
+static int stop_requested(trainer *t)
+{
+    int32_t stop = stop_signal ? 1 : 0;
+    if (t->comm && dt_allreduce(t->comm, &stop, &stop, 1, DT_I32, DT_MAX) != 0) return 1;
+    return stop;
 }
 
 static int run_loop(trainer *t)
 {
     const dt_train_config *c = t->cfg;
     const double flops_tok = dt_gpt_flops_per_token(&t->model.cfg, t->T);
-    const double peak = dt_peak_flops(t->threads, t->model.prec == DT_PREC_BF16);
+    const double peak = dt_peak_flops(t->threads * t->world, t->model.prec == DT_PREC_BF16);
     double ms_avg = 0; /* over steps after the first, which pays for kernel generation */
     long averaged = -1;
-    while (t->step < c->steps && !stop_signal) {
+    while (t->step < c->steps && !stop_requested(t)) {
         uint64_t t0 = dt_now_ns();
         double loss, norm;
         if (train_step(t, &loss, &norm)) return -1;
@@ -342,7 +387,10 @@ static int run_loop(trainer *t)
                            .lr = dt_config_lr_at(c, t->step), .ms = ms, .tokens_per_s = tps,
                            .mfu = tps * flops_tok / peak,
                            .eta_s = (double)(c->steps - t->step - 1) *
-                                    (averaged > 0 ? ms_avg : ms) * 1e-3};
+                                    (averaged > 0 ? ms_avg : ms) * 1e-3,
+                           .ranks = t->world,
+                           .comm_ms = t->comm ? t->ddp.wait_ms : 0,
+                           .bytes_sent = t->comm ? t->ddp.bytes_sent : 0};
         t->last_loss = loss;
         t->step++;
         t->steps_run++;
@@ -375,7 +423,18 @@ static int finish(trainer *t)
         fprintf(t->out, "weights %s\n", c->save_final);
     }
     if (!stop_signal && report_eval(t)) return -1;
-    dt_print_memory(t->out, "memory at the end");
+    if (t->comm) {
+        uint64_t hash;
+        int same = dt_ddp_replicas_identical(&t->ddp, &hash);
+        if (same < 0) return comm_failed(t, "comparing replicas");
+        if (!same) {
+            dt_strf(t->err, sizeof t->err, "the ranks' weights differ at the end (a bug)");
+            return -1;
+        }
+        fprintf(t->out, "replicas: %d ranks hold bit-identical weights (hash %016llx)\n",
+                t->world, (unsigned long long)hash);
+    }
+    dt_print_memory(t->out, t->comm ? "memory per rank at the end" : "memory at the end");
     return 0;
 }
 
@@ -412,6 +471,22 @@ static int open_log(trainer *t, int resuming)
     return 0;
 }
 
+/* Every rank starts from rank 0's weights and checks that it holds them. */
+static int setup_ddp(trainer *t)
+{
+    int rc = dt_ddp_init(&t->ddp, t->comm, &t->model,
+                         (size_t)(t->cfg->bucket_mb * 1048576.0));
+    if (rc == 0) rc = dt_ddp_broadcast_params(&t->ddp);
+    if (rc != 0) return comm_failed(t, "DDP setup");
+    int same = dt_ddp_replicas_identical(&t->ddp, NULL);
+    if (same < 0) return comm_failed(t, "DDP setup");
+    if (!same) {
+        dt_strf(t->err, sizeof t->err, "after the broadcast the ranks' weights differ");
+        return -1;
+    }
+    return 0;
+}
+
 static int setup(trainer *t)
 {
     dt_train_config *c = t->cfg;
@@ -429,7 +504,7 @@ static int setup(trainer *t)
     if (resuming && dt_ckpt_resolve(c->resume[0] ? c->resume : c->out_dir, resume_dir,
                                     sizeof resume_dir, t->err, sizeof t->err))
         return -1;
-    if (!resuming && c->out_dir[0] && dt_ckpt_exists(c->out_dir)) {
+    if (!resuming && c->out_dir[0] && t->rank == 0 && dt_ckpt_exists(c->out_dir)) {
         dt_strf(t->err, sizeof t->err,
                 "--out %s already holds checkpoints: add --resume to continue that run, or "
                 "choose another directory",
@@ -442,6 +517,7 @@ static int setup(trainer *t)
     if (t->val && c->eval_batches > 0 && dt_dataset_check(t->val, t->T, t->err, sizeof t->err))
         return -1;
     if (resuming && resume(t, resume_dir)) return -1;
+    if (t->comm && setup_ddp(t)) return -1;
     /* The header reports the model actually built (sizes may come from a file). */
     c->n_layer = t->model.cfg.n_layer;
     c->n_head = t->model.cfg.n_head;
@@ -449,12 +525,17 @@ static int setup(trainer *t)
     c->vocab_size = t->model.cfg.vocab_size;
     c->block_size = t->model.cfg.block_size;
     c->seq_len = t->T;
-    return open_log(t, resuming);
+    return t->rank == 0 ? open_log(t, resuming) : 0;
 }
 
 static void teardown(trainer *t)
 {
     if (t->json && t->json != stdout) fclose(t->json);
+    if (t->out && t->out != stdout && t->out != stderr) fclose(t->out);
+    if (t->comm) {
+        dt_ddp_free(&t->ddp);
+        dt_comm_destroy(t->comm);
+    }
     free(t->inputs);
     free(t->targets);
     dt_optimizer_free(&t->opt);
@@ -465,14 +546,39 @@ static void teardown(trainer *t)
     if (t->val) dt_dataset_close(t->val);
 }
 
+/* Joins the job's communicator when launched as one of several ranks. */
+static int join_job(trainer *t, char *err, size_t errlen)
+{
+    dt_bootstrap b;
+    t->world = 1;
+    if (dt_bootstrap_from_env(&b, err, errlen) != 0) return -1;
+    if (b.size <= 1) return 0;
+    if (dt_comm_init(&t->comm) != 0) {
+        dt_strf(err, errlen, "joining the job: %s", dt_last_error());
+        return -1;
+    }
+    t->rank = dt_comm_rank(t->comm);
+    t->world = dt_comm_size(t->comm);
+    dt_log_set_rank(t->rank);
+    return 0;
+}
+
 int dt_train(dt_train_config *cfg, char *err, size_t errlen)
 {
-    if (dt_config_validate(cfg, 1, err, errlen)) return -1;
     trainer t;
     memset(&t, 0, sizeof t);
     t.cfg = cfg;
-    /* With the JSON log on stdout, the human-readable lines go to stderr. */
+    if (join_job(&t, err, errlen) || dt_config_validate(cfg, t.world, err, errlen)) {
+        if (t.comm) dt_comm_destroy(t.comm);
+        return -1;
+    }
+    /* Rank 0 speaks for the job. With the JSON log on stdout, the
+     * human-readable lines go to stderr. */
     t.out = strcmp(cfg->log_json, "-") == 0 ? stderr : stdout;
+    if (t.rank != 0) {
+        FILE *quiet = fopen("/dev/null", "w");
+        if (quiet) t.out = quiet;
+    }
     stop_signal = 0;
     struct sigaction sa = {0}, old_int, old_term;
     sa.sa_handler = on_interrupt;

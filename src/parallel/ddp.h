@@ -1,0 +1,57 @@
+/* Distributed data parallelism (PyTorch DDP's design): every rank holds the
+ * whole model; gradients are grouped into buckets of contiguous segments in
+ * the order backward finishes them (last layer first), and each bucket's
+ * all-reduce (average) starts on the communicator's progress thread as soon
+ * as its last segment is final, while backward goes on. The optimizer then
+ * runs replicated on identical averaged gradients. */
+#ifndef DT_PARALLEL_DDP_H
+#define DT_PARALLEL_DDP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/comm.h"
+#include "model/gpt.h"
+
+typedef struct {
+    size_t lo, hi;      /* floats of the flat gradient buffer */
+    int segments;       /* segments it holds */
+    int ready;          /* of those, final in this backward */
+    dt_request *req;    /* in flight, or NULL */
+    /* When the progress thread started and finished its all-reduce, as read
+     * right after backward ended (0: not yet then); start_ns != 0 means
+     * the bucket's communication overlapped backward. */
+    uint64_t start_ns, end_ns;
+} dt_ddp_bucket;
+
+typedef struct {
+    dt_comm *comm;
+    dt_gpt *model;
+    int nbuckets;
+    dt_ddp_bucket *buckets; /* in launch order: buckets[0] holds the last layers */
+    int communicate;        /* this backward reduces (the last micro-batch of a step) */
+    int error;              /* first failure of a launch inside backward */
+    /* Measured over the last step. */
+    double wait_ms;         /* time blocked in dt_ddp_finish: communication not hidden */
+    uint64_t bytes_sent;    /* payload this rank sent */
+    uint64_t backward_end_ns;
+} dt_ddp;
+
+/* Buckets of about bucket_bytes each over m's segments, hooked into m's
+ * backward. 0, or a negative DT_ERR_* code. */
+int dt_ddp_init(dt_ddp *d, dt_comm *c, dt_gpt *m, size_t bucket_bytes);
+void dt_ddp_free(dt_ddp *d);
+
+/* Before each backward: whether it reduces (only the last micro-batch of an
+ * optimizer step does; the others accumulate locally, as no_sync() does). */
+void dt_ddp_begin_backward(dt_ddp *d, int communicate);
+/* After backward: waits for every bucket. The gradients are then the mean
+ * over ranks, bit-identical everywhere. 0 or a negative DT_ERR_* code. */
+int dt_ddp_finish(dt_ddp *d);
+
+/* Rank 0's parameters to every rank. */
+int dt_ddp_broadcast_params(dt_ddp *d);
+/* Whether every rank holds bit-identical parameters: 1 yes, 0 no, < 0 error. */
+int dt_ddp_replicas_identical(dt_ddp *d, uint64_t *hash_out);
+
+#endif
