@@ -1,0 +1,112 @@
+"""Data-parallel throughput: dtrain DDP against PyTorch DDP (gloo), one run.
+
+  python3 bench/bench_ddp.py [--dtrain build/dtrain] [--steps 12] [--skip 2]
+
+REFERENCE.md's configuration: GPT L6 H6 C384 T256 V256, batch 8 per rank,
+fp32, AdamW, one thread per rank (OMP_NUM_THREADS=1, each rank pinned to its
+own core). Prints tokens/s for 1 and 2 ranks of each, the scaling of dtrain
+(target 1.8x) and the ratio to PyTorch DDP at 2 ranks (target 1.2x).
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+L, H, C, T, V, B = 6, 6, 384, 256, 256, 8
+
+TORCH_DDP = r"""
+import os, sys, time, json
+import numpy as np, torch, torch.distributed as dist
+sys.path.insert(0, %(pylib)r)
+from dtrain_ref import GPT, param_groups
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+model = GPT(%(L)d, %(H)d, %(C)d, %(V)d, %(T)d)
+ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
+opt = torch.optim.AdamW(param_groups(model, 0.01), lr=1e-3)
+data = np.frombuffer(open(%(data)r, "rb").read(), dtype=np.uint8).astype(np.int64)
+times = []
+for s in range(%(steps)d):
+    t0 = time.perf_counter()
+    k = (s * world + rank) * %(B)d * %(T)d
+    x = torch.from_numpy(data[k:k + %(B)d * %(T)d].reshape(%(B)d, %(T)d))
+    y = torch.from_numpy(data[k + 1:k + 1 + %(B)d * %(T)d].reshape(%(B)d, %(T)d))
+    opt.zero_grad(set_to_none=True)
+    _, loss = ddp(x, y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    times.append(time.perf_counter() - t0)
+tps = [world * %(B)d * %(T)d / t for t in times[%(skip)d:]]
+if rank == 0:
+    print(json.dumps({"tokens_per_s": sum(tps) / len(tps)}))
+"""
+
+
+def torch_ddp(n, data, steps, skip):
+    script = TORCH_DDP % dict(pylib=os.path.join(ROOT, "tests", "pylib"), L=L, H=H, C=C, V=V,
+                              T=T, B=B, data=data, steps=steps, skip=skip)
+    procs = []
+    for r in range(n):
+        env = dict(os.environ, OMP_NUM_THREADS="1", RANK=str(r), WORLD_SIZE=str(n),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT="29517")
+        procs.append(subprocess.Popen(["taskset", "-c", str(r), "/usr/bin/python3", "-c", script],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env=env))
+    outs = [p.communicate() for p in procs]
+    if any(p.returncode for p in procs):
+        sys.exit("PyTorch DDP failed:\n" + "\n".join(o[1][-2000:] for o in outs))
+    return json.loads(outs[0][0].strip().splitlines()[-1])["tokens_per_s"]
+
+
+def dtrain_ddp(dtrain, n, data, steps, skip, tmp):
+    log = os.path.join(tmp, "ddp%d.json" % n)
+    cmd = [dtrain, "train", "--nproc", str(n), "--model", "bench", "--data", data,
+           "--steps", str(steps), "--batch-size", str(B), "--threads", "1", "--eval-batches", "0",
+           "--shuffle", "0", "--lr-schedule", "constant", "--print-every", "1000000",
+           "--log-json", log]
+    # Pinning: the launcher's ranks inherit the mask; one core per rank.
+    r = subprocess.run(["taskset", "-c", ",".join(str(i) for i in range(n))] + cmd,
+                       capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if r.returncode != 0:
+        sys.exit("dtrain failed:\n" + r.stderr[-3000:])
+    e = [json.loads(l) for l in open(log) if '"loss"' in l][skip:]
+    return (sum(x["tokens_per_s"] for x in e) / len(e),
+            sum(x.get("comm_ms", 0) for x in e) / len(e))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dtrain", default=os.path.join(ROOT, "build", "dtrain"))
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--skip", type=int, default=2)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "data.txt")
+        random.seed(0)
+        words = ["tok%d" % i for i in range(500)]
+        with open(data, "w") as f:
+            f.write(" ".join(random.choice(words) for _ in range(2 * B * T * (a.steps + 2) // 3)))
+        print("GPT L%d H%d C%d T%d V%d, batch %d per rank, fp32 AdamW, 1 thread per rank"
+              % (L, H, C, T, V, B))
+        print("%-10s %14s %14s %8s" % ("ranks", "PyTorch tok/s", "dtrain tok/s", "ratio"))
+        res = {}
+        for n in (1, 2):
+            pt = torch_ddp(n, data, a.steps, a.skip)
+            ours, comm = dtrain_ddp(a.dtrain, n, data, a.steps, a.skip, tmp)
+            res[n] = (pt, ours)
+            print("%-10d %14.0f %14.0f %7.2fx   (dtrain exposed comm %.1f ms/step)"
+                  % (n, pt, ours, ours / pt, comm))
+        print("dtrain scaling 2 ranks / 1 rank: %.2fx (target 1.8x); PyTorch: %.2fx"
+              % (res[2][1] / res[1][1], res[2][0] / res[1][0]))
+        print("dtrain DDP / PyTorch DDP at 2 ranks: %.2fx (target 1.2x)" % (res[2][1] / res[2][0]))
+
+
+if __name__ == "__main__":
+    main()
