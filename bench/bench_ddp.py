@@ -7,16 +7,13 @@ fp32, AdamW, one thread per rank (OMP_NUM_THREADS=1, each rank pinned to its
 own core). Prints tokens/s for 1 and 2 ranks of each, the scaling of dtrain
 (target 1.8x) and the ratio to PyTorch DDP at 2 ranks (target 1.2x).
 """
-import argparse
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-L, H, C, T, V, B = 6, 6, 384, 256, 256, 8
+from bench_common import B, C, H, L, PYLIB, T, V, dtrain_cmd, log_means, parse_args, write_corpus
 
 TORCH_DDP = r"""
 import os, sys, time, json
@@ -50,7 +47,7 @@ if rank == 0:
 
 
 def torch_ddp(n, data, steps, skip):
-    script = TORCH_DDP % dict(pylib=os.path.join(ROOT, "tests", "pylib"), L=L, H=H, C=C, V=V,
+    script = TORCH_DDP % dict(pylib=PYLIB, L=L, H=H, C=C, V=V,
                               T=T, B=B, data=data, steps=steps, skip=skip)
     procs = []
     for r in range(n):
@@ -67,32 +64,20 @@ def torch_ddp(n, data, steps, skip):
 
 def dtrain_ddp(dtrain, n, data, steps, skip, tmp):
     log = os.path.join(tmp, "ddp%d.json" % n)
-    cmd = [dtrain, "train", "--nproc", str(n), "--model", "bench", "--data", data,
-           "--steps", str(steps), "--batch-size", str(B), "--threads", "1", "--eval-batches", "0",
-           "--shuffle", "0", "--lr-schedule", "constant", "--print-every", "1000000",
-           "--log-json", log]
+    cmd = dtrain_cmd(dtrain, data, steps, log, "--nproc", str(n), "--threads", "1")
     # Pinning: the launcher's ranks inherit the mask; one core per rank.
     r = subprocess.run(["taskset", "-c", ",".join(str(i) for i in range(n))] + cmd,
                        capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     if r.returncode != 0:
         sys.exit("dtrain failed:\n" + r.stderr[-3000:])
-    e = [json.loads(l) for l in open(log) if '"loss"' in l][skip:]
-    return (sum(x["tokens_per_s"] for x in e) / len(e),
-            sum(x.get("comm_ms", 0) for x in e) / len(e))
+    return log_means(log, skip, "tokens_per_s", "comm_ms")
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dtrain", default=os.path.join(ROOT, "build", "dtrain"))
-    ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--skip", type=int, default=2)
-    a = ap.parse_args()
+    a = parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "data.txt")
-        random.seed(0)
-        words = ["tok%d" % i for i in range(500)]
-        with open(data, "w") as f:
-            f.write(" ".join(random.choice(words) for _ in range(2 * B * T * (a.steps + 2) // 3)))
+        write_corpus(data, 2 * B * T * (a.steps + 2))
         print("GPT L%d H%d C%d T%d V%d, batch %d per rank, fp32 AdamW, 1 thread per rank"
               % (L, H, C, T, V, B))
         print("%-10s %14s %14s %8s" % ("ranks", "PyTorch tok/s", "dtrain tok/s", "ratio"))

@@ -10,15 +10,13 @@ own with OMP_NUM_THREADS set, pinned with taskset for one thread; tokens/s
 is the mean over the steps after the first `skip`, and peak resident memory
 is the process's maximum RSS. Prints each pair and the ratio.
 """
-import argparse
 import json
 import os
 import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-L, H, C, T, V, B = 6, 6, 384, 256, 256, 8
+from bench_common import B, C, H, L, PYLIB, T, V, dtrain_cmd, log_means, parse_args, write_corpus
 
 TORCH_SCRIPT = r"""
 import sys, time, json
@@ -66,38 +64,24 @@ def measure(cmd, threads):
 
 def dtrain_run(dtrain, data, dtype, threads, steps, skip, tmp):
     log = os.path.join(tmp, "log-%s-%d.json" % (dtype, threads))
-    out, rss = measure([dtrain, "train", "--model", "bench", "--data", data, "--steps", str(steps),
-                        "--batch-size", str(B), "--dtype", dtype, "--threads", str(threads),
-                        "--eval-batches", "0", "--shuffle", "0", "--lr-schedule", "constant",
-                        "--print-every", "1000000", "--log-json", log], threads)
-    entries = [json.loads(l) for l in open(log)]
-    tps = [e["tokens_per_s"] for e in entries[skip:]]
-    mfu = [e.get("mfu", 0) for e in entries[skip:]]
-    return sum(tps) / len(tps), rss, sum(mfu) / len(mfu)
+    _, rss = measure(dtrain_cmd(dtrain, data, steps, log, "--dtype", dtype, "--threads",
+                                str(threads)), threads)
+    tps, mfu = log_means(log, skip, "tokens_per_s", "mfu")
+    return tps, rss, mfu
 
 
 def torch_run(data, bf16, steps, skip):
-    script = TORCH_SCRIPT % dict(pylib=os.path.join(ROOT, "tests", "pylib"), steps=steps,
+    script = TORCH_SCRIPT % dict(pylib=PYLIB, steps=steps,
                                  skip=skip, bf16=bf16, L=L, H=H, C=C, V=V, T=T, B=B, data=data)
     out, rss = measure(["/usr/bin/python3", "-c", script], 1)
     return json.loads(out.strip().splitlines()[-1])["tokens_per_s"], rss
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dtrain", default=os.path.join(ROOT, "build", "dtrain"))
-    ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--skip", type=int, default=2)
-    a = ap.parse_args()
+    a = parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "data.txt")
-        # English-like bytes, enough for every step without wrapping.
-        words = open("/usr/share/dict/words").read().split() if os.path.exists(
-            "/usr/share/dict/words") else ["token%d" % i for i in range(1000)]
-        import random
-        random.seed(0)
-        with open(data, "w") as f:
-            f.write(" ".join(random.choice(words) for _ in range(B * T * (a.steps + 2) // 4)))
+        write_corpus(data, B * T * (a.steps + 2))
         print("GPT L%d H%d C%d T%d V%d, batch %d, AdamW step; %d steps, mean of the last %d"
               % (L, H, C, T, V, B, a.steps, a.steps - a.skip))
         print("%-26s %12s %12s %7s %8s | %12s %12s" % ("run", "PyTorch tok/s", "dtrain tok/s",
@@ -109,7 +93,7 @@ def main():
             results[dtype] = ours
             print("%-26s %12.0f %12.0f %6.2fx %7.1fx | %9.0f MiB %9.0f MiB   (dtrain MFU %.0f%%)"
                   % (dtype + ", 1 thread", pt, ours, ours / pt, target, pt_rss, our_rss, 100 * mfu))
-        two, _, mfu2 = dtrain_run(a.dtrain, data, "fp32", 2, a.steps, a.skip, tmp)
+        two, _, _ = dtrain_run(a.dtrain, data, "fp32", 2, a.steps, a.skip, tmp)
         print("%-26s %12s %12.0f %6.2fx %7.1fx   (2 threads over 1 thread, dtrain fp32)"
               % ("fp32, 2 threads", "-", two, two / results["fp32"], 1.7))
 

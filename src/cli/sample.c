@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "core/rand.h"
 #include "core/str.h"
 #include "kernels/threads.h"
 #include "model/gpt.h"
@@ -117,14 +118,6 @@ static int weights_path(const char *ckpt, char *out, size_t len, char *err, size
     return 0;
 }
 
-static uint64_t next_random(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static int float_desc(const void *x, const void *y)
 {
     float a = *(const float *)x, b = *(const float *)y;
@@ -149,7 +142,7 @@ static int draw(const float *logits, int V, const sample_args *a, uint64_t *rng,
         prob[i] = logits[i] >= kth ? exp((logits[i] - mx) / a->temperature) : 0.0;
         sum += prob[i];
     }
-    double u = (double)(next_random(rng) >> 11) / 9007199254740992.0 * sum;
+    double u = dt_uniform01(rng) * sum;
     for (int i = 0; i < V; i++) {
         u -= prob[i];
         if (u < 0) return i;

@@ -1,5 +1,7 @@
 #include "core/str.h"
 
+#include <string.h>
+
 #include <stdio.h>
 
 int dt_vstrf(char *buf, size_t len, const char *fmt, va_list ap)
@@ -16,4 +18,10 @@ int dt_strf(char *buf, size_t len, const char *fmt, ...)
     int n = dt_vstrf(buf, len, fmt, ap);
     va_end(ap);
     return n;
+}
+
+int dt_ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
 }

@@ -8,5 +8,7 @@
 
 int dt_strf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int dt_vstrf(char *buf, size_t len, const char *fmt, va_list ap);
+/* Whether s ends with suffix. */
+int dt_ends_with(const char *s, const char *suffix);
 
 #endif

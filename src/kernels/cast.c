@@ -12,30 +12,16 @@
 
 #define PARALLEL_MIN_ELEMS (1 << 16)
 
-void dt_cast_f32_to_bf16(uint16_t *dst, const float *src, size_t n)
-{
-    int nt = n >= PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;
-#pragma omp parallel for simd schedule(static) num_threads(nt)
-    for (size_t i = 0; i < n; i++) dst[i] = dt_f32_to_bf16(src[i]);
-}
+/* One element-wise loop per direction, each the scalar conversion. */
+#define DEFINE_CAST(name, Dst, Src, convert)                                     \
+    void name(Dst *dst, const Src *src, size_t n)                                \
+    {                                                                            \
+        int nt = n >= PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;             \
+        _Pragma("omp parallel for simd schedule(static) num_threads(nt)")        \
+        for (size_t i = 0; i < n; i++) dst[i] = convert(src[i]);                 \
+    }
 
-void dt_cast_bf16_to_f32(float *dst, const uint16_t *src, size_t n)
-{
-    int nt = n >= PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;
-#pragma omp parallel for simd schedule(static) num_threads(nt)
-    for (size_t i = 0; i < n; i++) dst[i] = dt_bf16_to_f32(src[i]);
-}
-
-void dt_cast_f16_to_f32(float *dst, const uint16_t *src, size_t n)
-{
-    int nt = n >= PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;
-#pragma omp parallel for simd schedule(static) num_threads(nt)
-    for (size_t i = 0; i < n; i++) dst[i] = dt_f16_to_f32(src[i]);
-}
-
-void dt_cast_f32_to_f16(uint16_t *dst, const float *src, size_t n)
-{
-    int nt = n >= PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;
-#pragma omp parallel for simd schedule(static) num_threads(nt)
-    for (size_t i = 0; i < n; i++) dst[i] = dt_f32_to_f16(src[i]);
-}
+DEFINE_CAST(dt_cast_f32_to_bf16, uint16_t, float, dt_f32_to_bf16)
+DEFINE_CAST(dt_cast_bf16_to_f32, float, uint16_t, dt_bf16_to_f32)
+DEFINE_CAST(dt_cast_f16_to_f32, float, uint16_t, dt_f16_to_f32)
+DEFINE_CAST(dt_cast_f32_to_f16, uint16_t, float, dt_f32_to_f16)

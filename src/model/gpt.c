@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/rand.h"
 #include "core/str.h"
 #include "kernels/attention.h"
 #include "kernels/crossentropy.h"
@@ -268,26 +269,12 @@ int dt_gpt_alloc_acts(dt_gpt *m, int B, int T)
 
 /* ---- initialisation ------------------------------------------------------ */
 
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* Standard normal by Box-Muller on 53-bit uniforms. */
 static double normal01(uint64_t *state)
 {
-    double u1 = ((double)(splitmix64(state) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-    double u2 = (double)(splitmix64(state) >> 11) * (1.0 / 9007199254740992.0);
+    double u1 = dt_uniform01(state) + 0.5 / 9007199254740992.0; /* (0, 1): log is finite */
+    double u2 = dt_uniform01(state);
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
 void dt_gpt_init_weights(dt_gpt *m, uint64_t seed)
@@ -300,11 +287,11 @@ void dt_gpt_init_weights(dt_gpt *m, uint64_t seed)
         /* A stream per tensor: a tensor's values do not depend on the layout before it. */
         uint64_t state = seed * 0x9E3779B97F4A7C15ull + (uint64_t)i * 0xD1B54A32D192ED03ull;
         if (t->ndim == 1) {
-            float v = (strstr(t->name, "ln_") && ends_with(t->name, ".weight")) ? 1.0f : 0.0f;
+            float v = (strstr(t->name, "ln_") && dt_ends_with(t->name, ".weight")) ? 1.0f : 0.0f;
             for (size_t k = 0; k < t->numel; k++) p[k] = v;
             continue;
         }
-        double std = ends_with(t->name, "c_proj.weight") ? residual_std : 0.02;
+        double std = dt_ends_with(t->name, "c_proj.weight") ? residual_std : 0.02;
         for (size_t k = 0; k < t->numel; k++) p[k] = (float)(std * normal01(&state));
     }
 }

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/file.h"
 #include "core/str.h"
 
 /* Threads of one process may write the same path (a rank per thread), so
@@ -76,11 +77,7 @@ static int fsync_parent(const char *path)
         memcpy(dir, path, (size_t)(slash - path));
         dir[slash - path] = '\0';
     }
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
+    return dt_fsync_dir(dir);
 }
 
 int dt_afile_commit(dt_afile *a, char *err, size_t errlen)

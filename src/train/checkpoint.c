@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/file.h"
 #include "core/str.h"
 #include "train/atomic_file.h"
 #include "train/weights.h"
@@ -25,37 +26,6 @@ static int write_text_atomic(const char *path, const char *text, char *err, size
     if (dt_afile_open(&a, path, err, errlen) != 0) return -1;
     if (dt_afile_write(&a, text, strlen(text), err, errlen) != 0) return -1;
     return dt_afile_commit(&a, err, errlen);
-}
-
-static char *read_text(const char *path, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        dt_strf(err, errlen, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 && n < (1 << 24) ? malloc((size_t)n + 1) : NULL;
-    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        dt_strf(err, errlen, "%s: cannot read", path);
-        free(buf);
-        fclose(f);
-        return NULL;
-    }
-    buf[n] = 0;
-    fclose(f);
-    return buf;
-}
-
-static void fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
 }
 
 static void remove_tree(const char *dir)
@@ -260,7 +230,7 @@ int dt_ckpt_save(const char *out_dir, const dt_gpt *m, const dt_optimizer *o,
         remove_tree(tmp);
         return -1;
     }
-    fsync_dir(out_dir);
+    dt_fsync_dir(out_dir);
     if (exchange) remove_tree(tmp); /* now the old checkpoint */
     char latest[DT_PATH_MAX + 16], line[80];
     dt_strf(latest, sizeof latest, "%s/latest", out_dir);
@@ -284,7 +254,7 @@ int dt_ckpt_resolve(const char *where, char *dir, size_t dirlen, char *err, size
     }
     dt_strf(path, sizeof path, "%s/latest", where);
     char e2[256];
-    char *text = read_text(path, e2, sizeof e2);
+    char *text = dt_read_file(path, 4096, NULL, e2, sizeof e2);
     if (!text) {
         dt_strf(err, errlen, "%s: no checkpoint to resume from (neither %s/state.json nor %s)",
                 where, where, path);
@@ -313,7 +283,7 @@ int dt_ckpt_load(const char *dir, dt_gpt *m, dt_optimizer *o, dt_ckpt_state *sta
 {
     char path[DT_PATH_MAX + 32];
     dt_strf(path, sizeof path, "%s/state.json", dir);
-    char *text = read_text(path, err, errlen);
+    char *text = dt_read_file(path, 1 << 20, NULL, err, errlen);
     if (!text) return -1;
     int rc = state_from_json(path, text, state, o, err, errlen);
     free(text);

@@ -39,6 +39,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/file.h"
+
 #include "core/log.h"
 #include "core/str.h"
 
@@ -752,30 +754,6 @@ static int json_item(dt_train_config *c, const char *path, const cJSON *it, int 
     return pass == (alias ? 1 : 2) ? set_json(c, idx, path, k, it, err, n) : 0;
 }
 
-static char *read_text(const char *path, size_t *len, char *err, size_t n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return dt_strf(err, n, "cannot open config %s: %s", path, strerror(errno)), NULL;
-    size_t cap = 4096, used = 0;
-    char *buf = malloc(cap);
-    for (size_t got; buf && (got = fread(buf + used, 1, cap - used, f)) > 0;) {
-        used += got;
-        if (used == cap && cap < ((size_t)64 << 20)) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) free(buf);
-            buf = nb;
-        } else if (used == cap) {
-            break;
-        }
-    }
-    int bad = ferror(f) || !buf || used == cap;
-    fclose(f);
-    if (!bad) return *len = used, buf;
-    free(buf);
-    dt_strf(err, n, "cannot read config %s (unreadable, out of memory or over 64 MiB)", path);
-    return NULL;
-}
-
 static void parse_error(const char *path, const char *text, const char *at, char *err, size_t n)
 {
     int line = 1, col = 1;
@@ -789,7 +767,7 @@ static void parse_error(const char *path, const char *text, const char *at, char
 int dt_config_load_json(dt_train_config *c, const char *path, char *err, size_t errlen)
 {
     size_t len;
-    char *text = read_text(path, &len, err, errlen);
+    char *text = dt_read_file(path, (size_t)64 << 20, &len, err, errlen);
     if (!text) return -1;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);

@@ -37,17 +37,9 @@ int dt_cache_dir(char *dir, size_t len, char *err, size_t errlen)
 /* The source files                                                    */
 /* ------------------------------------------------------------------ */
 
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
-/* The plain fortune files: `.dat` are strfile indexes, `.u8` links to
- * the same text, and directories (`off/`) are left out on purpose. */
 static int is_fortune_file(const char *dir, const char *name)
 {
-    if (name[0] == '.' || ends_with(name, ".dat") || ends_with(name, ".u8")) return 0;
+    if (name[0] == '.' || dt_ends_with(name, ".dat") || dt_ends_with(name, ".u8")) return 0;
     char path[DT_PATH_MAX];
     struct stat st;
     if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) return 0;

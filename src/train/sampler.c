@@ -3,23 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/rand.h"
 #include "core/str.h"
-
-/* splitmix64 (Steele, Lea, Flood 2014): tiny, fast, and good enough to
- * shuffle; what matters here is that it is fully specified, so every
- * machine and every resumed run draws the same permutation. */
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t next64(uint64_t *state)
-{
-    *state += 0x9E3779B97F4A7C15ull;
-    return mix64(*state);
-}
 
 /* Uniform in [0, n) without modulo bias: draws below 2^64 mod n are
  * rejected, so every remainder is equally likely. */
@@ -27,7 +12,7 @@ static uint64_t below(uint64_t *state, uint64_t n)
 {
     uint64_t threshold = (0 - n) % n;
     for (;;) {
-        uint64_t r = next64(state);
+        uint64_t r = dt_splitmix64(state);
         if (r >= threshold) return r % n;
     }
 }
@@ -36,7 +21,7 @@ static void build_perm(uint32_t *perm, uint64_t n, uint64_t seed, uint64_t epoch
 {
     /* The epoch goes through the mixer before meeting the seed, so
      * neighbouring (seed, epoch) pairs start far apart. */
-    uint64_t state = mix64(seed ^ mix64(epoch + 0x632BE59BD9B4E019ull));
+    uint64_t state = dt_mix64(seed ^ dt_mix64(epoch + 0x632BE59BD9B4E019ull));
     for (uint64_t i = 0; i < n; i++) perm[i] = (uint32_t)i;
     for (uint64_t i = n - 1; i > 0; i--) {
         uint64_t j = below(&state, i + 1);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/file.h"
 #include "core/str.h"
 
 /* ---- inspecting a file ---------------------------------------------------- */
@@ -27,13 +28,11 @@ static int n_head_from_config_json(const char *weights_path)
     char dir[4096], path[4200];
     dt_strf(dir, sizeof dir, "%s", weights_path);
     dt_strf(path, sizeof path, "%s/config.json", dirname(dir));
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return 0;
-    char buf[65536];
-    size_t n = fread(buf, 1, sizeof buf - 1, fp);
-    fclose(fp);
-    buf[n] = 0;
+    char err[256];
+    char *buf = dt_read_file(path, 1 << 20, NULL, err, sizeof err);
+    if (!buf) return 0; /* no config.json: the caller asks for --n-head */
     cJSON *root = cJSON_Parse(buf);
+    free(buf);
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(root, "n_head");
     int v = cJSON_IsNumber(h) ? h->valueint : 0;
     cJSON_Delete(root);

@@ -11,31 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "comm/reduce_ops.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                      \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            if (failures < 20) {                                              \
-                fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);               \
-                fprintf(stderr, __VA_ARGS__);                                 \
-                fprintf(stderr, "\n");                                        \
-            }                                                                 \
-            failures++;                                                       \
-        }                                                                     \
-    } while (0)
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
 
 static uint32_t f32_bits(float f)
 {
@@ -174,10 +152,10 @@ static void check_narrow_ties(const fmt16 *f)
 static void check_narrow_random(const fmt16 *f)
 {
     for (int i = 0; i < 1000000; i++) {
-        check_narrow(f, bits_f32((uint32_t)rnd()));
-        double m = (double)(rnd() >> 11) * 0x1p-53;
-        int e = (int)(rnd() % 48) - 30;
-        check_narrow(f, (float)ldexp(rnd() & 1 ? -m : m, e));
+        check_narrow(f, bits_f32((uint32_t)rnd_u64()));
+        double m = (double)(rnd_u64() >> 11) * 0x1p-53;
+        int e = (int)(rnd_u64() % 48) - 30;
+        check_narrow(f, (float)ldexp(rnd_u64() & 1 ? -m : m, e));
     }
     check_narrow(f, 0.0f);
     check_narrow(f, -0.0f);
@@ -198,8 +176,8 @@ static void check_narrow_random(const fmt16 *f)
 static void check_f16_against_compiler(void)
 {
     for (int i = 0; i < 2000000; i++) {
-        float x = bits_f32((uint32_t)rnd());
-        if (i & 1) x = (float)ldexp((double)(rnd() >> 11) * 0x1p-53, (int)(rnd() % 48) - 30);
+        float x = bits_f32((uint32_t)rnd_u64());
+        if (i & 1) x = (float)ldexp((double)(rnd_u64() >> 11) * 0x1p-53, (int)(rnd_u64() % 48) - 30);
         if (isnan(x)) continue;
         _Float16 h = (_Float16)x;
         uint16_t want;
@@ -317,14 +295,14 @@ static void fill_float(dt_dtype t, void *p, size_t n)
     static const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-40f, -3e-39f,
                                      65504.0f, 1.0f, -1.0f};
     for (size_t i = 0; i < n; i++) {
-        float v = (float)((double)(int64_t)(rnd() % 2000001) - 1000000.0) / 1024.0f;
-        if (rnd() % 8 == 0) v = specials[rnd() % (sizeof specials / sizeof specials[0])];
+        float v = (float)((double)(int64_t)(rnd_u64() % 2000001) - 1000000.0) / 1024.0f;
+        if (rnd_u64() % 8 == 0) v = specials[rnd_u64() % (sizeof specials / sizeof specials[0])];
         switch (t) {
-        case DT_F32: ((float *)p)[i] = rnd() % 4 == 0 ? bits_f32((uint32_t)rnd()) : v; break;
-        case DT_F64: ((double *)p)[i] = rnd() % 4 == 0 ? (double)bits_f32((uint32_t)rnd()) * 1e10 : v; break;
-        case DT_BF16: ((uint16_t *)p)[i] = (uint16_t)(rnd() % 2 ? rnd() : f32_bits(v) >> 16); break;
+        case DT_F32: ((float *)p)[i] = rnd_u64() % 4 == 0 ? bits_f32((uint32_t)rnd_u64()) : v; break;
+        case DT_F64: ((double *)p)[i] = rnd_u64() % 4 == 0 ? (double)bits_f32((uint32_t)rnd_u64()) * 1e10 : v; break;
+        case DT_BF16: ((uint16_t *)p)[i] = (uint16_t)(rnd_u64() % 2 ? rnd_u64() : f32_bits(v) >> 16); break;
         case DT_F16:
-            ((uint16_t *)p)[i] = (uint16_t)(rnd() % 2 || isnan(v) ? rnd() : ref_encode(&FMT_F16, v / 64));
+            ((uint16_t *)p)[i] = (uint16_t)(rnd_u64() % 2 || isnan(v) ? rnd_u64() : ref_encode(&FMT_F16, v / 64));
             break;
         default: break;
         }
@@ -336,8 +314,8 @@ static void fill_float(dt_dtype t, void *p, size_t n)
 static void fill_int(dt_dtype t, void *p, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        uint64_t r = rnd();
-        if (rnd() % 2) r = (uint64_t)((int64_t)(rnd() % 2001) - 1000);
+        uint64_t r = rnd_u64();
+        if (rnd_u64() % 2) r = (uint64_t)((int64_t)(rnd_u64() % 2001) - 1000);
         switch (t) {
         case DT_I32: ((int32_t *)p)[i] = (int32_t)(uint32_t)r; break;
         case DT_I64: ((int64_t *)p)[i] = (int64_t)r; break;
@@ -520,10 +498,5 @@ int main(void)
     check_reduce16_exhaustive(&FMT_F16, DT_F16);
     check_reduce16_exhaustive(&FMT_BF16, DT_BF16);
     check_avg();
-    if (failures) {
-        fprintf(stderr, "test_reduce_ops: %d failures\n", failures);
-        return 1;
-    }
-    printf("test_reduce_ops: ok\n");
-    return 0;
+    return finish("test_reduce_ops");
 }

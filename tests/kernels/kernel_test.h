@@ -1,6 +1,6 @@
 /*
- * Helpers shared by the kernel tests: a seeded generator, failure counting,
- * and the comparison every test uses: the largest error relative to the
+ * Helpers shared by the kernel tests (on top of tests/check.h): random
+ * arrays, and the comparison every test uses: the largest error relative to the
  * largest magnitude of the reference (so a tensor passes or fails as a
  * whole, and elements near zero do not need a tolerance of their own).
  * References are written in the tests themselves, in double.
@@ -15,29 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                        \
-    do {                                                                                        \
-        if (!(cond)) {                                                                          \
-            if (failures < 30) {                                                                \
-                fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                 \
-                fprintf(stderr, __VA_ARGS__);                                                   \
-                fprintf(stderr, "\n");                                                          \
-            }                                                                                   \
-            failures++;                                                                         \
-        }                                                                                       \
-    } while (0)
-
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-
-static inline uint64_t rnd_u64(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
+#include "check.h"
 
 /* uniform in [-1, 1) */
 static inline float rnd_unit(void) { return (float)((double)(rnd_u64() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
@@ -95,13 +73,6 @@ static inline void check_close_at(const char *file, int line, const float *got, 
 static inline int bits_equal(const float *a, const float *b, size_t n)
 {
     return n == 0 || memcmp(a, b, n * sizeof *a) == 0;
-}
-
-static inline int finish(const char *name)
-{
-    if (failures) fprintf(stderr, "%s: %d failure(s)\n", name, failures);
-    else printf("%s: all passed\n", name);
-    return failures ? 1 : 0;
 }
 
 #endif

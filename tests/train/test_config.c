@@ -11,19 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "train/config.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                      \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                   \
-            fprintf(stderr, __VA_ARGS__);                                     \
-            fprintf(stderr, "\n");                                            \
-            failures++;                                                       \
-        }                                                                     \
-    } while (0)
 
 static char err[8192];
 
@@ -601,10 +591,5 @@ int main(int argc, char **argv)
     test_help_and_print();
     if (argc > 1) test_examples(argv[1]);
     remove(json_path);
-    if (failures) {
-        fprintf(stderr, "test_config: %d failures\n", failures);
-        return 1;
-    }
-    printf("test_config: ok\n");
-    return 0;
+    return finish("test_config");
 }

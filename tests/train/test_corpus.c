@@ -19,7 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "check.h"
+#include "check.h" /* tests/check.h */
 #include "train/corpus.h"
 #include "train/dataset.h"
 

@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "check.h"
+#include "check.h" /* tests/check.h */
 #include "train/dataset.h"
 #include "train/sampler.h"
 #include "train/shard_write.h"

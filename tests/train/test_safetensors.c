@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "check.h"
+#include "check.h" /* tests/check.h */
 #include "core/half.h"
 #include "train/safetensors.h"
 
