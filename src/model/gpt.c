@@ -104,8 +104,8 @@ static void build_layout(dt_gpt *m)
     m->n_floats = cursor;
 }
 
-int dt_gpt_create(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec, char *err,
-                  size_t errlen)
+int dt_gpt_create_layout(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec, char *err,
+                         size_t errlen)
 {
     memset(m, 0, sizeof *m);
     if (dt_gpt_config_check(cfg, err, errlen) != 0) return -1;
@@ -117,6 +117,13 @@ int dt_gpt_create(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec, char *
         return -1;
     }
     build_layout(m);
+    return 0;
+}
+
+int dt_gpt_create(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec, char *err,
+                  size_t errlen)
+{
+    if (dt_gpt_create_layout(m, cfg, prec, err, errlen)) return -1;
     m->params = dt_alloc(m->n_floats * sizeof(float), DT_MEM_PARAMS);
     if (!m->params) {
         dt_strf(err, errlen, "model: cannot allocate %zu parameters (%.1f MiB)", m->n_params,

@@ -98,6 +98,10 @@ size_t dt_gpt_param_count(const dt_gpt_config *cfg);
 /* Builds the layout and allocates the parameters (zeroed). 0 or -1. */
 int dt_gpt_create(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec, char *err,
                   size_t errlen);
+/* The layout only (tensor table, sizes), params NULL: for a rank that holds
+ * a shard of the parameters, not the model. */
+int dt_gpt_create_layout(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec, char *err,
+                         size_t errlen);
 void dt_gpt_destroy(dt_gpt *m);
 int dt_gpt_alloc_grads(dt_gpt *m);
 /* Activations for micro-batches of B sequences of length T <= block_size. */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/hash.h"
 #include "core/timer.h"
 
 /* Segments are grouped from the last (finished first) down, a bucket
@@ -96,18 +97,9 @@ int dt_ddp_broadcast_params(dt_ddp *d)
     return dt_broadcast(d->comm, p, p, d->model->n_floats, DT_F32, 0);
 }
 
-/* FNV-1a over the parameter bytes. */
-static uint64_t hash_bytes(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
 int dt_ddp_replicas_identical(dt_ddp *d, uint64_t *hash_out)
 {
-    uint64_t h = hash_bytes(d->model->params, d->model->n_floats * sizeof(float));
+    uint64_t h = dt_fnv1a64(d->model->params, d->model->n_floats * sizeof(float));
     int64_t mine = (int64_t)h, lo, hi;
     int rc = dt_allreduce(d->comm, &mine, &lo, 1, DT_I64, DT_MIN);
     if (rc == 0) rc = dt_allreduce(d->comm, &mine, &hi, 1, DT_I64, DT_MAX);

@@ -38,11 +38,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "core/file.h"
 
 #include "core/log.h"
 #include "core/str.h"
+#include "parallel/compress.h"
 
 /* ---- the option table ------------------------------------------------- */
 
@@ -78,6 +80,7 @@ static int hook_model(dt_train_config *c, const char *who, char *err, size_t n);
 static int hook_min_lr(dt_train_config *c, const char *who, char *err, size_t n);
 static int hook_min_lr_ratio(dt_train_config *c, const char *who, char *err, size_t n);
 static int hook_resume(dt_train_config *c, const char *who, char *err, size_t n);
+static int hook_compress(dt_train_config *c, const char *who, char *err, size_t n);
 
 #define FIELD(f) offsetof(dt_train_config, f), sizeof(((dt_train_config *)0)->f)
 #define IMAX 2147483647.0
@@ -143,10 +146,20 @@ static const opt options[] = {
     OPT(G_RUN, "seed", NULL, T_U64, seed, 0, 0, "N", NULL, 0, "seed of init and shuffling"),
     OPT(G_RUN, "zero-stage", NULL, T_INT, zero_stage, 0, 3, "N", NULL, 0,
         "ZeRO stage (zero_optimization.stage)"),
-    OPT(G_RUN, "strategy", NULL, T_CHOICE, strategy, 0, 0, "ddp", NULL, 0,
-        "data parallelism across ranks (with more than one)"),
+    OPT(G_RUN, "strategy", NULL, T_CHOICE, strategy, 0, 0, "ddp|dp|ps", NULL, 0,
+        "all-reduce across ranks, threads as devices, parameter server"),
     OPT(G_RUN, "bucket-mb", NULL, T_DBL, bucket_mb, 1e-6, 1e6, "MB", NULL, 0,
         "DDP gradient bucket size in MiB"),
+    OPT(G_RUN, "devices", NULL, T_INT, devices, 0, 1024, "N", NULL, 0,
+        "dp: worker threads acting as devices; 0 = online cores"),
+    OPT(G_RUN, "servers", NULL, T_INT, servers, 1, 65536, "N", NULL, 0,
+        "ps: ranks holding parameter shards (the last N ranks)"),
+    OPT(G_RUN, "ps-mode", NULL, T_CHOICE, ps_mode, 0, 0, "sync|async", NULL, 0,
+        "ps: one update per step from all workers, or one per push"),
+    OPT(G_RUN, "staleness", NULL, T_INT, staleness, 0, 1000000, "K", NULL, 0,
+        "ps async: steps a worker may run ahead of the slowest"),
+    OPT(G_RUN, "compress", NULL, T_STR, compress, 0, 0, "none|topk:R|int8", hook_compress, 0,
+        "ps: compress pushes (error feedback)"),
     OPT(G_CKPT, "eval-every", NULL, T_LONG, eval_every, 0, LMAX, "N", NULL, 0,
         "steps between evaluations; 0 = at the end only"),
     OPT(G_CKPT, "eval-batches", NULL, T_LONG, eval_batches, 0, LMAX, "N", NULL, 0,
@@ -269,6 +282,17 @@ static int hook_resume(dt_train_config *c, const char *who, char *err, size_t n)
     return 0;
 }
 
+/* Refuses a bad --compress when it is given, and keeps it canonical. */
+static int hook_compress(dt_train_config *c, const char *who, char *err, size_t n)
+{
+    dt_compress_spec spec;
+    char why[256];
+    if (dt_compress_parse(c->compress, &spec, why, sizeof why))
+        return dt_strf(err, n, "%s: %s", who, why), -1;
+    dt_compress_format(&spec, c->compress, sizeof c->compress);
+    return 0;
+}
+
 void dt_config_defaults(dt_train_config *c)
 {
     memset(c, 0, sizeof *c);
@@ -291,6 +315,10 @@ void dt_config_defaults(dt_train_config *c)
     strcpy(c->dtype, "fp32");
     strcpy(c->strategy, "ddp");
     c->bucket_mb = 25;
+    c->servers = 1;
+    strcpy(c->ps_mode, "sync");
+    c->staleness = 2;
+    strcpy(c->compress, "none");
     c->eval_batches = 8;
     c->keep_last = 3;
     c->print_every = 1;
@@ -691,12 +719,23 @@ static int ds_fp16(dt_train_config *c, const char *path, const cJSON *j, char *e
     return -1;
 }
 
-/* stage now; the other keys belong to the ZeRO strategies to come. */
+/* stage, and reduce_bucket_size (in elements, DeepSpeed's unit) as the
+ * bucket of the gradient reduction; the other keys belong to the ZeRO
+ * strategies to come. */
 static int ds_zero(dt_train_config *c, const char *path, const cJSON *j, char *err, size_t n)
 {
     const cJSON *stage = cJSON_GetObjectItemCaseSensitive(j, "stage");
-    return stage ? set_json(c, IDX(zero_stage), path, "zero_optimization.stage", stage, err, n)
-                 : 0;
+    if (stage && set_json(c, IDX(zero_stage), path, "zero_optimization.stage", stage, err, n))
+        return -1;
+    const cJSON *bucket = cJSON_GetObjectItemCaseSensitive(j, "reduce_bucket_size");
+    if (!bucket) return 0;
+    if (!cJSON_IsNumber(bucket) || !(bucket->valuedouble >= 1))
+        return dt_strf(err, n, "%s: zero_optimization.reduce_bucket_size: want a number of "
+                       "elements >= 1", path), -1;
+    char who[DT_CONFIG_PATH + 128];
+    json_who(who, sizeof who, path, "zero_optimization.reduce_bucket_size");
+    opt_val v = {.d = bucket->valuedouble * sizeof(float) / 1048576.0};
+    return store(c, IDX(bucket_mb), v, who, err, n);
 }
 
 static int ds_accept(dt_train_config *c, const char *path, const cJSON *j, char *err, size_t n)
@@ -1002,6 +1041,46 @@ int dt_config_validate(dt_train_config *c, int data_parallel_size, char *err, si
         check_optim(c, err, errlen) || check_batch(c, data_parallel_size, err, errlen) ||
         check_run(c, err, errlen))
         return -1;
+    return 0;
+}
+
+int dt_config_data_parallel_size(const dt_train_config *c, int world, int *dp_size, char *err,
+                                 size_t n)
+{
+    int dp = !strcmp(c->strategy, "dp"), ps = !strcmp(c->strategy, "ps");
+    static const struct { size_t off; int strategy; } owned[] = {
+        {offsetof(dt_train_config, devices), 1},   {offsetof(dt_train_config, servers), 2},
+        {offsetof(dt_train_config, ps_mode), 2},   {offsetof(dt_train_config, staleness), 2},
+        {offsetof(dt_train_config, compress), 2},
+    };
+    static const char *const names[] = {"ddp", "dp", "ps"};
+    int mine = dp ? 1 : ps ? 2 : 0;
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) {
+        int idx = opt_at(owned[i].off);
+        if (c->given[idx] && owned[i].strategy != mine)
+            return dt_strf(err, n, "--%s applies to --strategy %s, not %s", options[idx].flag,
+                           names[owned[i].strategy], c->strategy), -1;
+    }
+    if (dp) {
+        if (world > 1)
+            return dt_strf(err, n, "--strategy dp runs in one process (its devices are threads); "
+                           "this job has %d ranks: use --strategy ddp across processes", world),
+                   -1;
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        *dp_size = c->devices > 0 ? c->devices : (int)(cores > 0 ? cores : 1);
+        return 0;
+    }
+    if (ps) {
+        if (world <= c->servers)
+            return dt_strf(err, n, "--strategy ps with %d server%s needs at least %d ranks "
+                           "(servers + workers); this job has %d: start it with --nproc",
+                           c->servers, c->servers > 1 ? "s" : "", c->servers + 1, world), -1;
+        if (c->given[IDX(staleness)] && strcmp(c->ps_mode, "async"))
+            return dt_strf(err, n, "--staleness applies to --ps-mode async"), -1;
+        *dp_size = world - c->servers;
+        return 0;
+    }
+    *dp_size = world;
     return 0;
 }
 

@@ -68,8 +68,13 @@ typedef struct dt_train_config {
     long keep_last;    /* checkpoints kept in out_dir */
     long print_every;  /* steps between log lines */
     int zero_stage;    /* zero_optimization.stage, 0-3; kept for the ZeRO strategies */
-    char strategy[8];  /* how ranks share the work: ddp */
+    char strategy[8];  /* how the work is shared: ddp | dp | ps */
     double bucket_mb;  /* DDP gradient bucket size, MiB */
+    int devices;       /* dp: worker threads acting as devices; 0 = online cores */
+    int servers;       /* ps: ranks that hold the parameters (the last ones) */
+    char ps_mode[8];   /* ps: sync | async */
+    int staleness;     /* ps async: steps a worker may run ahead of the slowest */
+    char compress[24]; /* ps: what workers push: none | topk:R | int8 */
     int resume_flag;   /* --resume was given (with or without a directory) */
 
     /* Internal: given[i] = option i of the table was set explicitly, so that
@@ -109,6 +114,13 @@ int dt_config_load_json(dt_train_config *c, const char *path, char *err, size_t 
  * When only train_batch_size is given the micro-batch is held (it sets the
  * memory) and grad_accum is inferred. data_parallel_size >= 1. */
 int dt_config_validate(dt_train_config *c, int data_parallel_size, char *err, size_t errlen);
+
+/* The data-parallel size of the strategy in a job of `world` processes: ddp
+ * all ranks, dp --devices (one process only), ps the ranks that are not
+ * servers. Refuses options of one strategy given with another. 0, or -1
+ * with a message. */
+int dt_config_data_parallel_size(const dt_train_config *c, int world, int *dp_size, char *err,
+                                 size_t errlen);
 
 /* A few lines summarizing the run (model, data, batch, optimizer, run). */
 void dt_config_print(const dt_train_config *c, FILE *f);

@@ -78,16 +78,32 @@ size_t dt_peak_rss(void)
     return (size_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
 }
 
-void dt_print_memory(FILE *f, const char *title)
+_Static_assert(DT_MEM_SNAPSHOT == DT_MEM_KIND_COUNT + 1, "one slot per kind, then RSS");
+
+void dt_memory_snapshot(unsigned long long snap[DT_MEM_SNAPSHOT], int peak)
 {
-    const dt_mem_kind kinds[] = {DT_MEM_PARAMS, DT_MEM_GRADS, DT_MEM_OPTIM, DT_MEM_ACTS,
-                                 DT_MEM_COMM, DT_MEM_OTHER};
+    for (int k = 0; k < DT_MEM_KIND_COUNT; k++)
+        snap[k] = peak ? dt_mem_peak((dt_mem_kind)k) : dt_mem_current((dt_mem_kind)k);
+    snap[DT_MEM_KIND_COUNT] = dt_peak_rss();
+}
+
+void dt_print_memory_snapshot(FILE *f, const char *title,
+                              const unsigned long long snap[DT_MEM_SNAPSHOT])
+{
     double total = 0;
     fprintf(f, "%s:", title);
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
-        double mib = (double)dt_mem_current(kinds[i]) / 1048576.0;
+    for (int k = 0; k < DT_MEM_KIND_COUNT; k++) {
+        double mib = (double)snap[k] / 1048576.0;
         total += mib;
-        if (mib > 0) fprintf(f, " %s %.1f MiB |", dt_mem_kind_name(kinds[i]), mib);
+        if (mib > 0) fprintf(f, " %s %.1f MiB |", dt_mem_kind_name((dt_mem_kind)k), mib);
     }
-    fprintf(f, " total %.1f MiB | peak RSS %.1f MiB\n", total, (double)dt_peak_rss() / 1048576.0);
+    fprintf(f, " total %.1f MiB | peak RSS %.1f MiB\n", total,
+            (double)snap[DT_MEM_KIND_COUNT] / 1048576.0);
+}
+
+void dt_print_memory(FILE *f, const char *title)
+{
+    unsigned long long snap[DT_MEM_SNAPSHOT];
+    dt_memory_snapshot(snap, 0);
+    dt_print_memory_snapshot(f, title, snap);
 }

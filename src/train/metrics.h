@@ -32,6 +32,13 @@ void dt_log_json_step(FILE *f, const dt_step_stats *s);
 /* The bytes held per kind (parameters, gradients, optimizer, activations)
  * and the process's peak resident set. */
 void dt_print_memory(FILE *f, const char *title);
+/* The same as numbers, so ranks can send theirs to the one that prints:
+ * bytes held per dt_mem_kind (now, or the most ever held), then the peak
+ * resident set. */
+#define DT_MEM_SNAPSHOT 7
+void dt_memory_snapshot(unsigned long long snap[DT_MEM_SNAPSHOT], int peak);
+void dt_print_memory_snapshot(FILE *f, const char *title,
+                              const unsigned long long snap[DT_MEM_SNAPSHOT]);
 /* Peak resident set size of this process in bytes. */
 size_t dt_peak_rss(void);
 

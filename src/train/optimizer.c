@@ -56,17 +56,21 @@ static void step_piece(dt_optimizer *o, float *params, const float *grads, size_
 {
     size_t n = hi - lo;
     int t = (int)o->t;
+    size_t at = lo - o->base; /* every buffer starts at float `base` */
+    float *m = o->m ? o->m + at : NULL, *v = o->v ? o->v + at : NULL;
+    params += at;
+    grads += at;
     switch (o->kind) {
     case DT_OPT_ADAMW:
-        dt_adamw_update(params + lo, grads + lo, o->m + lo, o->v + lo, n, (float)lr,
+        dt_adamw_update(params, grads, m, v, n, (float)lr,
                         (float)o->beta1, (float)o->beta2, (float)o->eps, wd, t, grad_scale);
         break;
     case DT_OPT_ADAM:
-        dt_adam_update(params + lo, grads + lo, o->m + lo, o->v + lo, n, (float)lr,
+        dt_adam_update(params, grads, m, v, n, (float)lr,
                        (float)o->beta1, (float)o->beta2, (float)o->eps, wd, t, grad_scale);
         break;
     case DT_OPT_SGD:
-        dt_sgd_update(params + lo, grads + lo, o->m ? o->m + lo : NULL, n, (float)lr,
+        dt_sgd_update(params, grads, m, n, (float)lr,
                       (float)o->momentum, wd, t, grad_scale);
         break;
     }

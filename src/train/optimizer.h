@@ -14,6 +14,7 @@ typedef enum { DT_OPT_ADAMW = 0, DT_OPT_ADAM, DT_OPT_SGD } dt_opt_kind;
 typedef struct {
     dt_opt_kind kind;
     double beta1, beta2, eps, weight_decay, momentum;
+    size_t base;    /* the state covers floats [base, base + n) of the flat layout */
     size_t n;       /* floats in each state buffer */
     float *m, *v;   /* first and second moments (SGD: m is the momentum buffer) */
     long t;         /* optimizer steps taken */
@@ -28,7 +29,9 @@ int dt_optimizer_init(dt_optimizer *o, dt_opt_kind kind, size_t n, double beta1,
                       double eps, double weight_decay, double momentum);
 void dt_optimizer_free(dt_optimizer *o);
 
-/* One step, t+1, on floats [lo, hi) of params/grads (and the state), with
+/* One step, t+1, on floats [lo, hi) of the layout, which the state must
+ * cover. params and grads, like the state, start at float o->base (the
+ * whole buffers when base is 0, a shard's otherwise). With
  * weight decay on the tensors that take it. grad_scale multiplies every
  * gradient first (the clipping coefficient). Exactly one call per optimizer
  * step: each call advances t, which the bias correction uses. (SGD keeps its

@@ -25,12 +25,23 @@
 #include "dtrain/comm.h"
 #include "model/gpt.h"
 #include "parallel/ddp.h"
+#include "parallel/naive_dp.h"
+#include "parallel/ps_server.h"
+#include "parallel/ps_worker.h"
 #include "train/checkpoint.h"
 #include "train/corpus.h"
 #include "train/dataset.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
 #include "train/weights.h"
+
+typedef enum {
+    STRAT_SINGLE,    /* one process, one device */
+    STRAT_DDP,       /* ranks all-reduce their gradients */
+    STRAT_DP,        /* one process, devices as threads */
+    STRAT_PS_WORKER, /* parameter server: this rank computes gradients */
+    STRAT_PS_SERVER  /* parameter server: this rank holds a shard */
+} strategy;
 
 typedef struct {
     dt_train_config *cfg;
@@ -47,10 +58,19 @@ typedef struct {
     double last_loss;
     FILE *json;                /* --log-json, or NULL */
     FILE *out;                 /* human-readable lines (rank 0's; /dev/null elsewhere) */
-    /* Data parallelism: comm is NULL in a single process. */
+    /* Data parallelism. comm is the job's (NULL in one process); rank 0
+     * speaks for the job. The data-parallel group is the ranks that share
+     * each batch: all of them with DDP, the workers with a parameter
+     * server; dp_comm reduces over it when its members move in lockstep. */
+    strategy strat;
     dt_comm *comm;
     int rank, world;
+    dt_comm *dp_comm;
+    int dp_index, dp_size; /* this rank's block of each batch, and the number of blocks */
     dt_ddp ddp;
+    dt_naive_dp ndp;
+    dt_ps ps;
+    dt_ps_worker psw;
     char err[512];
 } trainer;
 
@@ -160,7 +180,24 @@ static int resolve_model_config(trainer *t, const char *resume_dir, dt_gpt_confi
     return dt_gpt_config_check(mc, t->err, sizeof t->err);
 }
 
-static int setup_model(trainer *t, const char *resume_dir)
+/* Optimizer state for n floats (the whole layout, or a server's shard). */
+static int init_optimizer(trainer *t, size_t n)
+{
+    const dt_train_config *c = t->cfg;
+    dt_opt_kind kind;
+    if (dt_opt_kind_parse(c->optimizer, &kind) ||
+        dt_optimizer_init(&t->opt, kind, n, c->beta1, c->beta2, c->eps, c->weight_decay,
+                          c->momentum)) {
+        dt_strf(t->err, sizeof t->err, "optimizer %s: cannot set up its state", c->optimizer);
+        return -1;
+    }
+    return 0;
+}
+
+/* The model with its gradients and activations, the optimizer when this
+ * rank updates or stages checkpoints (with_optimizer), the batch buffers,
+ * and the starting weights. */
+static int setup_model(trainer *t, const char *resume_dir, int with_optimizer)
 {
     const dt_train_config *c = t->cfg;
     dt_gpt_config mc;
@@ -171,13 +208,7 @@ static int setup_model(trainer *t, const char *resume_dir)
         dt_strf(t->err, sizeof t->err, "%s", t->model.error);
         return -1;
     }
-    dt_opt_kind kind;
-    if (dt_opt_kind_parse(c->optimizer, &kind) ||
-        dt_optimizer_init(&t->opt, kind, t->model.n_floats, c->beta1, c->beta2, c->eps,
-                          c->weight_decay, c->momentum)) {
-        dt_strf(t->err, sizeof t->err, "optimizer %s: cannot set up its state", c->optimizer);
-        return -1;
-    }
+    if (with_optimizer && init_optimizer(t, t->model.n_floats)) return -1;
     t->inputs = malloc((size_t)t->B * t->T * sizeof(int32_t));
     t->targets = malloc((size_t)t->B * t->T * sizeof(int32_t));
     if (!t->inputs || !t->targets) {
@@ -188,6 +219,13 @@ static int setup_model(trainer *t, const char *resume_dir)
     if (c->init[0]) return dt_weights_load(&t->model, c->init, t->err, sizeof t->err);
     dt_gpt_init_weights(&t->model, c->seed);
     return 0;
+}
+
+/* A parameter-server worker other than rank 0 takes its starting state
+ * from the servers; rank 0 keeps the optimizer only to stage checkpoints. */
+static int worker_needs_optimizer(const trainer *t, int resuming)
+{
+    return resuming || (t->rank == 0 && t->cfg->out_dir[0]);
 }
 
 static int resume(trainer *t, const char *dir)
@@ -223,24 +261,30 @@ static int resume(trainer *t, const char *dir)
 
 /* ---- one optimizer step --------------------------------------------------- */
 
-static int comm_failed(trainer *t, const char *what)
+static int failed_on(trainer *t, dt_comm *c, const char *what)
 {
-    dt_strf(t->err, sizeof t->err, "%s: %s", what, dt_comm_error(t->comm));
+    dt_strf(t->err, sizeof t->err, "%s: %s", what, dt_comm_error(c));
     return -1;
 }
 
-/* The mean of a value over ranks (the value itself in one process). */
+static int comm_failed(trainer *t, const char *what) { return failed_on(t, t->comm, what); }
+
+/* The mean of a value over the data-parallel group when it moves in
+ * lockstep; otherwise (one process, asynchronous workers) this rank's own. */
 static int mean_over_ranks(trainer *t, double *v)
 {
-    if (!t->comm) return 0;
-    return dt_allreduce(t->comm, v, v, 1, DT_F64, DT_AVG) ? comm_failed(t, "loss") : 0;
+    if (!t->dp_comm) return 0;
+    return dt_allreduce(t->dp_comm, v, v, 1, DT_F64, DT_AVG) ? failed_on(t, t->dp_comm, "loss")
+                                                             : 0;
 }
 
-static int train_step(trainer *t, double *loss_out, double *norm_out)
+/* This rank's share of a step: its micro-batches, gradients accumulated
+ * and scaled to the mean over them; the last backward communicates. */
+static int local_grads(trainer *t, double *loss_out)
 {
     dt_gpt *m = &t->model;
     const float grad_scale = 1.0f / ((float)t->B * (float)t->T * (float)t->accum);
-    const uint64_t mine = t->seq_counter + (uint64_t)t->rank * t->B * t->accum;
+    const uint64_t mine = t->seq_counter + (uint64_t)t->dp_index * t->B * t->accum;
     double loss_sum = 0;
     memset(m->grads, 0, m->n_floats * sizeof(float));
     for (int j = 0; j < t->accum; j++) {
@@ -248,18 +292,59 @@ static int train_step(trainer *t, double *loss_out, double *norm_out)
                              t->inputs, t->targets, t->err, sizeof t->err))
             return -1;
         double loss = dt_gpt_forward(m, t->inputs, t->targets, t->B, t->T);
-        /* Only the last micro-batch's backward reduces the accumulated gradients. */
-        if (t->comm) dt_ddp_begin_backward(&t->ddp, j == t->accum - 1);
+        int last = j == t->accum - 1;
+        if (t->strat == STRAT_DDP) dt_ddp_begin_backward(&t->ddp, last);
+        if (t->strat == STRAT_PS_WORKER) dt_ps_worker_begin_backward(&t->psw, last);
         if (loss < 0 || dt_gpt_backward(m, t->inputs, t->B, t->T, grad_scale)) {
             dt_strf(t->err, sizeof t->err, "%s", m->error);
             return -1;
         }
         loss_sum += loss;
     }
-    if (t->comm && dt_ddp_finish(&t->ddp)) return comm_failed(t, "gradient all-reduce");
-    double loss_mean = loss_sum / t->accum;
-    if (mean_over_ranks(t, &loss_mean)) return -1;
-    double norm = sqrt(dt_sum_squares(m->grads, m->n_floats));
+    *loss_out = loss_sum / t->accum;
+    return 0;
+}
+
+/* Naive data parallelism: the main device scatters each device its block
+ * of the batch (the block a rank would take), then the devices run. The
+ * scale makes the gathered sum the mean over the global batch. */
+static int device_grads(trainer *t, double *loss_out)
+{
+    dt_naive_dp *d = &t->ndp;
+    for (int dev = 0; dev < d->ndev; dev++) {
+        uint64_t first = t->seq_counter + (uint64_t)dev * t->B * t->accum;
+        for (int j = 0; j < t->accum; j++)
+            if (dt_dataset_batch(t->train, &t->train_order, first + (uint64_t)j * t->B, t->B,
+                                 t->T, dt_naive_dp_inputs(d, dev, j),
+                                 dt_naive_dp_targets(d, dev, j), t->err, sizeof t->err))
+                return -1;
+    }
+    float scale = 1.0f / ((float)t->B * (float)t->T * (float)t->accum * (float)d->ndev);
+    return dt_naive_dp_step(d, scale, loss_out, t->err, sizeof t->err);
+}
+
+/* The gradients of the global batch everywhere they are needed: averaged
+ * on every rank (DDP), or on the main device (dp); a parameter-server
+ * worker instead ends with the servers' updated parameters. */
+static int exchange_grads(trainer *t)
+{
+    if (t->strat == STRAT_DDP && dt_ddp_finish(&t->ddp))
+        return comm_failed(t, "gradient all-reduce");
+    if (t->strat == STRAT_PS_WORKER && dt_ps_worker_finish(&t->psw))
+        return failed_on(t, t->psw.link, "parameter server push and pull");
+    return 0;
+}
+
+static int train_step(trainer *t, double *loss_out, double *norm_out)
+{
+    dt_gpt *m = &t->model;
+    double loss;
+    if (t->strat == STRAT_PS_WORKER && dt_ps_worker_begin_step(&t->psw, t->step))
+        return failed_on(t, t->psw.link, "parameter server step");
+    int rc = t->strat == STRAT_DP ? device_grads(t, &loss) : local_grads(t, &loss);
+    if (rc || exchange_grads(t) || mean_over_ranks(t, &loss)) return -1;
+    int remote = t->strat == STRAT_PS_WORKER; /* the servers clip and update */
+    double norm = remote ? t->psw.norm : sqrt(dt_sum_squares(m->grads, m->n_floats));
     if (!isfinite(norm)) {
         dt_strf(t->err, sizeof t->err,
                 "step %ld: the gradient norm is %f; stopping before the update (the weights "
@@ -267,26 +352,30 @@ static int train_step(trainer *t, double *loss_out, double *norm_out)
                 t->step + 1, norm);
         return -1;
     }
-    float coef = dt_clip_coef(norm, t->cfg->grad_clip);
-    double lr = dt_config_lr_at(t->cfg, t->step);
-    dt_optimizer_step(&t->opt, m, m->params, m->grads, 0, m->n_floats, lr, coef);
+    if (!remote) {
+        float coef = dt_clip_coef(norm, t->cfg->grad_clip);
+        double lr = dt_config_lr_at(t->cfg, t->step);
+        dt_optimizer_step(&t->opt, m, m->params, m->grads, 0, m->n_floats, lr, coef);
+    }
     t->seq_counter += (uint64_t)t->global_batch;
-    *loss_out = loss_mean;
+    *loss_out = loss;
     *norm_out = norm;
     return 0;
 }
 
 /* Mean loss over up to eval_batches micro-batches of the validation data,
- * always the same sequences (the first ones, in order). */
-static int evaluate(trainer *t, double *loss_out)
+ * always the same sequences (the first ones, in order), split over the
+ * ranks of comm (NULL: this rank alone). */
+static int evaluate(trainer *t, dt_comm *comm, double *loss_out)
 {
     uint64_t nseq = dt_dataset_nseq(t->val, t->T);
     uint64_t want = (uint64_t)t->cfg->eval_batches * (uint64_t)t->B;
     uint64_t total = want < nseq ? want : nseq;
+    uint64_t index = comm ? (uint64_t)dt_comm_rank(comm) : 0;
+    uint64_t size = comm ? (uint64_t)dt_comm_size(comm) : 1;
     double sum[1] = {0};
-    /* Rank r evaluates micro-batches r, r + world, ...; the sums are added. */
-    uint64_t stride = (uint64_t)t->B * (uint64_t)t->world;
-    for (uint64_t first = (uint64_t)t->rank * t->B; first < total; first += stride) {
+    /* Rank r evaluates micro-batches r, r + size, ...; the sums are added. */
+    for (uint64_t first = index * t->B; first < total; first += (uint64_t)t->B * size) {
         int b = (int)(total - first < (uint64_t)t->B ? total - first : (uint64_t)t->B);
         if (dt_dataset_batch(t->val, &t->val_order, first, b, t->T, t->inputs, t->targets, t->err,
                              sizeof t->err))
@@ -298,18 +387,25 @@ static int evaluate(trainer *t, double *loss_out)
         }
         sum[0] += loss * b;
     }
-    if (t->comm && dt_allreduce(t->comm, sum, sum, 1, DT_F64, DT_SUM))
-        return comm_failed(t, "evaluation");
+    if (comm && dt_allreduce(comm, sum, sum, 1, DT_F64, DT_SUM))
+        return failed_on(t, comm, "evaluation");
     *loss_out = sum[0] / (double)total;
     return 0;
 }
 
-static int report_eval(trainer *t)
+/* Asynchronous workers hold different parameters during training: rank 0
+ * evaluates its own alone then. At the end they all hold the same. */
+static int report_eval(trainer *t, int final)
 {
     if (!t->val || t->cfg->eval_batches == 0) return 0;
+    dt_comm *comm = t->dp_comm;
+    if (t->strat == STRAT_PS_WORKER && !comm) {
+        if (final) comm = t->ps.role;
+        else if (t->rank != 0) return 0;
+    }
     if (dt_dataset_check(t->val, t->T, t->err, sizeof t->err)) return -1;
     double loss;
-    if (evaluate(t, &loss)) return -1;
+    if (evaluate(t, comm, &loss)) return -1;
     fprintf(t->out, "val loss %.4f (step %ld)\n", loss, t->step);
     if (t->json) fprintf(t->json, "{\"step\":%ld,\"val_loss\":%.9g}\n", t->step - 1, loss);
     return 0;
@@ -318,6 +414,9 @@ static int report_eval(trainer *t)
 static int save_checkpoint(trainer *t)
 {
     if (t->rank != 0) return 0; /* replicas: rank 0 writes for the job */
+    /* The optimizer state lives on the servers: rank 0 gathers it. */
+    if (t->strat == STRAT_PS_WORKER && dt_ps_worker_fetch(&t->psw, &t->opt))
+        return failed_on(t, t->psw.link, "fetching the servers' state for a checkpoint");
     dt_ckpt_state st = {.step = t->step,
                         .seq_counter = t->seq_counter,
                         .seed = t->cfg->seed,
@@ -336,6 +435,58 @@ static int save_checkpoint(trainer *t)
 
 /* ---- the loop ------------------------------------------------------------- */
 
+static void print_strategy(trainer *t)
+{
+    const dt_train_config *c = t->cfg;
+    switch (t->strat) {
+    case STRAT_DDP:
+        fprintf(t->out, " x %d ranks (DDP over %s, %d buckets of ~%g MiB)", t->world,
+                dt_comm_transport(t->comm), t->ddp.nbuckets, c->bucket_mb);
+        break;
+    case STRAT_DP:
+        fprintf(t->out, " x %d devices (naive data parallelism: threads, device 0 is the main one)",
+                t->ndp.ndev);
+        break;
+    case STRAT_PS_WORKER:
+        fprintf(t->out, " x %d workers (parameter server over %s: %d server%s, %s", t->ps.workers,
+                dt_comm_transport(t->comm), t->ps.servers, t->ps.servers > 1 ? "s" : "",
+                c->ps_mode);
+        if (t->ps.async) fprintf(t->out, " with staleness %d", t->ps.staleness);
+        fprintf(t->out, ", %d pieces per push, compression %s)", t->ps.npieces, c->compress);
+        break;
+    default: break;
+    }
+}
+
+/* Every rank's memory at its peak, printed by rank 0: the ranks of a
+ * parameter server hold very different things. Collective over the job. */
+static int print_rank_memory(trainer *t, const char *title)
+{
+    unsigned long long mine[DT_MEM_SNAPSHOT], *all = NULL;
+    dt_memory_snapshot(mine, 1);
+    if (!t->comm) {
+        dt_print_memory_snapshot(t->out, title, mine);
+        return 0;
+    }
+    if (t->rank == 0 && !(all = malloc((size_t)t->world * sizeof mine))) {
+        dt_strf(t->err, sizeof t->err, "out of memory");
+        return -1;
+    }
+    if (dt_gather(t->comm, mine, all, DT_MEM_SNAPSHOT, DT_I64, 0)) {
+        free(all);
+        return comm_failed(t, "gathering memory use");
+    }
+    fprintf(t->out, "%s:\n", title);
+    for (int r = 0; all && r < t->world; r++) {
+        char label[64];
+        int server = t->strat == STRAT_PS_WORKER && r >= t->ps.workers;
+        dt_strf(label, sizeof label, "  rank %d%s", r, server ? " (server)" : "");
+        dt_print_memory_snapshot(t->out, label, all + (size_t)r * DT_MEM_SNAPSHOT);
+    }
+    free(all);
+    return 0;
+}
+
 static void print_header(trainer *t)
 {
     const dt_gpt *m = &t->model;
@@ -353,27 +504,37 @@ static void print_header(trainer *t)
                 (unsigned long long)dt_dataset_ntokens(t->val));
     fprintf(t->out, "\nbatch: %ld sequences per step = %d per micro-batch x %d accumulation",
             t->global_batch, t->B, t->accum);
-    if (t->comm)
-        fprintf(t->out, " x %d ranks (DDP over %s, %d buckets of ~%g MiB)", t->world,
-                dt_comm_transport(t->comm), t->ddp.nbuckets, t->cfg->bucket_mb);
+    print_strategy(t);
     fprintf(t->out, "\n");
-    dt_print_memory(t->out, t->comm ? "memory per rank" : "memory");
+    dt_print_memory(t->out, t->comm ? "memory of rank 0" : "memory");
 }
 
-/* Whether to stop before the next step. Ranks agree (a signal may reach
- * one of them only), or their collectives would stop matching. */
+/* Whether to stop before the next step. Ranks in lockstep agree (a signal
+ * may reach one of them only), or their collectives would stop matching;
+ * asynchronous workers stop on their own. */
 static int stop_requested(trainer *t)
 {
     int32_t stop = stop_signal ? 1 : 0;
-    if (t->comm && dt_allreduce(t->comm, &stop, &stop, 1, DT_I32, DT_MAX) != 0) return 1;
+    if (t->dp_comm && dt_allreduce(t->dp_comm, &stop, &stop, 1, DT_I32, DT_MAX) != 0) return 1;
     return stop;
+}
+
+/* Communication the step could not hide, and what it moved. */
+static void step_traffic(const trainer *t, dt_step_stats *s)
+{
+    switch (t->strat) {
+    case STRAT_DDP: s->comm_ms = t->ddp.wait_ms, s->bytes_sent = t->ddp.bytes_sent; break;
+    case STRAT_DP: s->comm_ms = t->ndp.copy_ms, s->bytes_sent = t->ndp.bytes_moved; break;
+    case STRAT_PS_WORKER: s->comm_ms = t->psw.wait_ms, s->bytes_sent = t->psw.bytes_sent; break;
+    default: break;
+    }
 }
 
 static int run_loop(trainer *t)
 {
     const dt_train_config *c = t->cfg;
     const double flops_tok = dt_gpt_flops_per_token(&t->model.cfg, t->T);
-    const double peak = dt_peak_flops(t->threads * t->world, t->model.prec == DT_PREC_BF16);
+    const double peak = dt_peak_flops(t->threads * t->dp_size, t->model.prec == DT_PREC_BF16);
     double ms_avg = 0; /* over steps after the first, which pays for kernel generation */
     long averaged = -1;
     while (t->step < c->steps && !stop_requested(t)) {
@@ -388,9 +549,8 @@ static int run_loop(trainer *t)
                            .mfu = tps * flops_tok / peak,
                            .eta_s = (double)(c->steps - t->step - 1) *
                                     (averaged > 0 ? ms_avg : ms) * 1e-3,
-                           .ranks = t->world,
-                           .comm_ms = t->comm ? t->ddp.wait_ms : 0,
-                           .bytes_sent = t->comm ? t->ddp.bytes_sent : 0};
+                           .ranks = t->dp_size};
+        step_traffic(t, &s);
         t->last_loss = loss;
         t->step++;
         t->steps_run++;
@@ -403,10 +563,42 @@ static int run_loop(trainer *t)
             return -1;
         }
         int eval_now = c->eval_every > 0 && t->step % c->eval_every == 0 && t->step < c->steps;
-        if (eval_now && report_eval(t)) return -1;
+        if (eval_now && report_eval(t, 0)) return -1;
         int save_now = c->out_dir[0] && c->save_every > 0 && t->step % c->save_every == 0;
         if (save_now && save_checkpoint(t)) return -1;
     }
+    return 0;
+}
+
+/* Whether every rank holds the same weights at the end (collective; a
+ * parameter server's ranks compare shard by shard). */
+static int check_replicas(trainer *t, const float *params)
+{
+    uint64_t hash = 0;
+    int same;
+    if (t->strat == STRAT_DDP)
+        same = dt_ddp_replicas_identical(&t->ddp, &hash);
+    else if (t->strat == STRAT_PS_WORKER || t->strat == STRAT_PS_SERVER)
+        same = dt_ps_params_identical(&t->ps, t->comm, params, &hash);
+    else
+        return 0;
+    if (same < 0) return comm_failed(t, "comparing replicas");
+    if (!same) {
+        dt_strf(t->err, sizeof t->err, "the ranks' weights differ at the end (a bug)");
+        return -1;
+    }
+    fprintf(t->out, "replicas: %d ranks hold bit-identical weights (hash %016llx)\n", t->world,
+            (unsigned long long)hash);
+    return 0;
+}
+
+/* Asynchronous workers end at different moments and with different
+ * parameters: they wait for each other, then all take the servers' last. */
+static int settle_workers(trainer *t)
+{
+    if (dt_barrier(t->ps.role)) return failed_on(t, t->ps.role, "waiting for the other workers");
+    if (dt_ps_worker_pull(&t->psw))
+        return failed_on(t, t->psw.link, "pulling the final parameters");
     return 0;
 }
 
@@ -414,6 +606,7 @@ static int finish(trainer *t)
 {
     const dt_train_config *c = t->cfg;
     if (stop_signal) fprintf(t->out, "interrupted at step %ld\n", t->step);
+    if (t->strat == STRAT_PS_WORKER && settle_workers(t)) return -1;
     /* Save first: a failing evaluation must not cost the trained weights. A
      * process that ran no step has nothing new to save. */
     int saved = c->save_every > 0 && t->step % c->save_every == 0;
@@ -422,21 +615,14 @@ static int finish(trainer *t)
         if (dt_weights_save(&t->model, c->save_final, t->err, sizeof t->err)) return -1;
         fprintf(t->out, "weights %s\n", c->save_final);
     }
-    if (!stop_signal && report_eval(t)) return -1;
-    if (t->comm) {
-        uint64_t hash;
-        int same = dt_ddp_replicas_identical(&t->ddp, &hash);
-        if (same < 0) return comm_failed(t, "comparing replicas");
-        if (!same) {
-            dt_strf(t->err, sizeof t->err, "the ranks' weights differ at the end (a bug)");
-            return -1;
-        }
-        fprintf(t->out, "replicas: %d ranks hold bit-identical weights (hash %016llx)\n",
-                t->world, (unsigned long long)hash);
-    }
-    dt_print_memory(t->out, t->comm ? "memory per rank at the end" : "memory at the end");
-    return 0;
+    if (!stop_signal && report_eval(t, 1)) return -1;
+    if (t->strat == STRAT_PS_WORKER && dt_ps_worker_stop(&t->psw))
+        return failed_on(t, t->psw.link, "stopping the servers");
+    if (check_replicas(t, t->model.params)) return -1;
+    return print_rank_memory(t, t->comm ? "peak memory per rank" : "peak memory");
 }
+
+static double lr_at(const void *cfg, long step) { return dt_config_lr_at(cfg, step); }
 
 /* Opens --log-json. A resumed run keeps the entries of the steps before the
  * checkpoint and drops later ones (steps a crashed run logged but did not
@@ -487,6 +673,65 @@ static int setup_ddp(trainer *t)
     return 0;
 }
 
+/* Joins the parameter server's split of the job. A server keeps only its
+ * shard's optimizer state; rank 0 hands the servers the starting state,
+ * and every worker starts from the servers' parameters. */
+static int setup_ps(trainer *t, int resuming)
+{
+    const dt_train_config *c = t->cfg;
+    dt_compress_spec spec;
+    if (dt_compress_parse(c->compress, &spec, t->err, sizeof t->err) ||
+        dt_ps_join(&t->ps, t->comm, c->servers, &t->model, &spec, !strcmp(c->ps_mode, "async"),
+                   c->staleness, t->err, sizeof t->err))
+        return -1;
+    if (t->strat == STRAT_PS_SERVER) {
+        if (init_optimizer(t, dt_ps_shard_len(&t->ps, t->ps.index))) return -1;
+        t->opt.base = t->ps.shard_lo[t->ps.index];
+        return 0;
+    }
+    if (dt_ps_worker_init(&t->psw, &t->ps, &t->model, t->err, sizeof t->err)) return -1;
+    if (!t->ps.async) t->dp_comm = t->ps.role;
+    t->psw.step = t->step;
+    if (t->rank == 0 && dt_ps_worker_init_servers(&t->psw, resuming ? &t->opt : NULL, t->step))
+        return failed_on(t, t->psw.link, "handing the servers their shards");
+    if (dt_ps_worker_pull(&t->psw)) return failed_on(t, t->psw.link, "the first pull");
+    if (!worker_needs_optimizer(t, 0)) dt_optimizer_free(&t->opt);
+    return 0;
+}
+
+static int setup_parallel(trainer *t, int resuming)
+{
+    switch (t->strat) {
+    case STRAT_DDP: t->dp_comm = t->comm; return setup_ddp(t);
+    case STRAT_DP:
+        return dt_naive_dp_init(&t->ndp, &t->model, t->dp_size, t->B, t->T, t->accum, t->err,
+                                sizeof t->err);
+    case STRAT_PS_WORKER:
+    case STRAT_PS_SERVER: return setup_ps(t, resuming);
+    default: return 0;
+    }
+}
+
+/* A server needs the model's layout only: its shard comes from rank 0. */
+static int setup_server_model(trainer *t, const char *resume_dir)
+{
+    dt_gpt_config mc;
+    if (resolve_model_config(t, resume_dir, &mc)) return -1;
+    dt_precision prec = strcmp(t->cfg->dtype, "bf16") == 0 ? DT_PREC_BF16 : DT_PREC_F32;
+    return dt_gpt_create_layout(&t->model, &mc, prec, t->err, sizeof t->err);
+}
+
+/* Compute threads per device when not given: the cores shared among the
+ * ranks on this host and the devices of each. */
+static int default_threads(const trainer *t)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long share = (long)(t->comm ? dt_comm_local_size(t->comm) : 1) *
+                 (t->strat == STRAT_DP ? t->dp_size : 1);
+    long n = cores / (share > 0 ? share : 1);
+    return n >= 1 ? (int)n : 1;
+}
+
 static int setup(trainer *t)
 {
     dt_train_config *c = t->cfg;
@@ -494,7 +739,7 @@ static int setup(trainer *t)
     t->T = c->seq_len;
     t->accum = c->grad_accum;
     t->global_batch = c->train_batch_size;
-    t->threads = c->threads > 0 ? c->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    t->threads = c->threads > 0 ? c->threads : default_threads(t);
     dt_kernels_set_threads(t->threads);
     dt_sampler_init(&t->train_order, c->seed, c->shuffle);
     dt_sampler_init(&t->val_order, c->seed, 0);
@@ -511,13 +756,16 @@ static int setup(trainer *t)
                 c->out_dir);
         return -1;
     }
-    if (setup_model(t, resuming ? resume_dir : NULL)) return -1;
+    if (t->strat == STRAT_PS_SERVER)
+        return setup_server_model(t, resuming ? resume_dir : NULL) || setup_parallel(t, resuming);
+    int with_optimizer = t->strat != STRAT_PS_WORKER || worker_needs_optimizer(t, resuming);
+    if (setup_model(t, resuming ? resume_dir : NULL, with_optimizer)) return -1;
     if (dt_dataset_check(t->train, t->T, t->err, sizeof t->err)) return -1;
     /* Validation data too short for one sequence would fail only at the end. */
     if (t->val && c->eval_batches > 0 && dt_dataset_check(t->val, t->T, t->err, sizeof t->err))
         return -1;
     if (resuming && resume(t, resume_dir)) return -1;
-    if (t->comm && setup_ddp(t)) return -1;
+    if (setup_parallel(t, resuming)) return -1;
     /* The header reports the model actually built (sizes may come from a file). */
     c->n_layer = t->model.cfg.n_layer;
     c->n_head = t->model.cfg.n_head;
@@ -532,7 +780,10 @@ static void teardown(trainer *t)
 {
     if (t->json && t->json != stdout) fclose(t->json);
     if (t->out && t->out != stdout && t->out != stderr) fclose(t->out);
+    dt_naive_dp_free(&t->ndp);
     if (t->comm) {
+        dt_ps_worker_free(&t->psw);
+        dt_ps_leave(&t->ps);
         dt_ddp_free(&t->ddp);
         dt_comm_destroy(t->comm);
     }
@@ -563,12 +814,44 @@ static int join_job(trainer *t, char *err, size_t errlen)
     return 0;
 }
 
+/* Which part of the work this process does. */
+static int choose_strategy(trainer *t, char *err, size_t errlen)
+{
+    const dt_train_config *c = t->cfg;
+    if (dt_config_data_parallel_size(c, t->world, &t->dp_size, err, errlen)) return -1;
+    t->dp_index = t->rank;
+    if (!strcmp(c->strategy, "dp"))
+        t->strat = t->dp_size > 1 ? STRAT_DP : STRAT_SINGLE;
+    else if (!strcmp(c->strategy, "ps"))
+        t->strat = t->rank >= t->dp_size ? STRAT_PS_SERVER : STRAT_PS_WORKER;
+    else
+        t->strat = t->world > 1 ? STRAT_DDP : STRAT_SINGLE;
+    return 0;
+}
+
+/* A parameter server's rank: serves until the workers stop, then takes
+ * part in the final comparison and the memory table. */
+static int run_server(trainer *t)
+{
+    const dt_train_config *c = t->cfg;
+    dt_ps_server_args a = {.ps = &t->ps, .layout = &t->model, .opt = &t->opt,
+                           .lr_at = lr_at, .lr_ctx = c, .grad_clip = c->grad_clip};
+    float *shard = NULL;
+    long updates = 0;
+    int rc = dt_ps_server_run(&a, &shard, &updates, t->err, sizeof t->err);
+    if (rc == 0) rc = check_replicas(t, shard);
+    dt_free(shard);
+    if (rc == 0) rc = print_rank_memory(t, "peak memory per rank");
+    return rc;
+}
+
 int dt_train(dt_train_config *cfg, char *err, size_t errlen)
 {
     trainer t;
     memset(&t, 0, sizeof t);
     t.cfg = cfg;
-    if (join_job(&t, err, errlen) || dt_config_validate(cfg, t.world, err, errlen)) {
+    if (join_job(&t, err, errlen) || choose_strategy(&t, err, errlen) ||
+        dt_config_validate(cfg, t.dp_size, err, errlen)) {
         if (t.comm) dt_comm_destroy(t.comm);
         return -1;
     }
@@ -586,11 +869,13 @@ int dt_train(dt_train_config *cfg, char *err, size_t errlen)
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     int rc = setup(&t);
-    if (rc == 0) {
+    if (rc == 0 && t.strat == STRAT_PS_SERVER) {
+        rc = run_server(&t);
+    } else if (rc == 0) {
         print_header(&t);
         rc = run_loop(&t);
+        if (rc == 0) rc = finish(&t);
     }
-    if (rc == 0) rc = finish(&t);
     if (rc) dt_strf(err, errlen, "%s", t.err);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
