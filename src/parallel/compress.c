@@ -108,7 +108,8 @@ static inline uint32_t mag_key(float v)
 #define TOPK_CHUNK 32
 
 /* How many of x[0..m) have a key k with (k & mask) == prefix and k >= least. */
-static size_t count_keys(const float *x, size_t m, uint32_t mask, uint32_t prefix, uint32_t least)
+static uint32_t count_keys(const float *x, size_t m, uint32_t mask, uint32_t prefix,
+                           uint32_t least)
 {
     uint32_t count = 0;
     for (size_t i = 0; i < m; i++) {
@@ -149,15 +150,19 @@ static uint32_t kth_largest_key(const float *g, float *residual, size_t n, size_
             for (size_t c = 0; c < n; c += TOPK_CHUNK) {
                 size_t end = n - c < TOPK_CHUNK ? n : c + TOPK_CHUNK;
                 if (!count_keys(x + c, end - c, mask, prefix, 0)) continue;
+                /* Counting every key of the chunk, matching or not, is
+                 * cheaper than the branch, which the keys of a dense range
+                 * would mispredict. */
                 for (size_t i = c; i < end; i++) {
                     uint32_t key = mag_key(x[i]);
-                    if ((key & mask) == prefix) hist[(key >> sh) & (nb - 1)]++;
+                    hist[(key >> sh) & (nb - 1)] += (key & mask) == prefix;
                 }
             }
         }
-        /* The keys counted hold at least want, so b stops at or above 0. */
+        /* The keys counted hold at least want, so b stops at or above 0;
+         * the b > 0 only keeps a broken count from reading out of bounds. */
         uint32_t b = nb - 1;
-        while (hist[b] < want) {
+        while (b > 0 && hist[b] < want) {
             want -= hist[b];
             greater += hist[b];
             b--;
@@ -188,21 +193,18 @@ static void encode_topk(const dt_compress_spec *s, const float *g, float *residu
     for (size_t c = 0; c < n && j < k; c += TOPK_CHUNK) {
         size_t end = n - c < TOPK_CHUNK ? n : c + TOPK_CHUNK;
         if (!count_keys(x + c, end - c, 0, 0, t)) continue;
-        /* Without branches, which a dense chunk would mispredict: every
-         * entry is written to slot j, which a kept one then claims. j < k
-         * keeps the writes in bounds: a slot is free while entries remain
-         * to be kept, and they will overwrite it. */
         for (size_t i = c; i < end && j < k; i++) {
-            float v = x[i];
-            uint32_t key = mag_key(v);
-            uint32_t tie = (key == t) & (ties != 0);
-            uint32_t keep = (key > t) | tie;
-            ties -= tie;
+            uint32_t key = mag_key(x[i]);
+            if (key < t) continue;
+            if (key == t) {
+                if (!ties) continue;
+                ties--;
+            }
             uint32_t idx = (uint32_t)i;
             memcpy(out + j * sizeof idx, &idx, sizeof idx);
-            memcpy(vals + j * sizeof v, &v, sizeof v);
-            if (residual) residual[i] = keep ? 0.0f : v;
-            j += keep;
+            memcpy(vals + j * sizeof(float), &x[i], sizeof(float));
+            j++;
+            if (residual) residual[i] = 0.0f;
         }
     }
 }
