@@ -1,11 +1,15 @@
-"""Data-parallel throughput: dtrain DDP against PyTorch DDP (gloo), one run.
+"""Data-parallel throughput: dtrain DDP against PyTorch DDP (gloo), and
+dtrain's other data-parallel strategies against its DDP, one run.
 
   python3 bench/bench_ddp.py [--dtrain build/dtrain] [--steps 12] [--skip 2]
 
 REFERENCE.md's configuration: GPT L6 H6 C384 T256 V256, batch 8 per rank,
 fp32, AdamW, one thread per rank (OMP_NUM_THREADS=1, each rank pinned to its
 own core). Prints tokens/s for 1 and 2 ranks of each, the scaling of dtrain
-(target 1.8x) and the ratio to PyTorch DDP at 2 ranks (target 1.2x).
+(target 1.8x) and the ratio to PyTorch DDP at 2 ranks (target 1.2x). Then,
+at 2 workers on the same 2 cores: the synchronous parameter server with one
+server (a third process; target at least 0.8x of DDP), and naive data
+parallelism with 2 devices (threads) in one process.
 """
 import json
 import os
@@ -62,15 +66,19 @@ def torch_ddp(n, data, steps, skip):
     return json.loads(outs[0][0].strip().splitlines()[-1])["tokens_per_s"]
 
 
-def dtrain_ddp(dtrain, n, data, steps, skip, tmp):
-    log = os.path.join(tmp, "ddp%d.json" % n)
-    cmd = dtrain_cmd(dtrain, data, steps, log, "--nproc", str(n), "--threads", "1")
-    # Pinning: the launcher's ranks inherit the mask; one core per rank.
-    r = subprocess.run(["taskset", "-c", ",".join(str(i) for i in range(n))] + cmd,
+def dtrain_run(dtrain, name, cores, data, steps, skip, tmp, *flags):
+    log = os.path.join(tmp, name + ".json")
+    cmd = dtrain_cmd(dtrain, data, steps, log, "--threads", "1", *flags)
+    # Pinning: the launcher's ranks inherit the mask.
+    r = subprocess.run(["taskset", "-c", ",".join(str(i) for i in range(cores))] + cmd,
                        capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     if r.returncode != 0:
         sys.exit("dtrain failed:\n" + r.stderr[-3000:])
     return log_means(log, skip, "tokens_per_s", "comm_ms")
+
+
+def dtrain_ddp(dtrain, n, data, steps, skip, tmp):
+    return dtrain_run(dtrain, "ddp%d" % n, n, data, steps, skip, tmp, "--nproc", str(n))
 
 
 def main():
@@ -91,6 +99,15 @@ def main():
         print("dtrain scaling 2 ranks / 1 rank: %.2fx (target 1.8x); PyTorch: %.2fx"
               % (res[2][1] / res[1][1], res[2][0] / res[1][0]))
         print("dtrain DDP / PyTorch DDP at 2 ranks: %.2fx (target 1.2x)" % (res[2][1] / res[2][0]))
+        ddp2 = res[2][1]
+        print("\n2 workers on 2 cores, against dtrain DDP at 2 ranks (%.0f tok/s):" % ddp2)
+        others = (("PS sync, 1 server + 2 workers", "ps",
+                   ("--nproc", "3", "--strategy", "ps", "--servers", "1"), " (target 0.8x)"),
+                  ("naive DP, 2 devices", "dp", ("--strategy", "dp", "--devices", "2"), ""))
+        for label, name, flags, target in others:
+            ours, comm = dtrain_run(a.dtrain, name, 2, data, a.steps, a.skip, tmp, *flags)
+            print("%-32s %8.0f tok/s %6.2fx of DDP%s   (exposed comm %.1f ms/step)"
+                  % (label, ours, ours / ddp2, target, comm))
 
 
 if __name__ == "__main__":

@@ -689,6 +689,10 @@ static int setup_ps(trainer *t, int resuming)
         t->opt.base = t->ps.shard_lo[t->ps.index];
         return 0;
     }
+    if (t->rank == 0 && spec.kind == DT_COMPRESS_TOPK && strcmp(c->optimizer, "sgd"))
+        DT_WARN("--compress %s with %s: error feedback delivers each coordinate as a rare "
+                "spike, which Adam normalises into a full-size step whatever its signal; "
+                "top-k suits sgd (see docs/train.md)", c->compress, c->optimizer);
     if (dt_ps_worker_init(&t->psw, &t->ps, &t->model, t->err, sizeof t->err)) return -1;
     if (!t->ps.async) t->dp_comm = t->ps.role;
     t->psw.step = t->step;
