@@ -37,7 +37,7 @@ static long take_nproc(int *argc, char **argv)
 
 static int relaunch(long nproc, int argc, char **argv)
 {
-    char exe[4096], n[16];
+    char exe[4096], n[24];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (len <= 0) {
         fprintf(stderr, "dtrain train: --nproc: cannot find this program's path\n");

@@ -404,7 +404,7 @@ static int report_eval(trainer *t, int final)
         else if (t->rank != 0) return 0;
     }
     if (dt_dataset_check(t->val, t->T, t->err, sizeof t->err)) return -1;
-    double loss;
+    double loss = 0;
     if (evaluate(t, comm, &loss)) return -1;
     fprintf(t->out, "val loss %.4f (step %ld)\n", loss, t->step);
     if (t->json) fprintf(t->json, "{\"step\":%ld,\"val_loss\":%.9g}\n", t->step - 1, loss);
@@ -539,7 +539,7 @@ static int run_loop(trainer *t)
     long averaged = -1;
     while (t->step < c->steps && !stop_requested(t)) {
         uint64_t t0 = dt_now_ns();
-        double loss, norm;
+        double loss = 0, norm = 0;
         if (train_step(t, &loss, &norm)) return -1;
         double ms = (double)(dt_now_ns() - t0) * 1e-6;
         if (++averaged > 0) ms_avg += (ms - ms_avg) / (double)averaged;
