@@ -176,6 +176,8 @@ static const opt options[] = {
         "write the final weights (safetensors)"),
     OPT(G_LOG, "print-every", "steps_per_print", T_LONG, print_every, 1, LMAX, "N", NULL, 0,
         "steps between log lines"),
+    OPT(G_LOG, "log-ranks", NULL, T_CHOICE, log_ranks, 0, 0, "0|all", NULL, 0,
+        "ranks that print (all: each its own lines)"),
     OPT(G_LOG, "log-json", NULL, T_STR, log_json, 0, 0, "FILE", NULL, 0,
         "one JSON object per step (- = stdout)"),
     ACT(G_MISC, "config", "FILE", 0, "JSON config, read before all other flags"),
@@ -322,6 +324,7 @@ void dt_config_defaults(dt_train_config *c)
     c->eval_batches = 8;
     c->keep_last = 3;
     c->print_every = 1;
+    strcpy(c->log_ranks, "0");
 }
 
 /* ---- values: parsing, range checks, storing --------------------------- */

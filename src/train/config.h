@@ -67,6 +67,7 @@ typedef struct dt_train_config {
     long save_every;   /* steps between checkpoints; 0 = only at the end (with out_dir) */
     long keep_last;    /* checkpoints kept in out_dir */
     long print_every;  /* steps between log lines */
+    char log_ranks[4]; /* which ranks print: 0 (rank 0 speaks for the job) | all */
     int zero_stage;    /* zero_optimization.stage, 0-3; kept for the ZeRO strategies */
     char strategy[8];  /* how the work is shared: ddp | dp | ps */
     double bucket_mb;  /* DDP gradient bucket size, MiB */

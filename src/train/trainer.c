@@ -859,10 +859,10 @@ int dt_train(dt_train_config *cfg, char *err, size_t errlen)
         if (t.comm) dt_comm_destroy(t.comm);
         return -1;
     }
-    /* Rank 0 speaks for the job. With the JSON log on stdout, the
-     * human-readable lines go to stderr. */
+    /* Rank 0 speaks for the job unless every rank is asked to. With the
+     * JSON log on stdout, the human-readable lines go to stderr. */
     t.out = strcmp(cfg->log_json, "-") == 0 ? stderr : stdout;
-    if (t.rank != 0) {
+    if (t.rank != 0 && strcmp(cfg->log_ranks, "all") != 0) {
         FILE *quiet = fopen("/dev/null", "w");
         if (quiet) t.out = quiet;
     }
