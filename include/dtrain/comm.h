@@ -95,6 +95,10 @@ int dt_comm_local_size(const dt_comm *c);
  * ordered by key then old rank. DT_UNDEFINED gives *out = NULL. */
 int dt_comm_split(dt_comm *c, int color, int key, dt_comm **out);
 const char *dt_comm_error(const dt_comm *c);
+/* A rank that fails outside communication stops the job, as MPI_Abort
+ * does: every rank's pending and later calls fail with DT_ERR_ABORTED and
+ * a message naming this rank and the reason. Destroy c afterwards. */
+void dt_comm_abort(dt_comm *c, const char *reason);
 /* "shm", "tcp" or "shm+tcp": what carries this communicator's messages. */
 const char *dt_comm_transport(const dt_comm *c);
 /* Collective: waits for outstanding requests, then frees everything. */

@@ -115,3 +115,17 @@ int dt_comm_fail_from_abort(dt_comm *c, const char *during)
     pthread_mutex_unlock(&c->job->lock);
     return dt_comm_fail(c, code, -1, "job aborted%s: %s", during, msg);
 }
+
+void dt_comm_abort(dt_comm *c, const char *reason)
+{
+    if (!c) return;
+    dt_job *job = c->job;
+    char report[800];
+    snprintf(report, sizeof report, "rank %d failed: %s", job->rank, reason ? reason : "");
+    if (!atomic_load(&job->aborted) && job->monitor) {
+        dt_monitor_report(job->monitor, DT_ERR_ABORTED, -1, 0, report);
+        /* Rank 0 holds the store: it must not leave before the others heard. */
+        if (job->server) wait_for_verdict(job);
+    }
+    dt_job_abort(job, DT_ERR_ABORTED, report);
+}

@@ -881,6 +881,8 @@ int dt_train(dt_train_config *cfg, char *err, size_t errlen)
         if (rc == 0) rc = finish(&t);
     }
     if (rc) dt_strf(err, errlen, "%s", t.err);
+    /* The other ranks may wait in a collective for this one: stop them. */
+    if (rc && t.comm) dt_comm_abort(t.comm, t.err);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     teardown(&t);
