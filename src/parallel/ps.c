@@ -112,6 +112,18 @@ void dt_ps_leave(dt_ps *ps)
     memset(ps, 0, sizeof *ps);
 }
 
+int dt_ps_wait_all(dt_request **reqs, int n)
+{
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        if (!reqs[i]) continue;
+        int r = dt_wait(reqs[i]);
+        reqs[i] = NULL;
+        if (rc == 0) rc = r;
+    }
+    return rc;
+}
+
 int dt_ps_send_ctrl(dt_comm *link, int peer, int64_t kind, int64_t step, int64_t arg)
 {
     int64_t msg[DT_PS_CTRL_COUNT] = {kind, step, arg};

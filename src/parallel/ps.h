@@ -85,6 +85,10 @@ static inline void dt_ps_push_format(const dt_ps *ps, size_t n, dt_dtype *type, 
     *count = dense ? n : dt_compress_bytes(&ps->compress, n);
 }
 
+/* Waits for the n requests that are not NULL and clears them; the first
+ * failure's code, or 0. */
+int dt_ps_wait_all(dt_request **reqs, int n);
+
 /* Sends or receives a control message on a link. */
 int dt_ps_send_ctrl(dt_comm *link, int peer, int64_t kind, int64_t step, int64_t arg);
 int dt_ps_recv_ctrl(dt_comm *link, int peer, dt_ps_ctrl *out);

@@ -82,16 +82,6 @@ static void fail(server *v, const char *what, dt_comm *c)
 
 /* ---- messages ------------------------------------------------------------ */
 
-static int wait_all(dt_request **reqs, int n)
-{
-    int rc = 0;
-    for (int i = 0; i < n; i++) {
-        int r = reqs[i] ? dt_wait(reqs[i]) : 0;
-        if (rc == 0) rc = r;
-    }
-    return rc;
-}
-
 /* The pieces of one push, then its trailer, all posted at once. */
 static int recv_push(server *v, worker_slot *ws)
 {
@@ -105,7 +95,7 @@ static int recv_push(server *v, worker_slot *ws)
         rc = dt_irecv(ws->link, ws->inbox + v->in_off[i], count, type, 0, &reqs[i]);
     }
     if (rc == 0) rc = dt_irecv(ws->link, &ws->sumsq, 1, DT_F64, 0, &reqs[n]);
-    int rw = wait_all(reqs, n + 1);
+    int rw = dt_ps_wait_all(reqs, n + 1);
     free(reqs);
     return rc ? rc : rw;
 }

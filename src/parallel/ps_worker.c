@@ -61,39 +61,30 @@ static int send_ctrl_all(dt_ps_worker *w, int64_t kind, int64_t step, int64_t ar
     return 0;
 }
 
-/* Waits for n requests, keeping the first failure. */
-static int wait_all(dt_request **reqs, int n)
+/* Every server's shard of a buffer of the flat layout, received from (or
+ * sent to) all servers at once: the messages of one step progress together. */
+static int move_shards(dt_ps_worker *w, float *buf, dt_request **reqs, int send)
 {
     int rc = 0;
-    for (int i = 0; i < n; i++) {
-        if (!reqs[i]) continue;
-        int r = dt_wait(reqs[i]);
-        reqs[i] = NULL;
-        if (rc == 0) rc = r;
+    for (int s = 0; s < w->ps->servers && rc == 0; s++) {
+        float *shard = buf + w->ps->shard_lo[s];
+        size_t n = dt_ps_shard_len(w->ps, s);
+        int peer = dt_ps_server_peer(s);
+        rc = send ? dt_isend(w->link, shard, n, DT_F32, peer, &reqs[s])
+                  : dt_irecv(w->link, shard, n, DT_F32, peer, &reqs[s]);
     }
-    return rc;
+    int rw = dt_ps_wait_all(reqs, w->ps->servers);
+    return rc ? rc : rw;
 }
 
-/* Every server's shard of a buffer of the flat layout, received at once:
- * the receives of one step progress together. */
 static int recv_shards(dt_ps_worker *w, float *buf, dt_request **reqs)
 {
-    int rc = 0;
-    for (int s = 0; s < w->ps->servers && rc == 0; s++)
-        rc = dt_irecv(w->link, buf + w->ps->shard_lo[s], dt_ps_shard_len(w->ps, s), DT_F32,
-                      dt_ps_server_peer(s), &reqs[s]);
-    int rw = wait_all(reqs, w->ps->servers);
-    return rc ? rc : rw;
+    return move_shards(w, buf, reqs, 0);
 }
 
 static int send_shards(dt_ps_worker *w, const float *buf, dt_request **reqs)
 {
-    int rc = 0;
-    for (int s = 0; s < w->ps->servers && rc == 0; s++)
-        rc = dt_isend(w->link, buf + w->ps->shard_lo[s], dt_ps_shard_len(w->ps, s), DT_F32,
-                      dt_ps_server_peer(s), &reqs[s]);
-    int rw = wait_all(reqs, w->ps->servers);
-    return rc ? rc : rw;
+    return move_shards(w, (float *)buf, reqs, 1); /* only read when sending */
 }
 
 static dt_request **scratch_reqs(dt_ps_worker *w)
@@ -165,7 +156,7 @@ static int recv_update(dt_ps_worker *w)
     dt_request **reqs = scratch_reqs(w);
     for (int s = 0; s < S && rc == 0; s++)
         rc = dt_irecv(w->link, &norms[s], 1, DT_F64, dt_ps_server_peer(s), &reqs[s]);
-    int rw = wait_all(reqs, S);
+    int rw = dt_ps_wait_all(reqs, S);
     if (rc == 0) rc = rw;
     if (rc == 0) rc = recv_shards(w, w->model->params, reqs);
     w->norm = norms[0];
@@ -180,7 +171,7 @@ int dt_ps_worker_finish(dt_ps_worker *w)
     uint64_t t0 = dt_now_ns();
     int rc = w->error;
     if (rc == 0 && w->next_piece != w->ps->npieces) rc = DT_ERR_INVALID; /* a segment never reported */
-    int rw = wait_all(w->pushes, w->ps->npieces);
+    int rw = dt_ps_wait_all(w->pushes, w->ps->npieces);
     if (rc == 0) rc = rw;
     /* Asynchronous servers clip each push by its own worker's norm. */
     double sumsq = dt_sum_squares(m->grads, m->n_floats);

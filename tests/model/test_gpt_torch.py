@@ -22,16 +22,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
+from checks import check, finish  # noqa: E402
 from dtrain_ref import GPT, max_rel_err, param_groups, shard_write, st_read, st_write  # noqa: E402
 
 torch.set_num_threads(1)
-failures = []
-
-
-def check(cond, msg):
-    print(("ok    " if cond else "FAIL  ") + msg, flush=True)
-    if not cond:
-        failures.append(msg)
 
 
 def random_model(rng, L, H, hs, V, maxT):
@@ -199,9 +193,7 @@ def main():
          "adam_sgd": lambda: (check_adamw(dtrain, tmp, "adam"),
                               check_adamw(dtrain, tmp, "sgd", lr=0.1)),
          "bf16": lambda: check_bf16(dtrain, tmp)}[what]()
-    if failures:
-        print("%d check(s) failed" % len(failures))
-        sys.exit(1)
+    finish()
 
 
 if __name__ == "__main__":

@@ -24,15 +24,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
+from checks import check, finish  # noqa: E402
 from dtrain_ref import st_read  # noqa: E402
 
-failures = []
-
-
-def check(cond, msg):
-    print(("ok    " if cond else "FAIL  ") + msg, flush=True)
-    if not cond:
-        failures.append(msg)
 
 
 def train(dtrain, tmp, name, extra):
@@ -135,8 +129,7 @@ def main():
         for n, how in strategies():
             for opt in ("adamw", "sgd"):
                 compare(dtrain, tmp, how, n, opt)
-    if failures:
-        sys.exit("%d check(s) failed" % len(failures))
+    finish()
 
 
 if __name__ == "__main__":

@@ -33,16 +33,10 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
+from checks import check, finish  # noqa: E402
 from markov import K, make_chain, entropy_rate, sample  # noqa: E402
 from dtrain_ref import st_read  # noqa: E402
 
-failures = []
-
-
-def check(cond, msg):
-    print(("ok    " if cond else "FAIL  ") + msg, flush=True)
-    if not cond:
-        failures.append(msg)
 
 
 def run(dtrain, tmp, part, name, extra):
@@ -100,8 +94,7 @@ def main():
         part(dtrain, tmp, "sgd-order1-", 1, 778,
              ["--steps", "1500", "--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.3"],
              [("topk", ["--compress", "topk:0.01"])])
-    if failures:
-        sys.exit("%d check(s) failed" % len(failures))
+    finish()
 
 
 if __name__ == "__main__":
