@@ -259,7 +259,7 @@ static void *serve_worker(void *arg)
 static int receive_init(server *v)
 {
     dt_comm *link = v->ps->links[0];
-    dt_ps_ctrl ctrl;
+    dt_ps_ctrl ctrl = {0};
     dt_optimizer *o = v->a->opt;
     int rc = dt_ps_recv_ctrl(link, 0, &ctrl);
     if (rc == 0 && ctrl.kind != DT_PS_INIT) rc = DT_ERR_PROTOCOL;
