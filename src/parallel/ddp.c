@@ -6,6 +6,7 @@
 
 #include "core/hash.h"
 #include "core/timer.h"
+#include "parallel/fingerprint.h"
 
 /* Segments are grouped from the last (finished first) down, a bucket
  * closing once it holds bucket_bytes: a bucket is then a contiguous range. */
@@ -100,10 +101,8 @@ int dt_ddp_broadcast_params(dt_ddp *d)
 int dt_ddp_replicas_identical(dt_ddp *d, uint64_t *hash_out)
 {
     uint64_t h = dt_fnv1a64(d->model->params, d->model->n_floats * sizeof(float));
-    int64_t mine = (int64_t)h, lo, hi;
-    int rc = dt_allreduce(d->comm, &mine, &lo, 1, DT_I64, DT_MIN);
-    if (rc == 0) rc = dt_allreduce(d->comm, &mine, &hi, 1, DT_I64, DT_MAX);
-    if (rc != 0) return rc;
-    if (hash_out) *hash_out = h;
-    return lo == hi;
+    int64_t lo = (int64_t)h, hi = (int64_t)h;
+    int same = dt_fingerprints_agree(d->comm, &lo, &hi, 1);
+    if (same >= 0 && hash_out) *hash_out = h;
+    return same;
 }

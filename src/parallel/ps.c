@@ -7,6 +7,7 @@
 
 #include "core/hash.h"
 #include "core/str.h"
+#include "parallel/fingerprint.h"
 
 /* Shard bounds fall on 16-float (64-byte) boundaries, like the tensors. */
 static void split_shards(dt_ps *ps, size_t n)
@@ -153,12 +154,8 @@ int dt_ps_params_identical(dt_ps *ps, dt_comm *world, const float *params, uint6
         lo[s] = have ? h : INT64_MAX; /* neutral for the side that lacks it */
         hi[s] = have ? h : INT64_MIN;
     }
-    rc = dt_allreduce(world, lo, lo, (size_t)S, DT_I64, DT_MIN);
-    if (rc == 0) rc = dt_allreduce(world, hi, hi, (size_t)S, DT_I64, DT_MAX);
-    if (rc == 0) {
-        rc = memcmp(lo, hi, (size_t)S * sizeof *lo) == 0;
-        if (hash_out) *hash_out = dt_fnv1a64(lo, (size_t)S * sizeof *lo);
-    }
+    rc = dt_fingerprints_agree(world, lo, hi, S);
+    if (rc >= 0 && hash_out) *hash_out = dt_fnv1a64(lo, (size_t)S * sizeof *lo);
 out:
     free(lo);
     free(hi);

@@ -118,30 +118,32 @@ static int send_update(worker_slot *ws, double norm, const float *params, size_t
 
 /* ---- updates ------------------------------------------------------------- */
 
-static void apply(server *v, const float *grads, double norm, long step)
+/* One update with grads x scale, clipped to the norm of that product. */
+static void apply(server *v, const float *grads, float scale, double norm, long step)
 {
     const dt_ps_server_args *a = v->a;
     if (!isfinite(norm)) return; /* the worker reports it and stops; the shard stays good */
-    float coef = dt_clip_coef(norm, a->grad_clip);
+    float coef = dt_clip_coef(norm, a->grad_clip) * scale;
     dt_optimizer_step(a->opt, a->layout, v->params, grads, v->lo, v->lo + v->n,
                       a->lr_at(a->lr_ctx, step), coef);
     v->updates++;
 }
 
-/* The last thread in: the mean over workers, the global norm, one update. */
+/* The last thread in: the sum over workers, the global norm of their
+ * mean, one update. The 1/W of the mean rides on the clipping coefficient
+ * rather than costing a pass of its own. */
 static int sync_update(server *v, long step)
 {
     memset(v->acc, 0, v->n * sizeof(float));
     for (int w = 0; w < v->ps->workers; w++) add_push(v, v->slots[w].inbox, v->acc);
     const float inv = 1.0f / (float)v->ps->workers;
-    for (size_t i = 0; i < v->n; i++) v->acc[i] *= inv;
     double sumsq = dt_sum_squares(v->acc, v->n);
     if (v->ps->servers > 1) {
         int rc = dt_allreduce(v->ps->role, &sumsq, &sumsq, 1, DT_F64, DT_SUM);
         if (rc != 0) return rc;
     }
-    v->norm = sqrt(sumsq);
-    apply(v, v->acc, v->norm, step);
+    v->norm = sqrt(sumsq) * inv;
+    apply(v, v->acc, inv, v->norm, step);
     return 0;
 }
 
@@ -183,7 +185,7 @@ static int async_step(server *v, worker_slot *ws, long step)
     add_push(v, ws->inbox, ws->dense);
     double norm = sqrt(ws->sumsq);
     pthread_mutex_lock(&v->mu);
-    apply(v, ws->dense, norm, step);
+    apply(v, ws->dense, 1.0f, norm, step);
     v->clock[ws->w] = step + 1;
     pthread_cond_broadcast(&v->cv);
     /* A worker whose clock is past the slowest by more than the bound waits

@@ -173,8 +173,10 @@ int dt_ps_worker_finish(dt_ps_worker *w)
     if (rc == 0 && w->next_piece != w->ps->npieces) rc = DT_ERR_INVALID; /* a segment never reported */
     int rw = dt_ps_wait_all(w->pushes, w->ps->npieces);
     if (rc == 0) rc = rw;
-    /* Asynchronous servers clip each push by its own worker's norm. */
-    double sumsq = dt_sum_squares(m->grads, m->n_floats);
+    /* Asynchronous servers clip each push by its own worker's norm;
+     * synchronous ones compute the norm of the mean themselves, so the
+     * pass over the gradient is skipped on their critical path. */
+    double sumsq = w->ps->async ? dt_sum_squares(m->grads, m->n_floats) : 0;
     for (int s = 0; s < w->ps->servers && rc == 0; s++)
         rc = dt_send(w->link, &sumsq, 1, DT_F64, dt_ps_server_peer(s));
     if (rc == 0) rc = recv_update(w);

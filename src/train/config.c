@@ -592,15 +592,44 @@ static int optimizer_params(dt_train_config *c, const char *path, const cJSON *p
     return 0;
 }
 
+/* A DeepSpeed section {"type": "...", "params": {...}}: its type and its
+ * params (NULL when absent); other keys are warned about. */
+static int typed_section(const char *path, const char *section, const cJSON *j,
+                         const char **type, const cJSON **params, char *err, size_t n)
+{
+    char key[64];
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "type");
+    *params = cJSON_GetObjectItemCaseSensitive(j, "params");
+    if (!t) return dt_strf(err, n, "%s: %s: missing \"type\"", path, section), -1;
+    dt_strf(key, sizeof key, "%s.type", section);
+    if (want_string(t, path, key, err, n)) return -1;
+    dt_strf(key, sizeof key, "%s.params", section);
+    if (*params && want_object(*params, path, key, err, n)) return -1;
+    *type = t->valuestring;
+    dt_strf(key, sizeof key, "%s.", section);
+    const cJSON *it;
+    cJSON_ArrayForEach(it, j)
+        if (strcmp(it->string, "type") && strcmp(it->string, "params"))
+            warn_unknown(path, key, it->string);
+    return 0;
+}
+
+/* A value a DeepSpeed key maps to, stored as if given under that key. */
+static int store_json_text(dt_train_config *c, int idx, const char *path, const char *key,
+                           const char *value, char *err, size_t n)
+{
+    char who[DT_CONFIG_PATH + 128];
+    json_who(who, sizeof who, path, key);
+    return store(c, idx, (opt_val){.s = value}, who, err, n);
+}
+
 static int ds_optimizer(dt_train_config *c, const char *path, const cJSON *j, char *err,
                         size_t n)
 {
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
-    const cJSON *params = cJSON_GetObjectItemCaseSensitive(j, "params");
-    if (!type) return dt_strf(err, n, "%s: optimizer: missing \"type\"", path), -1;
-    if (want_string(type, path, "optimizer.type", err, n)) return -1;
-    if (params && want_object(params, path, "optimizer.params", err, n)) return -1;
-    const char *t = type->valuestring, *mapped = NULL;
+    const char *t;
+    const cJSON *params;
+    if (typed_section(path, "optimizer", j, &t, &params, err, n)) return -1;
+    const char *mapped = NULL;
     const cJSON *wmode = params ? cJSON_GetObjectItemCaseSensitive(params, "adam_w_mode") : NULL;
     if (!strcasecmp(t, "adamw")) mapped = "adamw";
     else if (!strcasecmp(t, "adam")) mapped = cJSON_IsFalse(wmode) ? "adam" : "adamw";
@@ -608,13 +637,7 @@ static int ds_optimizer(dt_train_config *c, const char *path, const cJSON *j, ch
     if (!mapped)
         return dt_strf(err, n, "%s: optimizer.type: unsupported optimizer '%s' (AdamW, Adam, SGD)",
                        path, t), -1;
-    char who[DT_CONFIG_PATH + 128];
-    json_who(who, sizeof who, path, "optimizer.type");
-    if (store(c, IDX(optimizer), (opt_val){.s = mapped}, who, err, n)) return -1;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, j)
-        if (strcmp(it->string, "type") && strcmp(it->string, "params"))
-            warn_unknown(path, "optimizer.", it->string);
+    if (store_json_text(c, IDX(optimizer), path, "optimizer.type", mapped, err, n)) return -1;
     return params ? optimizer_params(c, path, params, err, n) : 0;
 }
 
@@ -665,24 +688,16 @@ static int ds_scheduler(dt_train_config *c, const char *path, const cJSON *j, ch
 {
     static const char *const types[][2] = {
         {"WarmupLR", "constant"}, {"WarmupDecayLR", "linear"}, {"WarmupCosineLR", "cosine"}};
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
-    const cJSON *params = cJSON_GetObjectItemCaseSensitive(j, "params");
-    if (!type) return dt_strf(err, n, "%s: scheduler: missing \"type\"", path), -1;
-    if (want_string(type, path, "scheduler.type", err, n)) return -1;
-    if (params && want_object(params, path, "scheduler.params", err, n)) return -1;
+    const char *t;
+    const cJSON *params;
+    if (typed_section(path, "scheduler", j, &t, &params, err, n)) return -1;
     const char *mapped = NULL;
     for (int i = 0; i < 3; i++)
-        if (!strcasecmp(type->valuestring, types[i][0])) mapped = types[i][1];
+        if (!strcasecmp(t, types[i][0])) mapped = types[i][1];
     if (!mapped)
         return dt_strf(err, n, "%s: scheduler.type: unsupported scheduler '%s' (WarmupLR, "
-                       "WarmupDecayLR, WarmupCosineLR)", path, type->valuestring), -1;
-    char who[DT_CONFIG_PATH + 128];
-    json_who(who, sizeof who, path, "scheduler.type");
-    if (store(c, IDX(lr_schedule), (opt_val){.s = mapped}, who, err, n)) return -1;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, j)
-        if (strcmp(it->string, "type") && strcmp(it->string, "params"))
-            warn_unknown(path, "scheduler.", it->string);
+                       "WarmupDecayLR, WarmupCosineLR)", path, t), -1;
+    if (store_json_text(c, IDX(lr_schedule), path, "scheduler.type", mapped, err, n)) return -1;
     return params ? scheduler_params(c, path, params, err, n) : 0;
 }
 
