@@ -153,9 +153,9 @@ int dt_test(dt_request *req, int *done);
  * measuring what a strategy moves per step. */
 uint64_t dt_comm_bytes_sent(const dt_comm *c);
 
-/* Timestamps (CLOCK_MONOTONIC, ns) of when the progress thread started and
- * finished the request's operation; 0 while not yet. For overlap studies. */
-void dt_request_times(const dt_request *req, uint64_t *start_ns, uint64_t *end_ns);
+/* dt_wait that also gives when the progress thread started and finished
+ * the operation (CLOCK_MONOTONIC, ns), for overlap studies. */
+int dt_wait_timed(dt_request *req, uint64_t *start_ns, uint64_t *end_ns);
 
 #ifdef __cplusplus
 }

@@ -196,20 +196,23 @@ int dt_test(dt_request *r, int *done)
 
 int dt_wait(dt_request *r)
 {
+    return dt_wait_timed(r, NULL, NULL);
+}
+
+int dt_wait_timed(dt_request *r, uint64_t *start_ns, uint64_t *end_ns)
+{
     if (!r) return DT_ERR_INVALID;
     struct dt_async *a = r->comm->async;
     pthread_mutex_lock(&a->mu);
     while (!r->done) pthread_cond_wait(&a->idle, &a->mu);
     pthread_mutex_unlock(&a->mu);
+    /* Read only after done was seen under the lock: the progress thread
+     * writes the times just before it sets done. */
+    if (start_ns) *start_ns = r->start_ns;
+    if (end_ns) *end_ns = r->end_ns;
     int status = r->status;
     free(r);
     return status;
-}
-
-void dt_request_times(const dt_request *r, uint64_t *start_ns, uint64_t *end_ns)
-{
-    if (start_ns) *start_ns = r ? r->start_ns : 0;
-    if (end_ns) *end_ns = r ? r->end_ns : 0;
 }
 
 void dt_async_drain(dt_comm *c)

@@ -78,8 +78,7 @@ int dt_ddp_finish(dt_ddp *d)
     for (int i = 0; i < d->nbuckets; i++) {
         dt_ddp_bucket *b = &d->buckets[i];
         if (!b->req) continue;
-        dt_request_times(b->req, &b->start_ns, &b->end_ns);
-        int w = dt_wait(b->req);
+        int w = dt_wait_timed(b->req, &b->start_ns, &b->end_ns);
         b->req = NULL;
         if (rc == 0) rc = w;
     }
