@@ -157,6 +157,37 @@ uint64_t dt_comm_bytes_sent(const dt_comm *c);
  * the operation (CLOCK_MONOTONIC, ns), for overlap studies. */
 int dt_wait_timed(dt_request *req, uint64_t *start_ns, uint64_t *end_ns);
 
+/*
+ * Algorithms. All-reduce, broadcast, all-gather, reduce-scatter and
+ * all-to-all each have several (see docs/comm.md); by default ("auto")
+ * each call takes the one the cost model predicts fastest for its size,
+ * the same on every rank. DTRAIN_<COLLECTIVE>_ALGO (for example
+ * DTRAIN_ALLREDUCE_ALGO=ring) or dt_comm_set_algo forces one; the setting
+ * applies to calls issued after it, and every rank must make the same.
+ * Collective names: "allreduce", "broadcast", "allgather",
+ * "reduce_scatter", "alltoall".
+ */
+int dt_comm_set_algo(dt_comm *c, const char *collective, const char *algo);
+/* The names of a collective's algorithms (up to max of them into names);
+ * returns how many there are, or DT_ERR_INVALID. */
+int dt_comm_algo_names(const char *collective, const char **names, int max);
+/* One line saying what the algorithm does, or NULL. */
+const char *dt_comm_algo_summary(const char *collective, const char *algo);
+/* The algorithm a call of count elements of t would run now ("self" on
+ * one rank), or NULL for a bad argument. */
+const char *dt_comm_algo_for(dt_comm *c, const char *collective, size_t count, dt_dtype t);
+/* The cost model's prediction for algo on such a call, in microseconds;
+ * negative when it cannot say (MPI's algorithms) or for a bad argument. */
+double dt_comm_predict_us(dt_comm *c, const char *collective, const char *algo, size_t count,
+                          dt_dtype t);
+/* Collective: measure alpha, beta and gamma of the links this
+ * communicator uses (a fraction of a second), make them the job's model,
+ * and, on rank 0 when save_path is not NULL, write them there for
+ * DTRAIN_COMM_MODEL to read in later jobs. */
+int dt_comm_calibrate(dt_comm *c, const char *save_path);
+/* The job's model, a line per link kind. */
+void dt_comm_describe_model(const dt_comm *c, char *buf, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,8 +5,9 @@
  */
 #include "comm/algorithms.h"
 
-int dt_alltoall_pairwise(dt_comm *c, const void *send, void *recv, size_t block)
+int dt_alltoall_pairwise(dt_comm *c, const void *send, void *recv, size_t block, int root)
 {
+    (void)root;
     int p = c->size, r = c->rank;
     if (!block) return 0;
     c->cur_step = "pairwise all-to-all";

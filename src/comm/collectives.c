@@ -84,20 +84,28 @@ static void copy_if_distinct(void *dst, const void *src, size_t bytes)
     if (dst != src && bytes) memmove(dst, src, bytes);
 }
 
+/* The selectable collectives run whichever algorithm dt_algo_pick names. */
+static int run_algo(dt_comm *c, const dt_coll_args *a, const void *send, void *recv)
+{
+    const dt_algo *al;
+    int rc = dt_algo_pick(c, a, &al);
+    if (rc < 0) return rc;
+    return al->run(c, send, recv, dt_algo_arg_n(a), a->root);
+}
+
 static int run_allreduce(dt_comm *c, const dt_coll_args *a, size_t esz)
 {
     int rc = 0;
     if (c->size > 1)
-        rc = dt_allreduce_ring(c, a->send, a->recv, a->count);
+        rc = run_algo(c, a, a->send, a->recv);
     else
         copy_if_distinct(a->recv, a->send, a->count * esz);
     if (rc == 0 && a->op == DT_AVG) dt_reduce_finish_avg(a->dtype, a->recv, a->count, c->size);
     return rc;
 }
 
-static int run_reduce(dt_comm *c, const dt_coll_args *a, size_t esz)
+static int run_reduce(dt_comm *c, const dt_coll_args *a)
 {
-    (void)esz; /* the tree sizes its own buffers */
     int rc = dt_reduce_binomial(c, a->send, a->recv, a->count, a->root);
     if (rc == 0 && a->op == DT_AVG && c->rank == a->root)
         dt_reduce_finish_avg(a->dtype, a->recv, a->count, c->size);
@@ -107,7 +115,7 @@ static int run_reduce(dt_comm *c, const dt_coll_args *a, size_t esz)
 static int run_broadcast(dt_comm *c, const dt_coll_args *a, size_t esz)
 {
     if (c->rank == a->root) copy_if_distinct(a->recv, a->send, a->count * esz);
-    return c->size > 1 ? dt_broadcast_binomial(c, a->recv, a->count * esz, a->root) : 0;
+    return c->size > 1 ? run_algo(c, a, NULL, a->recv) : 0;
 }
 
 /* Gather and all-gather: the rank's block goes to its slot unless the
@@ -135,9 +143,8 @@ static int run_scatter(dt_comm *c, const dt_coll_args *a, size_t esz)
 
 static int run_allgather(dt_comm *c, const dt_coll_args *a, size_t esz)
 {
-    size_t block = a->count * esz;
-    place_own_block(c, a, block);
-    return c->size > 1 ? dt_allgather_ring(c, a->recv, block) : 0;
+    place_own_block(c, a, a->count * esz);
+    return c->size > 1 ? run_algo(c, a, NULL, a->recv) : 0;
 }
 
 static int run_reduce_scatter(dt_comm *c, const dt_coll_args *a, size_t esz)
@@ -145,7 +152,7 @@ static int run_reduce_scatter(dt_comm *c, const dt_coll_args *a, size_t esz)
     size_t bytes = a->count * esz;
     int rc = 0;
     if (c->size > 1)
-        rc = dt_reduce_scatter_ring(c, a->send, a->recv, a->count);
+        rc = run_algo(c, a, a->send, a->recv);
     else
         copy_if_distinct(a->recv, a->send, bytes);
     if (rc == 0 && a->op == DT_AVG) dt_reduce_finish_avg(a->dtype, a->recv, a->count, c->size);
@@ -164,7 +171,7 @@ static int run_alltoall(dt_comm *c, const dt_coll_args *a, size_t esz)
     }
     copy_if_distinct((char *)a->recv + (size_t)c->rank * block, send + (size_t)c->rank * block,
                      block);
-    return c->size > 1 ? dt_alltoall_pairwise(c, send, a->recv, block) : 0;
+    return c->size > 1 ? run_algo(c, a, send, a->recv) : 0;
 }
 
 dt_p2p dt_p2p_from_call(dt_comm *c, const dt_coll_args *a)
@@ -194,7 +201,7 @@ int dt_coll_execute(dt_comm *c, const dt_coll_args *a)
     int rc;
     switch (a->kind) {
     case DT_COLL_ALLREDUCE: rc = run_allreduce(c, a, esz); break;
-    case DT_COLL_REDUCE: rc = run_reduce(c, a, esz); break;
+    case DT_COLL_REDUCE: rc = run_reduce(c, a); break;
     case DT_COLL_BROADCAST: rc = run_broadcast(c, a, esz); break;
     case DT_COLL_GATHER: rc = run_gather(c, a, esz); break;
     case DT_COLL_SCATTER: rc = run_scatter(c, a, esz); break;
@@ -218,6 +225,7 @@ static int submit(dt_comm *c, dt_coll_args a, dt_request **req)
     if (atomic_load(&c->failed)) return c->failed_code;
     int rc = validate(c, &a);
     if (rc < 0) return rc;
+    a.algo = c->algo_forced[a.kind]; /* fixed now: a later dt_comm_set_algo does not move it */
     return dt_async_submit(c, &a, req);
 }
 

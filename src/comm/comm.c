@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "comm/algorithms.h"
 #include "comm/async.h"
 #include "comm/bootstrap.h"
 #include "comm/comm_internal.h"
@@ -89,9 +90,14 @@ int dt_comm_store_barrier(dt_comm *c, const char *key)
 
 static void on_store_abort(void *arg, int code, const char *msg) { dt_job_abort(arg, code, msg); }
 
+/* DTRAIN_HOSTNAME stands in for the host's name, so that tests can make
+ * ranks of one machine look like several hosts (they then talk TCP). */
 static void read_host_identity(dt_job *job)
 {
-    if (gethostname(job->hostname, sizeof job->hostname) != 0)
+    const char *fake = dt_env_str("DTRAIN_HOSTNAME");
+    if (fake)
+        snprintf(job->hostname, sizeof job->hostname, "%s", fake);
+    else if (gethostname(job->hostname, sizeof job->hostname) != 0)
         snprintf(job->hostname, sizeof job->hostname, "unknown");
     job->hostname[sizeof job->hostname - 1] = '\0';
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
@@ -156,6 +162,7 @@ static int job_create(dt_job **out, char *err, size_t errlen)
     snprintf(job->job_id, sizeof job->job_id, "%s", b.job_id);
     job->timeout_s = b.timeout_s;
     job->force_tcp = b.force_tcp;
+    dt_cost_model_defaults(&job->model);
     job->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     read_host_identity(job);
     find_advertise_addr(job);
@@ -265,6 +272,8 @@ static dt_comm *comm_alloc(dt_job *job, const char *id, int rank, int size)
     c->p2p_send_seq = calloc((size_t)size, sizeof *c->p2p_send_seq);
     c->p2p_recv_seq = calloc((size_t)size, sizeof *c->p2p_recv_seq);
     pthread_mutex_init(&c->err_lock, NULL);
+    for (int k = 0; k < DT_COLL_KIND_COUNT; k++) c->algo_forced[k] = DT_ALGO_AUTO;
+    c->model_seen = ~0u; /* auto's choices are made on first use */
     c->async = dt_async_create();
     if (!c->world_rank || !c->host_of || !c->links || !c->p2p_send_seq || !c->p2p_recv_seq ||
         !c->async) {
@@ -315,6 +324,12 @@ static int comm_connect(dt_comm *c)
             tcp_peers[ntcp++] = r;
     }
     c->local_size = nlocal;
+    c->nhosts = 0;
+    for (int r = 0; r < c->size; r++) {
+        int first = 1;
+        for (int q = 0; q < r && first; q++) first = c->host_of[q] != c->host_of[r];
+        c->nhosts += first;
+    }
     c->transport_name = nshm && ntcp ? "shm+tcp" : ntcp ? "tcp" : nshm ? "shm" : "self";
     int rc = dt_shm_setup(c, shm_peers, nshm);
     if (rc == 0) rc = dt_tcp_setup(c, tcp_peers, ntcp);
@@ -351,6 +366,25 @@ static int world_find_hosts(dt_comm *c)
     return rc;
 }
 
+/* Rank 0's model (DTRAIN_COMM_MODEL, or the defaults) becomes everyone's,
+ * so that auto picks the same algorithm on every rank. */
+static int share_cost_model(dt_comm *c, char *err, size_t len)
+{
+    dt_job *job = c->job;
+    const char *path = dt_env_str("DTRAIN_COMM_MODEL");
+    if (c->rank == 0 && path && dt_cost_model_load(&job->model, path, err, len) < 0)
+        return DT_ERR_INVALID;
+    if (c->size == 1) return 0;
+    if (c->rank == 0) return dt_comm_store_set(c, "cost_model", &job->model, sizeof job->model);
+    void *val = NULL;
+    size_t n = 0;
+    int rc = dt_comm_store_get(c, "cost_model", &val, &n);
+    if (rc == 0 && n == sizeof job->model) memcpy(&job->model, val, n);
+    else if (rc == 0) rc = dt_comm_fail(c, DT_ERR_PROTOCOL, 0, "rank 0's cost model has %zu bytes, ours %zu (different dtrain builds?)", n, sizeof job->model);
+    free(val);
+    return rc;
+}
+
 int dt_comm_init(dt_comm **out)
 {
     char err[768] = "";
@@ -371,6 +405,8 @@ int dt_comm_init(dt_comm **out)
         rc = job_register(job, c);
         if (rc == 0 && c->size > 1) rc = world_find_hosts(c);
         if (rc == 0) rc = comm_connect(c);
+        if (rc == 0) rc = share_cost_model(c, err, sizeof err);
+        if (rc == 0) rc = dt_algo_read_env(c, err, sizeof err);
         if (rc < 0 && c->err[0]) snprintf(err, sizeof err, "%s", c->err);
     }
     int host_ranks = 0;
@@ -455,6 +491,7 @@ int dt_comm_split(dt_comm *c, int color, int key, dt_comm **out)
     }
     free(members);
     s->spin_limit = c->spin_limit;
+    memcpy(s->algo_forced, c->algo_forced, sizeof s->algo_forced);
     rc = job_register(c->job, s);
     if (rc == 0) rc = comm_connect(s);
     if (rc < 0) {
@@ -501,6 +538,7 @@ const char *dt_comm_error(const dt_comm *c)
 
 void *dt_comm_scratch(dt_comm *c, size_t bytes)
 {
+    if (c->dry) return dt_dry_scratch(c, bytes);
     if (bytes <= c->scratch_bytes) return c->scratch;
     dt_free(c->scratch);
     c->scratch = dt_alloc(bytes, DT_MEM_COMM);

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/cost_model.h"
 #include "dtrain/comm.h"
 
 struct dt_store_server;
@@ -29,6 +30,7 @@ struct dt_store;
 struct dt_monitor;
 struct dt_shm_comm;
 struct dt_async;
+struct dt_dry_run;
 
 /* ---- collectives ------------------------------------------------------ */
 
@@ -59,7 +61,10 @@ typedef struct {
     dt_op op;
     int root; /* root, or peer for send/recv */
     int is_recv; /* DT_COLL_SEND: 1 for the receiving side */
+    int algo;    /* index in dt_algo_table, or DT_ALGO_AUTO; fixed at submit */
 } dt_coll_args;
+
+#define DT_ALGO_AUTO (-1)
 
 /* ---- messages ----------------------------------------------------------- */
 
@@ -172,8 +177,11 @@ typedef struct dt_job {
     char job_id[64];
     double timeout_s;
     int force_tcp; /* DTRAIN_TRANSPORT=tcp */
+    int use_mpi;   /* DTRAIN_TRANSPORT=mpi: links between ranks are MPI's */
     char hostname[256];
     char boot_id[64];
+    dt_cost_model model; /* alpha/beta/gamma per link kind, same on every rank */
+    _Atomic unsigned model_version; /* bumped when the model changes */
     struct dt_store_server *server; /* rank 0 */
     struct dt_store *store;
     struct dt_monitor *monitor;
@@ -220,6 +228,14 @@ struct dt_comm {
     void *scratch;
     size_t scratch_bytes;
     int spin_limit;
+    /* Algorithms: forced per collective (DT_ALGO_AUTO: choose), and auto's
+     * choices by message size (log2 of bytes), valid for model_seen. */
+    int algo_forced[DT_COLL_KIND_COUNT];
+    signed char auto_choice[DT_COLL_KIND_COUNT][64];
+    unsigned model_seen;
+    int nhosts;               /* distinct hosts among the members */
+    struct dt_dry_run *dry;   /* set on the stand-in communicators of a dry run */
+    void *mpi;                /* the matching MPI communicator (mpi.c), or NULL */
 };
 
 /* Record a failure of c (first one wins), prefixed with the collective, its
@@ -236,6 +252,15 @@ void dt_job_abort(dt_job *job, int code, const char *msg);
 /* A scratch buffer of at least bytes, owned by c. */
 void *dt_comm_scratch(dt_comm *c, size_t bytes);
 uint64_t dt_comm_deadline(const dt_comm *c);
+
+/* Whether this build has Open MPI underneath (mpi.c). */
+int dt_have_mpi(void);
+
+/* Dry runs (cost_predict.c): a step costed instead of run, and a
+ * scratch "buffer" that is never touched. */
+int dt_dry_step(dt_comm *c, const dt_p2p *ops, int n);
+void *dt_dry_scratch(dt_comm *c, size_t bytes);
+dt_link_kind dt_link_kind_of(const dt_comm *c, int peer);
 
 /* Post ops together and progress until all complete (0), or fail. Ops on
  * the same peer and direction complete in array order. */

@@ -112,6 +112,7 @@ int dt_p2p_run(dt_comm *c, dt_p2p *ops, int n) { return dt_p2p_run_growing(c, op
 int dt_p2p_run_growing(dt_comm *c, dt_p2p *ops, int n, int cap, dt_p2p_refill_fn refill,
                        void *arg)
 {
+    if (c->dry) return dt_dry_step(c, ops, n);
     if (atomic_load(&c->failed)) return c->failed_code;
     if (cap > DT_P2P_MAX_OPS) return dt_comm_fail(c, DT_ERR_INVALID, -1, "step of %d ops", cap);
     unsigned char done[DT_P2P_MAX_OPS] = {0};

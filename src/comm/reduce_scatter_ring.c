@@ -4,8 +4,6 @@
  * rank b after p-1 steps. Partials live in two scratch blocks (the one
  * going out, the one coming in), so the input is only read.
  */
-#include <string.h>
-
 #include "comm/algorithms.h"
 
 static int overlaps(const char *a, size_t alen, const char *b, size_t blen)
@@ -13,8 +11,9 @@ static int overlaps(const char *a, size_t alen, const char *b, size_t blen)
     return a < b + blen && b < a + alen;
 }
 
-int dt_reduce_scatter_ring(dt_comm *c, const void *send, void *recv, size_t count)
+int dt_reduce_scatter_ring(dt_comm *c, const void *send, void *recv, size_t count, int root)
 {
+    (void)root;
     int p = c->size, r = c->rank;
     size_t bytes = count * dt_dtype_size(c->cur.dtype);
     const char *in = send;
@@ -39,7 +38,7 @@ int dt_reduce_scatter_ring(dt_comm *c, const void *send, void *recv, size_t coun
         if (rc < 0) return rc;
         outgoing = dst;
     }
-    if (!direct) memcpy(recv, tmp + 2 * bytes, bytes);
+    if (!direct) dt_local_copy(c, recv, tmp + 2 * bytes, bytes);
     c->cur_step = NULL;
     return 0;
 }

@@ -461,10 +461,27 @@ static int link_peers(dt_comm *c, struct dt_shm_comm *sc, const int *local_ranks
     return 0;
 }
 
+/* Whether any host holds two members of c, which then set up shared
+ * memory; its store barriers count every member. */
+static int anyone_shares_memory(const dt_comm *c)
+{
+    if (c->job->force_tcp) return 0;
+    for (int r = 0; r < c->size; r++)
+        for (int q = 0; q < r; q++)
+            if (c->host_of[q] == c->host_of[r]) return 1;
+    return 0;
+}
+
 /* peers: communicator ranks on this host other than us, ascending. */
 int dt_shm_setup(dt_comm *c, const int *peers, int npeers)
 {
-    if (npeers == 0) return 0;
+    if (npeers == 0) {
+        /* Alone on our host: we still count in the others' barriers (a
+         * host of one beside hosts of several used to hang here). */
+        if (!anyone_shares_memory(c)) return 0;
+        int rc = dt_comm_store_barrier(c, "shm-created");
+        return rc < 0 ? rc : dt_comm_store_barrier(c, "shm-mapped");
+    }
     if (npeers + 1 > 256)
         return dt_comm_fail(c, DT_ERR_INVALID, -1, "more than 256 ranks on one host");
     struct dt_shm_comm *sc = calloc(1, sizeof *sc);
