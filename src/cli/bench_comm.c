@@ -1,63 +1,100 @@
 /*
  * `dtrain bench comm`: the nccl-tests of dtrain. For each message size it
  * times a collective out of place and in place and prints the nccl-tests
- * table (time, algorithm bandwidth, bus bandwidth, #wrong). Inputs are
- * small integers so the expected result is exact and every wrong element
- * is counted. Run it under `dtrain launch`, mpirun or srun, or give
- * --nproc N to have it start its own ranks.
+ * table (time, algorithm bandwidth, bus bandwidth, #wrong) plus memory
+ * efficiency; for every algorithm of the op if asked, against MPI's
+ * collective with --peer mpi, as CSV with --format csv, or beside the cost
+ * model's predictions with --explain. Inputs are small integers so the
+ * expected result is exact and every wrong element is counted. Run it
+ * under `dtrain launch`, mpirun or srun, or give --nproc N to have it
+ * start its own ranks. See docs/bench_comm.md.
+ *
+ * This file: options, relaunching, --calibrate, the driver. The
+ * measurement is in bench_comm_measure.c, the output in bench_comm_report.c.
  */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/bench_comm.h"
 #include "cli/cli.h"
-#include "comm/reduce_ops.h"
-#include "core/timer.h"
-#include "dtrain/comm.h"
-
-typedef enum { B_ALLREDUCE, B_ALLGATHER, B_REDUCE_SCATTER, B_BROADCAST, B_ALLTOALL } bench_op;
-
-static const char *op_names[] = {"allreduce", "allgather", "reduce_scatter", "broadcast",
-                                 "alltoall"};
-
-typedef struct {
-    bench_op op;
-    size_t min_bytes, max_bytes;
-    double factor;
-    dt_dtype dtype;
-    int iters, warmup;
-    int nproc;
-} bench_opts;
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: dtrain bench comm [--nproc N] [--op OP] [--min-bytes B] [--max-bytes B]\n"
-            "                         [--step-factor F] [--dtype T] [--iters N] [--warmup N]\n"
+            "usage: dtrain bench comm [--nproc N] [--op OP] [--algo A] [--min-bytes B]\n"
+            "                         [--max-bytes B] [--step-factor F] [--dtype T] [--iters N]\n"
+            "                         [--warmup N] [--format table|csv] [--peer mpi] [--explain]\n"
+            "                         [--calibrate [FILE]]\n"
             "\n"
-            "  --op OP          allreduce (default), allgather, reduce_scatter, broadcast, alltoall\n"
+            "  --op OP          allreduce (default), allgather, reduce_scatter, broadcast,\n"
+            "                   alltoall, or all (one table per op)\n"
+            "  --algo A         auto (the cost model's choice per size), an algorithm, a comma\n"
+            "                   list, or all (every algorithm of the op); default: auto, or\n"
+            "                   DTRAIN_<OP>_ALGO when set\n"
             "  --min-bytes B    smallest message (default 8; K, M, G suffixes)\n"
             "  --max-bytes B    largest message (default 64M)\n"
             "  --step-factor F  size multiplier between rows (default 4)\n"
             "  --dtype T        f32 (default), f64, bf16, f16, i32, i64, u8\n"
-            "  --iters N        timed iterations per size (default: 1000 small, fewer large)\n"
+            "  --iters N        timed iterations per size (default: 1000 up to 64K, 100 up to\n"
+            "                   4M, 20 above)\n"
             "  --warmup N       untimed iterations first (default 5)\n"
-            "  --nproc N        start N local ranks (otherwise run under a launcher)\n"
+            "  --format F       table (default: nccl-tests layout) or csv (a row per\n"
+            "                   measurement)\n"
+            "  --peer mpi       also time MPI's collective at every size, in the same\n"
+            "                   processes (needs mpirun and dtrain built with MPI)\n"
+            "  --explain        the cost model's prediction beside the measured time of every\n"
+            "                   algorithm, marking auto's pick and the fastest\n"
+            "  --calibrate [FILE]  measure the cost model (alpha, beta, gamma) first, print it\n"
+            "                   and save it to FILE for DTRAIN_COMM_MODEL=FILE; alone (no\n"
+            "                   --op, --algo, --explain, --peer, --format) it only calibrates\n"
+            "  --nproc N        start N local ranks (with --peer mpi: under mpirun), otherwise\n"
+            "                   run under dtrain launch, mpirun or srun\n"
             "\n"
-            "example: dtrain bench comm --nproc 2 --op allreduce --max-bytes 256M\n");
+            "examples:\n"
+            "  dtrain bench comm --nproc 2 --op allreduce --max-bytes 256M\n"
+            "  dtrain bench comm --nproc 4 --op all --algo all --format csv > bench.csv\n"
+            "  dtrain bench comm --nproc 4 --calibrate model.json\n"
+            "  DTRAIN_COMM_MODEL=model.json dtrain bench comm --nproc 4 --explain --max-bytes 1M\n");
 }
 
+static int bad(const char *flag, const char *val, const char *why)
+{
+    fprintf(stderr, BENCH ": invalid value '%s' for %s%s%s\n", val ? val : "", flag,
+            why ? ": " : "", why ? why : "");
+    return CLI_EXIT_USAGE;
+}
+
+/* A byte count: digits with an optional K, M or G (powers of 1024),
+ * optionally followed by B or iB. */
 static int parse_bytes(const char *s, size_t *out)
 {
     char *end;
+    errno = 0;
     double v = strtod(s, &end);
     double mult = 1;
+    if (end == s || errno || !isfinite(v) || v < 0 || !(*s >= '0' && *s <= '9')) return -1;
     if (*end == 'K' || *end == 'k') mult = 1024, end++;
     else if (*end == 'M' || *end == 'm') mult = 1024.0 * 1024, end++;
     else if (*end == 'G' || *end == 'g') mult = 1024.0 * 1024 * 1024, end++;
-    if (*end || v < 0 || end == s) return -1;
+    if (mult > 1 && *end == 'i' && end[1] == 'B') end += 2;
+    else if (*end == 'B') end++;
+    if (*end || v * mult > (double)(1ull << 46)) return -1;
     *out = (size_t)(v * mult);
+    return 0;
+}
+
+static int parse_int(const char *s, int min, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || errno || v < min || v > INT_MAX) return -1;
+    *out = (int)v;
     return 0;
 }
 
@@ -71,268 +108,224 @@ static int parse_dtype(const char *s, dt_dtype *out)
     return -1;
 }
 
-static int bad(const char *flag, const char *val)
+/* Every name in --algo must be auto, all, or an algorithm of a chosen op. */
+static int check_algos(const bench_opts *o)
 {
-    fprintf(stderr, "dtrain bench comm: invalid value '%s' for %s\n", val ? val : "", flag);
-    return CLI_EXIT_USAGE;
+    char buf[512], choices[1024];
+    size_t c = (size_t)snprintf(choices, sizeof choices, "choices: auto, all");
+    for (int op = 0; op < B_NOPS; op++) {
+        if (!o->op_on[op]) continue;
+        const char *names[BENCH_MAX_ALGOS];
+        int n = dt_comm_algo_names(bench_op_names[op], names, BENCH_MAX_ALGOS);
+        for (int i = 0; i < n && c < sizeof choices; i++)
+            c += (size_t)snprintf(choices + c, sizeof choices - c, "%s%s%s%s", i ? "" : "; ",
+                                  i ? "" : bench_op_names[op], i ? ", " : ": ", names[i]);
+    }
+    if (strlen(o->algo) >= sizeof buf) return bad("--algo", o->algo, "too long");
+    snprintf(buf, sizeof buf, "%s", o->algo);
+    const char *p = buf;
+    for (char *t = buf;; t++) {
+        if (*t != ',' && *t) continue;
+        int end = !*t;
+        *t = '\0';
+        int ok = *p && (!strcmp(p, "auto") || !strcmp(p, "all"));
+        for (int op = 0; op < B_NOPS && !ok && *p; op++)
+            ok = o->op_on[op] && dt_comm_algo_summary(bench_op_names[op], p) != NULL;
+        if (!ok) {
+            int nops = 0;
+            for (int op = 0; op < B_NOPS; op++) nops += o->op_on[op];
+            char name[520], why[2400];
+            if (*p) snprintf(name, sizeof name, "'%s'", p);
+            else snprintf(name, sizeof name, "an empty name");
+            snprintf(why, sizeof why, "%s is not an algorithm of the chosen op%s (%s)", name,
+                     nops > 1 ? "s" : "", choices);
+            return bad("--algo", o->algo, why);
+        }
+        if (end) break;
+        p = t + 1;
+    }
+    return 0;
 }
 
 static int parse_opts(int argc, char **argv, bench_opts *o)
 {
-    *o = (bench_opts){B_ALLREDUCE, 8, 64u << 20, 4, DT_F32, 0, 5, 0};
+    *o = (bench_opts){.min_bytes = 8, .max_bytes = 64u << 20, .factor = 4, .dtype = DT_F32,
+                      .warmup = 5};
+    o->op_on[B_ALLREDUCE] = 1;
     for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *f = argv[i];
+        char flag[64];
+        const char *v = NULL, *eq = strchr(f, '=');
+        int inline_val = eq && !strncmp(f, "--", 2) && (size_t)(eq - f) < sizeof flag;
+        if (inline_val) {
+            snprintf(flag, sizeof flag, "%.*s", (int)(eq - f), f);
+            f = flag;
+            v = eq + 1;
+        }
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
             usage(stdout);
             exit(0);
         }
-        int known = 1, ok = v != NULL;
-        if (!strcmp(f, "--op")) {
-            ok = 0;
-            for (int k = 0; v && k < 5; k++)
-                if (!strcmp(v, op_names[k])) o->op = (bench_op)k, ok = 1;
-        } else if (!strcmp(f, "--min-bytes")) ok = ok && parse_bytes(v, &o->min_bytes) == 0;
-        else if (!strcmp(f, "--max-bytes")) ok = ok && parse_bytes(v, &o->max_bytes) == 0;
-        else if (!strcmp(f, "--step-factor")) ok = ok && (o->factor = atof(v)) > 1;
-        else if (!strcmp(f, "--dtype")) ok = ok && parse_dtype(v, &o->dtype) == 0;
-        else if (!strcmp(f, "--iters")) ok = ok && (o->iters = atoi(v)) > 0;
-        else if (!strcmp(f, "--warmup")) ok = ok && (o->warmup = atoi(v)) >= 0;
-        else if (!strcmp(f, "--nproc")) ok = ok && (o->nproc = atoi(v)) > 0;
-        else known = 0;
+        /* Flags without a value, or with an optional one. */
+        if (!strcmp(f, "--explain") && !inline_val) {
+            o->explain = 1;
+            continue;
+        }
+        if (!strcmp(f, "--calibrate")) {
+            o->calibrate = 1;
+            if (!inline_val && i + 1 < argc && argv[i + 1][0] != '-') v = argv[++i];
+            if (v && !*v) return bad(f, v, "an empty file name");
+            o->calibrate_path = v;
+            continue;
+        }
+        static const char *const valued[] = {"--op", "--algo", "--min-bytes", "--max-bytes",
+                                             "--step-factor", "--dtype", "--iters", "--warmup",
+                                             "--nproc", "--peer", "--format"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(f, valued[k]);
         if (!known) {
-            fprintf(stderr, "dtrain bench comm: unknown option '%s'\n", f);
+            fprintf(stderr, BENCH ": unknown option '%s'\n", argv[i]);
             usage(stderr);
             return CLI_EXIT_USAGE;
         }
-        if (!ok) return bad(f, v);
-        i++;
+        if (!inline_val) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, BENCH ": %s needs a value\n", f);
+                return CLI_EXIT_USAGE;
+            }
+            v = argv[++i];
+        }
+        if (!strcmp(f, "--op")) {
+            int k = 0;
+            while (k < B_NOPS && strcmp(v, bench_op_names[k])) k++;
+            if (k == B_NOPS && strcmp(v, "all"))
+                return bad(f, v, "choices: allreduce, allgather, reduce_scatter, broadcast, "
+                                 "alltoall, all");
+            for (int j = 0; j < B_NOPS; j++) o->op_on[j] = k == B_NOPS || j == k;
+            o->op_given = 1;
+        } else if (!strcmp(f, "--algo")) {
+            o->algo = v;
+            o->algo_given = 1;
+        } else if (!strcmp(f, "--min-bytes") || !strcmp(f, "--max-bytes")) {
+            if (parse_bytes(v, !strcmp(f, "--min-bytes") ? &o->min_bytes : &o->max_bytes))
+                return bad(f, v, "a byte count such as 4096, 64K, 16M or 1G");
+        } else if (!strcmp(f, "--step-factor")) {
+            char *end;
+            o->factor = strtod(v, &end);
+            if (end == v || *end || !(o->factor > 1) || !isfinite(o->factor))
+                return bad(f, v, "a number above 1");
+        } else if (!strcmp(f, "--dtype")) {
+            if (parse_dtype(v, &o->dtype)) return bad(f, v, "choices: f32, f64, bf16, f16, i32, i64, u8");
+        } else if (!strcmp(f, "--iters")) {
+            if (parse_int(v, 1, &o->iters)) return bad(f, v, "a positive integer");
+        } else if (!strcmp(f, "--warmup")) {
+            if (parse_int(v, 0, &o->warmup)) return bad(f, v, "a non-negative integer");
+        } else if (!strcmp(f, "--nproc")) {
+            if (parse_int(v, 1, &o->nproc) || o->nproc > 1024) return bad(f, v, "1 to 1024");
+        } else if (!strcmp(f, "--peer")) {
+            if (strcmp(v, "mpi")) return bad(f, v, "the only peer is mpi");
+            o->peer_mpi = 1;
+        } else if (!strcmp(f, "--format")) {
+            if (strcmp(v, "csv") && strcmp(v, "table")) return bad(f, v, "choices: table, csv");
+            o->csv = !strcmp(v, "csv");
+            o->format_given = 1;
+        }
     }
-    if (o->min_bytes > o->max_bytes) return bad("--min-bytes", "larger than --max-bytes");
+    if (o->min_bytes > o->max_bytes) {
+        fprintf(stderr, BENCH ": --min-bytes %zu is larger than --max-bytes %zu\n", o->min_bytes,
+                o->max_bytes);
+        return CLI_EXIT_USAGE;
+    }
+    if (o->explain && o->csv) {
+        fprintf(stderr, BENCH ": --explain writes a text report; it does not combine with "
+                        "--format csv (whose rows carry predicted_us and auto_pick already)\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (o->algo) return check_algos(o);
     return 0;
 }
 
-/* Re-run ourselves under `dtrain launch -n N`, minus the --nproc flag. */
-static int relaunch(int argc, char **argv, int nproc)
+/* The size of the job we already run in, by a launcher's variables, or 0.
+ * Slurm counts only inside an srun step (a batch script has SLURM_NTASKS
+ * too, and --nproc there means ranks of our own). */
+static int launched_size(void)
 {
-    char n[16];
-    snprintf(n, sizeof n, "%d", nproc);
+    const char *vars[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    const char *step = getenv("SLURM_STEP_ID"), *n = getenv("SLURM_NTASKS");
+    if (step && *step >= '0' && *step <= '9' && n && *n) return atoi(n);
+    return 0;
+}
+
+/* Re-run ourselves as N ranks, minus the --nproc flag: under `dtrain
+ * launch -n N`, or under `mpirun -np N --oversubscribe` for --peer mpi. */
+static int relaunch(int argc, char **argv, const bench_opts *o)
+{
+    char exe[PATH_MAX], n[16];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) {
+        perror(BENCH ": finding our own executable");
+        return 1;
+    }
+    exe[len] = '\0';
+    snprintf(n, sizeof n, "%d", o->nproc);
     char **args = calloc((size_t)argc + 8, sizeof *args);
+    if (!args) return 1;
     int k = 0;
-    args[k++] = "dtrain";
-    args[k++] = "launch";
-    args[k++] = "-n";
-    args[k++] = n;
-    args[k++] = "--";
-    args[k++] = "/proc/self/exe";
+    if (o->peer_mpi) {
+        args[k++] = "mpirun", args[k++] = "-np", args[k++] = n, args[k++] = "--oversubscribe";
+        if (geteuid() == 0) {
+            setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+            setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+        }
+    } else {
+        args[k++] = "dtrain", args[k++] = "launch", args[k++] = "-n", args[k++] = n,
+        args[k++] = "--";
+    }
+    args[k++] = exe;
     args[k++] = "bench";
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--nproc")) {
             i++;
             continue;
         }
+        if (!strncmp(argv[i], "--nproc=", 8)) continue;
         args[k++] = argv[i];
     }
-    execv("/proc/self/exe", args);
-    perror("dtrain bench comm: re-running under dtrain launch");
+    fflush(NULL);
+    if (o->peer_mpi) {
+        execvp("mpirun", args);
+        fprintf(stderr, BENCH ": --peer mpi --nproc %d: cannot run mpirun: %s\n", o->nproc,
+                strerror(errno));
+        free(args);
+        return CLI_EXIT_USAGE;
+    }
+    execv(exe, args);
+    perror(BENCH ": re-running under dtrain launch");
+    free(args);
     return 1;
 }
 
-/* ---- one measurement ----------------------------------------------------------- */
-
-typedef struct {
-    dt_comm *c;
-    const bench_opts *o;
-    int rank, size;
-    size_t esz;
-    char *send, *recv;
-} bench_ctx;
-
-static size_t elems_in(const bench_ctx *b, size_t bytes)
+static int calibrate(bench_ctx *b)
 {
-    size_t n = bytes / b->esz;
-    if (b->o->op == B_ALLGATHER || b->o->op == B_REDUCE_SCATTER || b->o->op == B_ALLTOALL)
-        n /= (size_t)b->size; /* per-rank count */
-    return n;
-}
-
-static int run_op(bench_ctx *b, size_t count, int inplace)
-{
-    char *s = inplace ? b->recv : b->send;
-    dt_dtype t = b->o->dtype;
-    switch (b->o->op) {
-    case B_ALLREDUCE: return dt_allreduce(b->c, s, b->recv, count, t, DT_SUM);
-    case B_ALLGATHER:
-        return dt_allgather(b->c, inplace ? b->recv + (size_t)b->rank * count * b->esz : s,
-                            b->recv, count, t);
-    case B_REDUCE_SCATTER: return dt_reduce_scatter(b->c, s, b->recv, count, t, DT_SUM);
-    case B_BROADCAST: return dt_broadcast(b->c, s, b->recv, count, t, 0);
-    case B_ALLTOALL: return dt_alltoall(b->c, s, b->recv, count, t);
-    }
-    return DT_ERR_INVALID;
-}
-
-static double value_of(int rank, size_t i) { return (double)((int)(i % 5) + rank % 3); }
-
-static void fill_inputs(bench_ctx *b, size_t n_send, int inplace)
-{
-    char *dst = inplace ? b->recv : b->send;
-    for (size_t i = 0; i < n_send; i++) {
-        float v = (float)value_of(b->rank, i);
-        switch (b->o->dtype) {
-        case DT_F32: ((float *)dst)[i] = v; break;
-        case DT_F64: ((double *)dst)[i] = v; break;
-        case DT_BF16: ((uint16_t *)dst)[i] = dt_f32_to_bf16(v); break;
-        case DT_F16: ((uint16_t *)dst)[i] = dt_f32_to_f16(v); break;
-        case DT_I32: ((int32_t *)dst)[i] = (int32_t)v; break;
-        case DT_I64: ((int64_t *)dst)[i] = (int64_t)v; break;
-        case DT_U8: ((uint8_t *)dst)[i] = (uint8_t)v; break;
-        default: break;
-        }
-    }
-}
-
-static double elem(const bench_ctx *b, size_t i)
-{
-    const char *p = b->recv;
-    switch (b->o->dtype) {
-    case DT_F32: return ((const float *)p)[i];
-    case DT_F64: return ((const double *)p)[i];
-    case DT_BF16: return dt_bf16_to_f32(((const uint16_t *)p)[i]);
-    case DT_F16: return dt_f16_to_f32(((const uint16_t *)p)[i]);
-    case DT_I32: return ((const int32_t *)p)[i];
-    case DT_I64: return (double)((const int64_t *)p)[i];
-    case DT_U8: return ((const uint8_t *)p)[i];
-    default: return 0;
-    }
-}
-
-/* Elements of recv that differ from the exact expected result. */
-static long count_wrong(const bench_ctx *b, size_t count)
-{
-    long wrong = 0;
-    int p = b->size;
-    size_t n = b->o->op == B_ALLGATHER || b->o->op == B_ALLTOALL ? count * (size_t)p : count;
-    for (size_t i = 0; i < n; i++) {
-        double want = 0;
-        switch (b->o->op) {
-        case B_ALLREDUCE:
-            for (int r = 0; r < p; r++) want += value_of(r, i);
-            break;
-        case B_REDUCE_SCATTER:
-            for (int r = 0; r < p; r++) want += value_of(r, (size_t)b->rank * count + i);
-            break;
-        case B_ALLGATHER: want = value_of((int)(i / count), i % count); break;
-        case B_BROADCAST: want = value_of(0, i); break;
-        case B_ALLTOALL: want = value_of((int)(i / count), (size_t)b->rank * count + i % count); break;
-        }
-        if (b->o->dtype == DT_U8) want = (double)((long)want & 0xff);
-        wrong += elem(b, i) != want;
-    }
-    return wrong;
-}
-
-static double bus_factor(const bench_ctx *b)
-{
-    double p = b->size;
-    switch (b->o->op) {
-    case B_ALLREDUCE: return 2 * (p - 1) / p;
-    case B_BROADCAST: return 1;
-    default: return (p - 1) / p;
-    }
-}
-
-/* Average time of one call in microseconds (the slowest rank's), and #wrong. */
-static int measure(bench_ctx *b, size_t count, int inplace, int iters, double *us, long *wrong)
-{
-    size_t n_send = b->o->op == B_REDUCE_SCATTER || b->o->op == B_ALLTOALL
-                        ? count * (size_t)b->size
-                        : count;
-    int rc = 0;
-    for (int i = 0; i < b->o->warmup && rc == 0; i++) {
-        fill_inputs(b, n_send, inplace);
-        rc = run_op(b, count, inplace);
-    }
-    fill_inputs(b, n_send, inplace);
-    if (rc == 0) rc = run_op(b, count, inplace);
-    long w = rc == 0 ? count_wrong(b, count) : 0;
-    if (rc == 0) rc = dt_barrier(b->c);
-    /* Timed calls reuse the inputs (in place they compound, as in
-     * nccl-tests); the check above ran on fresh inputs. */
-    uint64_t t0 = dt_now_ns();
-    for (int i = 0; i < iters && rc == 0; i++) rc = run_op(b, count, inplace);
-    double t = (double)(dt_now_ns() - t0) / 1e3 / iters;
-    if (rc == 0) rc = dt_allreduce(b->c, &t, us, 1, DT_F64, DT_MAX);
-    int64_t wl = w, wsum = 0;
-    if (rc == 0) rc = dt_allreduce(b->c, &wl, &wsum, 1, DT_I64, DT_SUM);
-    *wrong = (long)wsum;
-    return rc;
-}
-
-static int iters_for(const bench_opts *o, size_t bytes)
-{
-    if (o->iters) return o->iters;
-    if (bytes <= (64u << 10)) return 1000;
-    if (bytes <= (4u << 20)) return 100;
-    return 20;
-}
-
-static int run_bench(dt_comm *c, const bench_opts *o)
-{
-    bench_ctx b = {c, o, dt_comm_rank(c), dt_comm_size(c), dt_dtype_size(o->dtype), NULL, NULL};
-    size_t alloc = o->max_bytes + 64 * b.esz * (size_t)b.size;
-    b.send = calloc(1, alloc);
-    b.recv = calloc(1, alloc);
-    if (!b.send || !b.recv) {
-        fprintf(stderr, "dtrain bench comm: cannot allocate %zu bytes\n", 2 * alloc);
+    const bench_opts *o = b->o;
+    int rc = dt_comm_calibrate(b->c, o->calibrate_path);
+    if (rc) {
+        fprintf(stderr, BENCH ": --calibrate: rank %d: %s\n", b->rank, dt_comm_error(b->c));
         return 1;
     }
-    if (b.rank == 0) {
-        printf("# dtrain bench comm: %s, %d ranks over %s, dtype %s\n", op_names[o->op], b.size,
-               dt_comm_transport(c), dt_dtype_name(o->dtype));
-        printf("#%11s %12s %6s %6s %5s %9s %8s %8s %7s %9s %8s %8s %7s\n", "size", "count", "type",
-               "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
-               "#wrong");
-        printf("#%11s %12s %6s %6s %5s %9s %8s %8s %7s %9s %8s %8s %7s\n", "(B)", "(elements)", "",
-               "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+    if (b->rank == 0) {
+        FILE *f = o->csv ? stderr : stdout;
+        bench_print_model(b, f);
+        if (o->calibrate_path)
+            fprintf(f, "# saved to %s: later jobs use it with DTRAIN_COMM_MODEL=%s\n",
+                    o->calibrate_path, o->calibrate_path);
+        fflush(f);
     }
-    double bus_sum = 0;
-    int rows = 0, rc = 0;
-    long total_wrong = 0;
-    for (double s = (double)o->min_bytes; s <= (double)o->max_bytes && rc == 0; s *= o->factor) {
-        size_t count = elems_in(&b, (size_t)s);
-        size_t bytes = o->op == B_ALLGATHER || o->op == B_REDUCE_SCATTER || o->op == B_ALLTOALL
-                           ? count * b.esz * (size_t)b.size
-                           : count * b.esz;
-        int iters = iters_for(o, bytes);
-        double t[2];
-        long w[2];
-        for (int ip = 0; ip < 2 && rc == 0; ip++) rc = measure(&b, count, ip, iters, &t[ip], &w[ip]);
-        if (rc) break;
-        double alg[2], bus[2];
-        for (int ip = 0; ip < 2; ip++) {
-            alg[ip] = t[ip] > 0 ? (double)bytes / t[ip] / 1e3 : 0;
-            bus[ip] = alg[ip] * bus_factor(&b);
-        }
-        bus_sum += bus[0];
-        rows++;
-        total_wrong += w[0] + w[1];
-        if (b.rank == 0)
-            printf(" %11zu %12zu %6s %6s %5d %9.2f %8.2f %8.2f %7ld %9.2f %8.2f %8.2f %7ld\n",
-                   bytes, count, dt_dtype_name(o->dtype),
-                   o->op == B_ALLREDUCE || o->op == B_REDUCE_SCATTER ? "sum" : "none",
-                   o->op == B_BROADCAST ? 0 : -1, t[0], alg[0], bus[0], w[0], t[1], alg[1], bus[1],
-                   w[1]);
-        if (s == 0) break;
-    }
-    if (rc) {
-        fprintf(stderr, "dtrain bench comm: rank %d: %s\n", b.rank, dt_comm_error(c));
-    } else if (b.rank == 0) {
-        printf("# Out of bounds values : %ld %s\n", total_wrong, total_wrong ? "FAILED" : "OK");
-        printf("# Avg bus bandwidth    : %.3f GB/s\n", rows ? bus_sum / rows : 0);
-    }
-    free(b.send);
-    free(b.recv);
-    return rc ? 1 : total_wrong ? 1 : 0;
+    return 0;
 }
 
 int cli_bench_comm(int argc, char **argv)
@@ -340,13 +333,41 @@ int cli_bench_comm(int argc, char **argv)
     bench_opts o;
     int rc = parse_opts(argc, argv, &o);
     if (rc) return rc;
-    if (o.nproc) return relaunch(argc, argv, o.nproc);
+    if (o.nproc) {
+        int have = launched_size();
+        if (!have) return relaunch(argc, argv, &o);
+        if (have != o.nproc) {
+            const char *r = getenv("RANK") ? getenv("RANK") : getenv("OMPI_COMM_WORLD_RANK");
+            if (!r || !strcmp(r, "0")) /* said once, by rank 0 */
+                fprintf(stderr, BENCH ": --nproc %d: this job already has %d ranks from its "
+                            "launcher; drop --nproc\n", o.nproc, have);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    int only_calibrate = o.calibrate && !o.op_given && !o.algo_given && !o.explain &&
+                         !o.peer_mpi && !o.format_given;
     dt_comm *c;
     if (dt_comm_init(&c) != 0) {
-        fprintf(stderr, "dtrain bench comm: %s\n", dt_last_error());
+        fprintf(stderr, BENCH ": %s\n", dt_last_error());
         return 1;
     }
-    rc = run_bench(c, &o);
+    bench_ctx b = {.c = c, .o = &o, .rank = dt_comm_rank(c), .size = dt_comm_size(c),
+                   .esz = dt_dtype_size(o.dtype), .note = o.csv ? stderr : stdout};
+    if (o.calibrate) rc = calibrate(&b);
+    if (rc == 0 && !only_calibrate) {
+        b.alloc = o.max_bytes + 64 * b.esz * (size_t)b.size;
+        b.send = calloc(1, b.alloc);
+        b.recv = calloc(1, b.alloc);
+        if (!b.send || !b.recv) {
+            fprintf(stderr, BENCH ": rank %d: cannot allocate %zu bytes\n", b.rank, 2 * b.alloc);
+            dt_comm_abort(c, "dtrain bench comm: out of memory for the buffers");
+            rc = 1;
+        } else {
+            rc = bench_run_all(&b);
+        }
+    }
+    free(b.send);
+    free(b.recv);
     dt_comm_destroy(c);
     return rc;
 }

@@ -121,7 +121,7 @@ static int parse_algo(const dt_comm *c, dt_coll_kind k, const char *name, const 
     if (i < 0) {
         char choices[256];
         list_choices(k, choices, sizeof choices);
-        snprintf(err, len, "%s: '%s' is not a %s algorithm (choices: %s)", where, name,
+        snprintf(err, len, "%s: '%s' is not one of the %s algorithms (choices: %s)", where, name,
                  dt_coll_name(k), choices);
         return DT_ERR_INVALID;
     }

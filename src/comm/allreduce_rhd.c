@@ -17,7 +17,9 @@ static size_t span_len(size_t n, int q, int lo, int hi, size_t esz)
     return (dt_block_off(n, q, hi - 1) + dt_block_len(n, q, hi - 1) - dt_block_off(n, q, lo)) * esz;
 }
 
-static int halving(dt_comm *c, char *buf, size_t n, int q, size_t esz)
+/* The first round reads our input where it is (in), so an out-of-place
+ * call never copies it; later rounds work in buf. */
+static int halving(dt_comm *c, const char *in, char *buf, size_t n, int q, size_t esz)
 {
     int lo = 0, hi = q, r = c->rank;
     c->cur_step = "recursive halving";
@@ -25,13 +27,15 @@ static int halving(dt_comm *c, char *buf, size_t n, int q, size_t esz)
         int partner = r ^ mask, mid = lo + (hi - lo) / 2;
         int keep_lo = (r & mask) ? mid : lo, keep_hi = (r & mask) ? hi : mid;
         int give_lo = (r & mask) ? lo : mid, give_hi = (r & mask) ? mid : hi;
-        char *keep = buf + span_off(n, q, keep_lo, esz);
-        dt_p2p ops[2] = {dt_p2p_send(partner, buf + span_off(n, q, give_lo, esz),
+        size_t keep = span_off(n, q, keep_lo, esz);
+        dt_p2p ops[2] = {dt_p2p_send(partner, in + span_off(n, q, give_lo, esz),
                                      span_len(n, q, give_lo, give_hi, esz)),
-                         dt_p2p_recv_reduce(partner, keep, keep, span_len(n, q, keep_lo, keep_hi, esz))};
+                         dt_p2p_recv_reduce(partner, buf + keep, in + keep,
+                                            span_len(n, q, keep_lo, keep_hi, esz))};
         int rc = dt_p2p_run(c, ops, 2);
         if (rc < 0) return rc;
         lo = keep_lo, hi = keep_hi;
+        in = buf;
     }
     return 0;
 }
@@ -57,9 +61,13 @@ int dt_allreduce_rhd(dt_comm *c, const void *send, void *recv, size_t n, int roo
 {
     (void)root;
     size_t esz = dt_dtype_size(c->cur.dtype);
-    int q = dt_pow2_floor(c->size);
-    int rc = dt_fold_in(c, send, recv, n * esz);
-    if (rc == 0) rc = halving(c, recv, n, q, esz);
+    int p = c->size, q = dt_pow2_floor(p), rc = 0;
+    const char *in = send;
+    if (c->rank < p - q || c->rank >= q) { /* a fold partner or an extra rank */
+        rc = dt_fold_in(c, send, recv, n * esz);
+        in = recv;
+    }
+    if (rc == 0) rc = halving(c, in, recv, n, q, esz);
     if (rc == 0) rc = doubling(c, recv, n, q, esz);
     if (rc >= 0) rc = dt_fold_out(c, recv, n * esz);
     c->cur_step = NULL;

@@ -7,7 +7,8 @@
  * when set, a job on one host uses the loopback, and Slurm's node list
  * gives its first host. The store port comes from MASTER_PORT or, when
  * absent, from the launcher's job id, so that two jobs on one machine do
- * not collide.
+ * not collide. Under Open MPI's mpirun with MPI built in, rank 0 says both
+ * over MPI instead (mpi_job.c, right after this).
  */
 #include <ctype.h>
 #include <stdint.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "comm/bootstrap.h"
+#include "comm/mpi.h"
 #include "core/env.h"
 #include "core/log.h"
 #include "core/str.h"
@@ -96,6 +98,8 @@ static int read_master(dt_bootstrap *b, char *err, size_t errlen)
         slurm_first_host(nodes, b->master_addr, sizeof b->master_addr);
     } else if (!strcmp(b->launcher, "torchrun")) {
         snprintf(b->master_addr, sizeof b->master_addr, "127.0.0.1");
+    } else if (!strcmp(b->launcher, "openmpi") && dt_have_mpi() && dt_mpi_launched()) {
+        /* dt_mpi_job_init fills it in from rank 0, over MPI. */
     } else {
         snprintf(err, errlen,
                  "ranks span several hosts but MASTER_ADDR is not set: export the address of "
@@ -150,10 +154,11 @@ int dt_bootstrap_from_env(dt_bootstrap *b, char *err, size_t errlen)
     if (dt_env_double("DTRAIN_TIMEOUT", 0.1, 1e7, &timeout, err, errlen) < 0) return -1;
     b->timeout_s = timeout;
     const char *tr = dt_env_str("DTRAIN_TRANSPORT");
-    if (tr && strcmp(tr, "tcp") && strcmp(tr, "auto") && strcmp(tr, "shm")) {
-        snprintf(err, errlen, "DTRAIN_TRANSPORT=%s is not one of auto, shm, tcp", tr);
+    if (tr && strcmp(tr, "tcp") && strcmp(tr, "auto") && strcmp(tr, "shm") && strcmp(tr, "mpi")) {
+        snprintf(err, errlen, "DTRAIN_TRANSPORT=%s is not one of auto, shm, tcp, mpi", tr);
         return -1;
     }
     b->force_tcp = tr && !strcmp(tr, "tcp");
+    b->use_mpi = tr && !strcmp(tr, "mpi");
     return 0;
 }

@@ -16,6 +16,7 @@ typedef struct {
     char job_id[64];
     double timeout_s;
     int force_tcp;
+    int use_mpi; /* DTRAIN_TRANSPORT=mpi */
 } dt_bootstrap;
 
 /* 0, or -1 with a message naming the offending variable. */

@@ -22,6 +22,7 @@
 #include "comm/async.h"
 #include "comm/bootstrap.h"
 #include "comm/comm_internal.h"
+#include "comm/mpi.h"
 #include "comm/store.h"
 #include "core/alloc.h"
 #include "core/env.h"
@@ -91,12 +92,26 @@ int dt_comm_store_barrier(dt_comm *c, const char *key)
 static void on_store_abort(void *arg, int code, const char *msg) { dt_job_abort(arg, code, msg); }
 
 /* DTRAIN_HOSTNAME stands in for the host's name, so that tests can make
- * ranks of one machine look like several hosts (they then talk TCP). */
+ * ranks of one machine look like several hosts (they then talk TCP). A
+ * comma list names each rank's host in rank order ("a,a,b": ranks 0 and 1
+ * on a, rank 2 on b), for uneven layouts under one launcher. */
+static int fake_hostname(const dt_job *job, char *out, size_t len)
+{
+    const char *v = dt_env_str("DTRAIN_HOSTNAME");
+    if (!v) return 0;
+    int n = 1;
+    for (const char *s = v; *s; s++) n += *s == ',';
+    const char *s = v;
+    for (int i = 0; i < job->rank % n; i++) s = strchr(s, ',') + 1;
+    size_t k = strcspn(s, ",");
+    snprintf(out, len, "%.*s", (int)(k < len ? k : len - 1), s);
+    return 1;
+}
+
 static void read_host_identity(dt_job *job)
 {
-    const char *fake = dt_env_str("DTRAIN_HOSTNAME");
-    if (fake)
-        snprintf(job->hostname, sizeof job->hostname, "%s", fake);
+    if (fake_hostname(job, job->hostname, sizeof job->hostname))
+        ;
     else if (gethostname(job->hostname, sizeof job->hostname) != 0)
         snprintf(job->hostname, sizeof job->hostname, "unknown");
     job->hostname[sizeof job->hostname - 1] = '\0';
@@ -147,6 +162,8 @@ static int job_create(dt_job **out, char *err, size_t errlen)
 {
     dt_bootstrap b;
     if (dt_bootstrap_from_env(&b, err, errlen) < 0) return DT_ERR_INVALID;
+    int rc = dt_mpi_job_init(&b, err, errlen); /* under mpirun: MPI up, rank 0's store address */
+    if (rc < 0) return rc;
     dt_job *job = calloc(1, sizeof *job);
     if (!job) return DT_ERR_NOMEM;
     pthread_mutex_init(&job->lock, NULL);
@@ -162,6 +179,7 @@ static int job_create(dt_job **out, char *err, size_t errlen)
     snprintf(job->job_id, sizeof job->job_id, "%s", b.job_id);
     job->timeout_s = b.timeout_s;
     job->force_tcp = b.force_tcp;
+    job->use_mpi = b.use_mpi;
     dt_cost_model_defaults(&job->model);
     job->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     read_host_identity(job);
@@ -290,6 +308,7 @@ static void comm_free(dt_comm *c)
             if (c->links[i]) c->links[i]->ops->destroy(c->links[i]);
     dt_shm_teardown(c);
     dt_async_destroy(c->async);
+    dt_mpi_comm_release(c->mpi);
     dt_free(c->scratch);
     free(c->world_rank);
     free(c->host_of);
@@ -318,10 +337,10 @@ static int comm_connect(dt_comm *c)
             nlocal++;
         }
         if (r == c->rank) continue;
-        if (same_host && !c->job->force_tcp)
+        if (same_host && !c->job->force_tcp && !c->job->use_mpi)
             shm_peers[nshm++] = r;
         else
-            tcp_peers[ntcp++] = r;
+            tcp_peers[ntcp++] = r; /* or MPI's, with DTRAIN_TRANSPORT=mpi */
     }
     c->local_size = nlocal;
     c->nhosts = 0;
@@ -331,8 +350,10 @@ static int comm_connect(dt_comm *c)
         c->nhosts += first;
     }
     c->transport_name = nshm && ntcp ? "shm+tcp" : ntcp ? "tcp" : nshm ? "shm" : "self";
+    if (c->job->use_mpi && ntcp) c->transport_name = "mpi";
     int rc = dt_shm_setup(c, shm_peers, nshm);
-    if (rc == 0) rc = dt_tcp_setup(c, tcp_peers, ntcp);
+    if (rc == 0 && c->job->use_mpi) rc = dt_mpi_link_setup(c, tcp_peers, ntcp);
+    else if (rc == 0) rc = dt_tcp_setup(c, tcp_peers, ntcp);
     if (rc == 0) rc = dt_comm_store_barrier(c, "connected");
     free(shm_peers);
     free(tcp_peers);
@@ -372,15 +393,32 @@ static int share_cost_model(dt_comm *c, char *err, size_t len)
 {
     dt_job *job = c->job;
     const char *path = dt_env_str("DTRAIN_COMM_MODEL");
-    if (c->rank == 0 && path && dt_cost_model_load(&job->model, path, err, len) < 0)
-        return DT_ERR_INVALID;
-    if (c->size == 1) return 0;
-    if (c->rank == 0) return dt_comm_store_set(c, "cost_model", &job->model, sizeof job->model);
+    if (c->rank == 0) {
+        /* A bad file fails every rank at once: the others get its message
+         * in place of the model rather than waiting for one. */
+        int bad = path && dt_cost_model_load(&job->model, path, err, len) < 0;
+        int rc = 0;
+        if (c->size > 1 && bad) {
+            char msg[800];
+            int k = snprintf(msg, sizeof msg, "!rank 0: %s", err);
+            rc = dt_comm_store_set(c, "cost_model", msg, (size_t)(k < (int)sizeof msg ? k : (int)sizeof msg - 1));
+        } else if (c->size > 1) {
+            rc = dt_comm_store_set(c, "cost_model", &job->model, sizeof job->model);
+        }
+        return bad ? DT_ERR_INVALID : rc;
+    }
     void *val = NULL;
     size_t n = 0;
     int rc = dt_comm_store_get(c, "cost_model", &val, &n);
-    if (rc == 0 && n == sizeof job->model) memcpy(&job->model, val, n);
-    else if (rc == 0) rc = dt_comm_fail(c, DT_ERR_PROTOCOL, 0, "rank 0's cost model has %zu bytes, ours %zu (different dtrain builds?)", n, sizeof job->model);
+    if (rc == 0 && n > 0 && ((char *)val)[0] == '!') {
+        snprintf(err, len, "%.*s", (int)(n - 1), (char *)val + 1);
+        rc = DT_ERR_INVALID;
+    } else if (rc == 0 && n == sizeof job->model) {
+        memcpy(&job->model, val, n);
+    } else if (rc == 0) {
+        rc = dt_comm_fail(c, DT_ERR_PROTOCOL, 0, "rank 0's cost model has %zu bytes, ours %zu "
+                          "(different dtrain builds?)", n, sizeof job->model);
+    }
     free(val);
     return rc;
 }
@@ -403,6 +441,7 @@ int dt_comm_init(dt_comm **out)
     if (rc == 0) {
         for (int r = 0; r < c->size; r++) c->world_rank[r] = r;
         rc = job_register(job, c);
+        if (rc == 0) rc = dt_mpi_comm_world(c);
         if (rc == 0 && c->size > 1) rc = world_find_hosts(c);
         if (rc == 0) rc = comm_connect(c);
         if (rc == 0) rc = share_cost_model(c, err, sizeof err);
@@ -461,6 +500,8 @@ int dt_comm_split(dt_comm *c, int color, int key, dt_comm **out)
         return DT_ERR_NOMEM;
     }
     int rc = dt_allgather(c, mine, all, 2, DT_I32);
+    void *mpi_sub = NULL; /* the matching MPI communicator, when c has one */
+    if (rc == 0) rc = dt_mpi_comm_split(c, color, key, &mpi_sub);
     int split_no = c->split_count++;
     int n = 0;
     for (int r = 0; rc == 0 && r < c->size; r++)
@@ -481,7 +522,9 @@ int dt_comm_split(dt_comm *c, int color, int key, dt_comm **out)
     for (int i = 0; i < n; i++)
         if (members[2 * i + 1] == c->rank) rank = i;
     dt_comm *s = comm_alloc(c->job, id, rank, n);
+    if (s) s->mpi = mpi_sub;
     if (!s) {
+        dt_mpi_comm_release(mpi_sub);
         free(members);
         return dt_comm_fail(c, DT_ERR_NOMEM, -1, "out of memory in split");
     }
@@ -517,8 +560,10 @@ void dt_comm_destroy(dt_comm *c)
     if (job) job_unregister(job, c);
     comm_free(c);
     if (is_world) {
+        int failed = atomic_load(&job->aborted);
         job_disconnect(job);
         job_free(job);
+        dt_mpi_job_fini(failed);
         the_job = NULL;
     }
 }

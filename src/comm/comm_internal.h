@@ -154,8 +154,10 @@ typedef struct {
      * the peer, or a negative DT_ERR_* after dt_comm_fail(). Sets
      * *progressed when any byte moved. */
     int (*progress)(dt_comm *c, dt_link *l, dt_p2p *op, int *progressed);
-    /* Fill a pollfd to wait on for op (TCP), or return 0 when the link
-     * waits through the communicator's shared-memory doorbell. */
+    /* Fill a pollfd to wait on for op (TCP) and return 1; return 0 when
+     * the link waits through the communicator's shared-memory doorbell, or
+     * -1 when it moves only inside progress() and nothing wakes a waiter
+     * (MPI): waits then poll it, napping in between (dt_poll_nap). */
     int (*pollfd)(dt_link *l, const dt_p2p *op, struct pollfd *pfd);
     void (*destroy)(dt_link *l);
 } dt_link_ops;
@@ -235,7 +237,7 @@ struct dt_comm {
     unsigned model_seen;
     int nhosts;               /* distinct hosts among the members */
     struct dt_dry_run *dry;   /* set on the stand-in communicators of a dry run */
-    void *mpi;                /* the matching MPI communicator (mpi.c), or NULL */
+    void *mpi;                /* the matching MPI communicator (mpi.h), or NULL */
 };
 
 /* Record a failure of c (first one wins), prefixed with the collective, its
@@ -253,7 +255,7 @@ void dt_job_abort(dt_job *job, int code, const char *msg);
 void *dt_comm_scratch(dt_comm *c, size_t bytes);
 uint64_t dt_comm_deadline(const dt_comm *c);
 
-/* Whether this build has Open MPI underneath (mpi.c). */
+/* Whether this build has Open MPI underneath (mpi_coll.c). */
 int dt_have_mpi(void);
 
 /* Dry runs (cost_predict.c): a step costed instead of run, and a
@@ -274,6 +276,10 @@ dt_p2p dt_p2p_from_call(dt_comm *c, const dt_coll_args *call);
 typedef int (*dt_p2p_refill_fn)(void *arg, dt_p2p *ops, int n, int cap);
 int dt_p2p_run_growing(dt_comm *c, dt_p2p *ops, int n, int cap, dt_p2p_refill_fn refill,
                        void *arg);
+/* The pause between polls of links (or requests) that only move when
+ * polled: a yield at first, then sleeps that grow with idle_ns, the time
+ * since anything moved, up to a fraction of a millisecond. */
+void dt_poll_nap(uint64_t idle_ns);
 /* Header helpers for links: fill from the current collective; check a
  * received one (fails c with a mismatch message naming both sides). */
 void dt_p2p_fill_hdr(const dt_comm *c, const dt_p2p *op, dt_msg_hdr *h);

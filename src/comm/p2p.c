@@ -6,14 +6,17 @@
  *
  * Waiting: spin a little (the peer is usually about to deliver), then
  * block on the communicator's shared-memory doorbell (a futex) or in poll()
- * on TCP sockets. With more ranks than cores the spin is short, because a
- * spinning rank steals the core from the rank it waits for. Every wakeup
+ * on TCP sockets; MPI links, which move only when polled, nap instead.
+ * With more ranks than cores the spin is short, because a spinning rank
+ * steals the core from the rank it waits for. Every wakeup
  * checks the job's abort flag and the deadline: no progress for
  * DTRAIN_TIMEOUT seconds fails the communicator, naming the peer.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
@@ -68,21 +71,43 @@ static int progress_pass(dt_comm *c, dt_p2p *ops, unsigned char *done, int n, in
     return pending;
 }
 
+#define DT_NAP_YIELD_NS 50000ull  /* idle this long: yield only */
+#define DT_NAP_MAX_NS 250000ull    /* longest nap */
+
+void dt_poll_nap(uint64_t idle_ns)
+{
+    if (idle_ns < DT_NAP_YIELD_NS) {
+        sched_yield();
+        return;
+    }
+    uint64_t ns = idle_ns / 4 < DT_NAP_MAX_NS ? idle_ns / 4 : DT_NAP_MAX_NS;
+    struct timespec ts = {0, (long)ns};
+    nanosleep(&ts, NULL);
+}
+
 /* Sleep until a link may have moved, the job aborted, or a time slice
  * passed. TCP ops wait in poll() (with the job's wake fd so that an abort
- * interrupts); shared-memory ops on the doorbell futex. */
+ * interrupts); shared-memory ops on the doorbell futex; polled links (MPI)
+ * nap briefly, since nobody rings for them. */
 static void block_once(dt_comm *c, dt_p2p *ops, const unsigned char *done, int n, uint32_t bell,
-                       int ms)
+                       int ms, uint64_t idle_ns)
 {
     struct pollfd pfds[DT_P2P_MAX_OPS + 1];
-    int npfd = 0, shm_pending = 0;
+    int npfd = 0, shm_pending = 0, polled = 0;
     for (int i = 0; i < n; i++) {
         if (done[i] || !is_head(ops, done, i)) continue;
         dt_link *l = c->links[ops[i].peer];
-        if (l->ops->pollfd(l, &ops[i], &pfds[npfd]))
+        int how = l->ops->pollfd(l, &ops[i], &pfds[npfd]);
+        if (how > 0)
             npfd++;
+        else if (how < 0)
+            polled = 1;
         else
             shm_pending = 1;
+    }
+    if (polled) {
+        dt_poll_nap(idle_ns);
+        return;
     }
     if (npfd == 0) {
         dt_shm_wait(c, bell, ms);
@@ -145,7 +170,8 @@ int dt_p2p_run_growing(dt_comm *c, dt_p2p *ops, int n, int cap, dt_p2p_refill_fn
                                 c->job->timeout_s, peer, what);
         }
         uint64_t left_ms = (timeout_ns - (now - last_progress)) / 1000000 + 1;
-        block_once(c, ops, done, n, bell, left_ms < DT_BLOCK_SLICE_MS ? (int)left_ms : DT_BLOCK_SLICE_MS);
+        block_once(c, ops, done, n, bell, left_ms < DT_BLOCK_SLICE_MS ? (int)left_ms : DT_BLOCK_SLICE_MS,
+                   now - last_progress);
         spins = c->spin_limit / 2; /* after a sleep, spin less before the next */
     }
 }

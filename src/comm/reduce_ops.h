@@ -14,6 +14,10 @@
  * Integer sums and products wrap (two's complement), never overflow UB.
  * bf16/f16 are computed in fp32 and rounded to nearest even. */
 void dt_reduce_elems(dt_dtype t, dt_op op, void *dst, const void *a, const void *b, size_t n);
+/* The same, for outputs too large to stay in cache: stores bypass it
+ * where the CPU allows (f32 sums with AVX-512 today). */
+void dt_reduce_elems_stream(dt_dtype t, dt_op op, void *dst, const void *a, const void *b,
+                            size_t n);
 /* x[i] /= divisor, for DT_AVG (integers truncate toward zero). */
 void dt_reduce_finish_avg(dt_dtype t, void *x, size_t n, int divisor);
 

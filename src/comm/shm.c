@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
+#include "comm/reduce_ops.h"
 #include "core/env.h"
 #include "core/log.h"
 
@@ -41,6 +42,7 @@
 #define LINE 64
 #define CMA_PIECE (4u << 20)     /* a plain CMA receive moves this much per call */
 #define REDUCE_PIECE (256u << 10) /* CMA reductions go through a cache-sized buffer */
+#define STREAM_MIN (4u << 20)     /* reductions this large store past the cache */
 
 typedef struct {
     _Alignas(LINE) _Atomic uint64_t head; /* bytes written by the sender */
@@ -221,6 +223,9 @@ static void consume(dt_comm *c, dt_p2p *op, const void *from, size_t n)
 {
     if (op->kind == DT_P2P_RECV)
         memcpy((char *)op->dst + op->done, from, n);
+    else if (op->bytes >= STREAM_MIN) /* far beyond the cache: stream the result out */
+        dt_reduce_elems_stream(c->cur.dtype, c->cur.op, (char *)op->dst + op->done,
+                               (const char *)op->src + op->done, from, n / dt_dtype_size(c->cur.dtype));
     else
         dt_p2p_reduce_chunk(c, op, op->done, from, n);
     op->done += n;

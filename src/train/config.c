@@ -41,9 +41,9 @@
 #include <unistd.h>
 
 #include "core/file.h"
-
 #include "core/log.h"
 #include "core/str.h"
+#include "dtrain/comm.h"
 #include "parallel/compress.h"
 
 /* ---- the option table ------------------------------------------------- */
@@ -81,6 +81,7 @@ static int hook_min_lr(dt_train_config *c, const char *who, char *err, size_t n)
 static int hook_min_lr_ratio(dt_train_config *c, const char *who, char *err, size_t n);
 static int hook_resume(dt_train_config *c, const char *who, char *err, size_t n);
 static int hook_compress(dt_train_config *c, const char *who, char *err, size_t n);
+static int hook_comm_algo(dt_train_config *c, const char *who, char *err, size_t n);
 
 #define FIELD(f) offsetof(dt_train_config, f), sizeof(((dt_train_config *)0)->f)
 #define IMAX 2147483647.0
@@ -160,6 +161,8 @@ static const opt options[] = {
         "ps async: steps a worker may run ahead of the slowest"),
     OPT(G_RUN, "compress", NULL, T_STR, compress, 0, 0, "none|topk:R|int8", hook_compress, 0,
         "ps: compress pushes (error feedback)"),
+    OPT(G_RUN, "comm-algo", NULL, T_STR, comm_algo, 0, 0, "COLL=ALGO,...", hook_comm_algo, 0,
+        "force collective algorithms (default auto: cost model)"),
     OPT(G_CKPT, "eval-every", NULL, T_LONG, eval_every, 0, LMAX, "N", NULL, 0,
         "steps between evaluations; 0 = at the end only"),
     OPT(G_CKPT, "eval-batches", NULL, T_LONG, eval_batches, 0, LMAX, "N", NULL, 0,
@@ -292,6 +295,49 @@ static int hook_compress(dt_train_config *c, const char *who, char *err, size_t 
     if (dt_compress_parse(c->compress, &spec, why, sizeof why))
         return dt_strf(err, n, "%s: %s", who, why), -1;
     dt_compress_format(&spec, c->compress, sizeof c->compress);
+    return 0;
+}
+
+int dt_config_each_comm_algo(const char *spec,
+                             int (*apply)(void *ctx, const char *coll, const char *algo,
+                                          char *err, size_t n),
+                             void *ctx, char *err, size_t n)
+{
+    char buf[sizeof ((dt_train_config *)0)->comm_algo];
+    dt_strf(buf, sizeof buf, "%s", spec);
+    for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '=');
+        if (!eq || eq == item || !eq[1])
+            return dt_strf(err, n, "'%s' is not COLLECTIVE=ALGORITHM (for example allreduce=ring)", item), -1;
+        *eq = '\0';
+        if (apply(ctx, item, eq + 1, err, n)) return -1;
+    }
+    return 0;
+}
+
+/* Known collective and algorithm names, without a communicator. */
+static int check_comm_algo(void *ctx, const char *coll, const char *algo, char *err, size_t n)
+{
+    (void)ctx;
+    const char *names[32];
+    int k = dt_comm_algo_names(coll, names, 32);
+    if (k < 0)
+        return dt_strf(err, n, "'%s' has no choice of algorithms (allreduce, broadcast, allgather, "
+                       "reduce_scatter, alltoall do)", coll), -1;
+    if (!strcmp(algo, "auto")) return 0;
+    char list[256] = "auto";
+    for (int i = 0; i < k && i < 32; i++) {
+        if (!strcmp(names[i], algo)) return 0;
+        dt_strf(list + strlen(list), sizeof list - strlen(list), ", %s", names[i]);
+    }
+    return dt_strf(err, n, "'%s' is not one of the %s algorithms (choices: %s)", algo, coll, list), -1;
+}
+
+static int hook_comm_algo(dt_train_config *c, const char *who, char *err, size_t n)
+{
+    char why[320];
+    if (dt_config_each_comm_algo(c->comm_algo, check_comm_algo, NULL, why, sizeof why))
+        return dt_strf(err, n, "%s: %s", who, why), -1;
     return 0;
 }
 

@@ -76,6 +76,7 @@ typedef struct dt_train_config {
     char ps_mode[8];   /* ps: sync | async */
     int staleness;     /* ps async: steps a worker may run ahead of the slowest */
     char compress[24]; /* ps: what workers push: none | topk:R | int8 */
+    char comm_algo[160]; /* forced collective algorithms: "allreduce=ring,allgather=bruck" */
     int resume_flag;   /* --resume was given (with or without a directory) */
 
     /* Internal: given[i] = option i of the table was set explicitly, so that
@@ -120,6 +121,15 @@ int dt_config_validate(dt_train_config *c, int data_parallel_size, char *err, si
  * all ranks, dp --devices (one process only), ps the ranks that are not
  * servers. Refuses options of one strategy given with another. 0, or -1
  * with a message. */
+/* Calls apply(ctx, collective, algorithm) for each pair of a --comm-algo
+ * spec ("allreduce=ring,broadcast=binomial"); stops at the first non-zero
+ * return. 0, or -1 with a message when the spec is malformed or apply
+ * refused a pair. */
+int dt_config_each_comm_algo(const char *spec,
+                             int (*apply)(void *ctx, const char *coll, const char *algo,
+                                          char *err, size_t n),
+                             void *ctx, char *err, size_t n);
+
 int dt_config_data_parallel_size(const dt_train_config *c, int world, int *dp_size, char *err,
                                  size_t errlen);
 

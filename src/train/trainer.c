@@ -801,6 +801,12 @@ static void teardown(trainer *t)
     if (t->val) dt_dataset_close(t->val);
 }
 
+static int force_algo(void *comm, const char *coll, const char *algo, char *err, size_t n)
+{
+    if (dt_comm_set_algo(comm, coll, algo) == 0) return 0;
+    return dt_strf(err, n, "--comm-algo: %s", dt_comm_error(comm)), -1;
+}
+
 /* Joins the job's communicator when launched as one of several ranks. */
 static int join_job(trainer *t, char *err, size_t errlen)
 {
@@ -815,6 +821,8 @@ static int join_job(trainer *t, char *err, size_t errlen)
     t->rank = dt_comm_rank(t->comm);
     t->world = dt_comm_size(t->comm);
     dt_log_set_rank(t->rank);
+    /* Communicators split from this one inherit its algorithms. */
+    if (dt_config_each_comm_algo(t->cfg->comm_algo, force_algo, t->comm, err, errlen)) return -1;
     return 0;
 }
 

@@ -7,7 +7,13 @@
  * floats checks that all ranks hold bit-identical results. Then
  * sub-communicators, non-blocking calls, and point-to-point.
  *
- * Usage: test_collectives [--large N] [--quick]
+ * With --all-algos the matrix and the bit-identity check run once per
+ * algorithm: pass k forces the k-th algorithm of every collective that has
+ * a choice (wrapping round shorter lists), so every algorithm meets every
+ * count, dtype, op and root. MPI's algorithms join only with --mpi (the
+ * job must then run under mpirun).
+ *
+ * Usage: test_collectives [--large N] [--quick] [--all-algos [--mpi]]
  * Exit 0 when every check passed; otherwise the first failures are printed.
  */
 #include <math.h>
@@ -21,11 +27,12 @@
 
 static int rank, size;
 static long checks, failures;
+static char algo_label[256] = ""; /* the forced algorithms, for messages */
 
 #define FAIL(...)                                              \
     do {                                                       \
         if (failures++ < 20) {                                 \
-            fprintf(stderr, "rank %d: FAIL: ", rank);          \
+            fprintf(stderr, "rank %d: FAIL: %s", rank, algo_label); \
             fprintf(stderr, __VA_ARGS__);                      \
             fprintf(stderr, "\n");                             \
         }                                                      \
@@ -34,8 +41,8 @@ static long checks, failures;
 static void must(dt_comm *c, int rc, const char *what)
 {
     if (rc != 0) {
-        fprintf(stderr, "rank %d: %s returned %d (%s): %s\n", rank, what, rc, dt_strerror(rc),
-                dt_comm_error(c));
+        fprintf(stderr, "rank %d: %s%s returned %d (%s): %s\n", rank, algo_label, what, rc,
+                dt_strerror(rc), dt_comm_error(c));
         exit(1);
     }
 }
@@ -181,6 +188,13 @@ static void test_reduce_scatter(dt_comm *c, caseinfo k)
          "dt_reduce_scatter");
     for (size_t i = 0; i < k.count; i++)
         check_elem(&k, i, get(k.t, out, i), reference((size_t)rank * k.count + i, k.t, k.op, 3));
+    if (k.inplace) { /* NCCL's in-place layout: the result lands in our own block */
+        char *own = out + (size_t)rank * k.count * esz;
+        memcpy(out, in, n * esz);
+        must(c, dt_reduce_scatter(c, out, own, k.count, k.t, k.op), "dt_reduce_scatter (NCCL in place)");
+        for (size_t i = 0; i < k.count; i++)
+            check_elem(&k, i, get(k.t, own, i), reference((size_t)rank * k.count + i, k.t, k.op, 3));
+    }
     free(in);
     free(out);
 }
@@ -246,6 +260,14 @@ static void test_allgather(dt_comm *c, caseinfo k)
     must(c, dt_allgather(c, k.inplace ? out : in, out, k.count, k.t), "dt_allgather");
     for (size_t i = 0; i < n; i++)
         check_elem(&k, i, get(k.t, out, i), input((int)(i / k.count), i % k.count, k.t, DT_SUM, 7));
+    if (k.inplace) { /* NCCL's in-place layout: send is our slot of recv */
+        memset(out, 0xee, n * esz);
+        memcpy(out + (size_t)rank * k.count * esz, in, k.count * esz);
+        must(c, dt_allgather(c, out + (size_t)rank * k.count * esz, out, k.count, k.t),
+             "dt_allgather (NCCL in place)");
+        for (size_t i = 0; i < n; i++)
+            check_elem(&k, i, get(k.t, out, i), input((int)(i / k.count), i % k.count, k.t, DT_SUM, 7));
+    }
     free(in);
     free(out);
 }
@@ -442,17 +464,53 @@ static void test_p2p(dt_comm *c)
     free(in);
 }
 
+static const char *choosable[] = {"allreduce", "broadcast", "allgather", "reduce_scatter",
+                                  "alltoall"};
+#define NCHOOSABLE 5
+
+/* The algorithms of coll under test (MPI's only with_mpi). */
+static int algos_of(const char *coll, int with_mpi, const char **out)
+{
+    const char *names[32];
+    int n = dt_comm_algo_names(coll, names, 32), k = 0;
+    for (int i = 0; i < n && i < 32; i++)
+        if (with_mpi || strcmp(names[i], "mpi")) out[k++] = names[i];
+    return k;
+}
+
+/* Force algorithm `pass` (wrapping) of every collective; returns 0 once
+ * every algorithm has had its pass. */
+static int force_pass(dt_comm *c, int pass, int with_mpi)
+{
+    int more = 0;
+    size_t o = 0;
+    for (int i = 0; i < NCHOOSABLE; i++) {
+        const char *names[32];
+        int n = algos_of(choosable[i], with_mpi, names);
+        if (pass < n) more = 1;
+        const char *name = names[pass % n];
+        must(c, dt_comm_set_algo(c, choosable[i], name), "dt_comm_set_algo");
+        o += (size_t)snprintf(algo_label + o, sizeof algo_label - o, "%s=%s ", choosable[i], name);
+    }
+    snprintf(algo_label + o, sizeof algo_label - o, "| ");
+    return more;
+}
+
 int main(int argc, char **argv)
 {
     size_t large = 262147;
-    int quick = 0;
+    int quick = 0, all_algos = 0, with_mpi = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--large") && i + 1 < argc)
             large = (size_t)strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
+        else if (!strcmp(argv[i], "--all-algos"))
+            all_algos = 1;
+        else if (!strcmp(argv[i], "--mpi"))
+            with_mpi = 1;
         else {
-            fprintf(stderr, "usage: %s [--large N] [--quick]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--large N] [--quick] [--all-algos [--mpi]]\n", argv[0]);
             return 2;
         }
     }
@@ -463,8 +521,16 @@ int main(int argc, char **argv)
     }
     rank = dt_comm_rank(c);
     size = dt_comm_size(c);
-    run_matrix(c, large, quick);
-    test_bit_identical(c, large + 13);
+    int passes = 0;
+    for (int pass = 0; all_algos ? force_pass(c, pass, with_mpi) : pass == 0; pass++, passes++) {
+        run_matrix(c, large, quick);
+        test_bit_identical(c, large + 13);
+    }
+    if (all_algos) {
+        algo_label[0] = '\0';
+        for (int i = 0; i < NCHOOSABLE; i++) must(c, dt_comm_set_algo(c, choosable[i], "auto"), "auto");
+        if (rank == 0) printf("test_collectives: %d passes, each algorithm of every collective forced\n", passes);
+    }
     test_split(c);
     test_nonblocking(c);
     test_p2p(c);

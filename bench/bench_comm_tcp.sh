@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# All-reduce over TCP between two hosts, against PyTorch's gloo, in one
+# run: two network namespaces joined by a veth pair (198.18.0.1 and .2),
+# one rank in each. dtrain's figures come from `dtrain bench comm`, gloo's
+# from torch.distributed.all_reduce timed the same way (warm-up, then the
+# average of many calls, the slower rank's). Prints size, both busbw
+# figures and the ratio. Needs root (namespaces) and python3-torch.
+#
+# Usage: bench/bench_comm_tcp.sh [path/to/dtrain] [MAX_BYTES]   (default 64M)
+set -euo pipefail
+DTRAIN=${1:-build/dtrain}
+MAX=${2:-64M}
+PY=/usr/bin/python3
+DTRAIN=$(readlink -f "$DTRAIN")
+[[ $(id -u) -eq 0 ]] || { echo "bench_comm_tcp: needs root for network namespaces" >&2; exit 2; }
+SUF=$RANDOM
+NA=dtbA$SUF NB=dtbB$SUF VA=dtba$SUF VB=dtbb$SUF
+cleanup() { ip netns del $NA 2>/dev/null || true; ip netns del $NB 2>/dev/null || true; }
+trap cleanup EXIT
+ip netns add $NA && ip netns add $NB
+ip link add $VA netns $NA type veth peer name $VB netns $NB
+ip -n $NA addr add 198.18.0.1/24 dev $VA && ip -n $NB addr add 198.18.0.2/24 dev $VB
+for ns in $NA $NB; do ip -n $ns link set lo up; done
+ip -n $NA link set $VA up && ip -n $NB link set $VB up
+sleep 0.5
+TMP=$(mktemp -d)
+
+# dtrain: one rank per "host" (own hostname and /dev/shm, as real hosts).
+export DTRAIN_SECRET=bench$SUF
+HOST='mount -t tmpfs none /dev/shm && hostname "$0" && exec "$@"'
+for node in 0 1; do
+    ns=$([[ $node == 0 ]] && echo $NA || echo $NB)
+    ip netns exec $ns unshare --uts --mount --propagation private sh -c "$HOST" host$node \
+        "$DTRAIN" launch -n 1 --nnodes 2 --node-rank $node --master-addr 198.18.0.1 \
+        --master-port 29511 -- "$DTRAIN" bench comm --op allreduce --min-bytes 1K \
+        --max-bytes "$MAX" --step-factor 8 >"$TMP/dtrain$node.out" 2>&1 &
+    sleep 0.2
+done
+wait
+grep -E "^ +[0-9]" "$TMP/dtrain0.out" | awk '{print $1, $8}' >"$TMP/dtrain.txt"
+
+# gloo, timed like `dtrain bench comm` (busbw = algbw for 2 ranks).
+cat >"$TMP/gloo.py" <<'PYEOF'
+import os, sys, time, torch, torch.distributed as dist
+torch.set_num_threads(1)
+rank, maxb = int(sys.argv[1]), int(sys.argv[2])
+dist.init_process_group("gloo", init_method="tcp://198.18.0.1:29512", rank=rank, world_size=2)
+b = 1024
+while b <= maxb:
+    x = torch.ones(b // 4)
+    iters = 1000 if b <= 65536 else 100 if b <= 4 << 20 else 20
+    for _ in range(5): dist.all_reduce(x)
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters): dist.all_reduce(x)
+    t = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    if rank == 0: print(b, b / t.item() / 1e9, flush=True)
+    b *= 8
+PYEOF
+maxb=$("$PY" -c "import sys; s=sys.argv[1]; m={'K':1<<10,'M':1<<20,'G':1<<30}; print(int(float(s[:-1])*m[s[-1]]) if s[-1] in m else int(s))" "$MAX")
+for node in 0 1; do
+    ns=$([[ $node == 0 ]] && echo $NA || echo $NB)
+    dev=$([[ $node == 0 ]] && echo $VA || echo $VB)
+    GLOO_SOCKET_IFNAME=$dev OMP_NUM_THREADS=1 timeout 300 ip netns exec $ns "$PY" "$TMP/gloo.py" \
+        $node $maxb >"$TMP/gloo$node.out" 2>&1 &
+done
+wait
+[[ -s "$TMP/gloo0.out" ]] || { echo "gloo failed:" >&2; tail -3 "$TMP"/gloo*.out >&2; }
+echo "# all-reduce f32 sum, 2 ranks on two network-namespace hosts (veth), busbw in GB/s"
+printf "%12s %10s %10s %8s\n" bytes gloo dtrain ratio
+join <(sort -k1,1 "$TMP/gloo0.out") <(sort -k1,1 "$TMP/dtrain.txt") | sort -n |
+    awk '{printf "%12d %10.2f %10.2f %7.2fx\n", $1, $2, $3, $3 / $2}'
+rm -rf "$TMP"
