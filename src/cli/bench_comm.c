@@ -42,7 +42,7 @@ static void usage(FILE *f)
             "  --dtype T        f32 (default), f64, bf16, f16, i32, i64, u8\n"
             "  --iters N        timed iterations per size (default: 1000 up to 64K, 100 up to\n"
             "                   4M, 20 above)\n"
-            "  --warmup N       untimed iterations first (default 5)\n"
+            "  --warmup N       untimed iterations first (default a tenth of --iters, at least 5)\n"
             "  --format F       table (default: nccl-tests layout) or csv (a row per\n"
             "                   measurement)\n"
             "  --peer mpi       also time MPI's collective at every size, in the same\n"
@@ -150,7 +150,7 @@ static int check_algos(const bench_opts *o)
 static int parse_opts(int argc, char **argv, bench_opts *o)
 {
     *o = (bench_opts){.min_bytes = 8, .max_bytes = 64u << 20, .factor = 4, .dtype = DT_F32,
-                      .warmup = 5};
+                      .warmup = -1};
     o->op_on[B_ALLREDUCE] = 1;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];

@@ -185,8 +185,11 @@ int bench_measure(bench_ctx *b, bench_op op, const bench_size *s, int inplace, b
 {
     size_t count = s->count;
     int iters = bench_iters_for(b->o, s->bytes);
+    /* OSU's rule: warm up in proportion, so caches, page tables and the
+     * branch predictors are hot before a small message is timed. */
+    int warmup = b->o->warmup >= 0 ? b->o->warmup : iters / 10 > 5 ? iters / 10 : 5;
     int rc = 0;
-    for (int i = 0; i < b->o->warmup && rc == 0; i++) {
+    for (int i = 0; i < warmup && rc == 0; i++) {
         prepare(b, op, count, inplace);
         rc = run_op(b, op, count, inplace);
     }

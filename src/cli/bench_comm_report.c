@@ -368,8 +368,10 @@ static void print_header(bench_ctx *b, size_t copy_bytes)
         printf("%s\n", csv_header);
         return;
     }
-    printf("# dtrain bench comm: %d rank%s over %s, dtype %s, warm-up %d, ", b->size,
-           b->size == 1 ? "" : "s", dt_comm_transport(b->c), dt_dtype_name(b->o->dtype), b->o->warmup);
+    printf("# dtrain bench comm: %d rank%s over %s, dtype %s, ", b->size, b->size == 1 ? "" : "s",
+           dt_comm_transport(b->c), dt_dtype_name(b->o->dtype));
+    if (b->o->warmup >= 0) printf("warm-up %d, ", b->o->warmup);
+    else printf("warm-up a tenth of the timed calls (at least 5), ");
     if (b->o->iters) printf("%d timed iterations\n", b->o->iters);
     else printf("1000 timed iterations up to 64 KiB, 100 up to 4 MiB, 20 above\n");
     printf("# time: the slowest rank's average; algbw = size / time; busbw = algbw x the op's "

@@ -50,21 +50,13 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* The kind of the link between ranks a and b of c (dt_link_kind_of's
- * rule, seen from rank a instead of from this rank). */
-static dt_link_kind kind_between(const dt_comm *c, int a, int b)
-{
-    if (c->job->use_mpi) return DT_LINK_MPI;
-    if (c->host_of[a] == c->host_of[b] && !c->job->force_tcp) return DT_LINK_SHM;
-    return DT_LINK_TCP;
-}
 
 /* The first pair (a < b, in rank order) joined by a link of kind k, or 0. */
 static int pair_of_kind(const dt_comm *c, dt_link_kind k, int *a, int *b)
 {
     for (int i = 0; i < c->size; i++)
         for (int j = i + 1; j < c->size; j++)
-            if (kind_between(c, i, j) == k) {
+            if (dt_link_kind_between(c, i, j) == k) {
                 *a = i;
                 *b = j;
                 return 1;

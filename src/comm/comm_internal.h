@@ -262,7 +262,9 @@ int dt_have_mpi(void);
  * scratch "buffer" that is never touched. */
 int dt_dry_step(dt_comm *c, const dt_p2p *ops, int n);
 void *dt_dry_scratch(dt_comm *c, size_t bytes);
+/* The kind of link between this rank and peer, or between ranks a and b. */
 dt_link_kind dt_link_kind_of(const dt_comm *c, int peer);
+dt_link_kind dt_link_kind_between(const dt_comm *c, int a, int b);
 
 /* Post ops together and progress until all complete (0), or fail. Ops on
  * the same peer and direction complete in array order. */
@@ -294,6 +296,10 @@ void dt_shm_teardown(dt_comm *c);
 /* Shared-memory doorbell of c. Read the bell before a progress pass; after
  * a fruitless pass, dt_shm_wait sleeps unless the bell moved since. */
 uint32_t dt_shm_bell(const dt_comm *c);
+/* Before sleeping a waiter arms (writers then ring), and makes one more
+ * pass; disarm when that pass progressed. dt_shm_wait disarms itself. */
+void dt_shm_arm(dt_comm *c);
+void dt_shm_disarm(dt_comm *c);
 void dt_shm_wait(dt_comm *c, uint32_t bell, int timeout_ms);
 void dt_shm_wake(dt_comm *c);
 int dt_tcp_setup(dt_comm *c, const int *peers, int npeers);

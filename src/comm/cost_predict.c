@@ -29,12 +29,14 @@ struct dt_dry_run {
 #define FAKE_RECV ((void *)(uintptr_t)(2ull << 44))
 #define FAKE_SCRATCH ((void *)(uintptr_t)(3ull << 44))
 
-dt_link_kind dt_link_kind_of(const dt_comm *c, int peer)
+dt_link_kind dt_link_kind_between(const dt_comm *c, int a, int b)
 {
     if (c->job->use_mpi) return DT_LINK_MPI;
-    if (c->host_of[peer] == c->host_of[c->rank] && !c->job->force_tcp) return DT_LINK_SHM;
+    if (c->host_of[a] == c->host_of[b] && !c->job->force_tcp) return DT_LINK_SHM;
     return DT_LINK_TCP;
 }
+
+dt_link_kind dt_link_kind_of(const dt_comm *c, int peer) { return dt_link_kind_between(c, c->rank, peer); }
 
 static const dt_link_cost *local_cost(const dt_comm *c)
 {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
+#include "comm/mpi.h"
 #include "comm/store.h"
 #include "core/log.h"
 #include "core/str.h"
@@ -33,13 +34,15 @@ static void wake_all(dt_job *job)
 void dt_job_abort(dt_job *job, int code, const char *msg)
 {
     pthread_mutex_lock(&job->lock);
-    if (!atomic_load(&job->aborted)) {
+    int first = !atomic_load(&job->aborted);
+    if (first) {
         job->abort_code = code;
         snprintf(job->abort_msg, sizeof job->abort_msg, "%s", msg);
         atomic_store(&job->aborted, 1);
         wake_all(job);
     }
     pthread_mutex_unlock(&job->lock);
+    if (first) dt_mpi_abort_if_blocked(msg);
 }
 
 /* "allreduce #17 (rank 2 of 4)", plus the communicator when not the world. */

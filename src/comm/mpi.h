@@ -49,6 +49,10 @@ void dt_mpi_comm_release(void *mpi);
 /* DTRAIN_TRANSPORT=mpi: an MPI link to each peer (mpi_link.c). */
 int dt_mpi_link_setup(dt_comm *c, const int *peers, int npeers);
 
+/* Called on a job abort: if a blocking MPI collective is in flight in
+ * this process, print why and MPI_Abort (it could never return). */
+void dt_mpi_abort_if_blocked(const char *why);
+
 #ifdef DTRAIN_HAVE_MPI
 #include <mpi.h>
 

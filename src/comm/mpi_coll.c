@@ -4,10 +4,12 @@
  * the MPI library on the communicator's MPI communicator, with the buffers
  * collectives.c placed (see algorithms.h).
  *
- * The non-blocking forms are used and polled (MPI_Test), so that the wait
- * has dtrain's deadline (DTRAIN_TIMEOUT: the whole call must finish within
- * it), notices a job abort, and naps instead of spinning when ranks
- * outnumber cores. bf16 and f16 reduce through user ops that compute in
+ * The blocking forms are called: they are what MPI programs use and what
+ * MPI tunes (its non-blocking twins take other, slower code paths), so
+ * this is MPI's own figure. A blocking MPI call cannot be interrupted, so
+ * while one runs, a job abort (a peer lost, stopped or failed, seen by the
+ * store's monitor) ends the job through MPI_Abort instead of a return:
+ * MPI's own way, and never a hang. bf16 and f16 reduce through user ops that compute in
  * fp32 (dt_reduce_elems), like every other dtrain algorithm; DT_AVG is
  * reduced as a sum and divided by collectives.c.
  *
@@ -20,6 +22,7 @@
 #ifndef DTRAIN_HAVE_MPI
 
 int dt_have_mpi(void) { return 0; }
+void dt_mpi_abort_if_blocked(const char *why) { (void)why; }
 
 #define NO_MPI(fn)                                                                   \
     int fn(dt_comm *c, const void *send, void *recv, size_t n, int root)             \
@@ -36,6 +39,7 @@ NO_MPI(dt_alltoall_mpi)
 #else /* DTRAIN_HAVE_MPI */
 
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "comm/reduce_ops.h"
@@ -139,27 +143,36 @@ static int comm_of(dt_comm *c, MPI_Comm *m)
     return 0;
 }
 
-/* Poll a started collective to completion, within DTRAIN_TIMEOUT. */
-static int wait_call(dt_comm *c, int start_rc, MPI_Request *req, const char *what)
+/* Blocking MPI calls in flight in this process (dt_mpi_abort_if_blocked). */
+static _Atomic int blocking_calls;
+
+void dt_mpi_abort_if_blocked(const char *why)
 {
-    if (start_rc != MPI_SUCCESS) return dt_mpi_fail(c, start_rc, -1, what);
-    uint64_t start = dt_now_ns(), limit = (uint64_t)(c->job->timeout_s * 1e9);
-    int spins = 0;
-    for (;;) {
-        int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) return dt_mpi_fail(c, rc, -1, what);
-        if (done) return 0;
-        /* The request stays with MPI: a collective cannot be cancelled. */
-        if (atomic_load(&c->job->aborted)) return dt_comm_fail_from_abort(c, "");
-        if (++spins < c->spin_limit) continue;
-        uint64_t idle = dt_now_ns() - start;
-        if (idle >= limit)
-            return dt_comm_fail(c, DT_ERR_TIMEOUT, -1, "%s did not finish in %.1f s "
-                                "(DTRAIN_TIMEOUT)", what, c->job->timeout_s);
-        dt_poll_nap(idle);
-        spins = c->spin_limit / 2;
-    }
+    if (atomic_load(&blocking_calls) == 0) return;
+    fprintf(stderr, "dtrain: %s; a blocking MPI collective cannot be interrupted, so the job "
+            "ends by MPI_Abort\n", why);
+    MPI_Abort(MPI_COMM_WORLD, 1);
 }
+
+/* Around each blocking call: counted in flight (an abort from here on
+ * ends the job by MPI_Abort), and not started at all once the job has
+ * aborted. */
+static int enter_blocking(dt_comm *c)
+{
+    atomic_fetch_add(&blocking_calls, 1);
+    if (!atomic_load(&c->job->aborted)) return 0;
+    atomic_fetch_sub(&blocking_calls, 1);
+    return dt_comm_fail_from_abort(c, "");
+}
+
+static int leave_blocking(dt_comm *c, int mpi_rc, const char *what)
+{
+    atomic_fetch_sub(&blocking_calls, 1);
+    return mpi_rc == MPI_SUCCESS ? 0 : dt_mpi_fail(c, mpi_rc, -1, what);
+}
+
+#define BLOCKING(rc, c, what, call) \
+    if (((rc) = enter_blocking(c)) == 0) (rc) = leave_blocking((c), (call), (what))
 
 /* n bytes as (count, type): MPI_BYTE while n fits MPI's int count, else
  * one derived type of exactly n bytes (*made: free it after). */
@@ -211,8 +224,7 @@ int dt_allreduce_mpi(dt_comm *c, const void *send, void *recv, size_t n, int roo
         size_t k = n - off < (size_t)DT_MPI_COUNT_MAX ? n - off : (size_t)DT_MPI_COUNT_MAX;
         char *r = (char *)recv + off * esz;
         const void *s = send == recv ? MPI_IN_PLACE : (const char *)send + off * esz;
-        MPI_Request req;
-        rc = wait_call(c, MPI_Iallreduce(s, r, (int)k, t, op, m, &req), &req, "MPI_Iallreduce");
+        BLOCKING(rc, c, "MPI_Allreduce", MPI_Allreduce(s, r, (int)k, t, op, m));
     }
     return rc;
 }
@@ -225,8 +237,7 @@ int dt_broadcast_mpi(dt_comm *c, const void *send, void *recv, size_t n, int roo
     int count = 0, made = 0, rc = comm_of(c, &m);
     if (rc == 0) rc = bytes_type(c, n, &count, &t, &made);
     if (rc < 0) return rc;
-    MPI_Request req;
-    rc = wait_call(c, MPI_Ibcast(recv, count, t, root, m, &req), &req, "MPI_Ibcast");
+    BLOCKING(rc, c, "MPI_Bcast", MPI_Bcast(recv, count, t, root, m));
     if (made) MPI_Type_free(&t);
     return rc;
 }
@@ -240,9 +251,8 @@ int dt_allgather_mpi(dt_comm *c, const void *send, void *recv, size_t n, int roo
     if (rc == 0) rc = bytes_type(c, n, &count, &t, &made);
     if (rc < 0) return rc;
     /* Our block is in its slot already. */
-    MPI_Request req;
-    rc = wait_call(c, MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, count, t, m, &req),
-                   &req, "MPI_Iallgather");
+    BLOCKING(rc, c, "MPI_Allgather",
+             MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, count, t, m));
     if (made) MPI_Type_free(&t);
     return rc;
 }
@@ -261,18 +271,18 @@ int dt_reduce_scatter_mpi(dt_comm *c, const void *send, void *recv, size_t n, in
                             "%d elements per rank (MPI's int counts), not %zu", DT_MPI_COUNT_MAX,
                             n);
     size_t bytes = n * dt_dtype_size(c->cur.dtype);
-    MPI_Request req;
-    if (send == recv) /* MPI's in-place form: the input in recv, the result at its start */
-        return wait_call(c, MPI_Ireduce_scatter_block(MPI_IN_PLACE, recv, (int)n, t, op, m, &req),
-                         &req, "MPI_Ireduce_scatter_block");
+    if (send == recv) { /* MPI's in-place form: the input in recv, the result at its start */
+        BLOCKING(rc, c, "MPI_Reduce_scatter_block",
+                 MPI_Reduce_scatter_block(MPI_IN_PLACE, recv, (int)n, t, op, m));
+        return rc;
+    }
     /* recv may overlap the input elsewhere (NCCL's layout): land beside it. */
     void *out = recv;
     if (ranges_overlap(send, bytes * (size_t)c->size, recv, bytes)) {
         out = dt_comm_scratch(c, bytes);
         if (!out) return dt_comm_fail(c, DT_ERR_NOMEM, -1, "no memory for %zu bytes", bytes);
     }
-    rc = wait_call(c, MPI_Ireduce_scatter_block(send, out, (int)n, t, op, m, &req), &req,
-                   "MPI_Ireduce_scatter_block");
+    BLOCKING(rc, c, "MPI_Reduce_scatter_block", MPI_Reduce_scatter_block(send, out, (int)n, t, op, m));
     if (rc == 0 && out != recv) memcpy(recv, out, bytes);
     return rc;
 }
@@ -285,9 +295,7 @@ int dt_alltoall_mpi(dt_comm *c, const void *send, void *recv, size_t n, int root
     int count = 0, made = 0, rc = comm_of(c, &m);
     if (rc == 0) rc = bytes_type(c, n, &count, &t, &made);
     if (rc < 0) return rc;
-    MPI_Request req;
-    rc = wait_call(c, MPI_Ialltoall(send, count, t, recv, count, t, m, &req), &req,
-                   "MPI_Ialltoall");
+    BLOCKING(rc, c, "MPI_Alltoall", MPI_Alltoall(send, count, t, recv, count, t, m));
     if (made) MPI_Type_free(&t);
     return rc;
 }

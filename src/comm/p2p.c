@@ -143,12 +143,13 @@ int dt_p2p_run_growing(dt_comm *c, dt_p2p *ops, int n, int cap, dt_p2p_refill_fn
     unsigned char done[DT_P2P_MAX_OPS] = {0};
     uint64_t timeout_ns = (uint64_t)(c->job->timeout_s * 1e9);
     uint64_t last_progress = 0;
-    int spins = 0;
+    int spins = 0, armed = 0;
     for (;;) {
         int progressed = 0;
         if (refill) n = refill(arg, ops, n, cap);
         uint32_t bell = dt_shm_bell(c);
         int pending = progress_pass(c, ops, done, n, &progressed);
+        if (armed && (pending <= 0 || progressed)) dt_shm_disarm(c), armed = 0;
         if (pending <= 0) return pending;
         if (progressed) {
             spins = 0;
@@ -169,9 +170,16 @@ int dt_p2p_run_growing(dt_comm *c, dt_p2p *ops, int n, int cap, dt_p2p_refill_fn
                                 "timed out after %.1f s waiting for rank %d %s (DTRAIN_TIMEOUT)",
                                 c->job->timeout_s, peer, what);
         }
+        if (!armed) { /* one more pass after arming, so no wake-up is lost */
+            dt_shm_arm(c);
+            armed = 1;
+            continue;
+        }
         uint64_t left_ms = (timeout_ns - (now - last_progress)) / 1000000 + 1;
         block_once(c, ops, done, n, bell, left_ms < DT_BLOCK_SLICE_MS ? (int)left_ms : DT_BLOCK_SLICE_MS,
                    now - last_progress);
+        dt_shm_disarm(c);
+        armed = 0;
         spins = c->spin_limit / 2; /* after a sleep, spin less before the next */
     }
 }

@@ -220,6 +220,24 @@ void dt_reduce_elems_stream(dt_dtype t, dt_op op, void *dst, const void *a, cons
     dt_reduce_elems(t, op, dst, a, b, n);
 }
 
+void dt_copy_stream(void *dst, const void *src, size_t bytes)
+{
+#if defined(__AVX512F__)
+    char *d = dst;
+    const char *s = src;
+    size_t i = 0;
+    size_t head = (64 - ((uintptr_t)d & 63)) & 63;
+    if (head > bytes) head = bytes;
+    memcpy(d, s, head);
+    for (i = head; i + 64 <= bytes; i += 64)
+        _mm512_stream_si512((__m512i *)(d + i), _mm512_loadu_si512((const void *)(s + i)));
+    memcpy(d + i, s + i, bytes - i);
+    _mm_sfence();
+#else
+    memcpy(dst, src, bytes);
+#endif
+}
+
 /* ---- average ------------------------------------------------------------ */
 
 /* Division rather than multiplication by 1/divisor: the quotient is then

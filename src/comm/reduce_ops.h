@@ -18,6 +18,9 @@ void dt_reduce_elems(dt_dtype t, dt_op op, void *dst, const void *a, const void 
  * where the CPU allows (f32 sums with AVX-512 today). */
 void dt_reduce_elems_stream(dt_dtype t, dt_op op, void *dst, const void *a, const void *b,
                             size_t n);
+/* memcpy whose stores bypass the cache (where the CPU allows), for copies
+ * too large to be read again from it. */
+void dt_copy_stream(void *dst, const void *src, size_t bytes);
 /* x[i] /= divisor, for DT_AVG (integers truncate toward zero). */
 void dt_reduce_finish_avg(dt_dtype t, void *x, size_t n, int divisor);
 

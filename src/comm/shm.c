@@ -14,10 +14,11 @@
  * acknowledgement counter that completes the send. Where CMA is refused
  * (containers, ptrace restrictions) everything streams through the ring.
  *
- * Blocking: a waiter publishes `sleeping` and sleeps on its doorbell futex;
- * whoever makes progress it could be waiting for (new data, freed space, an
- * acknowledgement) bumps the doorbell, and calls futex_wake only when the
- * waiter sleeps, so the fast path has no syscall.
+ * Blocking: a waiter publishes `sleeping` (arms), looks once more, and
+ * sleeps on its doorbell futex; whoever makes progress it could be
+ * waiting for (new data, freed space, an acknowledgement) moves the
+ * doorbell and calls futex_wake only when the waiter is armed, so the fast
+ * path has neither a syscall nor a write to a shared line.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -42,7 +43,7 @@
 #define LINE 64
 #define CMA_PIECE (4u << 20)     /* a plain CMA receive moves this much per call */
 #define REDUCE_PIECE (256u << 10) /* CMA reductions go through a cache-sized buffer */
-#define STREAM_MIN (4u << 20)     /* reductions this large store past the cache */
+#define STREAM_MIN (32u << 20)     /* reductions this large store past the cache */
 
 typedef struct {
     _Alignas(LINE) _Atomic uint64_t head; /* bytes written by the sender */
@@ -115,10 +116,22 @@ static size_t segment_size(uint64_t ring_bytes, int nlocal)
     return first + (size_t)nlocal * ring_stride(ring_bytes);
 }
 
+/* After publishing: ring only a waiter that may sleep. The fence pairs
+ * with dt_shm_arm's (Dekker): either the waiter's re-check after arming
+ * sees what we published, or we see it armed and move the doorbell, so
+ * its futex wait returns. A spinning peer thus costs no shared write. */
 static void ring_notify(shm_inbox *target)
 {
+    atomic_thread_fence(memory_order_seq_cst);
+    if (!atomic_load_explicit(&target->sleeping, memory_order_relaxed)) return;
     atomic_fetch_add(&target->doorbell, 1);
-    if (atomic_load(&target->sleeping)) futex(&target->doorbell, FUTEX_WAKE, 1, NULL);
+    futex(&target->doorbell, FUTEX_WAKE, 1, NULL);
+}
+
+static void ring_wake(shm_inbox *target)
+{
+    atomic_fetch_add(&target->doorbell, 1);
+    futex(&target->doorbell, FUTEX_WAKE, 1, NULL);
 }
 
 /* ---- sending ------------------------------------------------------------ */
@@ -221,7 +234,9 @@ static int recv_header(dt_comm *c, shm_link *l, dt_p2p *op)
 
 static void consume(dt_comm *c, dt_p2p *op, const void *from, size_t n)
 {
-    if (op->kind == DT_P2P_RECV)
+    if (op->kind == DT_P2P_RECV && op->bytes >= STREAM_MIN)
+        dt_copy_stream((char *)op->dst + op->done, from, n);
+    else if (op->kind == DT_P2P_RECV)
         memcpy((char *)op->dst + op->done, from, n);
     else if (op->bytes >= STREAM_MIN) /* far beyond the cache: stream the result out */
         dt_reduce_elems_stream(c->cur.dtype, c->cur.op, (char *)op->dst + op->done,
@@ -330,6 +345,18 @@ static const dt_link_ops shm_ops = {"shm", shm_progress, shm_pollfd, shm_link_de
 
 uint32_t dt_shm_bell(const dt_comm *c) { return c->shm ? atomic_load(&c->shm->me->doorbell) : 0; }
 
+void dt_shm_arm(dt_comm *c)
+{
+    if (!c->shm) return;
+    atomic_store(&c->shm->me->sleeping, 1);
+    atomic_thread_fence(memory_order_seq_cst);
+}
+
+void dt_shm_disarm(dt_comm *c)
+{
+    if (c->shm) atomic_store(&c->shm->me->sleeping, 0);
+}
+
 void dt_shm_wait(dt_comm *c, uint32_t bell, int timeout_ms)
 {
     struct dt_shm_comm *sc = c->shm;
@@ -337,8 +364,7 @@ void dt_shm_wait(dt_comm *c, uint32_t bell, int timeout_ms)
         usleep((useconds_t)timeout_ms * 1000);
         return;
     }
-    atomic_store(&sc->me->sleeping, 1);
-    /* `bell` was read before the caller's last progress pass: anything
+    /* Armed before `bell` was read and the last pass ran: anything
      * published since moved the doorbell, and the futex returns at once. */
     struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
     if (!atomic_load(&c->job->aborted)) futex(&sc->me->doorbell, FUTEX_WAIT, bell, &ts);
@@ -347,7 +373,7 @@ void dt_shm_wait(dt_comm *c, uint32_t bell, int timeout_ms)
 
 void dt_shm_wake(dt_comm *c)
 {
-    if (c->shm && c->shm->wake_me) ring_notify(c->shm->wake_me);
+    if (c->shm && c->shm->wake_me) ring_wake(c->shm->wake_me);
 }
 
 static void publish(dt_comm *c, struct dt_shm_comm *sc, shm_inbox *wake_me)
@@ -430,10 +456,28 @@ static int cma_works(pid_t pid, uint64_t addr)
            v == probe_value;
 }
 
-static int read_settings(dt_comm *c, struct dt_shm_comm *sc)
+/* Ring size: streaming through a ring that stays in cache beats pulling
+ * by cross-memory attach (whose kernel copy and page pinning cost more
+ * than the second copy saves), so rings are as large as a budget of
+ * 16 MiB per rank and communicator allows, at most 2 MiB each. Cross-
+ * memory attach is kept (auto) for when many local peers leave each ring
+ * small; DTRAIN_SHM_CMA=1 or 0 forces it on or off. */
+#define RING_BUDGET (16u << 20)
+#define RING_MAX (2u << 20)
+#define RING_MIN (64u << 10)
+#define CMA_AUTO_BELOW (512u << 10) /* auto: CMA when rings are smaller than this */
+
+static uint64_t default_ring_bytes(int npeers)
+{
+    uint64_t r = RING_MAX;
+    while (r > RING_MIN && r * (uint64_t)npeers > RING_BUDGET) r /= 2;
+    return r;
+}
+
+static int read_settings(dt_comm *c, struct dt_shm_comm *sc, int npeers)
 {
     char err[256];
-    long ring_kb = 1024, cma_min = 256 << 10, cma = 1;
+    long ring_kb = (long)(default_ring_bytes(npeers) >> 10), cma_min = 1 << 20, cma = -1;
     if (dt_env_long("DTRAIN_SHM_RING_KB", 4, 1 << 20, &ring_kb, err, sizeof err) < 0 ||
         dt_env_long("DTRAIN_SHM_CMA_MIN", 0, 1L << 40, &cma_min, err, sizeof err) < 0 ||
         dt_env_long("DTRAIN_SHM_CMA", 0, 1, &cma, err, sizeof err) < 0)
@@ -442,6 +486,7 @@ static int read_settings(dt_comm *c, struct dt_shm_comm *sc)
         return dt_comm_fail(c, DT_ERR_INVALID, -1,
                             "DTRAIN_SHM_RING_KB=%ld must be a power of two", ring_kb);
     sc->ring_bytes = (uint64_t)ring_kb << 10;
+    if (cma < 0) cma = sc->ring_bytes < CMA_AUTO_BELOW;
     sc->cma_min = cma ? (size_t)cma_min : SIZE_MAX;
     return 0;
 }
@@ -492,7 +537,7 @@ int dt_shm_setup(dt_comm *c, const int *peers, int npeers)
     struct dt_shm_comm *sc = calloc(1, sizeof *sc);
     if (!sc) return dt_comm_fail(c, DT_ERR_NOMEM, -1, "out of memory");
     publish(c, sc, NULL);
-    int rc = read_settings(c, sc);
+    int rc = read_settings(c, sc, npeers);
     if (rc < 0) return rc;
     /* Yama may restrict process_vm_readv to ancestors; allow our peers. */
     prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
