@@ -262,6 +262,33 @@ static void test_scientific(void)
 }
 
 /* Each bad command line must fail with a message containing the needle. */
+/* --comm-algo: accepted pairs are kept as given and walked in order. */
+static int collect_algo(void *ctx, const char *coll, const char *algo, char *e, size_t n)
+{
+    (void)e, (void)n;
+    char *out = ctx;
+    snprintf(out + strlen(out), 128 - strlen(out), "%s:%s;", coll, algo);
+    return 0;
+}
+
+static void test_comm_algo(void)
+{
+    dt_train_config c;
+    dt_config_defaults(&c);
+    int rc = parse_line(&c, "--comm-algo allreduce=hier,broadcast=auto,alltoall=bruck");
+    char seen[128] = "";
+    CHECK(rc == 0, "--comm-algo with good pairs refused: %s", err);
+    CHECK(dt_config_each_comm_algo(c.comm_algo, collect_algo, seen, err, sizeof err) == 0 &&
+              !strcmp(seen, "allreduce:hier;broadcast:auto;alltoall:bruck;"),
+          "--comm-algo pairs walked as '%s'", seen);
+    const char *path = write_json("{\"comm_algo\": \"allgather=rd\"}");
+    dt_config_defaults(&c);
+    char line[300];
+    snprintf(line, sizeof line, "--config %s", path);
+    CHECK(parse_line(&c, line) == 0 && !strcmp(c.comm_algo, "allgather=rd"),
+          "comm_algo from JSON: rc, value '%s' (%s)", c.comm_algo, err);
+}
+
 static void test_flag_errors(void)
 {
     static const char *const cases[][2] = {
@@ -294,6 +321,10 @@ static void test_flag_errors(void)
         {"--help=1", "--help takes no value"},
         {"--config /nonexistent/x.json", "/nonexistent/x.json"},
         {"--model", "--model needs a value"},
+        {"--comm-algo allreduce=rung", "--comm-algo: 'rung' is not one of the allreduce algorithms (choices: auto, ring"},
+        {"--comm-algo reduce=ring", "--comm-algo: 'reduce' has no choice of algorithms"},
+        {"--comm-algo allreduce", "--comm-algo: 'allreduce' is not COLLECTIVE=ALGORITHM"},
+        {"--comm-algo allreduce=ring,alltoall=", "--comm-algo: 'alltoall=' is not COLLECTIVE=ALGORITHM"},
     };
     dt_train_config c;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -582,6 +613,7 @@ int main(int argc, char **argv)
     test_batch_inference();
     test_scientific();
     test_flag_errors();
+    test_comm_algo();
     test_validate_errors();
     test_json_errors();
     test_deepspeed();
