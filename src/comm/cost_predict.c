@@ -121,7 +121,8 @@ double dt_cost_predict(dt_comm *c, const dt_algo *al, const dt_coll_args *a)
         f->nhosts = c->nhosts;
         f->cur = *a;
         f->dry = &d;
-        al->run(f, FAKE_SEND, FAKE_RECV, dt_algo_arg_n(a), a->root);
+        if (al->run(f, FAKE_SEND, FAKE_RECV, dt_algo_arg_n(a), a->root) < 0)
+            return -1; /* it could not run here: not a candidate */
         if (d.seconds > worst) worst = d.seconds;
     }
     return worst;
