@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cli/bench_comm.h"
+#include "comm/cost_model.h"
 #include "comm/reduce_ops.h"
 #include "core/timer.h"
 
@@ -209,15 +210,6 @@ int bench_measure(bench_ctx *b, bench_op op, const bench_size *s, int inplace, b
     return rc;
 }
 
-/* Keep the compiler from dropping a copy nobody reads. */
-static void clobber(void *p) { __asm__ volatile("" : : "r"(p) : "memory"); }
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 int bench_copy_bandwidth(bench_ctx *b, double *gbps, size_t *bytes)
 {
     const size_t n = 32u << 20;
@@ -225,22 +217,8 @@ int bench_copy_bandwidth(bench_ctx *b, double *gbps, size_t *bytes)
     *bytes = n;
     int rc = dt_barrier(b->c);
     if (rc == 0 && b->rank == 0) {
-        char *src = malloc(n), *dst = malloc(n);
-        if (src && dst) {
-            memset(src, 1, n);
-            memset(dst, 0, n);
-            double t[5];
-            for (int r = 0; r < 5; r++) {
-                uint64_t t0 = dt_now_ns();
-                memcpy(dst, src, n);
-                clobber(dst);
-                t[r] = (double)(dt_now_ns() - t0) * 1e-9;
-            }
-            qsort(t, 5, sizeof t[0], cmp_double);
-            *gbps = (double)n / t[2] / 1e9;
-        }
-        free(src);
-        free(dst);
+        double s = dt_measure_copy(n);
+        *gbps = s > 0 ? 1e-9 / s : 0;
     }
     if (rc == 0) rc = dt_barrier(b->c);
     return rc;

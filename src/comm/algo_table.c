@@ -67,13 +67,6 @@ static const dt_coll_kind selectable[] = {DT_COLL_ALLREDUCE, DT_COLL_BROADCAST, 
                                           DT_COLL_REDUCE_SCATTER, DT_COLL_ALLTOALL};
 #define NSELECTABLE ((int)(sizeof selectable / sizeof selectable[0]))
 
-int dt_algo_selectable(dt_coll_kind k)
-{
-    for (int i = 0; i < NSELECTABLE; i++)
-        if (selectable[i] == k) return 1;
-    return 0;
-}
-
 int dt_algo_find(dt_coll_kind k, const char *name)
 {
     for (int i = 0; i < dt_algo_count; i++)
@@ -149,11 +142,11 @@ int dt_algo_read_env(dt_comm *c, char *err, size_t len)
     return 0;
 }
 
-/* The size a call is judged by, in the nccl-tests sense (all ranks' data
- * for all-gather, reduce-scatter and all-to-all). */
-static size_t call_bytes(const dt_comm *c, const dt_coll_args *a)
+/* Bytes per element of a call's size in the nccl-tests sense: all
+ * ranks' data for all-gather, reduce-scatter and all-to-all. */
+static size_t bytes_per_count(const dt_comm *c, const dt_coll_args *a)
 {
-    size_t b = a->count * dt_dtype_size(a->dtype);
+    size_t b = dt_dtype_size(a->dtype);
     if (a->kind == DT_COLL_ALLGATHER || a->kind == DT_COLL_REDUCE_SCATTER ||
         a->kind == DT_COLL_ALLTOALL)
         b *= (size_t)c->size;
@@ -171,11 +164,7 @@ static int size_class(size_t bytes)
 static int cheapest(dt_comm *c, const dt_coll_args *a, int b)
 {
     dt_coll_args rep = *a;
-    size_t per = dt_dtype_size(a->dtype);
-    if (a->kind == DT_COLL_ALLGATHER || a->kind == DT_COLL_REDUCE_SCATTER ||
-        a->kind == DT_COLL_ALLTOALL)
-        per *= (size_t)c->size;
-    rep.count = ((size_t)1 << b) / per;
+    rep.count = ((size_t)1 << b) / bytes_per_count(c, a);
     if (rep.count == 0) rep.count = 1;
     int best = -1;
     double best_t = 0;
@@ -197,7 +186,7 @@ int dt_algo_pick(dt_comm *c, const dt_coll_args *a, const dt_algo **out)
             memset(c->auto_choice, -1, sizeof c->auto_choice);
             c->model_seen = v;
         }
-        int b = size_class(call_bytes(c, a));
+        int b = size_class(a->count * bytes_per_count(c, a));
         if (c->auto_choice[a->kind][b] < 0) c->auto_choice[a->kind][b] = (signed char)cheapest(c, a, b);
         i = c->auto_choice[a->kind][b];
     }

@@ -47,8 +47,6 @@ extern const dt_algo dt_algo_table[];
 extern const int dt_algo_count;
 /* Index in the table of the named algorithm of kind k, or -1. */
 int dt_algo_find(dt_coll_kind k, const char *name);
-/* Whether kind k has a choice of algorithms (and a DTRAIN_<K>_ALGO). */
-int dt_algo_selectable(dt_coll_kind k);
 /* The algorithm to run for this call: the one forced, or the cheapest by
  * the cost model. Same answer on every rank. Fails c (DT_ERR_INVALID)
  * when the forced one cannot run here. */

@@ -113,6 +113,25 @@ static void fit_link(const double *oneway, double *alpha, double *beta)
     *beta = slope > 1e-13 ? slope : 1e-13;
 }
 
+double dt_measure_copy(size_t bytes)
+{
+    char *src = malloc(bytes), *dst = malloc(bytes);
+    double cp[REPS] = {0};
+    int ok = src && dst;
+    if (ok) {
+        memset(src, 1, bytes);
+        memset(dst, 0, bytes);
+        for (int r = 0; r < REPS; r++) {
+            uint64_t t0 = dt_now_ns();
+            memcpy(dst, src, bytes);
+            clobber(dst);
+            cp[r] = (double)(dt_now_ns() - t0) * 1e-9 / (double)bytes;
+        }
+    }
+    free(src), free(dst);
+    return ok ? median(cp, REPS) : 0;
+}
+
 /* Median seconds per byte of a float sum and of a memcpy over buffers
  * that do not fit in cache. */
 static int time_local(double *gamma, double *copy)
@@ -124,22 +143,18 @@ static int time_local(double *gamma, double *copy)
         return DT_ERR_NOMEM;
     }
     for (size_t i = 0; i < n; i++) x[i] = (float)(i & 7), y[i] = 1, z[i] = 0;
-    double red[REPS], cp[REPS];
+    double red[REPS];
     dt_reduce_elems(DT_F32, DT_SUM, z, x, y, n); /* warm-up */
     for (int r = 0; r < REPS; r++) {
         uint64_t t0 = dt_now_ns();
         dt_reduce_elems(DT_F32, DT_SUM, z, x, y, n);
         clobber(z);
-        uint64_t t1 = dt_now_ns();
-        memcpy(z, x, LOCAL_BYTES);
-        clobber(z);
-        uint64_t t2 = dt_now_ns();
-        red[r] = (double)(t1 - t0) * 1e-9 / LOCAL_BYTES;
-        cp[r] = (double)(t2 - t1) * 1e-9 / LOCAL_BYTES;
+        red[r] = (double)(dt_now_ns() - t0) * 1e-9 / LOCAL_BYTES;
     }
-    *gamma = median(red, REPS);
-    *copy = median(cp, REPS);
     free(x), free(y), free(z);
+    *copy = dt_measure_copy(LOCAL_BYTES);
+    if (!(*copy > 0)) return DT_ERR_NOMEM;
+    *gamma = median(red, REPS);
     return 0;
 }
 

@@ -33,6 +33,9 @@ void dt_cost_model_defaults(dt_cost_model *m);
 int dt_cost_model_load(dt_cost_model *m, const char *path, char *err, size_t len);
 /* Written atomically (temporary file, then rename). */
 int dt_cost_model_save(const dt_cost_model *m, const char *path, char *err, size_t len);
+/* Median seconds per byte of a memcpy of `bytes` (calibrate.c); 0 when
+ * the buffers cannot be had. */
+double dt_measure_copy(size_t bytes);
 /* One line per link kind, for --explain. */
 void dt_cost_model_describe(const dt_cost_model *m, char *buf, size_t len);
 

@@ -229,32 +229,47 @@ int dt_allreduce_mpi(dt_comm *c, const void *send, void *recv, size_t n, int roo
     return rc;
 }
 
+/* The byte collectives' common part: c's MPI communicator and n bytes as
+ * (count, type); byte_call_end frees a type made for a large block. */
+typedef struct {
+    MPI_Comm comm;
+    MPI_Datatype type;
+    int count, made;
+} byte_call;
+
+static int byte_call_begin(dt_comm *c, size_t n, byte_call *b)
+{
+    *b = (byte_call){MPI_COMM_NULL, MPI_DATATYPE_NULL, 0, 0};
+    int rc = comm_of(c, &b->comm);
+    return rc ? rc : bytes_type(c, n, &b->count, &b->type, &b->made);
+}
+
+static int byte_call_end(byte_call *b, int rc)
+{
+    if (b->made) MPI_Type_free(&b->type);
+    return rc;
+}
+
 int dt_broadcast_mpi(dt_comm *c, const void *send, void *recv, size_t n, int root)
 {
     (void)send;
-    MPI_Comm m = MPI_COMM_NULL;
-    MPI_Datatype t = MPI_DATATYPE_NULL;
-    int count = 0, made = 0, rc = comm_of(c, &m);
-    if (rc == 0) rc = bytes_type(c, n, &count, &t, &made);
+    byte_call b;
+    int rc = byte_call_begin(c, n, &b);
     if (rc < 0) return rc;
-    BLOCKING(rc, c, "MPI_Bcast", MPI_Bcast(recv, count, t, root, m));
-    if (made) MPI_Type_free(&t);
-    return rc;
+    BLOCKING(rc, c, "MPI_Bcast", MPI_Bcast(recv, b.count, b.type, root, b.comm));
+    return byte_call_end(&b, rc);
 }
 
 int dt_allgather_mpi(dt_comm *c, const void *send, void *recv, size_t n, int root)
 {
     (void)send, (void)root;
-    MPI_Comm m = MPI_COMM_NULL;
-    MPI_Datatype t = MPI_DATATYPE_NULL;
-    int count = 0, made = 0, rc = comm_of(c, &m);
-    if (rc == 0) rc = bytes_type(c, n, &count, &t, &made);
+    byte_call b;
+    int rc = byte_call_begin(c, n, &b);
     if (rc < 0) return rc;
     /* Our block is in its slot already. */
     BLOCKING(rc, c, "MPI_Allgather",
-             MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, count, t, m));
-    if (made) MPI_Type_free(&t);
-    return rc;
+             MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, b.count, b.type, b.comm));
+    return byte_call_end(&b, rc);
 }
 
 int dt_reduce_scatter_mpi(dt_comm *c, const void *send, void *recv, size_t n, int root)
@@ -290,14 +305,12 @@ int dt_reduce_scatter_mpi(dt_comm *c, const void *send, void *recv, size_t n, in
 int dt_alltoall_mpi(dt_comm *c, const void *send, void *recv, size_t n, int root)
 {
     (void)root;
-    MPI_Comm m = MPI_COMM_NULL;
-    MPI_Datatype t = MPI_DATATYPE_NULL;
-    int count = 0, made = 0, rc = comm_of(c, &m);
-    if (rc == 0) rc = bytes_type(c, n, &count, &t, &made);
+    byte_call b;
+    int rc = byte_call_begin(c, n, &b);
     if (rc < 0) return rc;
-    BLOCKING(rc, c, "MPI_Alltoall", MPI_Alltoall(send, count, t, recv, count, t, m));
-    if (made) MPI_Type_free(&t);
-    return rc;
+    BLOCKING(rc, c, "MPI_Alltoall",
+             MPI_Alltoall(send, b.count, b.type, recv, b.count, b.type, b.comm));
+    return byte_call_end(&b, rc);
 }
 
 #endif /* DTRAIN_HAVE_MPI */
