@@ -22,6 +22,7 @@
 
 #include "cli/bench_comm.h"
 #include "cli/cli.h"
+#include "core/parse.h"
 
 static void usage(FILE *f)
 {
@@ -90,10 +91,8 @@ static int parse_bytes(const char *s, size_t *out)
 
 static int parse_int(const char *s, int min, int *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < min || v > INT_MAX) return -1;
+    long v;
+    if (dt_parse_long(s, min, INT_MAX, &v)) return -1;
     *out = (int)v;
     return 0;
 }
@@ -210,9 +209,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
             if (parse_bytes(v, !strcmp(f, "--min-bytes") ? &o->min_bytes : &o->max_bytes))
                 return bad(f, v, "a byte count such as 4096, 64K, 16M or 1G");
         } else if (!strcmp(f, "--step-factor")) {
-            char *end;
-            o->factor = strtod(v, &end);
-            if (end == v || *end || !(o->factor > 1) || !isfinite(o->factor))
+            if (dt_parse_double(v, 1, 1e6, &o->factor) || o->factor == 1)
                 return bad(f, v, "a number above 1");
         } else if (!strcmp(f, "--dtype")) {
             if (parse_dtype(v, &o->dtype)) return bad(f, v, "choices: f32, f64, bf16, f16, i32, i64, u8");

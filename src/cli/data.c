@@ -17,9 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/atomic_file.h"
+#include "core/atomic_file.h"
 #include "train/dataset.h"
 #include "train/shard_write.h"
+#include "core/parse.h"
 
 #define DEFAULT_VAL_FRACTION 0.1
 #define CHUNK_TOKENS (1u << 20)
@@ -69,10 +70,8 @@ struct prepare_opts {
 
 static int parse_fraction(const char *flag, const char *s, double *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (*s == '\0' || *end != '\0' || errno || !(v >= 0 && v < 1))
+    double v;
+    if (dt_parse_double(s, 0, 1, &v) || v >= 1)
         return usage_error("dtrain data prepare",
                            "invalid value '%s' for %s: expected a number from 0 to below 1", s,
                            flag);

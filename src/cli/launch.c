@@ -17,6 +17,7 @@
  * happened to get a recycled pid.
  */
 #include "cli/cli.h"
+#include "core/parse.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -167,10 +168,8 @@ static int usage_error(const char *fmt, ...)
 
 static int parse_long(const char *flag, const char *s, long min, long max, long *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (*s == '\0' || *s == ' ' || *end != '\0' || errno || v < min || v > max) {
+    long v;
+    if (dt_parse_long(s, min, max, &v)) {
         return usage_error("invalid value '%s' for %s: expected an integer from %ld to %ld", s,
                            flag, min, max);
     }
@@ -180,10 +179,8 @@ static int parse_long(const char *flag, const char *s, long min, long max, long 
 
 static int parse_seconds(const char *what, const char *s, double *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (*s == '\0' || *s == ' ' || *end != '\0' || errno || !(v >= 0 && v <= MAX_GRACE_S)) {
+    double v;
+    if (dt_parse_double(s, 0, MAX_GRACE_S, &v)) {
         return usage_error("invalid value '%s' for %s: expected seconds from 0 to %g", s, what,
                            MAX_GRACE_S);
     }

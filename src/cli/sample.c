@@ -14,6 +14,7 @@
 #include "model/gpt.h"
 #include "train/checkpoint.h"
 #include "train/weights.h"
+#include "core/parse.h"
 
 typedef struct {
     const char *ckpt;
@@ -43,9 +44,8 @@ static void usage(FILE *f)
 
 static int parse_number(const char *flag, const char *v, double lo, double hi, double *out)
 {
-    char *end;
-    double x = strtod(v, &end);
-    if (*v == 0 || *end != 0 || !(x >= lo && x <= hi)) {
+    double x;
+    if (dt_parse_double(v, lo, hi, &x)) {
         fprintf(stderr, "dtrain sample: %s: '%s' is not a number in [%g, %g]\n", flag, v, lo, hi);
         return -1;
     }

@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #include "train/config.h"
 #include "train/trainer.h"
+#include "core/parse.h"
 
 /* `--nproc N`: the command starts N ranks of itself through `dtrain launch`
  * (torchrun's standalone mode). Under a launcher already, it only has to
@@ -25,9 +26,7 @@ static long take_nproc(int *argc, char **argv)
         } else {
             continue;
         }
-        char *end;
-        n = strtol(v, &end, 10);
-        if (*v == 0 || *end != 0 || n < 1 || n > 4096) return 0;
+        if (dt_parse_long(v, 1, 4096, &n)) return 0;
         memmove(&argv[i], &argv[i + used], (size_t)(*argc - i - used + 1) * sizeof *argv);
         *argc -= used;
         i--;

@@ -20,6 +20,7 @@
 #include "comm/bootstrap.h"
 #include "comm/mpi.h"
 #include "core/env.h"
+#include "core/hash.h"
 #include "core/log.h"
 #include "core/str.h"
 
@@ -29,13 +30,6 @@ static int env_int(const char *name, long min, long max, int *out, char *err, si
     int rc = dt_env_long(name, min, max, &v, err, errlen);
     if (rc == 1) *out = (int)v;
     return rc;
-}
-
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
 }
 
 /* First host of a Slurm node list such as "gpu[03-07,09],cpu1" -> "gpu03". */
@@ -108,7 +102,7 @@ static int read_master(dt_bootstrap *b, char *err, size_t errlen)
     }
     int port = 29500;
     if (b->launcher_job[0] && !dt_env_str("MASTER_PORT"))
-        port = 20000 + (int)(fnv1a(b->launcher_job) % 30000);
+        port = 20000 + (int)(dt_fnv1a64_str(b->launcher_job) % 30000);
     if (env_int("MASTER_PORT", 1, 65535, &port, err, errlen) < 0) return -1;
     b->master_port = port;
     return 0;
@@ -135,7 +129,7 @@ static void read_secret(dt_bootstrap *b)
         b->job_id[o] = '\0';
     }
     if (!b->job_id[0])
-        snprintf(b->job_id, sizeof b->job_id, "%016llx", (unsigned long long)fnv1a(b->secret));
+        snprintf(b->job_id, sizeof b->job_id, "%016llx", (unsigned long long)dt_fnv1a64_str(b->secret));
 }
 
 int dt_bootstrap_from_env(dt_bootstrap *b, char *err, size_t errlen)

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "comm/cost_model.h"
+#include "core/atomic_file.h"
 #include "core/file.h"
 
 #define FORMAT "dtrain-comm-model/1"
@@ -156,17 +157,11 @@ int dt_cost_model_save(const dt_cost_model *m, const char *path, char *err, size
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     if (!text) return bad(err, len, path, "out of memory");
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "w");
-    int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-    if (f && fclose(f) != 0) ok = 0;
+    size_t n = strlen(text);
+    text[n] = '\n'; /* over the NUL: the file ends in a newline */
+    int rc = dt_afile_write_file(path, text, n + 1, err, len);
     free(text);
-    if (!ok || rename(tmp, path) != 0) {
-        snprintf(err, len, "%s: cannot write: %s", path, strerror(errno));
-        unlink(tmp);
-        return -1;
-    }
+    if (rc != 0) return -1;
     return 0;
 }
 

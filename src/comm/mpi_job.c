@@ -21,6 +21,7 @@
 
 #include "comm/mpi.h"
 #include "core/env.h"
+#include "core/hash.h"
 
 int dt_mpi_launched(void)
 {
@@ -168,13 +169,6 @@ static int free_port(void)
     return port;
 }
 
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
 typedef struct {
     char master_addr[256];
     int32_t master_port;
@@ -216,7 +210,7 @@ static void rank0_choose(const dt_bootstrap *b, rank0_says *s)
     if (dt_env_str("DTRAIN_JOB_ID"))
         snprintf(s->job_id, sizeof s->job_id, "%s", b->job_id);
     else
-        snprintf(s->job_id, sizeof s->job_id, "%016llx", (unsigned long long)fnv1a(s->secret));
+        snprintf(s->job_id, sizeof s->job_id, "%016llx", (unsigned long long)dt_fnv1a64_str(s->secret));
 }
 
 static int share_rank0_choice(dt_bootstrap *b, char *err, size_t len)

@@ -47,6 +47,7 @@
 
 #include "comm/auth.h"
 #include "comm/net.h"
+#include "core/hash.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "dtrain/comm.h"
@@ -498,16 +499,9 @@ static void conn_adopt(dt_store_server *s, int fd)
 
 /* ==== server: keys and waiters ============================================= */
 
-static uint64_t hash_key(const unsigned char *key, size_t len)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < len; i++) h = (h ^ key[i]) * 1099511628211ull;
-    return h;
-}
-
 static entry *table_find(dt_store_server *s, const unsigned char *key, uint32_t len)
 {
-    uint64_t h = hash_key(key, len);
+    uint64_t h = dt_fnv1a64(key, len);
     for (entry *e = s->buckets[h % s->nbuckets]; e; e = e->next)
         if (e->hash == h && e->key_len == len && memcmp(e->key, key, len) == 0) return e;
     return NULL;
@@ -565,7 +559,7 @@ static entry *table_put(dt_store_server *s, const unsigned char *key, uint32_t k
     e->key_len = key_len;
     e->val = v;
     e->val_len = val_len;
-    e->hash = hash_key(key, key_len);
+    e->hash = dt_fnv1a64(key, key_len);
     e->next = s->buckets[e->hash % s->nbuckets];
     s->buckets[e->hash % s->nbuckets] = e;
     if (++s->nentries > s->nbuckets) table_grow(s);

@@ -34,6 +34,7 @@
 #include "core/log.h"
 #include "core/str.h"
 #include "core/timer.h"
+#include "core/parse.h"
 
 #define HDR_BYTES sizeof(dt_msg_hdr)
 #define TCP_SCRATCH_BYTES (256u << 10)
@@ -312,9 +313,8 @@ static int parse_endpoint(const char *ep, char *host, size_t hostlen, int *port)
     if (n == 0 || n >= hostlen) return -1;
     memcpy(host, h, n);
     host[n] = '\0';
-    char *end;
-    long p = strtol(colon + 1, &end, 10);
-    if (*end != '\0' || p <= 0 || p > 65535) return -1;
+    long p;
+    if (dt_parse_long(colon + 1, 1, 65535, &p)) return -1;
     *port = (int)p;
     return 0;
 }

@@ -1,8 +1,9 @@
 #include "core/env.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "core/parse.h"
 
 const char *dt_env_str(const char *name)
 {
@@ -14,10 +15,8 @@ int dt_env_long(const char *name, long min, long max, long *out, char *err, size
 {
     const char *s = dt_env_str(name);
     if (!s) return 0;
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || v < min || v > max) {
+    long v;
+    if (dt_parse_long(s, min, max, &v)) {
         snprintf(err, errlen, "%s=%s is not an integer in [%ld, %ld]", name, s, min, max);
         return -1;
     }
@@ -30,10 +29,8 @@ int dt_env_double(const char *name, double min, double max, double *out, char *e
 {
     const char *s = dt_env_str(name);
     if (!s) return 0;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || !(v >= min && v <= max)) {
+    double v;
+    if (dt_parse_double(s, min, max, &v)) {
         snprintf(err, errlen, "%s=%s is not a number in [%g, %g]", name, s, min, max);
         return -1;
     }

@@ -10,6 +10,11 @@
  * on AVX512-BF16 at ~215. So fp32 operands are rounded (to nearest even)
  * into bf16 buffers of the calling thread first, which costs 5-10% of the
  * product at the model's shapes.
+ *
+ * oneDNN has no bf16 matmul for CPUs without AVX-512 (Zen 3, older Intel).
+ * There the rounded operands are widened back to fp32 (exact) and an fp32
+ * primitive multiplies them: the same bf16 values and fp32 sums, at fp32
+ * speed (dt_matmul_bf16_native says which).
  */
 #include "kernels/matmul.h"
 
@@ -119,6 +124,38 @@ static int bf16_operands(const dt_matmul_problem *p, dt_mm_workspace *ws, dt_mm_
     return k->lda < 0 || k->ldb < 0 ? -1 : 0;
 }
 
+int dt_matmul_bf16_native(void) { return dt_mm_bf16_native(); }
+
+/* bf16 rows x cols (row stride ld) widened into *buf, packed. */
+static int widen_operand(float **buf, size_t *have, const uint16_t *src, int rows, int cols,
+                         int ld)
+{
+    if (dt_mm_reserve((void **)buf, have, (size_t)rows * cols * sizeof(float))) return -1;
+    int nt = (size_t)rows * cols >= ROUND_PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;
+    float *dst = *buf;
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int r = 0; r < rows; r++) {
+        float *out = dst + (size_t)r * cols;
+        const uint16_t *in = src + (size_t)r * ld;
+#pragma omp simd
+        for (int c = 0; c < cols; c++) out[c] = dt_bf16_to_f32(in[c]);
+    }
+    return cols;
+}
+
+/* Without a bf16 kernel: the bf16 operands as fp32, and an fp32 key. */
+static int emulate_bf16(dt_mm_workspace *ws, dt_mm_key *k, const void **a, const void **b)
+{
+    int arows = k->transA ? k->K : k->M, acols = k->transA ? k->M : k->K;
+    int brows = k->transB ? k->N : k->K, bcols = k->transB ? k->K : k->N;
+    k->lda = widen_operand(&ws->a32, &ws->a32_bytes, *a, arows, acols, k->lda);
+    k->ldb = widen_operand(&ws->b32, &ws->b32_bytes, *b, brows, bcols, k->ldb);
+    k->prec = DT_PREC_F32;
+    *a = ws->a32;
+    *b = ws->b32;
+    return k->lda < 0 || k->ldb < 0 ? -1 : 0;
+}
+
 /* ---- execution ---------------------------------------------------------- */
 
 /* K == 0: the product is empty, C = bias + beta * C. */
@@ -177,6 +214,8 @@ int dt_matmul_solve(const dt_matmul_problem *p)
                    p->bias != NULL, dt_kernels_threads(), p->alpha, p->beta};
     const void *a, *b;
     if (bf16_operands(p, ws, &k, &a, &b)) return fail(p, "out of memory for bf16 operands");
+    if (k.prec == DT_PREC_BF16 && !dt_mm_bf16_native() && emulate_bf16(ws, &k, &a, &b))
+        return fail(p, "out of memory for emulated bf16 operands");
 
     dt_mm_plan plan;
     dnnl_status_t s = dt_mm_plan_for(&k, &plan);

@@ -16,4 +16,10 @@ int dt_matmul(dt_precision prec, int transA, int transB, int M, int N, int K, fl
               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 const char *dt_matmul_error(void);
 
+/* 1 when bf16 products run on a bf16 kernel; 0 when this CPU has none
+ * (oneDNN's needs AVX-512) and they are emulated: operands rounded to bf16
+ * exactly as above, then multiplied and summed in fp32, which gives the
+ * same products (two bf16 values multiply exactly in fp32) at fp32 speed. */
+int dt_matmul_bf16_native(void);
+
 #endif

@@ -14,6 +14,8 @@
 #include "kernels/matmul_plans.h"
 
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels/matmul.h"
 
@@ -28,6 +30,35 @@ dnnl_status_t dt_mm_engine(dnnl_engine_t *out)
     pthread_once(&engine_once, create_engine);
     *out = engine;
     return engine_status;
+}
+
+static int bf16_native;
+static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
+
+/* DTRAIN_BF16_EMULATE=1 takes the emulated path on any CPU (tests run both). */
+static void probe_bf16(void)
+{
+    const char *force = getenv("DTRAIN_BF16_EMULATE");
+    if (force && strcmp(force, "1") == 0) return;
+    dnnl_engine_t e;
+    dnnl_memory_desc_t a, b, c;
+    dnnl_matmul_desc_t desc;
+    dnnl_primitive_desc_t pd;
+    if (dt_mm_engine(&e) != dnnl_success) return;
+    if (dt_mm_matrix_desc(&a, 16, 16, 16, 0, dnnl_bf16) != dnnl_success ||
+        dt_mm_matrix_desc(&b, 16, 16, 16, 0, dnnl_bf16) != dnnl_success ||
+        dt_mm_matrix_desc(&c, 16, 16, 16, 0, dnnl_f32) != dnnl_success ||
+        dnnl_matmul_desc_init(&desc, &a, &b, NULL, &c) != dnnl_success)
+        return;
+    if (dnnl_primitive_desc_create(&pd, &desc, NULL, e, NULL) != dnnl_success) return;
+    dnnl_primitive_desc_destroy(pd);
+    bf16_native = 1;
+}
+
+int dt_mm_bf16_native(void)
+{
+    pthread_once(&bf16_once, probe_bf16);
+    return bf16_native;
 }
 
 dnnl_status_t dt_mm_matrix_desc(dnnl_memory_desc_t *md, int rows, int cols, int ld,

@@ -21,6 +21,9 @@ typedef struct {
 
 /* The process's CPU engine, created once. */
 dnnl_status_t dt_mm_engine(dnnl_engine_t *out);
+/* Whether this oneDNN has a bf16 matmul for this CPU (it needs AVX-512;
+ * on AVX2-only CPUs such as Zen 3 it has none). Probed once. */
+int dt_mm_bf16_native(void);
 dnnl_status_t dt_mm_plan_for(const dt_mm_key *k, dt_mm_plan *out);
 void dt_mm_plan_release(dt_mm_plan *plan);
 

@@ -19,6 +19,8 @@ static void free_workspace(void *arg)
     dt_free(ws->a16);
     dt_free(ws->b16);
     dt_free(ws->shared16);
+    dt_free(ws->a32);
+    dt_free(ws->b32);
     dt_free(ws);
 }
 

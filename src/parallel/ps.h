@@ -25,7 +25,7 @@
 #include "dtrain/comm.h"
 #include "model/gpt.h"
 #include "parallel/compress.h"
-#include "train/optimizer.h"
+#include "model/optimizer.h"
 
 /* A piece of a push: the part of one backward segment inside one server's shard. */
 typedef struct {

@@ -13,20 +13,12 @@
 
 #include "core/file.h"
 #include "core/str.h"
-#include "train/atomic_file.h"
+#include "core/atomic_file.h"
 #include "train/weights.h"
 
 #define CKPT_PREFIX "ckpt-"
 
 /* ---- small file helpers --------------------------------------------------- */
-
-static int write_text_atomic(const char *path, const char *text, char *err, size_t errlen)
-{
-    dt_afile a;
-    if (dt_afile_open(&a, path, err, errlen) != 0) return -1;
-    if (dt_afile_write(&a, text, strlen(text), err, errlen) != 0) return -1;
-    return dt_afile_commit(&a, err, errlen);
-}
 
 static void remove_tree(const char *dir)
 {
@@ -144,7 +136,7 @@ static int write_contents(const char *dir, const dt_gpt *m, const dt_optimizer *
         return -1;
     }
     dt_strf(path, sizeof path, "%s/state.json", dir);
-    int rc = write_text_atomic(path, text, err, errlen);
+    int rc = dt_afile_write_file(path, text, strlen(text), err, errlen);
     free(text);
     return rc;
 }
@@ -235,7 +227,7 @@ int dt_ckpt_save(const char *out_dir, const dt_gpt *m, const dt_optimizer *o,
     char latest[DT_PATH_MAX + 16], line[80];
     dt_strf(latest, sizeof latest, "%s/latest", out_dir);
     dt_strf(line, sizeof line, "%s\n", name);
-    if (write_text_atomic(latest, line, err, errlen) != 0) return -1;
+    if (dt_afile_write_file(latest, line, strlen(line), err, errlen) != 0) return -1;
     prune(out_dir, name, keep_last > 0 ? keep_last : 1);
     if (path_out) dt_strf(path_out, path_len, "%s", final);
     return 0;

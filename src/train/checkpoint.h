@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "model/gpt.h"
-#include "train/optimizer.h"
+#include "model/optimizer.h"
 
 typedef struct {
     long step;             /* optimizer steps completed */

@@ -32,6 +32,7 @@
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -45,6 +46,7 @@
 #include "core/str.h"
 #include "dtrain/comm.h"
 #include "parallel/compress.h"
+#include "core/parse.h"
 
 /* ---- the option table ------------------------------------------------- */
 
@@ -386,15 +388,7 @@ typedef struct {
  * 1.5: a fraction silently truncated would hide a mistake. */
 static int text_to_int(const char *s, long long *out)
 {
-    char *end;
-    if (strpbrk(s, "xX")) return -1; /* no hex: strtod would take it */
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (*s && !*end && !errno) return *out = v, 0;
-    double d = strtod(s, &end);
-    if (!*s || *end || !(fabs(d) <= 9e15) || d != floor(d)) return -1;
-    *out = (long long)d;
-    return 0;
+    return dt_parse_integral(s, LLONG_MIN, LLONG_MAX, out);
 }
 
 static int text_to_bool(const char *s, long long *out)
@@ -423,8 +417,7 @@ static int from_text(const opt *o, const char *who, const char *s, opt_val *v, c
         if (isdigit((unsigned char)*s) && !*end && !errno) return 0;
         return dt_strf(err, n, "%s: '%s' is not a non-negative integer", who, s), -1;
     case T_DBL:
-        v->d = strtod(s, &end);
-        if (*s && !*end && isfinite(v->d)) return 0;
+        if (!dt_parse_double(s, -DBL_MAX, DBL_MAX, &v->d)) return 0;
         return dt_strf(err, n, "%s: '%s' is not a number", who, s), -1;
     case T_BOOL:
         if (!text_to_bool(s, &v->i)) return 0;

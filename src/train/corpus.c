@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 
 #include "core/str.h"
-#include "train/atomic_file.h"
+#include "core/atomic_file.h"
 #include "train/dataset.h"
 #include "train/shard_write.h"
 

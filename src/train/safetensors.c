@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "core/str.h"
-#include "train/atomic_file.h"
+#include "core/atomic_file.h"
 #include "core/half.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "train/atomic_file.h"
+#include "core/atomic_file.h"
 
 /* The header's count is an int32. */
 #define DT_SHARD_MAX_TOKENS 2147483647ull

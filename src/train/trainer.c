@@ -32,7 +32,7 @@
 #include "train/corpus.h"
 #include "train/dataset.h"
 #include "train/metrics.h"
-#include "train/optimizer.h"
+#include "model/optimizer.h"
 #include "train/weights.h"
 
 typedef enum {

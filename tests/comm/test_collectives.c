@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "comm/reduce_ops.h"
+#include "core/hash.h"
 #include "dtrain/comm.h"
 
 static int rank, size;
@@ -339,9 +340,7 @@ static void test_bit_identical(dt_comm *c, size_t n)
     float *x = malloc(n * sizeof *x);
     for (size_t i = 0; i < n; i++) x[i] = (float)((double)(mix(rank * 7777u + i) >> 11) / 9007199254740992.0 - 0.5);
     must(c, dt_allreduce(c, x, x, n, DT_F32, DT_SUM), "dt_allreduce (random)");
-    uint64_t h = 1469598103934665603ull;
-    const unsigned char *b = (const unsigned char *)x;
-    for (size_t i = 0; i < n * sizeof *x; i++) h = (h ^ b[i]) * 1099511628211ull;
+    uint64_t h = dt_fnv1a64(x, n * sizeof *x);
     uint64_t *all = malloc((size_t)size * sizeof *all);
     must(c, dt_allgather(c, &h, all, 1, DT_I64), "dt_allgather (hashes)");
     for (int r = 0; r < size; r++) {

@@ -4,8 +4,8 @@
  * the old file or the new one under `path`, never a half-written file,
  * and two processes writing the same path at once each publish a whole
  * file (the last rename wins). */
-#ifndef DT_TRAIN_ATOMIC_FILE_H
-#define DT_TRAIN_ATOMIC_FILE_H
+#ifndef DT_CORE_ATOMIC_FILE_H
+#define DT_CORE_ATOMIC_FILE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +30,9 @@ int dt_afile_pwrite(dt_afile *a, uint64_t off, const void *p, size_t n, char *er
 int dt_afile_commit(dt_afile *a, char *err, size_t errlen);
 /* Closes and removes the temporary file; safe to call twice. */
 void dt_afile_abort(dt_afile *a);
+
+/* The whole file in one call: open, write n bytes, commit. */
+int dt_afile_write_file(const char *path, const void *p, size_t n, char *err, size_t errlen);
 
 /* `mkdir -p`: creates dir and its missing parents (mode 0777 & umask). */
 int dt_mkdir_p(const char *dir, char *err, size_t errlen);

@@ -2,8 +2,8 @@
  * same layout, a step over a contiguous range that honours each tensor's
  * weight-decay flag, and the global gradient norm for clipping. A range lets
  * a sharded strategy (ZeRO) update only its own slice. */
-#ifndef DT_TRAIN_OPTIMIZER_H
-#define DT_TRAIN_OPTIMIZER_H
+#ifndef DT_MODEL_OPTIMIZER_H
+#define DT_MODEL_OPTIMIZER_H
 
 #include <stddef.h>
 

@@ -1,4 +1,4 @@
-#include "train/atomic_file.h"
+#include "core/atomic_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -112,6 +112,14 @@ void dt_afile_abort(dt_afile *a)
     close(a->fd);
     a->fd = -1;
     unlink(a->tmp);
+}
+
+int dt_afile_write_file(const char *path, const void *p, size_t n, char *err, size_t errlen)
+{
+    dt_afile a;
+    if (dt_afile_open(&a, path, err, errlen) != 0) return -1;
+    if (dt_afile_write(&a, p, n, err, errlen) != 0) return -1;
+    return dt_afile_commit(&a, err, errlen);
 }
 
 int dt_mkdir_p(const char *dir, char *err, size_t errlen)

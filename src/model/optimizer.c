@@ -1,5 +1,5 @@
 /* Optimizer state and steps over ranges of the flat layout. See optimizer.h. */
-#include "train/optimizer.h"
+#include "model/optimizer.h"
 
 #include <string.h>
 #include <strings.h>
