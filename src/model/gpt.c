@@ -120,18 +120,24 @@ int dt_gpt_create_layout(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec,
     return 0;
 }
 
+int dt_gpt_alloc_params(dt_gpt *m)
+{
+    if (m->params) return 0;
+    m->params = dt_alloc(m->n_floats * sizeof(float), DT_MEM_PARAMS);
+    if (m->params) return 0;
+    dt_strf(m->error, sizeof m->error, "model: cannot allocate %zu parameters (%.1f MiB)",
+            m->n_params, (double)m->n_floats * 4 / 1048576.0);
+    return -1;
+}
+
 int dt_gpt_create(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec, char *err,
                   size_t errlen)
 {
     if (dt_gpt_create_layout(m, cfg, prec, err, errlen)) return -1;
-    m->params = dt_alloc(m->n_floats * sizeof(float), DT_MEM_PARAMS);
-    if (!m->params) {
-        dt_strf(err, errlen, "model: cannot allocate %zu parameters (%.1f MiB)", m->n_params,
-                (double)m->n_floats * 4 / 1048576.0);
-        dt_gpt_destroy(m);
-        return -1;
-    }
-    return 0;
+    if (dt_gpt_alloc_params(m) == 0) return 0;
+    dt_strf(err, errlen, "%s", m->error);
+    dt_gpt_destroy(m);
+    return -1;
 }
 
 void dt_gpt_destroy(dt_gpt *m)

@@ -103,6 +103,9 @@ int dt_gpt_create(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec, char *
 int dt_gpt_create_layout(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec, char *err,
                          size_t errlen);
 void dt_gpt_destroy(dt_gpt *m);
+/* Parameters (zeroed), gradients: for a model built as a layout, or after
+ * dt_gpt_create for the gradients. 0, or -1 with m->error. */
+int dt_gpt_alloc_params(dt_gpt *m);
 int dt_gpt_alloc_grads(dt_gpt *m);
 /* Activations for micro-batches of B sequences of length T <= block_size. */
 int dt_gpt_alloc_acts(dt_gpt *m, int B, int T);

@@ -5,8 +5,10 @@
 #include <string.h>
 
 #include "core/hash.h"
+#include "core/str.h"
 #include "core/timer.h"
 #include "parallel/fingerprint.h"
+#include "parallel/registry.h"
 
 /* Segments are grouped from the last (finished first) down, a bucket
  * closing once it holds bucket_bytes: a bucket is then a contiguous range. */
@@ -104,4 +106,99 @@ int dt_ddp_replicas_identical(dt_ddp *d, uint64_t *hash_out)
     int same = dt_fingerprints_agree(d->comm, &lo, &hi, 1);
     if (same >= 0 && hash_out) *hash_out = h;
     return same;
+}
+
+/* ---- DDP as a strategy layer ---------------------------------------------- */
+
+typedef struct {
+    dt_ddp d;
+    dt_strategy *S;
+    size_t bucket_bytes;
+} ddp_layer;
+
+static int ddp_failed(ddp_layer *L, const char *what)
+{
+    dt_rank *r = L->S->rank;
+    return dt_strf(r->err, sizeof r->err, "%s: %s", what, dt_comm_error(r->world)), -1;
+}
+
+/* Every rank starts from rank 0's weights and checks that it holds them. */
+static int ddp_start(void *self, dt_rank *r)
+{
+    ddp_layer *L = self;
+    if (dt_ddp_init(&L->d, r->world, r->model, L->bucket_bytes) ||
+        dt_ddp_broadcast_params(&L->d))
+        return ddp_failed(L, "DDP setup");
+    int same = dt_ddp_replicas_identical(&L->d, NULL);
+    if (same < 0) return ddp_failed(L, "DDP setup");
+    if (!same)
+        return dt_strf(r->err, sizeof r->err, "after the broadcast the ranks' weights differ"),
+               -1;
+    return 0;
+}
+
+static void ddp_before_backward(void *self, int micro, int last)
+{
+    (void)micro;
+    dt_ddp_begin_backward(&((ddp_layer *)self)->d, last);
+}
+
+static int ddp_end_grads(void *self)
+{
+    ddp_layer *L = self;
+    return dt_ddp_finish(&L->d) ? ddp_failed(L, "gradient all-reduce") : 0;
+}
+
+static void ddp_traffic(void *self, double *comm_ms, uint64_t *bytes)
+{
+    ddp_layer *L = self;
+    *comm_ms = L->d.wait_ms;
+    *bytes = L->d.bytes_sent;
+}
+
+static int ddp_replicas(void *self, uint64_t *hash)
+{
+    ddp_layer *L = self;
+    int same = dt_ddp_replicas_identical(&L->d, hash);
+    return same < 0 ? ddp_failed(L, "comparing replicas") : same;
+}
+
+static void ddp_describe(void *self, FILE *f)
+{
+    ddp_layer *L = self;
+    fprintf(f, " x %d ranks (DDP over %s, %d buckets of ~%g MiB)", dt_comm_size(L->d.comm),
+            dt_comm_transport(L->d.comm), L->d.nbuckets, (double)L->bucket_bytes / 1048576.0);
+}
+
+static void ddp_destroy(void *self)
+{
+    ddp_layer *L = self;
+    dt_ddp_free(&L->d);
+    free(L);
+}
+
+static const dt_strategy_ops ddp_ops = {
+    .name = "ddp",
+    .start = ddp_start,
+    .before_backward = ddp_before_backward,
+    .end_grads = ddp_end_grads,
+    .traffic = ddp_traffic,
+    .replicas_identical = ddp_replicas,
+    .describe = ddp_describe,
+    .destroy = ddp_destroy,
+};
+
+/* Over the whole job: every rank takes its block of each batch, and all of
+ * them step together. */
+int dt_ddp_strategy(dt_strategy *S, size_t bucket_bytes)
+{
+    dt_rank *r = S->rank;
+    ddp_layer *L = calloc(1, sizeof *L);
+    if (!L) return dt_strf(r->err, sizeof r->err, "DDP: out of memory"), -1;
+    L->S = S;
+    L->bucket_bytes = bucket_bytes;
+    S->lockstep = r->world;
+    S->dp_index = r->rank;
+    S->dp_size = r->size;
+    return dt_strategy_add(S, &ddp_ops, L);
 }

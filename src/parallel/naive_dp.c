@@ -6,6 +6,7 @@
 
 #include "core/str.h"
 #include "core/timer.h"
+#include "parallel/registry.h"
 
 typedef struct {
     dt_naive_dp *d;
@@ -201,4 +202,81 @@ int dt_naive_dp_step(dt_naive_dp *d, float grad_scale, double *loss, char *err, 
     for (int dev = 0; dev < d->ndev; dev++) sum += d->loss[dev];
     *loss = sum / ((double)d->ndev * d->accum);
     return 0;
+}
+
+/* ---- naive data parallelism as a strategy layer ---------------------------- */
+
+typedef struct {
+    dt_naive_dp d;
+    dt_strategy *S;
+    int ndev;
+} ndp_layer;
+
+static int ndp_start(void *self, dt_rank *r)
+{
+    ndp_layer *L = self;
+    return dt_naive_dp_init(&L->d, r->model, L->ndev, r->B, r->T, r->accum, r->err,
+                            sizeof r->err);
+}
+
+/* The main device hands each device the block of the batch a rank would
+ * take, then all of them run. The scale makes the gathered sum the mean
+ * over the global batch. */
+static int ndp_grads(void *self, uint64_t first, double *loss)
+{
+    ndp_layer *L = self;
+    dt_rank *r = L->S->rank;
+    dt_naive_dp *d = &L->d;
+    for (int dev = 0; dev < d->ndev; dev++) {
+        uint64_t mine = first + (uint64_t)dev * (uint64_t)r->B * (uint64_t)r->accum;
+        for (int j = 0; j < r->accum; j++)
+            if (r->batch(r->batch_ctx, mine + (uint64_t)j * (uint64_t)r->B, r->B,
+                         dt_naive_dp_inputs(d, dev, j), dt_naive_dp_targets(d, dev, j), r->err,
+                         sizeof r->err))
+                return -1;
+    }
+    float scale = 1.0f / ((float)r->B * (float)r->T * (float)r->accum * (float)d->ndev);
+    return dt_naive_dp_step(d, scale, loss, r->err, sizeof r->err);
+}
+
+static void ndp_traffic(void *self, double *comm_ms, uint64_t *bytes)
+{
+    ndp_layer *L = self;
+    *comm_ms = L->d.copy_ms;
+    *bytes = L->d.bytes_moved;
+}
+
+static void ndp_describe(void *self, FILE *f)
+{
+    fprintf(f, " x %d devices (naive data parallelism: threads, device 0 is the main one)",
+            ((ndp_layer *)self)->ndev);
+}
+
+static void ndp_destroy(void *self)
+{
+    ndp_layer *L = self;
+    dt_naive_dp_free(&L->d);
+    free(L);
+}
+
+static const dt_strategy_ops ndp_ops = {
+    .name = "dp",
+    .start = ndp_start,
+    .grads = ndp_grads,
+    .traffic = ndp_traffic,
+    .describe = ndp_describe,
+    .destroy = ndp_destroy,
+};
+
+/* The devices split each batch in one process: threads share its cores. */
+int dt_naive_dp_strategy(dt_strategy *S, int devices)
+{
+    ndp_layer *L = calloc(1, sizeof *L);
+    if (!L) return dt_strf(S->rank->err, sizeof S->rank->err, "dp: out of memory"), -1;
+    L->S = S;
+    L->ndev = devices;
+    S->dp_index = 0;
+    S->dp_size = devices;
+    S->compute_streams = devices;
+    return dt_strategy_add(S, &ndp_ops, L);
 }

@@ -46,6 +46,7 @@
 #include "core/str.h"
 #include "dtrain/comm.h"
 #include "parallel/compress.h"
+#include "parallel/registry.h"
 #include "core/parse.h"
 
 /* ---- the option table ------------------------------------------------- */
@@ -84,6 +85,7 @@ static int hook_min_lr_ratio(dt_train_config *c, const char *who, char *err, siz
 static int hook_resume(dt_train_config *c, const char *who, char *err, size_t n);
 static int hook_compress(dt_train_config *c, const char *who, char *err, size_t n);
 static int hook_comm_algo(dt_train_config *c, const char *who, char *err, size_t n);
+static int hook_strategy(dt_train_config *c, const char *who, char *err, size_t n);
 
 #define FIELD(f) offsetof(dt_train_config, f), sizeof(((dt_train_config *)0)->f)
 #define IMAX 2147483647.0
@@ -149,7 +151,7 @@ static const opt options[] = {
     OPT(G_RUN, "seed", NULL, T_U64, seed, 0, 0, "N", NULL, 0, "seed of init and shuffling"),
     OPT(G_RUN, "zero-stage", NULL, T_INT, zero_stage, 0, 3, "N", NULL, 0,
         "ZeRO stage (zero_optimization.stage)"),
-    OPT(G_RUN, "strategy", NULL, T_CHOICE, strategy, 0, 0, "ddp|dp|ps", NULL, 0,
+    OPT(G_RUN, "strategy", NULL, T_STR, strategy, 0, 0, "ddp|dp|ps", hook_strategy, 0,
         "all-reduce across ranks, threads as devices, parameter server"),
     OPT(G_RUN, "bucket-mb", NULL, T_DBL, bucket_mb, 1e-6, 1e6, "MB", NULL, 0,
         "DDP gradient bucket size in MiB"),
@@ -333,6 +335,17 @@ static int check_comm_algo(void *ctx, const char *coll, const char *algo, char *
         dt_strf(list + strlen(list), sizeof list - strlen(list), ", %s", names[i]);
     }
     return dt_strf(err, n, "'%s' is not one of the %s algorithms (choices: %s)", algo, coll, list), -1;
+}
+
+/* Any kind the registry knows: the built-in ones, and any a program that
+ * links libdtrain registered before parsing (parallel/registry.h). */
+static int hook_strategy(dt_train_config *c, const char *who, char *err, size_t n)
+{
+    if (dt_strategy_find(c->strategy)) return 0;
+    char names[256];
+    dt_strategy_names(names, sizeof names);
+    return dt_strf(err, n, "%s: '%s' is not a strategy (choices: %s)", who, c->strategy, names),
+           -1;
 }
 
 static int hook_comm_algo(dt_train_config *c, const char *who, char *err, size_t n)

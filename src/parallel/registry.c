@@ -1,0 +1,87 @@
+/* The table of strategy kinds. See registry.h. */
+#include "parallel/registry.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/str.h"
+
+static int ddp_size(const dt_parallel_opts *o, int world, int *dp, char *err, size_t n)
+{
+    (void)o, (void)err, (void)n;
+    *dp = world;
+    return 0;
+}
+
+static int ddp_build(dt_strategy *S, const dt_parallel_opts *o)
+{
+    return S->rank->size > 1 ? dt_ddp_strategy(S, o->bucket_bytes) : 0;
+}
+
+/* Naive data parallelism runs its devices as threads of one process. */
+static int dp_size(const dt_parallel_opts *o, int world, int *dp, char *err, size_t n)
+{
+    if (world > 1)
+        return dt_strf(err, n, "--strategy dp runs in one process (its devices are threads); "
+                       "this job has %d ranks: use --strategy ddp across processes", world), -1;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    *dp = o->devices > 0 ? o->devices : (int)(cores > 0 ? cores : 1);
+    return 0;
+}
+
+static int dp_build(dt_strategy *S, const dt_parallel_opts *o)
+{
+    int devices;
+    if (dp_size(o, S->rank->size, &devices, S->rank->err, sizeof S->rank->err)) return -1;
+    return devices > 1 ? dt_naive_dp_strategy(S, devices) : 0;
+}
+
+static int ps_size(const dt_parallel_opts *o, int world, int *dp, char *err, size_t n)
+{
+    if (world <= o->servers)
+        return dt_strf(err, n, "--strategy ps with %d server%s needs at least %d ranks "
+                       "(servers + workers); this job has %d: start it with --nproc",
+                       o->servers, o->servers > 1 ? "s" : "", o->servers + 1, world), -1;
+    *dp = world - o->servers;
+    return 0;
+}
+
+static const dt_strategy_kind builtin[] = {
+    {"ddp", "every rank holds the model; gradients all-reduced in buckets during backward",
+     ddp_size, ddp_build},
+    {"dp", "naive data parallelism: devices as threads of one process, a main device",
+     dp_size, dp_build},
+    {"ps", "parameter server: the last --servers ranks hold the parameters, workers push",
+     ps_size, dt_ps_strategy},
+};
+
+#define MAX_EXTRA 8
+static const dt_strategy_kind *extra[MAX_EXTRA];
+static int nextra;
+
+const dt_strategy_kind *dt_strategy_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++)
+        if (strcmp(builtin[i].name, name) == 0) return &builtin[i];
+    for (int i = 0; i < nextra; i++)
+        if (strcmp(extra[i]->name, name) == 0) return extra[i];
+    return NULL;
+}
+
+int dt_strategy_register(const dt_strategy_kind *kind)
+{
+    if (nextra == MAX_EXTRA || dt_strategy_find(kind->name)) return -1;
+    extra[nextra++] = kind;
+    return 0;
+}
+
+void dt_strategy_names(char *buf, size_t n)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0] && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%s", i ? "|" : "", builtin[i].name);
+    for (int i = 0; i < nextra && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "|%s", extra[i]->name);
+}

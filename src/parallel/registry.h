@@ -1,0 +1,49 @@
+/* The strategies a run can name (`--strategy NAME`): each kind says how it
+ * splits the global batch in a job of a given size and adds this rank's
+ * layers to the stack (strategy.h). The built-in kinds are ddp, dp and ps;
+ * a program that links libdtrain can register more before it trains (the
+ * tests do), and the trainer finds them by name like the built-in ones. */
+#ifndef DT_PARALLEL_REGISTRY_H
+#define DT_PARALLEL_REGISTRY_H
+
+#include <stddef.h>
+
+#include "parallel/strategy.h"
+
+/* The settings the built-in kinds read; a kind ignores the others. */
+typedef struct {
+    size_t bucket_bytes;   /* ddp: gradient bucket size */
+    int devices;           /* dp: devices (threads) */
+    int servers;           /* ps: server ranks, the last ones */
+    int ps_async;          /* ps: asynchronous updates */
+    int staleness;         /* ps async: steps a worker may lead the slowest */
+    const char *compress;  /* ps: what workers push ("none", "topk:R", "int8") */
+    const char *optimizer; /* the optimizer's name, for advice about pairings */
+} dt_parallel_opts;
+
+typedef struct {
+    const char *name;
+    const char *summary;
+    /* Into how many blocks each global batch splits in a job of `world`
+     * ranks; refuses a job the kind cannot run. 0, or -1 with a message. */
+    int (*data_parallel_size)(const dt_parallel_opts *o, int world, int *dp, char *err,
+                              size_t errlen);
+    /* Adds this rank's layers to S (S->rank says which rank). 0 or -1 with
+     * S->rank->err. */
+    int (*build)(dt_strategy *S, const dt_parallel_opts *o);
+} dt_strategy_kind;
+
+/* Adds a kind (the pointer is kept). -1 when the name is taken or the
+ * table is full. */
+int dt_strategy_register(const dt_strategy_kind *kind);
+/* The kind of that name, or NULL. */
+const dt_strategy_kind *dt_strategy_find(const char *name);
+/* "ddp|dp|ps|..." for messages and help. */
+void dt_strategy_names(char *buf, size_t n);
+
+/* The built-in layers, for kinds that compose them. */
+int dt_ddp_strategy(dt_strategy *S, size_t bucket_bytes);
+int dt_naive_dp_strategy(dt_strategy *S, int devices);
+int dt_ps_strategy(dt_strategy *S, const dt_parallel_opts *o);
+
+#endif

@@ -1,0 +1,173 @@
+/* How a rank takes part in training: one interface that every way of
+ * sharing the work implements, so the trainer runs any of them, and any
+ * combination, without knowing which.
+ *
+ * A rank's strategy is a stack of layers (at most DT_STRATEGY_MAX_LAYERS),
+ * each an implementation of dt_strategy_ops with its own state. The trainer
+ * calls the dt_strategy_* functions below; each calls the hook of every
+ * layer that has one, in stack order, so layers compose: a layer that
+ * reduces gradients over one group and a layer that splits the model over
+ * another need no knowledge of each other. Some hooks decide a single thing
+ * for the rank (who runs the micro-batches, who computes the gradient norm,
+ * who updates the parameters, who serves instead of training): at most one
+ * layer may own each, checked when the layer is added, and without an
+ * owner the default below runs. An empty stack is training in one process.
+ *
+ * Life of a run, as the trainer drives it:
+ *   build (registry.c: the layers from the options, before any model)
+ *   plan      what of the model and optimizer this rank holds (dt_share);
+ *             may be collective (the parameter server splits the job here)
+ *   -- the trainer allocates what the share says and loads the starting
+ *      weights (initialisation, --init, or a checkpoint) --
+ *   start     the ranks agree on the starting state (DDP broadcasts it)
+ *   each step: dt_strategy_step (begin_step; the micro-batches with
+ *             before_backward around each backward; end_grads; the loss
+ *             averaged over the lockstep group; grad_norm; update)
+ *   before_save / end / release / replicas_identical / destroy
+ * docs/design.md says how to add a strategy. */
+#ifndef DT_PARALLEL_STRATEGY_H
+#define DT_PARALLEL_STRATEGY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dtrain/comm.h"
+#include "model/gpt.h"
+#include "model/optimizer.h"
+
+#define DT_STRATEGY_MAX_LAYERS 4
+
+/* What the trainer hands the strategies of a rank. The trainer owns it and
+ * every buffer it points to; hooks write their failure messages to err. */
+typedef struct dt_rank {
+    dt_comm *world; /* the job; NULL in one process */
+    int rank, size;
+    dt_gpt *model;      /* the layout from plan on; parameters and more as the share says */
+    dt_optimizer *opt;  /* state over the share's optimizer range (n == 0: none) */
+    int B, T, accum;    /* micro-batch shape, micro-batches per optimizer step */
+    int32_t *inputs, *targets; /* one micro-batch, B x T each */
+    /* Fills n sequences of training data, starting at position `first` of
+     * the training order, into inputs and targets. 0 or -1 with err. */
+    int (*batch)(void *ctx, uint64_t first, int n, int32_t *inputs, int32_t *targets, char *err,
+                 size_t errlen);
+    void *batch_ctx;
+    double (*lr_at)(const void *ctx, long step); /* the schedule, for ranks that update */
+    const void *lr_ctx;
+    double grad_clip; /* max global gradient norm; 0: none */
+    long first_step;  /* the step training starts at (after a resume, the saved one) */
+    int resuming;     /* the starting state comes from a checkpoint */
+    int saves;        /* the run writes checkpoints */
+    char err[512];
+} dt_rank;
+
+/* What of the model and optimizer a rank holds. The default is everything:
+ * parameters, gradients and activations, and optimizer state for the whole
+ * flat buffer. A rank that holds no model keeps only the layout (the
+ * tensor table); its optimizer state, when it has one, covers floats
+ * [opt_lo, opt_hi) of the flat layout. */
+typedef struct {
+    int model;           /* 1: parameters, gradients, activations; 0: the layout only */
+    size_t opt_lo, opt_hi; /* optimizer state range; empty: none */
+} dt_share;
+
+typedef struct dt_strategy_ops {
+    const char *name;
+    /* Before the model exists: what this rank holds. layout has the tensor
+     * table only. May be collective over the job. */
+    int (*plan)(void *self, dt_rank *r, const dt_gpt *layout, dt_share *share);
+    /* The model holds its starting weights on the ranks that hold one. */
+    int (*start)(void *self, dt_rank *r);
+
+    /* ---- each optimizer step ---- */
+    int (*begin_step)(void *self, long step);
+    /* Owner: this rank's gradients for the step, from training data
+     * position `first`, and the mean loss over its micro-batches. */
+    int (*grads)(void *self, uint64_t first, double *loss);
+    /* Around each micro-batch's backward (last: the step's last one). */
+    void (*before_backward)(void *self, int micro, int last);
+    /* After the micro-batches: communication that must finish before the
+     * update (the gradients are then final on this rank). */
+    int (*end_grads)(void *self);
+    /* Owner: the global gradient norm (default: of this rank's gradients). */
+    int (*grad_norm)(void *self, double *norm);
+    /* Owner: the update (default: the local optimizer over the whole model).
+     * coef is the clipping coefficient. */
+    int (*update)(void *self, double lr, float coef);
+    /* Communication not hidden by compute in the last step, and bytes sent. */
+    void (*traffic)(void *self, double *comm_ms, uint64_t *bytes);
+
+    /* ---- around the loop ---- */
+    /* Owner: a rank that serves the others instead of training (returns
+     * when they are done). */
+    int (*serve)(void *self);
+    /* Which ranks evaluate, and together: *group (NULL: alone); returns 0
+     * when this rank sits the evaluation out. final: the one at the end. */
+    int (*eval_group)(void *self, int final, dt_comm **group);
+    /* Before a checkpoint, on every rank (the writer gathers what it needs). */
+    int (*before_save)(void *self);
+    /* After the last step, before the final checkpoint and evaluation. */
+    int (*end)(void *self);
+    /* After the final evaluation: this rank needs its peers no more. */
+    int (*release)(void *self);
+    /* Whether the ranks' parameters agree: 1 yes, 0 no, < 0 error. */
+    int (*replicas_identical)(void *self, uint64_t *hash);
+    /* Appends to the trainer's "batch:" line (" x 2 ranks (DDP ...)"). */
+    void (*describe)(void *self, FILE *f);
+    /* A label for rank r in the memory table ("server"), or leaves buf. */
+    void (*rank_label)(void *self, int r, char *buf, size_t n);
+    void (*destroy)(void *self);
+} dt_strategy_ops;
+
+typedef struct dt_strategy {
+    int nlayers;
+    struct {
+        const dt_strategy_ops *ops;
+        void *self;
+    } layer[DT_STRATEGY_MAX_LAYERS];
+    dt_rank *rank;
+    /* Set by the layers when they are built or planned. */
+    dt_comm *lockstep;      /* ranks that share each batch and step together; NULL: alone */
+    int dp_index, dp_size;  /* this rank's block of the global batch, and the blocks */
+    int compute_streams;    /* models computing at once in this process (threads share cores) */
+    int writes_checkpoints; /* this rank writes the job's checkpoints */
+} dt_strategy;
+
+/* An empty stack (one process) for r. */
+void dt_strategy_init(dt_strategy *S, dt_rank *r);
+/* Adds a layer on top; self is freed by ops->destroy. Refuses a layer that
+ * owns a hook another layer owns already. 0, or -1 with r->err. */
+int dt_strategy_add(dt_strategy *S, const dt_strategy_ops *ops, void *self);
+/* The names of the layers, "ddp" or "ps-worker+..." ("single" when empty). */
+void dt_strategy_name(const dt_strategy *S, char *buf, size_t n);
+
+int dt_strategy_plan(dt_strategy *S, const dt_gpt *layout, dt_share *share);
+int dt_strategy_start(dt_strategy *S);
+/* One optimizer step: gradients of the global batch that begins at
+ * training position `first`, the update at learning rate lr. *loss is the
+ * mean over the lockstep group, *norm the global gradient norm before
+ * clipping. A non-finite norm stops before the update. */
+int dt_strategy_step(dt_strategy *S, long step, uint64_t first, double lr, double *loss,
+                     double *norm);
+void dt_strategy_traffic(dt_strategy *S, double *comm_ms, uint64_t *bytes);
+int dt_strategy_serves(const dt_strategy *S);
+int dt_strategy_serve(dt_strategy *S);
+int dt_strategy_eval_group(dt_strategy *S, int final, dt_comm **group);
+int dt_strategy_before_save(dt_strategy *S);
+int dt_strategy_end(dt_strategy *S);
+int dt_strategy_release(dt_strategy *S);
+/* 1 agree, 0 not, < 0 error, 2 when no layer compares replicas. */
+int dt_strategy_replicas_identical(dt_strategy *S, uint64_t *hash);
+void dt_strategy_describe(dt_strategy *S, FILE *f);
+void dt_strategy_rank_label(dt_strategy *S, int r, char *buf, size_t n);
+void dt_strategy_destroy(dt_strategy *S);
+
+/* The default step pieces, for layers that wrap rather than replace them:
+ * this rank's micro-batches through forward and backward (block dp_index
+ * of the global batch), the norm of this rank's gradients, and the local
+ * optimizer over the whole model. */
+int dt_step_local_grads(dt_strategy *S, uint64_t first, double *loss);
+int dt_step_local_norm(dt_strategy *S, double *norm);
+int dt_step_local_update(dt_strategy *S, double lr, float coef);
+
+#endif
