@@ -11,8 +11,9 @@
  *     if (rc == 1) return 0;                      // --help was printed
  *     if (rc || dt_config_validate(&c, dp_size, err, sizeof err)) { report err }
  *
- * One table in config.c describes every option (flag spelling, JSON key,
- * type, range, help), so flags, JSON keys and --help cannot drift apart.
+ * One table (config_table.c) describes every option (flag spelling, JSON
+ * key, type, range, help), so flags, JSON keys and --help cannot drift
+ * apart; config_internal.h lists the files that share the work.
  * Presets: tiny (the default), gpt2, gpt2-medium, gpt2-large, gpt2-xl, bench.
  * A preset sets the model sizes that were not given explicitly, wherever
  * they were given (JSON or flags), so "--n-layer 2 --model gpt2" and
@@ -23,8 +24,10 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "parallel/registry.h"
+
 #define DT_CONFIG_PATH 4096
-/* Upper bound on the options of the table in config.c (checked there). */
+/* Upper bound on the options of the table in config_table.c (checked there). */
 #define DT_CONFIG_MAX_OPTIONS 96
 
 typedef struct dt_train_config {
@@ -60,7 +63,7 @@ typedef struct dt_train_config {
     /* Run. */
     unsigned long long seed;
     int shuffle;
-    int threads;  /* compute threads per rank; 0 = all online cores */
+    int threads;  /* compute threads per rank, at most 1024; 0 = all online cores */
     char dtype[8]; /* fp32 | bf16 */
     long eval_every;   /* steps between evaluations; 0 = only at the end */
     long eval_batches; /* batches per evaluation; 0 = no evaluation */
@@ -68,7 +71,7 @@ typedef struct dt_train_config {
     long keep_last;    /* checkpoints kept in out_dir */
     long print_every;  /* steps between log lines */
     char log_ranks[4]; /* which ranks print: 0 (rank 0 speaks for the job) | all */
-    int zero_stage;    /* zero_optimization.stage, 0-3; kept for the ZeRO strategies */
+    int zero_stage;    /* zero_optimization.stage: 0 (1-3 are refused until ZeRO exists) */
     char strategy[32]; /* how the work is shared: ddp | dp | ps | a registered kind */
     double bucket_mb;  /* DDP gradient bucket size, MiB */
     int devices;       /* dp: worker threads acting as devices; 0 = online cores */
@@ -98,29 +101,32 @@ void dt_config_defaults(dt_train_config *c);
  * given: the usage was printed to stdout and the caller should exit 0. */
 int dt_config_parse_args(dt_train_config *c, int argc, char **argv, char *err, size_t errlen);
 
-/* Loads a JSON config file onto c. Keys: dtrain's flag names in snake_case
- * (n_layer, lr_schedule, ...) and DeepSpeed's keys (train_batch_size,
- * train_micro_batch_size_per_gpu, gradient_accumulation_steps, optimizer,
- * scheduler, bf16, fp16, gradient_clipping, steps_per_print,
- * zero_optimization, wall_clock_breakdown); the mapping of DeepSpeed's
- * sections is described in config.c. Where a file gives a setting both ways,
+/* Loads a JSON config file onto c: one object, nothing after it but blank
+ * space. Keys: dtrain's flag names in snake_case (n_layer, lr_schedule, ...)
+ * and DeepSpeed's keys (train_batch_size, train_micro_batch_size_per_gpu,
+ * gradient_accumulation_steps, optimizer, scheduler, bf16, fp16,
+ * gradient_clipping, steps_per_print, zero_optimization,
+ * activation_checkpointing, wall_clock_breakdown); config_deepspeed.c
+ * describes what each DeepSpeed key means here. A DeepSpeed key dtrain has
+ * no counterpart for is refused (it says it is not supported yet) unless
+ * its value changes nothing. Where a file gives a setting both ways,
  * dtrain's own key wins. Unknown keys are warnings (through dt_log, naming
  * the key and the file); wrong types and out-of-range values are errors. */
 int dt_config_load_json(dt_train_config *c, const char *path, char *err, size_t errlen);
 
 /* Checks every field (ranges, n_embd % n_head, seq_len <= block_size,
  * warmup_steps <= steps, min_lr <= lr, --resume needs --out or a directory,
- * ...) and fills the inferred values: seq_len, min_lr from min_lr_ratio,
+ * options that act only with another one: --keep-last needs --out, ...)
+ * and fills the inferred values: seq_len, min_lr from min_lr_ratio,
  * and whichever of train_batch_size, grad_accum, batch_size was not given
  * (with all three given, a mismatch is an error that shows the numbers).
  * When only train_batch_size is given the micro-batch is held (it sets the
- * memory) and grad_accum is inferred. data_parallel_size >= 1. */
+ * memory) and grad_accum is inferred. data_parallel_size >= 1.
+ * With --init or --resume the model's sizes come from the file: only those
+ * given explicitly are checked here, and the trainer checks the merged
+ * sizes (dt_gpt_config_check) once the file has given the others. */
 int dt_config_validate(dt_train_config *c, int data_parallel_size, char *err, size_t errlen);
 
-/* The data-parallel size of the strategy in a job of `world` processes: ddp
- * all ranks, dp --devices (one process only), ps the ranks that are not
- * servers. Refuses options of one strategy given with another. 0, or -1
- * with a message. */
 /* Calls apply(ctx, collective, algorithm) for each pair of a --comm-algo
  * spec ("allreduce=ring,broadcast=binomial"); stops at the first non-zero
  * return. 0, or -1 with a message when the spec is malformed or apply
@@ -130,8 +136,15 @@ int dt_config_each_comm_algo(const char *spec,
                                           char *err, size_t n),
                              void *ctx, char *err, size_t n);
 
+/* The data-parallel size of the strategy in a job of `world` processes: ddp
+ * all ranks, dp --devices (one process only), ps the ranks that are not
+ * servers. Refuses options of one strategy given with another. 0, or -1
+ * with a message. */
 int dt_config_data_parallel_size(const dt_train_config *c, int world, int *dp_size, char *err,
                                  size_t errlen);
+
+/* The settings of config that the parallel strategies read. */
+dt_parallel_opts dt_config_parallel_opts(const dt_train_config *c);
 
 /* A few lines summarizing the run (model, data, batch, optimizer, run). */
 void dt_config_print(const dt_train_config *c, FILE *f);

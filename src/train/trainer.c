@@ -468,24 +468,13 @@ static int default_threads(const trainer *t)
     return n >= 1 ? (int)n : 1;
 }
 
-static dt_parallel_opts parallel_opts(const dt_train_config *c)
-{
-    return (dt_parallel_opts){.bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
-                              .devices = c->devices,
-                              .servers = c->servers,
-                              .ps_async = strcmp(c->ps_mode, "async") == 0,
-                              .staleness = c->staleness,
-                              .compress = c->compress,
-                              .optimizer = c->optimizer};
-}
-
 /* The layers of this rank's strategy, from --strategy. */
 static int build_strategy(trainer *t)
 {
     const dt_strategy_kind *kind = dt_strategy_find(t->cfg->strategy);
     dt_strategy_init(&t->S, &t->r);
     if (!kind) return dt_strf(ERR(t), "--strategy %s: no such strategy", t->cfg->strategy), -1;
-    dt_parallel_opts o = parallel_opts(t->cfg);
+    dt_parallel_opts o = dt_config_parallel_opts(t->cfg);
     return kind->build(&t->S, &o);
 }
 

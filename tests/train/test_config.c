@@ -12,46 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "train/config.h"
-
-
-static char err[8192];
-
-/* Parses a space-separated command line (argv[0] = "train"). */
-static int parse_line(dt_train_config *c, const char *line)
-{
-    char buf[4096], *argv[128];
-    int argc = 0;
-    argv[argc++] = "train";
-    snprintf(buf, sizeof buf, "%s", line);
-    for (char *t = strtok(buf, " "); t && argc < 127; t = strtok(NULL, " ")) argv[argc++] = t;
-    argv[argc] = NULL;
-    err[0] = 0;
-    return dt_config_parse_args(c, argc, argv, err, sizeof err);
-}
-
-/* Defaults, then the command line, then validation at dp ranks. */
-static int run_line(dt_train_config *c, const char *line, int dp)
-{
-    dt_config_defaults(c);
-    int rc = parse_line(c, line);
-    if (rc) return rc;
-    return dt_config_validate(c, dp, err, sizeof err);
-}
-
-static char json_path[256];
-
-static const char *write_json(const char *text)
-{
-    FILE *f = fopen(json_path, "w");
-    if (!f) {
-        perror(json_path);
-        exit(1);
-    }
-    fputs(text, f);
-    fclose(f);
-    return json_path;
-}
+#include "config_util.h"
 
 /* ---- capturing stderr (warnings) or stdout (--help) ---------------- */
 
@@ -432,8 +393,8 @@ static void test_deepspeed(void)
         " \"warmup_type\": \"linear\"}},"
         " \"bf16\": {\"enabled\": true}, \"fp16\": {\"enabled\": false, \"loss_scale\": 0},"
         " \"gradient_clipping\": 0.5, \"steps_per_print\": 20, \"wall_clock_breakdown\": false,"
-        " \"zero_optimization\": {\"stage\": 2, \"overlap_comm\": true,"
-        " \"offload_optimizer\": {\"device\": \"cpu\"}}}");
+        " \"zero_optimization\": {\"stage\": 0, \"overlap_comm\": true,"
+        " \"reduce_bucket_size\": 5e8}}");
     capture_begin(2);
     int rc = dt_config_load_json(&c, p, err, sizeof err);
     const char *warn = capture_end(2);
@@ -445,9 +406,11 @@ static void test_deepspeed(void)
     CHECK(!strcmp(c.lr_schedule, "linear") && c.min_lr == 1e-5 && c.warmup_steps == 10 &&
               c.steps == 100,
           "scheduler mapping");
+    /* ZeRO stages 1-3 and their keys are refused (test_zero_stage_refused,
+     * test_config_audit); stage 0 runs, its bucket is DDP's (5e8 fp32). */
     CHECK(!strcmp(c.dtype, "bf16") && c.grad_clip == 0.5 && c.print_every == 20 &&
-              c.zero_stage == 2,
-          "bf16/clip/print/zero");
+              c.zero_stage == 0 && fabs(c.bucket_mb - 5e8 * 4 / 1048576.0) < 1e-9,
+          "bf16/clip/print/zero: bucket %g MiB", c.bucket_mb);
 }
 
 static void test_deepspeed_precedence(void)
@@ -603,9 +566,7 @@ static void test_examples(const char *dir)
 int main(int argc, char **argv)
 {
     setenv("DTRAIN_LOG", "warn", 1); /* warnings are part of what is tested */
-    const char *tmp = getenv("TMPDIR");
-    snprintf(json_path, sizeof json_path, "%s/dtrain_test_config_%d.json", tmp ? tmp : "/tmp",
-             (int)getpid());
+    json_path_init("test_config");
     test_defaults();
     test_presets();
     test_json_then_flags();

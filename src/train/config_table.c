@@ -1,0 +1,350 @@
+/* The option table: every option of `dtrain train` once, with the presets
+ * and defaults, the hooks that run when an option is set, and lookups by
+ * field, flag and JSON key. See config_internal.h. */
+#include <math.h>
+#include <string.h>
+
+#include "core/str.h"
+#include "dtrain/comm.h"
+#include "parallel/compress.h"
+#include "parallel/registry.h"
+#include "train/config_internal.h"
+
+static int hook_model(dt_train_config *c, const char *who, char *err, size_t n);
+static int hook_min_lr(dt_train_config *c, const char *who, char *err, size_t n);
+static int hook_min_lr_ratio(dt_train_config *c, const char *who, char *err, size_t n);
+static int hook_resume(dt_train_config *c, const char *who, char *err, size_t n);
+static int hook_zero_stage(dt_train_config *c, const char *who, char *err, size_t n);
+static int hook_compress(dt_train_config *c, const char *who, char *err, size_t n);
+static int hook_comm_algo(dt_train_config *c, const char *who, char *err, size_t n);
+static int hook_strategy(dt_train_config *c, const char *who, char *err, size_t n);
+
+#define FIELD(f) offsetof(dt_train_config, f), sizeof(((dt_train_config *)0)->f)
+#define IMAX DT_CFG_IMAX
+#define LMAX DT_CFG_LMAX
+#define OPT(g, flag, alias, type, f, lo, hi, meta, hook, fl, help) \
+    {flag, alias, type, FIELD(f), lo, hi, meta, hook, fl, g, help, NULL}
+#define ACT(g, flag, meta, fl, help) \
+    {flag, NULL, T_ACTION, 0, 0, 0, 0, meta, NULL, fl, g, help, NULL}
+
+const char *const dt_cfg_group_titles[G_COUNT] = {
+    "Model", "Data", "Batch", "Optimizer and schedule", "Run",
+    "Evaluation and checkpoints", "Logging", "Other"};
+
+const dt_cfg_opt dt_cfg_options[] = {
+    OPT(G_MODEL, "model", NULL, T_CHOICE, model, 0, 0,
+        "tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl|bench", hook_model, O_EMPTYOK,
+        "preset; sets the sizes not given explicitly (\"\" = none)"),
+    OPT(G_MODEL, "n-layer", NULL, T_INT, n_layer, 1, IMAX, "N", NULL, 0, "transformer blocks"),
+    OPT(G_MODEL, "n-head", NULL, T_INT, n_head, 1, IMAX, "N", NULL, 0, "attention heads"),
+    OPT(G_MODEL, "n-embd", NULL, T_INT, n_embd, 1, IMAX, "N", NULL, 0,
+        "embedding width, a multiple of --n-head"),
+    OPT(G_MODEL, "vocab-size", NULL, T_INT, vocab_size, 0, IMAX, "N", NULL, 0,
+        "vocabulary; 0 = from --init or the data"),
+    OPT(G_MODEL, "block-size", NULL, T_INT, block_size, 1, IMAX, "N", NULL, 0,
+        "context length (position embeddings)"),
+    OPT(G_MODEL, "init", NULL, T_STR, init, 0, 0, "FILE", NULL, 0,
+        "start from these safetensors weights (sizes from the file)"),
+    OPT(G_DATA, "data", NULL, T_STR, data, 0, 0, "FILE", NULL, 0,
+        "training tokens: llm.c .bin shard or text file"),
+    OPT(G_DATA, "val-data", NULL, T_STR, val_data, 0, 0, "FILE", NULL, 0,
+        "validation tokens (default: the tail of --data)"),
+    OPT(G_DATA, "val-fraction", NULL, T_DBL, val_fraction, 0, 1, "X", NULL, O_MAXOPEN,
+        "share of --data held out when no --val-data"),
+    OPT(G_DATA, "shuffle", NULL, T_BOOL, shuffle, 0, 1, "0|1", NULL, 0,
+        "shuffle the order of sequences"),
+    OPT(G_BATCH, "batch-size", "train_micro_batch_size_per_gpu", T_INT, batch_size, 1, IMAX,
+        "N", NULL, 0, "sequences per rank per micro-batch"),
+    OPT(G_BATCH, "seq-len", NULL, T_INT, seq_len, 0, IMAX, "N", NULL, 0,
+        "tokens per sequence; 0 = --block-size"),
+    OPT(G_BATCH, "grad-accum", "gradient_accumulation_steps", T_INT, grad_accum, 1, IMAX, "N",
+        NULL, 0, "micro-batches per optimizer step"),
+    OPT(G_BATCH, "train-batch-size", NULL, T_LONG, train_batch_size, 0, LMAX, "N", NULL, 0,
+        "global sequences per step; 0 = batch x accum x ranks"),
+    OPT(G_OPTIM, "steps", NULL, T_LONG, steps, 1, LMAX, "N", NULL, 0, "optimizer steps"),
+    OPT(G_OPTIM, "optimizer", NULL, T_CHOICE, optimizer, 0, 0, "adamw|adam|sgd", NULL, 0,
+        "adam and sgd decay weights as L2"),
+    OPT(G_OPTIM, "lr", NULL, T_DBL, lr, 0, INFINITY, "X", NULL, 0, "peak learning rate"),
+    OPT(G_OPTIM, "min-lr", NULL, T_DBL, min_lr, 0, INFINITY, "X", hook_min_lr, 0,
+        "floor of the cosine or linear decay"),
+    OPT(G_OPTIM, "min-lr-ratio", NULL, T_DBL, min_lr_ratio, 0, 1, "X", hook_min_lr_ratio, 0,
+        "floor as a fraction of --lr (instead of --min-lr)"),
+    OPT(G_OPTIM, "lr-schedule", NULL, T_CHOICE, lr_schedule, 0, 0, "constant|cosine|linear",
+        NULL, 0, "decay after the warmup"),
+    OPT(G_OPTIM, "warmup-steps", NULL, T_LONG, warmup_steps, 0, LMAX, "N", NULL, 0,
+        "steps of linear warmup from 0"),
+    OPT(G_OPTIM, "beta1", NULL, T_DBL, beta1, 0, 1, "X", NULL, O_MAXOPEN, "Adam beta1"),
+    OPT(G_OPTIM, "beta2", NULL, T_DBL, beta2, 0, 1, "X", NULL, O_MAXOPEN, "Adam beta2"),
+    OPT(G_OPTIM, "eps", NULL, T_DBL, eps, 0, INFINITY, "X", NULL, O_MINOPEN, "Adam epsilon"),
+    OPT(G_OPTIM, "weight-decay", NULL, T_DBL, weight_decay, 0, INFINITY, "X", NULL, 0,
+        "weight decay (matrices only)"),
+    OPT(G_OPTIM, "momentum", NULL, T_DBL, momentum, 0, 1, "X", NULL, O_MAXOPEN, "SGD momentum"),
+    OPT(G_OPTIM, "grad-clip", "gradient_clipping", T_DBL, grad_clip, 0, INFINITY, "X", NULL, 0,
+        "max global gradient norm; 0 = off"),
+    OPT(G_RUN, "dtype", NULL, T_CHOICE, dtype, 0, 0, "fp32|bf16", NULL, 0,
+        "compute type (bf16: fp32 master weights)"),
+    {"threads", NULL, T_INT, FIELD(threads), 0, DT_CFG_MAX_THREADS, "N", NULL, 0, G_RUN,
+     "compute threads per rank, at most 1024; 0 = all online cores",
+     "more threads than cores only slow a rank down (0 takes one per online core), and "
+     "OpenMP cannot start thousands"},
+    OPT(G_RUN, "seed", NULL, T_U64, seed, 0, 0, "N", NULL, 0, "seed of init and shuffling"),
+    OPT(G_RUN, "zero-stage", NULL, T_INT, zero_stage, 0, 3, "N", hook_zero_stage, 0,
+        "ZeRO stage; 0 only (1-3 not supported yet)"),
+    OPT(G_RUN, "strategy", NULL, T_STR, strategy, 0, 0, "ddp|dp|ps", hook_strategy, 0,
+        "all-reduce across ranks, threads as devices, parameter server"),
+    OPT(G_RUN, "bucket-mb", NULL, T_DBL, bucket_mb, 1e-6, 1e6, "MB", NULL, 0,
+        "DDP gradient bucket size in MiB"),
+    OPT(G_RUN, "devices", NULL, T_INT, devices, 0, 1024, "N", NULL, 0,
+        "dp: worker threads acting as devices; 0 = online cores"),
+    OPT(G_RUN, "servers", NULL, T_INT, servers, 1, 65536, "N", NULL, 0,
+        "ps: ranks holding parameter shards (the last N ranks)"),
+    OPT(G_RUN, "ps-mode", NULL, T_CHOICE, ps_mode, 0, 0, "sync|async", NULL, 0,
+        "ps: one update per step from all workers, or one per push"),
+    OPT(G_RUN, "staleness", NULL, T_INT, staleness, 0, 1000000, "K", NULL, 0,
+        "ps async: steps a worker may run ahead of the slowest"),
+    OPT(G_RUN, "compress", NULL, T_STR, compress, 0, 0, "none|topk:R|int8", hook_compress, 0,
+        "ps: compress pushes (error feedback)"),
+    OPT(G_RUN, "comm-algo", NULL, T_STR, comm_algo, 0, 0, "COLL=ALGO,...", hook_comm_algo, 0,
+        "force collective algorithms (default auto: cost model)"),
+    OPT(G_CKPT, "eval-every", NULL, T_LONG, eval_every, 0, LMAX, "N", NULL, 0,
+        "steps between evaluations; 0 = at the end only"),
+    OPT(G_CKPT, "eval-batches", NULL, T_LONG, eval_batches, 0, LMAX, "N", NULL, 0,
+        "batches per evaluation; 0 = none"),
+    OPT(G_CKPT, "out", NULL, T_STR, out_dir, 0, 0, "DIR", NULL, 0,
+        "checkpoint directory (unset: no checkpoints)"),
+    OPT(G_CKPT, "save-every", NULL, T_LONG, save_every, 0, LMAX, "N", NULL, 0,
+        "steps between checkpoints; 0 = at the end only"),
+    OPT(G_CKPT, "keep-last", NULL, T_LONG, keep_last, 1, LMAX, "N", NULL, 0,
+        "checkpoints kept in --out"),
+    OPT(G_CKPT, "resume", NULL, T_STR, resume, 0, 0, "[=DIR]", hook_resume, O_OPTVAL,
+        "resume from DIR; bare: the latest in --out"),
+    OPT(G_CKPT, "save-final", NULL, T_STR, save_final, 0, 0, "FILE", NULL, 0,
+        "write the final weights (safetensors)"),
+    OPT(G_LOG, "print-every", "steps_per_print", T_LONG, print_every, 1, LMAX, "N", NULL, 0,
+        "steps between log lines"),
+    OPT(G_LOG, "log-ranks", NULL, T_CHOICE, log_ranks, 0, 0, "0|all", NULL, 0,
+        "ranks that print (all: each its own lines)"),
+    OPT(G_LOG, "log-json", NULL, T_STR, log_json, 0, 0, "FILE", NULL, 0,
+        "one JSON object per step (- = stdout)"),
+    ACT(G_MISC, "config", "FILE", 0, "JSON config, read before all other flags"),
+    ACT(G_MISC, "help", "", O_NOVAL, "print this text (also -h)"),
+};
+
+const int dt_cfg_noptions = (int)(sizeof dt_cfg_options / sizeof dt_cfg_options[0]);
+_Static_assert(sizeof dt_cfg_options / sizeof dt_cfg_options[0] <= DT_CONFIG_MAX_OPTIONS,
+               "raise DT_CONFIG_MAX_OPTIONS in config.h");
+
+/* ---- lookups ------------------------------------------------------------- */
+
+int dt_cfg_opt_at(size_t off)
+{
+    for (int i = 0; i < dt_cfg_noptions; i++)
+        if (dt_cfg_options[i].type != T_ACTION && dt_cfg_options[i].off == off) return i;
+    return -1;
+}
+
+int dt_config_given_at(const dt_train_config *c, size_t field_offset)
+{
+    int i = dt_cfg_opt_at(field_offset);
+    return i >= 0 && c->given[i];
+}
+
+int dt_cfg_find_flag(const char *name, size_t len)
+{
+    for (int i = 0; i < dt_cfg_noptions; i++)
+        if (strlen(dt_cfg_options[i].flag) == len && !strncmp(dt_cfg_options[i].flag, name, len))
+            return i;
+    return -1;
+}
+
+/* The JSON key of an option: its flag with '-' as '_'. */
+static int json_key_is(const dt_cfg_opt *o, const char *key)
+{
+    const char *f = o->flag;
+    for (; *f && *key; f++, key++)
+        if (*key != (*f == '-' ? '_' : *f)) return 0;
+    return !*f && !*key;
+}
+
+int dt_cfg_find_json(const char *key, int *is_alias)
+{
+    for (int i = 0; i < dt_cfg_noptions; i++) {
+        const dt_cfg_opt *o = &dt_cfg_options[i];
+        if (o->type == T_ACTION) continue;
+        if (json_key_is(o, key)) return *is_alias = 0, i;
+        if (o->alias && !strcmp(o->alias, key)) return *is_alias = 1, i;
+    }
+    return -1;
+}
+
+/* ---- presets and defaults --------------------------------------------- */
+
+typedef struct preset {
+    const char *name;
+    int n_layer, n_head, n_embd, block_size, vocab_size;
+} preset;
+
+static const preset presets[] = {
+    {"tiny", 4, 4, 128, 128, 0},           {"gpt2", 12, 12, 768, 1024, 50257},
+    {"gpt2-medium", 24, 16, 1024, 1024, 50257}, {"gpt2-large", 36, 20, 1280, 1024, 50257},
+    {"gpt2-xl", 48, 25, 1600, 1024, 50257}, {"bench", 6, 6, 384, 256, 256},
+};
+
+/* Sets the sizes that were not given explicitly, so that a preset never
+ * undoes a size the user asked for, whichever came first. */
+static int hook_model(dt_train_config *c, const char *who, char *err, size_t n)
+{
+    if (!c->model[0]) return 0;
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        const preset *p = &presets[i];
+        if (strcmp(p->name, c->model)) continue;
+        if (!c->given[DT_CFG_IDX(n_layer)]) c->n_layer = p->n_layer;
+        if (!c->given[DT_CFG_IDX(n_head)]) c->n_head = p->n_head;
+        if (!c->given[DT_CFG_IDX(n_embd)]) c->n_embd = p->n_embd;
+        if (!c->given[DT_CFG_IDX(block_size)]) c->block_size = p->block_size;
+        if (!c->given[DT_CFG_IDX(vocab_size)]) c->vocab_size = p->vocab_size;
+        return 0;
+    }
+    dt_strf(err, n, "%s: no preset named '%s'", who, c->model);
+    return -1;
+}
+
+void dt_config_defaults(dt_train_config *c)
+{
+    memset(c, 0, sizeof *c);
+    strcpy(c->model, "tiny");
+    hook_model(c, "", NULL, 0);
+    c->val_fraction = 0.1;
+    c->batch_size = 8;
+    c->grad_accum = 1;
+    c->steps = 200;
+    c->lr = 1e-3;
+    strcpy(c->lr_schedule, "cosine");
+    strcpy(c->optimizer, "adamw");
+    c->beta1 = 0.9;
+    c->beta2 = 0.999;
+    c->eps = 1e-8;
+    c->weight_decay = 0.01;
+    c->grad_clip = 1.0;
+    c->seed = 1337;
+    c->shuffle = 1;
+    strcpy(c->dtype, "fp32");
+    strcpy(c->strategy, "ddp");
+    c->bucket_mb = 25;
+    c->servers = 1;
+    strcpy(c->ps_mode, "sync");
+    c->staleness = 2;
+    strcpy(c->compress, "none");
+    c->eval_batches = 8;
+    c->keep_last = 3;
+    c->print_every = 1;
+    strcpy(c->log_ranks, "0");
+}
+
+/* ---- hooks ------------------------------------------------------------- */
+
+/* --min-lr and --min-lr-ratio say the same thing two ways: the later wins. */
+static int hook_min_lr(dt_train_config *c, const char *who, char *err, size_t n)
+{
+    (void)who, (void)err, (void)n;
+    c->given[DT_CFG_IDX(min_lr_ratio)] = 0;
+    return 0;
+}
+
+static int hook_min_lr_ratio(dt_train_config *c, const char *who, char *err, size_t n)
+{
+    (void)who, (void)err, (void)n;
+    c->given[DT_CFG_IDX(min_lr)] = 0;
+    return 0;
+}
+
+static int hook_resume(dt_train_config *c, const char *who, char *err, size_t n)
+{
+    (void)who, (void)err, (void)n;
+    c->resume_flag = 1;
+    return 0;
+}
+
+/* The field stays (0-3, DeepSpeed's range) for the ZeRO strategies to come;
+ * until they exist a stage above 0 would be accepted and do nothing. */
+int dt_cfg_check_zero_stage(int stage, const char *who, char *err, size_t n)
+{
+    if (stage == 0) return 0;
+    dt_strf(err, n, "%s: ZeRO stage %d is not supported yet (the sharded strategies come "
+            "later); stage 0, plain data parallelism (--strategy ddp), is what runs: leave "
+            "the stage out or set it to 0", who, stage);
+    return -1;
+}
+
+static int hook_zero_stage(dt_train_config *c, const char *who, char *err, size_t n)
+{
+    return dt_cfg_check_zero_stage(c->zero_stage, who, err, n);
+}
+
+/* Refuses a bad --compress when it is given, and keeps it canonical. */
+static int hook_compress(dt_train_config *c, const char *who, char *err, size_t n)
+{
+    dt_compress_spec spec;
+    char why[256];
+    if (dt_compress_parse(c->compress, &spec, why, sizeof why))
+        return dt_strf(err, n, "%s: %s", who, why), -1;
+    dt_compress_format(&spec, c->compress, sizeof c->compress);
+    return 0;
+}
+
+int dt_config_each_comm_algo(const char *spec,
+                             int (*apply)(void *ctx, const char *coll, const char *algo,
+                                          char *err, size_t n),
+                             void *ctx, char *err, size_t n)
+{
+    char buf[sizeof((dt_train_config *)0)->comm_algo];
+    dt_strf(buf, sizeof buf, "%s", spec);
+    for (char *save = NULL, *item = strtok_r(buf, ",", &save); item;
+         item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '=');
+        if (!eq || eq == item || !eq[1])
+            return dt_strf(err, n, "'%s' is not COLLECTIVE=ALGORITHM (for example "
+                           "allreduce=ring)", item), -1;
+        *eq = '\0';
+        if (apply(ctx, item, eq + 1, err, n)) return -1;
+    }
+    return 0;
+}
+
+/* Known collective and algorithm names, without a communicator. */
+static int check_comm_algo(void *ctx, const char *coll, const char *algo, char *err, size_t n)
+{
+    (void)ctx;
+    const char *names[32];
+    int k = dt_comm_algo_names(coll, names, 32);
+    if (k < 0)
+        return dt_strf(err, n, "'%s' has no choice of algorithms (allreduce, broadcast, "
+                       "allgather, reduce_scatter, alltoall do)", coll), -1;
+    if (!strcmp(algo, "auto")) return 0;
+    char list[256] = "auto";
+    for (int i = 0; i < k && i < 32; i++) {
+        if (!strcmp(names[i], algo)) return 0;
+        dt_strf(list + strlen(list), sizeof list - strlen(list), ", %s", names[i]);
+    }
+    return dt_strf(err, n, "'%s' is not one of the %s algorithms (choices: %s)", algo, coll,
+                   list), -1;
+}
+
+/* Any kind the registry knows: the built-in ones, and any a program that
+ * links libdtrain registered before parsing (parallel/registry.h). */
+static int hook_strategy(dt_train_config *c, const char *who, char *err, size_t n)
+{
+    if (dt_strategy_find(c->strategy)) return 0;
+    char names[256];
+    dt_strategy_names(names, sizeof names);
+    return dt_strf(err, n, "%s: '%s' is not a strategy (choices: %s)", who, c->strategy, names),
+           -1;
+}
+
+static int hook_comm_algo(dt_train_config *c, const char *who, char *err, size_t n)
+{
+    char why[320];
+    if (dt_config_each_comm_algo(c->comm_algo, check_comm_algo, NULL, why, sizeof why))
+        return dt_strf(err, n, "%s: %s", who, why), -1;
+    return 0;
+}

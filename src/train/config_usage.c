@@ -1,0 +1,89 @@
+/* The configuration in words: --help (every option of the table with its
+ * default) and the summary a run prints at its start. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/str.h"
+#include "train/config_internal.h"
+
+static const char *or_dash(const char *s) { return *s ? s : "-"; }
+
+void dt_config_print(const dt_train_config *c, FILE *f)
+{
+    char vocab[32], val[DT_CONFIG_PATH + 32];
+    if (c->vocab_size) dt_strf(vocab, sizeof vocab, "%d", c->vocab_size);
+    else dt_strf(vocab, sizeof vocab, "from data");
+    if (c->val_data[0]) dt_strf(val, sizeof val, "%s", c->val_data);
+    else dt_strf(val, sizeof val, "last %g of data", c->val_fraction);
+    fprintf(f, "model  %s: n_layer %d, n_head %d, n_embd %d, block_size %d, vocab %s\n",
+            or_dash(c->model), c->n_layer, c->n_head, c->n_embd, c->block_size, vocab);
+    fprintf(f, "data   %s (val: %s), init %s, shuffle %s\n", or_dash(c->data), val,
+            or_dash(c->init), c->shuffle ? "on" : "off");
+    fprintf(f, "batch  %d seq x %d tokens x %d accum per rank, %ld seq per step\n", c->batch_size,
+            c->seq_len ? c->seq_len : c->block_size, c->grad_accum, c->train_batch_size);
+    char moments[96];
+    if (strcmp(c->optimizer, "sgd"))
+        dt_strf(moments, sizeof moments, "betas %g %g, eps %g", c->beta1, c->beta2, c->eps);
+    else
+        dt_strf(moments, sizeof moments, "momentum %g", c->momentum);
+    fprintf(f, "optim  %s lr %g -> %g (%s, warmup %ld), %s, wd %g, clip %g\n", c->optimizer,
+            c->lr, c->min_lr, c->lr_schedule, c->warmup_steps, moments, c->weight_decay,
+            c->grad_clip);
+    fprintf(f, "run    %ld steps, %s, seed %llu, threads %d, zero stage %d, print every %ld\n",
+            c->steps, c->dtype, c->seed, c->threads, c->zero_stage, c->print_every);
+    fprintf(f, "eval   every %ld steps (0 = end), %ld batches; out %s, save every %ld, "
+            "keep %ld%s%s\n", c->eval_every, c->eval_batches, or_dash(c->out_dir),
+            c->save_every, c->keep_last, c->resume_flag ? ", resume " : "",
+            c->resume_flag ? or_dash(c->resume) : "");
+}
+
+static void fmt_default(const dt_train_config *d, const dt_cfg_opt *o, char *buf, size_t n)
+{
+    dt_cfg_val v = dt_cfg_read_field(d, o);
+    buf[0] = 0;
+    switch (o->type) {
+    case T_INT:
+    case T_LONG:
+    case T_BOOL: dt_strf(buf, n, "%lld", v.i); break;
+    case T_U64: dt_strf(buf, n, "%llu", v.u); break;
+    case T_DBL: dt_strf(buf, n, "%g", v.d); break;
+    case T_STR:
+    case T_CHOICE: dt_strf(buf, n, "%s", v.s); break;
+    default: break;
+    }
+}
+
+static void usage_option(FILE *f, const dt_train_config *d, const dt_cfg_opt *o)
+{
+    char left[96], def[64];
+    int eq = (o->flags & O_OPTVAL) != 0;
+    dt_strf(left, sizeof left, "  --%s%s%s", o->flag, eq || !*o->meta ? "" : " ", o->meta);
+    fmt_default(d, o, def, sizeof def);
+    if (strlen(left) > 29) fprintf(f, "%s\n%-30s", left, "");
+    else fprintf(f, "%-30s", left);
+    fprintf(f, "%s%s%s%s\n", o->help, *def ? " [" : "", def, *def ? "]" : "");
+}
+
+void dt_config_usage(FILE *f)
+{
+    dt_train_config d;
+    dt_config_defaults(&d);
+    fprintf(f, "Training options, as --name VALUE or --name=VALUE; defaults in [].\n"
+               "A JSON file given with --config is read first and flags override it.\n");
+    for (int g = 0; g < G_COUNT; g++) {
+        fprintf(f, "\n%s:\n", dt_cfg_group_titles[g]);
+        for (int i = 0; i < dt_cfg_noptions; i++)
+            if (dt_cfg_options[i].group == g) usage_option(f, &d, &dt_cfg_options[i]);
+    }
+    fprintf(f, "\nJSON keys are the option names in snake_case (\"n_layer\": 12) and DeepSpeed's:\n"
+               "train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps\n"
+               "(train_batch_size = micro x accum x ranks; the missing one is inferred),\n"
+               "gradient_clipping, steps_per_print, optimizer {type AdamW|Adam|SGD, params},\n"
+               "scheduler {type WarmupLR|WarmupDecayLR|WarmupCosineLR, params}, bf16 {enabled},\n"
+               "zero_optimization {stage 0, reduce_bucket_size, overlap_comm true}.\n"
+               "Not supported yet, refused: ZeRO stages 1-3 and their keys, fp16, activation\n"
+               "checkpointing, wall_clock_breakdown, log warmup. Integers may be written 1e3.\n"
+               "Unknown keys warn. The file holds one JSON object and nothing after it.\n"
+               "Schedule: linear warmup to --lr over --warmup-steps, then constant, cosine or\n"
+               "linear decay to --min-lr at --steps.\n");
+}

@@ -1,0 +1,133 @@
+/*
+ * Defects of the training configuration found by trying dtrain as a new
+ * user would (issue 10); each case failed before its fix: text after the
+ * JSON object of --config, an unbounded --threads, ZeRO stages accepted and
+ * ignored, and model sizes judged before a file (--init, --resume) gave
+ * them. The end-to-end side of the last: test_init_sizes.sh.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "config_util.h"
+
+/* Text after the first JSON object was ignored: refused, naming the file
+ * and the line:column (and byte) where the extra text starts. */
+static void test_json_trailing_text(void)
+{
+    static const char *const cases[][2] = {
+        {"{\"lr\": 1e-3} garbage", ":1:14: text after the JSON object (byte 13)"},
+        {"{\"lr\": 1e-3}\n{\"steps\": 2}\n", ":2:1: text after the JSON object (byte 13)"},
+        {"{\"lr\": 1e-3},", ":1:13:"},
+        {"{}\n\n  ]", ":3:3:"},
+    };
+    dt_train_config c;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dt_config_defaults(&c);
+        int rc = dt_config_load_json(&c, write_json(cases[i][0]), err, sizeof err);
+        CHECK(rc == -1 && strstr(err, json_path) && strstr(err, cases[i][1]),
+              "'%s': rc %d, message '%s' lacks the path or '%s'", cases[i][0], rc, err,
+              cases[i][1]);
+    }
+    /* Blank space after the object is no extra text. */
+    dt_config_defaults(&c);
+    CHECK(dt_config_load_json(&c, write_json("\n{\"steps\": 7}\n\t \r\n"), err, sizeof err) == 0 &&
+              c.steps == 7,
+          "trailing blanks: %s", err);
+}
+
+/* --threads 65535 passed and crashed OpenMP: at most 1024 per rank, and the
+ * message says why; with --strategy dp each device runs that many. */
+static void test_threads_bound(void)
+{
+    dt_train_config c;
+    dt_config_defaults(&c);
+    CHECK(parse_line(&c, "--threads 65535") == -1 && strstr(err, "--threads: 65535") &&
+              strstr(err, "[0, 1024]") && strstr(err, "cores"),
+          "--threads 65535: %s", err);
+    CHECK(run_line(&c, "--threads 1024", 1) == 0 && c.threads == 1024, "1024: %s", err);
+    CHECK(run_line(&c, "--threads 1025", 1) == -1 && strstr(err, "1025"), "1025: %s", err);
+    dt_config_defaults(&c);
+    c.threads = 5000; /* set by a program, not a flag */
+    CHECK(dt_config_validate(&c, 1, err, sizeof err) == -1 && strstr(err, "threads: 5000"),
+          "program-set threads: %s", err);
+    /* dp: 4 devices x 300 threads each is 1200 threads in one process. */
+    CHECK(run_line(&c, "--strategy dp --devices 4 --threads 300", 4) == -1 &&
+              strstr(err, "1200") && strstr(err, "1024"),
+          "dp devices x threads: %s", err);
+    CHECK(run_line(&c, "--strategy dp --devices 4 --threads 256", 4) == 0, "dp 4 x 256: %s", err);
+}
+
+/* ZeRO stages 1-3 were accepted and did nothing: refused until ZeRO exists,
+ * by flag, by dtrain's JSON key and by DeepSpeed's; stage 0 still runs. */
+static void test_zero_stage_refused(void)
+{
+    dt_train_config c;
+    for (int s = 1; s <= 3; s++) {
+        char line[64];
+        snprintf(line, sizeof line, "--zero-stage %d", s);
+        dt_config_defaults(&c);
+        CHECK(parse_line(&c, line) == -1 && strstr(err, "--zero-stage") &&
+                  strstr(err, "not supported yet") && strstr(err, "stage 0"),
+              "%s: %s", line, err);
+        char json[96];
+        snprintf(json, sizeof json, "{\"zero_optimization\": {\"stage\": %d}}", s);
+        dt_config_defaults(&c);
+        CHECK(dt_config_load_json(&c, write_json(json), err, sizeof err) == -1 &&
+                  strstr(err, "zero_optimization.stage") && strstr(err, "not supported yet"),
+              "%s: %s", json, err);
+        snprintf(json, sizeof json, "{\"zero_stage\": %d}", s);
+        dt_config_defaults(&c);
+        CHECK(dt_config_load_json(&c, write_json(json), err, sizeof err) == -1 &&
+                  strstr(err, "zero_stage") && strstr(err, "not supported yet"),
+              "%s: %s", json, err);
+    }
+    dt_config_defaults(&c);
+    c.zero_stage = 2; /* set by a program */
+    CHECK(dt_config_validate(&c, 1, err, sizeof err) == -1 && strstr(err, "not supported yet"),
+          "program-set stage 2: %s", err);
+    CHECK(run_line(&c, "--zero-stage 0", 2) == 0 && c.zero_stage == 0, "stage 0: %s", err);
+}
+
+/* Sizes a weights file (--init) or a checkpoint (--resume) will give are
+ * judged by the trainer once merged; validation judged the preset's width
+ * instead ("n_embd = 128 is not divisible by n_head = 12"). Sizes given
+ * without a file are still checked here. */
+static void test_sizes_from_file(void)
+{
+    static const char *const ok[] = {
+        "--init w.safetensors --n-head 12",
+        "--init w.safetensors --n-head 7",      /* the trainer checks 7 against the file */
+        "--resume=ck/ckpt-00000010 --n-head 12",
+        "--out ck --resume --n-head 12",
+        "--init w.safetensors --seq-len 1024",  /* the file's block may be that long */
+    };
+    static const char *const bad[][2] = {
+        {"--n-head 12", "n_embd = 128 is not divisible by n_head = 12"},
+        {"--init w.safetensors --n-embd 100 --n-head 3",
+         "n_embd = 100 is not divisible by n_head = 3"},
+        {"--init w.safetensors --block-size 64 --seq-len 100",
+         "seq_len = 100 exceeds block_size = 64"},
+        {"--seq-len 1024", "seq_len = 1024 exceeds block_size = 128"},
+    };
+    dt_train_config c;
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        CHECK(run_line(&c, ok[i], 1) == 0, "'%s' refused: %s", ok[i], err);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = run_line(&c, bad[i][0], 1);
+        CHECK(rc == -1 && strstr(err, bad[i][1]), "'%s': rc %d, '%s' lacks '%s'", bad[i][0], rc,
+              err, bad[i][1]);
+    }
+}
+
+int main(void)
+{
+    setenv("DTRAIN_LOG", "error", 1);
+    json_path_init("test_config_defects");
+    test_json_trailing_text();
+    test_threads_bound();
+    test_zero_stage_refused();
+    test_sizes_from_file();
+    remove(json_path);
+    return finish("test_config_defects");
+}
