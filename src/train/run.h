@@ -1,0 +1,74 @@
+/* The state of one rank's training run, shared by the files of the
+ * trainer: trainer.c (the loop and its life), run_state.c (what the rank
+ * holds and its starting state, checkpoints), run_report.c (what the run
+ * prints and logs, evaluation). Private to src/train. */
+#ifndef DT_TRAIN_RUN_H
+#define DT_TRAIN_RUN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/str.h"
+#include "dtrain/comm.h"
+#include "model/gpt.h"
+#include "model/optimizer.h"
+#include "parallel/strategy.h"
+#include "train/config.h"
+#include "train/dataset.h"
+#include "train/sampler.h"
+
+typedef struct dt_run {
+    dt_train_config *cfg;
+    dt_gpt model;
+    dt_optimizer opt;
+    dt_dataset *train, *val;
+    dt_sampler train_order, val_order;
+    dt_rank r;          /* what the strategy sees; r.err is the run's error message */
+    dt_strategy S;
+    int threads;
+    long global_batch;  /* sequences per optimizer step */
+    long step;          /* next optimizer step to run */
+    long steps_run;     /* steps run by this process */
+    uint64_t seq_counter; /* training sequences consumed */
+    double last_loss;
+    int stop;           /* the signal the ranks agreed to stop on, or 0 */
+    int dp_size;        /* blocks of each global batch, as the configuration was validated */
+    FILE *json;         /* --log-json, or NULL */
+    FILE *out;          /* human-readable lines (rank 0's; /dev/null elsewhere) */
+} dt_run;
+
+/* The run's error message buffer, as (buf, len) arguments. */
+#define ERR(t) (t)->r.err, sizeof (t)->r.err
+
+static inline int comm_failed(dt_run *t, dt_comm *c, const char *what)
+{
+    return dt_strf(ERR(t), "%s: %s", what, dt_comm_error(c)), -1;
+}
+
+/* run_state.c */
+/* Training and validation data (--data, --val-data, or the built-in corpus). */
+int dt_run_open_data(dt_run *t);
+/* The trainer's batch callback for the strategies (dt_rank.batch). */
+int dt_run_fetch_batch(void *ctx, uint64_t first, int n, int32_t *inputs, int32_t *targets,
+                       char *err, size_t errlen);
+double dt_run_lr_at(const void *cfg, long step);
+/* Every file the run will write is writable, checked before the first step. */
+int dt_run_check_outputs(dt_run *t);
+/* The layout, what the strategy says this rank holds, the starting state
+ * (resume_dir: a checkpoint, or NULL), and the ranks' agreement on it. */
+int dt_run_setup_model(dt_run *t, const char *resume_dir);
+/* A checkpoint of the current step (collective: the strategy gathers). */
+int dt_run_save(dt_run *t);
+
+/* run_report.c */
+void dt_run_print_header(dt_run *t);
+/* A validation loss, printed and logged (final: the one at the end). */
+int dt_run_eval(dt_run *t, int final);
+/* Every rank's peak memory by kind, printed by rank 0 (collective). */
+int dt_run_print_memory(dt_run *t, const char *title);
+/* That every rank holds the same weights (collective). */
+int dt_run_check_replicas(dt_run *t);
+/* --log-json, keeping the entries before a resumed step. */
+int dt_run_open_log(dt_run *t, int resuming);
+
+#endif

@@ -1,0 +1,147 @@
+/* What a run prints and logs: the header, evaluations, the memory table,
+ * the replica check, the JSON log. See run.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/str.h"
+#include "train/metrics.h"
+#include "train/run.h"
+
+/* Mean loss over up to eval_batches micro-batches of the validation data,
+ * always the same sequences (the first ones, in order), split over the
+ * ranks of comm (NULL: this rank alone). */
+static int evaluate(dt_run *t, dt_comm *comm, double *loss_out)
+{
+    int B = t->r.B, T = t->r.T;
+    uint64_t nseq = dt_dataset_nseq(t->val, T);
+    uint64_t want = (uint64_t)t->cfg->eval_batches * (uint64_t)B;
+    uint64_t total = want < nseq ? want : nseq;
+    uint64_t index = comm ? (uint64_t)dt_comm_rank(comm) : 0;
+    uint64_t size = comm ? (uint64_t)dt_comm_size(comm) : 1;
+    double sum[1] = {0};
+    /* Rank r evaluates micro-batches r, r + size, ...; the sums are added. */
+    for (uint64_t first = index * B; first < total; first += (uint64_t)B * size) {
+        int b = (int)(total - first < (uint64_t)B ? total - first : (uint64_t)B);
+        if (dt_dataset_batch(t->val, &t->val_order, first, b, T, t->r.inputs, t->r.targets,
+                             ERR(t)))
+            return -1;
+        double loss = dt_gpt_forward(&t->model, t->r.inputs, t->r.targets, b, T);
+        if (loss < 0) return dt_strf(ERR(t), "%s", t->model.error), -1;
+        sum[0] += loss * b;
+    }
+    if (comm && dt_allreduce(comm, sum, sum, 1, DT_F64, DT_SUM))
+        return comm_failed(t, comm, "evaluation");
+    *loss_out = sum[0] / (double)total;
+    return 0;
+}
+
+int dt_run_eval(dt_run *t, int final)
+{
+    if (!t->val || t->cfg->eval_batches == 0) return 0;
+    dt_comm *group;
+    if (!dt_strategy_eval_group(&t->S, final, &group)) return 0;
+    if (dt_dataset_check(t->val, t->r.T, ERR(t))) return -1;
+    double loss = 0;
+    if (evaluate(t, group, &loss)) return -1;
+    fprintf(t->out, "val loss %.4f (step %ld)\n", loss, t->step);
+    if (t->json) fprintf(t->json, "{\"step\":%ld,\"val_loss\":%.9g}\n", t->step - 1, loss);
+    return 0;
+}
+
+/* Every rank's memory at its peak, printed by rank 0: the ranks of some
+ * strategies hold very different things. Collective over the job. */
+int dt_run_print_memory(dt_run *t, const char *title)
+{
+    unsigned long long mine[DT_MEM_SNAPSHOT], *all = NULL;
+    dt_memory_snapshot(mine, 1);
+    dt_comm *world = t->r.world;
+    if (!world) {
+        dt_print_memory_snapshot(t->out, title, mine);
+        return 0;
+    }
+    if (t->r.rank == 0 && !(all = malloc((size_t)t->r.size * sizeof mine)))
+        return dt_strf(ERR(t), "out of memory"), -1;
+    if (dt_gather(world, mine, all, DT_MEM_SNAPSHOT, DT_I64, 0)) {
+        free(all);
+        return comm_failed(t, world, "gathering memory use");
+    }
+    fprintf(t->out, "%s:\n", title);
+    for (int r = 0; all && r < t->r.size; r++) {
+        char role[32] = "", label[64];
+        dt_strategy_rank_label(&t->S, r, role, sizeof role);
+        dt_strf(label, sizeof label, "  rank %d%s%s%s", r, role[0] ? " (" : "", role,
+                role[0] ? ")" : "");
+        dt_print_memory_snapshot(t->out, label, all + (size_t)r * DT_MEM_SNAPSHOT);
+    }
+    free(all);
+    return 0;
+}
+
+void dt_run_print_header(dt_run *t)
+{
+    const dt_gpt *m = &t->model;
+    dt_config_print(t->cfg, t->out);
+    const char *emulated = m->prec == DT_PREC_BF16 && !dt_matmul_bf16_native()
+                               ? " (emulated: this CPU has no bf16 kernel, fp32 speed)"
+                               : "";
+    fprintf(t->out,
+            "model: %d layers, %d heads, %d embd, vocab %d, block %d: %.2fM parameters | "
+            "%s matmuls%s | %d threads\n",
+            m->cfg.n_layer, m->cfg.n_head, m->cfg.n_embd, m->cfg.vocab_size, m->cfg.block_size,
+            (double)m->n_params / 1e6, m->prec == DT_PREC_BF16 ? "bf16" : "fp32", emulated,
+            t->threads);
+    fprintf(t->out, "data: %s, %llu tokens (%llu sequences of %d)", dt_dataset_name(t->train),
+            (unsigned long long)dt_dataset_ntokens(t->train),
+            (unsigned long long)dt_dataset_nseq(t->train, t->r.T), t->r.T);
+    if (t->val)
+        fprintf(t->out, " | val: %s, %llu tokens", dt_dataset_name(t->val),
+                (unsigned long long)dt_dataset_ntokens(t->val));
+    fprintf(t->out, "\nbatch: %ld sequences per step = %d per micro-batch x %d accumulation",
+            t->global_batch, t->r.B, t->r.accum);
+    dt_strategy_describe(&t->S, t->out);
+    fprintf(t->out, "\n");
+    dt_print_memory(t->out, t->r.world ? "memory of rank 0" : "memory");
+}
+
+/* Whether every rank holds the same weights at the end (collective). */
+int dt_run_check_replicas(dt_run *t)
+{
+    uint64_t hash = 0;
+    int same = dt_strategy_replicas_identical(&t->S, &hash);
+    if (same < 0) return -1;
+    if (same == 0) return dt_strf(ERR(t), "the ranks' weights differ at the end (a bug)"), -1;
+    if (same == 1)
+        fprintf(t->out, "replicas: %d ranks hold bit-identical weights (hash %016llx)\n",
+                t->r.size, (unsigned long long)hash);
+    return 0;
+}
+
+/* Opens --log-json. A resumed run keeps the entries of the steps before the
+ * checkpoint and drops later ones (steps a crashed run logged but did not
+ * save), so the file reads as one run. */
+int dt_run_open_log(dt_run *t, int resuming)
+{
+    const char *path = t->cfg->log_json;
+    if (!path[0]) return 0;
+    if (strcmp(path, "-") == 0) {
+        t->json = stdout;
+        return 0;
+    }
+    char *kept = NULL;
+    size_t kept_len = 0;
+    FILE *old = resuming ? fopen(path, "r") : NULL;
+    if (old) {
+        FILE *mem = open_memstream(&kept, &kept_len);
+        char line[4096];
+        long step;
+        while (mem && fgets(line, sizeof line, old))
+            if (sscanf(line, "{\"step\":%ld", &step) == 1 && step < t->step) fputs(line, mem);
+        if (mem) fclose(mem);
+        fclose(old);
+    }
+    t->json = fopen(path, "w");
+    if (t->json && kept) fwrite(kept, 1, kept_len, t->json);
+    free(kept);
+    if (!t->json) return dt_strf(ERR(t), "--log-json %s: cannot open for writing", path), -1;
+    return 0;
+}

@@ -1,0 +1,172 @@
+/* What a rank holds and its state: data, the model and optimizer the
+ * strategy gives it, the starting weights (initialisation, --init, or a
+ * checkpoint), and checkpoints of the run. See run.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/file.h"
+#include "core/log.h"
+#include "core/str.h"
+#include "train/checkpoint.h"
+#include "train/corpus.h"
+#include "train/model_source.h"
+#include "train/run.h"
+#include "train/weights.h"
+
+int dt_run_open_data(dt_run *t)
+{
+    const dt_train_config *c = t->cfg;
+    char train_path[DT_CONFIG_PATH], val_path[DT_CONFIG_PATH];
+    const char *train_file = c->data, *val_file = c->val_data;
+    if (!c->data[0]) {
+        if (dt_default_corpus(train_path, val_path, sizeof train_path, ERR(t))) return -1;
+        train_file = train_path;
+        if (!c->val_data[0]) val_file = val_path;
+    }
+    dt_dataset *all;
+    if (dt_dataset_open(train_file, &all, ERR(t))) return -1;
+    if (val_file[0]) {
+        t->train = all;
+        return dt_dataset_open(val_file, &t->val, ERR(t));
+    }
+    if (c->val_fraction <= 0 || c->eval_batches == 0) {
+        t->train = all;
+        return 0;
+    }
+    int rc = dt_dataset_split(all, c->val_fraction, &t->train, &t->val, ERR(t));
+    dt_dataset_close(all);
+    return rc;
+}
+
+int dt_run_fetch_batch(void *ctx, uint64_t first, int n, int32_t *inputs, int32_t *targets,
+                       char *err, size_t errlen)
+{
+    dt_run *t = ctx;
+    return dt_dataset_batch(t->train, &t->train_order, first, n, t->r.T, inputs, targets, err,
+                            errlen);
+}
+
+double dt_run_lr_at(const void *cfg, long step) { return dt_config_lr_at(cfg, step); }
+
+/* Every file the run will write is checked before the first step: a typo
+ * in --save-final must not cost the training it would have saved. */
+int dt_run_check_outputs(dt_run *t)
+{
+    const dt_train_config *c = t->cfg;
+    if (!t->S.writes_checkpoints) return 0;
+    if (c->out_dir[0] && dt_check_dir_writable("--out", c->out_dir, ERR(t))) return -1;
+    if (c->save_final[0] && dt_check_output_file("--save-final", c->save_final, ERR(t)))
+        return -1;
+    return 0;
+}
+
+static int alloc_model(dt_run *t)
+{
+    dt_gpt *m = &t->model;
+    if (dt_gpt_alloc_params(m) || dt_gpt_alloc_grads(m) || dt_gpt_alloc_acts(m, t->r.B, t->r.T))
+        return dt_strf(ERR(t), "%s", m->error), -1;
+    t->r.inputs = malloc((size_t)t->r.B * t->r.T * sizeof(int32_t));
+    t->r.targets = malloc((size_t)t->r.B * t->r.T * sizeof(int32_t));
+    if (!t->r.inputs || !t->r.targets) return dt_strf(ERR(t), "out of memory for the batch"), -1;
+    return 0;
+}
+
+/* Optimizer state for floats [lo, hi) of the flat layout. */
+static int init_optimizer(dt_run *t, size_t lo, size_t hi)
+{
+    const dt_train_config *c = t->cfg;
+    dt_opt_kind kind;
+    if (dt_opt_kind_parse(c->optimizer, &kind) ||
+        dt_optimizer_init(&t->opt, kind, hi - lo, c->beta1, c->beta2, c->eps, c->weight_decay,
+                          c->momentum))
+        return dt_strf(ERR(t), "optimizer %s: cannot set up its state", c->optimizer), -1;
+    t->opt.base = lo;
+    return 0;
+}
+
+static int resume(dt_run *t, const char *dir)
+{
+    dt_ckpt_state st;
+    if (dt_ckpt_load(dir, &t->model, &t->opt, &st, ERR(t))) return -1;
+    if (st.seq_len != t->r.T || st.shuffle != t->cfg->shuffle || st.seed != t->cfg->seed)
+        return dt_strf(ERR(t),
+                       "%s: saved with seq_len %d, shuffle %d, seed %llu; this run has %d, %d, "
+                       "%llu (the data order would differ)",
+                       dir, st.seq_len, st.shuffle, (unsigned long long)st.seed, t->r.T,
+                       t->cfg->shuffle, (unsigned long long)t->cfg->seed), -1;
+    uint64_t ntok = dt_dataset_ntokens(t->train);
+    if (st.data_tokens != 0 && st.data_tokens != ntok)
+        return dt_strf(ERR(t),
+                       "%s: trained on %llu tokens of data, this run has %llu (%s): other data "
+                       "would break the data order",
+                       dir, (unsigned long long)st.data_tokens, (unsigned long long)ntok,
+                       dt_dataset_name(t->train)), -1;
+    if (st.global_batch != t->global_batch)
+        DT_WARN("%s: global batch was %ld sequences, now %ld", dir, st.global_batch,
+                t->global_batch);
+    t->step = st.step;
+    t->seq_counter = st.seq_counter;
+    t->last_loss = st.last_loss;
+    fprintf(t->out, "resumed from %s at step %ld\n", dir, t->step);
+    return 0;
+}
+
+/* The starting weights of a rank that holds the model: a checkpoint, a
+ * weights file, or the initialisation. */
+static int starting_weights(dt_run *t, const char *resume_dir)
+{
+    const dt_train_config *c = t->cfg;
+    if (dt_dataset_check(t->train, t->r.T, ERR(t))) return -1;
+    /* Validation data too short for one sequence would fail only at the end. */
+    if (t->val && c->eval_batches > 0 && dt_dataset_check(t->val, t->r.T, ERR(t))) return -1;
+    if (resume_dir) return resume(t, resume_dir);
+    if (c->init[0]) return dt_weights_load(&t->model, c->init, ERR(t));
+    dt_gpt_init_weights(&t->model, c->seed);
+    return 0;
+}
+
+/* The model's layout, then what the strategy says this rank holds, then
+ * its starting state; finally the ranks agree on it. */
+int dt_run_setup_model(dt_run *t, const char *resume_dir)
+{
+    const dt_train_config *c = t->cfg;
+    dt_gpt_config mc;
+    if (dt_model_source_config(c, resume_dir, t->train, t->val, &t->r.T, &mc, ERR(t)))
+        return -1;
+    dt_precision prec = strcmp(c->dtype, "bf16") == 0 ? DT_PREC_BF16 : DT_PREC_F32;
+    if (dt_gpt_create_layout(&t->model, &mc, prec, ERR(t))) return -1;
+    dt_share share;
+    if (dt_strategy_plan(&t->S, &t->model, &share)) return -1;
+    if (share.model && alloc_model(t)) return -1;
+    if (share.opt_hi > share.opt_lo && init_optimizer(t, share.opt_lo, share.opt_hi)) return -1;
+    if (share.model && starting_weights(t, resume_dir)) return -1;
+    t->r.first_step = t->step;
+    /* The batch arithmetic was validated for dp_size blocks: a strategy
+     * that split otherwise would train on overlapping data. */
+    if (!dt_strategy_serves(&t->S) && t->S.dp_size != t->dp_size)
+        return dt_strf(ERR(t), "strategy %s splits each batch into %d blocks, the configuration "
+                       "was checked for %d (a bug)", t->cfg->strategy, t->S.dp_size, t->dp_size),
+               -1;
+    return dt_strategy_start(&t->S);
+}
+
+/* Collective: the strategy gathers what the writer needs, then it writes. */
+int dt_run_save(dt_run *t)
+{
+    if (dt_strategy_before_save(&t->S)) return -1;
+    if (!t->S.writes_checkpoints) return 0;
+    dt_ckpt_state st = {.step = t->step,
+                        .seq_counter = t->seq_counter,
+                        .seed = t->cfg->seed,
+                        .shuffle = t->cfg->shuffle,
+                        .seq_len = t->r.T,
+                        .global_batch = t->global_batch,
+                        .last_loss = t->last_loss,
+                        .data_tokens = dt_dataset_ntokens(t->train)};
+    char path[DT_CONFIG_PATH + 64];
+    if (dt_ckpt_save(t->cfg->out_dir, &t->model, &t->opt, &st, t->cfg->keep_last, path,
+                     sizeof path, ERR(t)))
+        return -1;
+    fprintf(t->out, "checkpoint %s\n", path);
+    return 0;
+}
