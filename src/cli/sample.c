@@ -150,6 +150,21 @@ static int draw(const float *logits, int V, const sample_args *a, uint64_t *rng,
     return V - 1;
 }
 
+/* Finite weights can still overflow on the way to the logits; sampling
+ * from them would print noise. */
+static int check_logits(const float *logits, int V, size_t n, char *err, size_t errlen)
+{
+    for (int i = 0; i < V; i++) {
+        if (isfinite(logits[i])) continue;
+        dt_strf(err, errlen,
+                "the logits after %zu tokens are not finite (%s for token %d): the weights "
+                "overflow",
+                n, isnan(logits[i]) ? "nan" : logits[i] > 0 ? "inf" : "-inf", i);
+        return -1;
+    }
+    return 0;
+}
+
 static int generate(dt_gpt *m, const sample_args *a, char *err, size_t errlen)
 {
     const int V = m->cfg.vocab_size, maxT = m->cfg.block_size;
@@ -177,7 +192,12 @@ static int generate(dt_gpt *m, const sample_args *a, char *err, size_t errlen)
             rc = -1;
             break;
         }
-        int tok = draw(m->logits + (size_t)(t - 1) * V, V, a, &rng, scratch, prob);
+        const float *logits = m->logits + (size_t)(t - 1) * V;
+        if (check_logits(logits, V, n, err, errlen) != 0) {
+            rc = -1;
+            break;
+        }
+        int tok = draw(logits, V, a, &rng, scratch, prob);
         seq[n++] = tok;
         putchar(tok);
         fflush(stdout);
