@@ -100,8 +100,11 @@ static int parse_args(int argc, char **argv, sample_args *a)
     return 0;
 }
 
-/* The weights file behind --ckpt. */
-static int weights_path(const char *ckpt, char *out, size_t len, char *err, size_t errlen)
+/* The weights file behind --ckpt and the model's sizes: a checkpoint's
+ * from its state.json (checked against the weights), a bare weights
+ * file's from the file. */
+static int resolve_model(const char *ckpt, char *path, size_t len, dt_gpt_config *cfg,
+                         char *err, size_t errlen)
 {
     struct stat st;
     if (stat(ckpt, &st) != 0) {
@@ -109,13 +112,13 @@ static int weights_path(const char *ckpt, char *out, size_t len, char *err, size
         return -1;
     }
     if (!S_ISDIR(st.st_mode)) {
-        dt_strf(out, len, "%s", ckpt);
-        return 0;
+        dt_strf(path, len, "%s", ckpt);
+        return dt_weights_inspect(path, cfg, err, errlen);
     }
     char dir[4200];
     if (dt_ckpt_resolve(ckpt, dir, sizeof dir, err, errlen)) return -1;
-    dt_strf(out, len, "%s/model.safetensors", dir);
-    return 0;
+    dt_strf(path, len, "%s/model.safetensors", dir);
+    return dt_ckpt_model_config(dir, cfg, err, errlen);
 }
 
 static int float_desc(const void *x, const void *y)
@@ -218,8 +221,7 @@ int cli_sample(int argc, char **argv)
     dt_gpt_config cfg;
     dt_gpt m;
     dt_kernels_set_threads((int)a.threads);
-    if (weights_path(a.ckpt, path, sizeof path, err, sizeof err) ||
-        dt_weights_inspect(path, &cfg, err, sizeof err)) {
+    if (resolve_model(a.ckpt, path, sizeof path, &cfg, err, sizeof err)) {
         fprintf(stderr, "dtrain sample: %s\n", err);
         return 1;
     }

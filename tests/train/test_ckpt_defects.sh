@@ -93,6 +93,9 @@ st_write(ck + "/model.safetensors", t, meta)'
 expect_error "weights metadata disagrees with the state" \
   'head_meta/ckpt-00000002/state.json: "model.n_head" is 2, but .*model.safetensors records n_head 4' \
   "${resume[@]}" "$tmp/head_meta"
+expect_error "sample: weights metadata disagrees with the state" \
+  'head_meta/ckpt-00000002/state.json: "model.n_head" is 2, but .*model.safetensors records n_head 4' \
+  "$dtrain" sample --ckpt "$tmp/head_meta" --tokens 5
 edit trailing 'open(ck + "/model.safetensors", "ab").write(b"\0" * 16)'
 expect_error "trailing bytes after the weights" \
   'trailing/ckpt-00000002/model.safetensors: 16 bytes after the last tensor' "${resume[@]}" "$tmp/trailing"
