@@ -10,13 +10,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
-. "$here/expect.sh"
+. "$here/helpers.sh"
 
-/usr/bin/python3 -c '
-import random, sys
-random.seed(1)
-open(sys.argv[1], "w").write(" ".join(random.choice(["ab", "cd", "efg"]) for _ in range(5000)))
-' "$tmp/data.txt"
+make_text "$tmp/data.txt" 5000 1
 common=(--data "$tmp/data.txt" --n-layer 1 --n-head 2 --n-embd 16 --block-size 16
         --batch-size 2 --threads 1 --eval-batches 0 --seed 5)
 "$dtrain" train "${common[@]}" --steps 2 --out "$tmp/base" >/dev/null || exit 1

@@ -5,15 +5,13 @@
 #   test_data_shrink.sh DTRAIN
 set -uo pipefail
 dtrain=$1
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/helpers.sh"
 tmp=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
 
-/usr/bin/python3 -c '
-import random, sys
-random.seed(4)
-open(sys.argv[1], "w").write(" ".join(random.choice(["ab", "cd", "efg"]) for _ in range(100000)))
-' "$tmp/data.txt"
+make_text "$tmp/data.txt" 100000 4
 size=$(stat -c %s "$tmp/data.txt")
 
 "$dtrain" train --data "$tmp/data.txt" --n-layer 1 --n-head 2 --n-embd 16 --block-size 32 \

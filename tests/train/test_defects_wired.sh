@@ -11,13 +11,9 @@ tmp=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
 fails=0
-. "$here/expect.sh"
+. "$here/helpers.sh"
 
-/usr/bin/python3 -c '
-import random, sys
-random.seed(3)
-open(sys.argv[1], "w").write(" ".join(random.choice(["ab", "cd", "efg"]) for _ in range(20000)))
-' "$tmp/data.txt"
+make_text "$tmp/data.txt" 20000 3
 common=(--data "$tmp/data.txt" --n-layer 1 --n-head 2 --n-embd 16 --block-size 16
         --batch-size 2 --threads 1 --eval-batches 0)
 

@@ -24,13 +24,9 @@ mkdir -p "$fs"
 trap 'umount "$fs" 2>/dev/null; rm -rf "$tmp"' EXIT
 mount -t tmpfs -o size=32m tmpfs "$fs" || { echo "FAIL: cannot mount a tmpfs"; exit 1; }
 fails=0
-. "$here/expect.sh"
+. "$here/helpers.sh"
 
-/usr/bin/python3 -c '
-import random, sys
-random.seed(2)
-open(sys.argv[1], "w").write(" ".join(random.choice(["ab", "cd", "efg"]) for _ in range(5000)))
-' "$tmp/data.txt"
+make_text "$tmp/data.txt" 5000 2
 common=(--data "$tmp/data.txt" --n-layer 1 --n-head 2 --n-embd 32 --block-size 16
         --batch-size 2 --threads 1 --eval-batches 0 --seed 5 --save-every 2 --keep-last 3
         --lr-schedule constant)

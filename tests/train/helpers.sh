@@ -1,6 +1,17 @@
-# Shared by the shell tests of bad input: source it, with $tmp a scratch
-# directory and fails=0.
-#
+# Helpers of the shell tests under tests/train: source it, with $tmp a
+# scratch directory and fails=0.
+
+# make_text FILE N SEED: N words drawn from a three-word vocabulary, a
+# small corpus that trains in milliseconds.
+make_text() {
+  /usr/bin/python3 -c '
+import random, sys
+random.seed(int(sys.argv[3]))
+words = ["ab", "cd", "efg"]
+open(sys.argv[1], "w").write(" ".join(random.choice(words) for _ in range(int(sys.argv[2]))))
+' "$1" "$2" "$3"
+}
+
 # expect_error NAME PATTERN CMD...: CMD fails with status 1 or 2 (not 0,
 # not a signal, not a timeout) and its stderr matches PATTERN (an extended
 # regex). A failure is printed and counted in $fails.
