@@ -124,7 +124,11 @@ static int write_part(const dt_dataset *d, uint64_t begin, uint64_t end, const c
     int rc = dt_shard_begin(&w, path, dt_dataset_vocab(d), err, errlen);
     for (uint64_t at = begin; rc == 0 && at < end; at += CHUNK_TOKENS) {
         size_t n = end - at < CHUNK_TOKENS ? (size_t)(end - at) : CHUNK_TOKENS;
-        dt_dataset_read(d, at, n, buf);
+        rc = dt_dataset_read(d, at, n, buf, err, errlen);
+        if (rc != 0) {
+            dt_shard_abort(&w); /* nothing appears under path */
+            break;
+        }
         rc = dt_shard_append(&w, buf, n, err, errlen);
     }
     if (rc == 0) rc = dt_shard_commit(&w, err, errlen);

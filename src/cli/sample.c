@@ -100,8 +100,11 @@ static int parse_args(int argc, char **argv, sample_args *a)
     return 0;
 }
 
-/* The weights file behind --ckpt. */
-static int weights_path(const char *ckpt, char *out, size_t len, char *err, size_t errlen)
+/* The weights file behind --ckpt and the model's sizes: a checkpoint's
+ * from its state.json (checked against the weights), a bare weights
+ * file's from the file. */
+static int resolve_model(const char *ckpt, char *path, size_t len, dt_gpt_config *cfg,
+                         char *err, size_t errlen)
 {
     struct stat st;
     if (stat(ckpt, &st) != 0) {
@@ -109,13 +112,13 @@ static int weights_path(const char *ckpt, char *out, size_t len, char *err, size
         return -1;
     }
     if (!S_ISDIR(st.st_mode)) {
-        dt_strf(out, len, "%s", ckpt);
-        return 0;
+        dt_strf(path, len, "%s", ckpt);
+        return dt_weights_inspect(path, cfg, err, errlen);
     }
     char dir[4200];
     if (dt_ckpt_resolve(ckpt, dir, sizeof dir, err, errlen)) return -1;
-    dt_strf(out, len, "%s/model.safetensors", dir);
-    return 0;
+    dt_strf(path, len, "%s/model.safetensors", dir);
+    return dt_ckpt_model_config(dir, cfg, err, errlen);
 }
 
 static int float_desc(const void *x, const void *y)
@@ -150,6 +153,21 @@ static int draw(const float *logits, int V, const sample_args *a, uint64_t *rng,
     return V - 1;
 }
 
+/* Finite weights can still overflow on the way to the logits; sampling
+ * from them would print noise. */
+static int check_logits(const float *logits, int V, size_t n, char *err, size_t errlen)
+{
+    for (int i = 0; i < V; i++) {
+        if (isfinite(logits[i])) continue;
+        dt_strf(err, errlen,
+                "the logits after %zu tokens are not finite (%s for token %d): the weights "
+                "overflow",
+                n, isnan(logits[i]) ? "nan" : logits[i] > 0 ? "inf" : "-inf", i);
+        return -1;
+    }
+    return 0;
+}
+
 static int generate(dt_gpt *m, const sample_args *a, char *err, size_t errlen)
 {
     const int V = m->cfg.vocab_size, maxT = m->cfg.block_size;
@@ -177,7 +195,12 @@ static int generate(dt_gpt *m, const sample_args *a, char *err, size_t errlen)
             rc = -1;
             break;
         }
-        int tok = draw(m->logits + (size_t)(t - 1) * V, V, a, &rng, scratch, prob);
+        const float *logits = m->logits + (size_t)(t - 1) * V;
+        if (check_logits(logits, V, n, err, errlen) != 0) {
+            rc = -1;
+            break;
+        }
+        int tok = draw(logits, V, a, &rng, scratch, prob);
         seq[n++] = tok;
         putchar(tok);
         fflush(stdout);
@@ -198,8 +221,7 @@ int cli_sample(int argc, char **argv)
     dt_gpt_config cfg;
     dt_gpt m;
     dt_kernels_set_threads((int)a.threads);
-    if (weights_path(a.ckpt, path, sizeof path, err, sizeof err) ||
-        dt_weights_inspect(path, &cfg, err, sizeof err)) {
+    if (resolve_model(a.ckpt, path, sizeof path, &cfg, err, sizeof err)) {
         fprintf(stderr, "dtrain sample: %s\n", err);
         return 1;
     }

@@ -1,7 +1,6 @@
 /* Atomic checkpoints with exact resumption. See checkpoint.h. */
 #include "train/checkpoint.h"
 
-#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -11,14 +10,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/file.h"
-#include "core/str.h"
 #include "core/atomic_file.h"
+#include "core/file.h"
+#include "core/parse.h"
+#include "core/str.h"
 #include "train/weights.h"
 
 #define CKPT_PREFIX "ckpt-"
 
-/* ---- small file helpers --------------------------------------------------- */
+/* ---- the run directory -------------------------------------------------- */
 
 static void remove_tree(const char *dir)
 {
@@ -35,148 +35,81 @@ static void remove_tree(const char *dir)
     rmdir(dir);
 }
 
-/* ---- state.json ------------------------------------------------------------ */
-
-static char *state_to_json(const dt_ckpt_state *s, const dt_optimizer *o)
+/* The step of a checkpoint directory's name ("ckpt-" and digits only), or
+ * -1 for any other name. */
+static long name_step(const char *name)
 {
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddNumberToObject(j, "format", 1);
-    cJSON_AddNumberToObject(j, "step", (double)s->step);
-    /* 64-bit values as strings: JSON numbers are doubles. */
-    char buf[32];
-    dt_strf(buf, sizeof buf, "%llu", (unsigned long long)s->seq_counter);
-    cJSON_AddStringToObject(j, "seq_counter", buf);
-    dt_strf(buf, sizeof buf, "%llu", (unsigned long long)s->seed);
-    cJSON_AddStringToObject(j, "seed", buf);
-    cJSON_AddNumberToObject(j, "shuffle", s->shuffle);
-    cJSON_AddNumberToObject(j, "seq_len", s->seq_len);
-    cJSON_AddNumberToObject(j, "global_batch", (double)s->global_batch);
-    cJSON_AddNumberToObject(j, "last_loss", s->last_loss);
-    dt_strf(buf, sizeof buf, "%llu", (unsigned long long)s->data_tokens);
-    cJSON_AddStringToObject(j, "data_tokens", buf);
-    cJSON_AddStringToObject(j, "optimizer", dt_opt_kind_name(o->kind));
-    cJSON_AddNumberToObject(j, "optimizer_step", (double)o->t);
-    char *text = j ? cJSON_Print(j) : NULL;
-    cJSON_Delete(j);
-    return text;
-}
-
-static int json_u64(const cJSON *j, const char *key, uint64_t *out)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (cJSON_IsString(v)) {
-        char *end;
-        *out = strtoull(v->valuestring, &end, 10);
-        return *end == 0 ? 0 : -1;
-    }
-    if (cJSON_IsNumber(v) && v->valuedouble >= 0) {
-        *out = (uint64_t)v->valuedouble;
-        return 0;
-    }
-    return -1;
-}
-
-static int json_long(const cJSON *j, const char *key, long *out)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!cJSON_IsNumber(v)) return -1;
-    *out = (long)v->valuedouble;
-    return 0;
-}
-
-static int state_from_json(const char *path, const char *text, dt_ckpt_state *s,
-                           dt_optimizer *o, char *err, size_t errlen)
-{
-    cJSON *j = cJSON_Parse(text);
-    long shuffle = 0, seq_len = 0, opt_t = 0;
-    const cJSON *opt = cJSON_GetObjectItemCaseSensitive(j, "optimizer");
-    dt_opt_kind kind;
-    int bad = !j || json_long(j, "step", &s->step) || json_u64(j, "seq_counter", &s->seq_counter) ||
-              json_u64(j, "seed", &s->seed) || json_long(j, "shuffle", &shuffle) ||
-              json_long(j, "seq_len", &seq_len) || json_long(j, "global_batch", &s->global_batch) ||
-              json_long(j, "optimizer_step", &opt_t) || !cJSON_IsString(opt) ||
-              dt_opt_kind_parse(opt->valuestring, &kind) != 0;
-    if (!bad && kind != o->kind) {
-        dt_strf(err, errlen, "%s: the checkpoint was trained with %s, this run uses %s", path,
-                opt->valuestring, dt_opt_kind_name(o->kind));
-        cJSON_Delete(j);
+    size_t k = strlen(CKPT_PREFIX);
+    long step;
+    if (strncmp(name, CKPT_PREFIX, k) != 0 || strspn(name + k, "0123456789") != strlen(name + k))
         return -1;
-    }
-    if (!bad && json_u64(j, "data_tokens", &s->data_tokens) != 0) s->data_tokens = 0;
-    const cJSON *loss = cJSON_GetObjectItemCaseSensitive(j, "last_loss");
-    s->last_loss = cJSON_IsNumber(loss) ? loss->valuedouble : 0.0;
-    cJSON_Delete(j);
-    if (bad) {
-        dt_strf(err, errlen, "%s: malformed or incomplete checkpoint state", path);
-        return -1;
-    }
-    s->shuffle = (int)shuffle;
-    s->seq_len = (int)seq_len;
-    o->t = opt_t;
-    return 0;
+    return dt_parse_long(name + k, 0, DT_CKPT_STEP_MAX, &step) == 0 ? step : -1;
 }
 
-/* ---- saving ------------------------------------------------------------- */
-
-static int write_contents(const char *dir, const dt_gpt *m, const dt_optimizer *o,
-                          const dt_ckpt_state *state, char *err, size_t errlen)
+static int cmp_long(const void *a, const void *b)
 {
-    char path[DT_PATH_MAX + 64];
-    dt_strf(path, sizeof path, "%s/model.safetensors", dir);
-    if (dt_weights_save(m, path, err, errlen) != 0) return -1;
-    if (o->m) {
-        const float *bufs[2] = {o->m, o->v};
-        const char *prefixes[2] = {"exp_avg.", "exp_avg_sq."};
-        dt_strf(path, sizeof path, "%s/optimizer.safetensors", dir);
-        if (dt_weights_write(m, bufs, prefixes, o->v ? 2 : 1, path, err, errlen) != 0) return -1;
-    }
-    char *text = state_to_json(state, o);
-    if (!text) {
-        dt_strf(err, errlen, "%s: out of memory for the checkpoint state", dir);
-        return -1;
-    }
-    dt_strf(path, sizeof path, "%s/state.json", dir);
-    int rc = dt_afile_write_file(path, text, strlen(text), err, errlen);
-    free(text);
-    return rc;
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x > y) - (x < y);
 }
 
-static int ckpt_name_cmp(const void *a, const void *b)
+/* The steps of out_dir's checkpoints, ascending (malloc'd; NULL and 0
+ * when there are none or the directory cannot be read). Sorted as
+ * numbers, not names: past step 99999999 the names grow a digit. */
+static long *list_steps(const char *out_dir, int *count)
 {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Removes checkpoints older than `current` beyond the keep - 1 newest of
- * them, and temporary directories that crashed saves left. Names sort by
- * step because the step is zero-padded; nothing newer than `current` is
- * touched. */
-static void prune(const char *out_dir, const char *current, long keep)
-{
+    *count = 0;
     DIR *d = opendir(out_dir);
-    if (!d) return;
-    char *names[4096];
-    int n = 0;
+    if (!d) return NULL;
+    long *steps = NULL;
+    int n = 0, cap = 0;
     struct dirent *e;
-    char path[DT_PATH_MAX + 256];
-    while ((e = readdir(d)) != NULL && n < 4096) {
-        if (strncmp(e->d_name, CKPT_PREFIX, strlen(CKPT_PREFIX)) == 0 &&
-            strcmp(e->d_name, current) < 0)
-            names[n++] = strdup(e->d_name);
-        else if (strncmp(e->d_name, "." CKPT_PREFIX, strlen(CKPT_PREFIX) + 1) == 0 &&
-                 strstr(e->d_name, ".tmp.")) {
-            dt_strf(path, sizeof path, "%s/%s", out_dir, e->d_name);
-            remove_tree(path);
+    while ((e = readdir(d)) != NULL) {
+        long step = name_step(e->d_name);
+        if (step < 0) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            long *grown = realloc(steps, (size_t)cap * sizeof *steps);
+            if (!grown) break;
+            steps = grown;
         }
+        steps[n++] = step;
     }
     closedir(d);
-    qsort(names, (size_t)n, sizeof names[0], ckpt_name_cmp);
-    for (int i = 0; i < n; i++) {
-        if (names[i] && (long)(n - i) > keep - 1) {
-            dt_strf(path, sizeof path, "%s/%s", out_dir, names[i]);
-            remove_tree(path);
-        }
-        free(names[i]);
+    if (n > 1) qsort(steps, (size_t)n, sizeof *steps, cmp_long);
+    *count = n;
+    return steps;
+}
+
+static void ckpt_path(char *buf, size_t len, const char *out_dir, long step)
+{
+    dt_strf(buf, len, "%s/" CKPT_PREFIX "%08ld", out_dir, step);
+}
+
+/* Removes temporary directories that crashed saves left, then checkpoints
+ * older than `current` beyond the keep - 1 newest of them; nothing newer
+ * than `current` is touched. */
+static void prune(const char *out_dir, long current, long keep)
+{
+    char path[DT_PATH_MAX + 256];
+    DIR *d = opendir(out_dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "." CKPT_PREFIX, strlen(CKPT_PREFIX) + 1) != 0 ||
+            !strstr(e->d_name, ".tmp."))
+            continue;
+        dt_strf(path, sizeof path, "%s/%s", out_dir, e->d_name);
+        remove_tree(path);
     }
+    if (d) closedir(d);
+    int n;
+    long *steps = list_steps(out_dir, &n);
+    int older = 0;
+    while (older < n && steps[older] < current) older++;
+    for (int i = 0; i < older && (long)(older - i) > keep - 1; i++) {
+        ckpt_path(path, sizeof path, out_dir, steps[i]);
+        remove_tree(path);
+    }
+    free(steps);
 }
 
 int dt_ckpt_exists(const char *out_dir)
@@ -192,27 +125,55 @@ int dt_ckpt_exists(const char *out_dir)
     return found;
 }
 
-int dt_ckpt_save(const char *out_dir, const dt_gpt *m, const dt_optimizer *o,
-                 const dt_ckpt_state *state, long keep_last, char *path_out, size_t path_len,
-                 char *err, size_t errlen)
+/* ---- saving ------------------------------------------------------------- */
+
+static int write_contents(const char *dir, const dt_gpt *m, const dt_optimizer *o,
+                          const char *state_text, char *err, size_t errlen)
 {
-    char name[64], tmp[DT_PATH_MAX + 128], final[DT_PATH_MAX + 128];
-    if (dt_mkdir_p(out_dir, err, errlen) != 0) return -1;
-    dt_strf(name, sizeof name, CKPT_PREFIX "%08ld", state->step);
-    dt_strf(tmp, sizeof tmp, "%s/.%s.tmp.%d", out_dir, name, (int)getpid());
-    dt_strf(final, sizeof final, "%s/%s", out_dir, name);
-    remove_tree(tmp);
-    if (mkdir(tmp, 0777) != 0) {
-        dt_strf(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
-        return -1;
+    char path[DT_PATH_MAX + 64];
+    dt_strf(path, sizeof path, "%s/model.safetensors", dir);
+    if (dt_weights_save(m, path, err, errlen) != 0) return -1;
+    if (o->m) {
+        const float *bufs[2] = {o->m, o->v};
+        const char *prefixes[2] = {"exp_avg.", "exp_avg_sq."};
+        dt_strf(path, sizeof path, "%s/optimizer.safetensors", dir);
+        if (dt_weights_write(m, bufs, prefixes, o->v ? 2 : 1, path, err, errlen) != 0) return -1;
     }
-    if (write_contents(tmp, m, o, state, err, errlen) != 0) {
-        remove_tree(tmp);
-        return -1;
+    dt_strf(path, sizeof path, "%s/state.json", dir);
+    return dt_afile_write_file(path, state_text, strlen(state_text), err, errlen);
+}
+
+/* The state.json text for a save, checked as a resume would check it:
+ * what cannot be read back is not written. */
+static char *state_text(const char *out_dir, const dt_gpt *m, const dt_optimizer *o,
+                        const dt_ckpt_state *state, char *err, size_t errlen)
+{
+    dt_ckpt_record r = {.run = *state, .optimizer = o->kind, .optimizer_step = o->t,
+                        .model = m->cfg};
+    char *text = dt_ckpt_state_format(&r);
+    if (!text) {
+        dt_strf(err, errlen, "%s: out of memory for the checkpoint state", out_dir);
+        return NULL;
     }
-    /* A checkpoint of the same step already there (a run saving twice) is
-     * swapped with the new one in a single atomic exchange, so the name
-     * never stops holding a complete checkpoint. */
+    char path[DT_PATH_MAX + 64], why[1024];
+    dt_strf(path, sizeof path, "the state of step %ld", state->step);
+    if (dt_ckpt_state_parse(path, text, &r, why, sizeof why) != 0) {
+        dt_strf(err, errlen, "%s: not saving a checkpoint that could not be resumed: %s",
+                out_dir, why);
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* Moves the finished temporary directory into place and points `latest`
+ * at it. When `latest` cannot be written, the new directory is withdrawn
+ * again (the old one of the same step swapped back), so that the run
+ * directory is what it was before the save. */
+static int publish(const char *out_dir, long step, const char *tmp, char *err, size_t errlen)
+{
+    char final[DT_PATH_MAX + 128], latest[DT_PATH_MAX + 16], line[80];
+    ckpt_path(final, sizeof final, out_dir, step);
     struct stat st;
     int exchange = stat(final, &st) == 0;
     int rc = exchange ? renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE)
@@ -223,17 +184,79 @@ int dt_ckpt_save(const char *out_dir, const dt_gpt *m, const dt_optimizer *o,
         return -1;
     }
     dt_fsync_dir(out_dir);
-    if (exchange) remove_tree(tmp); /* now the old checkpoint */
-    char latest[DT_PATH_MAX + 16], line[80];
     dt_strf(latest, sizeof latest, "%s/latest", out_dir);
-    dt_strf(line, sizeof line, "%s\n", name);
-    if (dt_afile_write_file(latest, line, strlen(line), err, errlen) != 0) return -1;
-    prune(out_dir, name, keep_last > 0 ? keep_last : 1);
-    if (path_out) dt_strf(path_out, path_len, "%s", final);
+    dt_strf(line, sizeof line, CKPT_PREFIX "%08ld\n", step);
+    if (dt_afile_write_file(latest, line, strlen(line), err, errlen) == 0) {
+        if (exchange) remove_tree(tmp); /* now the old checkpoint */
+        return 0;
+    }
+    if (!exchange)
+        remove_tree(final);
+    else if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0)
+        remove_tree(tmp);
+    dt_fsync_dir(out_dir);
+    size_t used = strlen(err);
+    if (used < errlen)
+        dt_strf(err + used, errlen - used,
+                " (the checkpoint of step %ld is withdrawn: %s is as it was before this save)",
+                step, out_dir);
+    return -1;
+}
+
+int dt_ckpt_save(const char *out_dir, const dt_gpt *m, const dt_optimizer *o,
+                 const dt_ckpt_state *state, long keep_last, char *path_out, size_t path_len,
+                 char *err, size_t errlen)
+{
+    char why[512], tmp[DT_PATH_MAX + 128];
+    if (dt_weights_check_finite(m, m->params, "", why, sizeof why) != 0) {
+        dt_strf(err, errlen,
+                "%s: refusing to save non-finite weights: %s (step %ld is not saved; the last "
+                "checkpoint is untouched)",
+                out_dir, why, state->step);
+        return -1;
+    }
+    char *text = state_text(out_dir, m, o, state, err, errlen);
+    if (!text) return -1;
+    int rc = dt_mkdir_p(out_dir, err, errlen);
+    dt_strf(tmp, sizeof tmp, "%s/." CKPT_PREFIX "%08ld.tmp.%d", out_dir, state->step,
+            (int)getpid());
+    if (rc == 0) {
+        remove_tree(tmp);
+        if (mkdir(tmp, 0777) != 0) {
+            dt_strf(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+            rc = -1;
+        }
+    }
+    if (rc == 0 && write_contents(tmp, m, o, text, err, errlen) != 0) {
+        remove_tree(tmp);
+        rc = -1;
+    }
+    free(text);
+    if (rc == 0) rc = publish(out_dir, state->step, tmp, err, errlen);
+    if (rc != 0) return -1;
+    prune(out_dir, state->step, keep_last > 0 ? keep_last : 1);
+    if (path_out) ckpt_path(path_out, path_len, out_dir, state->step);
     return 0;
 }
 
 /* ---- loading ------------------------------------------------------------ */
+
+/* The newest checkpoint directory of a run that has no `latest`. */
+static int newest(const char *where, char *dir, size_t dirlen)
+{
+    int n;
+    long *steps = list_steps(where, &n);
+    int found = 0;
+    char state[DT_PATH_MAX + 160];
+    struct stat st;
+    for (int i = n - 1; i >= 0 && !found; i--) {
+        ckpt_path(dir, dirlen, where, steps[i]);
+        dt_strf(state, sizeof state, "%s/state.json", dir);
+        found = stat(state, &st) == 0;
+    }
+    free(steps);
+    return found;
+}
 
 int dt_ckpt_resolve(const char *where, char *dir, size_t dirlen, char *err, size_t errlen)
 {
@@ -245,6 +268,7 @@ int dt_ckpt_resolve(const char *where, char *dir, size_t dirlen, char *err, size
         return 0;
     }
     dt_strf(path, sizeof path, "%s/latest", where);
+    if (stat(path, &st) != 0 && errno == ENOENT && newest(where, dir, dirlen)) return 0;
     char e2[256];
     char *text = dt_read_file(path, 4096, NULL, e2, sizeof e2);
     if (!text) {
@@ -263,31 +287,105 @@ int dt_ckpt_resolve(const char *where, char *dir, size_t dirlen, char *err, size
     return 0;
 }
 
+/* The weights must hold the model state.json describes: its shapes give
+ * every size but the head count, which its metadata may record. */
+static int check_weights_agree(const char *dir, const dt_gpt_config *want,
+                               const dt_gpt_config *have, const char *wpath, char *err,
+                               size_t errlen)
+{
+    const struct {
+        const char *name;
+        int want, have;
+        const char *verb;
+    } s[] = {
+        {"n_layer", want->n_layer, have->n_layer, "holds"},
+        {"n_head", want->n_head, have->n_head ? have->n_head : want->n_head, "records"},
+        {"n_embd", want->n_embd, have->n_embd, "holds"},
+        {"vocab_size", want->vocab_size, have->vocab_size, "holds"},
+        {"block_size", want->block_size, have->block_size, "holds"},
+    };
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
+        if (s[i].want == s[i].have) continue;
+        dt_strf(err, errlen, "%s/state.json: \"model.%s\" is %d, but %s %s %s %d", dir,
+                s[i].name, s[i].want, wpath, s[i].verb, s[i].name, s[i].have);
+        return -1;
+    }
+    return 0;
+}
+
 int dt_ckpt_model_config(const char *dir, dt_gpt_config *cfg, char *err, size_t errlen)
 {
+    dt_ckpt_record r;
+    if (dt_ckpt_state_read(dir, &r, err, errlen) != 0) return -1;
     char path[DT_PATH_MAX + 32];
     dt_strf(path, sizeof path, "%s/model.safetensors", dir);
-    return dt_weights_inspect(path, cfg, err, errlen);
+    dt_gpt_config w;
+    if (dt_weights_inspect(path, &w, err, errlen) != 0) return -1;
+    if (r.model.n_layer == 0) { /* a checkpoint from before the sizes were recorded */
+        *cfg = w;
+        return 0;
+    }
+    if (check_weights_agree(dir, &r.model, &w, path, err, errlen) != 0) return -1;
+    *cfg = r.model;
+    return 0;
+}
+
+static int is_negative(float x) { return x < 0; }
+
+/* Adam divides by the square root of the second moment. */
+static int check_second_moment(const dt_gpt *m, const float *v, const char *path, char *err,
+                               size_t errlen)
+{
+    int k;
+    size_t e;
+    if (!v || !dt_weights_find(m, v, is_negative, &k, &e)) return 0;
+    dt_strf(err, errlen,
+            "%s: tensor exp_avg_sq.%s holds %g at element %zu; a second moment cannot be "
+            "negative",
+            path, m->tensors[k].name, (double)v[m->tensors[k].offset + e], e);
+    return -1;
+}
+
+static int load_optimizer(const char *dir, const dt_gpt *m, dt_optimizer *o, char *err,
+                          size_t errlen)
+{
+    char path[DT_PATH_MAX + 32];
+    dt_st_file f;
+    dt_strf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    if (dt_st_open(path, &f, err, errlen) != 0) return -1;
+    int rc = dt_weights_read(m, o->m, &f, "exp_avg.", err, errlen);
+    if (rc == 0 && o->v) rc = dt_weights_read(m, o->v, &f, "exp_avg_sq.", err, errlen);
+    dt_st_close(&f);
+    return rc == 0 ? check_second_moment(m, o->v, path, err, errlen) : -1;
 }
 
 int dt_ckpt_load(const char *dir, dt_gpt *m, dt_optimizer *o, dt_ckpt_state *state, char *err,
                  size_t errlen)
 {
+    dt_ckpt_record r;
+    if (dt_ckpt_state_read(dir, &r, err, errlen) != 0) return -1;
+    if (r.optimizer != o->kind) {
+        dt_strf(err, errlen, "%s/state.json: the checkpoint was trained with %s, this run uses %s",
+                dir, dt_opt_kind_name(r.optimizer), dt_opt_kind_name(o->kind));
+        return -1;
+    }
+    const dt_gpt_config *c = &m->cfg, *s = &r.model;
+    if (s->n_layer && (s->n_layer != c->n_layer || s->n_head != c->n_head ||
+                       s->n_embd != c->n_embd || s->vocab_size != c->vocab_size ||
+                       s->block_size != c->block_size)) {
+        dt_strf(err, errlen,
+                "%s/state.json: the checkpoint's model (n_layer %d, n_head %d, n_embd %d, "
+                "vocab_size %d, block_size %d) is not the one built (%d, %d, %d, %d, %d)",
+                dir, r.model.n_layer, r.model.n_head, r.model.n_embd, r.model.vocab_size,
+                r.model.block_size, c->n_layer, c->n_head, c->n_embd, c->vocab_size,
+                c->block_size);
+        return -1;
+    }
     char path[DT_PATH_MAX + 32];
-    dt_strf(path, sizeof path, "%s/state.json", dir);
-    char *text = dt_read_file(path, 1 << 20, NULL, err, errlen);
-    if (!text) return -1;
-    int rc = state_from_json(path, text, state, o, err, errlen);
-    free(text);
-    if (rc != 0) return -1;
     dt_strf(path, sizeof path, "%s/model.safetensors", dir);
     if (dt_weights_load(m, path, err, errlen) != 0) return -1;
-    if (!o->m) return 0;
-    dt_st_file f;
-    dt_strf(path, sizeof path, "%s/optimizer.safetensors", dir);
-    if (dt_st_open(path, &f, err, errlen) != 0) return -1;
-    rc = dt_weights_read(m, o->m, &f, "exp_avg.", err, errlen);
-    if (rc == 0 && o->v) rc = dt_weights_read(m, o->v, &f, "exp_avg_sq.", err, errlen);
-    dt_st_close(&f);
-    return rc;
+    if (o->m && load_optimizer(dir, m, o, err, errlen) != 0) return -1;
+    o->t = r.optimizer_step;
+    *state = r.run;
+    return 0;
 }

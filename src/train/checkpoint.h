@@ -3,14 +3,21 @@
  *
  *   OUT/ckpt-00000020/model.safetensors      weights, Hugging Face names
  *   OUT/ckpt-00000020/optimizer.safetensors  exp_avg.NAME, exp_avg_sq.NAME
- *   OUT/ckpt-00000020/state.json             step, data position, optimizer step
+ *   OUT/ckpt-00000020/state.json             step, data position, optimizer
+ *                                            step, model sizes (ckpt_state.h)
  *   OUT/latest                               the newest directory's name
  *
  * A checkpoint is built in a hidden temporary directory and renamed into
  * place whole, then `latest` is replaced atomically, then old ones beyond
  * keep_last are removed: a crash at any point leaves the last good
- * checkpoint intact and `latest` naming a complete one. Saving a step that
- * exists already swaps the two directories atomically (renameat2). */
+ * checkpoint intact. A save that fails (a full disk) withdraws what it
+ * had put in place, so the directory resumes from the checkpoint before
+ * it, or starts afresh when there was none. Saving a step that exists
+ * already swaps the two directories atomically (renameat2).
+ *
+ * Nothing non-finite is saved or loaded: weights and moments with a NaN or
+ * an infinity are refused, naming the tensor, and so is a second moment
+ * below zero. */
 #ifndef DT_TRAIN_CHECKPOINT_H
 #define DT_TRAIN_CHECKPOINT_H
 
@@ -19,20 +26,11 @@
 
 #include "model/gpt.h"
 #include "model/optimizer.h"
-
-typedef struct {
-    long step;             /* optimizer steps completed */
-    uint64_t seq_counter;  /* training sequences consumed (the loader's position) */
-    uint64_t seed;
-    int shuffle;
-    int seq_len;
-    long global_batch;     /* sequences per optimizer step */
-    double last_loss;
-    uint64_t data_tokens;  /* tokens of the training data: resuming on other data is refused */
-} dt_ckpt_state;
+#include "train/ckpt_state.h"
 
 /* Writes a checkpoint of m (parameters) and o (moments) for state->step,
- * then removes older checkpoints beyond keep_last (never newer ones). */
+ * then removes older checkpoints beyond keep_last (never newer ones).
+ * Refuses non-finite values, and a state it would not read back. */
 int dt_ckpt_save(const char *out_dir, const dt_gpt *m, const dt_optimizer *o,
                  const dt_ckpt_state *state, long keep_last, char *path_out, size_t path_len,
                  char *err, size_t errlen);
@@ -40,11 +38,14 @@ int dt_ckpt_save(const char *out_dir, const dt_gpt *m, const dt_optimizer *o,
 /* Whether out_dir holds checkpoints (or a `latest`) already. */
 int dt_ckpt_exists(const char *out_dir);
 
-/* Finds the checkpoint to resume from: `where` is a checkpoint directory, or
- * a run directory whose `latest` names one. */
+/* Finds the checkpoint to resume from: `where` is a checkpoint directory,
+ * or a run directory whose `latest` names one (without a `latest`, its
+ * newest checkpoint: a crash between the two renames leaves that). */
 int dt_ckpt_resolve(const char *where, char *dir, size_t dirlen, char *err, size_t errlen);
 
-/* Reads a checkpoint's sizes (from its weights) so the model can be built. */
+/* The checkpoint's model sizes, so the model can be built. state.json is
+ * the authority; the weights file must agree with it (its shapes, and the
+ * head count its metadata records). */
 int dt_ckpt_model_config(const char *dir, dt_gpt_config *cfg, char *err, size_t errlen);
 
 /* Loads parameters, moments and state into an allocated model and optimizer

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/str.h"
 #include "core/atomic_file.h"
@@ -210,14 +211,60 @@ static int write_shard(const char *path, const unsigned char *bytes, size_t n, c
     return dt_shard_commit(&w, err, errlen);
 }
 
-static int valid_shard(const char *path)
+/* The first token outside the byte range, as a reason; 0 when none is. */
+static int find_non_byte(const dt_dataset *d, const char *path, char *why, size_t len)
 {
-    char err[512];
+    uint16_t buf[16384];
+    uint64_t n = dt_dataset_ntokens(d);
+    for (uint64_t at = 0; at < n; at += 16384) {
+        size_t k = n - at < 16384 ? (size_t)(n - at) : 16384;
+        if (dt_dataset_read(d, at, k, buf, why, len) != 0) return -1;
+        for (size_t i = 0; i < k; i++) {
+            if (buf[i] < 256) continue;
+            dt_strf(why, len, "%s holds token %u at position %llu, outside the byte range 0..255",
+                    path, buf[i], (unsigned long long)(at + i));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Whether path is a byte-level shard as build() writes it; else why not.
+ * A damaged token would otherwise make the model's vocabulary 65536. */
+static int check_shard(const char *path, uint64_t *ntokens, char *why, size_t len)
+{
     dt_dataset *d;
-    if (dt_dataset_open(path, &d, err, sizeof err) != 0) return 0;
-    int ok = !dt_dataset_is_text(d);
+    if (dt_dataset_open(path, &d, why, len) != 0) return -1;
+    int rc = 0;
+    if (dt_dataset_is_text(d)) {
+        dt_strf(why, len, "%s is not an llm.c shard", path);
+        rc = -1;
+    } else if (find_non_byte(d, path, why, len) != 0) {
+        rc = -1;
+    } else if (dt_dataset_vocab(d) != 256) {
+        dt_strf(why, len, "%s: its header gives a vocabulary of %d, not the 256 of bytes", path,
+                dt_dataset_vocab(d));
+        rc = -1;
+    }
+    *ntokens = dt_dataset_ntokens(d);
     dt_dataset_close(d);
-    return ok;
+    return rc;
+}
+
+/* 0: the cache holds a whole corpus; 1: nothing (or part of one: ranks
+ * racing to build it publish one file, then the other); -1: something
+ * damaged, with the reason in why. */
+static int cache_state(const char *train_path, const char *val_path, char *why, size_t len)
+{
+    if (access(train_path, F_OK) != 0 || access(val_path, F_OK) != 0) return 1;
+    uint64_t ntrain, nval;
+    if (check_shard(train_path, &ntrain, why, len) != 0 ||
+        check_shard(val_path, &nval, why, len) != 0)
+        return -1;
+    if (dt_split_point(ntrain + nval, DT_CORPUS_VAL_FRACTION) == ntrain) return 0;
+    dt_strf(why, len, "%s and %s do not split one corpus (%llu and %llu tokens)", train_path,
+            val_path, (unsigned long long)ntrain, (unsigned long long)nval);
+    return -1;
 }
 
 static int build(const char *src_dir, const char *out_dir, const char *train_path,
@@ -252,9 +299,18 @@ int dt_corpus_build(const char *src_dir, const char *out_dir, char *train_path, 
         dt_strf(err, errlen, "%s: path too long", out_dir);
         return -1;
     }
-    if (valid_shard(train_path) && valid_shard(val_path)) return 0;
-    if (dt_mkdir_p(out_dir, err, errlen) != 0) return -1;
-    return build(src_dir, out_dir, train_path, val_path, err, errlen);
+    char why[1024];
+    int state = cache_state(train_path, val_path, why, sizeof why);
+    if (state == 0) return 0;
+    if (state < 0) fprintf(stderr, "dtrain: the cached corpus is damaged (%s): rebuilding it\n", why);
+    int rc = dt_mkdir_p(out_dir, err, errlen);
+    if (rc == 0) rc = build(src_dir, out_dir, train_path, val_path, err, errlen);
+    if (rc != 0 && state < 0) {
+        char cause[1024];
+        dt_strf(cause, sizeof cause, "%s", err);
+        dt_strf(err, errlen, "%s, and the cache cannot be rebuilt: %s", why, cause);
+    }
+    return rc;
 }
 
 int dt_default_corpus(char *train_path, char *val_path, size_t len, char *err, size_t errlen)

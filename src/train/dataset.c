@@ -6,7 +6,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,74 +15,145 @@
 #error "llm.c shards are little-endian and are read in place"
 #endif
 
-/* One mapped file, shared by the dataset opened on it and its views. */
-struct mapping {
+/* One open file, shared by the dataset opened on it and its views. Tokens
+ * are read with pread when a batch needs them, not mapped: a file that
+ * another process truncates under a run then gives a short read and a
+ * message, where a mapping would kill the process with SIGBUS. */
+struct source {
     atomic_int refs;
-    void *map;
-    size_t map_size;
-    const uint8_t *bytes; /* text: one token per byte */
-    const uint16_t *u16;  /* shard: one token per uint16, else NULL */
+    int fd;
+    char *path;
+    uint64_t size;     /* bytes when opened */
+    uint64_t data_off; /* where token 0 starts: after the header of a shard */
+    int shard;         /* tokens are uint16 (else one per byte) */
     uint64_t ntokens;
     int vocab;
 };
 
 struct dt_dataset {
-    struct mapping *m;
+    struct source *src;
     uint64_t begin, end; /* the tokens this dataset covers */
     char *name;
 };
 
-static void mapping_release(struct mapping *m)
+/* Tokens read at a time while scanning a whole file. */
+#define SCAN_TOKENS 32768
+
+static void source_release(struct source *s)
 {
-    if (atomic_fetch_sub(&m->refs, 1) != 1) return;
-    if (m->map) munmap(m->map, m->map_size);
-    free(m);
+    if (atomic_fetch_sub(&s->refs, 1) != 1) return;
+    if (s->fd >= 0) close(s->fd);
+    free(s->path);
+    free(s);
 }
 
-static int map_whole(const char *path, struct mapping *m, char *err, size_t errlen)
+/* Why a read came up short: the file shrank (the one thing a user does to
+ * a file under a run), or the read itself failed. */
+static int read_failed(const struct source *s, int e, char *err, size_t errlen)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    struct stat st;
+    if (fstat(s->fd, &st) == 0 && (uint64_t)st.st_size < s->size)
+        dt_strf(err, errlen, "%s shrank from %llu to %llu bytes while training", s->path,
+                (unsigned long long)s->size, (unsigned long long)st.st_size);
+    else
+        dt_strf(err, errlen, "%s: read failed: %s", s->path, e ? strerror(e) : "unexpected end");
+    return -1;
+}
+
+static int read_at(const struct source *s, uint64_t off, void *buf, size_t n, char *err,
+                   size_t errlen)
+{
+    char *p = buf;
+    while (n) {
+        ssize_t got = pread(s->fd, p, n, (off_t)off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return read_failed(s, got < 0 ? errno : 0, err, errlen);
+        p += got;
+        n -= (size_t)got;
+        off += (uint64_t)got;
+    }
+    return 0;
+}
+
+/* A batch checks the size first, so a shrink is reported at the next
+ * batch even when the tokens it needs are still there. */
+static int check_size(const struct source *s, char *err, size_t errlen)
+{
+    struct stat st;
+    if (fstat(s->fd, &st) == 0 && (uint64_t)st.st_size >= s->size) return 0;
+    return read_failed(s, errno, err, errlen);
+}
+
+/* Tokens at .. at+n-1 of the file, widened to uint16. */
+static int read_tokens(const struct source *s, uint64_t at, size_t n, uint16_t *out, char *err,
+                       size_t errlen)
+{
+    if (s->shard) return read_at(s, s->data_off + 2 * at, out, 2 * n, err, errlen);
+    unsigned char bytes[4096];
+    for (size_t done = 0; done < n;) {
+        size_t k = n - done < sizeof bytes ? n - done : sizeof bytes;
+        if (read_at(s, s->data_off + at + done, bytes, k, err, errlen) != 0) return -1;
+        for (size_t i = 0; i < k; i++) out[done + i] = bytes[i];
+        done += k;
+    }
+    return 0;
+}
+
+static int open_file(const char *path, struct source *s, char *err, size_t errlen)
+{
+    s->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (s->fd < 0) {
         dt_strf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     struct stat st;
-    int rc = fstat(fd, &st);
+    int rc = fstat(s->fd, &st);
     if (rc != 0 || !S_ISREG(st.st_mode)) {
         dt_strf(err, errlen, "%s: %s", path, rc ? strerror(errno) : "not a regular file");
-        close(fd);
         return -1;
     }
     if (st.st_size == 0) {
         dt_strf(err, errlen, "%s: empty file, no tokens", path);
-        close(fd);
         return -1;
     }
-    m->map_size = (size_t)st.st_size;
-    m->map = mmap(NULL, m->map_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (m->map == MAP_FAILED) {
-        m->map = NULL;
-        dt_strf(err, errlen, "%s: cannot map: %s", path, strerror(errno));
-        return -1;
-    }
+    s->size = (uint64_t)st.st_size;
     return 0;
+}
+
+/* The largest token + 1, in one pass over the file. */
+static int scan_vocab(struct source *s, char *err, size_t errlen)
+{
+    uint16_t *buf = malloc(SCAN_TOKENS * sizeof *buf);
+    if (!buf) {
+        dt_strf(err, errlen, "%s: out of memory", s->path);
+        return -1;
+    }
+    uint16_t top = 0;
+    int rc = 0;
+    for (uint64_t at = 0; rc == 0 && at < s->ntokens; at += SCAN_TOKENS) {
+        size_t n = s->ntokens - at < SCAN_TOKENS ? (size_t)(s->ntokens - at) : SCAN_TOKENS;
+        rc = read_tokens(s, at, n, buf, err, errlen);
+        for (size_t i = 0; rc == 0 && i < n; i++) top = buf[i] > top ? buf[i] : top;
+    }
+    free(buf);
+    s->vocab = top + 1;
+    return rc;
 }
 
 /* The header promises a size; the file must have exactly that, since a
  * shard cut short by a failed copy and a shard with something appended
  * both mean the data is not what the writer wrote. */
-static int parse_shard(const char *path, struct mapping *m, char *err, size_t errlen)
+static int parse_shard(const char *path, struct source *s, char *err, size_t errlen)
 {
-    if (m->map_size < DT_SHARD_HEADER_BYTES) {
+    if (s->size < DT_SHARD_HEADER_BYTES) {
         dt_strf(err, errlen,
-                "%s: starts with the llm.c shard magic %d but is only %zu bytes, shorter "
+                "%s: starts with the llm.c shard magic %d but is only %llu bytes, shorter "
                 "than the %d-byte header: truncated",
-                path, DT_SHARD_MAGIC, m->map_size, DT_SHARD_HEADER_BYTES);
+                path, DT_SHARD_MAGIC, (unsigned long long)s->size, DT_SHARD_HEADER_BYTES);
         return -1;
     }
     int32_t hdr[DT_SHARD_VOCAB_SLOT + 1];
-    memcpy(hdr, m->map, sizeof hdr);
+    if (read_at(s, 0, hdr, sizeof hdr, err, errlen) != 0) return -1;
     if (hdr[1] != DT_SHARD_VERSION) {
         dt_strf(err, errlen, "%s: llm.c shard version %d is not supported (expected %d)", path,
                 hdr[1], DT_SHARD_VERSION);
@@ -95,48 +165,56 @@ static int parse_shard(const char *path, struct mapping *m, char *err, size_t er
         return -1;
     }
     uint64_t want = DT_SHARD_HEADER_BYTES + 2 * (uint64_t)hdr[2];
-    if (m->map_size != want) {
+    if (s->size != want) {
         dt_strf(err, errlen,
                 "%s: %s: the header says %d tokens, so the file should be %llu bytes, but it "
-                "is %zu",
-                path, m->map_size < want ? "truncated" : "trailing bytes", hdr[2],
-                (unsigned long long)want, m->map_size);
+                "is %llu",
+                path, s->size < want ? "truncated" : "trailing bytes", hdr[2],
+                (unsigned long long)want, (unsigned long long)s->size);
         return -1;
     }
-    m->u16 = (const uint16_t *)((const char *)m->map + DT_SHARD_HEADER_BYTES);
-    m->ntokens = (uint64_t)hdr[2];
-    uint16_t top = 0;
-    for (uint64_t i = 0; i < m->ntokens; i++) top = m->u16[i] > top ? m->u16[i] : top;
-    m->vocab = top + 1;
+    s->shard = 1;
+    s->data_off = DT_SHARD_HEADER_BYTES;
+    s->ntokens = (uint64_t)hdr[2];
+    if (scan_vocab(s, err, errlen) != 0) return -1;
     /* Only a value a uint16 token can need: a foreign writer's garbage in
      * the slot must not size a model. */
     int32_t hint = hdr[DT_SHARD_VOCAB_SLOT];
-    if (hint > m->vocab && hint <= 65536) m->vocab = hint;
+    if (hint > s->vocab && hint <= 65536) s->vocab = hint;
     return 0;
 }
 
 /* Text has no NUL bytes; a binary file (weights, a foreign token format)
  * almost always does. Reading one as bytes would train on garbage without a
  * word, so it is refused. */
-static int check_text(const char *path, const struct mapping *m, char *err, size_t errlen)
+static int parse_text(const char *path, struct source *s, char *err, size_t errlen)
 {
-    const char *nul = memchr(m->map, 0, m->map_size);
-    if (!nul) return 0;
-    dt_strf(err, errlen,
-            "%s: neither an llm.c shard (magic %d) nor text (a NUL byte at offset %zu)", path,
-            DT_SHARD_MAGIC, (size_t)(nul - (const char *)m->map));
-    return -1;
+    char buf[65536];
+    for (uint64_t at = 0; at < s->size; at += sizeof buf) {
+        size_t n = s->size - at < sizeof buf ? (size_t)(s->size - at) : sizeof buf;
+        if (read_at(s, at, buf, n, err, errlen) != 0) return -1;
+        const char *nul = memchr(buf, 0, n);
+        if (nul) {
+            dt_strf(err, errlen,
+                    "%s: neither an llm.c shard (magic %d) nor text (a NUL byte at offset %llu)",
+                    path, DT_SHARD_MAGIC, (unsigned long long)(at + (uint64_t)(nul - buf)));
+            return -1;
+        }
+    }
+    s->ntokens = s->size;
+    s->vocab = 256;
+    return 0;
 }
 
-static int is_shard(const struct mapping *m)
+static int is_shard(const struct source *s)
 {
     int32_t magic;
-    if (m->map_size < 4) return 0;
-    memcpy(&magic, m->map, 4);
-    return magic == DT_SHARD_MAGIC;
+    char err[8];
+    return s->size >= 4 && read_at(s, 0, &magic, 4, err, sizeof err) == 0 &&
+           magic == DT_SHARD_MAGIC;
 }
 
-static dt_dataset *dataset_new(struct mapping *m, uint64_t begin, uint64_t end,
+static dt_dataset *dataset_new(struct source *src, uint64_t begin, uint64_t end,
                                const char *name)
 {
     dt_dataset *d = calloc(1, sizeof *d);
@@ -146,8 +224,8 @@ static dt_dataset *dataset_new(struct mapping *m, uint64_t begin, uint64_t end,
         free(copy);
         return NULL;
     }
-    atomic_fetch_add(&m->refs, 1);
-    d->m = m;
+    atomic_fetch_add(&src->refs, 1);
+    d->src = src;
     d->begin = begin;
     d->end = end;
     d->name = copy;
@@ -157,60 +235,50 @@ static dt_dataset *dataset_new(struct mapping *m, uint64_t begin, uint64_t end,
 int dt_dataset_open(const char *path, dt_dataset **out, char *err, size_t errlen)
 {
     *out = NULL;
-    struct mapping *m = calloc(1, sizeof *m);
-    if (!m) {
+    struct source *s = calloc(1, sizeof *s);
+    if (s) s->path = strdup(path);
+    if (!s || !s->path) {
+        free(s);
         dt_strf(err, errlen, "%s: out of memory", path);
         return -1;
     }
-    atomic_init(&m->refs, 1);
-    if (map_whole(path, m, err, errlen) != 0) goto fail;
-    if (is_shard(m)) {
-        if (parse_shard(path, m, err, errlen) != 0) goto fail;
-    } else {
-        if (check_text(path, m, err, errlen) != 0) goto fail;
-        m->bytes = m->map;
-        m->ntokens = m->map_size;
-        m->vocab = 256;
-    }
-    *out = dataset_new(m, 0, m->ntokens, path);
-    if (!*out) {
+    atomic_init(&s->refs, 1);
+    s->fd = -1;
+    int rc = open_file(path, s, err, errlen);
+    if (rc == 0) rc = is_shard(s) ? parse_shard(path, s, err, errlen)
+                                  : parse_text(path, s, err, errlen);
+    if (rc == 0 && !(*out = dataset_new(s, 0, s->ntokens, path))) {
         dt_strf(err, errlen, "%s: out of memory", path);
-        goto fail;
+        rc = -1;
     }
-    mapping_release(m); /* the dataset holds its own reference */
-    return 0;
-fail:
-    mapping_release(m);
-    return -1;
+    source_release(s); /* the dataset holds its own reference */
+    return rc;
 }
 
 void dt_dataset_close(dt_dataset *d)
 {
     if (!d) return;
-    mapping_release(d->m);
+    source_release(d->src);
     free(d->name);
     free(d);
 }
 
 const char *dt_dataset_name(const dt_dataset *d) { return d->name; }
 uint64_t dt_dataset_ntokens(const dt_dataset *d) { return d->end - d->begin; }
-int dt_dataset_vocab(const dt_dataset *d) { return d->m->vocab; }
-int dt_dataset_is_text(const dt_dataset *d) { return d->m->u16 == NULL; }
+int dt_dataset_vocab(const dt_dataset *d) { return d->src->vocab; }
+int dt_dataset_is_text(const dt_dataset *d) { return !d->src->shard; }
 
 uint32_t dt_dataset_token(const dt_dataset *d, uint64_t i)
 {
-    uint64_t at = d->begin + i;
-    return d->m->u16 ? d->m->u16[at] : d->m->bytes[at];
+    uint16_t t;
+    char err[8];
+    return dt_dataset_read(d, i, 1, &t, err, sizeof err) == 0 ? t : UINT32_MAX;
 }
 
-void dt_dataset_read(const dt_dataset *d, uint64_t begin, size_t n, uint16_t *out)
+int dt_dataset_read(const dt_dataset *d, uint64_t begin, size_t n, uint16_t *out, char *err,
+                    size_t errlen)
 {
-    uint64_t at = d->begin + begin;
-    if (d->m->u16) {
-        memcpy(out, d->m->u16 + at, n * sizeof *out);
-        return;
-    }
-    for (size_t i = 0; i < n; i++) out[i] = d->m->bytes[at + i];
+    return read_tokens(d->src, d->begin + begin, n, out, err, errlen);
 }
 
 uint64_t dt_dataset_nseq(const dt_dataset *d, int T)
@@ -244,28 +312,27 @@ int dt_dataset_batch(const dt_dataset *d, dt_sampler *s, uint64_t first_seq, int
         return -1;
     }
     if (dt_dataset_check(d, T, err, errlen) != 0) return -1;
+    if (check_size(d->src, err, errlen) != 0) return -1;
+    uint16_t *seq = malloc(((size_t)T + 1) * sizeof *seq); /* inputs, then the next token */
+    if (!seq) {
+        dt_strf(err, errlen, "%s: out of memory for a sequence of %d", d->name, T);
+        return -1;
+    }
     uint64_t nseq = dt_dataset_nseq(d, T);
-    for (int b = 0; b < B; b++) {
+    int rc = 0;
+    for (int b = 0; b < B && rc == 0; b++) {
         uint64_t k;
-        if (dt_sampler_index(s, nseq, first_seq + (uint64_t)b, &k, err, errlen) != 0) return -1;
-        uint64_t at = d->begin + k * (uint64_t)T;
+        rc = dt_sampler_index(s, nseq, first_seq + (uint64_t)b, &k, err, errlen);
+        if (rc == 0) rc = dt_dataset_read(d, k * (uint64_t)T, (size_t)T + 1, seq, err, errlen);
         int32_t *in = inputs + (size_t)b * (size_t)T;
         int32_t *tg = targets + (size_t)b * (size_t)T;
-        if (d->m->u16) {
-            const uint16_t *p = d->m->u16 + at;
-            for (int t = 0; t < T; t++) {
-                in[t] = p[t];
-                tg[t] = p[t + 1];
-            }
-        } else {
-            const uint8_t *p = d->m->bytes + at;
-            for (int t = 0; t < T; t++) {
-                in[t] = p[t];
-                tg[t] = p[t + 1];
-            }
+        for (int t = 0; rc == 0 && t < T; t++) {
+            in[t] = seq[t];
+            tg[t] = seq[t + 1];
         }
     }
-    return 0;
+    free(seq);
+    return rc;
 }
 
 uint64_t dt_split_point(uint64_t ntokens, double val_fraction)
@@ -290,7 +357,7 @@ int dt_dataset_view(const dt_dataset *d, uint64_t begin, uint64_t end, const cha
     char name[1024];
     dt_strf(name, sizeof name, "%s (%s: tokens %llu to %llu)", d->name, label,
             (unsigned long long)(d->begin + begin), (unsigned long long)(d->begin + end));
-    *out = dataset_new(d->m, d->begin + begin, d->begin + end, name);
+    *out = dataset_new(d->src, d->begin + begin, d->begin + end, name);
     if (!*out) {
         dt_strf(err, errlen, "%s: out of memory", d->name);
         return -1;

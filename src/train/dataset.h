@@ -1,7 +1,10 @@
 /* Token data for training: an llm.c token shard (a header of 256 int32:
  * magic 20240520, version 1, token count; then the tokens as uint16) or,
  * when a file does not start with the magic, plain text read as bytes
- * (vocabulary 256). Files are mapped, never copied.
+ * (vocabulary 256). Files are read (pread) as batches need them, never
+ * loaded whole and never mapped: a file truncated under a run is an error
+ * at the next batch ("FILE shrank from N to M bytes while training"), not
+ * a SIGBUS.
  *
  * Sequence k of length T is tokens k*T .. k*T+T: the inputs are the first
  * T, the targets the last T (shifted by one). A dataset of n tokens holds
@@ -42,10 +45,13 @@ uint64_t dt_dataset_ntokens(const dt_dataset *d);
  * header's vocabulary (DT_SHARD_VOCAB_SLOT) when that is larger. */
 int dt_dataset_vocab(const dt_dataset *d);
 int dt_dataset_is_text(const dt_dataset *d);
-/* Token i (0 <= i < ntokens). */
+/* Token i (0 <= i < ntokens), or UINT32_MAX when the file cannot be read
+ * any more: for tests and tools that read a few tokens. */
 uint32_t dt_dataset_token(const dt_dataset *d, uint64_t i);
-/* Tokens begin .. begin+n-1 into out; the range must lie inside. */
-void dt_dataset_read(const dt_dataset *d, uint64_t begin, size_t n, uint16_t *out);
+/* Tokens begin .. begin+n-1 into out; the range must lie inside. Fails
+ * only when the file shrank or cannot be read. */
+int dt_dataset_read(const dt_dataset *d, uint64_t begin, size_t n, uint16_t *out, char *err,
+                    size_t errlen);
 
 /* (ntokens - 1) / T, the sequences of length T the data holds. */
 uint64_t dt_dataset_nseq(const dt_dataset *d, int T);
@@ -54,7 +60,9 @@ uint64_t dt_dataset_nseq(const dt_dataset *d, int T);
 int dt_dataset_check(const dt_dataset *d, int T, char *err, size_t errlen);
 
 /* Fills B sequences of length T, for the counter values first_seq ..
- * first_seq+B-1 (see sampler.h): inputs and targets are B*T each. */
+ * first_seq+B-1 (see sampler.h): inputs and targets are B*T each. Fails,
+ * naming the file and both sizes, when the file has shrunk since it was
+ * opened. */
 int dt_dataset_batch(const dt_dataset *d, dt_sampler *s, uint64_t first_seq, int B, int T,
                      int32_t *inputs, int32_t *targets, char *err, size_t errlen);
 

@@ -1,6 +1,7 @@
 /* Step lines, JSON log, MFU peak and the memory table. See metrics.h. */
 #include "train/metrics.h"
 
+#include <errno.h>
 #include <math.h>
 #include <sys/resource.h>
 
@@ -45,30 +46,46 @@ void dt_print_step(FILE *f, const dt_step_stats *s)
     fflush(f);
 }
 
-/* JSON has no NaN or infinity; a diverged loss is written as null. */
-static void json_number(FILE *f, const char *key, double v, int last)
+/* JSON has no NaN or infinity; a diverged loss is written as null.
+ * Negative when the write fails. */
+static int json_number(FILE *f, const char *key, double v, int last)
 {
-    if (isfinite(v))
-        fprintf(f, "\"%s\":%.9g%s", key, v, last ? "" : ",");
-    else
-        fprintf(f, "\"%s\":null%s", key, last ? "" : ",");
+    if (isfinite(v)) return fprintf(f, "\"%s\":%.9g%s", key, v, last ? "" : ",");
+    return fprintf(f, "\"%s\":null%s", key, last ? "" : ",");
 }
 
-void dt_log_json_step(FILE *f, const dt_step_stats *s)
+/* Closes and flushes the line: 0, or the errno of whatever failed in it. */
+static int end_line(FILE *f, int failed)
 {
-    fprintf(f, "{\"step\":%ld,", s->step);
-    json_number(f, "loss", s->loss, 0);
-    json_number(f, "lr", s->lr, 0);
-    json_number(f, "ms", s->ms, 0);
-    json_number(f, "tokens_per_s", s->tokens_per_s, 0);
+    failed |= fputs("}\n", f) < 0;
+    failed |= fflush(f) != 0;
+    if (!failed && !ferror(f)) return 0;
+    return errno ? errno : EIO;
+}
+
+int dt_log_json_step(FILE *f, const dt_step_stats *s)
+{
+    errno = 0;
+    int failed = fprintf(f, "{\"step\":%ld,", s->step) < 0;
+    failed |= json_number(f, "loss", s->loss, 0) < 0;
+    failed |= json_number(f, "lr", s->lr, 0) < 0;
+    failed |= json_number(f, "ms", s->ms, 0) < 0;
+    failed |= json_number(f, "tokens_per_s", s->tokens_per_s, 0) < 0;
     if (s->ranks > 1) {
-        json_number(f, "comm_ms", s->comm_ms, 0);
-        fprintf(f, "\"bytes_sent\":%llu,", s->bytes_sent);
+        failed |= json_number(f, "comm_ms", s->comm_ms, 0) < 0;
+        failed |= fprintf(f, "\"bytes_sent\":%llu,", s->bytes_sent) < 0;
     }
-    json_number(f, "grad_norm", s->grad_norm, s->mfu < 0);
-    if (s->mfu >= 0) json_number(f, "mfu", s->mfu, 1);
-    fprintf(f, "}\n");
-    fflush(f);
+    failed |= json_number(f, "grad_norm", s->grad_norm, s->mfu < 0) < 0;
+    if (s->mfu >= 0) failed |= json_number(f, "mfu", s->mfu, 1) < 0;
+    return end_line(f, failed);
+}
+
+int dt_log_json_eval(FILE *f, long step, double val_loss)
+{
+    errno = 0;
+    int failed = fprintf(f, "{\"step\":%ld,", step) < 0;
+    failed |= json_number(f, "val_loss", val_loss, 1) < 0;
+    return end_line(f, failed);
 }
 
 size_t dt_peak_rss(void)

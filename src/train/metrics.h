@@ -27,8 +27,14 @@ typedef struct {
 double dt_peak_flops(int threads, int bf16);
 
 void dt_print_step(FILE *f, const dt_step_stats *s);
+/* The JSON log, one line per object, each flushed as it is written, so
+ * that a full disk shows at the step it hits. Each returns 0, or the errno
+ * of the failed write (ENOSPC...): the caller stops with
+ * "--log-json FILE: write failed: <strerror>". */
 /* {"step":..,"loss":..,"lr":..,"ms":..,"tokens_per_s":..,"grad_norm":..,"mfu":..} */
-void dt_log_json_step(FILE *f, const dt_step_stats *s);
+int dt_log_json_step(FILE *f, const dt_step_stats *s);
+/* {"step":..,"val_loss":..} */
+int dt_log_json_eval(FILE *f, long step, double val_loss);
 /* The bytes held per kind (parameters, gradients, optimizer, activations)
  * and the process's peak resident set. */
 void dt_print_memory(FILE *f, const char *title);

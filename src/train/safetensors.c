@@ -206,20 +206,40 @@ static int cmp_name_ptr(const void *a, const void *b)
     return strcmp((*x)->name, (*y)->name);
 }
 
-/* Tensors may leave gaps (the format forbids them, but nothing breaks
- * when a writer leaves some), never share bytes. */
-static int check_layout(dt_st_file *f, char *err, size_t errlen)
+/* The tensors' bytes lie back to back from the start of the data section
+ * to its end, as the format requires: a byte that belongs to no tensor
+ * means a damaged file, or one something was appended to. */
+static int check_tiling(dt_st_file *f, uint64_t data_size, char *err, size_t errlen)
 {
     int n = f->ntensors;
     qsort(f->tensors, (size_t)n, sizeof *f->tensors, cmp_offset);
-    const dt_st_tensor *reach = NULL; /* the tensor that ends furthest so far */
+    uint64_t at = 0;
     for (int i = 0; i < n; i++) {
-        const dt_st_tensor *t = &f->tensors[i];
-        if (t->nbytes && reach && t->offset < reach->offset + reach->nbytes)
-            return fail(err, errlen, f->path, "tensors '%s' and '%s' overlap", reach->name,
+        const dt_st_tensor *t = &f->tensors[i], *prev = i ? t - 1 : NULL;
+        if (t->offset < at)
+            return fail(err, errlen, f->path, "tensors '%s' and '%s' overlap", prev->name,
                         t->name);
-        if (!reach || t->offset + t->nbytes > reach->offset + reach->nbytes) reach = t;
+        if (t->offset > at && prev)
+            return fail(err, errlen, f->path, "%llu bytes between tensors '%s' and '%s'",
+                        (unsigned long long)(t->offset - at), prev->name, t->name);
+        if (t->offset > at)
+            return fail(err, errlen, f->path, "%llu bytes before tensor '%s'",
+                        (unsigned long long)t->offset, t->name);
+        at = t->offset + t->nbytes;
     }
+    if (at == data_size) return 0;
+    if (n == 0)
+        return fail(err, errlen, f->path, "%llu bytes of data, but no tensor",
+                    (unsigned long long)data_size);
+    return fail(err, errlen, f->path,
+                "%llu bytes after the last tensor: the file is damaged or was appended to",
+                (unsigned long long)(data_size - at));
+}
+
+static int check_layout(dt_st_file *f, uint64_t data_size, char *err, size_t errlen)
+{
+    int n = f->ntensors;
+    if (check_tiling(f, data_size, err, errlen) != 0) return -1;
     const dt_st_tensor **byname = malloc((size_t)n * sizeof *byname + 1);
     if (!byname) return fail(err, errlen, f->path, "out of memory");
     for (int i = 0; i < n; i++) byname[i] = &f->tensors[i];
@@ -252,7 +272,7 @@ static int parse_entries(const cJSON *root, dt_st_file *f, const unsigned char *
         if (parse_tensor(item, t, data_size, f->path, err, errlen) != 0) return -1;
         t->data = data + t->offset;
     }
-    return check_layout(f, err, errlen);
+    return check_layout(f, data_size, err, errlen);
 }
 
 /* The JSON may be followed by spaces (padding to align the data), and

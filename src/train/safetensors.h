@@ -5,8 +5,10 @@
  *
  * The reader maps the file and checks everything before handing out a
  * tensor, so a bad file fails at open with a message naming the file and
- * the problem, never later with a crash. The writer publishes its file
- * atomically (see atomic_file.h). */
+ * the problem, never later with a crash. As the format requires, the
+ * tensors tile the data section exactly: a gap between them or a byte
+ * after the last is refused (a damaged file, or one appended to). The
+ * writer publishes its file atomically (see atomic_file.h). */
 #ifndef DT_TRAIN_SAFETENSORS_H
 #define DT_TRAIN_SAFETENSORS_H
 

@@ -3,11 +3,15 @@
 
 #include <cjson/cJSON.h>
 #include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/file.h"
+#include "core/parse.h"
 #include "core/str.h"
 
 /* ---- inspecting a file ---------------------------------------------------- */
@@ -34,7 +38,10 @@ static int n_head_from_config_json(const char *weights_path)
     cJSON *root = cJSON_Parse(buf);
     free(buf);
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(root, "n_head");
-    int v = cJSON_IsNumber(h) ? h->valueint : 0;
+    int v = cJSON_IsNumber(h) && h->valuedouble >= 1 && h->valuedouble <= INT_MAX &&
+                    h->valuedouble == floor(h->valuedouble)
+                ? h->valueint
+                : 0;
     cJSON_Delete(root);
     return v;
 }
@@ -62,8 +69,73 @@ int dt_weights_inspect(const char *path, dt_gpt_config *cfg, char *err, size_t e
         cfg->n_layer++;
     }
     const char *nh = dt_st_meta_get(&f, "n_head");
-    cfg->n_head = nh ? atoi(nh) : n_head_from_config_json(path);
+    long heads = 0;
+    if (nh && dt_parse_long(nh, 1, INT_MAX, &heads) != 0) {
+        dt_strf(err, errlen, "%s: its metadata gives n_head '%.32s', not a positive integer",
+                path, nh);
+        dt_st_close(&f);
+        return -1;
+    }
+    cfg->n_head = nh ? (int)heads : n_head_from_config_json(path);
     dt_st_close(&f);
+    return 0;
+}
+
+/* ---- checking values ------------------------------------------------------ */
+
+/* The exponent bits all set: an infinity or a NaN. Integer operations, so
+ * that the loop vectorizes. */
+static int all_finite(const float *x, size_t n)
+{
+    uint32_t any = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, x + i, sizeof b);
+        any |= (b & 0x7f800000u) == 0x7f800000u;
+    }
+    return !any;
+}
+
+int dt_weights_find(const dt_gpt *m, const float *flat, int (*bad)(float), int *tensor,
+                    size_t *elem)
+{
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dt_param_tensor *p = &m->tensors[i];
+        for (size_t k = 0; k < p->numel; k++) {
+            if (bad(flat[p->offset + k])) {
+                *tensor = i;
+                *elem = k;
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* "tensor PREFIXNAME holds nan at element K" */
+static void describe(const dt_param_tensor *p, const char *prefix, float v, size_t k, char *err,
+                     size_t errlen)
+{
+    char value[32];
+    if (isnan(v))
+        dt_strf(value, sizeof value, "nan");
+    else
+        dt_strf(value, sizeof value, "%g", (double)v);
+    dt_strf(err, errlen, "tensor %s%s holds %s at element %zu", prefix, p->name, value, k);
+}
+
+int dt_weights_check_finite(const dt_gpt *m, const float *flat, const char *prefix, char *err,
+                            size_t errlen)
+{
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dt_param_tensor *p = &m->tensors[i];
+        const float *x = flat + p->offset;
+        if (all_finite(x, p->numel)) continue;
+        size_t k = 0;
+        while (isfinite(x[k])) k++;
+        describe(p, prefix, x[k], k, err, errlen);
+        return -1;
+    }
     return 0;
 }
 
@@ -102,7 +174,10 @@ int dt_weights_read(const dt_gpt *m, float *flat, const dt_st_file *f, const cha
         if (check_shape(p, t, f->path, err, errlen) != 0) return -1;
         if (dt_st_read_f32(f, t, flat + p->offset, err, errlen) != 0) return -1;
     }
-    return 0;
+    char why[256];
+    if (dt_weights_check_finite(m, flat, prefix, why, sizeof why) == 0) return 0;
+    dt_strf(err, errlen, "%s: %s", f->path, why);
+    return -1;
 }
 
 int dt_weights_load(dt_gpt *m, const char *path, char *err, size_t errlen)
@@ -119,6 +194,13 @@ int dt_weights_load(dt_gpt *m, const char *path, char *err, size_t errlen)
 int dt_weights_write(const dt_gpt *m, const float *const *bufs, const char *const *prefixes,
                      int nbufs, const char *path, char *err, size_t errlen)
 {
+    char why[256];
+    for (int b = 0; b < nbufs; b++) {
+        if (dt_weights_check_finite(m, bufs[b], prefixes[b], why, sizeof why) != 0) {
+            dt_strf(err, errlen, "%s: refusing to write non-finite values: %s", path, why);
+            return -1;
+        }
+    }
     int n = m->n_tensors * nbufs;
     dt_st_entry *e = calloc((size_t)n, sizeof *e);
     char (*names)[96] = calloc((size_t)n, sizeof *names);

@@ -16,17 +16,31 @@ int dt_weights_inspect(const char *path, dt_gpt_config *cfg, char *err, size_t e
 
 /* Fills flat (the model's layout) from tensors named prefix + HF name (a
  * "transformer." before the HF name is accepted). Every tensor must be there
- * with the model's shape; F32, F16 and BF16 convert. */
+ * with the model's shape and finite values; F32, F16 and BF16 convert. */
 int dt_weights_read(const dt_gpt *m, float *flat, const dt_st_file *f, const char *prefix,
                     char *err, size_t errlen);
 /* Opens path and reads the parameters into m->params. */
 int dt_weights_load(dt_gpt *m, const char *path, char *err, size_t errlen);
 
 /* Writes nbufs flat buffers into one file, buffer i's tensors named
- * prefixes[i] + HF name, with the model sizes in __metadata__. Atomic. */
+ * prefixes[i] + HF name, with the model sizes in __metadata__. Atomic.
+ * Refuses, naming the tensor, a buffer that holds a NaN or an infinity. */
 int dt_weights_write(const dt_gpt *m, const float *const *bufs, const char *const *prefixes,
                      int nbufs, const char *path, char *err, size_t errlen);
 /* The parameters alone, HF names: what --save-final writes. */
 int dt_weights_save(const dt_gpt *m, const char *path, char *err, size_t errlen);
+
+/* Whether a value of flat (the model's layout, padding left out) makes
+ * bad() true: 1 with the first such value's tensor (an index into
+ * m->tensors) and element within it, else 0. */
+int dt_weights_find(const dt_gpt *m, const float *flat, int (*bad)(float), int *tensor,
+                    size_t *elem);
+/* 0 when every value of flat is finite; else -1 and err says where the
+ * first other is: "tensor PREFIXNAME holds nan at element K". One pass
+ * over the parameters, cheap next to a training step: run it on the
+ * parameters after each optimizer update to stop before non-finite
+ * weights go anywhere. */
+int dt_weights_check_finite(const dt_gpt *m, const float *flat, const char *prefix, char *err,
+                            size_t errlen);
 
 #endif

@@ -22,6 +22,7 @@
 #include "check.h" /* tests/check.h */
 #include "train/corpus.h"
 #include "train/dataset.h"
+#include "train/shard_write.h"
 
 static char root[256];
 
@@ -117,6 +118,62 @@ static void test_build(void)
     CHECK(files == 2, "%d files in the cache, expected train.bin and val.bin", files);
 }
 
+/* Overwrites n bytes at offset off of path, keeping its size. */
+static void poke(const char *path, long off, const void *bytes, size_t n)
+{
+    FILE *f = fopen(path, "r+b");
+    CHECK(f && fseek(f, off, SEEK_SET) == 0 && fwrite(bytes, 1, n, f) == n, "poke %s", path);
+    if (f) fclose(f);
+}
+
+static int vocab_of(const char *path)
+{
+    char err[512];
+    dt_dataset *d;
+    if (dt_dataset_open(path, &d, err, sizeof err) != 0) return -1;
+    int v = dt_dataset_vocab(d);
+    dt_dataset_close(d);
+    return v;
+}
+
+/* A cached corpus damaged in place, its size still what its header says:
+ * a token outside the byte range (which made the model's vocabulary
+ * 65536), a header vocabulary other than 256, a validation part that does
+ * not match the split. Each is rebuilt, with a line saying why. */
+static void test_damaged(void)
+{
+    char err[1024], train[600], val[600], text[256], out[560], src[560];
+    const char *want = "Zero\n\none\n\ntwo\n\nthree\n";
+    snprintf(out, sizeof out, "%s", path_in("cache3/fortunes"));
+    snprintf(src, sizeof src, "%s", path_in("src"));
+    CHECK(dt_corpus_build(src, out, train, val, sizeof train, err, sizeof err) == 0, "%s", err);
+    const uint16_t big = 0xffff;
+    const int32_t vocab = 1000;
+    for (int k = 0; k < 3; k++) {
+        ino_t before = inode(train);
+        if (k == 0) poke(train, 1024 + 2 * 5, &big, 2);
+        if (k == 1) poke(train, 12, &vocab, 4); /* the header's vocabulary slot */
+        if (k == 2) {
+            const uint16_t xyz[3] = {'x', 'y', 'z'};
+            CHECK(dt_shard_write(val, xyz, 3, 256, err, sizeof err) == 0, "%s", err);
+        }
+        CHECK(dt_corpus_build(src, out, train, val, sizeof train, err, sizeof err) == 0,
+              "case %d: %s", k, err);
+        CHECK(inode(train) != before, "case %d: the damaged corpus was kept", k);
+        CHECK(vocab_of(train) == 256 && vocab_of(val) == 256, "case %d: vocabularies %d %d", k,
+              vocab_of(train), vocab_of(val));
+        uint64_t ntrain = 0;
+        size_t n = corpus_text(train, val, text, sizeof text, &ntrain);
+        CHECK(n == strlen(want) && memcmp(text, want, n) == 0, "case %d: text '%.*s'", k, (int)n,
+              text);
+    }
+    /* Damaged, and nothing to rebuild it from: an error that says both. */
+    poke(train, 1024 + 2 * 5, &big, 2);
+    int rc = dt_corpus_build(path_in("nowhere"), out, train, val, sizeof train, err, sizeof err);
+    CHECK_ERR(rc, err, "cache3/fortunes/train.bin", "token 65535", "cannot be rebuilt",
+              "apt-get install fortunes");
+}
+
 static void test_missing(void)
 {
     char err[1024], train[600], val[600];
@@ -195,6 +252,7 @@ static int unit(void)
     }
     make_sources();
     test_build();
+    test_damaged();
     test_missing();
     test_race();
     test_cache_dir();

@@ -143,6 +143,43 @@ static void test_batches(void)
     dt_dataset_close(d);
 }
 
+/* A file truncated under a run (by another process) is an error naming
+ * the file and both sizes at the next batch, even one whose tokens are
+ * still there; never a SIGBUS. */
+static void test_shrink(void)
+{
+    char err[1024], text_buf[20000];
+    dt_dataset *d, *tr, *va;
+    dt_sampler s;
+    int32_t in[2 * 100], tg[2 * 100];
+    dt_sampler_init(&s, 1, 0);
+    const char *p = shard("shrink.bin", 1, 1001, 1001, 1); /* 1024 + 2002 bytes */
+    int rc = dt_dataset_open(p, &d, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    if (rc) return;
+    CHECK(dt_dataset_split(d, 0.1, &tr, &va, err, sizeof err) == 0, "%s", err);
+    CHECK(dt_dataset_batch(d, &s, 0, 2, 10, in, tg, err, sizeof err) == 0, "%s", err);
+    CHECK(truncate(p, 1500) == 0, "truncate");
+    CHECK_ERR(dt_dataset_batch(d, &s, 0, 2, 10, in, tg, err, sizeof err), err,
+              "shrink.bin shrank from 3026 to 1500 bytes while training");
+    CHECK_ERR(dt_dataset_batch(va, &s, 0, 1, 10, in, tg, err, sizeof err), err,
+              "shrink.bin shrank from 3026 to 1500 bytes while training");
+    dt_dataset_close(tr);
+    dt_dataset_close(va);
+    dt_dataset_close(d);
+
+    memset(text_buf, 'a', sizeof text_buf);
+    p = text("shrink.txt", text_buf, sizeof text_buf);
+    rc = dt_dataset_open(p, &d, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    if (rc) return;
+    CHECK(truncate(p, 100) == 0, "truncate");
+    CHECK_ERR(dt_dataset_batch(d, &s, 150, 2, 100, in, tg, err, sizeof err), err,
+              "shrink.txt shrank from 20000 to 100 bytes while training");
+    dt_dataset_close(d);
+    dt_sampler_free(&s);
+}
+
 static void test_views(void)
 {
     char err[1024];
@@ -312,7 +349,7 @@ static void test_writer(void)
     CHECK(dt_dataset_open(p, &d, err, sizeof err) == 0, "%s", err);
     if (failures) return;
     uint16_t back[3000];
-    dt_dataset_read(d, 0, 3000, back);
+    CHECK(dt_dataset_read(d, 0, 3000, back, err, sizeof err) == 0, "%s", err);
     CHECK(dt_dataset_ntokens(d) == 3000 && memcmp(back, tok, sizeof tok) == 0, "round trip");
     CHECK(dt_dataset_vocab(d) == 65535, "vocab %d", dt_dataset_vocab(d)); /* max i*31 % 2^16 */
     dt_dataset_close(d);
@@ -333,7 +370,7 @@ static void test_writer(void)
     CHECK(dt_shard_append(&w, tok, 2, err, sizeof err) == 0, "%s", err);
     CHECK(dt_shard_commit(&w, err, sizeof err) == 0, "%s", err);
     CHECK(dt_dataset_open(path_in("bytes.bin"), &d, err, sizeof err) == 0, "%s", err);
-    dt_dataset_read(d, 0, 5, back);
+    CHECK(dt_dataset_read(d, 0, 5, back, err, sizeof err) == 0, "%s", err);
     CHECK(back[0] == 255 && back[1] == 'a' && back[3] == 0 && back[4] == 31, "bytes");
     CHECK(dt_dataset_vocab(d) == 256, "byte shard vocab %d", dt_dataset_vocab(d));
     dt_dataset_close(d);
@@ -367,6 +404,7 @@ static int unit(void)
     }
     test_files();
     test_batches();
+    test_shrink();
     test_views();
     test_sampler();
     test_shuffled_batches();

@@ -1,0 +1,59 @@
+/* A checkpoint's state.json: the numbers that, with the tensors, resume a
+ * run exactly (format 1):
+ *
+ *   {"format": 1, "step": 20, "seq_counter": "160", "seed": "1337",
+ *    "shuffle": 1, "seq_len": 64, "global_batch": 8, "last_loss": 2.31,
+ *    "data_tokens": "1000000", "optimizer": "adamw", "optimizer_step": 20,
+ *    "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256,
+ *              "block_size": 64}}
+ *
+ * 64-bit counters are decimal strings (JSON numbers are doubles). Reading
+ * checks every field's type and range and the relations between them, so a
+ * hand-edited or damaged file fails with a message naming the file, the
+ * field and what it may hold, rather than resuming a run that is wrong.
+ * "model" and "data_tokens" are optional: checkpoints written before they
+ * were recorded lack them. */
+#ifndef DT_TRAIN_CKPT_STATE_H
+#define DT_TRAIN_CKPT_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/gpt.h"
+#include "model/optimizer.h"
+
+#define DT_CKPT_FORMAT 1
+/* The largest step: the largest integer a JSON number (a double) holds
+ * exactly. */
+#define DT_CKPT_STEP_MAX 9007199254740992L
+
+typedef struct {
+    long step;             /* optimizer steps completed */
+    uint64_t seq_counter;  /* training sequences consumed (the loader's position) */
+    uint64_t seed;
+    int shuffle;
+    int seq_len;
+    long global_batch;     /* sequences per optimizer step */
+    double last_loss;
+    uint64_t data_tokens;  /* tokens of the training data: resuming on other data is refused */
+} dt_ckpt_state;
+
+/* Everything state.json holds. */
+typedef struct {
+    dt_ckpt_state run;
+    dt_opt_kind optimizer;
+    long optimizer_step;   /* the optimizer's t */
+    dt_gpt_config model;   /* all zero when the file does not record it */
+} dt_ckpt_record;
+
+/* The JSON text of r (malloc'd), or NULL when memory runs out. */
+char *dt_ckpt_state_format(const dt_ckpt_record *r);
+
+/* Parses and checks text, the contents of path. */
+int dt_ckpt_state_parse(const char *path, const char *text, dt_ckpt_record *r, char *err,
+                        size_t errlen);
+
+/* Reads and checks DIR/state.json. */
+int dt_ckpt_state_read(const char *dir, dt_ckpt_record *r, char *err, size_t errlen);
+
+#endif
