@@ -33,6 +33,7 @@ typedef struct dt_run {
     double last_loss;
     int stop;           /* the signal the ranks agreed to stop on, or 0 */
     int dp_size;        /* blocks of each global batch, as the configuration was validated */
+    int lock_fd;        /* the lock on --out (ckpt_lock.h), or -1 */
     FILE *json;         /* --log-json, or NULL */
     FILE *out;          /* human-readable lines (rank 0's; /dev/null elsewhere) */
 } dt_run;
@@ -70,5 +71,7 @@ int dt_run_print_memory(dt_run *t, const char *title);
 int dt_run_check_replicas(dt_run *t);
 /* --log-json, keeping the entries before a resumed step. */
 int dt_run_open_log(dt_run *t, int resuming);
+/* After a write to the JSON log: e is 0 or the errno of a failed write. */
+int dt_run_log_failed(dt_run *t, int e);
 
 #endif

@@ -44,8 +44,7 @@ int dt_run_eval(dt_run *t, int final)
     double loss = 0;
     if (evaluate(t, group, &loss)) return -1;
     fprintf(t->out, "val loss %.4f (step %ld)\n", loss, t->step);
-    if (t->json) fprintf(t->json, "{\"step\":%ld,\"val_loss\":%.9g}\n", t->step - 1, loss);
-    return 0;
+    return t->json ? dt_run_log_failed(t, dt_log_json_eval(t->json, t->step - 1, loss)) : 0;
 }
 
 /* Every rank's memory at its peak, printed by rank 0: the ranks of some
@@ -144,4 +143,10 @@ int dt_run_open_log(dt_run *t, int resuming)
     free(kept);
     if (!t->json) return dt_strf(ERR(t), "--log-json %s: cannot open for writing", path), -1;
     return 0;
+}
+
+int dt_run_log_failed(dt_run *t, int e)
+{
+    if (!e) return 0;
+    return dt_strf(ERR(t), "--log-json %s: write failed: %s", t->cfg->log_json, strerror(e)), -1;
 }

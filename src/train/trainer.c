@@ -24,6 +24,7 @@
 #include "kernels/threads.h"
 #include "parallel/registry.h"
 #include "train/checkpoint.h"
+#include "train/ckpt_lock.h"
 #include "train/metrics.h"
 #include "train/run.h"
 #include "train/weights.h"
@@ -37,10 +38,19 @@ static void on_interrupt(int sig) { stop_signal = sig; }
 
 /* ---- one optimizer step --------------------------------------------------- */
 
+/* The gradient norm is checked before the update (dt_strategy_step); the
+ * weights after it, wherever it ran (a server's too: they come back), so
+ * an update that overflowed never reaches a checkpoint. */
 static int train_step(dt_run *t, double *loss, double *norm)
 {
     double lr = dt_config_lr_at(t->cfg, t->step);
     if (dt_strategy_step(&t->S, t->step, t->seq_counter, lr, loss, norm)) return -1;
+    char why[256];
+    if (dt_weights_check_finite(&t->model, t->model.params, "", why, sizeof why))
+        return dt_strf(ERR(t),
+                       "step %ld: the update made the weights non-finite: %s; stopping (the last "
+                       "checkpoint is untouched)",
+                       t->step + 1, why), -1;
     t->seq_counter += (uint64_t)t->global_batch;
     return 0;
 }
@@ -89,7 +99,7 @@ static int run_loop(dt_run *t)
         t->steps_run++;
         if (c->print_every > 0 && (t->step % c->print_every == 0 || t->step == c->steps))
             dt_print_step(t->out, &s);
-        if (t->json) dt_log_json_step(t->json, &s);
+        if (t->json && dt_run_log_failed(t, dt_log_json_step(t->json, &s))) return -1;
         if (!isfinite(loss))
             return dt_strf(ERR(t), "step %ld: the loss is %f: training diverged", t->step, loss),
                    -1;
@@ -170,6 +180,10 @@ static int setup(dt_run *t)
     dt_sampler_init(&t->train_order, c->seed, c->shuffle);
     dt_sampler_init(&t->val_order, c->seed, 0);
     if (dt_run_check_outputs(t) || dt_run_open_data(t)) return -1;
+    /* One run per --out: two would prune each other's checkpoints. */
+    if (c->out_dir[0] && t->S.writes_checkpoints &&
+        (t->lock_fd = dt_ckpt_lock(c->out_dir, ERR(t))) < 0)
+        return -1;
     char resume_dir[DT_CONFIG_PATH + 64];
     if (t->r.resuming && dt_ckpt_resolve(c->resume[0] ? c->resume : c->out_dir, resume_dir,
                                          sizeof resume_dir, ERR(t)))
@@ -195,6 +209,7 @@ static void teardown(dt_run *t)
     if (t->json && t->json != stdout) fclose(t->json);
     if (t->out && t->out != stdout && t->out != stderr) fclose(t->out);
     dt_strategy_destroy(&t->S);
+    dt_ckpt_unlock(t->lock_fd);
     if (t->r.world) dt_comm_destroy(t->r.world);
     free(t->r.inputs);
     free(t->r.targets);
@@ -244,6 +259,7 @@ int dt_train(dt_train_config *cfg, char *err, size_t errlen)
     dt_run t;
     memset(&t, 0, sizeof t);
     t.cfg = cfg;
+    t.lock_fd = -1;
     if (join_job(&t, err, errlen) ||
         dt_config_data_parallel_size(cfg, t.r.size, &t.dp_size, err, errlen) ||
         dt_config_validate(cfg, t.dp_size, err, errlen)) {
