@@ -1,3 +1,5 @@
+/* The safetensors reader: the file mapped, its header checked whole
+ * before any tensor is handed out. See safetensors.h. */
 #include "train/safetensors.h"
 
 #include <cjson/cJSON.h>
@@ -12,16 +14,13 @@
 #include <unistd.h>
 
 #include "core/str.h"
-#include "core/atomic_file.h"
 #include "core/half.h"
+#include "train/safetensors_internal.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian and is read in place"
 #endif
 
-/* Doubles hold integers exactly up to 2^53; JSON numbers above that
- * cannot be trusted as offsets or dimensions. */
-#define MAX_JSON_INT 9007199254740992.0
 
 static const struct {
     const char *name;
@@ -62,11 +61,7 @@ static int dtype_from_name(const char *s, dt_st_dtype *out)
 /* Reader                                                              */
 /* ------------------------------------------------------------------ */
 
-/* Every reader error starts with the file's name. */
-static int fail(char *err, size_t errlen, const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t errlen, const char *path, const char *fmt, ...)
+int dt_st_fail(char *err, size_t errlen, const char *path, const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -81,7 +76,7 @@ static int json_uint(const cJSON *v, uint64_t *out)
 {
     if (!cJSON_IsNumber(v)) return -1;
     double d = v->valuedouble;
-    if (!(d >= 0 && d <= MAX_JSON_INT) || d != (double)(uint64_t)d) return -1;
+    if (!(d >= 0 && d <= DT_ST_MAX_JSON_INT) || d != (double)(uint64_t)d) return -1;
     *out = (uint64_t)d;
     return 0;
 }
@@ -98,11 +93,11 @@ static int parse_shape(const cJSON *shape, dt_st_tensor *t, const char *path, ch
                        size_t errlen)
 {
     if (!cJSON_IsArray(shape))
-        return fail(err, errlen, path, "tensor '%s': \"shape\" is missing or not an array",
+        return dt_st_fail(err, errlen, path, "tensor '%s': \"shape\" is missing or not an array",
                     t->name);
     int nd = cJSON_GetArraySize(shape);
     if (nd > DT_ST_MAX_DIMS)
-        return fail(err, errlen, path, "tensor '%s': %d dimensions, at most %d are supported",
+        return dt_st_fail(err, errlen, path, "tensor '%s': %d dimensions, at most %d are supported",
                     t->name, nd, DT_ST_MAX_DIMS);
     t->ndim = nd;
     t->numel = 1;
@@ -112,11 +107,11 @@ static int parse_shape(const cJSON *shape, dt_st_tensor *t, const char *path, ch
     {
         uint64_t v;
         if (json_uint(d, &v) != 0)
-            return fail(err, errlen, path,
+            return dt_st_fail(err, errlen, path,
                         "tensor '%s': shape entry %d is not a non-negative integer", t->name, i);
         t->shape[i++] = (int64_t)v;
         if (v && t->numel > UINT64_MAX / v)
-            return fail(err, errlen, path, "tensor '%s': shape too large", t->name);
+            return dt_st_fail(err, errlen, path, "tensor '%s': shape too large", t->name);
         t->numel *= v;
     }
     return 0;
@@ -129,10 +124,10 @@ static int parse_offsets(const cJSON *offs, dt_st_tensor *t, uint64_t data_size,
     if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
         json_uint(cJSON_GetArrayItem(offs, 0), &begin) != 0 ||
         json_uint(cJSON_GetArrayItem(offs, 1), &end) != 0)
-        return fail(err, errlen, path,
+        return dt_st_fail(err, errlen, path,
                     "tensor '%s': \"data_offsets\" must be two non-negative integers", t->name);
     if (begin > end || end > data_size)
-        return fail(err, errlen, path,
+        return dt_st_fail(err, errlen, path,
                     "tensor '%s': data_offsets [%llu, %llu] out of range (the data section "
                     "holds %llu bytes)",
                     t->name, (unsigned long long)begin, (unsigned long long)end,
@@ -141,7 +136,7 @@ static int parse_offsets(const cJSON *offs, dt_st_tensor *t, uint64_t data_size,
     char shp[200];
     format_shape(t, shp, sizeof shp);
     if (t->numel > UINT64_MAX / esize || t->numel * esize != end - begin)
-        return fail(err, errlen, path,
+        return dt_st_fail(err, errlen, path,
                     "tensor '%s': data_offsets [%llu, %llu] hold %llu bytes, but dtype %s "
                     "and shape %s need %llu",
                     t->name, (unsigned long long)begin, (unsigned long long)end,
@@ -156,15 +151,15 @@ static int parse_tensor(const cJSON *item, dt_st_tensor *t, uint64_t data_size,
                         const char *path, char *err, size_t errlen)
 {
     t->name = strdup(item->string);
-    if (!t->name) return fail(err, errlen, path, "out of memory");
+    if (!t->name) return dt_st_fail(err, errlen, path, "out of memory");
     if (!cJSON_IsObject(item))
-        return fail(err, errlen, path, "tensor '%s': entry is not a JSON object", t->name);
+        return dt_st_fail(err, errlen, path, "tensor '%s': entry is not a JSON object", t->name);
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(item, "dtype");
     if (!cJSON_IsString(dt))
-        return fail(err, errlen, path, "tensor '%s': \"dtype\" is missing or not a string",
+        return dt_st_fail(err, errlen, path, "tensor '%s': \"dtype\" is missing or not a string",
                     t->name);
     if (dtype_from_name(dt->valuestring, &t->dtype) != 0)
-        return fail(err, errlen, path, "tensor '%s': unknown dtype '%s'", t->name,
+        return dt_st_fail(err, errlen, path, "tensor '%s': unknown dtype '%s'", t->name,
                     dt->valuestring);
     if (parse_shape(cJSON_GetObjectItemCaseSensitive(item, "shape"), t, path, err, errlen))
         return -1;
@@ -176,9 +171,9 @@ static int parse_tensor(const cJSON *item, dt_st_tensor *t, uint64_t data_size,
  * here depends on metadata being well formed. */
 static int parse_meta(const cJSON *obj, dt_st_file *f, char *err, size_t errlen)
 {
-    if (!cJSON_IsObject(obj)) return fail(err, errlen, f->path, "__metadata__ is not an object");
+    if (!cJSON_IsObject(obj)) return dt_st_fail(err, errlen, f->path, "__metadata__ is not an object");
     f->meta = calloc((size_t)cJSON_GetArraySize(obj) + 1, sizeof *f->meta);
-    if (!f->meta) return fail(err, errlen, f->path, "out of memory");
+    if (!f->meta) return dt_st_fail(err, errlen, f->path, "out of memory");
     const cJSON *m;
     cJSON_ArrayForEach(m, obj)
     {
@@ -187,7 +182,7 @@ static int parse_meta(const cJSON *obj, dt_st_file *f, char *err, size_t errlen)
         e->key = strdup(m->string);
         e->value = strdup(m->valuestring);
         f->nmeta++;
-        if (!e->key || !e->value) return fail(err, errlen, f->path, "out of memory");
+        if (!e->key || !e->value) return dt_st_fail(err, errlen, f->path, "out of memory");
     }
     return 0;
 }
@@ -217,21 +212,21 @@ static int check_tiling(dt_st_file *f, uint64_t data_size, char *err, size_t err
     for (int i = 0; i < n; i++) {
         const dt_st_tensor *t = &f->tensors[i], *prev = i ? t - 1 : NULL;
         if (t->offset < at)
-            return fail(err, errlen, f->path, "tensors '%s' and '%s' overlap", prev->name,
+            return dt_st_fail(err, errlen, f->path, "tensors '%s' and '%s' overlap", prev->name,
                         t->name);
         if (t->offset > at && prev)
-            return fail(err, errlen, f->path, "%llu bytes between tensors '%s' and '%s'",
+            return dt_st_fail(err, errlen, f->path, "%llu bytes between tensors '%s' and '%s'",
                         (unsigned long long)(t->offset - at), prev->name, t->name);
         if (t->offset > at)
-            return fail(err, errlen, f->path, "%llu bytes before tensor '%s'",
+            return dt_st_fail(err, errlen, f->path, "%llu bytes before tensor '%s'",
                         (unsigned long long)t->offset, t->name);
         at = t->offset + t->nbytes;
     }
     if (at == data_size) return 0;
     if (n == 0)
-        return fail(err, errlen, f->path, "%llu bytes of data, but no tensor",
+        return dt_st_fail(err, errlen, f->path, "%llu bytes of data, but no tensor",
                     (unsigned long long)data_size);
-    return fail(err, errlen, f->path,
+    return dt_st_fail(err, errlen, f->path,
                 "%llu bytes after the last tensor: the file is damaged or was appended to",
                 (unsigned long long)(data_size - at));
 }
@@ -241,12 +236,12 @@ static int check_layout(dt_st_file *f, uint64_t data_size, char *err, size_t err
     int n = f->ntensors;
     if (check_tiling(f, data_size, err, errlen) != 0) return -1;
     const dt_st_tensor **byname = malloc((size_t)n * sizeof *byname + 1);
-    if (!byname) return fail(err, errlen, f->path, "out of memory");
+    if (!byname) return dt_st_fail(err, errlen, f->path, "out of memory");
     for (int i = 0; i < n; i++) byname[i] = &f->tensors[i];
     qsort(byname, (size_t)n, sizeof *byname, cmp_name_ptr);
     for (int i = 1; i < n; i++) {
         if (strcmp(byname[i - 1]->name, byname[i]->name) == 0) {
-            fail(err, errlen, f->path, "tensor '%s' appears twice", byname[i]->name);
+            dt_st_fail(err, errlen, f->path, "tensor '%s' appears twice", byname[i]->name);
             free(byname);
             return -1;
         }
@@ -259,12 +254,12 @@ static int parse_entries(const cJSON *root, dt_st_file *f, const unsigned char *
                          uint64_t data_size, char *err, size_t errlen)
 {
     f->tensors = calloc((size_t)cJSON_GetArraySize(root) + 1, sizeof *f->tensors);
-    if (!f->tensors) return fail(err, errlen, f->path, "out of memory");
+    if (!f->tensors) return dt_st_fail(err, errlen, f->path, "out of memory");
     const cJSON *item;
     cJSON_ArrayForEach(item, root)
     {
         if (strcmp(item->string, "__metadata__") == 0) {
-            if (f->meta) return fail(err, errlen, f->path, "__metadata__ appears twice");
+            if (f->meta) return dt_st_fail(err, errlen, f->path, "__metadata__ appears twice");
             if (parse_meta(item, f, err, errlen) != 0) return -1;
             continue;
         }
@@ -283,24 +278,24 @@ static int parse_header(dt_st_file *f, const char *hdr, uint64_t hlen, char *err
     uint64_t data_size = f->map_size - 8 - hlen;
     const unsigned char *data = (const unsigned char *)hdr + hlen;
     if (hlen == 0 || hdr[0] != '{')
-        return fail(err, errlen, f->path, "header is not a JSON object (it must start with '{')");
+        return dt_st_fail(err, errlen, f->path, "header is not a JSON object (it must start with '{')");
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(hdr, (size_t)hlen, &end, 0);
     if (!root) {
         size_t at = end ? (size_t)(end - hdr) : 0;
-        return fail(err, errlen, f->path, "header is not valid JSON (error at byte %zu of %llu)",
+        return dt_st_fail(err, errlen, f->path, "header is not valid JSON (error at byte %zu of %llu)",
                     at, (unsigned long long)hlen);
     }
     int rc = -1;
     for (const char *p = end; p < hdr + hlen; p++) {
         if (*p != ' ' && *p != '\n' && *p != '\t' && *p != '\r' && *p != '\0') {
-            fail(err, errlen, f->path, "header has data after its JSON object (byte %zu)",
+            dt_st_fail(err, errlen, f->path, "header has data after its JSON object (byte %zu)",
                  (size_t)(p - hdr));
             goto done;
         }
     }
     if (!cJSON_IsObject(root)) {
-        fail(err, errlen, f->path, "header is not a JSON object");
+        dt_st_fail(err, errlen, f->path, "header is not a JSON object");
         goto done;
     }
     rc = parse_entries(root, f, data, data_size, err, errlen);
@@ -312,19 +307,19 @@ done:
 static int map_file(const char *path, dt_st_file *f, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fail(err, errlen, path, "cannot open: %s", strerror(errno));
+    if (fd < 0) return dt_st_fail(err, errlen, path, "cannot open: %s", strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         close(fd);
-        return fail(err, errlen, path, "cannot stat: %s", strerror(errno));
+        return dt_st_fail(err, errlen, path, "cannot stat: %s", strerror(errno));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, errlen, path, "not a regular file");
+        return dt_st_fail(err, errlen, path, "not a regular file");
     }
     if (st.st_size < 8) {
         close(fd);
-        return fail(err, errlen, path,
+        return dt_st_fail(err, errlen, path,
                     "file is %lld bytes, shorter than the 8-byte header length: not a "
                     "safetensors file",
                     (long long)st.st_size);
@@ -334,7 +329,7 @@ static int map_file(const char *path, dt_st_file *f, char *err, size_t errlen)
     close(fd);
     if (f->map == MAP_FAILED) {
         f->map = NULL;
-        return fail(err, errlen, path, "cannot map: %s", strerror(errno));
+        return dt_st_fail(err, errlen, path, "cannot map: %s", strerror(errno));
     }
     return 0;
 }
@@ -343,12 +338,12 @@ int dt_st_open(const char *path, dt_st_file *f, char *err, size_t errlen)
 {
     memset(f, 0, sizeof *f);
     f->path = strdup(path);
-    if (!f->path) return fail(err, errlen, path, "out of memory");
+    if (!f->path) return dt_st_fail(err, errlen, path, "out of memory");
     if (map_file(path, f, err, errlen) != 0) goto fail;
     uint64_t hlen;
     memcpy(&hlen, f->map, 8);
     if (hlen > f->map_size - 8) {
-        fail(err, errlen, path,
+        dt_st_fail(err, errlen, path,
              "header length %llu goes beyond the end of the file (%zu bytes): truncated or "
              "not a safetensors file",
              (unsigned long long)hlen, f->map_size);
@@ -397,7 +392,7 @@ int dt_st_read_f32(const dt_st_file *f, const dt_st_tensor *t, float *dst, char 
         }
         return 0;
     default:
-        return fail(err, errlen, f->path,
+        return dt_st_fail(err, errlen, f->path,
                     "tensor '%s' has dtype %s; only F32, F16 and BF16 can be read as floats",
                     t->name, dt_st_dtype_name(t->dtype));
     }
@@ -415,199 +410,4 @@ void dt_st_close(dt_st_file *f)
     free(f->meta);
     free((char *)f->path);
     memset(f, 0, sizeof *f);
-}
-
-/* ------------------------------------------------------------------ */
-/* Writer                                                              */
-/* ------------------------------------------------------------------ */
-
-/* The header as it is built; `failed` makes every later append a no-op,
- * so only the end needs checking. */
-struct sbuf {
-    char *p;
-    size_t len, cap;
-    int failed;
-};
-
-static void sb_put(struct sbuf *b, const char *s, size_t n)
-{
-    if (b->failed) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (b->len + n + 1 > cap) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->failed = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_str(struct sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static void sb_u64(struct sbuf *b, uint64_t v)
-{
-    char tmp[24];
-    sb_put(b, tmp, (size_t)snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v));
-}
-
-/* A JSON string literal; bytes >= 0x80 pass through (names are UTF-8). */
-static void sb_json(struct sbuf *b, const char *s)
-{
-    sb_put(b, "\"", 1);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        char esc[8];
-        if (c == '"' || c == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)c;
-            sb_put(b, esc, 2);
-        } else if (c < 0x20) {
-            sb_put(b, esc, (size_t)snprintf(esc, sizeof esc, "\\u%04x", c));
-        } else {
-            sb_put(b, (const char *)&c, 1);
-        }
-    }
-    sb_put(b, "\"", 1);
-}
-
-static int entry_bytes(const dt_st_entry *e, uint64_t *nbytes, char *err, size_t errlen,
-                       const char *path)
-{
-    if (!e->name || strcmp(e->name, "__metadata__") == 0)
-        return fail(err, errlen, path, "a tensor needs a name other than __metadata__");
-    if (e->ndim < 0 || e->ndim > DT_ST_MAX_DIMS)
-        return fail(err, errlen, path, "tensor '%s': %d dimensions (0 to %d allowed)",
-                    e->name, e->ndim, DT_ST_MAX_DIMS);
-    if ((unsigned)e->dtype >= DT_ST_DTYPE_COUNT)
-        return fail(err, errlen, path, "tensor '%s': invalid dtype %d", e->name, (int)e->dtype);
-    uint64_t n = dtypes[e->dtype].size;
-    for (int i = 0; i < e->ndim; i++) {
-        uint64_t d = (uint64_t)e->shape[i];
-        if (e->shape[i] < 0 || (double)e->shape[i] > MAX_JSON_INT)
-            return fail(err, errlen, path, "tensor '%s': bad dimension %lld", e->name,
-                        (long long)e->shape[i]);
-        if (d && n > UINT64_MAX / d)
-            return fail(err, errlen, path, "tensor '%s': too large", e->name);
-        n *= d;
-    }
-    if (n && !e->data) return fail(err, errlen, path, "tensor '%s': no data", e->name);
-    *nbytes = n;
-    return 0;
-}
-
-static void sb_meta(struct sbuf *b, const dt_st_meta *meta, int nmeta)
-{
-    int has_format = 0;
-    for (int i = 0; i < nmeta; i++) has_format |= strcmp(meta[i].key, "format") == 0;
-    sb_str(b, "{\"__metadata__\":{");
-    if (!has_format) sb_str(b, nmeta ? "\"format\":\"pt\"," : "\"format\":\"pt\"");
-    for (int i = 0; i < nmeta; i++) {
-        sb_json(b, meta[i].key);
-        sb_str(b, ":");
-        sb_json(b, meta[i].value);
-        if (i + 1 < nmeta) sb_str(b, ",");
-    }
-    sb_str(b, "}");
-}
-
-/* The data goes in order of element size, largest first, the given order
- * kept within a size: with the data section 8-aligned, every tensor is
- * then aligned to its element size without padding, which the format
- * forbids. A file of one dtype keeps the given order. */
-static int *data_order(const dt_st_entry *entries, int n)
-{
-    int *order = malloc((size_t)n * sizeof *order + 1);
-    if (!order) return NULL;
-    int k = 0;
-    for (size_t size = 8; size >= 1; size /= 2)
-        for (int i = 0; i < n; i++)
-            if (dt_st_dtype_size(entries[i].dtype) == size ||
-                (size == 1 && dt_st_dtype_size(entries[i].dtype) == 0))
-                order[k++] = i;
-    return order;
-}
-
-/* Builds the header, padded with spaces so the data starts 8-aligned. */
-static int build_header(struct sbuf *b, const dt_st_entry *entries, const int *order, int n,
-                        const dt_st_meta *meta, int nmeta, const char *path, char *err,
-                        size_t errlen)
-{
-    sb_meta(b, meta, nmeta);
-    uint64_t off = 0;
-    for (int i = 0; i < n; i++) {
-        const dt_st_entry *e = &entries[order[i]];
-        uint64_t nbytes;
-        if (entry_bytes(e, &nbytes, err, errlen, path) != 0) return -1;
-        sb_str(b, ",");
-        sb_json(b, e->name);
-        sb_str(b, ":{\"dtype\":\"");
-        sb_str(b, dtypes[e->dtype].name);
-        sb_str(b, "\",\"shape\":[");
-        for (int d = 0; d < e->ndim; d++) {
-            if (d) sb_str(b, ",");
-            sb_u64(b, (uint64_t)e->shape[d]);
-        }
-        sb_str(b, "],\"data_offsets\":[");
-        sb_u64(b, off);
-        sb_str(b, ",");
-        sb_u64(b, off + nbytes);
-        sb_str(b, "]}");
-        off += nbytes;
-    }
-    sb_str(b, "}");
-    while ((8 + b->len) % 8) sb_str(b, " ");
-    if (b->failed) return fail(err, errlen, path, "out of memory");
-    return 0;
-}
-
-static int check_distinct(const dt_st_entry *entries, int n, const char *path, char *err,
-                          size_t errlen)
-{
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < i; j++)
-            if (entries[i].name && entries[j].name &&
-                strcmp(entries[i].name, entries[j].name) == 0)
-                return fail(err, errlen, path, "tensor '%s' given twice", entries[i].name);
-    return 0;
-}
-
-int dt_st_write(const char *path, const dt_st_entry *entries, int n, const dt_st_meta *meta,
-                int nmeta, char *err, size_t errlen)
-{
-    if (n < 0 || check_distinct(entries, n, path, err, errlen) != 0) return -1;
-    int *order = data_order(entries, n);
-    if (!order) return fail(err, errlen, path, "out of memory");
-    struct sbuf hdr = {0};
-    dt_afile a;
-    if (build_header(&hdr, entries, order, n, meta, nmeta, path, err, errlen) != 0 ||
-        dt_afile_open(&a, path, err, errlen) != 0) {
-        free(hdr.p);
-        free(order);
-        return -1;
-    }
-    uint64_t hlen = hdr.len;
-    int rc = dt_afile_write(&a, &hlen, 8, err, errlen);
-    if (rc == 0) rc = dt_afile_write(&a, hdr.p, hdr.len, err, errlen);
-    free(hdr.p);
-    for (int i = 0; rc == 0 && i < n; i++) {
-        const dt_st_entry *e = &entries[order[i]];
-        uint64_t nbytes;
-        entry_bytes(e, &nbytes, err, errlen, path);
-        rc = dt_afile_write(&a, e->data, (size_t)nbytes, err, errlen);
-    }
-    free(order);
-    if (rc == 0) rc = dt_afile_commit(&a, err, errlen);
-    return rc;
-}
-
-int dt_st_write_f32(const char *path, const dt_st_entry *entries, int n, char *err,
-                    size_t errlen)
-{
-    return dt_st_write(path, entries, n, NULL, 0, err, errlen);
 }
