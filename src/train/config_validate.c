@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/log.h"
 #include "core/str.h"
 #include "parallel/registry.h"
 #include "train/config_internal.h"
@@ -130,6 +131,24 @@ static int check_run(const dt_train_config *c, int dp, char *err, size_t n)
             return dt_strf(err, n, "evaluation needs validation data: --val-data, or "
                            "--val-fraction above 0"), -1;
     }
+    /* One optimizer's settings given with another would do nothing. */
+    int sgd = !strcmp(c->optimizer, "sgd");
+    if (!sgd && DT_CONFIG_GIVEN(c, momentum))
+        return dt_strf(err, n, "momentum = %g applies to --optimizer sgd; %s has --beta1",
+                       c->momentum, c->optimizer), -1;
+    static const struct { size_t off; const char *name; } adam_only[] = {
+        {offsetof(dt_train_config, beta1), "beta1"},
+        {offsetof(dt_train_config, beta2), "beta2"},
+        {offsetof(dt_train_config, eps), "eps"},
+    };
+    for (size_t i = 0; sgd && i < sizeof adam_only / sizeof adam_only[0]; i++)
+        if (dt_config_given_at(c, adam_only[i].off))
+            return dt_strf(err, n, "%s applies to --optimizer adam and adamw, not sgd "
+                           "(sgd has --momentum)", adam_only[i].name), -1;
+    if (!strcmp(c->lr_schedule, "constant") &&
+        (DT_CONFIG_GIVEN(c, min_lr) || DT_CONFIG_GIVEN(c, min_lr_ratio)))
+        return dt_strf(err, n, "min_lr is the floor a decaying schedule ends at; --lr-schedule "
+                       "constant stays at --lr (choose cosine or linear, or drop min_lr)"), -1;
     /* With dp each device is a thread running its own compute threads. */
     long per_device = c->threads, devices = !strcmp(c->strategy, "dp") ? dp : 1;
     if (per_device * devices > DT_CFG_MAX_THREADS)
@@ -157,7 +176,7 @@ int dt_config_data_parallel_size(const dt_train_config *c, int world, int *dp_si
     static const struct { size_t off; int strategy; } owned[] = {
         {offsetof(dt_train_config, devices), 1},   {offsetof(dt_train_config, servers), 2},
         {offsetof(dt_train_config, ps_mode), 2},   {offsetof(dt_train_config, staleness), 2},
-        {offsetof(dt_train_config, compress), 2},
+        {offsetof(dt_train_config, compress), 2}, {offsetof(dt_train_config, bucket_mb), 0},
     };
     static const char *const names[] = {"ddp", "dp", "ps"};
     int mine = dp ? 1 : ps ? 2 : 0;
@@ -167,6 +186,9 @@ int dt_config_data_parallel_size(const dt_train_config *c, int world, int *dp_si
             return dt_strf(err, n, "--%s applies to --strategy %s, not %s",
                            dt_cfg_options[idx].flag, names[owned[i].strategy], c->strategy), -1;
     }
+    if (!dp && !ps && world == 1 && DT_CONFIG_GIVEN(c, bucket_mb))
+        DT_WARN("bucket_mb = %g: one process exchanges no gradients, so it has no effect "
+                "(it sizes DDP's buckets when --nproc is above 1)", c->bucket_mb);
     if (ps && DT_CONFIG_GIVEN(c, staleness) && strcmp(c->ps_mode, "async"))
         return dt_strf(err, n, "--staleness applies to --ps-mode async"), -1;
     /* The strategy itself says how it splits the batch, and which jobs it

@@ -129,7 +129,7 @@ def check_adamw(dtrain, tmp, kind="adamw", lr=3e-3):
                         "--batch-size", str(B), "--seq-len", str(T), "--grad-accum", str(accum),
                         "--steps", str(steps), "--lr", str(lr), "--lr-schedule", "constant",
                         "--weight-decay", "0.1", "--grad-clip", "0.5", "--shuffle", "0",
-                        "--optimizer", kind, "--momentum", "0.9",
+                        "--optimizer", kind] + (["--momentum", "0.9"] if kind == "sgd" else []) + [
                         "--threads", "1", "--log-json", log, "--save-final", final])
     ours = [e["loss"] for e in read_log(log)]
     ref = torch_train(model, tokens, B, T, accum, steps, lr, 0.1, 0.5, kind)
