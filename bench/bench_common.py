@@ -9,8 +9,9 @@ on a fresh machine that is the reference BLAS (a few GFLOP/s, against about
 for no merit of its own. So before anything is timed, scripts/deps.sh
 installs what is missing (libopenblas0-pthread among it), a PyTorch process
 pinned as the benchmark's are says which BLAS it has mapped and how fast it
-multiplies 1024 x 1024 matrices, and that rate is set against this CPU's
-peak as `dtrain bench peak` measures it. Against a crippled peer no ratio
+multiplies 1024 x 1024 matrices (per second of its CPU time, so that other
+load on the machine does not count against it), and that rate is set
+against this CPU's peak as `dtrain bench peak` measures it. Against a crippled peer no ratio
 is printed: the benchmark stops and says how to fix it.
 """
 import argparse
@@ -67,15 +68,17 @@ def log_means(log, skip, *keys):
 TORCH_PROBE = r"""
 import ctypes, json, os, re, time, torch
 def rate(dtype):
+    # GFLOP/s per second of the process's CPU time, as dtrain times its
+    # peak: a busy machine slows the wall clock, not this.
     a, b = torch.randn(1024, 1024).to(dtype), torch.randn(1024, 1024).to(dtype)
     torch.mm(a, b)
     best, t_end = 0.0, time.perf_counter() + 0.5
     while True:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         torch.mm(a, b)
-        t1 = time.perf_counter()
-        best = max(best, 2 * 1024 ** 3 / (t1 - t0) / 1e9)
-        if t1 > t_end:
+        dt = time.process_time() - t0
+        best = max(best, 2 * 1024 ** 3 / max(dt, 1e-9) / 1e9)
+        if time.perf_counter() > t_end:
             return best
 def sgemm_provider():
     # The file whose sgemm_ the libblas.so.3 this process loaded resolves

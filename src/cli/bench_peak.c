@@ -102,10 +102,18 @@ int cli_bench_peak(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
-            if (dt_parse_long(argv[++i], 1, 1024, &threads) != 0) {
-                fprintf(stderr, BENCH_PEAK ": --threads '%s' is not a number in [1, 1024]\n",
-                        argv[i]);
+        const char *v = NULL;
+        if (!strncmp(argv[i], "--threads=", 10)) v = argv[i] + 10;
+        else if (!strcmp(argv[i], "--threads")) {
+            if (i + 1 == argc) {
+                fprintf(stderr, BENCH_PEAK ": --threads needs a value\n");
+                return CLI_EXIT_USAGE;
+            }
+            v = argv[++i];
+        }
+        if (v) {
+            if (dt_parse_long(v, 1, 1024, &threads) != 0) {
+                fprintf(stderr, BENCH_PEAK ": --threads '%s' is not a number in [1, 1024]\n", v);
                 return CLI_EXIT_USAGE;
             }
             continue;

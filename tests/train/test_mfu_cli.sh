@@ -72,8 +72,12 @@ else
     grep -qF -- "$want" "$tmp/peak.out" || { fail "bench peak: no '$want'"; cat "$tmp/peak.out"; }
   done
 fi
-"$dtrain" bench peak --threads 0 >/dev/null 2>&1
-[ $? -eq 2 ] || fail "bench peak --threads 0: want exit 2"
+for bad in "--threads 0" "--threads" "--threads=x" "--bogus"; do
+  # shellcheck disable=SC2086
+  "$dtrain" bench peak $bad >/dev/null 2>"$tmp/bad_peak.err"
+  rc=$?
+  [ $rc -eq 2 ] && [ -s "$tmp/bad_peak.err" ] || fail "bench peak $bad: exit $rc, want 2 with a message"
+done
 
 [ $fails -eq 0 ] && echo "train.mfu_cli: ok"
 exit $((fails > 0))
