@@ -1,14 +1,36 @@
-"""What the training benchmarks share: the reference configuration
-(REFERENCE.md: GPT L6 H6 C384 T256 V256, batch 8), arguments, a corpus
-file, the dtrain command line, and means over a JSON log."""
+"""What the training benchmarks share: the configuration (GPT L6 H6 C384
+T256 V256, batch 8), arguments, a corpus file, the dtrain command line,
+means over a JSON log, and the check that PyTorch is a fair peer.
+
+A fair peer: PyTorch's matrix products must run on a real BLAS. Debian's
+PyTorch calls whatever libblas.so.3 the alternatives system points at, and
+on a fresh machine that is the reference BLAS (a few GFLOP/s, against about
+100 for OpenBLAS on one core): dtrain would then look tens of times faster
+for no merit of its own. So before anything is timed, scripts/deps.sh
+installs what is missing (libopenblas0-pthread among it), a PyTorch process
+pinned as the benchmark's are says which BLAS it has mapped and how fast it
+multiplies 1024 x 1024 matrices (per second of its CPU time, so that other
+load on the machine does not count against it), and that rate is set
+against this CPU's peak as `dtrain bench peak` measures it. Against a crippled peer no ratio
+is printed: the benchmark stops and says how to fix it.
+"""
 import argparse
 import json
 import os
 import random
+import re
+import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYLIB = os.path.join(ROOT, "tests", "pylib")
+TORCH_PYTHON = "/usr/bin/python3"  # Debian's python3-torch
 L, H, C, T, V, B = 6, 6, 384, 256, 256, 8
+# A peer whose 1024^3 product runs below this share of the CPU's measured
+# peak is crippled (the reference BLAS reaches a few %; OpenBLAS 70-90% on
+# the cores it knows and ~45% with AVX2 kernels on an AVX-512 core).
+FAIR_SHARE = 0.25
+OPENBLAS_ALT = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
 
 
 def parse_args():
@@ -16,6 +38,8 @@ def parse_args():
     ap.add_argument("--dtrain", default=os.path.join(ROOT, "build", "dtrain"))
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--skip", type=int, default=2, help="warm-up steps left out of the means")
+    ap.add_argument("--no-install", action="store_true",
+                    help="do not run scripts/deps.sh (stop if PyTorch's BLAS is not fair)")
     return ap.parse_args()
 
 
@@ -37,3 +61,132 @@ def log_means(log, skip, *keys):
     """Means of keys over the logged steps after the first `skip`."""
     entries = [json.loads(l) for l in open(log) if '"loss"' in l][skip:]
     return [sum(e.get(k, 0) for e in entries) / len(entries) for k in keys]
+
+
+# ---- is PyTorch a fair peer? ------------------------------------------------
+
+TORCH_PROBE = r"""
+import ctypes, json, os, re, time, torch
+def rate(dtype):
+    # GFLOP/s per second of the process's CPU time, as dtrain times its
+    # peak: a busy machine slows the wall clock, not this.
+    a, b = torch.randn(1024, 1024).to(dtype), torch.randn(1024, 1024).to(dtype)
+    torch.mm(a, b)
+    best, t_end = 0.0, time.perf_counter() + 0.5
+    while True:
+        t0 = time.process_time()
+        torch.mm(a, b)
+        dt = time.process_time() - t0
+        best = max(best, 2 * 1024 ** 3 / max(dt, 1e-9) / 1e9)
+        if time.perf_counter() > t_end:
+            return best
+def sgemm_provider():
+    # The file whose sgemm_ the libblas.so.3 this process loaded resolves
+    # to (Debian's torch calls that one); None when none is loaded.
+    class DlInfo(ctypes.Structure):
+        _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
+                    ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+    try:
+        blas = ctypes.CDLL("libblas.so.3", mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        info = DlInfo()
+        if ctypes.CDLL(None).dladdr(ctypes.cast(blas.sgemm_, ctypes.c_void_p), ctypes.byref(info)):
+            return os.path.realpath(info.fname.decode())
+    except (OSError, AttributeError):
+        pass
+    return None
+f32 = rate(torch.float32)
+bf16 = rate(torch.bfloat16)
+maps = {l.split()[-1] for l in open("/proc/self/maps") if len(l.split()) >= 6}
+libs = sorted(p for p in maps if re.search(r"blas|mkl|blis", os.path.basename(p), re.I))
+print(json.dumps({"version": torch.__version__, "threads": torch.get_num_threads(),
+                  "f32": f32, "bf16": bf16, "sgemm": sgemm_provider(), "libs": libs}))
+"""
+
+
+def blas_name(libs):
+    """Which BLAS the libraries' paths name."""
+    for key, name in (("openblas", "OpenBLAS"), ("mkl", "MKL"), ("blis", "BLIS")):
+        hits = [p for p in libs if key in p.lower()]
+        if hits:
+            return name, hits[0]
+    ref = [p for p in libs if "/blas/libblas.so" in p]
+    if ref:
+        return "reference BLAS (netlib)", ref[0]
+    other = [p for p in libs if "libblas.so" in p]
+    if other:
+        return "an unknown libblas", other[0]
+    return "no BLAS library mapped", ""
+
+
+def torch_probe():
+    """PyTorch's BLAS and its 1024^3 matmul rates (fp32, bf16) on one pinned
+    thread, as the benchmarks run it."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    r = subprocess.run(["taskset", "-c", "0", TORCH_PYTHON, "-c", TORCH_PROBE],
+                       capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        sys.exit("PyTorch (%s) failed to run: is python3-torch installed? (bash scripts/deps.sh)\n%s"
+                 % (TORCH_PYTHON, r.stderr[-2000:]))
+    p = json.loads(r.stdout.strip().splitlines()[-1])
+    # The library sgemm_ comes from, else a guess from what is mapped.
+    p["blas"], p["blas_path"] = blas_name([p["sgemm"]] if p["sgemm"] else p["libs"])
+    return p
+
+
+def dtrain_peaks(dtrain):
+    """This CPU's measured peak per thread, GFLOP/s, for fp32 and bf16 runs
+    (what dtrain's MFU is measured against), and how it was measured."""
+    env = {k: v for k, v in os.environ.items() if k != "DTRAIN_PEAK_GFLOPS"}
+    r = subprocess.run(["taskset", "-c", "0", dtrain, "bench", "peak", "--threads", "1"],
+                       capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        sys.exit("dtrain bench peak failed:\n" + r.stdout[-1000:] + r.stderr[-1000:])
+    peaks = {}
+    for dtype in ("fp32", "bf16"):
+        m = re.search(r"^  %s: MFU against a measured peak of ([0-9.]+) GFLOP/s x 1 thread \((.*)\)$"
+                      % dtype, r.stdout, re.M)
+        if not m:
+            sys.exit("dtrain bench peak gave no measured %s peak:\n%s" % (dtype, r.stdout))
+        peaks[dtype] = (float(m.group(1)), m.group(2))
+    return peaks
+
+
+def ensure_deps(no_install):
+    if no_install:
+        return
+    r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "deps.sh")])
+    if r.returncode != 0:
+        print("(scripts/deps.sh failed: going on with what is installed)", file=sys.stderr)
+
+
+def check_peer(a):
+    """Installs what is missing, then describes PyTorch's BLAS against the
+    CPU's peak; stops when its fp32 products are crippled. Returns
+    (probe, peaks, bf16_fair): the bf16 ratio is withheld, not the run
+    stopped, when only PyTorch's bf16 products are slow (CPUs where it has
+    no bf16 kernel; nothing to install fixes that)."""
+    ensure_deps(a.no_install)
+    peaks = dtrain_peaks(a.dtrain)
+    p = torch_probe()
+    f32_peak, f32_how = peaks["fp32"]
+    bf16_peak, _ = peaks["bf16"]
+    print("PyTorch %s, BLAS: %s%s" % (p["version"], p["blas"],
+                                      " (%s)" % p["blas_path"] if p["blas_path"] else ""))
+    print("  1024^3 matmul on 1 thread: fp32 %.1f GFLOP/s = %.0f%% of this CPU's fp32 peak, "
+          "bf16 %.1f = %.0f%% of its bf16 peak" % (p["f32"], 100 * p["f32"] / f32_peak, p["bf16"],
+                                                   100 * p["bf16"] / bf16_peak))
+    print("  peak per thread: fp32 %.1f GFLOP/s, bf16 %.1f (%s)" % (f32_peak, bf16_peak, f32_how))
+    crippled = p["blas"].startswith("reference") or p["f32"] < FAIR_SHARE * f32_peak
+    if crippled:
+        sys.exit(
+            "\nNo comparison: PyTorch's matrix products run on %s%s at %.1f GFLOP/s, %.0f%% of "
+            "what this CPU does (%.1f); a ratio against that would measure the BLAS, not "
+            "dtrain.\nFix: install OpenBLAS (bash scripts/deps.sh, or sudo apt-get install "
+            "libopenblas0-pthread); if it is installed, select it:\n  sudo update-alternatives "
+            "--set libblas.so.3-x86_64-linux-gnu %s\nthen run this again.%s"
+            % (p["blas"], " (%s)" % p["blas_path"] if p["blas_path"] else "", p["f32"],
+               100 * p["f32"] / f32_peak, f32_peak, OPENBLAS_ALT,
+               "\n(LD_LIBRARY_PATH=%s may be what brings it in.)" % os.environ["LD_LIBRARY_PATH"]
+               if os.environ.get("LD_LIBRARY_PATH") else ""))
+    bf16_fair = p["bf16"] >= FAIR_SHARE * bf16_peak
+    return p, peaks, bf16_fair

@@ -3,13 +3,17 @@ dtrain's other data-parallel strategies against its DDP, one run.
 
   python3 bench/bench_ddp.py [--dtrain build/dtrain] [--steps 12] [--skip 2]
 
-REFERENCE.md's configuration: GPT L6 H6 C384 T256 V256, batch 8 per rank,
+GPT L6 H6 C384 T256 V256, batch 8 per rank,
 fp32, AdamW, one thread per rank (OMP_NUM_THREADS=1, each rank pinned to its
 own core). Prints tokens/s for 1 and 2 ranks of each, the scaling of dtrain
 (target 1.8x) and the ratio to PyTorch DDP at 2 ranks (target 1.2x). Then,
 at 2 workers on the same 2 cores: the synchronous parameter server with one
 server (a third process; target at least 0.8x of DDP), and naive data
 parallelism with 2 devices (threads) in one process.
+
+First (bench_common.check_peer) it installs what is missing and checks that
+PyTorch multiplies on a real BLAS, naming it: against the reference BLAS it
+stops with the fix.
 """
 import json
 import os
@@ -17,7 +21,8 @@ import subprocess
 import sys
 import tempfile
 
-from bench_common import B, C, H, L, PYLIB, T, V, dtrain_cmd, log_means, parse_args, write_corpus
+from bench_common import (B, C, H, L, PYLIB, T, TORCH_PYTHON, V, check_peer, dtrain_cmd, log_means,
+                          parse_args, write_corpus)
 
 TORCH_DDP = r"""
 import os, sys, time, json
@@ -57,7 +62,7 @@ def torch_ddp(n, data, steps, skip):
     for r in range(n):
         env = dict(os.environ, OMP_NUM_THREADS="1", RANK=str(r), WORLD_SIZE=str(n),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT="29517")
-        procs.append(subprocess.Popen(["taskset", "-c", str(r), "/usr/bin/python3", "-c", script],
+        procs.append(subprocess.Popen(["taskset", "-c", str(r), TORCH_PYTHON, "-c", script],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       env=env))
     outs = [p.communicate() for p in procs]
@@ -83,11 +88,12 @@ def dtrain_ddp(dtrain, n, data, steps, skip, tmp):
 
 def main():
     a = parse_args()
+    probe, _, _ = check_peer(a)
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "data.txt")
         write_corpus(data, 2 * B * T * (a.steps + 2))
-        print("GPT L%d H%d C%d T%d V%d, batch %d per rank, fp32 AdamW, 1 thread per rank"
-              % (L, H, C, T, V, B))
+        print("\nGPT L%d H%d C%d T%d V%d, batch %d per rank, fp32 AdamW, 1 thread per rank; "
+              "PyTorch %s on %s" % (L, H, C, T, V, B, probe["version"], probe["blas"]))
         print("%-10s %14s %14s %8s" % ("ranks", "PyTorch tok/s", "dtrain tok/s", "ratio"))
         res = {}
         for n in (1, 2):

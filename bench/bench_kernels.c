@@ -2,7 +2,10 @@
  * Kernel benchmark: dt_matmul GFLOP/s (fp32 and bf16) at 1024^3 and at the
  * GPT training shapes, then the time of every kernel at the training shape
  * (L=6, NH=6, C=384, T=256, V=256, B=8: N = B*T = 2048 rows), and from those
- * an estimate of one training step's kernel time.
+ * an estimate of one training step's kernel time. Rates are set against
+ * this CPU's peak as MFU measures it (train/peak.h: the register-only FMA
+ * loop of the ISA, or DTRAIN_PEAK_GFLOPS), never against figures from
+ * another machine; PyTorch is compared in bench_train.py, in the same run.
  *
  *   bench_kernels [--threads N] [--min-seconds S]
  *
@@ -26,12 +29,13 @@
 #include "kernels/matmul.h"
 #include "kernels/optimizer.h"
 #include "kernels/threads.h"
+#include "model/gpt.h"
+#include "train/peak.h"
 
 enum { L = 6, NH = 6, C = 384, T = 256, V = 256, B = 8, N = B * T };
 
-/* REFERENCE.md's anchors, measured on this machine kind */
-#define TORCH_F32_TOKENS_PER_S 1106.0
-#define TORCH_BF16_TOKENS_PER_S 1780.0
+/* This run's peak FLOP/s for fp32 and bf16 at its thread count. */
+static double peak[2];
 
 static double min_seconds = 0.3;
 
@@ -114,8 +118,8 @@ static const mm_shape mm_shapes[] = {
 
 static void bench_matmuls(void)
 {
-    printf("\n%-26s %5s %5s %5s %11s %11s %7s\n", "dt_matmul", "M", "N", "K", "fp32 GF/s",
-           "bf16 GF/s", "bf16/32");
+    printf("\n%-26s %5s %5s %5s %11s %6s %11s %6s %7s\n", "dt_matmul", "M", "N", "K", "fp32 GF/s",
+           "%peak", "bf16 GF/s", "%peak", "bf16/32");
     float *A = filled((size_t)1536 * 2048, 1.0f), *Bm = filled((size_t)1536 * 2048, 1.0f);
     float *Cm = filled((size_t)1536 * 2048, 1.0f);
     for (size_t i = 0; i < sizeof mm_shapes / sizeof mm_shapes[0]; i++) {
@@ -125,7 +129,8 @@ static void bench_matmuls(void)
             mm_ctx c = {s, p ? DT_PREC_BF16 : DT_PREC_F32, A, Bm, Cm};
             gf[p] = flops / time_call(run_matmul, &c) * 1e-9;
         }
-        printf("%-26s %5d %5d %5d %11.1f %11.1f %7.2f\n", s->what, s->M, s->N, s->K, gf[0], gf[1],
+        printf("%-26s %5d %5d %5d %11.1f %5.0f%% %11.1f %5.0f%% %7.2f\n", s->what, s->M, s->N,
+               s->K, gf[0], 100 * gf[0] * 1e9 / peak[0], gf[1], 100 * gf[1] * 1e9 / peak[1],
                gf[1] / gf[0]);
     }
     free(A), free(Bm), free(Cm);
@@ -297,9 +302,10 @@ static void bench_kernels(void)
            step[1]);
     double tps[2] = {N / step[0] * 1e3, N / step[1] * 1e3};
     printf("%-26s %10.0f %10.0f\n", "=> tokens/s", tps[0], tps[1]);
-    printf("%-26s %9.2fx %9.2fx   (PyTorch 1.13, one core: %.0f and %.0f tok/s)\n",
-           "   over PyTorch", tps[0] / TORCH_F32_TOKENS_PER_S, tps[1] / TORCH_BF16_TOKENS_PER_S,
-           TORCH_F32_TOKENS_PER_S, TORCH_BF16_TOKENS_PER_S);
+    dt_gpt_config cfg = {.n_layer = L, .n_head = NH, .n_embd = C, .block_size = T, .vocab_size = V};
+    double flops_tok = dt_gpt_flops_per_token(&cfg, T);
+    printf("%-26s %9.1f%% %9.1f%%   (of the peak above: %.0f FLOPs per token)\n", "   MFU",
+           100 * tps[0] * flops_tok / peak[0], 100 * tps[1] * flops_tok / peak[1], flops_tok);
 }
 
 int main(int argc, char **argv)
@@ -314,8 +320,15 @@ int main(int argc, char **argv)
         }
     }
     dt_kernels_set_threads(threads);
-    printf("bench_kernels: %d thread(s). Peers at 1024^3 on one thread (REFERENCE.md): OpenBLAS "
-           "sgemm ~100 GFLOP/s,\noneDNN fp32 ~98, bf16 190-220.\n", threads);
+    printf("bench_kernels: %d thread(s)\n", threads);
+    for (int p = 0; p < 2; p++) {
+        char desc[512];
+        if (dt_mfu_peak(threads, 1, p, &peak[p], desc, sizeof desc) != 0 || peak[p] <= 0) {
+            fprintf(stderr, "bench_kernels: no peak to measure against: %s\n", desc);
+            return 1;
+        }
+        printf("%s: %s\n", p ? "bf16" : "fp32", desc);
+    }
     bench_matmuls();
     bench_kernels();
     return 0;

@@ -2,13 +2,18 @@
 
   python3 bench/bench_train.py [--dtrain build/dtrain] [--steps 12] [--skip 2]
 
-Configuration (REFERENCE.md's anchor): GPT with 6 layers, 6 heads, 384
-channels, sequences of 256, vocabulary 256, batch 8, an AdamW step.
-PyTorch runs the plain GPT-2 module of tests/pylib/dtrain_ref.py (minGPT's
-formulation) in fp32 and under bf16 autocast. Each run is a process of its
-own with OMP_NUM_THREADS set, pinned with taskset for one thread; tokens/s
-is the mean over the steps after the first `skip`, and peak resident memory
-is the process's maximum RSS. Prints each pair and the ratio.
+Configuration: GPT with 6 layers, 6 heads, 384 channels, sequences of 256,
+vocabulary 256, batch 8, an AdamW step. PyTorch runs the plain GPT-2 module
+of tests/pylib/dtrain_ref.py (minGPT's formulation) in fp32 and under bf16
+autocast. Each run is a process of its own with OMP_NUM_THREADS set, pinned
+with taskset for one thread; tokens/s is the mean over the steps after the
+first `skip`, and peak resident memory is the process's maximum RSS. Prints
+each pair and the ratio.
+
+First (bench_common.check_peer) it installs what is missing and checks that
+PyTorch multiplies on a real BLAS, naming it: against the reference BLAS it
+stops with the fix. Where PyTorch has no fast bf16 product for this CPU, the
+bf16 row shows dtrain alone, without a ratio.
 """
 import json
 import os
@@ -16,7 +21,8 @@ import subprocess
 import sys
 import tempfile
 
-from bench_common import B, C, H, L, PYLIB, T, V, dtrain_cmd, log_means, parse_args, write_corpus
+from bench_common import (B, C, H, L, PYLIB, T, TORCH_PYTHON, V, check_peer, dtrain_cmd, log_means,
+                          parse_args, write_corpus)
 
 TORCH_SCRIPT = r"""
 import sys, time, json
@@ -73,24 +79,35 @@ def dtrain_run(dtrain, data, dtype, threads, steps, skip, tmp):
 def torch_run(data, bf16, steps, skip):
     script = TORCH_SCRIPT % dict(pylib=PYLIB, steps=steps,
                                  skip=skip, bf16=bf16, L=L, H=H, C=C, V=V, T=T, B=B, data=data)
-    out, rss = measure(["/usr/bin/python3", "-c", script], 1)
+    out, rss = measure([TORCH_PYTHON, "-c", script], 1)
     return json.loads(out.strip().splitlines()[-1])["tokens_per_s"], rss
 
 
 def main():
     a = parse_args()
+    probe, peaks, bf16_fair = check_peer(a)
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "data.txt")
         write_corpus(data, B * T * (a.steps + 2))
-        print("GPT L%d H%d C%d T%d V%d, batch %d, AdamW step; %d steps, mean of the last %d"
+        print("\nGPT L%d H%d C%d T%d V%d, batch %d, AdamW step; %d steps, mean of the last %d"
               % (L, H, C, T, V, B, a.steps, a.steps - a.skip))
+        print("PyTorch %s on %s; dtrain's MFU against %.1f GFLOP/s per thread (fp32), %.1f (bf16)"
+              % (probe["version"], probe["blas"], peaks["fp32"][0], peaks["bf16"][0]))
         print("%-26s %12s %12s %7s %8s | %12s %12s" % ("run", "PyTorch tok/s", "dtrain tok/s",
                                                      "ratio", "target", "PyTorch RSS", "dtrain RSS"))
         results = {}
         for dtype, bf16, target in (("fp32", 0, 1.1), ("bf16", 1, 1.3)):
-            pt, pt_rss = torch_run(data, bf16, a.steps, a.skip)
             ours, our_rss, mfu = dtrain_run(a.dtrain, data, dtype, 1, a.steps, a.skip, tmp)
             results[dtype] = ours
+            if bf16 and not bf16_fair:
+                print("%-26s %12s %12.0f %7s %7.1fx | %12s %9.0f MiB   (dtrain MFU %.0f%%)"
+                      % (dtype + ", 1 thread", "-", ours, "-", target, "-", our_rss, 100 * mfu))
+                print("  no bf16 ratio: PyTorch's bf16 matmul runs at %.1f GFLOP/s here, %.0f%% of "
+                      "this CPU's bf16 peak (%.1f): it has no bf16 kernel for this CPU, and a "
+                      "ratio against it would mean nothing"
+                      % (probe["bf16"], 100 * probe["bf16"] / peaks["bf16"][0], peaks["bf16"][0]))
+                continue
+            pt, pt_rss = torch_run(data, bf16, a.steps, a.skip)
             print("%-26s %12.0f %12.0f %6.2fx %7.1fx | %9.0f MiB %9.0f MiB   (dtrain MFU %.0f%%)"
                   % (dtype + ", 1 thread", pt, ours, ours / pt, target, pt_rss, our_rss, 100 * mfu))
         two, _, _ = dtrain_run(a.dtrain, data, "fp32", 2, a.steps, a.skip, tmp)

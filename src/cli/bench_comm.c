@@ -372,10 +372,12 @@ int cli_bench_comm(int argc, char **argv)
 int cli_bench(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "comm")) return cli_bench_comm(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "peak")) return cli_bench_peak(argc - 1, argv + 1);
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: dtrain bench comm [options]   (see dtrain bench comm --help)\n");
+        printf("usage: dtrain bench comm [options]   (see dtrain bench comm --help)\n"
+               "       dtrain bench peak [options]   (see dtrain bench peak --help)\n");
         return 0;
     }
-    fprintf(stderr, "usage: dtrain bench comm [options]\n");
+    fprintf(stderr, "usage: dtrain bench comm|peak [options]\n");
     return CLI_EXIT_USAGE;
 }

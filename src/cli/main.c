@@ -15,7 +15,7 @@ static const struct cli_command commands[] = {
     {"train", cli_train, "train a GPT in this process (flags, or a DeepSpeed-style --config)"},
     {"sample", cli_sample, "generate text from a checkpoint"},
     {"launch", cli_launch, "start N ranks of a program with the torchrun environment"},
-    {"bench", cli_bench, "benchmarks: `bench comm` times collectives (nccl-tests table)"},
+    {"bench", cli_bench, "benchmarks: `bench comm` times collectives, `bench peak` the CPU's peak FLOP/s"},
     {"data", cli_data, "prepare training data: `data prepare` makes llm.c token shards"},
 };
 

@@ -61,9 +61,12 @@ size_t dt_gpt_param_count(const dt_gpt_config *cfg)
     return V * C + T * C + (size_t)cfg->n_layer * (12 * C * C + 13 * C) + 2 * C;
 }
 
+/* The formula and why: gpt.h. */
 double dt_gpt_flops_per_token(const dt_gpt_config *cfg, int T)
 {
-    return 6.0 * (double)dt_gpt_param_count(cfg) + 6.0 * cfg->n_layer * (double)T * cfg->n_embd;
+    const double L = cfg->n_layer, C = cfg->n_embd, V = cfg->vocab_size;
+    const double matmul_weights = V * C + 12.0 * L * C * C;
+    return 6.0 * matmul_weights + 6.0 * L * (double)T * C;
 }
 
 /* ---- layout ------------------------------------------------------------- */

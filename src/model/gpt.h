@@ -134,8 +134,18 @@ int dt_gpt_backward(dt_gpt *m, const int32_t *tokens, int b, int t, float grad_s
 int dt_gpt_segments(const dt_gpt *m);
 size_t dt_gpt_segment_start(const dt_gpt *m, int segment);
 
-/* FLOPs of a training step per token, llm.c's convention: 6 N for the
- * matrix products plus 6 L T C for attention (causal masking not counted). */
+/* FLOPs of a training step (forward and backward) per token, for MFU:
+ *   6 N + 6 L T C,   N = V C + 12 L C^2
+ * N counts the weights that take part in matrix products: the classifier
+ * (V x C, tied to wte) and each layer's qkv (3 C^2), attention projection
+ * (C^2), fc (4 C^2) and fc projection (4 C^2). Each weight costs 2 FLOPs
+ * per token forward and 4 backward (input and weight gradients): 6 N.
+ * Attention's two products (Q K^T and P V) cost 4 C FLOPs per query-key pair
+ * forward and 8 C backward, and under the causal mask a query meets T / 2
+ * keys on average (T: the sequence length trained on): 6 L T C.
+ * Not counted: embedding lookups, biases, LayerNorm, GELU, softmax, AdamW.
+ * llm.c uses the same attention term but all parameters as N (with wpe,
+ * biases, LayerNorm): about 1% more at GPT-2 small's size. */
 double dt_gpt_flops_per_token(const dt_gpt_config *cfg, int T);
 
 #endif

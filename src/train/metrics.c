@@ -1,21 +1,42 @@
-/* Step lines, JSON log, MFU peak and the memory table. See metrics.h. */
+/* Step lines, JSON log, MFU and the memory table. See metrics.h. */
 #include "train/metrics.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <sys/resource.h>
 
 #include "core/alloc.h"
-#include "core/env.h"
+#include "train/peak.h"
 
 double dt_peak_flops(int threads, int bf16)
 {
-    double per_thread = bf16 ? 220e9 : 110e9;
-    double gflops;
-    char err[160];
-    if (dt_env_double("DTRAIN_PEAK_GFLOPS", 1e-3, 1e9, &gflops, err, sizeof err) == 1)
-        per_thread = gflops * 1e9;
-    return per_thread * (threads > 0 ? threads : 1);
+    double peak;
+    char desc[512];
+    if (dt_mfu_peak(threads, 1, bf16, &peak, desc, sizeof desc) != 0) {
+        fprintf(stderr, "dtrain: MFU not shown: %s\n", desc);
+        return -1;
+    }
+    return peak > 0 ? peak : -1;
+}
+
+/* One warning per process: every step would repeat it. */
+static atomic_int mfu_warned;
+
+static double mfu_capped(double mfu)
+{
+    if (!(mfu > 1.0)) return mfu;
+    if (!atomic_exchange(&mfu_warned, 1))
+        fprintf(stderr, "dtrain: warning: MFU came out at %.1f%%, above 100%%: the peak it is "
+                "measured against is underestimated (is DTRAIN_PEAK_GFLOPS too low?). MFU is "
+                "shown capped, as 100%%*.\n", 100.0 * mfu);
+    return 1.0;
+}
+
+double dt_mfu(double flops_per_s, double peak_flops)
+{
+    if (!(peak_flops > 0) || !(flops_per_s >= 0)) return -1;
+    return mfu_capped(flops_per_s / peak_flops);
 }
 
 static void format_duration(char *buf, size_t len, double s)
@@ -38,7 +59,10 @@ void dt_print_step(FILE *f, const dt_step_stats *s)
     int width = snprintf(NULL, 0, "%ld", s->steps);
     fprintf(f, "step %*ld/%ld | loss %.4f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s", width,
             s->step + 1, s->steps, s->loss, s->grad_norm, s->lr, s->ms, s->tokens_per_s);
-    if (s->mfu >= 0) fprintf(f, " | MFU %.1f%%", 100.0 * s->mfu);
+    if (s->mfu >= 0) {
+        double mfu = mfu_capped(s->mfu);
+        fprintf(f, " | MFU %.1f%%%s", 100.0 * mfu, mfu >= 1.0 ? "*" : "");
+    }
     if (s->ranks > 1)
         fprintf(f, " | comm %.1f ms exposed, %.1f MB sent", s->comm_ms,
                 (double)s->bytes_sent / 1e6);

@@ -20,11 +20,18 @@ typedef struct {
     unsigned long long bytes_sent; /* by this rank in the step */
 } dt_step_stats;
 
-/* Peak FLOP/s the MFU is measured against: DTRAIN_PEAK_GFLOPS per thread if
- * set, else 110 GFLOP/s per thread in fp32 and 220 in bf16: the best matrix
- * product rates measured on the reference CPU (bench_kernels: 108 and 204-212;
- * REFERENCE.md says "about 100 and 200"), so that MFU stays below 100%. */
+/* The peak FLOP/s of `threads` threads in fp32 or bf16 (train/peak.h:
+ * measured on this CPU and cached, or DTRAIN_PEAK_GFLOPS per thread), or -1
+ * when unknown (no peak loop runs on this CPU, or the variable is
+ * malformed: then a line on stderr says so). dt_mfu_peak is the same with
+ * ranks and the line saying what the peak is. */
 double dt_peak_flops(int threads, int bf16);
+
+/* MFU as a fraction of peak: flops_per_s / peak_flops, capped at 1. Above 1
+ * the peak is underestimated (a DTRAIN_PEAK_GFLOPS set too low): the first
+ * time, a warning on stderr says so with the uncapped value. -1 when the
+ * peak is unknown (<= 0). dt_print_step shows a capped MFU as "100%*". */
+double dt_mfu(double flops_per_s, double peak_flops);
 
 void dt_print_step(FILE *f, const dt_step_stats *s);
 /* The JSON log, one line per object, each flushed as it is written, so

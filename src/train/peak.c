@@ -1,0 +1,289 @@
+/* Timing the peak loops, the per-CPU cache, and the line that says what MFU
+ * is measured against. See peak.h. */
+#include "train/peak.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/atomic_file.h"
+#include "core/env.h"
+#include "core/file.h"
+#include "core/hash.h"
+#include "core/parse.h"
+#include "core/str.h"
+#include "kernels/matmul.h"
+#include "train/corpus.h"
+
+#define CACHE_MAGIC "dtrain-peak 1"
+#define RUN_SECONDS 4e-3 /* one timed run */
+#define RUNS 5           /* per thread, after one warm-up run; the best counts */
+#define MAX_THREADS 1024 /* measured with at most this many threads */
+
+/* ---- timing ------------------------------------------------------------- */
+
+static double thread_cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Iterations for about RUN_SECONDS on this thread. The first runs also wake
+ * the vector units up (AVX-512 clocks, Zen's upper halves). */
+static long iterations_for_a_run(dt_peak_loop l)
+{
+    long iters = 1024;
+    for (;;) {
+        double t0 = thread_cpu_seconds();
+        volatile double sink = dt_peak_loop_run(l, iters);
+        (void)sink;
+        double dt = thread_cpu_seconds() - t0;
+        if (dt >= RUN_SECONDS / 4 || iters > (1L << 40)) {
+            double scaled = (double)iters * RUN_SECONDS / (dt > 0 ? dt : RUN_SECONDS);
+            return scaled < 1024 ? 1024 : (long)scaled;
+        }
+        iters *= 4;
+    }
+}
+
+/* This thread's best rate over RUNS runs, in FLOP/s of its own CPU time. */
+static double best_rate(dt_peak_loop l, long iters)
+{
+    double best = 0;
+    volatile double sink = dt_peak_loop_run(l, iters); /* warm-up */
+    for (int r = 0; r < RUNS; r++) {
+        double t0 = thread_cpu_seconds();
+        sink = dt_peak_loop_run(l, iters);
+        double dt = thread_cpu_seconds() - t0;
+        double rate = dt > 0 ? dt_peak_loop_flops(l, iters) / dt : 0;
+        if (rate > best) best = rate;
+    }
+    (void)sink;
+    return best;
+}
+
+double dt_peak_measure(dt_peak_loop l, int threads)
+{
+    if (!dt_peak_loop_supported(l)) return 0;
+    if (threads < 1) threads = 1;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    const long iters = iterations_for_a_run(l);
+    double sum = 0;
+    int ran = 0; /* OpenMP may give fewer threads than asked (OMP_THREAD_LIMIT) */
+#pragma omp parallel num_threads(threads) reduction(+ : sum, ran)
+    {
+        sum += best_rate(l, iters);
+        ran += 1;
+    }
+    return ran > 0 ? sum / ran * 1e-9 : 0;
+}
+
+/* ---- the cache file ----------------------------------------------------- */
+
+int dt_peak_cache_path(const char *cpu, char *path, size_t len, char *err, size_t errlen)
+{
+    char dir[DT_PATH_MAX];
+    if (dt_cache_dir(dir, sizeof dir, err, errlen) != 0) return -1;
+    int n = snprintf(path, len, "%s/peak/%016" PRIx64 ".txt", dir, dt_fnv1a64_str(cpu));
+    if (n < 0 || (size_t)n >= len) {
+        dt_strf(err, errlen, "peak cache path too long (cache directory '%.64s...')", dir);
+        return -1;
+    }
+    return 0;
+}
+
+static int loop_by_id(const char *id, dt_peak_loop *out)
+{
+    for (int l = 0; l < DT_PEAK_LOOPS; l++)
+        if (!strcmp(id, dt_peak_loop_id((dt_peak_loop)l))) return *out = (dt_peak_loop)l, 0;
+    return -1;
+}
+
+/* "<loop id> <threads> <GFLOP/s per thread>" */
+static int parse_entry(char *line, dt_peak_entry *e)
+{
+    char *save = NULL, *id = strtok_r(line, " ", &save), *th = strtok_r(NULL, " ", &save);
+    char *gf = strtok_r(NULL, " ", &save);
+    long threads;
+    if (!id || !th || !gf || strtok_r(NULL, " ", &save)) return -1;
+    if (loop_by_id(id, &e->loop) != 0) return -1;
+    if (dt_parse_long(th, 1, MAX_THREADS, &threads) != 0) return -1;
+    if (dt_parse_double(gf, 1e-3, 1e6, &e->gflops) != 0) return -1;
+    e->threads = (int)threads;
+    return 0;
+}
+
+static int parse_cache(char *text, const char *cpu, dt_peak_entry *e, int max, char *err,
+                       size_t errlen)
+{
+    char *save = NULL, *line = strtok_r(text, "\n", &save);
+    if (!line || strcmp(line, CACHE_MAGIC) != 0) {
+        dt_strf(err, errlen, "it does not start with '%s'", CACHE_MAGIC);
+        return -1;
+    }
+    line = strtok_r(NULL, "\n", &save);
+    if (!line || strncmp(line, "cpu ", 4) != 0 || strcmp(line + 4, cpu) != 0) {
+        dt_strf(err, errlen, "it is not this CPU's ('%.80s')", line ? line : "");
+        return -1;
+    }
+    int n = 0;
+    while ((line = strtok_r(NULL, "\n", &save))) {
+        int lineno = n + 3;
+        if (n == max || parse_entry(line, &e[n]) != 0) {
+            dt_strf(err, errlen, "line %d is not '<loop> <threads> <GFLOP/s>'", lineno);
+            return -1;
+        }
+        n++;
+    }
+    return n;
+}
+
+int dt_peak_cache_read(const char *path, const char *cpu, dt_peak_entry *e, int max, char *err,
+                       size_t errlen)
+{
+    char why[200];
+    if (access(path, F_OK) != 0 && errno == ENOENT) return 0;
+    char *text = dt_read_file(path, 64 * 1024, NULL, why, sizeof why);
+    if (!text) {
+        dt_strf(err, errlen, "%s", why);
+        return -1;
+    }
+    int n = parse_cache(text, cpu, e, max, why, sizeof why);
+    free(text);
+    if (n < 0) dt_strf(err, errlen, "peak cache %s: %s", path, why);
+    return n;
+}
+
+int dt_peak_cache_write(const char *path, const char *cpu, const dt_peak_entry *e, int n,
+                        char *err, size_t errlen)
+{
+    char dir[DT_PATH_MAX];
+    dt_strf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        *slash = 0;
+        if (dt_mkdir_p(dir, err, errlen) != 0) return -1;
+    }
+    size_t cap = 256 + (size_t)n * 64, len = 0;
+    char *text = malloc(cap);
+    if (!text) {
+        dt_strf(err, errlen, "peak cache %s: out of memory", path);
+        return -1;
+    }
+    len += (size_t)snprintf(text + len, cap - len, "%s\ncpu %.180s\n", CACHE_MAGIC, cpu);
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(text + len, cap - len, "%s %d %.17g\n", dt_peak_loop_id(e[i].loop),
+                                e[i].threads, e[i].gflops);
+    int rc = dt_afile_write_file(path, text, len, err, errlen);
+    free(text);
+    return rc;
+}
+
+/* ---- choosing and filling in the peak ----------------------------------- */
+
+/* The cached rate of (loop, threads), or measured now and added (*dirty). */
+static double loop_rate(dt_peak_loop l, int threads, dt_peak_entry *e, int *n, int *dirty,
+                        int *measured)
+{
+    for (int i = 0; i < *n; i++)
+        if (e[i].loop == l && e[i].threads == threads) return e[i].gflops;
+    double gf = dt_peak_measure(l, threads);
+    *measured = 1;
+    if (gf <= 0) return 0;
+    if (*n == DT_PEAK_CACHE_MAX) *n = 0; /* full: start over rather than grow */
+    e[(*n)++] = (dt_peak_entry){l, threads, gf};
+    *dirty = 1;
+    return gf;
+}
+
+/* The loops whose rate bounds the run's matrix products. */
+static int candidate_loops(int bf16, dt_peak_loop *out, int *bf16_in_fp32)
+{
+    int n = 0;
+    *bf16_in_fp32 = 0;
+    if (bf16 && dt_matmul_bf16_native() && dt_peak_loop_supported(DT_PEAK_BF16_AVX512)) {
+        out[n++] = DT_PEAK_BF16_AVX512;
+        return n;
+    }
+    *bf16_in_fp32 = bf16;
+    for (int l = 0; l < DT_PEAK_LOOPS; l++)
+        if (!dt_peak_loop_is_bf16((dt_peak_loop)l) && dt_peak_loop_supported((dt_peak_loop)l))
+            out[n++] = (dt_peak_loop)l;
+    return n;
+}
+
+int dt_peak_get(int threads, int bf16, dt_peak *p, char *err, size_t errlen)
+{
+    if (threads < 1) threads = 1;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    *p = (dt_peak){.threads = threads, .source = DT_PEAK_UNKNOWN};
+    dt_cpu_identity(p->cpu, sizeof p->cpu);
+    double gflops;
+    int env = dt_env_double("DTRAIN_PEAK_GFLOPS", 1e-3, 1e9, &gflops, err, errlen);
+    if (env < 0) return -1;
+    if (env == 1) {
+        p->per_thread = gflops * 1e9;
+        p->source = DT_PEAK_ENV;
+        return 0;
+    }
+    dt_peak_loop cand[DT_PEAK_LOOPS];
+    int ncand = candidate_loops(bf16, cand, &p->bf16_in_fp32);
+    if (ncand == 0) return 0;
+
+    dt_peak_entry e[DT_PEAK_CACHE_MAX];
+    char path[DT_PATH_MAX], why[DT_PATH_MAX + 256];
+    int n = 0, dirty = 0, measured = 0;
+    int have_path = dt_peak_cache_path(p->cpu, path, sizeof path, why, sizeof why) == 0;
+    if (have_path) n = dt_peak_cache_read(path, p->cpu, e, DT_PEAK_CACHE_MAX, why, sizeof why);
+    if (n < 0) n = 0, dirty = 1; /* corrupt: rewritten below */
+    for (int i = 0; i < ncand; i++) {
+        double gf = loop_rate(cand[i], threads, e, &n, &dirty, &measured);
+        if (gf * 1e9 > p->per_thread) p->per_thread = gf * 1e9, p->loop = cand[i];
+    }
+    if (p->per_thread > 0) p->source = measured ? DT_PEAK_MEASURED : DT_PEAK_CACHED;
+    /* A cache that cannot be written costs a measurement next time, no more. */
+    if (have_path && dirty && n > 0) (void)dt_peak_cache_write(path, p->cpu, e, n, why, sizeof why);
+    return 0;
+}
+
+int dt_mfu_peak(int threads, int ranks, int bf16, double *peak, char *desc, size_t desclen)
+{
+    dt_peak p;
+    char err[256];
+    if (ranks < 1) ranks = 1;
+    *peak = 0;
+    if (dt_peak_get(threads, bf16, &p, err, sizeof err) != 0) {
+        dt_strf(desc, desclen, "%s", err);
+        return -1;
+    }
+    char who[48], brand[64];
+    if (ranks > 1)
+        dt_strf(who, sizeof who, "%d ranks x %d thread%s", ranks, p.threads, p.threads > 1 ? "s" : "");
+    else
+        dt_strf(who, sizeof who, "%d thread%s", p.threads, p.threads > 1 ? "s" : "");
+    *peak = p.per_thread * p.threads * ranks;
+    switch (p.source) {
+    case DT_PEAK_ENV:
+        dt_strf(desc, desclen, "MFU against DTRAIN_PEAK_GFLOPS=%.4g GFLOP/s x %s", p.per_thread * 1e-9,
+                who);
+        break;
+    case DT_PEAK_MEASURED:
+    case DT_PEAK_CACHED:
+        dt_cpu_brand(brand, sizeof brand);
+        dt_strf(desc, desclen, "MFU against a measured peak of %.1f GFLOP/s x %s (%s on %s%s%s)",
+                p.per_thread * 1e-9, who, dt_peak_loop_desc(p.loop), brand,
+                p.bf16_in_fp32 ? "; bf16 products run in fp32 on this CPU" : "",
+                p.source == DT_PEAK_CACHED ? "; cached" : "");
+        break;
+    default:
+        dt_strf(desc, desclen, "MFU not shown: no peak loop runs on %s (set DTRAIN_PEAK_GFLOPS to "
+                "one thread's peak GFLOP/s)", p.cpu);
+        break;
+    }
+    return 0;
+}

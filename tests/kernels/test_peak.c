@@ -1,0 +1,88 @@
+/* The peak FMA loops: each loop this CPU runs does the arithmetic peak.h
+ * says, for as many iterations as asked (checked against the recurrence
+ * computed here one scalar at a time with fmaf); the FLOP count
+ * per iteration is the loop's shape counted by hand; the ISA detection
+ * agrees with the kernel's own flags in /proc/cpuinfo. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "kernels/peak.h"
+
+/* What the loop must return: A accumulators x lanes, accumulator k
+ * starting at k, each step rounded to float once as an FMA rounds. */
+static double expected(dt_peak_loop l, long iters)
+{
+    double total = 0;
+    for (int k = 0; k < dt_peak_loop_accumulators(l); k++) {
+        float x = (float)k;
+        for (long i = 0; i < iters; i++)
+            x = dt_peak_loop_is_bf16(l) ? x + 0.25f + 0.25f : fmaf(x, 0.5f, 1.0f);
+        total += (double)x * dt_peak_loop_lanes(l);
+    }
+    return total;
+}
+
+/* Whether /proc/cpuinfo's flags line has the word. -1 when unreadable. */
+static int cpuinfo_flag(const char *word)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return -1;
+    char line[8192];
+    int found = -1;
+    while (found < 0 && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "flags", 5) != 0) continue;
+        found = 0;
+        for (char *t = strtok(strchr(line, ':') + 1, " \n"); t; t = strtok(NULL, " \n"))
+            if (!strcmp(t, word)) found = 1;
+    }
+    fclose(f);
+    return found;
+}
+
+int main(void)
+{
+    int ran = 0;
+    for (int i = 0; i < DT_PEAK_LOOPS; i++) {
+        dt_peak_loop l = (dt_peak_loop)i;
+        if (!dt_peak_loop_supported(l)) {
+            printf("%s: not on this CPU, not run (returns 0: %g)\n", dt_peak_loop_id(l),
+                   dt_peak_loop_run(l, 10));
+            CHECK(dt_peak_loop_run(l, 10) == 0, "an unsupported loop must not run");
+            continue;
+        }
+        ran++;
+        static const long iters[] = {0, 1, 2, 3, 7, 40, 1000};
+        for (size_t k = 0; k < sizeof iters / sizeof iters[0]; k++) {
+            double got = dt_peak_loop_run(l, iters[k]), want = expected(l, iters[k]);
+            CHECK(got == want, "%s, %ld iterations: %.17g, want %.17g", dt_peak_loop_id(l),
+                  iters[k], got, want);
+        }
+        printf("%s: arithmetic checked\n", dt_peak_loop_id(l));
+    }
+    CHECK(ran > 0 || cpuinfo_flag("avx2") == 0, "AVX2 is in /proc/cpuinfo, yet no loop runs");
+
+    /* FLOPs of 10 iterations, by hand: accumulators x lanes x FLOPs per lane
+     * (an FMA is 2; vdpbf16ps sums two products per float lane: 4). */
+    CHECK(dt_peak_loop_flops(DT_PEAK_F32_AVX2, 10) == 10.0 * 12 * 8 * 2, "avx2 flops");
+    CHECK(dt_peak_loop_flops(DT_PEAK_F32_AVX512, 10) == 10.0 * 16 * 16 * 2, "avx512 flops");
+    CHECK(dt_peak_loop_flops(DT_PEAK_BF16_AVX512, 10) == 10.0 * 16 * 16 * 4, "bf16 flops");
+    CHECK(dt_peak_loop_is_bf16(DT_PEAK_BF16_AVX512) && !dt_peak_loop_is_bf16(DT_PEAK_F32_AVX512),
+          "dtypes");
+
+    /* Detection against the kernel's view (cpuinfo spells avx512_bf16). */
+    int avx2 = cpuinfo_flag("avx2"), fma = cpuinfo_flag("fma");
+    int avx512 = cpuinfo_flag("avx512f"), bf16 = cpuinfo_flag("avx512_bf16");
+    if (avx2 >= 0) {
+        CHECK(dt_peak_loop_supported(DT_PEAK_F32_AVX2) == (avx2 && fma), "avx2+fma detection");
+        CHECK(dt_peak_loop_supported(DT_PEAK_F32_AVX512) == avx512, "avx512f detection");
+        CHECK(dt_peak_loop_supported(DT_PEAK_BF16_AVX512) == (avx512 && bf16), "bf16 detection");
+    }
+    char id[256];
+    dt_cpu_identity(id, sizeof id);
+    printf("cpu: %s\n", id);
+    CHECK(strstr(id, "family ") && strstr(id, " model ") && strstr(id, " stepping "),
+          "identity '%s' lacks family/model/stepping", id);
+    CHECK(!(avx2 == 1) || strstr(id, " avx2"), "identity '%s' lacks avx2", id);
+    return finish("kernels.peak");
+}
