@@ -34,6 +34,8 @@ typedef struct dt_run {
     int stop;           /* the signal the ranks agreed to stop on, or 0 */
     int dp_size;        /* blocks of each global batch, as the configuration was validated */
     int lock_fd;        /* the lock on --out (ckpt_lock.h), or -1 */
+    double peak;        /* FLOP/s MFU is measured against (all computing ranks); 0: unknown */
+    char peak_desc[512]; /* what that peak is */
     FILE *json;         /* --log-json, or NULL */
     FILE *out;          /* human-readable lines (rank 0's; /dev/null elsewhere) */
 } dt_run;

@@ -98,7 +98,7 @@ void dt_run_print_header(dt_run *t)
     fprintf(t->out, "\nbatch: %ld sequences per step = %d per micro-batch x %d accumulation",
             t->global_batch, t->r.B, t->r.accum);
     dt_strategy_describe(&t->S, t->out);
-    fprintf(t->out, "\n");
+    fprintf(t->out, "\n%s\n", t->peak_desc);
     dt_print_memory(t->out, t->r.world ? "memory of rank 0" : "memory");
 }
 

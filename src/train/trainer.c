@@ -26,6 +26,7 @@
 #include "train/checkpoint.h"
 #include "train/ckpt_lock.h"
 #include "train/metrics.h"
+#include "train/peak.h"
 #include "train/run.h"
 #include "train/weights.h"
 
@@ -74,8 +75,6 @@ static int run_loop(dt_run *t)
 {
     const dt_train_config *c = t->cfg;
     const double flops_tok = dt_gpt_flops_per_token(&t->model.cfg, t->r.T);
-    const double peak = dt_peak_flops(t->threads * t->S.compute_streams,
-                                      t->model.prec == DT_PREC_BF16);
     double ms_avg = 0; /* over steps after the first, which pays for kernel generation */
     long averaged = -1;
     while (t->step < c->steps && !stop_requested(t)) {
@@ -87,7 +86,7 @@ static int run_loop(dt_run *t)
         double tps = (double)t->global_batch * t->r.T / (ms * 1e-3);
         dt_step_stats s = {.step = t->step, .steps = c->steps, .loss = loss, .grad_norm = norm,
                            .lr = dt_config_lr_at(c, t->step), .ms = ms, .tokens_per_s = tps,
-                           .mfu = tps * flops_tok / peak,
+                           .mfu = dt_mfu(tps * flops_tok, t->peak),
                            .eta_s = (double)(c->steps - t->step - 1) *
                                     (averaged > 0 ? ms_avg : ms) * 1e-3,
                            .ranks = t->S.dp_size};
@@ -194,6 +193,12 @@ static int setup(dt_run *t)
                        "or choose another directory",
                        c->out_dir), -1;
     if (dt_run_setup_model(t, t->r.resuming ? resume_dir : NULL)) return -1;
+    /* MFU's peak: every computing rank's threads (a process computes
+     * compute_streams models at once, each on t->threads threads). */
+    if (!dt_strategy_serves(&t->S) &&
+        dt_mfu_peak(t->threads * t->S.compute_streams, t->S.dp_size / t->S.compute_streams,
+                    t->model.prec == DT_PREC_BF16, &t->peak, t->peak_desc, sizeof t->peak_desc))
+        return dt_strf(ERR(t), "%s", t->peak_desc), -1;
     /* The header reports the model actually built (sizes may come from a file). */
     c->n_layer = t->model.cfg.n_layer;
     c->n_head = t->model.cfg.n_head;
