@@ -48,7 +48,7 @@ def bench(*args, timeout=240, **extra):
 
 
 def factor(op, n):
-    """nccl-tests bus bandwidth factor (REFERENCE.md)."""
+    """nccl-tests bus bandwidth factor (docs/design.md, "Formulas")."""
     if op == "allreduce":
         return 2.0 * (n - 1) / n
     if op == "broadcast":
