@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm/cost_model.h"
+#include "comm/cost/model.h"
 #include "dtrain/comm.h"
 
 struct dt_store_server;
@@ -211,7 +211,7 @@ struct dt_comm {
     int *host_of;     /* [size] host index, equal for ranks sharing memory */
     dt_link **links;  /* [size], NULL for self */
     struct dt_shm_comm *shm;
-    const char *transport_name;
+    char transport_name[16]; /* "shm+tcp", ... (transport/transport.c) */
     uint64_t seq;          /* sequence number of the next collective */
     _Atomic uint64_t bytes_sent; /* payload bytes this rank has sent (dt_comm_bytes_sent) */
     uint64_t *p2p_send_seq; /* [size] per-peer counters for send/recv */
@@ -240,6 +240,15 @@ struct dt_comm {
     void *mpi;                /* the matching MPI communicator (mpi.h), or NULL */
 };
 
+/* The job (job.c): made from the environment, joined to the store and the
+ * control channel (multi-rank jobs), holding its live communicators. */
+int dt_job_create(dt_job **out, char *err, size_t errlen);
+int dt_job_connect(dt_job *job, char *err, size_t errlen);
+void dt_job_disconnect(dt_job *job);
+void dt_job_free(dt_job *job);
+int dt_job_register(dt_job *job, dt_comm *c);
+void dt_job_unregister(dt_job *job, dt_comm *c);
+
 /* Record a failure of c (first one wins), prefixed with the collective, its
  * sequence number and the peer; also aborts the job so that every rank
  * learns of it. Returns code. */
@@ -258,13 +267,10 @@ uint64_t dt_comm_deadline(const dt_comm *c);
 /* Whether this build has Open MPI underneath (mpi_coll.c). */
 int dt_have_mpi(void);
 
-/* Dry runs (cost_predict.c): a step costed instead of run, and a
+/* Dry runs (cost/predict.c): a step costed instead of run, and a
  * scratch "buffer" that is never touched. */
 int dt_dry_step(dt_comm *c, const dt_p2p *ops, int n);
 void *dt_dry_scratch(dt_comm *c, size_t bytes);
-/* The kind of link between this rank and peer, or between ranks a and b. */
-dt_link_kind dt_link_kind_of(const dt_comm *c, int peer);
-dt_link_kind dt_link_kind_between(const dt_comm *c, int a, int b);
 
 /* Post ops together and progress until all complete (0), or fail. Ops on
  * the same peer and direction complete in array order. */
@@ -288,21 +294,6 @@ void dt_p2p_fill_hdr(const dt_comm *c, const dt_p2p *op, dt_msg_hdr *h);
 int dt_p2p_check_hdr(dt_comm *c, const dt_p2p *op, const dt_msg_hdr *h);
 /* Reduce incoming bytes into op's destination: dst[off..] = src[off..] op in. */
 void dt_p2p_reduce_chunk(const dt_comm *c, dt_p2p *op, size_t off, const void *in, size_t bytes);
-
-/* Transports: set up links to the given peers (communicator ranks), using
- * the store under the communicator's id. Collective over the members. */
-int dt_shm_setup(dt_comm *c, const int *peers, int npeers);
-void dt_shm_teardown(dt_comm *c);
-/* Shared-memory doorbell of c. Read the bell before a progress pass; after
- * a fruitless pass, dt_shm_wait sleeps unless the bell moved since. */
-uint32_t dt_shm_bell(const dt_comm *c);
-/* Before sleeping a waiter arms (writers then ring), and makes one more
- * pass; disarm when that pass progressed. dt_shm_wait disarms itself. */
-void dt_shm_arm(dt_comm *c);
-void dt_shm_disarm(dt_comm *c);
-void dt_shm_wait(dt_comm *c, uint32_t bell, int timeout_ms);
-void dt_shm_wake(dt_comm *c);
-int dt_tcp_setup(dt_comm *c, const int *peers, int npeers);
 
 /* Store access from communicator code (serialised by job->store_lock);
  * keys are prefixed with the communicator's id. */

@@ -15,8 +15,9 @@
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
+#include "comm/transport/shm.h"
 #include "comm/mpi.h"
-#include "comm/store.h"
+#include "comm/bootstrap/store.h"
 #include "core/log.h"
 #include "core/str.h"
 #include "core/timer.h"
@@ -70,7 +71,7 @@ static void wait_for_verdict(dt_job *job)
 
 int dt_comm_fail(dt_comm *c, int code, int peer, const char *fmt, ...)
 {
-    /* A dry run's stand-in (cost_predict.c) only predicts: whatever it
+    /* A dry run's stand-in (cost/predict.c) only predicts: whatever it
      * trips over is no failure of the job. */
     if (c->dry) return code;
     char detail[512], where[256];

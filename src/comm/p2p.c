@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
+#include "comm/transport/shm.h"
 #include "comm/reduce_ops.h"
 #include "core/timer.h"
 

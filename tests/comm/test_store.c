@@ -21,9 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/auth.h"
-#include "comm/net.h"
-#include "comm/store.h"
+#include "comm/bootstrap/auth.h"
+#include "comm/transport/net.h"
+#include "comm/bootstrap/store.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "dtrain/comm.h"
