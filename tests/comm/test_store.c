@@ -1,12 +1,12 @@
 /*
- * Unit tests of the store (src/comm/store.c), its handshake (auth.c) and
- * sockets (net.c): requests from several threads, blocking and timed-out
+ * Unit tests of the store (src/comm/bootstrap/store_*.c), its handshake
+ * (auth.c) and sockets (transport/net.c): requests from several threads, blocking and timed-out
  * GETs, refused secrets, hostile connections, and every abort path of the
  * control channel. Returns non-zero and prints each failed check.
  *
  * A few tests speak the wire format directly (a rank that says HELLO and
  * then dies or goes silent, a client that sends a bad length); those
- * helpers mirror the header layout documented at the top of store.c.
+ * helpers mirror the header layout documented in store_wire.h.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -21,24 +21,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h" /* tests/check.h */
 #include "comm/bootstrap/auth.h"
-#include "comm/transport/net.h"
 #include "comm/bootstrap/store.h"
+#include "comm/transport/net.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "dtrain/comm.h"
-
-static atomic_int failures;
-
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __func__, __LINE__, #cond);                    \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fputc('\n', stderr);                                                               \
-            atomic_fetch_add(&failures, 1);                                                    \
-        }                                                                                      \
-    } while (0)
 
 #define SECRET "unit-test-secret"
 
