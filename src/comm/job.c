@@ -146,6 +146,7 @@ int dt_job_connect(dt_job *job, char *err, size_t errlen)
                  job->master_addr, job->master_port, e);
         return rc;
     }
+    dt_store_set_abort_fd(job->store, job->wake_fd);
     if ((rc = dt_monitor_start(job->master_addr, job->master_port, job->rank, job->secret,
                                interval, deadline, on_store_abort, job, &job->monitor, e,
                                sizeof e)) < 0) {

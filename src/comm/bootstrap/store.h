@@ -51,6 +51,10 @@ int dt_store_get(dt_store *s, const char *key, void **val, size_t *len, uint64_t
 int dt_store_add(dt_store *s, const char *key, int64_t delta, int64_t *result);
 /* n callers passing the same key all return once the last has arrived. */
 int dt_store_barrier(dt_store *s, const char *key, int n, uint64_t deadline_ns);
+/* Waits also end, with DT_ERR_ABORTED, once fd is readable (the job's
+ * abort eventfd), so that no rank waits out its deadline in the store for
+ * a job that has failed. */
+void dt_store_set_abort_fd(dt_store *s, int fd);
 const char *dt_store_error(const dt_store *s);
 void dt_store_close(dt_store *s);
 

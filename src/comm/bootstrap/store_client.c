@@ -5,6 +5,7 @@
  * the stream in step; a transfer that fails half-way does not, and breaks
  * the connection for good.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -28,6 +29,7 @@ struct dt_store {
     uint32_t last_id;
     uint64_t io_timeout_ns; /* bound for requests that take no deadline; 0 = none */
     int broken;             /* the stream is out of step; every call fails */
+    int abort_fd;           /* readable once the job aborted: waits end; -1 = none */
     char addr[300];
     char err[768];
 };
@@ -75,11 +77,27 @@ static int check_key(dt_store *s, const char *key)
 /* Read replies until the one for id; earlier ones are answers to GETs that
  * timed out and are dropped. A DT_ERR_TIMEOUT before the reply starts leaves
  * the stream in step. */
+/* Wait until a reply starts (0), the deadline passes, or the job aborts. */
+static int wait_reply(dt_store *s, uint64_t deadline_ns)
+{
+    if (s->abort_fd < 0) return dt_net_wait(s->fd, POLLIN, deadline_ns);
+    for (;;) {
+        int ms = dt_net_poll_ms(deadline_ns);
+        if (ms == 0) return DT_ERR_TIMEOUT;
+        struct pollfd p[2] = {{.fd = s->fd, .events = POLLIN}, {.fd = s->abort_fd, .events = POLLIN}};
+        int r = poll(p, 2, ms);
+        if (r > 0 && p[0].revents) return 0;
+        if (r > 0 && p[1].revents) return DT_ERR_ABORTED;
+        if (r < 0 && errno != EINTR) return DT_ERR_SYSTEM;
+    }
+}
+
 static int await_reply(dt_store *s, uint32_t id, uint64_t deadline_ns, const char *doing,
                        dt_wire_hdr *rh, unsigned char **body)
 {
     for (;;) {
-        int rc = dt_net_wait(s->fd, POLLIN, deadline_ns);
+        int rc = wait_reply(s, deadline_ns);
+        if (rc == DT_ERR_ABORTED) return store_fail(s, rc, "the job aborted while %s", doing);
         if (rc) return rc == DT_ERR_TIMEOUT ? rc : store_broke(s, rc, doing, "poll failed");
         char why[160] = "";
         rc = dt_wire_read(s->fd, rh, body, io_deadline(s), why, sizeof why);
@@ -137,6 +155,7 @@ int dt_store_connect(const char *host, int port, const char *secret, uint64_t de
         return DT_ERR_NOMEM;
     }
     s->fd = fd;
+    s->abort_fd = -1;
     /* The caller's connect budget (DTRAIN_TIMEOUT, in practice) also bounds
      * each later request that takes no deadline of its own. */
     if (deadline_ns) {
@@ -190,6 +209,7 @@ int dt_store_get(dt_store *s, const char *key, void **val, size_t *len, uint64_t
     dt_wire_hdr rh;
     unsigned char *body;
     int rc = store_call(s, &h, key, NULL, deadline_ns, "waiting for a key", &rh, &body);
+    if (rc == DT_ERR_ABORTED && !s->broken) send_cancel(s, h.id);
     if (rc == DT_ERR_TIMEOUT && !s->broken) {
         send_cancel(s, h.id);
         return store_fail(s, rc, "timed out after %.1f s waiting for key '%s' in the store at %s",
@@ -265,6 +285,8 @@ int dt_store_barrier(dt_store *s, const char *key, int n, uint64_t deadline_ns)
     return store_fail(s, DT_ERR_TIMEOUT, "barrier '%s' timed out after %.1f s: %" PRId64 " of %d arrived",
                       key, (double)(dt_now_ns() - start) * 1e-9, now_arrived - round * n, n);
 }
+
+void dt_store_set_abort_fd(dt_store *s, int fd) { s->abort_fd = fd; }
 
 const char *dt_store_error(const dt_store *s) { return s ? s->err : "no store connection"; }
 

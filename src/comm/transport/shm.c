@@ -91,7 +91,7 @@ static void publish_head(shm_link *l)
 
 static int send_header(dt_comm *c, shm_link *l, dt_p2p *op)
 {
-    uint64_t rb = l->sc->ring_bytes;
+    uint64_t rb = l->out_bytes;
     if (ring_free(l, rb) < LINE) return 0;
     dt_p2p_fill_hdr(c, op, &op->hdr);
     if (l->use_cma && op->bytes >= l->sc->cma_min) {
@@ -110,7 +110,7 @@ static int send_header(dt_comm *c, shm_link *l, dt_p2p *op)
  * last, so the receiver always sees whole elements. */
 static int send_stream(shm_link *l, dt_p2p *op, int *progressed)
 {
-    uint64_t rb = l->sc->ring_bytes;
+    uint64_t rb = l->out_bytes;
     while (op->done < op->bytes) {
         uint64_t free_bytes = ring_free(l, rb);
         size_t left = op->bytes - op->done;
@@ -152,7 +152,7 @@ static int recv_header(dt_comm *c, shm_link *l, dt_p2p *op)
 {
     uint64_t head = atomic_load_explicit(&l->in->head, memory_order_acquire);
     if (head - l->tail < LINE) return 0;
-    size_t off = l->tail & (l->sc->ring_bytes - 1);
+    size_t off = l->tail & (l->in_bytes - 1);
     memcpy(&op->hdr, l->in->data + off, sizeof op->hdr);
     l->tail += LINE;
     int rc = dt_p2p_check_hdr(c, op, &op->hdr);
@@ -177,7 +177,7 @@ static void consume(dt_comm *c, dt_p2p *op, const void *from, size_t n)
 
 static int recv_stream(dt_comm *c, shm_link *l, dt_p2p *op, int *progressed)
 {
-    uint64_t rb = l->sc->ring_bytes;
+    uint64_t rb = l->in_bytes;
     while (op->done < op->bytes) {
         uint64_t head = atomic_load_explicit(&l->in->head, memory_order_acquire);
         size_t avail = (size_t)(head - l->tail);

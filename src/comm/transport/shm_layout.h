@@ -5,7 +5,9 @@
  * Each rank of a communicator owns one segment, its inbox: a header with
  * a doorbell, then, for every local peer, a byte ring that only that peer
  * writes into. Ring positions are monotonic byte counters; the sender owns
- * `head`, the receiver `tail`, each on its own cache line.
+ * `head`, the receiver `tail`, each on its own cache line. Each inbox says
+ * the size of its rings, which its owner chose by the room in /dev/shm
+ * when it made it, so rings of different ranks may differ in size.
  */
 #ifndef DT_COMM_TRANSPORT_SHM_LAYOUT_H
 #define DT_COMM_TRANSPORT_SHM_LAYOUT_H
@@ -49,6 +51,8 @@ typedef struct {
     shm_inbox *peer_inbox;
     pid_t peer_pid;
     int use_cma;             /* we may post CMA sends to the peer */
+    uint64_t out_bytes;       /* size of the out ring (the peer's inbox's rings) */
+    uint64_t in_bytes;        /* size of the in ring (our inbox's rings) */
     uint64_t head, tail_seen; /* sender side: our head, last tail we read */
     uint64_t tail;            /* receiver side: our tail */
     uint64_t cma_sent;        /* tickets handed out */
@@ -61,13 +65,13 @@ struct dt_shm_comm {
      * may wake a communicator that is still being set up or torn down, so
      * this and c->shm change only under job->lock, which the waker holds. */
     shm_inbox *wake_me;
-    size_t seg_bytes;
-    uint64_t ring_bytes;
+    size_t seg_bytes;    /* of our inbox */
+    uint64_t ring_bytes; /* of our inbox's rings; each peer's inbox says its own */
     size_t cma_min;
     int my_local;
     int nlocal;
     void **maps;   /* [nlocal] mapped inboxes, ours included */
-    size_t *map_bytes;
+    size_t *map_bytes; /* [nlocal] their sizes */
     void *reduce_buf;
 };
 

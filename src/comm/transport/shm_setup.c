@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -70,6 +71,32 @@ static void publish(dt_comm *c, struct dt_shm_comm *sc, shm_inbox *wake_me)
 
 /* ---- setup -------------------------------------------------------------- */
 
+/* Bytes free in /dev/shm, where shm_open makes segments. */
+static uint64_t shm_free_bytes(void)
+{
+    struct statvfs v;
+    if (statvfs("/dev/shm", &v) != 0) return UINT64_MAX;
+    return (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
+}
+
+/* The segment's pages are reserved now (tmpfs allocates them otherwise at
+ * first touch, and a full /dev/shm then kills the process with SIGBUS in
+ * the middle of a collective). */
+static int reserve(dt_comm *c, struct dt_shm_comm *sc, int fd)
+{
+    int e = posix_fallocate(fd, 0, (off_t)sc->seg_bytes);
+    if (e == 0) return 0;
+    if (e == ENOSPC)
+        return dt_comm_fail(c, DT_ERR_SYSTEM, -1,
+                            "no room in /dev/shm for the shared-memory rings: segment %s needs "
+                            "%zu bytes and /dev/shm has %llu bytes free (give /dev/shm more "
+                            "room, for example docker run --shm-size=1g, or set "
+                            "DTRAIN_TRANSPORT=tcp)",
+                            sc->name, sc->seg_bytes, (unsigned long long)shm_free_bytes());
+    return dt_comm_fail(c, DT_ERR_SYSTEM, -1, "reserving %zu bytes for %s in /dev/shm: %s",
+                        sc->seg_bytes, sc->name, strerror(e));
+}
+
 static int create_inbox(dt_comm *c, struct dt_shm_comm *sc)
 {
     segment_name(c, c->rank, sc->name, sizeof sc->name);
@@ -80,12 +107,11 @@ static int create_inbox(dt_comm *c, struct dt_shm_comm *sc)
     }
     if (fd < 0)
         return dt_comm_fail(c, DT_ERR_SYSTEM, -1, "shm_open(%s): %s", sc->name, strerror(errno));
-    if (ftruncate(fd, (off_t)sc->seg_bytes) != 0) {
-        int e = errno;
+    int rc = reserve(c, sc, fd);
+    if (rc < 0) {
         close(fd);
         shm_unlink(sc->name);
-        return dt_comm_fail(c, DT_ERR_SYSTEM, -1, "sizing %s to %zu bytes: %s (is /dev/shm full?)",
-                            sc->name, sc->seg_bytes, strerror(e));
+        return rc;
     }
     void *p = mmap(NULL, sc->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
@@ -103,6 +129,15 @@ static int create_inbox(dt_comm *c, struct dt_shm_comm *sc)
     return 0;
 }
 
+/* Whether a peer's inbox of size bytes has the layout we expect. */
+static int layout_ok(const shm_inbox *in, size_t bytes, int nlocal)
+{
+    uint64_t rb = in->ring_bytes;
+    return bytes >= sizeof *in && in->magic == SHM_MAGIC && in->nlocal == nlocal &&
+           rb >= LINE && (rb & (rb - 1)) == 0 && in->segment_bytes == bytes &&
+           shm_segment_size(rb, nlocal) == bytes;
+}
+
 static int open_inbox(dt_comm *c, struct dt_shm_comm *sc, int peer, int peer_local)
 {
     char name[128];
@@ -111,20 +146,22 @@ static int open_inbox(dt_comm *c, struct dt_shm_comm *sc, int peer, int peer_loc
     if (fd < 0)
         return dt_comm_fail(c, DT_ERR_SYSTEM, peer, "opening rank %d's segment %s: %s", peer,
                             name, strerror(errno));
-    void *p = mmap(NULL, sc->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    struct stat st;
+    void *p = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && st.st_size > 0)
+        p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (p == MAP_FAILED)
-        return dt_comm_fail(c, DT_ERR_SYSTEM, peer, "mmap(%s): %s", name, strerror(errno));
-    shm_inbox *in = p;
-    if (in->magic != SHM_MAGIC || in->segment_bytes != sc->seg_bytes ||
-        in->nlocal != sc->nlocal) {
-        munmap(p, sc->seg_bytes);
+        return dt_comm_fail(c, DT_ERR_SYSTEM, peer, "mapping %s: %s", name, strerror(errno));
+    if (!layout_ok(p, (size_t)st.st_size, sc->nlocal)) {
+        munmap(p, (size_t)st.st_size);
         return dt_comm_fail(c, DT_ERR_PROTOCOL, peer,
                             "rank %d's segment %s has a different layout (another dtrain "
-                            "version or DTRAIN_SHM_RING_KB setting?)",
+                            "version?)",
                             peer, name);
     }
     sc->maps[peer_local] = p;
+    sc->map_bytes[peer_local] = (size_t)st.st_size;
     return 0;
 }
 
@@ -141,12 +178,16 @@ static int cma_works(pid_t pid, uint64_t addr)
 /* Ring size: streaming through a ring that stays in cache beats pulling
  * by cross-memory attach (whose kernel copy and page pinning cost more
  * than the second copy saves), so rings are as large as a budget of
- * 16 MiB per rank and communicator allows, at most 2 MiB each. Cross-
- * memory attach is kept (auto) for when many local peers leave each ring
- * small; DTRAIN_SHM_CMA=1 or 0 forces it on or off. */
+ * 16 MiB per rank and communicator allows, at most 2 MiB each, and as
+ * /dev/shm has room for: each communicator takes at most half of what is
+ * free there, shared among its ranks on the host (a container's /dev/shm
+ * is 64 MiB by default), down to 4 KiB rings. Cross-memory attach is kept
+ * (auto) for when rings are small; DTRAIN_SHM_CMA=1 or 0 forces it on or
+ * off, and DTRAIN_SHM_RING_KB forces the size. */
 #define RING_BUDGET (16u << 20)
 #define RING_MAX (2u << 20)
 #define RING_MIN (64u << 10)
+#define RING_FLOOR (4u << 10)       /* the smallest rings, when /dev/shm is short */
 #define CMA_AUTO_BELOW (512u << 10) /* auto: CMA when rings are smaller than this */
 
 static uint64_t default_ring_bytes(int npeers)
@@ -156,18 +197,36 @@ static uint64_t default_ring_bytes(int npeers)
     return r;
 }
 
-static int read_settings(dt_comm *c, struct dt_shm_comm *sc, int npeers)
+/* The largest rings up to ring whose segment fits this rank's share of
+ * /dev/shm. */
+static uint64_t fit_rings(dt_comm *c, uint64_t ring, int nlocal)
+{
+    uint64_t free_bytes = shm_free_bytes(), share = free_bytes / 2 / (uint64_t)nlocal;
+    uint64_t want = ring;
+    while (ring > RING_FLOOR && shm_segment_size(ring, nlocal) > share) ring /= 2;
+    if (ring < want && c->local_rank == 0)
+        DT_WARN("/dev/shm has %llu KiB free: shared-memory rings of %llu KiB instead of %llu "
+                "(a larger /dev/shm is faster, for example docker run --shm-size=1g)",
+                (unsigned long long)(free_bytes >> 10), (unsigned long long)(ring >> 10),
+                (unsigned long long)(want >> 10));
+    return ring;
+}
+
+static int read_settings(dt_comm *c, struct dt_shm_comm *sc, int nlocal)
 {
     char err[256];
-    long ring_kb = (long)(default_ring_bytes(npeers) >> 10), cma_min = 1 << 20, cma = -1;
+    long ring_kb = -1, cma_min = 1 << 20, cma = -1;
     if (dt_env_long("DTRAIN_SHM_RING_KB", 4, 1 << 20, &ring_kb, err, sizeof err) < 0 ||
         dt_env_long("DTRAIN_SHM_CMA_MIN", 0, 1L << 40, &cma_min, err, sizeof err) < 0 ||
         dt_env_long("DTRAIN_SHM_CMA", 0, 1, &cma, err, sizeof err) < 0)
         return dt_comm_fail(c, DT_ERR_INVALID, -1, "%s", err);
-    if (ring_kb & (ring_kb - 1))
+    if (ring_kb > 0 && (ring_kb & (ring_kb - 1)))
         return dt_comm_fail(c, DT_ERR_INVALID, -1,
                             "DTRAIN_SHM_RING_KB=%ld must be a power of two", ring_kb);
-    sc->ring_bytes = (uint64_t)ring_kb << 10;
+    if (ring_kb > 0)
+        sc->ring_bytes = (uint64_t)ring_kb << 10;
+    else
+        sc->ring_bytes = fit_rings(c, default_ring_bytes(nlocal - 1), nlocal);
     if (cma < 0) cma = sc->ring_bytes < CMA_AUTO_BELOW;
     sc->cma_min = cma ? (size_t)cma_min : SIZE_MAX;
     return 0;
@@ -185,8 +244,10 @@ static int link_peers(dt_comm *c, struct dt_shm_comm *sc, const int *local_ranks
         l->peer_local = i;
         l->peer_inbox = sc->maps[i];
         l->peer_pid = l->peer_inbox->pid;
-        l->out = shm_inbox_ring(sc->maps[i], sc->ring_bytes, sc->my_local);
-        l->in = shm_inbox_ring(sc->me, sc->ring_bytes, i);
+        l->out_bytes = l->peer_inbox->ring_bytes;
+        l->in_bytes = sc->ring_bytes;
+        l->out = shm_inbox_ring(sc->maps[i], l->out_bytes, sc->my_local);
+        l->in = shm_inbox_ring(sc->me, l->in_bytes, i);
         l->use_cma = sc->cma_min != SIZE_MAX && l->peer_inbox->cma_ok[sc->my_local];
         c->links[local_ranks[i]] = &l->base;
     }
@@ -208,8 +269,6 @@ int dt_shm_setup(dt_comm *c, const int *peers, int npeers)
     struct dt_shm_comm *sc = calloc(1, sizeof *sc);
     if (!sc) return dt_comm_fail(c, DT_ERR_NOMEM, -1, "out of memory");
     publish(c, sc, NULL);
-    int rc = read_settings(c, sc, npeers);
-    if (rc < 0) return rc;
     /* Yama may restrict process_vm_readv to ancestors; allow our peers. */
     prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
 
@@ -224,13 +283,18 @@ int dt_shm_setup(dt_comm *c, const int *peers, int npeers)
         }
     }
     sc->nlocal = n;
+    int rc = read_settings(c, sc, n);
+    if (rc < 0) return rc;
     sc->seg_bytes = shm_segment_size(sc->ring_bytes, n);
     sc->maps = calloc((size_t)n, sizeof *sc->maps);
+    sc->map_bytes = calloc((size_t)n, sizeof *sc->map_bytes);
     sc->reduce_buf = malloc(REDUCE_PIECE);
-    if (!sc->maps || !sc->reduce_buf) return dt_comm_fail(c, DT_ERR_NOMEM, -1, "out of memory");
+    if (!sc->maps || !sc->map_bytes || !sc->reduce_buf)
+        return dt_comm_fail(c, DT_ERR_NOMEM, -1, "out of memory");
     if ((rc = create_inbox(c, sc)) < 0) return rc;
     publish(c, sc, sc->me);
     sc->maps[sc->my_local] = sc->me;
+    sc->map_bytes[sc->my_local] = sc->seg_bytes;
     if ((rc = dt_comm_store_barrier(c, "shm-created")) < 0) goto out;
     for (int i = 0; i < n && rc == 0; i++)
         if (i != sc->my_local) rc = open_inbox(c, sc, local_ranks[i], i);
@@ -254,8 +318,9 @@ void dt_shm_teardown(dt_comm *c)
     if (!sc) return;
     publish(c, NULL, NULL);
     for (int i = 0; i < sc->nlocal; i++)
-        if (sc->maps && sc->maps[i]) munmap(sc->maps[i], sc->seg_bytes);
+        if (sc->maps && sc->maps[i]) munmap(sc->maps[i], sc->map_bytes[i]);
     free(sc->maps);
+    free(sc->map_bytes);
     free(sc->reduce_buf);
     free(sc);
 }
