@@ -86,6 +86,22 @@ void dt_job_free(dt_job *job)
     free(job);
 }
 
+/* Without DTRAIN_SECRET, a launcher other than ours gives no secret, and
+ * the one derived from its job id and the store's address can be guessed
+ * by anyone on these machines. Said once, by rank 0. */
+static void warn_guessable_secret(const dt_bootstrap *b)
+{
+    const char *by = !strcmp(b->launcher, "openmpi") ? "mpirun"
+                     : !strcmp(b->launcher, "slurm") ? "srun"
+                     : !strcmp(b->launcher, "pmi")   ? "the PMI launcher"
+                                                     : b->launcher;
+    DT_WARN("this job runs on a secret that others can guess (DTRAIN_SECRET is not set, and %s "
+            "made none): any user of these machines could join it as a rank. Start it with "
+            "`dtrain launch`, or give every rank the same random secret, for example "
+            "export DTRAIN_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')",
+            by);
+}
+
 int dt_job_create(dt_job **out, char *err, size_t errlen)
 {
     dt_bootstrap b;
@@ -113,9 +129,7 @@ int dt_job_create(dt_job **out, char *err, size_t errlen)
     dt_topo_read_host(job);
     find_advertise_addr(job);
     dt_log_set_rank(job->rank);
-    if (!b.secret_from_env && job->size > 1)
-        DT_INFO("no DTRAIN_SECRET in the environment: the store accepts any peer that knows "
-                "the job id (launch with `dtrain launch` or export DTRAIN_SECRET)");
+    if (!b.secret_from_env && job->size > 1 && job->rank == 0) warn_guessable_secret(&b);
     *out = job;
     return 0;
 }
@@ -134,8 +148,8 @@ int dt_job_connect(dt_job *job, char *err, size_t errlen)
     double interval = hb_timeout / 4 < 1.0 ? hb_timeout / 4 : 1.0;
     int rc;
     if (job->rank == 0 &&
-        (rc = dt_store_server_start(job->master_port, job->size, job->secret, hb_timeout,
-                                    &job->server, e, sizeof e)) < 0) {
+        (rc = dt_store_server_start(job->master_addr, job->master_port, job->size, job->secret,
+                                    hb_timeout, &job->server, e, sizeof e)) < 0) {
         snprintf(err, errlen, "rank 0 could not serve the store on port %d: %s",
                  job->master_port, e);
         return rc;

@@ -52,7 +52,7 @@ static dt_store_server *start_server(int world, double beat_timeout_s, int *port
         if (dt_net_listen(NULL, 0, &fd, &p, err, sizeof err) != 0) continue;
         close(fd);
         dt_store_server *s;
-        if (dt_store_server_start(p, world, SECRET, beat_timeout_s, &s, err, sizeof err) == 0) {
+        if (dt_store_server_start("127.0.0.1", p, world, SECRET, beat_timeout_s, &s, err, sizeof err) == 0) {
             *port = p;
             return s;
         }

@@ -32,8 +32,11 @@ typedef struct dt_store_server dt_store_server;
 typedef struct dt_store dt_store;
 typedef struct dt_monitor dt_monitor;
 
-/* Start serving on port (all interfaces) for world_size ranks. */
-int dt_store_server_start(int port, int world_size, const char *secret,
+/* Start serving on port for world_size ranks, where clients that dial
+ * addr arrive (dt_net_listen_for: addr itself when it is this host's, so a
+ * job on the loopback is not reachable from elsewhere; NULL: every
+ * interface). */
+int dt_store_server_start(const char *addr, int port, int world_size, const char *secret,
                           double heartbeat_timeout_s, dt_store_server **out, char *err,
                           size_t errlen);
 /* Waits (until the deadline) for every rank's BYE, then stops the thread

@@ -382,7 +382,7 @@ static void server_free(dt_store_server *s)
     free(s);
 }
 
-int dt_store_server_start(int port, int world_size, const char *secret,
+int dt_store_server_start(const char *addr, int port, int world_size, const char *secret,
                           double heartbeat_timeout_s, dt_store_server **out, char *err,
                           size_t errlen)
 {
@@ -410,7 +410,7 @@ int dt_store_server_start(int port, int world_size, const char *secret,
         return DT_ERR_NOMEM;
     }
     char why[256];
-    int rc = dt_net_listen(NULL, port, &s->listen_fd, NULL, why, sizeof why);
+    int rc = dt_net_listen_for(addr, port, &s->listen_fd, NULL, why, sizeof why);
     if (rc) {
         server_free(s);
         snprintf(err, errlen, "store server: %s", why);

@@ -278,9 +278,50 @@ static int listen_addr(const char *addr, int port, int *out_fd, char *err, size_
     freeaddrinfo(res);
     if (rc != 0) {
         snprintf(err, errlen, "cannot listen on %s:%d: %s", addr, port, strerror(-rc));
-        return DT_ERR_SYSTEM;
+        return rc == -EADDRNOTAVAIL ? DT_ERR_PEER : DT_ERR_SYSTEM; /* PEER: not ours to bind */
     }
     return 0;
+}
+
+static int is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24 == 127;
+    if (sa->sa_family != AF_INET6) return 0;
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
+/* Where clients that dial host arrive: host itself when it is a numeric
+ * address (or "localhost"), else the first address the name has here,
+ * unless that is a loopback one (a host name that /etc/hosts maps to
+ * 127.0.1.1 is not what other hosts dial). -1: no one address. */
+static int bind_address(const char *host, char *out, size_t len)
+{
+    struct addrinfo *res;
+    int numeric = resolve(host, 0, SOCK_STREAM, AI_NUMERICHOST, &res) == 0;
+    if (!numeric && resolve(host, 0, SOCK_STREAM, 0, &res) != 0) return -1;
+    int rc = -1;
+    for (struct addrinfo *ai = res; ai && rc; ai = ai->ai_next) {
+        if (!numeric && strcmp(host, "localhost") && is_loopback(ai->ai_addr)) continue;
+        if (getnameinfo(ai->ai_addr, ai->ai_addrlen, out, (socklen_t)len, NULL, 0,
+                        NI_NUMERICHOST) == 0)
+            rc = 0;
+    }
+    freeaddrinfo(res);
+    return rc;
+}
+
+int dt_net_listen_for(const char *addr, int port, int *out_fd, int *out_port, char *err,
+                      size_t errlen)
+{
+    char at[NI_MAXHOST];
+    if (addr && *addr && bind_address(addr, at, sizeof at) == 0) {
+        int rc = dt_net_listen(at, port, out_fd, out_port, err, errlen);
+        if (rc != DT_ERR_PEER) return rc;
+        /* Not an address of this host (behind NAT, say): everywhere. */
+    }
+    return dt_net_listen(NULL, port, out_fd, out_port, err, errlen);
 }
 
 int dt_net_listen(const char *addr, int port, int *out_fd, int *out_port, char *err,

@@ -17,12 +17,19 @@ int dt_net_poll_ms(uint64_t deadline_ns);
  * message behind. */
 int dt_net_wait(int fd, short events, uint64_t deadline_ns);
 /* Listen on addr (NULL or "" = every interface) and port (0 = any free
- * port); *out_port gets the port actually bound. SO_REUSEADDR is set. */
+ * port); *out_port gets the port actually bound. SO_REUSEADDR is set.
+ * DT_ERR_PEER when addr is not an address of this host. */
 int dt_net_listen(const char *addr, int port, int *out_fd, int *out_port, char *err,
                   size_t errlen);
 /* A TCP port that nobody listens on now, on any interface (the kernel's
  * pick), for a listener that binds it moments later; -1 if none. */
 int dt_net_free_port(void);
+/* Listen where clients that dial addr arrive: on addr itself when it is an
+ * address of this host (so a job whose ranks dial the loopback cannot be
+ * reached from other hosts), on every interface when it is not (a name
+ * other hosts resolve differently, an address behind NAT). */
+int dt_net_listen_for(const char *addr, int port, int *out_fd, int *out_port, char *err,
+                      size_t errlen);
 /* Connect to host:port (a name or numeric address), retrying refused
  * connections until the deadline (the listener may not be up yet). */
 int dt_net_connect(const char *host, int port, uint64_t deadline_ns, int *out_fd, char *err,

@@ -266,7 +266,7 @@ int dt_tcp_setup(dt_comm *c, const int *peers, int npeers)
             return dt_comm_fail(c, DT_ERR_INVALID, -1, "TCP setup: bad peer rank %d", peers[i]);
     char err[512] = "";
     int lfd = -1, port = 0;
-    int rc = dt_net_listen(NULL, 0, &lfd, &port, err, sizeof err);
+    int rc = dt_net_listen_for(c->job->advertise_addr, 0, &lfd, &port, err, sizeof err);
     if (rc) return dt_comm_fail(c, rc, -1, "TCP setup: %s", err);
     /* Accepted sockets inherit the buffer sizes, in time for the
      * window negotiation. */
