@@ -272,6 +272,7 @@ void dt_comm_destroy(dt_comm *c)
     dt_async_drain(c);
     dt_job *job = c->job;
     int is_world = job && job == the_job && !strcmp(c->id, "w");
+    if (is_world) dt_job_leave(job);
     if (job) dt_job_unregister(job, c);
     comm_free(c);
     if (is_world) {

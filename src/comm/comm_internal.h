@@ -188,6 +188,10 @@ typedef struct dt_job {
     struct dt_store *store;
     struct dt_monitor *monitor;
     pthread_mutex_t store_lock; /* the store connection has one user at a time */
+    /* Ranks that left (called dt_comm_destroy) while the job ran, as the
+     * store told: when we heard (dt_now_ns), 0 for ranks still here. */
+    _Atomic uint64_t *left_ns; /* [size] */
+    atomic_int nleft;
     /* Abort state: set once, by a local failure or by the store. */
     atomic_int aborted;
     int abort_code;
@@ -245,6 +249,9 @@ struct dt_comm {
 int dt_job_create(dt_job **out, char *err, size_t errlen);
 int dt_job_connect(dt_job *job, char *err, size_t errlen);
 void dt_job_disconnect(dt_job *job);
+/* Say goodbye to the store (the rank leaves the job): first thing in the
+ * world communicator's destroy, so that peers hear before its links go. */
+void dt_job_leave(dt_job *job);
 void dt_job_free(dt_job *job);
 int dt_job_register(dt_job *job, dt_comm *c);
 void dt_job_unregister(dt_job *job, dt_comm *c);
@@ -254,6 +261,13 @@ void dt_job_unregister(dt_job *job, dt_comm *c);
  * learns of it. Returns code. */
 int dt_comm_fail(dt_comm *c, int code, int peer, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* The store says world rank `rank` left the job (failure.c). */
+void dt_job_note_left(dt_job *job, int rank);
+/* Whether the peer of op (a member of c) has left the job, waiting up to
+ * wait_s for the store's word while the job has not aborted. */
+int dt_comm_peer_left(dt_comm *c, int peer, double wait_s);
+/* Fail c because the peer op waits on left the job (dt_comm_destroy). */
+int dt_comm_fail_left(dt_comm *c, const dt_p2p *op);
 /* Fail c with the job's abort cause (found by another rank or the store);
  * `during` is appended to "job aborted" (may be ""). */
 int dt_comm_fail_from_abort(dt_comm *c, const char *during);

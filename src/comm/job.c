@@ -63,6 +63,8 @@ int dt_comm_store_barrier(dt_comm *c, const char *key)
 /* ---- job ------------------------------------------------------------------ */
 
 static void on_store_abort(void *arg, int code, const char *msg) { dt_job_abort(arg, code, msg); }
+static void on_store_left(void *arg, int rank) { dt_job_note_left(arg, rank); }
+static const dt_monitor_events job_events = {on_store_abort, on_store_left};
 
 /* The address peers should use to reach us: the one our kernel would use
  * to reach rank 0. */
@@ -81,6 +83,7 @@ void dt_job_free(dt_job *job)
     if (!job) return;
     if (job->wake_fd >= 0) close(job->wake_fd);
     free(job->comms);
+    free(job->left_ns);
     pthread_mutex_destroy(&job->lock);
     pthread_mutex_destroy(&job->store_lock);
     free(job);
@@ -109,7 +112,11 @@ int dt_job_create(dt_job **out, char *err, size_t errlen)
     int rc = dt_mpi_job_init(&b, err, errlen); /* under mpirun: MPI up, rank 0's store address */
     if (rc < 0) return rc;
     dt_job *job = calloc(1, sizeof *job);
-    if (!job) return DT_ERR_NOMEM;
+    if (job) job->left_ns = calloc((size_t)b.size, sizeof *job->left_ns);
+    if (!job || !job->left_ns) {
+        free(job);
+        return DT_ERR_NOMEM;
+    }
     pthread_mutex_init(&job->lock, NULL);
     pthread_mutex_init(&job->store_lock, NULL);
     job->rank = b.rank;
@@ -162,7 +169,7 @@ int dt_job_connect(dt_job *job, char *err, size_t errlen)
     }
     dt_store_set_abort_fd(job->store, job->wake_fd);
     if ((rc = dt_monitor_start(job->master_addr, job->master_port, job->rank, job->secret,
-                               interval, deadline, on_store_abort, job, &job->monitor, e,
+                               interval, deadline, &job_events, job, &job->monitor, e,
                                sizeof e)) < 0) {
         snprintf(err, errlen, "rank %d could not open the control channel: %s", job->rank, e);
         return rc;
@@ -170,13 +177,18 @@ int dt_job_connect(dt_job *job, char *err, size_t errlen)
     return 0;
 }
 
+void dt_job_leave(dt_job *job)
+{
+    if (job->monitor) dt_monitor_stop(job->monitor); /* says BYE */
+    job->monitor = NULL;
+}
+
 void dt_job_disconnect(dt_job *job)
 {
-    if (job->monitor) dt_monitor_stop(job->monitor);
+    dt_job_leave(job);
     if (job->store) dt_store_close(job->store);
     if (job->server)
         dt_store_server_stop(job->server, dt_now_ns() + (uint64_t)(job->timeout_s * 1e9));
-    job->monitor = NULL;
     job->store = NULL;
     job->server = NULL;
 }

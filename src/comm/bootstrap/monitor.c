@@ -30,7 +30,7 @@ struct dt_monitor {
     int rank;
     uint64_t interval_ns;
     char addr[300];
-    dt_abort_fn on_abort;
+    dt_monitor_events ev;
     void *arg;
     pthread_t thread;
     pthread_mutex_t send_lock; /* heartbeats (monitor thread) vs reports (caller) */
@@ -40,7 +40,7 @@ struct dt_monitor {
 
 static void monitor_fire(dt_monitor *m, int code, const char *msg)
 {
-    if (atomic_exchange(&m->fired, 1) == 0) m->on_abort(m->arg, code, msg);
+    if (atomic_exchange(&m->fired, 1) == 0) m->ev.on_abort(m->arg, code, msg);
 }
 
 static void monitor_lost(dt_monitor *m)
@@ -70,6 +70,11 @@ static int monitor_read(dt_monitor *m)
     if (rc) {
         monitor_lost(m);
         return -1;
+    }
+    if (h.type == DT_WIRE_LEFT) {
+        free(body);
+        if (m->ev.on_left) m->ev.on_left(m->arg, h.a);
+        return 0;
     }
     if (h.type != DT_WIRE_ABORT) {
         free(body);
@@ -141,11 +146,12 @@ static int monitor_hello(const char *host, int port, int rank, const char *secre
 }
 
 int dt_monitor_start(const char *host, int port, int rank, const char *secret,
-                     double heartbeat_interval_s, uint64_t deadline_ns, dt_abort_fn on_abort,
-                     void *arg, dt_monitor **out, char *err, size_t errlen)
+                     double heartbeat_interval_s, uint64_t deadline_ns,
+                     const dt_monitor_events *events, void *arg, dt_monitor **out, char *err,
+                     size_t errlen)
 {
     *out = NULL;
-    if (rank < 0 || !on_abort || !(heartbeat_interval_s > 0) || heartbeat_interval_s > 3600) {
+    if (rank < 0 || !events || !events->on_abort || !(heartbeat_interval_s > 0) || heartbeat_interval_s > 3600) {
         snprintf(err, errlen, "monitor: need a rank >= 0, a callback and an interval in (0, 3600] s");
         return DT_ERR_INVALID;
     }
@@ -168,7 +174,7 @@ int dt_monitor_start(const char *host, int port, int rank, const char *secret,
     m->wake_fd = wake;
     m->rank = rank;
     m->interval_ns = interval_ns;
-    m->on_abort = on_abort;
+    m->ev = *events;
     m->arg = arg;
     dt_net_host_port(m->addr, sizeof m->addr, host, port);
     pthread_mutex_init(&m->send_lock, NULL);

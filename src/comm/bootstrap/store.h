@@ -65,12 +65,18 @@ void dt_store_close(dt_store *s);
  * Control connection with its own thread: says HELLO(rank), sends a
  * heartbeat every interval, and calls on_abort(arg, code, message) once
  * when the server broadcasts ABORT or the connection to the server is lost
- * (then with DT_ERR_PEER and a message saying rank 0 / the store is gone).
+ * (then with DT_ERR_PEER and a message saying rank 0 / the store is gone),
+ * and on_left(arg, rank) when another rank says BYE while the job runs
+ * (on_left may be NULL). Both run on the monitor's thread.
  */
-typedef void (*dt_abort_fn)(void *arg, int code, const char *msg);
+typedef struct {
+    void (*on_abort)(void *arg, int code, const char *msg);
+    void (*on_left)(void *arg, int rank);
+} dt_monitor_events;
 int dt_monitor_start(const char *host, int port, int rank, const char *secret,
-                     double heartbeat_interval_s, uint64_t deadline_ns, dt_abort_fn on_abort,
-                     void *arg, dt_monitor **out, char *err, size_t errlen);
+                     double heartbeat_interval_s, uint64_t deadline_ns,
+                     const dt_monitor_events *events, void *arg, dt_monitor **out, char *err,
+                     size_t errlen);
 /* Report this rank's failure. suspect is the rank the failure points at (-1
  * if none); is_timeout lets the server look for a late rank first. */
 int dt_monitor_report(dt_monitor *m, int code, int suspect, int is_timeout, const char *msg);

@@ -167,7 +167,19 @@ void dt_srv_on_fail(dt_store_server *s, conn *c, const dt_wire_hdr *h, const uns
 
 void dt_srv_on_heartbeat(dt_store_server *s, conn *c) { s->ranks[c->rank].last_beat_ns = dt_now_ns(); }
 
-void dt_srv_on_bye(dt_store_server *s, conn *c) { s->ranks[c->rank].bye = 1; }
+/* A rank that leaves while the job runs is news to the others: one that
+ * waits for it in a collective can fail at once, naming it, instead of
+ * waiting out its deadline. (After everyone is done, nobody waits.) */
+void dt_srv_on_bye(dt_store_server *s, conn *c)
+{
+    s->ranks[c->rank].bye = 1;
+    if (s->aborted) return;
+    dt_wire_hdr left = {.type = DT_WIRE_LEFT, .a = c->rank};
+    for (int r = 0; r < s->world_size; r++) {
+        rank_state *rs = &s->ranks[r];
+        if (r != c->rank && rs->ctl && !rs->bye) dt_srv_send(rs->ctl, &left, NULL);
+    }
+}
 
 int dt_srv_ranks_done(dt_store_server *s)
 {

@@ -119,6 +119,7 @@ int dt_wire_check(const unsigned char *raw, const dt_wire_hdr *h, char *why, siz
     case DT_WIRE_HELLO:
     case DT_WIRE_HEARTBEAT:
     case DT_WIRE_BYE:
+    case DT_WIRE_LEFT:
         return check_empty(h, why, len);
     case DT_WIRE_FAIL:
     case DT_WIRE_ABORT:

@@ -10,7 +10,7 @@
  *    1   1   flag     FAIL: 1 when the failure is a timeout
  *    2   2   magic    0x5344 ("DS"), catches a stream that is out of step
  *    4   4   id       request id, echoed by the REPLY (CANCEL: the GET's id)
- *    8   4   a        HELLO: rank; FAIL, ABORT: code; REPLY: status (0 or DT_ERR_*)
+ *    8   4   a        HELLO, LEFT: rank; FAIL, ABORT: code; REPLY: status (0 or DT_ERR_*)
  *   12   4   b        HELLO: heartbeat interval in ms; FAIL: suspect rank
  *   16   4   key_len  1..DT_STORE_MAX_KEY for SET, GET, ADD; 0 otherwise
  *   20   4   val_len  SET, REPLY: <= DT_STORE_MAX_VALUE; ADD: 8 (int64 delta);
@@ -21,8 +21,9 @@
  * carries the new int64) and CANCEL (a GET the client stopped waiting for;
  * no answer). A REPLY with a non-zero status carries an error text.
  * A connection whose first message is HELLO is a control connection: it then
- * sends HEARTBEAT, FAIL and BYE, and receives one REPLY to its HELLO and at
- * most one ABORT. Counters made by ADD are stored as decimal text, so a GET
+ * sends HEARTBEAT, FAIL and BYE, and receives one REPLY to its HELLO, a LEFT
+ * (a: the rank) for each other rank that says BYE while the job runs, and
+ * at most one ABORT. Counters made by ADD are stored as decimal text, so a GET
  * of a counter reads "3".
  */
 #ifndef DT_COMM_BOOTSTRAP_STORE_WIRE_H
@@ -44,7 +45,8 @@ enum {
     DT_WIRE_FAIL = 18,
     DT_WIRE_BYE = 19,
     DT_WIRE_REPLY = 32,
-    DT_WIRE_ABORT = 33
+    DT_WIRE_ABORT = 33,
+    DT_WIRE_LEFT = 34
 };
 
 typedef struct {

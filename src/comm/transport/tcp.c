@@ -26,6 +26,9 @@
 /* Most payload one progress call moves before returning, so that a long
  * receive does not starve a send on the same step (full duplex). */
 #define TCP_BURST_BYTES (8u << 20)
+/* How long a closed connection waits for the store's word that its peer
+ * left (it ends at once when the job aborts: a crash). */
+#define TCP_LEFT_WAIT_S 1.0
 
 typedef struct {
     dt_link base;
@@ -54,6 +57,9 @@ static int io_fail(dt_comm *c, const tcp_link *l, const dt_p2p *op, int err)
     if (err != 0 && !connection_lost(err))
         return dt_comm_fail(c, DT_ERR_SYSTEM, op->peer, "%s rank %d (%s) over TCP failed: %s",
                             op_verb(op), op->peer, l->where, strerror(err));
+    /* A peer that leaves says so to the store as it closes its links; its
+     * word comes by another path, so it gets a moment to arrive. */
+    if (dt_comm_peer_left(c, op->peer, TCP_LEFT_WAIT_S)) return dt_comm_fail_left(c, op);
     /* A closed connection is usually the echo of a failure elsewhere;
      * dt_comm_fail waits briefly for the job's verdict and names the cause. */
     if (err == 0)
