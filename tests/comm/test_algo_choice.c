@@ -1,5 +1,5 @@
 /*
- * The cost model and auto's choice, against the formulas of REFERENCE.md
+ * The cost model and auto's choice, against the textbook formulas
  * (written out here independently of the dry runs that produce them).
  * Run under `dtrain launch -n N` with DTRAIN_COMM_MODEL pointing at a
  * model file (alpha, beta, gamma given), on one host:
@@ -29,7 +29,7 @@ static int rank, size;
 
 static const char *colls[] = {"allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall"};
 
-/* Textbook all-reduce costs (REFERENCE.md, "Cost model"), n bytes. */
+/* Textbook all-reduce costs (Thakur, Rabenseifner and Gropp, 2005), n bytes. */
 static double formula(const char *algo, double n, int p, double a, double b, double g)
 {
     double lg = log2((double)p), f = (double)(p - 1) / p;

@@ -1,7 +1,8 @@
 /*
  * Who am I in the job? Read from the environment of whichever launcher
- * started us, in DESIGN.md's order: torchrun (and `dtrain launch`), Open
- * MPI, MPICH/PMI, Slurm; with none of them the job is this process alone.
+ * started us, in this order (docs/comm.md): torchrun (and `dtrain
+ * launch`), Open MPI, MPICH/PMI, Slurm; with none of them the job is this
+ * process alone.
  *
  * Launchers other than ours do not say where rank 0 is: MASTER_ADDR wins
  * when set, a job on one host uses the loopback, and Slurm's node list

@@ -1,5 +1,5 @@
 /*
- * The cost model of the collectives (Hockney's, as in REFERENCE.md): a
+ * The cost model of the collectives (Hockney's; docs/comm.md): a
  * message of b bytes over a link costs alpha + beta * b seconds, reducing b
  * bytes costs gamma * b, copying them copy * b. One alpha/beta/gamma per
  * kind of link, measured by dt_comm_calibrate (calibrate.c) or read from a
