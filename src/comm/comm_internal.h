@@ -4,7 +4,8 @@
  * A job (one per process) holds what the environment gave (rank, size,
  * master, secret, timeout), the store connection, the control monitor and
  * the job-wide abort state. A communicator holds its members, one link per
- * peer (shared memory or TCP), the collective sequence number, its failure
+ * peer (shared memory, TCP or MPI, set up through the table of transports,
+ * transport/transport.h), the collective sequence number, its failure
  * message and its progress thread.
  *
  * Algorithms are written as steps: each step is a small array of
@@ -149,7 +150,7 @@ static inline dt_p2p dt_p2p_recv_reduce(int peer, void *dst, const void *local, 
 typedef struct dt_link dt_link;
 
 typedef struct {
-    const char *name; /* "shm", "tcp" */
+    const char *name; /* "shm", "tcp", "mpi" */
     /* Advance op without blocking: 1 when complete, 0 when it must wait for
      * the peer, or a negative DT_ERR_* after dt_comm_fail(). Sets
      * *progressed when any byte moved. */
