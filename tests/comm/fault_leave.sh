@@ -4,6 +4,7 @@
 # after DTRAIN_TIMEOUT (60 s here), with a message that names the rank and
 # says that it called dt_comm_destroy, on every rank. A rank that leaves
 # after everyone is done is a clean end: no error, no warning, exit 0.
+# So are many ranks leaving at once.
 #
 # Usage: fault_leave.sh path/to/dtrain path/to/test_faults [shm|tcp]...
 set -euo pipefail
@@ -63,7 +64,26 @@ clean_case() { # transport leaver
     expect_no_leftovers "$name"
 }
 
+# Nine ranks that leave at the same moment (a job's normal end): the store
+# tells each of them of the others' goodbyes while they close, and a
+# goodbye must never be mistaken for a lost rank.
+together_case() { # transport
+    local transport=$1 name i
+    check "$transport: 9 ranks leave together, 10 times over: every job ends cleanly"
+    for i in $(seq 1 10); do
+        name="together_${transport}_$i"
+        start_job "$name" DTRAIN_TIMEOUT=$TIMEOUT_S DTRAIN_TRANSPORT="$transport" -- \
+            -n 9 -- "$FAULTS" join
+        wait_job "$JOB_PID" $((TIMEOUT_S / 2))
+        [[ $JOB_RC -eq 0 ]] || fail "run $i: status $JOB_RC: $(head -2 "$TMP/$name.err")"
+        [[ ! -s "$TMP/$name.err" ]] || fail "run $i printed: $(head -3 "$TMP/$name.err")"
+        expect_no_leftovers "$name"
+    done
+    note "10 clean ends"
+}
+
 for transport in "${TRANSPORTS[@]}"; do
+    together_case "$transport"
     leave_case "$transport" 1
     leave_case "$transport" 0
     clean_case "$transport" 1

@@ -51,8 +51,11 @@ static void conn_flush(conn *c)
         }
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-        dt_srv_drop(c, 0, "send failed: %s", n < 0 ? strerror(errno) : "no progress");
-        return;
+        /* The client closed or reset the connection, but what it sent
+         * before (a BYE, say) may still wait to be read: stop writing, and
+         * let the read side, which sees the end soon, judge it. */
+        c->out_broken = 1;
+        break;
     }
     c->out_off = c->out_len = 0;
 }
@@ -77,7 +80,7 @@ static int out_reserve(conn *c, size_t need)
 /* Queue one message and send what the socket takes now. */
 void dt_srv_send(conn *c, const dt_wire_hdr *h, const void *val)
 {
-    if (c->dead) return;
+    if (c->dead || c->out_broken) return;
     size_t need = DT_WIRE_HDR_SIZE + (size_t)h->val_len;
     if (c->out_len - c->out_off + need > MAX_QUEUED_BYTES) {
         dt_srv_drop(c, 1, "it does not read its replies (%zu bytes queued)",

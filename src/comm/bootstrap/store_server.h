@@ -39,6 +39,7 @@ typedef struct conn {
     int nwaiters; /* GETs of this connection waiting for their key */
     int dead;     /* to be closed at the end of this turn */
     int dead_by_error;
+    int out_broken; /* a send failed: what is queued for it is dropped */
     char why[192];
     char peer[80];
     /* Input: the header, then the body (key and value, plus a NUL). */
