@@ -99,9 +99,13 @@ const char *dt_comm_error(const dt_comm *c);
  * does: every rank's pending and later calls fail with DT_ERR_ABORTED and
  * a message naming this rank and the reason. Destroy c afterwards. */
 void dt_comm_abort(dt_comm *c, const char *reason);
-/* "shm", "tcp" or "shm+tcp": what carries this communicator's messages. */
+/* "shm", "tcp", "shm+tcp", "mpi" or "self": what carries this
+ * communicator's messages. */
 const char *dt_comm_transport(const dt_comm *c);
-/* Collective: waits for outstanding requests, then frees everything. */
+/* Waits for c's outstanding requests, then frees everything. For the
+ * world communicator this is the rank's goodbye: a peer still waiting for
+ * it in a call fails within about a second, naming it (DT_ERR_PEER); after
+ * the others are done with it, leaving is silent. */
 void dt_comm_destroy(dt_comm *c);
 
 /* Blocking collectives. */

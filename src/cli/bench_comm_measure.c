@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "cli/bench_comm.h"
-#include "comm/cost_model.h"
+#include "comm/cost/model.h"
 #include "comm/reduce_ops.h"
 #include "core/timer.h"
 

@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 
+#include "comm/transport/shm.h"
 #include "core/log.h"
 #include "core/timer.h"
 

@@ -1,25 +1,3 @@
-/* What the environment says about this process's place in the job. */
-#ifndef DT_COMM_BOOTSTRAP_H
-#define DT_COMM_BOOTSTRAP_H
-
-#include <stddef.h>
-
-typedef struct {
-    int rank, size;
-    int local_rank, local_size; /* -1 when the launcher did not say */
-    char launcher[16];          /* torchrun, openmpi, pmi, slurm, none */
-    char launcher_job[128];     /* "<launcher>:<job id>" when it gives one */
-    char master_addr[256];
-    int master_port;
-    char secret[256];
-    int secret_from_env;
-    char job_id[64];
-    double timeout_s;
-    int force_tcp;
-    int use_mpi; /* DTRAIN_TRANSPORT=mpi */
-} dt_bootstrap;
-
-/* 0, or -1 with a message naming the offending variable. */
-int dt_bootstrap_from_env(dt_bootstrap *b, char *err, size_t errlen);
-
-#endif
+/* Moved to comm/bootstrap/bootstrap.h; this forwarding header stays until
+ * src/train/trainer.c includes the new path. */
+#include "comm/bootstrap/bootstrap.h"

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm/algorithms.h"
+#include "comm/algo/algorithms.h"
 #include "comm/async.h"
 #include "comm/reduce_ops.h"
 

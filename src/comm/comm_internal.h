@@ -4,7 +4,8 @@
  * A job (one per process) holds what the environment gave (rank, size,
  * master, secret, timeout), the store connection, the control monitor and
  * the job-wide abort state. A communicator holds its members, one link per
- * peer (shared memory or TCP), the collective sequence number, its failure
+ * peer (shared memory, TCP or MPI, set up through the table of transports,
+ * transport/transport.h), the collective sequence number, its failure
  * message and its progress thread.
  *
  * Algorithms are written as steps: each step is a small array of
@@ -22,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm/cost_model.h"
+#include "comm/cost/model.h"
 #include "dtrain/comm.h"
 
 struct dt_store_server;
@@ -149,7 +150,7 @@ static inline dt_p2p dt_p2p_recv_reduce(int peer, void *dst, const void *local, 
 typedef struct dt_link dt_link;
 
 typedef struct {
-    const char *name; /* "shm", "tcp" */
+    const char *name; /* "shm", "tcp", "mpi" */
     /* Advance op without blocking: 1 when complete, 0 when it must wait for
      * the peer, or a negative DT_ERR_* after dt_comm_fail(). Sets
      * *progressed when any byte moved. */
@@ -188,6 +189,10 @@ typedef struct dt_job {
     struct dt_store *store;
     struct dt_monitor *monitor;
     pthread_mutex_t store_lock; /* the store connection has one user at a time */
+    /* Ranks that left (called dt_comm_destroy) while the job ran, as the
+     * store told: when we heard (dt_now_ns), 0 for ranks still here. */
+    _Atomic uint64_t *left_ns; /* [size] */
+    atomic_int nleft;
     /* Abort state: set once, by a local failure or by the store. */
     atomic_int aborted;
     int abort_code;
@@ -211,7 +216,7 @@ struct dt_comm {
     int *host_of;     /* [size] host index, equal for ranks sharing memory */
     dt_link **links;  /* [size], NULL for self */
     struct dt_shm_comm *shm;
-    const char *transport_name;
+    char transport_name[16]; /* "shm+tcp", ... (transport/transport.c) */
     uint64_t seq;          /* sequence number of the next collective */
     _Atomic uint64_t bytes_sent; /* payload bytes this rank has sent (dt_comm_bytes_sent) */
     uint64_t *p2p_send_seq; /* [size] per-peer counters for send/recv */
@@ -240,11 +245,30 @@ struct dt_comm {
     void *mpi;                /* the matching MPI communicator (mpi.h), or NULL */
 };
 
+/* The job (job.c): made from the environment, joined to the store and the
+ * control channel (multi-rank jobs), holding its live communicators. */
+int dt_job_create(dt_job **out, char *err, size_t errlen);
+int dt_job_connect(dt_job *job, char *err, size_t errlen);
+void dt_job_disconnect(dt_job *job);
+/* Say goodbye to the store (the rank leaves the job): first thing in the
+ * world communicator's destroy, so that peers hear before its links go. */
+void dt_job_leave(dt_job *job);
+void dt_job_free(dt_job *job);
+int dt_job_register(dt_job *job, dt_comm *c);
+void dt_job_unregister(dt_job *job, dt_comm *c);
+
 /* Record a failure of c (first one wins), prefixed with the collective, its
  * sequence number and the peer; also aborts the job so that every rank
  * learns of it. Returns code. */
 int dt_comm_fail(dt_comm *c, int code, int peer, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* The store says world rank `rank` left the job (failure.c). */
+void dt_job_note_left(dt_job *job, int rank);
+/* Whether the peer of op (a member of c) has left the job, waiting up to
+ * wait_s for the store's word while the job has not aborted. */
+int dt_comm_peer_left(dt_comm *c, int peer, double wait_s);
+/* Fail c because the peer op waits on left the job (dt_comm_destroy). */
+int dt_comm_fail_left(dt_comm *c, const dt_p2p *op);
 /* Fail c with the job's abort cause (found by another rank or the store);
  * `during` is appended to "job aborted" (may be ""). */
 int dt_comm_fail_from_abort(dt_comm *c, const char *during);
@@ -258,13 +282,10 @@ uint64_t dt_comm_deadline(const dt_comm *c);
 /* Whether this build has Open MPI underneath (mpi_coll.c). */
 int dt_have_mpi(void);
 
-/* Dry runs (cost_predict.c): a step costed instead of run, and a
+/* Dry runs (cost/predict.c): a step costed instead of run, and a
  * scratch "buffer" that is never touched. */
 int dt_dry_step(dt_comm *c, const dt_p2p *ops, int n);
 void *dt_dry_scratch(dt_comm *c, size_t bytes);
-/* The kind of link between this rank and peer, or between ranks a and b. */
-dt_link_kind dt_link_kind_of(const dt_comm *c, int peer);
-dt_link_kind dt_link_kind_between(const dt_comm *c, int a, int b);
 
 /* Post ops together and progress until all complete (0), or fail. Ops on
  * the same peer and direction complete in array order. */
@@ -288,21 +309,6 @@ void dt_p2p_fill_hdr(const dt_comm *c, const dt_p2p *op, dt_msg_hdr *h);
 int dt_p2p_check_hdr(dt_comm *c, const dt_p2p *op, const dt_msg_hdr *h);
 /* Reduce incoming bytes into op's destination: dst[off..] = src[off..] op in. */
 void dt_p2p_reduce_chunk(const dt_comm *c, dt_p2p *op, size_t off, const void *in, size_t bytes);
-
-/* Transports: set up links to the given peers (communicator ranks), using
- * the store under the communicator's id. Collective over the members. */
-int dt_shm_setup(dt_comm *c, const int *peers, int npeers);
-void dt_shm_teardown(dt_comm *c);
-/* Shared-memory doorbell of c. Read the bell before a progress pass; after
- * a fruitless pass, dt_shm_wait sleeps unless the bell moved since. */
-uint32_t dt_shm_bell(const dt_comm *c);
-/* Before sleeping a waiter arms (writers then ring), and makes one more
- * pass; disarm when that pass progressed. dt_shm_wait disarms itself. */
-void dt_shm_arm(dt_comm *c);
-void dt_shm_disarm(dt_comm *c);
-void dt_shm_wait(dt_comm *c, uint32_t bell, int timeout_ms);
-void dt_shm_wake(dt_comm *c);
-int dt_tcp_setup(dt_comm *c, const int *peers, int npeers);
 
 /* Store access from communicator code (serialised by job->store_lock);
  * keys are prefixed with the communicator's id. */

@@ -15,8 +15,9 @@
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
+#include "comm/transport/shm.h"
 #include "comm/mpi.h"
-#include "comm/store.h"
+#include "comm/bootstrap/store.h"
 #include "core/log.h"
 #include "core/str.h"
 #include "core/timer.h"
@@ -45,6 +46,44 @@ void dt_job_abort(dt_job *job, int code, const char *msg)
     if (first) dt_mpi_abort_if_blocked(msg);
 }
 
+void dt_job_note_left(dt_job *job, int rank)
+{
+    if (rank < 0 || rank >= job->size) return;
+    uint64_t none = 0;
+    if (!atomic_compare_exchange_strong(&job->left_ns[rank], &none, dt_now_ns())) return;
+    atomic_fetch_add(&job->nleft, 1);
+    /* A waiter sleeping on its doorbell looks again (TCP and MPI waits
+     * wake every slice anyway; the wake fd is for aborts only). */
+    pthread_mutex_lock(&job->lock);
+    for (int i = 0; i < job->ncomms; i++) dt_shm_wake(job->comms[i]);
+    pthread_mutex_unlock(&job->lock);
+}
+
+int dt_comm_peer_left(dt_comm *c, int peer, double wait_s)
+{
+    dt_job *job = c->job;
+    double until = dt_now_s() + wait_s;
+    for (;;) {
+        if (atomic_load(&job->left_ns[c->world_rank[peer]])) return 1;
+        if (atomic_load(&job->aborted) || dt_now_s() >= until) return 0;
+        usleep(5000);
+    }
+}
+
+int dt_comm_fail_left(dt_comm *c, const dt_p2p *op)
+{
+    char who[64];
+    int w = c->world_rank[op->peer];
+    if (w == op->peer)
+        snprintf(who, sizeof who, "rank %d", op->peer);
+    else
+        snprintf(who, sizeof who, "rank %d (rank %d of the job)", op->peer, w);
+    return dt_comm_fail(c, DT_ERR_PEER, op->peer,
+                        "%s left: it called dt_comm_destroy while this rank still waited for it "
+                        "%s",
+                        who, op->kind == DT_P2P_SEND ? "to take our send" : "to send");
+}
+
 /* "allreduce #17 (rank 2 of 4)", plus the communicator when not the world. */
 static int describe_call(const dt_comm *c, char *buf, size_t len)
 {
@@ -70,7 +109,7 @@ static void wait_for_verdict(dt_job *job)
 
 int dt_comm_fail(dt_comm *c, int code, int peer, const char *fmt, ...)
 {
-    /* A dry run's stand-in (cost_predict.c) only predicts: whatever it
+    /* A dry run's stand-in (cost/predict.c) only predicts: whatever it
      * trips over is no failure of the job. */
     if (c->dry) return code;
     char detail[512], where[256];

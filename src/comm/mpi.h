@@ -1,9 +1,11 @@
 /*
  * MPI underneath: what the rest of src/comm asks of it. The functions live
- * in mpi_job.c (joining the job, MPI communicators), mpi_link.c (links over
- * MPI point-to-point) and mpi_coll.c (MPI's own collectives). All of them
- * exist in builds without MPI too (DTRAIN_HAVE_MPI undefined), where they
- * do nothing or fail with a message that says so.
+ * in bootstrap/mpi_job.c (joining the job, MPI communicators),
+ * transport/mpi_link.c (links over MPI point-to-point, whose setup
+ * transport/transport.h declares) and algo/mpi_coll.c (MPI's own
+ * collectives). All of them exist in builds without MPI too
+ * (DTRAIN_HAVE_MPI undefined), where they do nothing or fail with a
+ * message that says so.
  *
  * A communicator's c->mpi, when set, points to a malloc'd MPI_Comm whose
  * ranks are the communicator's ranks: the world's is a dup of
@@ -15,7 +17,7 @@
 
 #include <stddef.h>
 
-#include "comm/bootstrap.h"
+#include "comm/bootstrap/bootstrap.h"
 #include "dtrain/comm.h"
 
 /* Whether this build has MPI underneath. */
@@ -45,9 +47,6 @@ int dt_mpi_comm_world(dt_comm *c);
 int dt_mpi_comm_split(dt_comm *c, int color, int key, void **out);
 /* Frees a c->mpi handle (NULL is fine). */
 void dt_mpi_comm_release(void *mpi);
-
-/* DTRAIN_TRANSPORT=mpi: an MPI link to each peer (mpi_link.c). */
-int dt_mpi_link_setup(dt_comm *c, const int *peers, int npeers);
 
 /* Called on a job abort: if a blocking MPI collective is in flight in
  * this process, print why and MPI_Abort (it could never return). */

@@ -20,11 +20,16 @@
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
+#include "comm/transport/shm.h"
 #include "comm/reduce_ops.h"
 #include "core/timer.h"
 
 #define DT_P2P_MAX_OPS 64
 #define DT_BLOCK_SLICE_MS 100 /* longest single sleep: bounds abort latency */
+/* A peer that left the job (dt_comm_destroy) may have sent its last
+ * message just before: it gets this long without progress before a wait
+ * on it fails. */
+#define DT_LEFT_GRACE_NS 500000000ull
 
 static inline void cpu_relax(void)
 {
@@ -132,6 +137,21 @@ static int pending_peer(const dt_p2p *ops, const unsigned char *done, int n, con
     return -1;
 }
 
+/* A pending op whose peer left the job over DT_LEFT_GRACE_NS ago, with no
+ * progress since (stalled: when progress stopped); -1 if none. */
+static int op_on_gone_peer(const dt_comm *c, const dt_p2p *ops, const unsigned char *done, int n,
+                           uint64_t stalled, uint64_t now)
+{
+    if (!atomic_load(&c->job->nleft)) return -1;
+    for (int i = 0; i < n; i++) {
+        if (done[i]) continue;
+        uint64_t left = atomic_load(&c->job->left_ns[c->world_rank[ops[i].peer]]);
+        uint64_t since = left > stalled ? left : stalled;
+        if (left && now > since && now - since >= DT_LEFT_GRACE_NS) return i;
+    }
+    return -1;
+}
+
 int dt_p2p_run(dt_comm *c, dt_p2p *ops, int n) { return dt_p2p_run_growing(c, ops, n, n, NULL, NULL); }
 
 int dt_p2p_run_growing(dt_comm *c, dt_p2p *ops, int n, int cap, dt_p2p_refill_fn refill,
@@ -170,6 +190,8 @@ int dt_p2p_run_growing(dt_comm *c, dt_p2p *ops, int n, int cap, dt_p2p_refill_fn
                                 "timed out after %.1f s waiting for rank %d %s (DTRAIN_TIMEOUT)",
                                 c->job->timeout_s, peer, what);
         }
+        int gone = op_on_gone_peer(c, ops, done, n, last_progress, now);
+        if (gone >= 0) return dt_comm_fail_left(c, &ops[gone]);
         if (!armed) { /* one more pass after arming, so no wake-up is lost */
             dt_shm_arm(c);
             armed = 1;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dt_comm_init from the environment of each launcher DESIGN.md names, without
+# dt_comm_init from the environment of each launcher docs/comm.md names, without
 # the launcher itself: ranks started by hand with only Open MPI's, MPICH/PMI's
 # or Slurm's variables (and no MASTER_ADDR/MASTER_PORT or DTRAIN_SECRET, as
 # under those launchers) must find each other and pass the collective test.

@@ -1,5 +1,5 @@
 /*
- * The cost model and auto's choice, against the formulas of REFERENCE.md
+ * The cost model and auto's choice, against the textbook formulas
  * (written out here independently of the dry runs that produce them).
  * Run under `dtrain launch -n N` with DTRAIN_COMM_MODEL pointing at a
  * model file (alpha, beta, gamma given), on one host:
@@ -22,24 +22,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h" /* tests/check.h */
 #include "dtrain/comm.h"
 
 static int rank, size;
-static long checks, failures;
-
-#define CHECK(cond, ...)                                        \
-    do {                                                        \
-        checks++;                                               \
-        if (!(cond) && failures++ < 30) {                       \
-            fprintf(stderr, "rank %d: FAIL: ", rank);           \
-            fprintf(stderr, __VA_ARGS__);                       \
-            fprintf(stderr, "\n");                              \
-        }                                                       \
-    } while (0)
 
 static const char *colls[] = {"allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall"};
 
-/* Textbook all-reduce costs (REFERENCE.md, "Cost model"), n bytes. */
+/* Textbook all-reduce costs (Thakur, Rabenseifner and Gropp, 2005), n bytes. */
 static double formula(const char *algo, double n, int p, double a, double b, double g)
 {
     double lg = log2((double)p), f = (double)(p - 1) / p;
@@ -86,6 +76,7 @@ int main(int argc, char **argv)
     }
     rank = dt_comm_rank(c);
     size = dt_comm_size(c);
+    check_set_label("rank %d: ", rank);
     char model[1024];
     dt_comm_describe_model(c, model, sizeof model);
     CHECK(strstr(model, "model_test.json") != NULL, "the model in use is not the file's: %s", model);
@@ -115,7 +106,7 @@ int main(int argc, char **argv)
         const char *big = dt_comm_algo_for(c, "allreduce", (256u << 20) / 4, DT_F32);
         CHECK(big && !strcmp(big, "hier"), "256 MiB across two hosts went to %s, not hier", big);
         if (rank == 0)
-            printf("test_algo_choice: 2 hosts x 2 ranks: %ld checks, %ld failed on rank 0 (256 MiB -> %s)\n",
+            printf("test_algo_choice: 2 hosts x 2 ranks: %ld checks, %d failed on rank 0 (256 MiB -> %s)\n",
                    checks, failures, big ? big : "-");
         dt_comm_destroy(c);
         return failures ? 1 : 0;
@@ -151,7 +142,7 @@ int main(int argc, char **argv)
               "256 MiB all-reduce went to %s, not a bandwidth algorithm", large);
     }
     if (rank == 0)
-        printf("test_algo_choice: %d ranks: %ld checks, %ld failed on rank 0 (small -> %s, large -> %s)\n",
+        printf("test_algo_choice: %d ranks: %ld checks, %d failed on rank 0 (small -> %s, large -> %s)\n",
                size, checks, failures, small ? small : "-", large ? large : "-");
     dt_comm_destroy(c);
     return failures ? 1 : 0;

@@ -24,20 +24,11 @@
 
 #include "comm/reduce_ops.h"
 #include "core/hash.h"
+#include "check.h" /* tests/check.h */
 #include "dtrain/comm.h"
 
 static int rank, size;
-static long checks, failures;
 static char algo_label[256] = ""; /* the forced algorithms, for messages */
-
-#define FAIL(...)                                              \
-    do {                                                       \
-        if (failures++ < 20) {                                 \
-            fprintf(stderr, "rank %d: FAIL: %s", rank, algo_label); \
-            fprintf(stderr, __VA_ARGS__);                      \
-            fprintf(stderr, "\n");                             \
-        }                                                      \
-    } while (0)
 
 static void must(dt_comm *c, int rc, const char *what)
 {
@@ -141,10 +132,9 @@ typedef struct {
 
 static void check_elem(const caseinfo *k, size_t i, double got, double want)
 {
-    checks++;
-    if (!close_enough(k->t, k->op, got, want))
-        FAIL("%s %s %s count=%zu root=%d inplace=%d: element %zu is %g, expected %g", k->coll,
-             dt_dtype_name(k->t), dt_op_name(k->op), k->count, k->root, k->inplace, i, got, want);
+    CHECK(close_enough(k->t, k->op, got, want),
+          "%s %s %s count=%zu root=%d inplace=%d: element %zu is %g, expected %g", k->coll,
+          dt_dtype_name(k->t), dt_op_name(k->op), k->count, k->root, k->inplace, i, got, want);
 }
 
 static void *alloc_bytes(size_t n) { return calloc(n ? n : 1, 1); }
@@ -343,15 +333,13 @@ static void test_bit_identical(dt_comm *c, size_t n)
     uint64_t h = dt_fnv1a64(x, n * sizeof *x);
     uint64_t *all = malloc((size_t)size * sizeof *all);
     must(c, dt_allgather(c, &h, all, 1, DT_I64), "dt_allgather (hashes)");
-    for (int r = 0; r < size; r++) {
-        checks++;
-        if (all[r] != h) FAIL("random allreduce: rank %d's result differs from ours", r);
-    }
+    for (int r = 0; r < size; r++)
+        CHECK(all[r] == h, "random allreduce: rank %d's result differs from ours", r);
     for (size_t i = 0; i < n; i += 97) {
         double want = 0;
         for (int r = 0; r < size; r++) want += (double)(float)((double)(mix(r * 7777u + i) >> 11) / 9007199254740992.0 - 0.5);
-        checks++;
-        if (fabs(x[i] - want) > 1e-5 * size) FAIL("random allreduce: element %zu is %g, expected %g", i, x[i], want);
+        CHECK(fabs(x[i] - want) <= 1e-5 * size, "random allreduce: element %zu is %g, expected %g",
+              i, x[i], want);
     }
     free(all);
     free(x);
@@ -363,26 +351,22 @@ static void test_split(dt_comm *c)
     dt_comm *sub = NULL;
     must(c, dt_comm_split(c, rank % 2, -rank, &sub), "dt_comm_split");
     int members = (size + 1 - rank % 2) / 2;
-    checks++;
-    if (!sub || dt_comm_size(sub) != members) {
-        FAIL("split: size %d, expected %d", sub ? dt_comm_size(sub) : -1, members);
-        return;
-    }
+    CHECK(sub && dt_comm_size(sub) == members, "split: size %d, expected %d",
+          sub ? dt_comm_size(sub) : -1, members);
+    if (!sub || dt_comm_size(sub) != members) return;
     int want_rank = 0;
     for (int r = rank + 2; r < size; r += 2) want_rank++;
-    checks++;
-    if (dt_comm_rank(sub) != want_rank) FAIL("split: rank %d, expected %d", dt_comm_rank(sub), want_rank);
+    CHECK(dt_comm_rank(sub) == want_rank, "split: rank %d, expected %d", dt_comm_rank(sub),
+          want_rank);
     int64_t v = rank, sum = 0;
     must(sub, dt_allreduce(sub, &v, &sum, 1, DT_I64, DT_SUM), "dt_allreduce on split");
     int64_t want = 0;
     for (int r = rank % 2; r < size; r += 2) want += r;
-    checks++;
-    if (sum != want) FAIL("split allreduce: %lld, expected %lld", (long long)sum, (long long)want);
+    CHECK(sum == want, "split allreduce: %lld, expected %lld", (long long)sum, (long long)want);
     /* A nested split, and ranks opting out with DT_UNDEFINED. */
     dt_comm *inner = NULL;
     must(sub, dt_comm_split(sub, dt_comm_rank(sub) == 0 ? DT_UNDEFINED : 0, 0, &inner), "nested split");
-    checks++;
-    if ((dt_comm_rank(sub) == 0) != (inner == NULL)) FAIL("nested split: DT_UNDEFINED not honoured");
+    CHECK((dt_comm_rank(sub) == 0) == (inner == NULL), "nested split: DT_UNDEFINED not honoured");
     if (inner) {
         must(inner, dt_barrier(inner), "barrier on nested split");
         dt_comm_destroy(inner);
@@ -405,11 +389,9 @@ static void test_nonblocking(dt_comm *c)
         for (int i = 0; i < N; i++) {
             float want = 0;
             for (int r = 0; r < size; r++) want += (float)(r + k + i % 5);
-            checks++;
-            if (bufs[k][i] != want) {
-                FAIL("iallreduce %d element %d is %g, expected %g", k, i, bufs[k][i], want);
-                break;
-            }
+            CHECK(bufs[k][i] == want, "iallreduce %d element %d is %g, expected %g", k, i,
+                  bufs[k][i], want);
+            if (bufs[k][i] != want) break;
         }
     /* A blocking call queues behind pending ones and keeps the order. */
     int32_t a = rank, b = 0;
@@ -417,8 +399,7 @@ static void test_nonblocking(dt_comm *c)
     must(c, dt_ibroadcast(c, &a, &a, 1, DT_I32, 0, &r1), "dt_ibroadcast");
     must(c, dt_allreduce(c, &a, &b, 1, DT_I32, DT_SUM), "dt_allreduce after ibroadcast");
     must(c, dt_wait(r1), "dt_wait");
-    checks++;
-    if (b != 0 || a != 0) FAIL("ibroadcast then allreduce gave a=%d b=%d", a, b);
+    CHECK(b == 0 && a == 0, "ibroadcast then allreduce gave a=%d b=%d", a, b);
 }
 
 static void test_p2p(dt_comm *c)
@@ -437,11 +418,8 @@ static void test_p2p(dt_comm *c)
             must(c, dt_send(c, out, N, DT_F64, right), "dt_send");
         }
         for (int i = 0; i < N; i += 101) {
-            checks++;
-            if (in[i] != left * 1e6 + i) {
-                FAIL("p2p round %d: element %d is %g", round, i, in[i]);
-                break;
-            }
+            CHECK(in[i] == left * 1e6 + i, "p2p round %d: element %d is %g", round, i, in[i]);
+            if (in[i] != left * 1e6 + i) break;
         }
     }
     /* Everyone isends before it irecvs: only works if queued sends and
@@ -453,11 +431,8 @@ static void test_p2p(dt_comm *c)
     must(c, dt_wait(rr), "dt_wait(irecv)");
     must(c, dt_wait(rs), "dt_wait(isend)");
     for (int i = 0; i < N; i += 101) {
-        checks++;
-        if (in[i] != left * 1e6 + i) {
-            FAIL("isend/irecv exchange: element %d is %g", i, in[i]);
-            break;
-        }
+        CHECK(in[i] == left * 1e6 + i, "isend/irecv exchange: element %d is %g", i, in[i]);
+        if (in[i] != left * 1e6 + i) break;
     }
     free(out);
     free(in);
@@ -492,6 +467,7 @@ static int force_pass(dt_comm *c, int pass, int with_mpi)
         o += (size_t)snprintf(algo_label + o, sizeof algo_label - o, "%s=%s ", choosable[i], name);
     }
     snprintf(algo_label + o, sizeof algo_label - o, "| ");
+    check_set_label("rank %d: %s", rank, algo_label);
     return more;
 }
 
@@ -520,6 +496,7 @@ int main(int argc, char **argv)
     }
     rank = dt_comm_rank(c);
     size = dt_comm_size(c);
+    check_set_label("rank %d: ", rank);
     int passes = 0;
     for (int pass = 0; all_algos ? force_pass(c, pass, with_mpi) : pass == 0; pass++, passes++) {
         run_matrix(c, large, quick);
@@ -527,6 +504,7 @@ int main(int argc, char **argv)
     }
     if (all_algos) {
         algo_label[0] = '\0';
+        check_set_label("rank %d: ", rank);
         for (int i = 0; i < NCHOOSABLE; i++) must(c, dt_comm_set_algo(c, choosable[i], "auto"), "auto");
         if (rank == 0) printf("test_collectives: %d passes, each algorithm of every collective forced\n", passes);
     }
@@ -534,7 +512,7 @@ int main(int argc, char **argv)
     test_nonblocking(c);
     test_p2p(c);
     if (rank == 0)
-        printf("test_collectives: %d ranks over %s: %ld checks, %ld failed on rank 0\n", size,
+        printf("test_collectives: %d ranks over %s: %ld checks, %d failed on rank 0\n", size,
                dt_comm_transport(c), checks, failures);
     dt_comm_destroy(c);
     return failures ? 1 : 0;

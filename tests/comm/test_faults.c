@@ -19,6 +19,15 @@
  *                     dt_allreduce.
  *   join              dt_comm_init, a barrier, dt_comm_destroy (the rogue
  *                     process of fault_secret.sh).
+ *   leave LEAVER [N]  N all-reduces (default 5) and a barrier; then rank
+ *                     LEAVER calls dt_comm_destroy and stays alive (until
+ *                     DTRAIN_FAULT_UNTIL exists, at most 60 s), while the
+ *                     others call one more all-reduce, which must fail:
+ *                     each prints `rank R: leave: failed after S s`, then
+ *                     its error line.
+ *   leave-clean LEAVER [N]  N all-reduces; rank LEAVER destroys its
+ *                     communicator at once, the others a second later:
+ *                     a clean end, which must succeed everywhere.
  *
  * The contract the scripts check: on the first error a rank prints exactly
  * one line, `rank R: error: <dt_comm_error text>`, on stderr and exits 3.
@@ -33,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dtrain/comm.h"
@@ -46,7 +56,8 @@ static void usage(const char *prog)
 {
     fprintf(stderr,
             "usage: %s stream N [EVERY] | mismatch [COUNT] | dtype-mismatch [COUNT] |\n"
-            "       root-mismatch [COUNT] | coll-mismatch [COUNT] | join\n",
+            "       root-mismatch [COUNT] | coll-mismatch [COUNT] | join |\n"
+            "       leave LEAVER [N] | leave-clean LEAVER [N]\n",
             prog);
     exit(2);
 }
@@ -213,11 +224,58 @@ static void mismatch(dt_comm *c, const char *mode, size_t count)
     free(recv);
 }
 
+/* ---- a rank that leaves ----------------------------------------------------- */
+
+static void allreduces(dt_comm *c, long n)
+{
+    int32_t v[1024];
+    for (long it = 0; it < n; it++) {
+        for (int i = 0; i < 1024; i++) v[i] = rank + i;
+        if (dt_allreduce(c, v, v, 1024, DT_I32, DT_SUM) != 0) comm_error(c);
+    }
+}
+
+static void wait_for_stop(double limit_s)
+{
+    const char *until = getenv("DTRAIN_FAULT_UNTIL");
+    for (double t = 0; t < limit_s && !(until && *until && access(until, F_OK) == 0); t += 0.05)
+        usleep(50000);
+}
+
+static void leave(dt_comm *c, int leaver, long n, int clean)
+{
+    if (leaver >= size) bug("leave: LEAVER is not a rank of the job", "");
+    allreduces(c, n);
+    if (clean) {
+        if (rank != leaver) usleep(1000000);
+        dt_comm_destroy(c);
+        say(1, "rank %d: leave-clean: done", rank);
+        exit(0);
+    }
+    if (dt_barrier(c) != 0) comm_error(c);
+    if (rank == leaver) {
+        say(1, "rank %d: leave: leaving after %ld all-reduces", rank, n);
+        dt_comm_destroy(c);
+        say(1, "rank %d: leave: left; still running", rank);
+        wait_for_stop(60);
+        exit(0);
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int32_t v[1024] = {0};
+    int rc = dt_allreduce(c, v, v, 1024, DT_I32, DT_SUM);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (rc == 0) bug("leave: ", "the all-reduce after a rank left returned 0");
+    say(1, "rank %d: leave: failed after %.2f s", rank,
+        (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    comm_error(c);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) usage(argv[0]);
     const char *mode = argv[1];
-    long n = 0, every = 50;
+    long n = 0, every = 50, leaver = 0;
     size_t count = 1024;
     if (!strcmp(mode, "stream")) {
         if (argc < 3 || argc > 4) usage(argv[0]);
@@ -227,6 +285,12 @@ int main(int argc, char **argv)
                !strcmp(mode, "root-mismatch") || !strcmp(mode, "coll-mismatch")) {
         if (argc > 3) usage(argv[0]);
         if (argc == 3) count = parse_count(argv[2], argv[0]);
+    } else if (!strcmp(mode, "leave") || !strcmp(mode, "leave-clean")) {
+        if (argc < 3 || argc > 4) usage(argv[0]);
+        char *end;
+        leaver = strtol(argv[2], &end, 10);
+        if (*argv[2] == '\0' || *end != '\0' || leaver < 0) usage(argv[0]);
+        n = argc == 4 ? (long)parse_count(argv[3], argv[0]) : 5;
     } else if (strcmp(mode, "join") || argc != 2) {
         usage(argv[0]);
     }
@@ -248,6 +312,8 @@ int main(int argc, char **argv)
 
     if (!strcmp(mode, "stream")) {
         stream(c, n, every);
+    } else if (!strcmp(mode, "leave") || !strcmp(mode, "leave-clean")) {
+        leave(c, (int)leaver, n, !strcmp(mode, "leave-clean"));
     } else if (!strcmp(mode, "join")) {
         rc = dt_barrier(c);
         if (rc != 0) comm_error(c);

@@ -1,12 +1,12 @@
 /*
- * Unit tests of the store (src/comm/store.c), its handshake (auth.c) and
- * sockets (net.c): requests from several threads, blocking and timed-out
+ * Unit tests of the store (src/comm/bootstrap/store_*.c), its handshake
+ * (auth.c) and sockets (transport/net.c): requests from several threads, blocking and timed-out
  * GETs, refused secrets, hostile connections, and every abort path of the
  * control channel. Returns non-zero and prints each failed check.
  *
  * A few tests speak the wire format directly (a rank that says HELLO and
  * then dies or goes silent, a client that sends a bad length); those
- * helpers mirror the header layout documented at the top of store.c.
+ * helpers mirror the header layout documented in store_wire.h.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -21,24 +21,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/auth.h"
-#include "comm/net.h"
-#include "comm/store.h"
+#include "check.h" /* tests/check.h */
+#include "comm/bootstrap/auth.h"
+#include "comm/bootstrap/store.h"
+#include "comm/transport/net.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "dtrain/comm.h"
-
-static atomic_int failures;
-
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __func__, __LINE__, #cond);                    \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fputc('\n', stderr);                                                               \
-            atomic_fetch_add(&failures, 1);                                                    \
-        }                                                                                      \
-    } while (0)
 
 #define SECRET "unit-test-secret"
 
@@ -63,7 +52,7 @@ static dt_store_server *start_server(int world, double beat_timeout_s, int *port
         if (dt_net_listen(NULL, 0, &fd, &p, err, sizeof err) != 0) continue;
         close(fd);
         dt_store_server *s;
-        if (dt_store_server_start(p, world, SECRET, beat_timeout_s, &s, err, sizeof err) == 0) {
+        if (dt_store_server_start("127.0.0.1", p, world, SECRET, beat_timeout_s, &s, err, sizeof err) == 0) {
             *port = p;
             return s;
         }
@@ -166,6 +155,7 @@ typedef struct {
     int count;
     int code;
     char msg[1100];
+    unsigned left; /* bit r: told that rank r left */
 } abort_rec;
 
 static void rec_init(abort_rec *r)
@@ -180,6 +170,25 @@ static void rec_destroy(abort_rec *r)
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
 }
+
+static void on_left(void *arg, int rank)
+{
+    abort_rec *r = arg;
+    pthread_mutex_lock(&r->mu);
+    if (rank >= 0 && rank < 32) r->left |= 1u << rank;
+    pthread_mutex_unlock(&r->mu);
+}
+
+static unsigned rec_left(abort_rec *r)
+{
+    pthread_mutex_lock(&r->mu);
+    unsigned left = r->left;
+    pthread_mutex_unlock(&r->mu);
+    return left;
+}
+
+static void on_abort(void *arg, int code, const char *msg);
+static const dt_monitor_events events = {on_abort, on_left};
 
 static void on_abort(void *arg, int code, const char *msg)
 {
@@ -220,7 +229,7 @@ static dt_monitor *start_monitor(int port, int rank, abort_rec *r)
 {
     dt_monitor *m = NULL;
     char err[512];
-    int rc = dt_monitor_start("127.0.0.1", port, rank, SECRET, 0.05, in_s(5), on_abort, r, &m,
+    int rc = dt_monitor_start("127.0.0.1", port, rank, SECRET, 0.05, in_s(5), &events, r, &m,
                               err, sizeof err);
     CHECK(rc == 0, "monitor of rank %d: %s", rank, err);
     return m;
@@ -400,7 +409,7 @@ static void test_wrong_secret(void)
     dt_monitor *m = NULL;
     abort_rec r;
     rec_init(&r);
-    rc = dt_monitor_start("127.0.0.1", port, 0, "wrong", 0.05, in_s(5), on_abort, &r, &m, err,
+    rc = dt_monitor_start("127.0.0.1", port, 0, "wrong", 0.05, in_s(5), &events, &r, &m, err,
                           sizeof err);
     CHECK(rc == DT_ERR_AUTH && m == NULL, "monitor with a wrong secret: rc %d", rc);
     rec_destroy(&r);
@@ -504,10 +513,10 @@ static void test_monitor_fail(void)
     /* The same rank twice, and a rank outside the world, are refused. */
     dt_monitor *dup = NULL;
     char err[512] = "";
-    int rc = dt_monitor_start("127.0.0.1", port, 1, SECRET, 0.05, in_s(5), on_abort, &r[3], &dup,
+    int rc = dt_monitor_start("127.0.0.1", port, 1, SECRET, 0.05, in_s(5), &events, &r[3], &dup,
                               err, sizeof err);
     CHECK(rc == DT_ERR_INVALID && !dup && strstr(err, "already connected"), "rc %d: %s", rc, err);
-    rc = dt_monitor_start("127.0.0.1", port, 9, SECRET, 0.05, in_s(5), on_abort, &r[3], &dup, err,
+    rc = dt_monitor_start("127.0.0.1", port, 9, SECRET, 0.05, in_s(5), &events, &r[3], &dup, err,
                           sizeof err);
     CHECK(rc == DT_ERR_INVALID && !dup, "rank 9 of 4 accepted: rc %d", rc);
     sleep_s(0.1);
@@ -643,6 +652,10 @@ static void test_goodbye_and_server_loss(void)
     dt_monitor_stop(m[1]);
     sleep_s(0.2);
     CHECK(rec_count(&r[2]) == 0, "a clean goodbye aborted the job: %s", r[2].msg);
+    /* The ranks still there hear of each goodbye (a rank that left while
+     * they wait for it is an error they can name at once). */
+    CHECK(rec_left(&r[2]) == 3u, "rank 2 heard of the departures of ranks %#x, not 0 and 1",
+          rec_left(&r[2]));
 
     /* Rank 0 goes away without waiting for rank 2's BYE. */
     dt_store_server_stop(srv, 0);

@@ -1,0 +1,127 @@
+/*
+ * `dtrain launch`, inside: what its files share. launch.c runs a job
+ * through them: the options (launch_opts.c), the job's identity and
+ * environment (launch_ident.c), starting each rank (launch_spawn.c), the
+ * ranks' tagged output (launch_output.c), and watching the ranks under the
+ * failure policy (launch_watch.c).
+ */
+#ifndef DT_CLI_LAUNCH_H
+#define DT_CLI_LAUNCH_H
+
+#include <poll.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "comm/bootstrap/identity.h"
+
+#define PROG "dtrain launch"
+
+#define MAX_NPROC 1024
+#define MAX_NNODES 65536
+/* Longest line kept whole under --tag-output; longer ones are split. */
+#define LINE_CAP 16384
+
+struct launch_opts {
+    long nproc;
+    long nnodes;
+    long node_rank;
+    const char *master_addr; /* NULL: not given */
+    long master_port;        /* 0: not given */
+    double grace_s;
+    int grace_given;
+    int standalone;
+    int tag_output;
+    int help;
+    char **cmd; /* NULL-terminated, points into argv */
+};
+
+/* The rendezvous address, the secret and the job id, the same on every
+ * node. */
+struct job_ident {
+    char master_addr[256];
+    int master_port;
+    char secret_buf[DT_SECRET_HEX + 1];
+    const char *secret;
+    char job_id[DT_JOB_ID_MAX + 1];
+};
+
+/* One of a rank's output pipes under --tag-output. */
+struct stream {
+    int fd;     /* read end; -1 once closed */
+    int dest;   /* 1 or 2 */
+    int midline; /* the last thing written was a piece of an over-long line */
+    size_t len;
+    char *buf;  /* LINE_CAP bytes */
+};
+
+struct rank {
+    int rank; /* global */
+    int local;
+    pid_t pid; /* 0: never started */
+    int finished;
+    int code;   /* exit code, when it exited */
+    int signo;  /* signal, when it was killed */
+    struct stream out, err;
+};
+
+enum phase {
+    PHASE_RUNNING, /* nothing has gone wrong */
+    PHASE_GRACE,   /* a rank failed; the others may still exit on their own */
+    PHASE_TERM,    /* SIGTERM sent; waiting before SIGKILL */
+    PHASE_KILL,    /* SIGKILL sent */
+};
+
+struct job {
+    const struct launch_opts *o;
+    struct job_ident id;
+    struct rank *ranks;
+    int nranks;
+    struct pollfd *fds; /* the signalfd, then each rank's stdout and stderr */
+    pid_t launcher_pid;
+    int sigfd;
+    sigset_t orig_mask;
+    struct sigaction orig_sigpipe;
+    int stdin_is_tty;
+
+    enum phase phase;
+    uint64_t deadline_ns; /* of the current phase (dt_now_ns) */
+    int failed;           /* a rank failed, a rank could not start, or we were signalled */
+    int exit_status;
+    char scratch[LINE_CAP + 32];
+};
+
+/* launch_opts.c */
+void launch_usage(FILE *f);
+/* The command line into o: 0, or -1 after a message on stderr. */
+int launch_parse_args(int argc, char **argv, struct launch_opts *o);
+/* After parsing: the grace period's default and the options' agreement. */
+int launch_check_opts(struct launch_opts *o);
+
+/* launch_ident.c */
+/* 0, CLI_EXIT_USAGE, or 1, after a message on stderr. */
+int launch_resolve_ident(const struct launch_opts *o, struct job_ident *id);
+/* The variables every local rank shares, into our own environment. */
+int launch_export_env(const struct launch_opts *o, const struct job_ident *id);
+int launch_setenv_long(const char *name, long v);
+
+/* launch_spawn.c: start one rank; 0, or -1 when it did not start. */
+int launch_spawn_rank(struct job *j, struct rank *r);
+
+/* launch_output.c */
+int launch_stream_open(struct stream *s, int dest, int *write_end);
+void launch_stream_read(struct job *j, struct stream *s, int rank, int until_empty);
+void launch_drain_rank(struct job *j, struct rank *r, int until_empty);
+
+/* launch_watch.c */
+int launch_setup_signals(struct job *j);
+/* Follow the ranks until every one has ended. */
+void launch_watch(struct job *j);
+void launch_signal_groups(struct job *j, int sig);
+/* The first failure sets the exit status; later ones are consequences. */
+void launch_record_failure(struct job *j, int status);
+void launch_enter_term(struct job *j);
+
+#endif

@@ -1,0 +1,143 @@
+/*
+ * The job's identity as `dtrain launch` makes it (the scheme is the
+ * library's, comm/bootstrap/identity.h): the rendezvous address, the
+ * secret (DTRAIN_SECRET, or a random one for a job on one host) and the
+ * job id; and the environment that hands them to the ranks. The secret
+ * goes through the environment, never the command line: another user can
+ * read a process's command line in /proc, but not its environment.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/launch.h"
+#include "comm/transport/net.h"
+
+#define MULTINODE_DEFAULT_PORT 29500
+
+static int resolve_address(const struct launch_opts *o, struct job_ident *id)
+{
+    const char *addr = o->master_addr ? o->master_addr : "127.0.0.1";
+    if (strlen(addr) >= sizeof id->master_addr) {
+        fprintf(stderr, PROG ": --master-addr is too long\n");
+        return -1;
+    }
+    strcpy(id->master_addr, addr);
+    if (o->master_port) {
+        id->master_port = (int)o->master_port;
+    } else if (o->nnodes > 1) {
+        id->master_port = MULTINODE_DEFAULT_PORT;
+    } else {
+        /* Like torchrun --standalone: a port nobody uses now. */
+        id->master_port = dt_net_free_port();
+        if (id->master_port < 0) {
+            fprintf(stderr, PROG ": cannot find a free port: %s\n", strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int resolve_secret(const struct launch_opts *o, struct job_ident *id)
+{
+    const char *env = getenv("DTRAIN_SECRET");
+    if (env && *env) {
+        id->secret = env;
+        return 0;
+    }
+    if (o->nnodes > 1) {
+        fprintf(stderr,
+                PROG ": DTRAIN_SECRET is not set. With --nnodes > 1 every node must share the\n"
+                "same job secret (ranks authenticate each other with it). Set it on all nodes\n"
+                "before launching, for example:\n"
+                "  export DTRAIN_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')\n");
+        return -1;
+    }
+    if (dt_ident_random_secret(id->secret_buf, sizeof id->secret_buf) < 0) {
+        fprintf(stderr, PROG ": cannot draw a random job secret (getrandom): %s\n",
+                strerror(errno));
+        return -1;
+    }
+    id->secret = id->secret_buf;
+    return 0;
+}
+
+static int resolve_job_id(struct job_ident *id)
+{
+    const char *env = getenv("DTRAIN_JOB_ID");
+    if (env && *env) {
+        if (!dt_ident_job_id_valid(env)) {
+            fprintf(stderr,
+                    PROG ": DTRAIN_JOB_ID='%s' is not valid: use 1 to %d letters or digits\n",
+                    env, DT_JOB_ID_MAX);
+            return -1;
+        }
+        strcpy(id->job_id, env);
+        return 0;
+    }
+    dt_ident_job_id(id->secret, id->master_addr, id->master_port, id->job_id, sizeof id->job_id);
+    return 0;
+}
+
+int launch_resolve_ident(const struct launch_opts *o, struct job_ident *id)
+{
+    if (resolve_secret(o, id) < 0) return CLI_EXIT_USAGE;
+    if (resolve_address(o, id) < 0) return 1;
+    if (resolve_job_id(id) < 0) return CLI_EXIT_USAGE;
+    return 0;
+}
+
+int launch_setenv_long(const char *name, long v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%ld", v);
+    return setenv(name, buf, 1);
+}
+
+/* Launched under mpirun or srun, the launcher itself carries those
+ * launchers' rank variables; a rank must not mistake them for its own. */
+static void remove_foreign_rank_vars(void)
+{
+    static const char *const names[] = {"PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+                                        "SLURM_LOCALID"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) unsetenv(names[i]);
+
+    /* unsetenv reshuffles environ, so restart the scan after each removal. */
+    static const char prefix[] = "OMPI_COMM_WORLD_";
+    for (;;) {
+        char name[256] = "";
+        for (char **e = environ; *e; e++) {
+            const char *eq = strchr(*e, '=');
+            size_t n = eq ? (size_t)(eq - *e) : strlen(*e);
+            if (strncmp(*e, prefix, sizeof prefix - 1) == 0 && n < sizeof name) {
+                memcpy(name, *e, n);
+                name[n] = '\0';
+                break;
+            }
+        }
+        if (!name[0]) break;
+        unsetenv(name);
+    }
+}
+
+/* The variables shared by all local ranks go into the launcher's own
+ * environment once; the child adds only RANK and LOCAL_RANK. */
+int launch_export_env(const struct launch_opts *o, const struct job_ident *id)
+{
+    remove_foreign_rank_vars();
+    int bad = 0;
+    bad |= launch_setenv_long("WORLD_SIZE", o->nnodes * o->nproc);
+    bad |= launch_setenv_long("LOCAL_WORLD_SIZE", o->nproc);
+    bad |= launch_setenv_long("GROUP_RANK", o->node_rank);
+    bad |= launch_setenv_long("NODE_RANK", o->node_rank);
+    bad |= launch_setenv_long("GROUP_WORLD_SIZE", o->nnodes);
+    bad |= setenv("MASTER_ADDR", id->master_addr, 1);
+    bad |= launch_setenv_long("MASTER_PORT", id->master_port);
+    bad |= setenv("DTRAIN_SECRET", id->secret, 1);
+    bad |= setenv("DTRAIN_JOB_ID", id->job_id, 1);
+    if (bad) fprintf(stderr, PROG ": cannot set the environment: %s\n", strerror(errno));
+    return bad ? -1 : 0;
+}

@@ -1,0 +1,236 @@
+/*
+ * Watching the ranks under the launcher's one failure policy:
+ *
+ *   the first rank to fail decides the exit status; the others get a grace
+ *   period to fail on their own (the library makes them report a clear
+ *   error of their own), then SIGTERM, then SIGKILL.
+ *
+ * One poll() over a signalfd (SIGCHLD and the stop signals) and, with
+ * --tag-output, the ranks' output pipes. Nothing runs in a signal handler.
+ * A finished rank stays a zombie (waitid WNOWAIT) until the end: that keeps
+ * its pid, and so its process-group id, reserved, so a late killpg() can
+ * never hit an unrelated process that happened to get a recycled pid.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "cli/launch.h"
+#include "comm/transport/net.h"
+#include "core/timer.h"
+
+#define TERM_WAIT_S 3.0
+
+static int rank_status(const struct rank *r)
+{
+    return r->signo ? 128 + r->signo : r->code;
+}
+
+static int ranks_alive(const struct job *j)
+{
+    int n = 0;
+    for (int i = 0; i < j->nranks; i++)
+        if (j->ranks[i].pid > 0 && !j->ranks[i].finished) n++;
+    return n;
+}
+
+void launch_signal_groups(struct job *j, int sig)
+{
+    for (int i = 0; i < j->nranks; i++)
+        if (j->ranks[i].pid > 0) killpg(j->ranks[i].pid, sig);
+}
+
+void launch_enter_term(struct job *j)
+{
+    launch_signal_groups(j, SIGTERM);
+    j->phase = PHASE_TERM;
+    j->deadline_ns = dt_now_ns() + (uint64_t)(TERM_WAIT_S * 1e9);
+}
+
+static void enter_kill(struct job *j)
+{
+    launch_signal_groups(j, SIGKILL);
+    j->phase = PHASE_KILL;
+}
+
+/* The first failure sets the exit status; later ones are consequences. */
+void launch_record_failure(struct job *j, int status)
+{
+    if (j->failed) return;
+    j->failed = 1;
+    j->exit_status = status;
+}
+
+static void on_rank_failed(struct job *j, const struct rank *r)
+{
+    if (j->failed) return;
+    if (r->signo)
+        fprintf(stderr, PROG ": rank %d (pid %d) was killed by signal %d (%s)\n", r->rank,
+                (int)r->pid, r->signo, strsignal(r->signo));
+    else
+        fprintf(stderr, PROG ": rank %d (pid %d) exited with status %d\n", r->rank, (int)r->pid,
+                r->code);
+    launch_record_failure(j, rank_status(r));
+    if (j->phase != PHASE_RUNNING) return;
+    j->phase = PHASE_GRACE;
+    j->deadline_ns = dt_now_ns() + (uint64_t)(j->o->grace_s * 1e9);
+}
+
+static const char *signal_name(int sig)
+{
+    switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    default: return strsignal(sig);
+    }
+}
+
+static void on_launcher_signal(struct job *j, int sig)
+{
+    if (j->phase == PHASE_TERM || j->phase == PHASE_KILL) {
+        /* Asked twice: stop waiting politely. */
+        if (j->phase == PHASE_TERM) enter_kill(j);
+        return;
+    }
+    fprintf(stderr, PROG ": received %s; stopping %d rank(s)\n", signal_name(sig),
+            ranks_alive(j));
+    launch_record_failure(j, 128 + sig);
+    launch_enter_term(j);
+}
+
+/* Notes every rank that has ended, without reaping it (see the top). */
+static void check_ranks(struct job *j)
+{
+    for (int i = 0; i < j->nranks; i++) {
+        struct rank *r = &j->ranks[i];
+        if (r->pid <= 0 || r->finished) continue;
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        if (waitid(P_PID, (id_t)r->pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
+            continue;
+        r->finished = 1;
+        if (si.si_code == CLD_EXITED)
+            r->code = si.si_status;
+        else
+            r->signo = si.si_status;
+        /* Its last words come before our verdict on it. */
+        launch_drain_rank(j, r, 0);
+        if (rank_status(r) != 0) on_rank_failed(j, r);
+    }
+}
+
+static void on_deadline(struct job *j)
+{
+    int alive = ranks_alive(j);
+    if (j->phase == PHASE_GRACE) {
+        fprintf(stderr, PROG ": %d rank(s) still running %gs after the failure; sending SIGTERM\n",
+                alive, j->o->grace_s);
+        launch_enter_term(j);
+    } else if (j->phase == PHASE_TERM) {
+        fprintf(stderr, PROG ": %d rank(s) still running %gs after SIGTERM; sending SIGKILL\n",
+                alive, TERM_WAIT_S);
+        enter_kill(j);
+    }
+}
+
+static void read_signals(struct job *j)
+{
+    struct signalfd_siginfo si[16];
+    for (;;) {
+        ssize_t n = read(j->sigfd, si, sizeof si);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return;
+        for (size_t k = 0; k < (size_t)n / sizeof si[0]; k++) {
+            if (si[k].ssi_signo == SIGCHLD)
+                check_ranks(j);
+            else
+                on_launcher_signal(j, (int)si[k].ssi_signo);
+        }
+    }
+}
+
+static int in_timed_phase(const struct job *j)
+{
+    return j->phase == PHASE_GRACE || j->phase == PHASE_TERM;
+}
+
+static int poll_timeout_ms(const struct job *j)
+{
+    return in_timed_phase(j) ? dt_net_poll_ms(j->deadline_ns) : -1;
+}
+
+/* One round: wait for a signal, output, or the phase deadline. */
+static int watch_once(struct job *j)
+{
+    struct pollfd *fds = j->fds;
+    int nfds = 0;
+    fds[nfds++] = (struct pollfd){.fd = j->sigfd, .events = POLLIN};
+    for (int i = 0; i < j->nranks; i++) {
+        fds[nfds++] = (struct pollfd){.fd = j->ranks[i].out.fd, .events = POLLIN};
+        fds[nfds++] = (struct pollfd){.fd = j->ranks[i].err.fd, .events = POLLIN};
+    }
+    int rc = poll(fds, (nfds_t)nfds, poll_timeout_ms(j));
+    if (rc < 0 && errno != EINTR) return -1;
+    if (rc > 0) {
+        for (int i = 0; i < j->nranks; i++) {
+            if (fds[1 + 2 * i].revents) launch_stream_read(j, &j->ranks[i].out, j->ranks[i].rank, 0);
+            if (fds[2 + 2 * i].revents) launch_stream_read(j, &j->ranks[i].err, j->ranks[i].rank, 0);
+        }
+        if (fds[0].revents) read_signals(j);
+    }
+    if (in_timed_phase(j) && dt_now_ns() >= j->deadline_ns)
+        on_deadline(j);
+    return 0;
+}
+
+void launch_watch(struct job *j)
+{
+    while (ranks_alive(j) > 0) {
+        if (watch_once(j) == 0) continue;
+        /* poll() fails only for want of memory; the ranks must still be
+         * followed to the end, so keep going at a slower pace. */
+        read_signals(j);
+        nanosleep(&(struct timespec){.tv_nsec = 100 * 1000 * 1000}, NULL);
+    }
+}
+
+int launch_setup_signals(struct job *j)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    /* Under nohup, hanging up is not a reason to stop the job. */
+    struct sigaction hup;
+    if (sigaction(SIGHUP, NULL, &hup) == 0 && hup.sa_handler != SIG_IGN) sigaddset(&set, SIGHUP);
+
+    /* An inherited SIG_IGN for SIGCHLD would make the kernel reap the
+     * ranks behind our back, losing their exit status. */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGCHLD, &dfl, NULL);
+    /* With --tag-output our stdout may be a pipe whose reader went away;
+     * that must not kill the launcher and orphan the ranks' cleanup. */
+    struct sigaction ign = dfl;
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ign, &j->orig_sigpipe);
+
+    if (sigprocmask(SIG_BLOCK, &set, &j->orig_mask) < 0) {
+        fprintf(stderr, PROG ": sigprocmask: %s\n", strerror(errno));
+        return -1;
+    }
+    j->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (j->sigfd < 0) {
+        fprintf(stderr, PROG ": signalfd: %s\n", strerror(errno));
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,178 @@
+/*
+ * Collective algorithms, one per file, each a short schedule of steps over
+ * dt_p2p_run. They work on buffers that collectives.c has already placed
+ * (in-place copies done, own block in its slot), with the collective's
+ * dtype and op in c->cur.
+ *
+ * Every algorithm has one signature, so that a table can name them, the
+ * environment can force them, and the cost model can run any of them dry
+ * (c->dry set: steps are costed instead of moved, see cost/predict.c).
+ * What the arguments mean depends on the collective:
+ *
+ *   allreduce       send, recv: n elements (send == recv in place)
+ *   reduce_scatter  send: size blocks of n elements; recv: our block of n
+ *                   (recv may overlap send)
+ *   broadcast       recv: n bytes, holding the data at the root
+ *   allgather       recv: size blocks of n bytes, ours already in its slot
+ *   alltoall        send, recv distinct: size blocks of n bytes each, our
+ *                   own block already copied
+ *
+ * Data an algorithm touches outside a step goes through dt_local_copy and
+ * dt_local_reduce, and temporary memory through dt_comm_scratch (one call
+ * per algorithm: a second, larger one may move the first), so that a dry
+ * run touches no memory at all.
+ */
+#ifndef DT_COMM_ALGORITHMS_H
+#define DT_COMM_ALGORITHMS_H
+
+#include "comm/comm_internal.h"
+
+typedef int (*dt_algo_fn)(dt_comm *c, const void *send, void *recv, size_t n, int root);
+
+enum {
+    DT_ALGO_NO_AUTO = 1u,  /* never chosen by auto (needs asking for) */
+    DT_ALGO_NEEDS_MPI = 2u /* runs inside MPI: only when the job runs on it */
+};
+
+typedef struct {
+    const char *name; /* as in DTRAIN_ALLREDUCE_ALGO=<name> */
+    dt_coll_kind kind;
+    dt_algo_fn run;
+    unsigned flags;
+    const char *summary; /* one line, for --explain and error messages */
+} dt_algo;
+
+/* The table (table.c): every algorithm of every collective. */
+extern const dt_algo dt_algo_table[];
+extern const int dt_algo_count;
+/* Index in the table of the named algorithm of kind k, or -1. */
+int dt_algo_find(dt_coll_kind k, const char *name);
+/* The algorithm to run for this call: the one forced, or the cheapest by
+ * the cost model. Same answer on every rank. Fails c (DT_ERR_INVALID)
+ * when the forced one cannot run here. */
+int dt_algo_pick(dt_comm *c, const dt_coll_args *a, const dt_algo **out);
+/* Whether algorithm al can run on c at all (mpi needs MPI; hier several
+ * hosts); otherwise why not, in why. */
+int dt_algo_usable(const dt_comm *c, const dt_algo *al, char *why, size_t len);
+/* Read DTRAIN_<COLLECTIVE>_ALGO for every selectable collective into
+ * c->algo_forced; a bad name fails with a message listing the choices. */
+int dt_algo_read_env(dt_comm *c, char *err, size_t len);
+
+/* The n an algorithm gets for a call (see the table above). */
+static inline size_t dt_algo_arg_n(const dt_coll_args *a)
+{
+    if (a->kind == DT_COLL_ALLREDUCE || a->kind == DT_COLL_REDUCE_SCATTER) return a->count;
+    return a->count * dt_dtype_size(a->dtype);
+}
+/* Predicted seconds of al for call a on c: its slowest rank's, by a dry
+ * run; -1 for algorithms that cannot be costed (MPI's). */
+double dt_cost_predict(dt_comm *c, const dt_algo *al, const dt_coll_args *a);
+
+/* ---- local data movement (no-ops in a dry run, costed instead) ---------- */
+
+void dt_local_copy(dt_comm *c, void *dst, const void *src, size_t bytes);
+/* dst = a op b, n elements of the current dtype and op. */
+void dt_local_reduce(dt_comm *c, void *dst, const void *a, const void *b, size_t n);
+
+/* ---- arithmetic shared by the schedules ------------------------------------ */
+
+/* Balanced split of count elements into n blocks: block i's offset/length. */
+static inline size_t dt_block_off(size_t count, int n, int i)
+{
+    size_t base = count / (size_t)n, rem = count % (size_t)n;
+    return base * (size_t)i + ((size_t)i < rem ? (size_t)i : rem);
+}
+static inline size_t dt_block_len(size_t count, int n, int i)
+{
+    return count / (size_t)n + ((size_t)i < count % (size_t)n ? 1 : 0);
+}
+static inline int dt_mod(int a, int n) { return ((a % n) + n) % n; }
+/* Largest power of two <= p (p >= 1). */
+static inline int dt_pow2_floor(int p)
+{
+    int q = 1;
+    while (q * 2 <= p) q *= 2;
+    return q;
+}
+
+/*
+ * Non-powers of two, MPICH's way: with q the largest power of two <= p,
+ * ranks q..p-1 are "extra" and each pairs with rank r - q. An extra rank
+ * hands its input to its partner before the power-of-two algorithm runs
+ * among ranks 0..q-1, and gets the result back after. dt_fold_in and
+ * dt_fold_out are those two steps; they return 1 on an extra rank (which
+ * then skips the middle), 0 on the others, or an error.
+ */
+int dt_fold_in(dt_comm *c, const void *send, void *acc, size_t bytes);
+int dt_fold_out(dt_comm *c, void *buf, size_t bytes);
+
+/* ---- groups: a schedule over some of the communicator's ranks ------------ */
+
+/* Members are communicator ranks rank[0..size-1] (rank NULL: all of them,
+ * in order); me is our index among them. */
+typedef struct {
+    const int *rank;
+    int size, me;
+} dt_group;
+
+static inline dt_group dt_group_all(const dt_comm *c) { return (dt_group){NULL, c->size, c->rank}; }
+static inline int dt_group_peer(const dt_group *g, int i) { return g->rank ? g->rank[i] : i; }
+
+/* buf holds total units of unit bytes split into g->size blocks
+ * (dt_block_*). Ring reduce-scatter: send is our input (may equal buf);
+ * afterwards member i holds the full reduction of block (i + 1) % size in
+ * buf. unit must be the dtype's size. */
+int dt_ring_reduce_scatter_blocks(dt_comm *c, const dt_group *g, const void *send, void *buf,
+                                  size_t total, size_t unit);
+/* Ring all-gather: member i holds block (i + shift) % size of buf; after,
+ * every member holds every block. */
+int dt_ring_allgather_blocks(dt_comm *c, const dt_group *g, void *buf, size_t total, size_t unit,
+                             int shift);
+/* Binomial trees over a group, rooted at member root. */
+int dt_binomial_reduce(dt_comm *c, const dt_group *g, const void *send, void *recv, size_t count,
+                       int root);
+int dt_binomial_broadcast(dt_comm *c, const dt_group *g, void *buf, size_t bytes, int root);
+
+/* ---- the algorithms ------------------------------------------------------- */
+
+int dt_allreduce_naive(dt_comm *c, const void *send, void *recv, size_t n, int root);
+int dt_allreduce_ps(dt_comm *c, const void *send, void *recv, size_t n, int root);
+int dt_allreduce_ring(dt_comm *c, const void *send, void *recv, size_t n, int root);
+int dt_allreduce_tree(dt_comm *c, const void *send, void *recv, size_t n, int root);
+int dt_allreduce_butterfly(dt_comm *c, const void *send, void *recv, size_t n, int root);
+int dt_allreduce_rhd(dt_comm *c, const void *send, void *recv, size_t n, int root);
+int dt_allreduce_hier(dt_comm *c, const void *send, void *recv, size_t n, int root);
+
+int dt_broadcast_binomial(dt_comm *c, const void *send, void *recv, size_t n, int root);
+int dt_broadcast_scatter_allgather(dt_comm *c, const void *send, void *recv, size_t n, int root);
+
+int dt_allgather_ring(dt_comm *c, const void *send, void *recv, size_t n, int root);
+int dt_allgather_rd(dt_comm *c, const void *send, void *recv, size_t n, int root);
+int dt_allgather_bruck(dt_comm *c, const void *send, void *recv, size_t n, int root);
+
+int dt_reduce_scatter_ring(dt_comm *c, const void *send, void *recv, size_t n, int root);
+int dt_reduce_scatter_halving(dt_comm *c, const void *send, void *recv, size_t n, int root);
+
+int dt_alltoall_pairwise(dt_comm *c, const void *send, void *recv, size_t n, int root);
+int dt_alltoall_bruck(dt_comm *c, const void *send, void *recv, size_t n, int root);
+
+/* MPI's own collectives (mpi_coll.c; fail cleanly without MPI). */
+int dt_allreduce_mpi(dt_comm *c, const void *send, void *recv, size_t n, int root);
+int dt_broadcast_mpi(dt_comm *c, const void *send, void *recv, size_t n, int root);
+int dt_allgather_mpi(dt_comm *c, const void *send, void *recv, size_t n, int root);
+int dt_reduce_scatter_mpi(dt_comm *c, const void *send, void *recv, size_t n, int root);
+int dt_alltoall_mpi(dt_comm *c, const void *send, void *recv, size_t n, int root);
+
+/* Single-algorithm collectives. */
+/* Reduction of every rank's send into recv at the root (recv unused
+ * elsewhere); send is never written. */
+int dt_reduce_binomial(dt_comm *c, const void *send, void *recv, size_t count, int root);
+/* recv (size * block bytes, root only) gathers every rank's block; the
+ * root's own block is already in place. */
+int dt_gather_linear(dt_comm *c, const void *send, void *recv, size_t block, int root);
+/* The root's send (size blocks) is dealt out; the root's own block is
+ * copied by the caller. */
+int dt_scatter_linear(dt_comm *c, const void *send, void *recv, size_t block, int root);
+int dt_barrier_dissemination(dt_comm *c);
+
+#endif

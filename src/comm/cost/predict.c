@@ -1,0 +1,122 @@
+/*
+ * Predicting an algorithm's time by running it dry. A stand-in
+ * communicator with c->dry set plays one rank: the algorithm runs its real
+ * schedule, but dt_p2p_run costs each step instead of moving it, and local
+ * copies and reductions are costed instead of done. The schedules that
+ * move the data are the schedules that are costed, so the model cannot
+ * drift from the code, and any rank count can be costed on one process.
+ *
+ * A step's time: its sends and its receives proceed at once (full duplex),
+ * each side paying alpha + beta * bytes per message, plus gamma per byte
+ * reduced. A rank's time is the sum of its steps; the collective's, that
+ * of its slowest rank (the root of a parameter server, a fold partner).
+ * Contention between links that share a memory system or a NIC is not
+ * modelled; calibration measures one pair at a time.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "comm/algo/algorithms.h"
+#include "comm/reduce_ops.h"
+#include "comm/topo.h"
+
+struct dt_dry_run {
+    const dt_cost_model *m;
+    double seconds;
+};
+
+/* Where a dry run's buffers "are": never dereferenced. */
+#define FAKE_SEND ((const void *)(uintptr_t)(1ull << 44))
+#define FAKE_RECV ((void *)(uintptr_t)(2ull << 44))
+#define FAKE_SCRATCH ((void *)(uintptr_t)(3ull << 44))
+
+/* What a link of the kind topo says joins us to peer costs. */
+static const dt_link_cost *link_cost(const dt_comm *c, int peer)
+{
+    return &c->dry->m->link[dt_topo_link(c, c->rank, peer)];
+}
+
+int dt_dry_step(dt_comm *c, const dt_p2p *ops, int n)
+{
+    double out = 0, in = 0, reduce = 0;
+    for (int i = 0; i < n; i++) {
+        const dt_link_cost *l = link_cost(c, ops[i].peer);
+        double t = l->alpha + l->beta * (double)ops[i].bytes;
+        if (ops[i].kind == DT_P2P_SEND) {
+            out += t;
+        } else {
+            in += t;
+            if (ops[i].kind == DT_P2P_RECV_REDUCE) reduce += l->gamma * (double)ops[i].bytes;
+        }
+    }
+    c->dry->seconds += (out > in ? out : in) + reduce;
+    return 0;
+}
+
+void *dt_dry_scratch(dt_comm *c, size_t bytes)
+{
+    (void)c;
+    (void)bytes;
+    return FAKE_SCRATCH;
+}
+
+void dt_local_copy(dt_comm *c, void *dst, const void *src, size_t bytes)
+{
+    if (c->dry) {
+        c->dry->seconds += c->dry->m->copy * (double)bytes;
+        return;
+    }
+    if (dst != src && bytes) memmove(dst, src, bytes);
+}
+
+void dt_local_reduce(dt_comm *c, void *dst, const void *a, const void *b, size_t n)
+{
+    if (c->dry) {
+        c->dry->seconds += link_cost(c, c->rank)->gamma * (double)(n * dt_dtype_size(c->cur.dtype));
+        return;
+    }
+    dt_reduce_elems(c->cur.dtype, c->cur.op, dst, a, b, n);
+}
+
+/* Ranks whose times bound the collective's: all of them up to 64, else
+ * the ones where the schedules differ (ends, the middle, around the power
+ * of two where folding starts) plus a stride through the rest. */
+static int sample_ranks(int p, int *out, int cap)
+{
+    int n = 0;
+    if (p <= cap) {
+        for (int r = 0; r < p; r++) out[n++] = r;
+        return n;
+    }
+    int q = dt_pow2_floor(p);
+    int fixed[] = {0, 1, 2, p / 2, q - 1, q < p ? q : 0, p - 2, p - 1};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) out[n++] = fixed[i];
+    for (int r = 3; n < cap; r += p / (cap - 8) + 1) out[n++] = r % p;
+    return n;
+}
+
+double dt_cost_predict(dt_comm *c, const dt_algo *al, const dt_coll_args *a)
+{
+    if (al->flags & DT_ALGO_NEEDS_MPI) return -1; /* MPI's insides are not ours to cost */
+    if (c->size == 1) return 0;
+    static _Thread_local dt_comm stand_in; /* big; one per thread, reused */
+    int ranks[64];
+    int n = sample_ranks(c->size, ranks, 64);
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        dt_comm *f = &stand_in;
+        memset(f, 0, sizeof *f);
+        struct dt_dry_run d = {&c->job->model, 0};
+        f->job = c->job;
+        f->size = c->size;
+        f->rank = ranks[i];
+        f->host_of = c->host_of;
+        f->nhosts = c->nhosts;
+        f->cur = *a;
+        f->dry = &d;
+        if (al->run(f, FAKE_SEND, FAKE_RECV, dt_algo_arg_n(a), a->root) < 0)
+            return -1; /* it could not run here: not a candidate */
+        if (d.seconds > worst) worst = d.seconds;
+    }
+    return worst;
+}
