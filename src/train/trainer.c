@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/bootstrap.h"
+#include "comm/bootstrap/bootstrap.h"
 #include "core/log.h"
 #include "core/str.h"
 #include "core/timer.h"
