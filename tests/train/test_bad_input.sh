@@ -8,20 +8,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
 
-# expect_error NAME PATTERN CMD...: CMD fails (status 1 or 2, not a signal)
-# and its stderr matches PATTERN (extended regex).
-expect_error() {
-  local name=$1 pattern=$2; shift 2
-  timeout 60 "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  if [ $rc -eq 0 ] || [ $rc -gt 2 ]; then
-    echo "FAIL $name: exit status $rc (want 1 or 2)"; cat "$tmp/err"; fails=$((fails + 1)); return
-  fi
-  if ! grep -Eq "$pattern" "$tmp/err"; then
-    echo "FAIL $name: stderr does not match /$pattern/:"; cat "$tmp/err"; fails=$((fails + 1)); return
-  fi
-  echo "ok   $name: $(grep -E "$pattern" "$tmp/err" | head -1)"
-}
+. "$(dirname "$0")/helpers.sh"
 
 /usr/bin/python3 - "$tmp" "$(dirname "$0")/../pylib" <<'PY'
 import sys, struct, numpy as np
