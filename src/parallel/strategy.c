@@ -13,11 +13,11 @@ static const struct {
     const char *what;
     size_t off;
 } owned_hooks[] = {
-    {"runs the micro-batches", offsetof(dt_strategy_ops, grads)},
-    {"computes the gradient norm", offsetof(dt_strategy_ops, grad_norm)},
-    {"updates the parameters", offsetof(dt_strategy_ops, update)},
-    {"serves instead of training", offsetof(dt_strategy_ops, serve)},
-    {"chooses the evaluation group", offsetof(dt_strategy_ops, eval_group)},
+    {"run the micro-batches", offsetof(dt_strategy_ops, grads)},
+    {"compute the gradient norm", offsetof(dt_strategy_ops, grad_norm)},
+    {"update the parameters", offsetof(dt_strategy_ops, update)},
+    {"serve instead of training", offsetof(dt_strategy_ops, serve)},
+    {"choose the evaluation group", offsetof(dt_strategy_ops, eval_group)},
 };
 
 static int has_hook(const dt_strategy_ops *ops, size_t off)
