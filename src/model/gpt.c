@@ -252,6 +252,12 @@ static size_t carve_acts(dt_gpt *m, float *base, int B, int T)
     return used;
 }
 
+size_t dt_gpt_acts_floats(const dt_gpt *m, int B, int T)
+{
+    dt_gpt probe = *m; /* carve_acts only counts when given no base */
+    return carve_acts(&probe, NULL, B, T);
+}
+
 int dt_gpt_alloc_acts(dt_gpt *m, int B, int T)
 {
     if (B <= 0 || T <= 0 || T > m->cfg.block_size) {

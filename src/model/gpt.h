@@ -109,6 +109,8 @@ int dt_gpt_alloc_params(dt_gpt *m);
 int dt_gpt_alloc_grads(dt_gpt *m);
 /* Activations for micro-batches of B sequences of length T <= block_size. */
 int dt_gpt_alloc_acts(dt_gpt *m, int B, int T);
+/* Floats dt_gpt_alloc_acts would take for B x T, allocating nothing. */
+size_t dt_gpt_acts_floats(const dt_gpt *m, int B, int T);
 
 /* GPT-2 initialisation: N(0, 0.02) weights, residual projections scaled by
  * 1/sqrt(2 L), zero biases, unit LayerNorm weights; deterministic in seed. */
