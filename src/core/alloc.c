@@ -25,11 +25,20 @@ void *dt_alloc(size_t bytes, dt_mem_kind kind)
     block_header *h = (block_header *)base;
     h->bytes = bytes;
     h->kind = (int)kind;
-    size_t now = atomic_fetch_add(&current[kind], bytes) + bytes;
+    dt_mem_account(kind, (long long)bytes);
+    return base + DT_ALIGN;
+}
+
+void dt_mem_account(dt_mem_kind kind, long long delta)
+{
+    if (delta < 0) {
+        atomic_fetch_sub(&current[kind], (size_t)-delta);
+        return;
+    }
+    size_t now = atomic_fetch_add(&current[kind], (size_t)delta) + (size_t)delta;
     size_t p = atomic_load(&peak[kind]);
     while (now > p && !atomic_compare_exchange_weak(&peak[kind], &p, now)) {
     }
-    return base + DT_ALIGN;
 }
 
 void dt_free(void *p)

@@ -24,6 +24,9 @@ void dt_free(void *p);
 /* Bytes currently held, and the most ever held, of one kind. */
 size_t dt_mem_current(dt_mem_kind kind);
 size_t dt_mem_peak(dt_mem_kind kind);
+/* Counts memory held outside dt_alloc (core/window.h): +bytes when taken,
+ * -bytes when given back. */
+void dt_mem_account(dt_mem_kind kind, long long delta);
 const char *dt_mem_kind_name(dt_mem_kind kind);
 
 #endif

@@ -152,3 +152,23 @@ double dt_sum_squares(const float *g, size_t n)
     for (int k = 0; k < nt; k++) total += partial[k];
     return total;
 }
+
+static double block_squares(const float *g, size_t n)
+{
+    double lane[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) lane[k] += (double)g[i + k] * (double)g[i + k];
+    for (; i < n; i++) lane[i % 8] += (double)g[i] * (double)g[i];
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+void dt_sum_squares_blocks(const float *g, size_t n, size_t block, double *out)
+{
+    long nb = (long)((n + block - 1) / block);
+#pragma omp parallel for num_threads(threads_for(n)) schedule(static)
+    for (long b = 0; b < nb; b++) {
+        size_t lo = (size_t)b * block, len = n - lo < block ? n - lo : block;
+        out[b] = block_squares(g + lo, len);
+    }
+}

@@ -19,5 +19,11 @@ void dt_sgd_update(float *p, const float *g, float *buf, size_t n, float lr, flo
                    float wd, int t, float grad_scale);
 /* Sum of squares of g, accumulated in double (for the global gradient norm). */
 double dt_sum_squares(const float *g, size_t n);
+/* The sum of squares of each block of `block` floats of g[0, n) (the last
+ * may be shorter) into out[0 .. ceil(n / block)). Each block is summed in
+ * one fixed order (eight lanes by position, then paired), whatever the
+ * thread count or the buffer's address: a norm added up from blocks is
+ * the same bits however the blocks are spread over buffers and ranks. */
+void dt_sum_squares_blocks(const float *g, size_t n, size_t block, double *out);
 
 #endif

@@ -94,17 +94,38 @@ static void build_layout(dt_gpt *m)
     };
     size_t cursor = 0;
     char name[48];
+    const size_t a = m->seg_align;
+#define END_SEGMENT() (cursor = (cursor + a - 1) / a * a)
+    m->n_tensors = 0;
+    m->n_params = 0;
     add_tensor(m, &cursor, "wte.weight", m->cfg.vocab_size, C);
     add_tensor(m, &cursor, "wpe.weight", m->cfg.block_size, C);
+    END_SEGMENT();
     for (int l = 0; l < m->cfg.n_layer; l++) {
         for (int i = 0; i < LAYER_TENSORS; i++) {
             dt_strf(name, sizeof name, "h.%d.%s", l, layer_tensor_names[i]);
             add_tensor(m, &cursor, name, shapes[i][0], shapes[i][1]);
         }
+        END_SEGMENT();
     }
     add_tensor(m, &cursor, "ln_f.weight", C, 0);
     add_tensor(m, &cursor, "ln_f.bias", C, 0);
+    END_SEGMENT();
+#undef END_SEGMENT
     m->n_floats = cursor;
+}
+
+int dt_gpt_pad_segments(dt_gpt *m, size_t align)
+{
+    if (m->params || m->grads || align == 0 || align % TENSOR_ALIGN_FLOATS != 0) {
+        dt_strf(m->error, sizeof m->error,
+                "model: segments can be padded only to a multiple of %d floats, before any "
+                "buffer exists (asked %zu)", TENSOR_ALIGN_FLOATS, align);
+        return -1;
+    }
+    m->seg_align = align;
+    build_layout(m);
+    return 0;
 }
 
 int dt_gpt_create_layout(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec, char *err,
@@ -114,6 +135,7 @@ int dt_gpt_create_layout(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec,
     if (dt_gpt_config_check(cfg, err, errlen) != 0) return -1;
     m->cfg = *cfg;
     m->prec = prec;
+    m->seg_align = TENSOR_ALIGN_FLOATS;
     m->tensors = calloc((size_t)(2 + LAYER_TENSORS * cfg->n_layer + 2), sizeof *m->tensors);
     if (!m->tensors) {
         dt_strf(err, errlen, "model: out of memory for the tensor table");
@@ -200,6 +222,25 @@ size_t dt_gpt_segment_start(const dt_gpt *m, int segment)
     if (segment >= m->cfg.n_layer + 2) return m->n_floats;
     /* Layer l's first tensor follows wte and wpe; ln_f follows the last layer. */
     return m->tensors[2 + LAYER_TENSORS * (segment - 1)].offset;
+}
+
+/* ZeRO-3's hooks around a use of a segment's parameters (gpt.h). */
+static int need(dt_gpt *m, int segment, int use)
+{
+    return m->param_need ? m->param_need(m->param_ctx, segment, use) : 0;
+}
+
+static void done(dt_gpt *m, int segment, int use)
+{
+    if (m->param_done) m->param_done(m->param_ctx, segment, use);
+}
+
+/* The segment a tensor belongs to. */
+static int segment_of(const dt_gpt *m, int tensor)
+{
+    if (tensor < 2) return 0;
+    if (tensor >= m->n_tensors - 2) return m->cfg.n_layer + 1;
+    return 1 + (tensor - 2) / LAYER_TENSORS;
 }
 
 static void segment_done(dt_gpt *m, int segment)
@@ -302,9 +343,18 @@ static double normal01(uint64_t *state)
 void dt_gpt_init_weights(dt_gpt *m, uint64_t seed)
 {
     const double residual_std = 0.02 / sqrt(2.0 * m->cfg.n_layer);
-    memset(m->params, 0, m->n_floats * sizeof(float));
+    int seg = -1;
     for (int i = 0; i < m->n_tensors; i++) {
         const dt_param_tensor *t = &m->tensors[i];
+        /* Segment by segment, so a strategy that holds a piece of each
+         * keeps it and lets the rest go (nothing needs the whole model). */
+        if (segment_of(m, i) != seg) {
+            if (seg >= 0) done(m, seg, DT_USE_INIT);
+            seg = segment_of(m, i);
+            (void)need(m, seg, DT_USE_INIT);
+            size_t lo = dt_gpt_segment_start(m, seg), hi = dt_gpt_segment_start(m, seg + 1);
+            memset(m->params + lo, 0, (hi - lo) * sizeof(float));
+        }
         float *p = m->params + t->offset;
         /* A stream per tensor: a tensor's values do not depend on the layout before it. */
         uint64_t state = seed * 0x9E3779B97F4A7C15ull + (uint64_t)i * 0xD1B54A32D192ED03ull;
@@ -316,6 +366,7 @@ void dt_gpt_init_weights(dt_gpt *m, uint64_t seed)
         double std = dt_ends_with(t->name, "c_proj.weight") ? residual_std : 0.02;
         for (size_t k = 0; k < t->numel; k++) p[k] = (float)(std * normal01(&state));
     }
+    if (seg >= 0) done(m, seg, DT_USE_INIT);
 }
 
 /* ---- forward ------------------------------------------------------------ */
@@ -380,18 +431,24 @@ double dt_gpt_forward(dt_gpt *m, const int32_t *tokens, const int32_t *targets, 
     if (check_tokens(m, tokens, (size_t)N, "token") ||
         (targets && check_tokens(m, targets, (size_t)N, "target")))
         return -1;
+    if (need(m, 0, DT_USE_FORWARD)) return -1;
     dt_embedding_forward(m->encoded, tokens, WTE(m, m->params), WPE(m, m->params), b, t, C);
+    done(m, 0, DT_USE_FORWARD);
     const float *x = m->encoded;
     for (int l = 0; l < L; l++) {
-        if (layer_forward(m, l, x, b, t)) return -1;
+        if (need(m, 1 + l, DT_USE_FORWARD) || layer_forward(m, l, x, b, t)) return -1;
+        done(m, 1 + l, DT_USE_FORWARD);
         x = m->layer_acts[l].res3;
     }
+    if (need(m, L + 1, DT_USE_FORWARD) || need(m, 0, DT_USE_FORWARD)) return -1;
     dt_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, LNF_W(m, m->params),
                          LNF_B(m, m->params), LN_EPS, N, C);
     /* logits = lnf @ wte^T: the output head is tied to the token embedding. */
     if (dt_matmul(m->prec, 0, 1, N, V, C, 1.0f, m->lnf, C, WTE(m, m->params), C, 0.0f,
                   m->logits, V))
         return fail_matmul(m, "lm_head");
+    done(m, L + 1, DT_USE_FORWARD);
+    done(m, 0, DT_USE_FORWARD);
     m->targets = targets;
     m->fwd_tokens = tokens;
     m->fwd_b = b;
@@ -452,6 +509,7 @@ int dt_gpt_backward(dt_gpt *m, const int32_t *tokens, int b, int t, float grad_s
     /* The logits buffer becomes d(logits), in place. */
     dt_crossentropy(m->logits, m->losses, m->logits, m->targets, N, V, grad_scale);
     float *lnf_in = L > 0 ? m->layer_acts[L - 1].res3 : m->encoded;
+    if (need(m, L + 1, DT_USE_BACKWARD) || need(m, 0, DT_USE_BACKWARD)) return -1;
     /* dlnf = dlogits @ wte; dwte += dlogits^T @ lnf. */
     if (dt_matmul(m->prec, 0, 0, N, C, V, 1.0f, m->logits, V, WTE(m, m->params), C, 0.0f, m->d_c,
                   C) ||
@@ -461,10 +519,13 @@ int dt_gpt_backward(dt_gpt *m, const int32_t *tokens, int b, int t, float grad_s
     memset(m->d_res, 0, (size_t)N * C * sizeof(float));
     dt_layernorm_backward(m->d_res, LNF_W(m, m->grads), LNF_B(m, m->grads), m->d_c, lnf_in,
                           LNF_W(m, m->params), m->lnf_mean, m->lnf_rstd, N, C);
+    done(m, 0, DT_USE_BACKWARD);
+    done(m, L + 1, DT_USE_BACKWARD);
     segment_done(m, L + 1);
     for (int l = L - 1; l >= 0; l--) {
         const float *x = l > 0 ? m->layer_acts[l - 1].res3 : m->encoded;
-        if (layer_backward(m, l, x, b, t)) return -1;
+        if (need(m, 1 + l, DT_USE_BACKWARD) || layer_backward(m, l, x, b, t)) return -1;
+        done(m, 1 + l, DT_USE_BACKWARD);
         segment_done(m, 1 + l);
     }
     dt_embedding_backward(WTE(m, m->grads), WPE(m, m->grads), m->d_res, tokens, b, t, C);

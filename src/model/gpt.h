@@ -83,12 +83,24 @@ typedef struct {
      * parallelism can start reducing them while backward goes on. */
     void (*grad_ready)(void *ctx, size_t lo, size_t hi);
     void *grad_ready_ctx;
+    /* A strategy that does not keep every parameter whole (ZeRO-3) is told
+     * around each use of a segment's parameters: param_need before the
+     * model reads them (or, DT_USE_INIT, writes their initial values), 0 or
+     * -1 with a message in m->error; param_done after. In forward the
+     * output head uses segments L + 1 and 0 last and backward uses them
+     * first, in that order. NULL: the parameters are all in params. */
+    int (*param_need)(void *ctx, int segment, int use);
+    void (*param_done)(void *ctx, int segment, int use);
+    void *param_ctx;
+    size_t seg_align; /* each segment's length is a multiple of this (floats) */
 
     const int32_t *targets; /* NULL when it had none, or after backward */
     const int32_t *fwd_tokens;
     int fwd_b, fwd_t;
     char error[256];
 } dt_gpt;
+
+enum { DT_USE_FORWARD = 0, DT_USE_BACKWARD, DT_USE_INIT };
 
 /* Checks a configuration; returns 0 or -1 with a message naming the field. */
 int dt_gpt_config_check(const dt_gpt_config *cfg, char *err, size_t errlen);
@@ -103,6 +115,11 @@ int dt_gpt_create(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec, char *
 int dt_gpt_create_layout(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec, char *err,
                          size_t errlen);
 void dt_gpt_destroy(dt_gpt *m);
+/* Re-lays a layout (no buffers yet) so that every segment starts and ends
+ * on a multiple of `align` floats (a multiple of 16): ZeRO splits each
+ * segment into equal pieces. Tensors keep their order; only the padding
+ * after each segment grows. 0, or -1 with m->error. */
+int dt_gpt_pad_segments(dt_gpt *m, size_t align);
 /* Parameters (zeroed), gradients: for a model built as a layout, or after
  * dt_gpt_create for the gradients. 0, or -1 with m->error. */
 int dt_gpt_alloc_params(dt_gpt *m);

@@ -1,6 +1,7 @@
 /* Optimizer state and steps over ranges of the flat layout. See optimizer.h. */
 #include "model/optimizer.h"
 
+#include <math.h>
 #include <string.h>
 #include <strings.h>
 
@@ -50,16 +51,13 @@ void dt_optimizer_free(dt_optimizer *o)
     o->m = o->v = NULL;
 }
 
-/* Runs the update on [lo, hi) ∩ [off, off+len), one piece with one decay value. */
-static void step_piece(dt_optimizer *o, float *params, const float *grads, size_t lo, size_t hi,
+/* One piece of the update: floats [lo, hi), one decay value; params and
+ * grads point at lo's values, the state at `at`. */
+static void step_piece(dt_optimizer *o, float *params, const float *grads, size_t at, size_t n,
                        double lr, float wd, float grad_scale)
 {
-    size_t n = hi - lo;
     int t = (int)o->t;
-    size_t at = lo - o->base; /* every buffer starts at float `base` */
     float *m = o->m ? o->m + at : NULL, *v = o->v ? o->v + at : NULL;
-    params += at;
-    grads += at;
     switch (o->kind) {
     case DT_OPT_ADAMW:
         dt_adamw_update(params, grads, m, v, n, (float)lr,
@@ -76,11 +74,13 @@ static void step_piece(dt_optimizer *o, float *params, const float *grads, size_
     }
 }
 
-void dt_optimizer_step(dt_optimizer *o, const dt_gpt *m, float *params, const float *grads,
-                       size_t lo, size_t hi, double lr, float grad_scale)
+void dt_optimizer_begin_step(dt_optimizer *o) { o->t++; }
+
+void dt_optimizer_update(dt_optimizer *o, const dt_gpt *m, float *params, const float *grads,
+                         size_t at, size_t lo, size_t hi, double lr, float grad_scale)
 {
-    o->t++;
-    /* Walk the tensors that meet the range; padding between them stays zero
+    /* Walk the tensors that meet the range, so weight decay follows each
+     * tensor wherever the range cuts it; padding between them stays zero
      * (zero gradient, zero state: every rule leaves it unchanged). */
     for (int i = 0; i < m->n_tensors; i++) {
         const dt_param_tensor *t = &m->tensors[i];
@@ -88,8 +88,39 @@ void dt_optimizer_step(dt_optimizer *o, const dt_gpt *m, float *params, const fl
         size_t b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
         if (a >= b) continue;
         float wd = t->decay ? (float)o->weight_decay : 0.0f;
-        step_piece(o, params, grads, a, b, lr, wd, grad_scale);
+        step_piece(o, params + (a - lo), grads + (a - lo), at + (a - lo), b - a, lr, wd,
+                   grad_scale);
     }
+}
+
+void dt_optimizer_step(dt_optimizer *o, const dt_gpt *m, float *params, const float *grads,
+                       size_t lo, size_t hi, double lr, float grad_scale)
+{
+    dt_optimizer_begin_step(o);
+    size_t at = lo - o->base; /* every buffer starts at float `base` */
+    dt_optimizer_update(o, m, params + at, grads + at, at, lo, hi, lr, grad_scale);
+}
+
+void dt_norm_blocks(const float *g, size_t lo, size_t hi, double *out)
+{
+    (void)lo;
+    dt_sum_squares_blocks(g, hi - lo, DT_NORM_BLOCK, out);
+}
+
+double dt_grad_norm(const dt_gpt *m, const float *grads)
+{
+    enum { CHUNK = 256 }; /* blocks summed per call */
+    double blk[CHUNK], sum = 0.0;
+    for (int s = 0; s < dt_gpt_segments(m); s++) {
+        size_t hi = dt_gpt_segment_start(m, s + 1);
+        for (size_t lo = dt_gpt_segment_start(m, s); lo < hi; lo += CHUNK * DT_NORM_BLOCK) {
+            size_t end = hi - lo > CHUNK * DT_NORM_BLOCK ? lo + CHUNK * DT_NORM_BLOCK : hi;
+            size_t nb = (end - lo + DT_NORM_BLOCK - 1) / DT_NORM_BLOCK;
+            dt_norm_blocks(grads + lo, lo, end, blk);
+            for (size_t k = 0; k < nb; k++) sum += blk[k];
+        }
+    }
+    return sqrt(sum);
 }
 
 float dt_clip_coef(double norm, double max_norm)

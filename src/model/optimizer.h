@@ -39,6 +39,25 @@ void dt_optimizer_free(dt_optimizer *o);
 void dt_optimizer_step(dt_optimizer *o, const dt_gpt *m, float *params, const float *grads,
                        size_t lo, size_t hi, double lr, float grad_scale);
 
+/* Step t+1 in two parts, for a rank that holds several ranges (ZeRO):
+ * begin_step once, then update on each range. params and grads point at
+ * float lo's values; the state at float `at` of its buffers. */
+void dt_optimizer_begin_step(dt_optimizer *o);
+void dt_optimizer_update(dt_optimizer *o, const dt_gpt *m, float *params, const float *grads,
+                         size_t at, size_t lo, size_t hi, double lr, float grad_scale);
+
+/* The gradient norm in fixed blocks: each segment of the layout is cut into
+ * blocks of DT_NORM_BLOCK floats from its start, each block summed by
+ * dt_sum_squares_blocks, and the blocks added in layout order in double.
+ * Padding adds exact zeros, so the norm is the same bits for any padding
+ * and any spread of whole blocks over ranks. */
+#define DT_NORM_BLOCK 1024
+/* Block sums of floats [lo, hi) of one segment (lo at a block boundary of
+ * it), g pointing at float lo's value: ceil((hi - lo) / DT_NORM_BLOCK). */
+void dt_norm_blocks(const float *g, size_t lo, size_t hi, double *out);
+/* The norm of a whole flat gradient buffer of m's layout. */
+double dt_grad_norm(const dt_gpt *m, const float *grads);
+
 /* PyTorch's clip_grad_norm_ coefficient: min(1, max_norm / (norm + 1e-6)),
  * or 1 when max_norm is 0 (no clipping). */
 float dt_clip_coef(double norm, double max_norm);

@@ -63,7 +63,7 @@ static void destroy(void *self)
  * loads one, rank 0 hands it to the servers, and the others drop it. */
 static int stages_checkpoints(const dt_rank *r) { return r->rank == 0 && r->saves; }
 
-static int worker_plan(void *self, dt_rank *r, const dt_gpt *layout, dt_share *share)
+static int worker_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
 {
     ps_layer *L = self;
     if (join(L, r, layout)) return -1;
@@ -209,7 +209,7 @@ static const dt_strategy_ops worker_ops = {
 
 /* A server holds the layout and its shard's optimizer state, which rank 0
  * fills at start. */
-static int server_plan(void *self, dt_rank *r, const dt_gpt *layout, dt_share *share)
+static int server_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
 {
     ps_layer *L = self;
     if (join(L, r, layout)) return -1;

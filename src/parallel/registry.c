@@ -16,7 +16,8 @@ static int ddp_size(const dt_parallel_opts *o, int world, int *dp, char *err, si
 
 static int ddp_build(dt_strategy *S, const dt_parallel_opts *o)
 {
-    return S->rank->size > 1 ? dt_ddp_strategy(S, o->bucket_bytes) : 0;
+    if (S->rank->size == 1) return 0; /* one process shares nothing */
+    return o->zero.stage > 0 ? dt_zero_strategy(S, &o->zero) : dt_ddp_strategy(S, o->bucket_bytes);
 }
 
 /* Naive data parallelism runs its devices as threads of one process. */

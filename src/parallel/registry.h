@@ -9,10 +9,12 @@
 #include <stddef.h>
 
 #include "parallel/strategy.h"
+#include "parallel/zero/zero.h"
 
 /* The settings the built-in kinds read; a kind ignores the others. */
 typedef struct {
     size_t bucket_bytes;   /* ddp: gradient bucket size */
+    dt_zero_opts zero;     /* ddp: ZeRO (stage 0: none) */
     int devices;           /* dp: devices (threads) */
     int servers;           /* ps: server ranks, the last ones */
     int ps_async;          /* ps: asynchronous updates */

@@ -88,7 +88,7 @@ static int owner(const dt_strategy *S, size_t off)
 }
 #define OWNER(S, hook) owner((S), offsetof(dt_strategy_ops, hook))
 
-int dt_strategy_plan(dt_strategy *S, const dt_gpt *layout, dt_share *share)
+int dt_strategy_plan(dt_strategy *S, dt_gpt *layout, dt_share *share)
 {
     *share = (dt_share){.model = 1, .opt_lo = 0, .opt_hi = layout->n_floats};
     EACH(S, plan, S->rank, layout, share);

@@ -34,6 +34,7 @@
 
 #include "dtrain/comm.h"
 #include "model/gpt.h"
+#include "model/ranges.h"
 #include "model/optimizer.h"
 
 #define DT_STRATEGY_MAX_LAYERS 4
@@ -69,13 +70,18 @@ typedef struct dt_rank {
 typedef struct {
     int model;           /* 1: parameters, gradients, activations; 0: the layout only */
     size_t opt_lo, opt_hi; /* optimizer state range; empty: none */
+    /* Or state for several ranges, laid end to end (ZeRO's pieces): used
+     * when opt_ranges.n > 0. */
+    dt_flat_ranges opt_ranges;
 } dt_share;
 
 typedef struct dt_strategy_ops {
     const char *name;
     /* Before the model exists: what this rank holds. layout has the tensor
-     * table only. May be collective over the job. */
-    int (*plan)(void *self, dt_rank *r, const dt_gpt *layout, dt_share *share);
+     * table only; a layer may re-lay it (dt_gpt_pad_segments), provide
+     * buffers the trainer would otherwise allocate (they stay the layer's,
+     * freed by destroy), and hook the model. May be collective. */
+    int (*plan)(void *self, dt_rank *r, dt_gpt *layout, dt_share *share);
     /* The model holds its starting weights on the ranks that hold one. */
     int (*start)(void *self, dt_rank *r);
 
@@ -131,6 +137,8 @@ typedef struct dt_strategy {
     int dp_index, dp_size;  /* this rank's block of the global batch, and the blocks */
     int compute_streams;    /* models computing at once in this process (threads share cores) */
     int writes_checkpoints; /* this rank writes the job's checkpoints */
+    int grads_kept_zero;    /* a layer leaves the gradients zero after each step (no memset) */
+    const dt_flat_ranges *shard; /* the ranges this rank's optimizer state covers; NULL: all */
 } dt_strategy;
 
 /* An empty stack (one process) for r. */
@@ -141,7 +149,7 @@ int dt_strategy_add(dt_strategy *S, const dt_strategy_ops *ops, void *self);
 /* The names of the layers, "ddp" or "ps-worker+..." ("single" when empty). */
 void dt_strategy_name(const dt_strategy *S, char *buf, size_t n);
 
-int dt_strategy_plan(dt_strategy *S, const dt_gpt *layout, dt_share *share);
+int dt_strategy_plan(dt_strategy *S, dt_gpt *layout, dt_share *share);
 int dt_strategy_start(dt_strategy *S);
 /* One optimizer step: gradients of the global batch that begins at
  * training position `first`, the update at learning rate lr. *loss is the

@@ -71,7 +71,12 @@ typedef struct dt_train_config {
     long keep_last;    /* checkpoints kept in out_dir */
     long print_every;  /* steps between log lines */
     char log_ranks[4]; /* which ranks print: 0 (rank 0 speaks for the job) | all */
-    int zero_stage;    /* zero_optimization.stage: 0 (1-3 are refused until ZeRO exists) */
+    int zero_stage;    /* zero_optimization.stage: 0 (none) to 3, over the ddp ranks */
+    int zero_prefetch; /* stage 3: segments (layers) gathered ahead of use */
+    int zero_reshard;  /* stage 3: let a layer go after forward (1) or keep it for backward (0) */
+    double zero_prefetch_elems; /* stage3_prefetch_bucket_size: prefetch in elements (0: by count) */
+    double zero_max_live;  /* stage3_max_live_parameters: gathered elements at most (0: no limit) */
+    double zero_persist;   /* stage3_param_persistence_threshold: smaller segments stay gathered */
     char strategy[32]; /* how the work is shared: ddp | dp | ps | a registered kind */
     double bucket_mb;  /* DDP gradient bucket size, MiB */
     int devices;       /* dp: worker threads acting as devices; 0 = online cores */

@@ -35,8 +35,10 @@
  *   bf16.enabled -> dtype bf16 (false -> fp32). fp16.enabled true is
  *     refused (no loss scaling yet); with fp16 off its other keys change
  *     nothing and are accepted.
- *   zero_optimization.stage -> zero_stage (0 only, see
- *     dt_cfg_check_zero_stage); reduce_bucket_size (in elements, DeepSpeed's
+ *   zero_optimization.stage -> zero_stage (dt_cfg_check_zero);
+ *     stage3_prefetch_bucket_size, stage3_max_live_parameters and
+ *     stage3_param_persistence_threshold (elements) -> zero_prefetch_elems,
+ *     zero_max_live, zero_persist; reduce_bucket_size (in elements, DeepSpeed's
  *     unit) -> bucket_mb; overlap_comm true is what DDP always does.
  *   activation_checkpointing: accepted only with every setting off.
  *   wall_clock_breakdown: false only. */
@@ -221,9 +223,10 @@ static int own_bucket(ds_ctx *x, const ds_key *k, const char *key, const cJSON *
 static int zero_other(ds_ctx *x, const ds_key *k, const char *key, const cJSON *j)
 {
     (void)k, (void)j;
-    return fail(x, key, "is not supported yet: it configures ZeRO stages 1-3, and dtrain runs "
-                "stage 0 (plain data parallelism), where only stage, reduce_bucket_size (the DDP "
-                "bucket) and overlap_comm apply; remove it");
+    return fail(x, key, "is not supported: dtrain's ZeRO reads stage, reduce_bucket_size (the "
+                "DDP bucket at stage 0), overlap_comm, stage3_prefetch_bucket_size, "
+                "stage3_max_live_parameters and stage3_param_persistence_threshold (offload and "
+                "quantized ZeRO++ do not exist yet); remove it");
 }
 
 /* fp16 is off (on is refused): its loss-scaling settings change nothing. */
@@ -311,6 +314,9 @@ static const ds_key fp16_keys[] = {OWN("enabled", dtype, own_fp16, NULL)};
 static const ds_key zero_keys[] = {
     OPTION("stage", zero_stage, NULL),
     OWN("reduce_bucket_size", bucket_mb, own_bucket, NULL),
+    OPTION("stage3_prefetch_bucket_size", zero_prefetch_elems, NULL),
+    OPTION("stage3_max_live_parameters", zero_max_live, NULL),
+    OPTION("stage3_param_persistence_threshold", zero_persist, NULL),
     NOOP("overlap_comm", "true",
          "dtrain's DDP always overlaps each bucket's all-reduce with the rest of backward; "
          "leave it out or write true"),

@@ -73,7 +73,7 @@ int dt_cfg_find_json(const char *key, int *is_alias);
 
 /* The one check of a ZeRO stage (flag, JSON, a program's value): 0, or -1
  * for the stages not supported yet, with a message that says what runs. */
-int dt_cfg_check_zero_stage(int stage, const char *who, char *err, size_t n);
+int dt_cfg_check_zero(const dt_train_config *c, char *err, size_t n);
 
 /* ---- values -------------------------------------------------------------- */
 

@@ -14,7 +14,6 @@ static int hook_model(dt_train_config *c, const char *who, char *err, size_t n);
 static int hook_min_lr(dt_train_config *c, const char *who, char *err, size_t n);
 static int hook_min_lr_ratio(dt_train_config *c, const char *who, char *err, size_t n);
 static int hook_resume(dt_train_config *c, const char *who, char *err, size_t n);
-static int hook_zero_stage(dt_train_config *c, const char *who, char *err, size_t n);
 static int hook_compress(dt_train_config *c, const char *who, char *err, size_t n);
 static int hook_comm_algo(dt_train_config *c, const char *who, char *err, size_t n);
 static int hook_strategy(dt_train_config *c, const char *who, char *err, size_t n);
@@ -88,8 +87,18 @@ const dt_cfg_opt dt_cfg_options[] = {
      "more threads than cores only slow a rank down (0 takes one per online core), and "
      "OpenMP cannot start thousands"},
     OPT(G_RUN, "seed", NULL, T_U64, seed, 0, 0, "N", NULL, 0, "seed of init and shuffling"),
-    OPT(G_RUN, "zero-stage", NULL, T_INT, zero_stage, 0, 3, "N", hook_zero_stage, 0,
-        "ZeRO stage; 0 only (1-3 not supported yet)"),
+    OPT(G_RUN, "zero-stage", NULL, T_INT, zero_stage, 0, 3, "N", NULL, 0,
+        "ZeRO over the ddp ranks: 1 optimizer state, 2 + gradients, 3 + parameters (FSDP)"),
+    OPT(G_RUN, "zero-prefetch", NULL, T_INT, zero_prefetch, 0, 1024, "N", NULL, 0,
+        "ZeRO-3: layers gathered ahead of the one computing"),
+    OPT(G_RUN, "zero-reshard-after-forward", NULL, T_INT, zero_reshard, 0, 1, "0|1", NULL, 0,
+        "ZeRO-3: 1 lets each layer go after forward, 0 keeps it for backward"),
+    OPT(G_RUN, "zero-prefetch-elems", NULL, T_DBL, zero_prefetch_elems, 0, 1e15, "ELEMS", NULL,
+        0, "ZeRO-3: prefetch layers ahead up to this many parameters (instead of a count)"),
+    OPT(G_RUN, "zero-max-live", NULL, T_DBL, zero_max_live, 0, 1e15, "ELEMS", NULL, 0,
+        "ZeRO-3: prefetch stops at this many gathered parameters; 0 = no limit"),
+    OPT(G_RUN, "zero-persist", NULL, T_DBL, zero_persist, 0, 1e15, "ELEMS", NULL, 0,
+        "ZeRO-3: layers of at most this many parameters stay gathered"),
     OPT(G_RUN, "strategy", NULL, T_STR, strategy, 0, 0, "ddp|dp|ps", hook_strategy, 0,
         "all-reduce across ranks, threads as devices, parameter server"),
     OPT(G_RUN, "bucket-mb", NULL, T_DBL, bucket_mb, 1e-6, 1e6, "MB", NULL, 0,
@@ -231,6 +240,8 @@ void dt_config_defaults(dt_train_config *c)
     strcpy(c->dtype, "fp32");
     strcpy(c->strategy, "ddp");
     c->bucket_mb = 25;
+    c->zero_prefetch = 1;
+    c->zero_reshard = 1;
     c->servers = 1;
     strcpy(c->ps_mode, "sync");
     c->staleness = 2;
@@ -265,20 +276,36 @@ static int hook_resume(dt_train_config *c, const char *who, char *err, size_t n)
     return 0;
 }
 
-/* The field stays (0-3, DeepSpeed's range) for the ZeRO strategies to come;
- * until they exist a stage above 0 would be accepted and do nothing. */
-int dt_cfg_check_zero_stage(int stage, const char *who, char *err, size_t n)
+/* ZeRO shards what data parallelism replicates: it runs over the ranks of
+ * --strategy ddp, and its stage-3 settings mean nothing below stage 3. */
+int dt_cfg_check_zero(const dt_train_config *c, char *err, size_t n)
 {
-    if (stage == 0) return 0;
-    dt_strf(err, n, "%s: ZeRO stage %d is not supported yet (the sharded strategies come "
-            "later); stage 0, plain data parallelism (--strategy ddp), is what runs: leave "
-            "the stage out or set it to 0", who, stage);
-    return -1;
-}
-
-static int hook_zero_stage(dt_train_config *c, const char *who, char *err, size_t n)
-{
-    return dt_cfg_check_zero_stage(c->zero_stage, who, err, n);
+    if (c->zero_stage > 0 && strcmp(c->strategy, "ddp") != 0)
+        return dt_strf(err, n, "ZeRO stage %d shards data parallelism's copies over the ranks "
+                       "of --strategy ddp; --strategy %s %s: use --strategy ddp, or stage 0",
+                       c->zero_stage, c->strategy,
+                       !strcmp(c->strategy, "ps") ? "already splits the parameters over its servers"
+                                                  : "runs its devices as threads of one process"),
+               -1;
+    if (c->zero_stage > 0 && (c->out_dir[0] || c->resume_flag))
+        return dt_strf(err, n, "checkpoints of a ZeRO run (--out, --resume) are not written "
+                       "yet; --save-final writes the trained weights"), -1;
+    static const size_t stage3[] = {offsetof(dt_train_config, zero_prefetch),
+                                    offsetof(dt_train_config, zero_reshard),
+                                    offsetof(dt_train_config, zero_prefetch_elems),
+                                    offsetof(dt_train_config, zero_max_live),
+                                    offsetof(dt_train_config, zero_persist)};
+    if (c->given[dt_cfg_opt_at(offsetof(dt_train_config, zero_prefetch))] &&
+        c->given[dt_cfg_opt_at(offsetof(dt_train_config, zero_prefetch_elems))])
+        return dt_strf(err, n, "--zero-prefetch counts layers, --zero-prefetch-elems "
+                       "(stage3_prefetch_bucket_size) parameters: give one of them"), -1;
+    for (size_t i = 0; c->zero_stage < 3 && i < sizeof stage3 / sizeof stage3[0]; i++) {
+        int idx = dt_cfg_opt_at(stage3[i]);
+        if (idx >= 0 && c->given[idx])
+            return dt_strf(err, n, "--%s applies to --zero-stage 3 (parameters sharded); this "
+                           "run has stage %d", dt_cfg_options[idx].flag, c->zero_stage), -1;
+    }
+    return 0;
 }
 
 /* Refuses a bad --compress when it is given, and keeps it canonical. */

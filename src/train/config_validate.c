@@ -155,7 +155,7 @@ static int check_run(const dt_train_config *c, int dp, char *err, size_t n)
         return dt_strf(err, n, "threads = %ld on each of %ld devices is %ld threads in one "
                        "process, above %d: lower --threads (0 shares the online cores)",
                        per_device, devices, per_device * devices, DT_CFG_MAX_THREADS), -1;
-    return dt_cfg_check_zero_stage(c->zero_stage, "zero_stage", err, n);
+    return dt_cfg_check_zero(c, err, n);
 }
 
 int dt_config_validate(dt_train_config *c, int data_parallel_size, char *err, size_t errlen)
@@ -202,6 +202,12 @@ int dt_config_data_parallel_size(const dt_train_config *c, int world, int *dp_si
 dt_parallel_opts dt_config_parallel_opts(const dt_train_config *c)
 {
     return (dt_parallel_opts){.bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
+                              .zero = {.stage = c->zero_stage,
+                                       .prefetch = c->zero_prefetch,
+                                       .prefetch_floats = (size_t)c->zero_prefetch_elems,
+                                       .reshard_after_forward = c->zero_reshard,
+                                       .persist_floats = (size_t)c->zero_persist,
+                                       .max_live_floats = (size_t)c->zero_max_live},
                               .devices = c->devices,
                               .servers = c->servers,
                               .ps_async = strcmp(c->ps_mode, "async") == 0,

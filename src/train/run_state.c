@@ -138,7 +138,10 @@ int dt_run_setup_model(dt_run *t, const char *resume_dir)
     dt_share share;
     if (dt_strategy_plan(&t->S, &t->model, &share)) return -1;
     if (share.model && alloc_model(t)) return -1;
-    if (share.opt_hi > share.opt_lo && init_optimizer(t, share.opt_lo, share.opt_hi)) return -1;
+    if (share.opt_ranges.n > 0 ? init_optimizer(t, 0, share.opt_ranges.len)
+                               : share.opt_hi > share.opt_lo &&
+                                     init_optimizer(t, share.opt_lo, share.opt_hi))
+        return -1;
     if (share.model && starting_weights(t, resume_dir)) return -1;
     t->r.first_step = t->step;
     /* The batch arithmetic was validated for dp_size blocks: a strategy

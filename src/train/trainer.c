@@ -119,9 +119,12 @@ static int finish(dt_run *t)
      * process that ran no step has nothing new to save. */
     int saved = c->save_every > 0 && t->step % c->save_every == 0;
     if (c->out_dir[0] && t->steps_run > 0 && !saved && dt_run_save(t)) return -1;
-    if (c->save_final[0] && t->S.writes_checkpoints && (t->steps_run > 0 || !t->stop)) {
-        if (dt_weights_save(&t->model, c->save_final, ERR(t))) return -1;
-        fprintf(t->out, "weights %s\n", c->save_final);
+    if (c->save_final[0] && (t->steps_run > 0 || !t->stop)) {
+        /* Every rank: a strategy that shards the parameters gathers them. */
+        if (dt_strategy_before_save(&t->S)) return -1;
+        if (t->S.writes_checkpoints && dt_weights_save(&t->model, c->save_final, ERR(t)))
+            return -1;
+        if (t->S.writes_checkpoints) fprintf(t->out, "weights %s\n", c->save_final);
     }
     if (!t->stop && dt_run_eval(t, 1)) return -1;
     if (dt_strategy_release(&t->S)) return -1;

@@ -152,6 +152,7 @@ int dt_allgather_bruck(dt_comm *c, const void *send, void *recv, size_t n, int r
 
 int dt_reduce_scatter_ring(dt_comm *c, const void *send, void *recv, size_t n, int root);
 int dt_reduce_scatter_halving(dt_comm *c, const void *send, void *recv, size_t n, int root);
+int dt_reduce_scatter_direct(dt_comm *c, const void *send, void *recv, size_t n, int root);
 
 int dt_alltoall_pairwise(dt_comm *c, const void *send, void *recv, size_t n, int root);
 int dt_alltoall_bruck(dt_comm *c, const void *send, void *recv, size_t n, int root);

@@ -51,6 +51,8 @@ const dt_algo dt_algo_table[] = {
     {"ring", DT_COLL_REDUCE_SCATTER, dt_reduce_scatter_ring, 0, "p-1 steps round a ring"},
     {"halving", DT_COLL_REDUCE_SCATTER, dt_reduce_scatter_halving, 0,
      "recursive halving: lg p exchanges of halving size"},
+    {"direct", DT_COLL_REDUCE_SCATTER, dt_reduce_scatter_direct, DT_ALGO_NO_AUTO,
+     "each block sent to its owner and summed there in rank order (same bits as naive)"},
     {"mpi", DT_COLL_REDUCE_SCATTER, dt_reduce_scatter_mpi, DT_ALGO_NO_AUTO | DT_ALGO_NEEDS_MPI,
      "MPI_Reduce_scatter_block of the MPI library underneath"},
 

@@ -1,0 +1,280 @@
+/* ZeRO as a strategy layer: what a rank holds, the step's hooks, and the
+ * gradient norm over pieces. See zero.h. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/hash.h"
+#include "core/str.h"
+#include "core/timer.h"
+#include "core/window.h"
+#include "parallel/fingerprint.h"
+#include "parallel/zero/zero_internal.h"
+
+static int failed(zero *z, const char *what)
+{
+    dt_rank *r = z->S->rank;
+    if (z->error) return dt_strf(r->err, sizeof r->err, "ZeRO: %s", z->errmsg), -1;
+    return dt_strf(r->err, sizeof r->err, "ZeRO: %s: %s", what, dt_comm_error(z->comm)), -1;
+}
+
+static int out_of_memory(zero *z, const char *what)
+{
+    dt_rank *r = z->S->rank;
+    return dt_strf(r->err, sizeof r->err, "ZeRO-%d: cannot allocate %s", z->o.stage, what), -1;
+}
+
+/* The layout padded for equal pieces; the buffers this stage does not hold
+ * whole become windows; the optimizer's state covers this rank's pieces. */
+static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
+{
+    zero *z = self;
+    z->m = layout;
+    z->L = layout->cfg.n_layer;
+    if (dt_gpt_pad_segments(layout, dt_shard_align(r->size)) ||
+        dt_shard_map_build(&z->map, layout, r->size, r->rank))
+        return out_of_memory(z, "the shard map");
+    z->nseg = z->map.nseg;
+    z->seg = calloc((size_t)z->nseg, sizeof *z->seg);
+    if (!z->seg) return out_of_memory(z, "the segment table");
+    size_t bytes = layout->n_floats * sizeof(float);
+    if (z->o.prefetch_floats > 0) /* DeepSpeed's prefetch bucket: as many layers as fit */
+        z->o.prefetch = (int)(z->o.prefetch_floats / z->map.piece[z->nseg > 2 ? 1 : 0] / (size_t)r->size);
+    if (z->o.stage >= 2) {
+        z->shard_g = dt_alloc(z->map.len * sizeof(float), DT_MEM_GRADS);
+        if (!z->shard_g || !(layout->grads = dt_window_reserve(bytes)))
+            return out_of_memory(z, "the gradient shard");
+        z->window_g = 1;
+        z->S->grads_kept_zero = 1;
+    }
+    if (z->o.stage >= 3) {
+        z->shard_p = dt_alloc(z->map.len * sizeof(float), DT_MEM_PARAMS);
+        if (!z->shard_p || !(layout->params = dt_window_reserve(bytes)))
+            return out_of_memory(z, "the parameter shard");
+        z->window_p = 1;
+        for (int s = 0; s < z->nseg; s++)
+            z->seg[s].persistent = dt_gpt_segment_start(layout, s + 1) -
+                                       dt_gpt_segment_start(layout, s) <= z->o.persist_floats;
+    }
+    layout->param_need = dt_zero_param_need;
+    layout->param_done = dt_zero_param_done;
+    layout->param_ctx = z;
+    share->opt_lo = share->opt_hi = 0;
+    share->opt_ranges = dt_shard_map_ranges(&z->map);
+    z->S->shard = &share->opt_ranges;
+    return 0;
+}
+
+/* The ranks start from the same weights: stages 1-2 take rank 0's; stage 3
+ * keeps its pieces of what the initialisation (piece by piece) or a
+ * weights file (whole, in the window) gave. */
+static int zero_start(void *self, dt_rank *r)
+{
+    zero *z = self;
+    (void)r;
+    if (z->o.stage < 3) {
+        float *p = z->m->params;
+        return dt_broadcast(z->comm, p, p, z->m->n_floats, DT_F32, 0) ? failed(z, "setup") : 0;
+    }
+    if (!z->inited) {
+        for (int s = 0; s < z->nseg; s++) {
+            const dt_flat_range *p = &z->map.mine[s];
+            memcpy(z->shard_p + p->at, z->m->params + p->lo, (p->hi - p->lo) * sizeof(float));
+        }
+        dt_window_drop(z->m->params, 0, z->m->n_floats * sizeof(float));
+    }
+    return 0;
+}
+
+static int zero_begin_step(void *self, long step)
+{
+    zero *z = self;
+    (void)step;
+    dt_zero_drop_all(z); /* what an evaluation or a save gathered */
+    z->bytes_at_begin = dt_comm_bytes_sent(z->comm);
+    z->wait_ms = 0;
+    z->step_ns = dt_now_ns();
+    return z->error ? failed(z, "step") : 0;
+}
+
+static void zero_before_backward(void *self, int micro, int last)
+{
+    zero *z = self;
+    z->micro = micro;
+    z->last = last;
+    dt_zero_grads_hook(z);
+}
+
+static int zero_end_grads(void *self)
+{
+    zero *z = self;
+    z->backward_end_ns = dt_now_ns();
+    int rc = dt_zero_grads_finish(z);
+    z->wait_ms += (double)(dt_now_ns() - z->backward_end_ns) * 1e-6;
+    return rc ? failed(z, "gradient reduce-scatter") : 0;
+}
+
+/* Block sums of this rank's pieces, gathered, added in layout order: the
+ * same blocks in the same order as dt_grad_norm of the whole buffer. */
+static int zero_grad_norm(void *self, double *norm)
+{
+    zero *z = self;
+    int n = z->map.n;
+    size_t per = z->map.len / DT_NORM_BLOCK;
+    double *mine = malloc(per * sizeof *mine), *all = malloc((size_t)n * per * sizeof *all);
+    if (!mine || !all) return free(mine), free(all), out_of_memory(z, "the norm's blocks");
+    for (int s = 0; s < z->nseg; s++) {
+        const dt_flat_range *p = &z->map.mine[s];
+        dt_norm_blocks(dt_zero_grads_of(z, s), p->lo, p->hi, mine + p->at / DT_NORM_BLOCK);
+    }
+    int rc = dt_allgather(z->comm, mine, all, per, DT_F64);
+    double sum = 0.0;
+    for (int s = 0; rc == 0 && s < z->nseg; s++)
+        for (int q = 0; q < n; q++)
+            for (size_t k = 0; k < z->map.piece[s] / DT_NORM_BLOCK; k++)
+                sum += all[(size_t)q * per + z->map.mine[s].at / DT_NORM_BLOCK + k];
+    free(mine);
+    free(all);
+    *norm = sqrt(sum);
+    return rc ? failed(z, "gradient norm") : 0;
+}
+
+static int zero_update(void *self, double lr, float coef)
+{
+    zero *z = self;
+    dt_optimizer *o = z->S->rank->opt;
+    dt_optimizer_begin_step(o);
+    for (int s = 0; s < z->nseg; s++) {
+        const dt_flat_range *p = &z->map.mine[s];
+        dt_optimizer_update(o, z->m, dt_zero_params_of(z, s), dt_zero_grads_of(z, s), p->at,
+                            p->lo, p->hi, lr, coef);
+    }
+    uint64_t t0 = dt_now_ns();
+    int rc = dt_zero_params_refresh(z);
+    if (z->o.stage < 3) z->wait_ms += (double)(dt_now_ns() - t0) * 1e-6;
+    z->bytes_sent = dt_comm_bytes_sent(z->comm) - z->bytes_at_begin;
+    return rc ? failed(z, "parameter all-gather") : 0;
+}
+
+static void zero_traffic(void *self, double *comm_ms, uint64_t *bytes)
+{
+    zero *z = self;
+    *comm_ms = z->wait_ms;
+    *bytes = z->bytes_sent;
+}
+
+/* Stage 3: every rank evaluates every batch alone, so that all of them run
+ * the same forwards (each gathers the layers with the others). */
+static int zero_eval_group(void *self, int final, dt_comm **group)
+{
+    zero *z = self;
+    (void)final;
+    if (z->o.stage >= 3) *group = NULL;
+    return 1;
+}
+
+static int zero_before_save(void *self)
+{
+    zero *z = self;
+    return dt_zero_gather_all(z) ? failed(z, "gathering the parameters") : 0;
+}
+
+static int zero_release(void *self)
+{
+    dt_zero_drop_all(self);
+    return 0;
+}
+
+/* The parameters' hash, segment by segment (stage 3 gathers one at a time). */
+static int zero_replicas(void *self, uint64_t *hash)
+{
+    zero *z = self;
+    uint64_t *h = calloc((size_t)z->nseg, sizeof *h);
+    if (!h) return out_of_memory(z, "the replica check");
+    for (int s = 0; s < z->nseg; s++) {
+        size_t lo = dt_gpt_segment_start(z->m, s), hi = dt_gpt_segment_start(z->m, s + 1);
+        int was = z->seg[s].gathered;
+        if (z->o.stage >= 3 && dt_zero_gather_one(z, s))
+            return free(h), failed(z, "replica check");
+        h[s] = dt_fnv1a64(z->m->params + lo, (hi - lo) * sizeof(float));
+        if (z->o.stage >= 3 && !was) dt_zero_release_one(z, s);
+    }
+    uint64_t all = dt_fnv1a64(h, (size_t)z->nseg * sizeof *h);
+    free(h);
+    int64_t lo = (int64_t)all, hi = (int64_t)all;
+    int same = dt_fingerprints_agree(z->comm, &lo, &hi, 1);
+    if (same < 0) return failed(z, "comparing replicas");
+    if (hash) *hash = all;
+    return same;
+}
+
+static void zero_describe(void *self, FILE *f)
+{
+    zero *z = self;
+    fprintf(f, " x %d ranks (ZeRO-%d over %s, shards of %.1f MiB", z->map.n, z->o.stage,
+            dt_comm_transport(z->comm), (double)z->map.len * 4 / 1048576.0);
+    if (z->o.stage >= 3)
+        fprintf(f, ", prefetch %d, reshard after forward %s", z->o.prefetch,
+                z->o.reshard_after_forward ? "yes" : "no");
+    fprintf(f, ")");
+}
+
+static void zero_destroy(void *self)
+{
+    zero *z = self;
+    if (z->seg) {
+        dt_zero_grads_free(z);
+        for (int s = 0; s < z->nseg; s++)
+            if (z->seg[s].ag) dt_wait(z->seg[s].ag);
+    }
+    if (z->m) {
+        size_t bytes = z->m->n_floats * sizeof(float);
+        if (z->window_p) dt_window_free(z->m->params, bytes), z->m->params = NULL;
+        if (z->window_g) dt_window_free(z->m->grads, bytes), z->m->grads = NULL;
+        dt_mem_account(DT_MEM_PARAMS, -(long long)(z->live * sizeof(float)));
+        z->m->param_need = NULL;
+        z->m->param_done = NULL;
+        z->m->grad_ready = NULL;
+    }
+    dt_free(z->shard_p);
+    dt_free(z->shard_g);
+    free(z->seg);
+    dt_shard_map_free(&z->map);
+    free(z);
+}
+
+static const dt_strategy_ops zero_ops = {
+    .name = "zero",
+    .plan = zero_plan,
+    .start = zero_start,
+    .begin_step = zero_begin_step,
+    .before_backward = zero_before_backward,
+    .end_grads = zero_end_grads,
+    .grad_norm = zero_grad_norm,
+    .update = zero_update,
+    .traffic = zero_traffic,
+    .eval_group = zero_eval_group,
+    .before_save = zero_before_save,
+    .release = zero_release,
+    .replicas_identical = zero_replicas,
+    .describe = zero_describe,
+    .destroy = zero_destroy,
+};
+
+int dt_zero_strategy(dt_strategy *S, const dt_zero_opts *o)
+{
+    dt_rank *r = S->rank;
+    if (o->stage < 1 || o->stage > 3)
+        return dt_strf(r->err, sizeof r->err, "ZeRO stage %d: use 1, 2 or 3", o->stage), -1;
+    zero *z = calloc(1, sizeof *z);
+    if (!z) return dt_strf(r->err, sizeof r->err, "ZeRO: out of memory"), -1;
+    z->S = S;
+    z->comm = r->world;
+    z->o = *o;
+    if (z->o.prefetch < 0) z->o.prefetch = 0;
+    S->lockstep = r->world;
+    S->dp_index = r->rank;
+    S->dp_size = r->size;
+    return dt_strategy_add(S, &zero_ops, z);
+}

@@ -1,0 +1,101 @@
+/* ZeRO's gradients: each segment reduce-scattered (averaged) as backward
+ * finishes it, so rank r ends with the mean of its pieces. Stage 1 does it
+ * on the step's last micro-batch only, in place in the whole gradient
+ * buffer; stages 2-3 on every micro-batch, folding this rank's piece into
+ * the shard and giving the window's pages back. See zero.h. */
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/timer.h"
+#include "core/window.h"
+#include "parallel/zero/zero_internal.h"
+
+static int segment_at(const zero *z, size_t lo)
+{
+    for (int s = 0; s < z->nseg; s++)
+        if (dt_gpt_segment_start(z->m, s) == lo) return s;
+    return -1;
+}
+
+static size_t seg_floats(const zero *z, int s)
+{
+    return dt_gpt_segment_start(z->m, s + 1) - dt_gpt_segment_start(z->m, s);
+}
+
+/* Waits for segment s's reduce-scatter; stages 2-3 fold the piece into the
+ * shard (the step's first micro-batch copies, later ones add) and let the
+ * window go: its pages read as zeros, ready for the next backward. */
+static int fold(zero *z, int s, int micro)
+{
+    zero_seg *g = &z->seg[s];
+    if (!g->rs) return 0;
+    int rc = dt_wait(g->rs);
+    g->rs = NULL;
+    if (rc) return dt_zero_fail(z, rc, "gradient reduce-scatter");
+    if (z->o.stage < 2) return 0;
+    const dt_flat_range *p = &z->map.mine[s];
+    float *dst = z->shard_g + p->at;
+    const float *src = z->m->grads + p->lo;
+    size_t n = p->hi - p->lo;
+    if (micro == 0) {
+        memcpy(dst, src, n * sizeof(float));
+    } else {
+        for (size_t i = 0; i < n; i++) dst[i] += src[i];
+    }
+    size_t lo = dt_gpt_segment_start(z->m, s);
+    dt_window_drop(z->m->grads, lo * sizeof(float), (lo + seg_floats(z, s)) * sizeof(float));
+    if (g->grads_held) {
+        dt_mem_account(DT_MEM_GRADS, -(long long)(seg_floats(z, s) * sizeof(float)));
+        g->grads_held = 0;
+    }
+    return 0;
+}
+
+/* The model's hook: segment s is final for this micro-batch. */
+static void on_grad_ready(void *ctx, size_t lo, size_t hi)
+{
+    zero *z = ctx;
+    int s = segment_at(z, lo);
+    if (s < 0 || hi <= lo || z->error) return;
+    /* Windows of at most two segments at once: the one before this is folded
+     * now, its reduce-scatter having run while this one computed. */
+    if (z->o.stage >= 2 && s + 1 < z->nseg && fold(z, s + 1, z->micro)) return;
+    zero_seg *g = &z->seg[s];
+    float *grads = z->m->grads;
+    g->rs_issued_ns = dt_now_ns();
+    int rc = dt_ireduce_scatter(z->comm, grads + lo, grads + z->map.mine[s].lo, z->map.piece[s],
+                                DT_F32, DT_AVG, &g->rs);
+    if (rc) dt_zero_fail(z, rc, "gradient reduce-scatter");
+}
+
+void dt_zero_grads_hook(zero *z)
+{
+    /* The previous micro-batch's last reduce-scatters ran during this
+     * forward; fold them before this backward writes the windows again. */
+    for (int s = 0; s < z->nseg && z->micro > 0; s++)
+        if (fold(z, s, z->micro - 1)) break;
+    int communicate = z->o.stage >= 2 || z->last;
+    z->m->grad_ready = communicate ? on_grad_ready : NULL;
+    z->m->grad_ready_ctx = z;
+}
+
+int dt_zero_grads_finish(zero *z)
+{
+    z->m->grad_ready = NULL;
+    for (int s = z->nseg - 1; s >= 0; s--)
+        if (fold(z, s, z->micro) && !z->error) return -1;
+    return z->error ? -1 : 0;
+}
+
+const float *dt_zero_grads_of(const zero *z, int s)
+{
+    return z->o.stage >= 2 ? z->shard_g + z->map.mine[s].at : z->m->grads + z->map.mine[s].lo;
+}
+
+void dt_zero_grads_free(zero *z)
+{
+    for (int s = 0; s < z->nseg; s++) {
+        if (z->seg[s].rs) dt_wait(z->seg[s].rs);
+        z->seg[s].rs = NULL;
+    }
+}

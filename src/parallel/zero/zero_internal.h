@@ -1,0 +1,65 @@
+/* ZeRO's state, shared by its files: zero.c (the strategy's hooks),
+ * zero_grads.c (the gradients' reduce-scatter during backward),
+ * zero_params.c (the parameters' gathers). Private to parallel/zero. */
+#ifndef DT_PARALLEL_ZERO_INTERNAL_H
+#define DT_PARALLEL_ZERO_INTERNAL_H
+
+#include <stdint.h>
+
+#include "parallel/strategy.h"
+#include "parallel/zero/shard_map.h"
+#include "parallel/zero/zero.h"
+
+typedef struct {
+    dt_request *rs;    /* its gradients' reduce-scatter, in flight */
+    dt_request *ag;    /* its parameters' gather, in flight (stage 3, or 1-2 after the update) */
+    int gathered;      /* stage 3: the window holds it (or a gather is on its way) */
+    int grads_held;    /* stages 2-3: its gradient window is accounted */
+    int persistent;    /* stage 3: small enough to stay gathered */
+    uint64_t rs_issued_ns, ag_issued_ns, ag_done_ns; /* the last ones, for the overlap record */
+} zero_seg;
+
+typedef struct zero {
+    dt_strategy *S;
+    dt_comm *comm;
+    dt_zero_opts o;
+    dt_gpt *m;
+    dt_shard_map map;
+    zero_seg *seg;
+    int nseg, L;
+    float *shard_p;  /* stage 3: this rank's pieces of the parameters */
+    float *shard_g;  /* stages 2-3: this rank's pieces of the gradients */
+    int window_p, window_g; /* the model's params / grads are windows (core/window.h) */
+    int micro, last; /* the micro-batch whose backward runs */
+    int in_head;     /* forward has reached the output head */
+    int inited;      /* stage 3: the initialisation went piece by piece */
+    int error;       /* a failure inside a model hook (reported at the step's end) */
+    char errmsg[256];
+    size_t live;     /* stage 3: floats gathered now */
+    /* The last step's figures. */
+    double wait_ms;
+    uint64_t bytes_at_begin, bytes_sent;
+    uint64_t step_ns, backward_end_ns;
+} zero;
+
+/* zero_grads.c */
+void dt_zero_grads_hook(zero *z); /* before each backward */
+int dt_zero_grads_finish(zero *z); /* waits for every reduce-scatter, folds it in */
+const float *dt_zero_grads_of(const zero *z, int s); /* this rank's piece of segment s */
+void dt_zero_grads_free(zero *z);
+
+/* zero_params.c */
+int dt_zero_param_need(void *ctx, int s, int use);
+void dt_zero_param_done(void *ctx, int s, int use);
+float *dt_zero_params_of(const zero *z, int s); /* this rank's piece, where the update writes it */
+/* After the update: stages 1-2 gather every segment; stage 3 lets the
+ * stale windows go (persistent segments are gathered again). */
+int dt_zero_params_refresh(zero *z);
+/* Stage 3: gathers every segment (for a writer), or lets all go. */
+int dt_zero_gather_all(zero *z);
+int dt_zero_gather_one(zero *z, int s);
+void dt_zero_release_one(zero *z, int s);
+void dt_zero_drop_all(zero *z);
+int dt_zero_fail(zero *z, int rc, const char *what);
+
+#endif
