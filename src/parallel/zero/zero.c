@@ -90,8 +90,8 @@ static int zero_start(void *self, dt_rank *r)
 static int zero_begin_step(void *self, long step)
 {
     zero *z = self;
-    (void)step;
     dt_zero_drop_all(z); /* what an evaluation or a save gathered */
+    z->step = step;
     z->bytes_at_begin = dt_comm_bytes_sent(z->comm);
     z->wait_ms = 0;
     z->step_ns = dt_now_ns();
@@ -110,6 +110,7 @@ static int zero_end_grads(void *self)
 {
     zero *z = self;
     z->backward_end_ns = dt_now_ns();
+    dt_zero_note(z, "grads_end", -1);
     int rc = dt_zero_grads_finish(z);
     z->wait_ms += (double)(dt_now_ns() - z->backward_end_ns) * 1e-6;
     return rc ? failed(z, "gradient reduce-scatter") : 0;
@@ -237,6 +238,7 @@ static void zero_destroy(void *self)
         z->m->param_done = NULL;
         z->m->grad_ready = NULL;
     }
+    if (z->events) fclose(z->events);
     dt_free(z->shard_p);
     dt_free(z->shard_g);
     free(z->seg);
@@ -273,6 +275,15 @@ int dt_zero_strategy(dt_strategy *S, const dt_zero_opts *o)
     z->comm = r->world;
     z->o = *o;
     if (z->o.prefetch < 0) z->o.prefetch = 0;
+    const char *events = getenv("DTRAIN_ZERO_EVENTS");
+    if (events && events[0]) {
+        char path[1024];
+        dt_strf(path, sizeof path, "%s.%d", events, r->rank);
+        if (!(z->events = fopen(path, "w"))) {
+            free(z);
+            return dt_strf(r->err, sizeof r->err, "DTRAIN_ZERO_EVENTS: cannot write %s", path), -1;
+        }
+    }
     S->lockstep = r->world;
     S->dp_index = r->rank;
     S->dp_size = r->size;

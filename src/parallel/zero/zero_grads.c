@@ -63,6 +63,7 @@ static void on_grad_ready(void *ctx, size_t lo, size_t hi)
     zero_seg *g = &z->seg[s];
     float *grads = z->m->grads;
     g->rs_issued_ns = dt_now_ns();
+    dt_zero_note(z, "reduce_scatter", s);
     int rc = dt_ireduce_scatter(z->comm, grads + lo, grads + z->map.mine[s].lo, z->map.piece[s],
                                 DT_F32, DT_AVG, &g->rs);
     if (rc) dt_zero_fail(z, rc, "gradient reduce-scatter");

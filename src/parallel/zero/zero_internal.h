@@ -5,6 +5,9 @@
 #define DT_PARALLEL_ZERO_INTERNAL_H
 
 #include <stdint.h>
+#include <stdio.h>
+
+#include "core/timer.h"
 
 #include "parallel/strategy.h"
 #include "parallel/zero/shard_map.h"
@@ -36,11 +39,21 @@ typedef struct zero {
     int error;       /* a failure inside a model hook (reported at the step's end) */
     char errmsg[256];
     size_t live;     /* stage 3: floats gathered now */
+    FILE *events;    /* DTRAIN_ZERO_EVENTS: when each gather, reduce-scatter and layer ran */
+    long step;
     /* The last step's figures. */
     double wait_ms;
     uint64_t bytes_at_begin, bytes_sent;
     uint64_t step_ns, backward_end_ns;
 } zero;
+
+/* One line per event, "step event segment ns", for the tests that check
+ * that communication overlaps compute. */
+static inline void dt_zero_note(zero *z, const char *event, int s)
+{
+    if (z->events)
+        fprintf(z->events, "%ld %s %d %llu\n", z->step, event, s, (unsigned long long)dt_now_ns());
+}
 
 /* zero_grads.c */
 void dt_zero_grads_hook(zero *z); /* before each backward */

@@ -36,6 +36,7 @@ static int gather(zero *z, int s)
     if (g->gathered) return 0;
     const dt_flat_range *p = &z->map.mine[s];
     g->ag_issued_ns = dt_now_ns();
+    dt_zero_note(z, "gather", s);
     int rc = dt_iallgather(z->comm, z->shard_p + p->at, z->m->params + seg_lo(z, s),
                            z->map.piece[s], DT_F32, &g->ag);
     if (rc) return dt_zero_fail(z, rc, "parameter gather");
@@ -110,6 +111,7 @@ int dt_zero_param_need(void *ctx, int s, int use)
     }
     if (use == DT_USE_FORWARD && s == z->L + 1) z->in_head = 1;
     if (gather(z, s) || prefetch(z, s, use) || wait_gather(z, s)) return -1;
+    dt_zero_note(z, use == DT_USE_FORWARD ? "forward" : "backward", s);
     return 0;
 }
 
@@ -117,6 +119,7 @@ void dt_zero_param_done(void *ctx, int s, int use)
 {
     zero *z = ctx;
     if (z->o.stage < 3 || z->error) return;
+    if (use != DT_USE_INIT) dt_zero_note(z, use == DT_USE_FORWARD ? "forward_end" : "backward_end", s);
     if (use == DT_USE_INIT) {
         /* Keep this rank's piece of the initial values; let the rest go. */
         const dt_flat_range *p = &z->map.mine[s];

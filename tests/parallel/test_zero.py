@@ -1,0 +1,219 @@
+"""ZeRO stages 1-3 against DDP on the same global batch.
+
+  test_zero.py DTRAIN [--quick]
+
+(--quick: the equivalence at 2 and 3 ranks only, for the sanitizer builds.)
+
+Equivalence (10 steps, AdamW with weight decay, clipping at 1, gradient
+accumulation 2, --shuffle 0):
+  - at 2 ranks with the default algorithms, at 3 and 4 ranks with the
+    rank-order algorithms (DDP's all-reduce `naive`, ZeRO's reduce-scatter
+    `direct`): stage 1 ends with the same bits as DDP (weights and every
+    logged loss and norm); stages 2 and 3 reduce each micro-batch before
+    adding the two, where DDP adds first, so they hold 1e-6 relative;
+  - without accumulation (3 ranks) stages 2 and 3 are bit-identical too.
+  Every ZeRO run checks that its ranks hold bit-identical (stage 3:
+  gathered) parameters and prints so; the test checks the line.
+Traffic per step (the transport's own byte counters, in the JSON log):
+  stages 1 and 2 send 2 Psi (n-1)/n floats per rank, stage 3 3 Psi (n-1)/n,
+  within 5% (the padding of the pieces and the norm's block sums are the
+  difference).
+Overlap (DTRAIN_ZERO_EVENTS): at stage 3 the gather of layer l+1 is issued
+  before layer l's forward ends, and at every stage the reduce-scatters are
+  issued before backward ends.
+Bad input: a stage outside 0-3, a stage under --strategy ps or dp, stage-3
+  settings below stage 3, DeepSpeed keys that do not exist here.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
+from checks import check, finish  # noqa: E402
+from dtrain_ref import st_read  # noqa: E402
+
+STEPS = 10
+
+
+def run(dtrain, args, env=None, timeout=300):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([dtrain] + args, capture_output=True, text=True, timeout=timeout, env=e)
+
+
+def train(dtrain, tmp, name, extra, model=("2", "2", "32"), env=None):
+    log, final = os.path.join(tmp, name + ".json"), os.path.join(tmp, name + ".safetensors")
+    args = ["train", "--data", os.path.join(tmp, "data.txt"), "--val-fraction", "0",
+            "--n-layer", model[0], "--n-head", model[1], "--n-embd", model[2],
+            "--block-size", "32", "--batch-size", "2", "--steps", str(STEPS),
+            "--lr-schedule", "constant", "--weight-decay", "0.1", "--grad-clip", "1",
+            "--shuffle", "0", "--threads", "1", "--log-json", log, "--save-final", final,
+            "--lr", "3e-3", "--print-every", "100"] + extra
+    r = run(dtrain, args, env)
+    if r.returncode != 0:
+        print(r.stdout[-3000:], r.stderr[-3000:])
+        raise SystemExit("dtrain train %s failed" % " ".join(extra))
+    entries = [json.loads(l) for l in open(log) if '"loss"' in l]
+    weights, _ = st_read(final)
+    return entries, weights, r.stdout
+
+
+def rel_err(a, b):
+    """The worst tensor's ||a - b|| / ||b||, and its name. The key third of
+    c_attn.bias is left out: softmax ignores it, so its true gradient is
+    zero and what arrives is rounding noise, which Adam scales up to steps
+    of lr whatever its size (so it is checked apart, within 2 lr a step)."""
+    worst, name = 0.0, ""
+    for k in b:
+        x, y = a[k].double(), b[k].double()
+        if k.endswith("c_attn.bias"):
+            C = y.numel() // 3
+            check((x[C:2 * C] - y[C:2 * C]).abs().max().item() <= 2 * 3e-3 * STEPS,
+                  "%s: key part within 2 lr per step" % k)
+            keep = list(range(C)) + list(range(2 * C, 3 * C))
+            x, y = x[keep], y[keep]
+        d = (x - y).norm().item() / max(y.norm().item(), 1e-30)
+        if d > worst:
+            worst, name = d, k
+    return worst, name
+
+
+def same_bits(a, b):
+    return a.keys() == b.keys() and all(a[k].view(-1).equal(b[k].view(-1)) for k in a)
+
+
+def equivalence(dtrain, tmp, quick):
+    rank_order = (["allreduce=naive"], ["reduce_scatter=direct"])
+    layouts = [(2, 2, [], []), (3, 2) + rank_order, (4, 2) + rank_order, (3, 1) + rank_order]
+    for n, accum, ddp_algo, zero_algo in layouts[:2] if quick else layouts:
+        weights = {}
+        def algo(a):
+            return ["--comm-algo", ",".join(a)] if a else []
+        common = ["--nproc", str(n), "--grad-accum", str(accum)]
+        ref, ref_w, _ = train(dtrain, tmp, "ddp%d%d" % (n, accum), common + algo(ddp_algo))
+        for stage in (1, 2, 3):
+            if accum == 1 and stage == 1:
+                continue
+            what = "ZeRO-%d at %d ranks, accumulation %d" % (stage, n, accum)
+            got, got_w, out = train(dtrain, tmp, "z%d%d%d" % (stage, n, accum),
+                                    common + ["--zero-stage", str(stage)] + algo(zero_algo))
+            check("replicas: %d ranks hold bit-identical weights" % n in out,
+                  "%s: every rank holds the same parameters" % what)
+            check(len(got) == STEPS, "%s: %d steps logged" % (what, STEPS))
+            weights[stage] = got_w
+            if stage == 1 or accum == 1:
+                check(same_bits(got_w, ref_w), "%s: weights bit-identical to DDP's" % what)
+                check([(e["loss"], e["grad_norm"]) for e in got] ==
+                      [(e["loss"], e["grad_norm"]) for e in ref],
+                      "%s: every loss and norm equal to DDP's" % what)
+            else:
+                err, worst = rel_err(got_w, ref_w)
+                lerr = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(got, ref))
+                print("%s: weights within %.2e (worst %s), losses within %.2e of DDP's" %
+                      (what, err, worst, lerr))
+                check(err <= 1e-6 and lerr <= 1e-6, "%s: within 1e-6 relative of DDP" % what)
+        if 2 in weights and 3 in weights:
+            check(same_bits(weights[2], weights[3]),
+                  "ZeRO-2 and ZeRO-3 at %d ranks, accumulation %d: the same bits (the same "
+                  "sums; only where the parameters live differs)" % (n, accum))
+
+
+def traffic(dtrain, tmp):
+    for n in (2, 4):
+        for stage in (1, 2, 3):
+            what = "ZeRO-%d at %d ranks" % (stage, n)
+            got, w, _ = train(dtrain, tmp, "t%d%d" % (stage, n),
+                              ["--nproc", str(n), "--zero-stage", str(stage)],
+                              model=("2", "2", "96"))
+            psi = sum(t.numel() for t in w.values())
+            want = (3 if stage == 3 else 2) * psi * (n - 1) / n * 4
+            sent = sum(e["bytes_sent"] for e in got[1:]) / (len(got) - 1)
+            print("%s: %.0f bytes sent per step, formula %.0f (%.3fx)" % (what, sent, want,
+                                                                          sent / want))
+            check(abs(sent / want - 1) <= 0.05, "%s: traffic within 5%% of the formula" % what)
+
+
+def events_of(path):
+    ev = []
+    for line in open(path):
+        step, kind, seg, ns = line.split()
+        ev.append((int(step), kind, int(seg), int(ns)))
+    return ev
+
+
+def overlap(dtrain, tmp):
+    L = 3
+    for stage in (1, 2, 3):
+        base = os.path.join(tmp, "events%d" % stage)
+        train(dtrain, tmp, "o%d" % stage, ["--nproc", "2", "--zero-stage", str(stage)],
+              model=(str(L), "2", "32"), env={"DTRAIN_ZERO_EVENTS": base})
+        ev = [e for e in events_of(base + ".0") if e[0] == 5]  # a step in the middle
+        t = {}
+        for _, kind, seg, ns in ev:
+            t.setdefault((kind, seg), ns)  # the first of each in the step
+        end = t.get(("grads_end", -1))
+        rs = [t.get(("reduce_scatter", s)) for s in range(L + 2)]
+        check(end is not None and all(x is not None for x in rs),
+              "ZeRO-%d: every segment's reduce-scatter recorded" % stage)
+        early = [s for s in range(1, L + 2) if rs[s] is not None and rs[s] < end]
+        check(len(early) == L + 1,
+              "ZeRO-%d: reduce-scatters of segments %s start before backward ends" %
+              (stage, early))
+        if stage < 3:
+            continue
+        for layer in range(L - 1):  # segment 1 + layer
+            g = t.get(("gather", 2 + layer))
+            fe = t.get(("forward_end", 1 + layer))
+            check(g is not None and fe is not None and g < fe,
+                  "ZeRO-3: layer %d's gather starts before layer %d's forward ends" %
+                  (layer + 1, layer))
+
+
+def bad_input(dtrain, tmp):
+    base = ["train", "--data", os.path.join(tmp, "data.txt"), "--steps", "1", "--n-layer", "1",
+            "--n-head", "1", "--n-embd", "16", "--block-size", "16"]
+    cfg = os.path.join(tmp, "ds.json")
+    with open(cfg, "w") as f:
+        json.dump({"train_micro_batch_size_per_gpu": 2,
+                   "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}, f)
+    cases = [
+        (["--zero-stage", "4"], "zero-stage"),
+        (["--zero-stage", "1", "--strategy", "ps", "--nproc", "2"], "--strategy ddp"),
+        (["--zero-stage", "2", "--strategy", "dp"], "--strategy ddp"),
+        (["--zero-stage", "1", "--zero-prefetch", "2"], "--zero-stage 3"),
+        (["--zero-stage", "3", "--zero-prefetch", "1", "--zero-prefetch-elems", "100"],
+         "give one of them"),
+        (["--config", cfg], "offload_param"),
+    ]
+    for args, want in cases:
+        r = run(dtrain, base + args, timeout=60)
+        msg = r.stderr + r.stdout
+        check(r.returncode != 0 and want in msg,
+              "%s: refused naming %r (exit %d: %s)" % (" ".join(args), want, r.returncode,
+                                                       msg.strip().splitlines()[-1:]))
+
+
+def main():
+    dtrain = sys.argv[1]
+    quick = "--quick" in sys.argv[2:]
+    with tempfile.TemporaryDirectory() as tmp:
+        words = "the quick brown fox jumps over the lazy dog while seven wizards quietly " \
+                "judge boxing matches".split()
+        import random
+        rng = random.Random(3)
+        with open(os.path.join(tmp, "data.txt"), "w") as f:
+            f.write(" ".join(rng.choice(words) for _ in range(30000)))
+        if not quick:
+            bad_input(dtrain, tmp)
+        equivalence(dtrain, tmp, quick)
+        if quick:
+            return finish()
+        traffic(dtrain, tmp)
+        overlap(dtrain, tmp)
+    finish()
+
+
+if __name__ == "__main__":
+    main()
