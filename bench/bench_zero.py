@@ -1,0 +1,148 @@
+"""ZeRO throughput and memory: dtrain's ZeRO stages 1-3 against its DDP, and
+ZeRO-1 against PyTorch's ZeroRedundancyOptimizer with DDP (gloo), one run.
+
+  python3 bench/bench_zero.py [--dtrain build/dtrain] [--steps 12] [--skip 2]
+                              [--gpt2] [--capacity]
+
+Speed, on the reference configuration (GPT L6 H6 C384 T256 V256, batch 8
+per rank, fp32 AdamW, 2 ranks, one thread each, each rank pinned to its own
+core): tokens/s of dtrain DDP and ZeRO-1, -2, -3 (targets: stages 1 and 2
+at least 0.95x DDP, stage 3 at least 0.85x), and PyTorch DDP with
+ZeroRedundancyOptimizer (target: dtrain ZeRO-1 at least 1.5x).
+
+--gpt2: the same table on GPT-2 small (124M, batch 1 x T 256), with each
+rank's peak RSS. --capacity: for each GPT-2 preset, which of DDP and the
+stages train at 2 ranks (fp32, batch 1, T 64) within this machine's
+memory: each is run when dtrain's own prediction (--dry-run) says it fits
+in the available memory, and its measured peak RSS printed; otherwise the
+prediction is printed and the run left out (an out-of-memory kill would
+take other processes with it).
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+from bench_common import (B, C, H, L, PYLIB, T, TORCH_PYTHON, V, check_peer, dtrain_cmd, log_means,
+                          parse_args, write_corpus)
+
+TORCH_ZERO = r"""
+import os, sys, time, json
+import numpy as np, torch, torch.distributed as dist
+from torch.distributed.optim import ZeroRedundancyOptimizer
+sys.path.insert(0, %(pylib)r)
+from dtrain_ref import GPT, param_groups
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+model = GPT(%(L)d, %(H)d, %(C)d, %(V)d, %(T)d)
+ddp = torch.nn.parallel.DistributedDataParallel(model)
+# ZeroRedundancyOptimizer takes one parameter list: decay on matrices only
+# is not expressible, so every parameter decays (the same FLOPs).
+opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-3,
+                              weight_decay=0.01)
+data = np.frombuffer(open(%(data)r, "rb").read(), dtype=np.uint8).astype(np.int64)
+times = []
+for s in range(%(steps)d):
+    t0 = time.perf_counter()
+    k = (s * world + rank) * %(B)d * %(T)d
+    x = torch.from_numpy(data[k:k + %(B)d * %(T)d].reshape(%(B)d, %(T)d))
+    y = torch.from_numpy(data[k + 1:k + 1 + %(B)d * %(T)d].reshape(%(B)d, %(T)d))
+    opt.zero_grad(set_to_none=True)
+    _, loss = ddp(x, y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    times.append(time.perf_counter() - t0)
+tps = [world * %(B)d * %(T)d / t for t in times[%(skip)d:]]
+if rank == 0:
+    print(json.dumps({"tokens_per_s": sum(tps) / len(tps)}))
+"""
+
+
+def torch_zero(n, data, steps, skip):
+    script = TORCH_ZERO % dict(pylib=PYLIB, L=L, H=H, C=C, V=V, T=T, B=B, data=data, steps=steps,
+                               skip=skip)
+    procs = []
+    for r in range(n):
+        env = dict(os.environ, OMP_NUM_THREADS="1", RANK=str(r), WORLD_SIZE=str(n),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT="29519")
+        procs.append(subprocess.Popen(["taskset", "-c", str(r), TORCH_PYTHON, "-c", script],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env=env))
+    outs = [p.communicate() for p in procs]
+    if any(p.returncode for p in procs):
+        sys.exit("PyTorch ZeroRedundancyOptimizer failed:\n" + "\n".join(o[1][-2000:] for o in outs))
+    return json.loads(outs[0][0].strip().splitlines()[-1])["tokens_per_s"]
+
+
+def peak_rss(stdout):
+    """The largest per-rank peak RSS (MiB) in the run's memory table."""
+    rss = [float(x) for x in re.findall(r"peak RSS ([0-9.]+) MiB", stdout.split("peak memory")[-1])]
+    return max(rss) if rss else float("nan")
+
+
+def dtrain_run(dtrain, cmd):
+    r = subprocess.run(["taskset", "-c", "0,1"] + cmd, capture_output=True, text=True,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if r.returncode != 0:
+        sys.exit("dtrain failed (%s):\n%s" % (" ".join(cmd), r.stderr[-3000:]))
+    return r.stdout
+
+
+STAGES = (("DDP", []), ("ZeRO-1", ["--zero-stage", "1"]), ("ZeRO-2", ["--zero-stage", "2"]),
+          ("ZeRO-3", ["--zero-stage", "3"]))
+
+
+def speed(a, tmp, data):
+    print("\nGPT L%d H%d C%d T%d V%d, batch %d per rank, fp32 AdamW, 2 ranks x 1 thread"
+          % (L, H, C, T, V, B))
+    res = {}
+    for name, flags in STAGES:
+        log = os.path.join(tmp, name + ".json")
+        dtrain_run(a.dtrain, dtrain_cmd(a.dtrain, data, a.steps, log, "--threads", "1",
+                                        "--nproc", "2", *flags))
+        res[name] = log_means(log, a.skip, "tokens_per_s", "comm_ms")
+    pt = torch_zero(2, data, a.steps, a.skip)
+    targets = {"ZeRO-1": 0.95, "ZeRO-2": 0.95, "ZeRO-3": 0.85}
+    print("%-8s %12s %10s %16s" % ("", "tok/s", "of DDP", "exposed comm"))
+    for name, _ in STAGES:
+        tps, comm = res[name]
+        t = " (target %.2fx)" % targets[name] if name in targets else ""
+        print("%-8s %12.0f %9.2fx %13.1f ms%s" % (name, tps, tps / res["DDP"][0], comm, t))
+    print("PyTorch DDP + ZeroRedundancyOptimizer: %.0f tok/s; dtrain ZeRO-1 / PyTorch: %.2fx "
+          "(target 1.5x)" % (pt, res["ZeRO-1"][0] / pt))
+
+
+def gpt2_table(a, tmp, data):
+    print("\nGPT-2 small (124M), batch 1 x T 256 per rank, fp32 AdamW, 2 ranks x 1 thread")
+    print("| strategy | tok/s | peak RSS per rank (MiB) |\n|---|---|---|")
+    for name, flags in STAGES:
+        log = os.path.join(tmp, "g" + name + ".json")
+        cmd = [a.dtrain, "train", "--model", "gpt2", "--data", data, "--steps", "4",
+               "--batch-size", "1", "--seq-len", "256", "--eval-batches", "0", "--threads", "1",
+               "--nproc", "2", "--print-every", "1000", "--log-json", log] + flags
+        out = dtrain_run(a.dtrain, cmd)
+        tps, = log_means(log, 1, "tokens_per_s")
+        print("| %s | %.0f | %.0f |" % (name, tps, peak_rss(out)))
+
+
+def main():
+    ap_extra = [x for x in sys.argv[1:] if x in ("--gpt2", "--capacity")]
+    sys.argv = [x for x in sys.argv if x not in ap_extra]
+    a = parse_args()
+    probe, _, _ = check_peer(a)
+    print("PyTorch %s on %s" % (probe["version"], probe["blas"]))
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "data.txt")
+        write_corpus(data, 2 * B * T * (a.steps + 2))
+        speed(a, tmp, data)
+        if "--gpt2" in ap_extra:
+            gpt2_table(a, tmp, data)
+
+
+if __name__ == "__main__":
+    main()
