@@ -71,7 +71,7 @@ typedef struct dt_train_config {
     long keep_last;    /* checkpoints kept in out_dir */
     long print_every;  /* steps between log lines */
     char log_ranks[4]; /* which ranks print: 0 (rank 0 speaks for the job) | all */
-    int zero_stage;    /* zero_optimization.stage: 0 (1-3 are refused until ZeRO exists) */
+    int zero_stage;    /* zero_optimization.stage: 0-3, over the ranks of --strategy ddp */
     char strategy[32]; /* how the work is shared: ddp | dp | ps | a registered kind */
     double bucket_mb;  /* DDP gradient bucket size, MiB */
     int devices;       /* dp: worker threads acting as devices; 0 = online cores */

@@ -35,7 +35,7 @@
  *   bf16.enabled -> dtype bf16 (false -> fp32). fp16.enabled true is
  *     refused (no loss scaling yet); with fp16 off its other keys change
  *     nothing and are accepted.
- *   zero_optimization.stage -> zero_stage (0 only, see
+ *   zero_optimization.stage -> zero_stage (0-3, see
  *     dt_cfg_check_zero_stage); reduce_bucket_size (in elements, DeepSpeed's
  *     unit) -> bucket_mb; overlap_comm true is what DDP always does.
  *   activation_checkpointing: accepted only with every setting off.

@@ -89,7 +89,7 @@ const dt_cfg_opt dt_cfg_options[] = {
      "OpenMP cannot start thousands"},
     OPT(G_RUN, "seed", NULL, T_U64, seed, 0, 0, "N", NULL, 0, "seed of init and shuffling"),
     OPT(G_RUN, "zero-stage", NULL, T_INT, zero_stage, 0, 3, "N", hook_zero_stage, 0,
-        "ZeRO stage; 0 only (1-3 not supported yet)"),
+        "ZeRO: 0 none, 1 optimizer, 2 +grads, 3 +params sharded"),
     OPT(G_RUN, "strategy", NULL, T_STR, strategy, 0, 0, "ddp|dp|ps", hook_strategy, 0,
         "all-reduce across ranks, threads as devices, parameter server"),
     OPT(G_RUN, "bucket-mb", NULL, T_DBL, bucket_mb, 1e-6, 1e6, "MB", NULL, 0,
@@ -127,6 +127,8 @@ const dt_cfg_opt dt_cfg_options[] = {
     OPT(G_LOG, "log-json", NULL, T_STR, log_json, 0, 0, "FILE", NULL, 0,
         "one JSON object per step (- = stdout)"),
     ACT(G_MISC, "config", "FILE", 0, "JSON config, read before all other flags"),
+    ACT(G_MISC, "dry-run", "", O_NOVAL,
+        "print the memory per rank by ZeRO's formulas; train nothing"),
     ACT(G_MISC, "help", "", O_NOVAL, "print this text (also -h)"),
 };
 
@@ -265,14 +267,12 @@ static int hook_resume(dt_train_config *c, const char *who, char *err, size_t n)
     return 0;
 }
 
-/* The field stays (0-3, DeepSpeed's range) for the ZeRO strategies to come;
- * until they exist a stage above 0 would be accepted and do nothing. */
+/* DeepSpeed's range; the table checks it too, this names the stages. */
 int dt_cfg_check_zero_stage(int stage, const char *who, char *err, size_t n)
 {
-    if (stage == 0) return 0;
-    dt_strf(err, n, "%s: ZeRO stage %d is not supported yet (the sharded strategies come "
-            "later); stage 0, plain data parallelism (--strategy ddp), is what runs: leave "
-            "the stage out or set it to 0", who, stage);
+    if (stage >= 0 && stage <= 3) return 0;
+    dt_strf(err, n, "%s: ZeRO stage %d does not exist: 0 (none), 1 (optimizer state sharded), "
+            "2 (and gradients), 3 (and parameters)", who, stage);
     return -1;
 }
 

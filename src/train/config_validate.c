@@ -155,6 +155,10 @@ static int check_run(const dt_train_config *c, int dp, char *err, size_t n)
         return dt_strf(err, n, "threads = %ld on each of %ld devices is %ld threads in one "
                        "process, above %d: lower --threads (0 shares the online cores)",
                        per_device, devices, per_device * devices, DT_CFG_MAX_THREADS), -1;
+    if (c->zero_stage > 0 && (!strcmp(c->strategy, "dp") || !strcmp(c->strategy, "ps")))
+        return dt_strf(err, n, "zero_stage = %d shards the state over the ranks of --strategy "
+                       "ddp; --strategy %s shares it its own way (drop --zero-stage or use "
+                       "ddp)", c->zero_stage, c->strategy), -1;
     return dt_cfg_check_zero_stage(c->zero_stage, "zero_stage", err, n);
 }
 
