@@ -142,11 +142,11 @@ static void print_heading(FILE *f, const dt_mem_plan *p, const char *title)
     fprintf(f, "%-17.1f%-17.1f%.1f\n", MIB(state_b), MIB(acts), MIB(state_b + acts));
 }
 
-/* "474.9 x1.000": a measured figure and its ratio to the formula's. */
+/* "474.9 x1.0004": a measured figure and its ratio to the formula's. */
 static void cell(FILE *f, double measured, double formula)
 {
     char buf[40];
-    if (formula > 0) dt_strf(buf, sizeof buf, "%.1f x%.3f", MIB(measured), measured / formula);
+    if (formula > 0) dt_strf(buf, sizeof buf, "%.1f x%.4f", MIB(measured), measured / formula);
     else dt_strf(buf, sizeof buf, "%.1f", MIB(measured));
     fprintf(f, COL, buf);
 }

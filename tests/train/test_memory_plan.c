@@ -190,8 +190,8 @@ static void test_print(void)
     fclose(f);
     const char *want[] = {"Psi = 124439808 parameters", "fp32", "adamw (K = 8", "ZeRO stage 2",
                           "N = 4", "4 Psi / N", "8 Psi / N", "4 Psi + 12 Psi / N", "474.7",
-                          "118.7", "237.4", "830.7", "rank 0", "522.2 x1.100", "rank 1",
-                          "474.7 x1.000", "peak RSS 2000.0", "at most 150.2 MiB"};
+                          "118.7", "237.4", "830.7", "rank 0", "522.2 x1.1000", "rank 1",
+                          "474.7 x1.0000", "peak RSS 2000.0", "at most 150.2 MiB"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         CHECK(strstr(text, want[i]), "table lacks '%s':\n%s", want[i], text);
     free(text);
