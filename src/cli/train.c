@@ -136,6 +136,11 @@ static int dry_run(long nproc, int argc, char **argv)
         fprintf(stderr, "dtrain train: %s\n", err);
         return CLI_EXIT_USAGE;
     }
+    if (nproc > 0 && b.size > 1 && b.size != nproc) {
+        fprintf(stderr, "dtrain train: --nproc %ld, but the launcher started %d ranks\n", nproc,
+                b.size);
+        return CLI_EXIT_USAGE;
+    }
     int world = nproc > 0 ? (int)nproc : b.size;
     dt_train_config c;
     dt_config_defaults(&c);

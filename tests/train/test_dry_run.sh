@@ -96,6 +96,8 @@ expect_error "stage 4" "zero-stage: 4 must be in \[0, 3\]" \
   "$dtrain" train --dry-run --zero-stage 4 "${data[@]}"
 expect_error "no ranks" "--nproc needs a rank count" \
   "$dtrain" train --dry-run --nproc 0 "${data[@]}"
+expect_error "--nproc against the launcher's" "--nproc 3, but the launcher started 2 ranks" \
+  "$dtrain" launch -n 2 -- "$dtrain" train --dry-run --nproc 3 "${data[@]}"
 expect_error "stage with ps" "--strategy ps" \
   "$dtrain" train --dry-run --strategy ps --nproc 3 "${data[@]}"
 expect_error "stage with dp" "zero_stage = 1 shards the state over the ranks of --strategy ddp" \
