@@ -5,9 +5,15 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "train/config.h"
-#include "train/trainer.h"
+#include "comm/bootstrap/bootstrap.h"
 #include "core/parse.h"
+#include "core/str.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/corpus.h"
+#include "train/memory_plan.h"
+#include "train/model_source.h"
+#include "train/trainer.h"
 
 /* `--nproc N`: the command starts N ranks of itself through `dtrain launch`
  * (torchrun's standalone mode). Under a launcher already, it only has to
@@ -59,6 +65,105 @@ static int relaunch(long nproc, int argc, char **argv)
     return rc;
 }
 
+/* ---- --dry-run ------------------------------------------------------------ */
+
+/* The flag is an action of the option table (so --help lists it and the
+ * parser accepts it); no flag takes a value that starts with "--", so an
+ * argument spelled so is the flag. */
+static int wants_dry_run(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--dry-run") == 0) return 1;
+    return 0;
+}
+
+/* The model's sizes as a run resolves them: from --resume's checkpoint or
+ * --init's file, else the configuration, with the vocabulary the data
+ * needs. The data files are opened, not read. */
+static int resolve_model(dt_train_config *c, dt_gpt_config *mc, char *err, size_t n)
+{
+    char resume_dir[DT_CONFIG_PATH + 64], train_path[DT_CONFIG_PATH], val_path[DT_CONFIG_PATH];
+    const char *train_file = c->data, *val_file = c->val_data;
+    if (c->resume_flag && dt_ckpt_resolve(c->resume[0] ? c->resume : c->out_dir, resume_dir,
+                                          sizeof resume_dir, err, n))
+        return -1;
+    if (!c->data[0]) {
+        if (dt_default_corpus(train_path, val_path, sizeof train_path, err, n)) return -1;
+        train_file = train_path;
+        if (!c->val_data[0]) val_file = val_path;
+    }
+    dt_dataset *train = NULL, *val = NULL;
+    int rc = dt_dataset_open(train_file, &train, err, n);
+    if (rc == 0 && val_file[0]) rc = dt_dataset_open(val_file, &val, err, n);
+    if (rc == 0)
+        rc = dt_model_source_config(c, c->resume_flag ? resume_dir : NULL, train, val,
+                                    &c->seq_len, mc, err, n);
+    if (train) dt_dataset_close(train);
+    if (val) dt_dataset_close(val);
+    return rc;
+}
+
+/* Prints the memory plan of the layout alone: no parameter, gradient,
+ * optimizer or activation buffer is allocated. */
+static int print_plan(dt_train_config *c, int dp, int quiet, char *err, size_t n)
+{
+    dt_gpt_config mc;
+    dt_gpt layout;
+    dt_mem_plan plan;
+    if (resolve_model(c, &mc, err, n)) return -1;
+    dt_precision prec = strcmp(c->dtype, "bf16") == 0 ? DT_PREC_BF16 : DT_PREC_F32;
+    if (dt_gpt_create_layout(&layout, &mc, prec, err, n)) return -1;
+    /* Recomputation, once the model has a mode, is set on the layout here
+     * as the trainer sets it, so that the activation estimate follows it. */
+    int rc = dt_mem_plan_from_config(&layout, c, dp, &plan, err, n);
+    if (rc == 0 && !quiet) {
+        printf("dry run (nothing trained, nothing large allocated): %s%s%d layers, %d heads, "
+               "%d embd, vocab %d, block %d\n", c->model, c->model[0] ? ": " : "", mc.n_layer,
+               mc.n_head, mc.n_embd, mc.vocab_size, mc.block_size);
+        dt_mem_plan_print(stdout, &plan, "memory per rank", NULL, 0);
+    }
+    dt_gpt_destroy(&layout);
+    return rc;
+}
+
+/* The whole configuration parsed and validated as a run over `world`
+ * processes would (--nproc, else the launcher's), then the plan. */
+static int dry_run(long nproc, int argc, char **argv)
+{
+    dt_bootstrap b;
+    char err[1024];
+    if (dt_bootstrap_from_env(&b, err, sizeof err)) {
+        fprintf(stderr, "dtrain train: %s\n", err);
+        return CLI_EXIT_USAGE;
+    }
+    if (nproc > 0 && b.size > 1 && b.size != nproc) {
+        fprintf(stderr, "dtrain train: --nproc %ld, but the launcher started %d ranks\n", nproc,
+                b.size);
+        return CLI_EXIT_USAGE;
+    }
+    int world = nproc > 0 ? (int)nproc : b.size;
+    dt_train_config c;
+    dt_config_defaults(&c);
+    int dp = 1, rc = dt_config_parse_args(&c, argc, argv, err, sizeof err);
+    if (rc == 1) return 0;
+    if (rc == 0) rc = dt_config_data_parallel_size(&c, world, &dp, err, sizeof err);
+    if (rc == 0) rc = dt_config_validate(&c, dp, err, sizeof err);
+    if (rc == 0 && strcmp(c.strategy, "ddp") != 0) {
+        dt_strf(err, sizeof err, "--dry-run plans the memory of --strategy ddp (with "
+                "--zero-stage 0-3); --strategy %s shares the state otherwise", c.strategy);
+        rc = -1;
+    }
+    if (rc != 0) {
+        fprintf(stderr, "dtrain train: %s\n", err);
+        return CLI_EXIT_USAGE;
+    }
+    if (print_plan(&c, dp, b.rank != 0, err, sizeof err)) {
+        fprintf(stderr, "dtrain train: --dry-run: %s\n", err);
+        return 1;
+    }
+    return 0;
+}
+
 int cli_train(int argc, char **argv)
 {
     long nproc = take_nproc(&argc, argv);
@@ -66,6 +171,7 @@ int cli_train(int argc, char **argv)
         fprintf(stderr, "dtrain train: --nproc needs a rank count from 1 to 4096\n");
         return CLI_EXIT_USAGE;
     }
+    if (wants_dry_run(argc, argv)) return dry_run(nproc, argc, argv);
     const char *world = getenv("WORLD_SIZE");
     if (nproc > 1 && !world) return relaunch(nproc, argc, argv);
     if (nproc > 0 && world && atol(world) != nproc) {

@@ -71,8 +71,8 @@ int dt_cfg_find_flag(const char *name, size_t len);
 /* Index of the option whose JSON key (or DeepSpeed alias: *is_alias) is key. */
 int dt_cfg_find_json(const char *key, int *is_alias);
 
-/* The one check of a ZeRO stage (flag, JSON, a program's value): 0, or -1
- * for the stages not supported yet, with a message that says what runs. */
+/* ZeRO's settings against the rest: a stage above 0 needs --strategy ddp,
+ * the stage-3 settings need stage 3. 0, or -1 with a message. */
 int dt_cfg_check_zero(const dt_train_config *c, char *err, size_t n);
 
 /* ---- values -------------------------------------------------------------- */

@@ -88,15 +88,15 @@ const dt_cfg_opt dt_cfg_options[] = {
      "OpenMP cannot start thousands"},
     OPT(G_RUN, "seed", NULL, T_U64, seed, 0, 0, "N", NULL, 0, "seed of init and shuffling"),
     OPT(G_RUN, "zero-stage", NULL, T_INT, zero_stage, 0, 3, "N", NULL, 0,
-        "ZeRO over the ddp ranks: 1 optimizer state, 2 + gradients, 3 + parameters (FSDP)"),
+        "ZeRO over ddp: 1 optimizer, 2 +grads, 3 +params (FSDP)"),
     OPT(G_RUN, "zero-prefetch", NULL, T_INT, zero_prefetch, 0, 1024, "N", NULL, 0,
         "ZeRO-3: layers gathered ahead of the one computing"),
     OPT(G_RUN, "zero-reshard-after-forward", NULL, T_INT, zero_reshard, 0, 1, "0|1", NULL, 0,
-        "ZeRO-3: 1 lets each layer go after forward, 0 keeps it for backward"),
+        "ZeRO-3: 0 keeps layers gathered for backward"),
     OPT(G_RUN, "zero-prefetch-elems", NULL, T_DBL, zero_prefetch_elems, 0, 1e15, "ELEMS", NULL,
-        0, "ZeRO-3: prefetch layers ahead up to this many parameters (instead of a count)"),
+        0, "ZeRO-3: prefetch up to this many parameters"),
     OPT(G_RUN, "zero-max-live", NULL, T_DBL, zero_max_live, 0, 1e15, "ELEMS", NULL, 0,
-        "ZeRO-3: prefetch stops at this many gathered parameters; 0 = no limit"),
+        "ZeRO-3: most parameters gathered; 0 = no limit"),
     OPT(G_RUN, "zero-persist", NULL, T_DBL, zero_persist, 0, 1e15, "ELEMS", NULL, 0,
         "ZeRO-3: layers of at most this many parameters stay gathered"),
     OPT(G_RUN, "strategy", NULL, T_STR, strategy, 0, 0, "ddp|dp|ps", hook_strategy, 0,
@@ -136,6 +136,8 @@ const dt_cfg_opt dt_cfg_options[] = {
     OPT(G_LOG, "log-json", NULL, T_STR, log_json, 0, 0, "FILE", NULL, 0,
         "one JSON object per step (- = stdout)"),
     ACT(G_MISC, "config", "FILE", 0, "JSON config, read before all other flags"),
+    ACT(G_MISC, "dry-run", "", O_NOVAL,
+        "print the memory per rank by ZeRO's formulas; train nothing"),
     ACT(G_MISC, "help", "", O_NOVAL, "print this text (also -h)"),
 };
 
@@ -281,8 +283,8 @@ static int hook_resume(dt_train_config *c, const char *who, char *err, size_t n)
 int dt_cfg_check_zero(const dt_train_config *c, char *err, size_t n)
 {
     if (c->zero_stage > 0 && strcmp(c->strategy, "ddp") != 0)
-        return dt_strf(err, n, "ZeRO stage %d shards data parallelism's copies over the ranks "
-                       "of --strategy ddp; --strategy %s %s: use --strategy ddp, or stage 0",
+        return dt_strf(err, n, "ZeRO stage %d shards the state over the ranks of --strategy "
+                       "ddp; --strategy %s %s: use --strategy ddp, or stage 0",
                        c->zero_stage, c->strategy,
                        !strcmp(c->strategy, "ps") ? "already splits the parameters over its servers"
                                                   : "runs its devices as threads of one process"),

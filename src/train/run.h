@@ -64,10 +64,15 @@ int dt_run_setup_model(dt_run *t, const char *resume_dir);
 int dt_run_save(dt_run *t);
 
 /* run_report.c */
-void dt_run_print_header(dt_run *t);
+/* The configuration, model, data and batch, and each rank's memory by kind
+ * beside the ZeRO formulas for its stage, dtype and rank count, with the
+ * activation estimate (train/memory_plan.h). Collective over the job where
+ * the formulas hold (--strategy ddp: every rank calls it); 0 or -1. */
+int dt_run_print_header(dt_run *t);
 /* A validation loss, printed and logged (final: the one at the end). */
 int dt_run_eval(dt_run *t, int final);
-/* Every rank's peak memory by kind, printed by rank 0 (collective). */
+/* Every rank's peak memory by kind and peak RSS, printed by rank 0 beside
+ * the formulas where they hold (collective). */
 int dt_run_print_memory(dt_run *t, const char *title);
 /* That every rank holds the same weights (collective). */
 int dt_run_check_replicas(dt_run *t);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/str.h"
+#include "train/memory_plan.h"
 #include "train/metrics.h"
 #include "train/run.h"
 
@@ -47,36 +48,67 @@ int dt_run_eval(dt_run *t, int final)
     return t->json ? dt_run_log_failed(t, dt_log_json_eval(t->json, t->step - 1, loss)) : 0;
 }
 
-/* Every rank's memory at its peak, printed by rank 0: the ranks of some
- * strategies hold very different things. Collective over the job. */
-int dt_run_print_memory(dt_run *t, const char *title)
+/* Every rank's snapshot (train/metrics.h; the most ever held, or what is
+ * held now), gathered on rank 0 into *all (NULL elsewhere; free it).
+ * Collective over the job. */
+static int gather_memory(dt_run *t, int peak, unsigned long long **all)
 {
-    unsigned long long mine[DT_MEM_SNAPSHOT], *all = NULL;
-    dt_memory_snapshot(mine, 1);
-    dt_comm *world = t->r.world;
-    if (!world) {
-        dt_print_memory_snapshot(t->out, title, mine);
+    unsigned long long mine[DT_MEM_SNAPSHOT];
+    dt_memory_snapshot(mine, peak);
+    *all = NULL;
+    if (t->r.rank == 0 && !(*all = malloc((size_t)t->r.size * sizeof mine)))
+        return dt_strf(ERR(t), "out of memory"), -1;
+    if (!t->r.world) {
+        memcpy(*all, mine, sizeof mine);
         return 0;
     }
-    if (t->r.rank == 0 && !(all = malloc((size_t)t->r.size * sizeof mine)))
-        return dt_strf(ERR(t), "out of memory"), -1;
-    if (dt_gather(world, mine, all, DT_MEM_SNAPSHOT, DT_I64, 0)) {
-        free(all);
-        return comm_failed(t, world, "gathering memory use");
+    if (dt_gather(t->r.world, mine, *all, DT_MEM_SNAPSHOT, DT_I64, 0)) {
+        free(*all);
+        *all = NULL;
+        return comm_failed(t, t->r.world, "gathering memory use");
     }
-    fprintf(t->out, "%s:\n", title);
-    for (int r = 0; all && r < t->r.size; r++) {
-        char role[32] = "", label[64];
-        dt_strategy_rank_label(&t->S, r, role, sizeof role);
-        dt_strf(label, sizeof label, "  rank %d%s%s%s", r, role[0] ? " (" : "", role,
-                role[0] ? ")" : "");
-        dt_print_memory_snapshot(t->out, label, all + (size_t)r * DT_MEM_SNAPSHOT);
+    return 0;
+}
+
+/* The formulas hold where every rank is a data-parallel replica or shard
+ * of one: DDP and its ZeRO stages. 1 with the plan, else 0. */
+static int memory_plan(dt_run *t, dt_mem_plan *p)
+{
+    char why[256];
+    if (strcmp(t->cfg->strategy, "ddp") != 0 || t->S.dp_size != t->r.size) return 0;
+    return dt_mem_plan_from_config(&t->model, t->cfg, t->S.dp_size, p, why, sizeof why) == 0;
+}
+
+/* Every rank's memory by kind, printed by rank 0 (collective): beside the
+ * formulas where they hold, else one line per rank with its role (the
+ * ranks of some strategies hold very different things). */
+static int print_memory(dt_run *t, const char *title, int peak)
+{
+    unsigned long long *all;
+    dt_mem_plan plan;
+    if (gather_memory(t, peak, &all)) return -1;
+    if (!all) return 0;
+    if (memory_plan(t, &plan)) {
+        dt_mem_plan_print(t->out, &plan, title, all, t->r.size);
+    } else if (!t->r.world) {
+        dt_print_memory_snapshot(t->out, title, all);
+    } else {
+        fprintf(t->out, "%s:\n", title);
+        for (int r = 0; r < t->r.size; r++) {
+            char role[32] = "", label[64];
+            dt_strategy_rank_label(&t->S, r, role, sizeof role);
+            dt_strf(label, sizeof label, "  rank %d%s%s%s", r, role[0] ? " (" : "", role,
+                    role[0] ? ")" : "");
+            dt_print_memory_snapshot(t->out, label, all + (size_t)r * DT_MEM_SNAPSHOT);
+        }
     }
     free(all);
     return 0;
 }
 
-void dt_run_print_header(dt_run *t)
+int dt_run_print_memory(dt_run *t, const char *title) { return print_memory(t, title, 1); }
+
+int dt_run_print_header(dt_run *t)
 {
     const dt_gpt *m = &t->model;
     dt_config_print(t->cfg, t->out);
@@ -99,7 +131,12 @@ void dt_run_print_header(dt_run *t)
             t->global_batch, t->r.B, t->r.accum);
     dt_strategy_describe(&t->S, t->out);
     fprintf(t->out, "\n%s\n", t->peak_desc);
+    /* Where the formulas hold every rank takes part; a strategy whose
+     * ranks do not all get here (servers) keeps to rank 0's own line. */
+    dt_mem_plan plan;
+    if (memory_plan(t, &plan)) return print_memory(t, "memory per rank at the start", 0);
     dt_print_memory(t->out, t->r.world ? "memory of rank 0" : "memory");
+    return 0;
 }
 
 /* Whether every rank holds the same weights at the end (collective). */

@@ -285,8 +285,8 @@ int dt_train(dt_train_config *cfg, char *err, size_t errlen)
     if (rc == 0 && dt_strategy_serves(&t.S)) {
         rc = serve(&t);
     } else if (rc == 0) {
-        dt_run_print_header(&t);
-        rc = run_loop(&t);
+        rc = dt_run_print_header(&t);
+        if (rc == 0) rc = run_loop(&t);
         if (rc == 0) rc = finish(&t);
     }
     if (rc) dt_strf(err, errlen, "%s", t.r.err);

@@ -406,8 +406,8 @@ static void test_deepspeed(void)
     CHECK(!strcmp(c.lr_schedule, "linear") && c.min_lr == 1e-5 && c.warmup_steps == 10 &&
               c.steps == 100,
           "scheduler mapping");
-    /* ZeRO stages 1-3 and their keys are refused (test_zero_stage_refused,
-     * test_config_audit); stage 0 runs, its bucket is DDP's (5e8 fp32). */
+    /* ZeRO's stage is test_zero_stage's and test_config_audit's; its
+     * bucket is DDP's (5e8 fp32). */
     CHECK(!strcmp(c.dtype, "bf16") && c.grad_clip == 0.5 && c.print_every == 20 &&
               c.zero_stage == 0 && fabs(c.bucket_mb - 5e8 * 4 / 1048576.0) < 1e-9,
           "bf16/clip/print/zero: bucket %g MiB", c.bucket_mb);

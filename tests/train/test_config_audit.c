@@ -66,8 +66,17 @@ static const opt_row opt_rows[] = {
     {"threads", "2", "", NULL},
     {"threads", "4096", "", "[0, 1024]: more threads than cores"},
     {"seed", "7", "", NULL},
-    {"zero-stage", "1", "", "not supported yet"},
-    {"zero-stage", "3", "", "not supported yet"},
+    {"zero-stage", "1", "", NULL},
+    {"zero-stage", "3", "", NULL},
+    {"zero-stage", "2", "--strategy ps", "shards the state over the ranks of --strategy ddp"},
+    {"zero-prefetch", "2", "--zero-stage 3", NULL},
+    {"zero-prefetch", "2", "--zero-stage 2", "applies to --zero-stage 3"},
+    {"zero-reshard-after-forward", "0", "--zero-stage 3", NULL},
+    {"zero-prefetch-elems", "1e6", "--zero-stage 3", NULL},
+    {"zero-prefetch-elems", "1e6", "--zero-stage 3 --zero-prefetch 1", "give one of them"},
+    {"zero-max-live", "1e6", "--zero-stage 3", NULL},
+    {"zero-persist", "1e4", "--zero-stage 3", NULL},
+    {"zero-persist", "1e4", "--zero-stage 1", "applies to --zero-stage 3"},
     {"strategy", "dp", "", NULL},
     {"bucket-mb", "5", "", NULL},
     {"devices", "2", "--strategy dp", NULL},
@@ -177,6 +186,15 @@ static void test_every_option(void)
     char args[300];
     snprintf(args, sizeof args, "--config %s", json_path);
     CHECK(parse(&c, args) == 0 && c.steps == 9, "--config: %s", err);
+    /* --dry-run is the command's (cli/train.c prints the memory plan and
+     * trains nothing; tests/train/test_dry_run.sh): the parser knows it and
+     * it takes no value. */
+    int dry = dt_cfg_find_flag("dry-run", 7);
+    CHECK(dry >= 0 && dt_cfg_options[dry].type == T_ACTION &&
+              (dt_cfg_options[dry].flags & O_NOVAL), "--dry-run is no value-less action");
+    CHECK(parse(&c, "--dry-run --steps 9") == 0 && c.steps == 9, "--dry-run: %s", err);
+    CHECK(parse(&c, "--dry-run=1") == -1 && strstr(err, "takes no value"), "--dry-run=1: %s",
+          err);
 }
 
 /* ---- DeepSpeed's keys ------------------------------------------------------ */
@@ -264,32 +282,34 @@ static const ds_row ds_rows[] = {
     {"fp16.enabled", "{}", "{\"fp16\": {\"enabled\": true}}", 'R', NS},
     {"fp16.enabled", "{}", "{\"fp16\": {\"enabled\": false, \"loss_scale\": 0}}", 'N', NULL},
 
-    {"zero_optimization.stage", "{}", ZERO("\"stage\": 1"), 'R', NS},
-    {"zero_optimization.stage", "{}", ZERO("\"stage\": 2"), 'R', NS},
-    {"zero_optimization.stage", "{}", ZERO("\"stage\": 3"), 'R', NS},
+    {"zero_optimization.stage", "{}", ZERO("\"stage\": 1"), 'C', NULL},
+    {"zero_optimization.stage", "{}", ZERO("\"stage\": 2"), 'C', NULL},
+    {"zero_optimization.stage", "{}", ZERO("\"stage\": 3"), 'C', NULL},
     {"zero_optimization.stage", "{}", ZERO("\"stage\": 0"), 'N', NULL},
     {"zero_optimization.reduce_bucket_size", "{}", ZERO("\"reduce_bucket_size\": 1e6"), 'C', NULL},
     {"zero_optimization.overlap_comm", "{}", ZERO("\"overlap_comm\": false"), 'R', NS},
     {"zero_optimization.overlap_comm", "{}", ZERO("\"overlap_comm\": true"), 'N', NULL},
     /* Every other key of the section configures ZeRO stages 1-3. */
     {"zero_optimization.allgather_bucket_size", "{}", ZERO("\"allgather_bucket_size\": 5e8"),
-     'R', "ZeRO stages 1-3"},
+     'R', "is not supported: dtrain's ZeRO reads"},
     {"zero_optimization.allgather_partitions", "{}", ZERO("\"allgather_partitions\": true"), 'R',
-     "ZeRO stages 1-3"},
+     "is not supported: dtrain's ZeRO reads"},
     {"zero_optimization.reduce_scatter", "{}", ZERO("\"reduce_scatter\": true"), 'R',
-     "ZeRO stages 1-3"},
+     "is not supported: dtrain's ZeRO reads"},
     {"zero_optimization.contiguous_gradients", "{}", ZERO("\"contiguous_gradients\": true"), 'R',
-     "ZeRO stages 1-3"},
+     "is not supported: dtrain's ZeRO reads"},
     {"zero_optimization.offload_optimizer", "{}",
-     ZERO("\"offload_optimizer\": {\"device\": \"cpu\"}"), 'R', "ZeRO stages 1-3"},
+     ZERO("\"offload_optimizer\": {\"device\": \"cpu\"}"), 'R', "is not supported: dtrain's ZeRO reads"},
     {"zero_optimization.offload_param", "{}", ZERO("\"offload_param\": {\"device\": \"cpu\"}"),
-     'R', "ZeRO stages 1-3"},
+     'R', "is not supported: dtrain's ZeRO reads"},
     {"zero_optimization.stage3_max_live_parameters", "{}",
-     ZERO("\"stage3_max_live_parameters\": 1e9"), 'R', "ZeRO stages 1-3"},
+     ZERO("\"stage3_max_live_parameters\": 1e9"), 'C', NULL},
+    {"zero_optimization.stage3_param_persistence_threshold", "{}",
+     ZERO("\"stage3_param_persistence_threshold\": 1e5"), 'C', NULL},
     {"zero_optimization.stage3_prefetch_bucket_size", "{}",
-     ZERO("\"stage3_prefetch_bucket_size\": 5e8"), 'R', "ZeRO stages 1-3"},
+     ZERO("\"stage3_prefetch_bucket_size\": 5e8"), 'C', NULL},
     {"zero_optimization.sub_group_size", "{}", ZERO("\"sub_group_size\": 1e9"), 'R',
-     "ZeRO stages 1-3"},
+     "is not supported: dtrain's ZeRO reads"},
 
     {"activation_checkpointing.partition_activations", "{}",
      CKPT("\"partition_activations\": true"), 'R', NS},

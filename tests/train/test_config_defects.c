@@ -58,35 +58,39 @@ static void test_threads_bound(void)
     CHECK(run_line(&c, "--strategy dp --devices 4 --threads 256", 4) == 0, "dp 4 x 256: %s", err);
 }
 
-/* ZeRO stages 1-3 were accepted and did nothing: refused until ZeRO exists,
- * by flag, by dtrain's JSON key and by DeepSpeed's; stage 0 still runs. */
-static void test_zero_stage_refused(void)
+/* ZeRO stages 0-3 are accepted by flag, by dtrain's JSON key and by
+ * DeepSpeed's (the ZeRO strategies make them act); a stage outside 0-3
+ * names the stages, and a stage with a strategy that shares the state its
+ * own way (dp, ps) is refused. */
+static void test_zero_stage(void)
 {
     dt_train_config c;
-    for (int s = 1; s <= 3; s++) {
+    for (int s = 0; s <= 3; s++) {
         char line[64];
         snprintf(line, sizeof line, "--zero-stage %d", s);
-        dt_config_defaults(&c);
-        CHECK(parse_line(&c, line) == -1 && strstr(err, "--zero-stage") &&
-                  strstr(err, "not supported yet") && strstr(err, "stage 0"),
-              "%s: %s", line, err);
+        CHECK(run_line(&c, line, 2) == 0 && c.zero_stage == s, "%s: %s", line, err);
         char json[96];
         snprintf(json, sizeof json, "{\"zero_optimization\": {\"stage\": %d}}", s);
         dt_config_defaults(&c);
-        CHECK(dt_config_load_json(&c, write_json(json), err, sizeof err) == -1 &&
-                  strstr(err, "zero_optimization.stage") && strstr(err, "not supported yet"),
-              "%s: %s", json, err);
+        CHECK(dt_config_load_json(&c, write_json(json), err, sizeof err) == 0 &&
+                  c.zero_stage == s, "%s: %s", json, err);
         snprintf(json, sizeof json, "{\"zero_stage\": %d}", s);
         dt_config_defaults(&c);
-        CHECK(dt_config_load_json(&c, write_json(json), err, sizeof err) == -1 &&
-                  strstr(err, "zero_stage") && strstr(err, "not supported yet"),
-              "%s: %s", json, err);
+        CHECK(dt_config_load_json(&c, write_json(json), err, sizeof err) == 0 &&
+                  c.zero_stage == s, "%s: %s", json, err);
     }
     dt_config_defaults(&c);
-    c.zero_stage = 2; /* set by a program */
-    CHECK(dt_config_validate(&c, 1, err, sizeof err) == -1 && strstr(err, "not supported yet"),
-          "program-set stage 2: %s", err);
-    CHECK(run_line(&c, "--zero-stage 0", 2) == 0 && c.zero_stage == 0, "stage 0: %s", err);
+    c.zero_stage = 4; /* set by a program */
+    CHECK(dt_config_validate(&c, 1, err, sizeof err) == -1 &&
+              strstr(err, "zero_stage: 4 must be in [0, 3]"), "program-set stage 4: %s", err);
+    c.zero_stage = -1;
+    CHECK(dt_config_validate(&c, 1, err, sizeof err) == -1 &&
+              strstr(err, "zero_stage: -1 must be in [0, 3]"), "program-set stage -1: %s", err);
+    CHECK(run_line(&c, "--zero-stage 2 --strategy ps", 1) == -1 && strstr(err, "ZeRO stage 2") &&
+              strstr(err, "--strategy ps") && strstr(err, "ddp"), "stage 2 with ps: %s", err);
+    CHECK(run_line(&c, "--strategy dp --zero-stage 1", 1) == -1 && strstr(err, "--strategy dp"),
+          "stage 1 with dp: %s", err);
+    CHECK(run_line(&c, "--strategy dp --zero-stage 0", 1) == 0, "stage 0 with dp: %s", err);
 }
 
 /* Sizes a weights file (--init) or a checkpoint (--resume) will give are
@@ -126,7 +130,7 @@ int main(void)
     json_path_init("test_config_defects");
     test_json_trailing_text();
     test_threads_bound();
-    test_zero_stage_refused();
+    test_zero_stage();
     test_sizes_from_file();
     remove(json_path);
     return finish("test_config_defects");

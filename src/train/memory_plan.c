@@ -1,0 +1,192 @@
+/* Per-rank memory by the ZeRO formulas, and the table that sets them
+ * beside what the ranks hold. See memory_plan.h. */
+#include "train/memory_plan.h"
+
+#include <string.h>
+
+#include "core/str.h"
+#include "train/metrics.h"
+
+/* K: the optimizer's bytes per parameter. Mixed precision adds the fp32
+ * master weights to the moments. */
+static int optim_bytes(dt_opt_kind opt, double momentum, dt_precision prec)
+{
+    int moments = opt == DT_OPT_SGD ? (momentum != 0.0 ? 4 : 0) : 8;
+    return moments + (prec == DT_PREC_BF16 ? 4 : 0);
+}
+
+static int check_opts(const dt_gpt *layout, const dt_mem_plan_opts *o, char *err, size_t n)
+{
+    if (o->zero_stage < 0 || o->zero_stage > 3)
+        return dt_strf(err, n, "ZeRO stage %d: the stages are 0 (plain data parallelism), 1 "
+                       "(optimizer state sharded), 2 (and gradients), 3 (and parameters)",
+                       o->zero_stage), -1;
+    if (o->ranks < 1)
+        return dt_strf(err, n, "%d data-parallel ranks: the state is sharded over at least 1 "
+                       "rank", o->ranks), -1;
+    if (o->prec != DT_PREC_F32 && o->prec != DT_PREC_BF16)
+        return dt_strf(err, n, "precision %d: fp32 or bf16", (int)o->prec), -1;
+    if (o->opt != DT_OPT_ADAMW && o->opt != DT_OPT_ADAM && o->opt != DT_OPT_SGD)
+        return dt_strf(err, n, "optimizer %d: adamw, adam or sgd", (int)o->opt), -1;
+    if (o->B < 1 || o->T < 1 || o->T > layout->cfg.block_size)
+        return dt_strf(err, n, "micro-batch %d x %d: needs at least 1 x 1 and a length up to "
+                       "block_size %d", o->B, o->T, layout->cfg.block_size), -1;
+    if (o->prefetch < 0)
+        return dt_strf(err, n, "prefetch %d: 0 or more segments ahead", o->prefetch), -1;
+    return 0;
+}
+
+/* "4 Psi", "4 Psi / N", or "0". */
+static void term(char *buf, size_t n, int bytes, int sharded)
+{
+    if (bytes == 0) dt_strf(buf, n, "0");
+    else dt_strf(buf, n, "%d Psi%s", bytes, sharded ? " / N" : "");
+}
+
+/* The largest layer's segment, in floats. */
+static size_t largest_layer(const dt_gpt *layout)
+{
+    size_t most = 0;
+    for (int s = 1; s <= layout->cfg.n_layer; s++) {
+        size_t len = dt_gpt_segment_start(layout, s + 1) - dt_gpt_segment_start(layout, s);
+        if (len > most) most = len;
+    }
+    return most;
+}
+
+int dt_mem_plan_make(const dt_gpt *layout, const dt_mem_plan_opts *o, dt_mem_plan *p, char *err,
+                     size_t errlen)
+{
+    memset(p, 0, sizeof *p);
+    if (check_opts(layout, o, err, errlen)) return -1;
+    p->o = *o;
+    p->psi = dt_gpt_param_count(&layout->cfg);
+    p->param_bytes = o->prec == DT_PREC_BF16 ? 2 : 4;
+    p->grad_bytes = p->param_bytes;
+    p->optim_bytes = optim_bytes(o->opt, o->momentum, o->prec);
+    const int shard_params = o->zero_stage >= 3, shard_grads = o->zero_stage >= 2,
+              shard_optim = o->zero_stage >= 1;
+    const double psi = (double)p->psi, N = o->ranks;
+    p->bytes[DT_MEM_PARAMS] = p->param_bytes * psi / (shard_params ? N : 1);
+    p->bytes[DT_MEM_GRADS] = p->grad_bytes * psi / (shard_grads ? N : 1);
+    p->bytes[DT_MEM_OPTIM] = p->optim_bytes * psi / (shard_optim ? N : 1);
+    p->bytes[DT_MEM_ACTS] = (double)dt_gpt_acts_floats(layout, o->B, o->T) * sizeof(float);
+    term(p->formula[DT_MEM_PARAMS], sizeof p->formula[0], p->param_bytes, shard_params);
+    term(p->formula[DT_MEM_GRADS], sizeof p->formula[0], p->grad_bytes, shard_grads);
+    term(p->formula[DT_MEM_OPTIM], sizeof p->formula[0], p->optim_bytes, shard_optim);
+    dt_strf(p->formula[DT_MEM_ACTS], sizeof p->formula[0], "B x T arena");
+    /* What ZeRO holds whole beyond its pieces (parallel/zero): the
+     * embeddings' gradient from the head's backward to the end (the tied
+     * weight's last term comes last) with the layer being computed and the
+     * one whose reduce-scatter is in flight; the layer in use and those
+     * prefetched, or at the head the embeddings with the final norm. */
+    const int L = layout->cfg.n_layer;
+    double emb = (double)dt_gpt_segment_start(layout, 1);
+    double layer = L > 0 ? (double)largest_layer(layout) : 0.0;
+    double head = emb + (double)(layout->n_floats - dt_gpt_segment_start(layout, L + 1));
+    double lead = layer * (o->prefetch + 1);
+    if (shard_grads) p->window_grads = (emb + 2 * layer) * p->grad_bytes;
+    if (shard_params) p->window_params = (lead > head ? lead : head) * p->param_bytes;
+    return 0;
+}
+
+int dt_mem_plan_from_config(const dt_gpt *layout, const dt_train_config *c, int ranks,
+                            dt_mem_plan *p, char *err, size_t errlen)
+{
+    dt_mem_plan_opts o = {.zero_stage = c->zero_stage, .ranks = ranks,
+                          .prec = strcmp(c->dtype, "bf16") == 0 ? DT_PREC_BF16 : DT_PREC_F32,
+                          .momentum = c->momentum, .B = c->batch_size,
+                          .T = c->seq_len ? c->seq_len : layout->cfg.block_size,
+                          .prefetch = c->zero_prefetch};
+    if (dt_opt_kind_parse(c->optimizer, &o.opt))
+        return dt_strf(err, errlen, "optimizer '%s': adamw, adam or sgd", c->optimizer), -1;
+    return dt_mem_plan_make(layout, &o, p, err, errlen);
+}
+
+double dt_mem_plan_state(const dt_mem_plan *p)
+{
+    return p->bytes[DT_MEM_PARAMS] + p->bytes[DT_MEM_GRADS] + p->bytes[DT_MEM_OPTIM];
+}
+
+/* The model state's formula in one line: "4 Psi + 12 Psi / N". */
+static void state_formula(const dt_mem_plan *p, char *buf, size_t n)
+{
+    int whole = 0, split = 0, stage = p->o.zero_stage;
+    const int b[3] = {p->param_bytes, p->grad_bytes, p->optim_bytes};
+    for (int k = 0; k < 3; k++) {
+        int sharded = stage >= 3 - k; /* optim from stage 1, grads 2, params 3 */
+        if (sharded) split += b[k];
+        else whole += b[k];
+    }
+    char a[16] = "", s[16] = "";
+    if (whole) dt_strf(a, sizeof a, "%d Psi", whole);
+    if (split) dt_strf(s, sizeof s, "%d Psi / N", split);
+    dt_strf(buf, n, "%s%s%s", a, whole && split ? " + " : "", s);
+    if (!whole && !split) dt_strf(buf, n, "0");
+}
+
+#define MIB(x) ((double)(x) / 1048576.0)
+#define COL "%-17s"
+
+static const dt_mem_kind shown[] = {DT_MEM_PARAMS, DT_MEM_GRADS, DT_MEM_OPTIM};
+
+static void print_heading(FILE *f, const dt_mem_plan *p, const char *title)
+{
+    const char *opt = dt_opt_kind_name(p->o.opt);
+    fprintf(f, "%s: Psi = %zu parameters, %s, %s (K = %d bytes/parameter), ZeRO stage %d, "
+            "N = %d data-parallel rank%s, micro-batch %d x %d\n", title, p->psi,
+            p->o.prec == DT_PREC_BF16 ? "bf16 mixed precision" : "fp32", opt, p->optim_bytes,
+            p->o.zero_stage, p->o.ranks, p->o.ranks == 1 ? "" : "s", p->o.B, p->o.T);
+    char state[40];
+    state_formula(p, state, sizeof state);
+    fprintf(f, "  %-9s", "");
+    for (size_t i = 0; i < 3; i++) fprintf(f, COL, dt_mem_kind_name(shown[i]));
+    fprintf(f, COL COL "%s\n", "model state", "acts (estimate)", "total");
+    fprintf(f, "  %-9s", "formula");
+    for (size_t i = 0; i < 3; i++) fprintf(f, COL, p->formula[shown[i]]);
+    fprintf(f, COL COL "%s\n", state, p->formula[DT_MEM_ACTS], "state + acts");
+    fprintf(f, "  %-9s", "MiB");
+    for (size_t i = 0; i < 3; i++) fprintf(f, "%-17.1f", MIB(p->bytes[shown[i]]));
+    double state_b = dt_mem_plan_state(p), acts = p->bytes[DT_MEM_ACTS];
+    fprintf(f, "%-17.1f%-17.1f%.1f\n", MIB(state_b), MIB(acts), MIB(state_b + acts));
+}
+
+/* "474.9 x1.0004": a measured figure and its ratio to the formula's. */
+static void cell(FILE *f, double measured, double formula)
+{
+    char buf[40];
+    if (formula > 0) dt_strf(buf, sizeof buf, "%.1f x%.4f", MIB(measured), measured / formula);
+    else dt_strf(buf, sizeof buf, "%.1f", MIB(measured));
+    fprintf(f, COL, buf);
+}
+
+static void print_rank(FILE *f, const dt_mem_plan *p, int r, const unsigned long long *snap)
+{
+    char label[24];
+    dt_strf(label, sizeof label, "rank %d", r);
+    fprintf(f, "  %-9s", label);
+    double state = 0;
+    for (size_t i = 0; i < 3; i++) {
+        cell(f, (double)snap[shown[i]], p->bytes[shown[i]]);
+        state += (double)snap[shown[i]];
+    }
+    cell(f, state, dt_mem_plan_state(p));
+    cell(f, (double)snap[DT_MEM_ACTS], p->bytes[DT_MEM_ACTS]);
+    fprintf(f, "comm %.1f, other %.1f, peak RSS %.1f\n", MIB(snap[DT_MEM_COMM]),
+            MIB(snap[DT_MEM_OTHER]), MIB(snap[DT_MEM_KIND_COUNT]));
+}
+
+void dt_mem_plan_print(FILE *f, const dt_mem_plan *p, const char *title,
+                       const unsigned long long *measured, int nrows)
+{
+    print_heading(f, p, title);
+    for (int r = 0; measured && r < nrows; r++)
+        print_rank(f, p, r, measured + (size_t)r * DT_MEM_SNAPSHOT);
+    if (p->window_grads > 0)
+        fprintf(f, "  transient, beyond the formula: gradients kept whole during backward "
+                "(the embeddings', two layers'), at most %.1f MiB", MIB(p->window_grads));
+    if (p->window_params > 0)
+        fprintf(f, "; gathered parameters (%d layers, or the head's), at most %.1f MiB",
+                p->o.prefetch + 1, MIB(p->window_params));
+    if (p->window_grads > 0 || p->window_params > 0) fputc('\n', f);
+}
