@@ -126,7 +126,7 @@ static void state_formula(const dt_mem_plan *p, char *buf, size_t n)
 }
 
 #define MIB(x) ((double)(x) / 1048576.0)
-#define COL "%-17s"
+#define COL "%-19s"
 
 static const dt_mem_kind shown[] = {DT_MEM_PARAMS, DT_MEM_GRADS, DT_MEM_OPTIM};
 
@@ -146,9 +146,9 @@ static void print_heading(FILE *f, const dt_mem_plan *p, const char *title)
     for (size_t i = 0; i < 3; i++) fprintf(f, COL, p->formula[shown[i]]);
     fprintf(f, COL COL "%s\n", state, p->formula[DT_MEM_ACTS], "state + acts");
     fprintf(f, "  %-9s", "MiB");
-    for (size_t i = 0; i < 3; i++) fprintf(f, "%-17.1f", MIB(p->bytes[shown[i]]));
+    for (size_t i = 0; i < 3; i++) fprintf(f, "%-19.1f", MIB(p->bytes[shown[i]]));
     double state_b = dt_mem_plan_state(p), acts = p->bytes[DT_MEM_ACTS];
-    fprintf(f, "%-17.1f%-17.1f%.1f\n", MIB(state_b), MIB(acts), MIB(state_b + acts));
+    fprintf(f, "%-19.1f%-19.1f%.1f\n", MIB(state_b), MIB(acts), MIB(state_b + acts));
 }
 
 /* "474.9 x1.0004": a measured figure and its ratio to the formula's. */

@@ -41,21 +41,21 @@ expect_out() {
 #   4 Psi = 474.7, 4 Psi / 4 = 118.7, 8 Psi / 4 = 237.4, 4 + 12/4 Psi = 830.7
 expect_out "gpt2 fp32 stage 2 over 4" "Psi = 124439808 parameters" "fp32" "adamw (K = 8" \
   "ZeRO stage 2" "N = 4 data-parallel ranks" "4 Psi + 12 Psi / N" \
-  "474.7            118.7            237.4            830.7" "micro-batch 2 x 1024" \
+  "474.7              118.7              237.4              830.7" "micro-batch 2 x 1024" \
   "at most 204.3 MiB" -- \
   "$dtrain" train --dry-run --model gpt2 --zero-stage 2 --nproc 4 --batch-size 2 "${data[@]}"
 #   16 Psi = 1898.8 (DDP, one rank)
 expect_out "gpt2 fp32 stage 0, one rank" "16 Psi  " "N = 1 data-parallel rank," \
-  "474.7            474.7            949.4            1898.8" -- \
+  "474.7              474.7              949.4              1898.8" -- \
   "$dtrain" train --dry-run --model gpt2 "${data[@]}"
 # bf16 mixed precision, K = 12 over 2 ranks: ZeRO-1 (2 + 2) Psi + 12 Psi / 2:
 #   2 Psi = 237.4, 6 Psi = 712.1, total 10 Psi = 1186.8
 expect_out "gpt2 bf16 stage 1 over 2" "bf16 mixed precision" "K = 12" "4 Psi + 12 Psi / N" \
-  "237.4            237.4            712.1            1186.8" -- \
+  "237.4              237.4              712.1              1186.8" -- \
   "$dtrain" train --dry-run --model gpt2 --dtype bf16 --zero-stage 1 --nproc 2 "${data[@]}"
 # ZeRO-3 at 4 ranks, bf16: 16 Psi / 4 = 474.7; 2 Psi / 4 = 59.3, 12 Psi / 4 = 356.0
 expect_out "gpt2 bf16 stage 3 over 4" "16 Psi / N" \
-  "59.3             59.3             356.0            474.7" \
+  "59.3               59.3               356.0              474.7" \
   "gathered parameters (2 layers, or the head's)" -- \
   "$dtrain" train --dry-run --model gpt2 --dtype bf16 --zero-stage 3 --nproc 4 "${data[@]}"
 # A JSON config (DeepSpeed's keys) as a run reads it; SGD with momentum in
@@ -65,7 +65,7 @@ cat >"$tmp/ds.json" <<'EOF'
  "optimizer": {"type": "SGD", "params": {"lr": 0.01, "momentum": 0.9}}}
 EOF
 expect_out "JSON config, sgd" "sgd (K = 4" "ZeRO stage 2" "4 Psi + 8 Psi / N" \
-  "474.7            237.4            237.4            949.4" -- \
+  "474.7              237.4              237.4              949.4" -- \
   "$dtrain" train --dry-run --config "$tmp/ds.json" --model gpt2 --nproc 2 "${data[@]}"
 # The tiny default takes its vocabulary from the data, as a run does:
 # Psi = 256 x 128 + 128 x 128 + 4 (12 x 128^2 + 13 x 128) + 2 x 128 = 842,496
