@@ -21,6 +21,10 @@ Traffic per step (the transport's own byte counters, in the JSON log):
 Overlap (DTRAIN_ZERO_EVENTS): at stage 3 the gather of layer l+1 is issued
   before layer l's forward ends, and at every stage the reduce-scatters are
   issued before backward ends.
+Stage 3's settings (--zero-prefetch 0/3, --zero-reshard-after-forward 0,
+  --zero-persist, --zero-max-live, --zero-prefetch-elems) leave the weights
+  bit-identical to DDP's, change the order of gathers as they say (events),
+  and keeping layers for backward saves backward's gathers (traffic).
 Bad input: a stage outside 0-3, a stage under --strategy ps or dp, stage-3
   settings below stage 3, DeepSpeed keys that do not exist here.
 """
@@ -171,6 +175,37 @@ def overlap(dtrain, tmp):
                   (layer + 1, layer))
 
 
+def knobs(dtrain, tmp):
+    """Stage 3's settings change when and what is gathered, never a number;
+    and each does what it says (traffic, the order of events)."""
+    ref, ref_w, _ = train(dtrain, tmp, "k_ddp", ["--nproc", "2"], model=("3", "2", "32"))
+    variants = {"prefetch0": ["--zero-prefetch", "0"], "prefetch3": ["--zero-prefetch", "3"],
+                "keep": ["--zero-reshard-after-forward", "0"], "persist": ["--zero-persist", "1e9"],
+                "maxlive": ["--zero-max-live", "5000"], "elems": ["--zero-prefetch-elems", "30000"]}
+    bytes_of = {}
+    for name, flags in variants.items():
+        base = os.path.join(tmp, "kev_" + name)
+        got, got_w, _ = train(dtrain, tmp, "k_" + name, ["--nproc", "2", "--zero-stage", "3"] + flags,
+                              model=("3", "2", "32"), env={"DTRAIN_ZERO_EVENTS": base})
+        check(same_bits(got_w, ref_w), "ZeRO-3 %s: weights bit-identical to DDP's" % " ".join(flags))
+        bytes_of[name] = sum(e["bytes_sent"] for e in got[1:]) / (len(got) - 1)
+        t = {}
+        for step, kind, seg, ns in events_of(base + ".0"):
+            if step == 5:
+                t.setdefault((kind, seg), ns)
+        ahead = t[("gather", 3)] < t[("forward_end", 2)]  # layer 2 gathered during layer 1
+        # persistent layers are gathered once, after each update
+        want_ahead = name not in ("prefetch0", "maxlive", "persist")
+        check(ahead == want_ahead, "ZeRO-3 %s: layer 2 %s during layer 1's forward" %
+              (" ".join(flags), "gathered" if want_ahead else "not gathered"))
+    # Keeping the layers from forward to backward (or all of them, persistent)
+    # saves backward's gathers: about Psi of the 3 Psi.
+    for name in ("keep", "persist"):
+        check(bytes_of[name] < 0.8 * bytes_of["prefetch3"],
+              "ZeRO-3 %s: %.0f bytes a step, below %.0f with layers let go after forward" %
+              (name, bytes_of[name], bytes_of["prefetch3"]))
+
+
 def bad_input(dtrain, tmp):
     base = ["train", "--data", os.path.join(tmp, "data.txt"), "--steps", "1", "--n-layer", "1",
             "--n-head", "1", "--n-embd", "16", "--block-size", "16"]
@@ -212,6 +247,7 @@ def main():
             return finish()
         traffic(dtrain, tmp)
         overlap(dtrain, tmp)
+        knobs(dtrain, tmp)
     finish()
 
 
