@@ -139,6 +139,8 @@ typedef struct dt_strategy {
     int writes_checkpoints; /* this rank writes the job's checkpoints */
     int grads_kept_zero;    /* a layer leaves the gradients zero after each step (no memset) */
     const dt_flat_ranges *shard; /* the ranges this rank's optimizer state covers; NULL: all */
+    float *shard_params;    /* this rank's pieces of the parameters, where no layer keeps them
+                             * whole in the model (ZeRO-3), indexed by shard's `at` */
 } dt_strategy;
 
 /* An empty stack (one process) for r. */

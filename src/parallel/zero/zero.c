@@ -39,8 +39,10 @@ static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
     z->seg = calloc((size_t)z->nseg, sizeof *z->seg);
     if (!z->seg) return out_of_memory(z, "the segment table");
     size_t bytes = layout->n_floats * sizeof(float);
-    if (z->o.prefetch_floats > 0) /* DeepSpeed's prefetch bucket: as many layers as fit */
-        z->o.prefetch = (int)(z->o.prefetch_floats / z->map.piece[z->nseg > 2 ? 1 : 0] / (size_t)r->size);
+    if (z->o.prefetch_floats > 0 && z->L > 0) { /* DeepSpeed's prefetch bucket: the layers that fit */
+        size_t layer = dt_gpt_segment_start(layout, 2) - dt_gpt_segment_start(layout, 1);
+        z->o.prefetch = (int)(z->o.prefetch_floats / layer);
+    }
     if (z->o.stage >= 2) {
         z->shard_g = dt_alloc(z->map.len * sizeof(float), DT_MEM_GRADS);
         if (!z->shard_g || !(layout->grads = dt_window_reserve(bytes)))
@@ -53,6 +55,7 @@ static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
         if (!z->shard_p || !(layout->params = dt_window_reserve(bytes)))
             return out_of_memory(z, "the parameter shard");
         z->window_p = 1;
+        z->S->shard_params = z->shard_p;
         for (int s = 0; s < z->nseg; s++)
             z->seg[s].persistent = dt_gpt_segment_start(layout, s + 1) -
                                        dt_gpt_segment_start(layout, s) <= z->o.persist_floats;
@@ -93,7 +96,7 @@ static int zero_begin_step(void *self, long step)
     dt_zero_drop_all(z); /* what an evaluation or a save gathered */
     z->step = step;
     z->bytes_at_begin = dt_comm_bytes_sent(z->comm);
-    z->wait_ms = 0;
+    z->wait_ms = 0; /* from here: the gathers' and reduce-scatters' waits of this step */
     z->step_ns = dt_now_ns();
     return z->error ? failed(z, "step") : 0;
 }
@@ -111,8 +114,7 @@ static int zero_end_grads(void *self)
     zero *z = self;
     z->backward_end_ns = dt_now_ns();
     dt_zero_note(z, "grads_end", -1);
-    int rc = dt_zero_grads_finish(z);
-    z->wait_ms += (double)(dt_now_ns() - z->backward_end_ns) * 1e-6;
+    int rc = dt_zero_grads_finish(z); /* its waits count in wait_ms */
     return rc ? failed(z, "gradient reduce-scatter") : 0;
 }
 
@@ -151,9 +153,7 @@ static int zero_update(void *self, double lr, float coef)
         dt_optimizer_update(o, z->m, dt_zero_params_of(z, s), dt_zero_grads_of(z, s), p->at,
                             p->lo, p->hi, lr, coef);
     }
-    uint64_t t0 = dt_now_ns();
-    int rc = dt_zero_params_refresh(z);
-    if (z->o.stage < 3) z->wait_ms += (double)(dt_now_ns() - t0) * 1e-6;
+    int rc = dt_zero_params_refresh(z); /* its waits count in wait_ms */
     z->bytes_sent = dt_comm_bytes_sent(z->comm) - z->bytes_at_begin;
     return rc ? failed(z, "parameter all-gather") : 0;
 }

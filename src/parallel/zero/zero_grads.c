@@ -29,8 +29,10 @@ static int fold(zero *z, int s, int micro)
 {
     zero_seg *g = &z->seg[s];
     if (!g->rs) return 0;
+    uint64_t t0 = dt_now_ns();
     int rc = dt_wait(g->rs);
     g->rs = NULL;
+    z->wait_ms += (double)(dt_now_ns() - t0) * 1e-6; /* compute stood still */
     if (rc) return dt_zero_fail(z, rc, "gradient reduce-scatter");
     if (z->o.stage < 2) return 0;
     const dt_flat_range *p = &z->map.mine[s];

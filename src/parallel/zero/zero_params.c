@@ -50,9 +50,11 @@ static int wait_gather(zero *z, int s)
 {
     zero_seg *g = &z->seg[s];
     if (!g->ag) return 0;
+    uint64_t t0 = dt_now_ns();
     int rc = dt_wait(g->ag);
     g->ag = NULL;
     g->ag_done_ns = dt_now_ns();
+    z->wait_ms += (double)(g->ag_done_ns - t0) * 1e-6; /* compute stood still */
     return rc ? dt_zero_fail(z, rc, "parameter gather") : 0;
 }
 
