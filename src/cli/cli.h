@@ -16,6 +16,7 @@ int cli_launch(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_bench_peak(int argc, char **argv);
 int cli_data(int argc, char **argv);
+int cli_ckpt(int argc, char **argv);
 int cli_train(int argc, char **argv);
 int cli_sample(int argc, char **argv);
 

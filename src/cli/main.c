@@ -16,6 +16,7 @@ static const struct cli_command commands[] = {
     {"sample", cli_sample, "generate text from a checkpoint"},
     {"launch", cli_launch, "start N ranks of a program with the torchrun environment"},
     {"bench", cli_bench, "benchmarks: `bench comm` times collectives, `bench peak` the CPU's peak FLOP/s"},
+    {"ckpt", cli_ckpt, "checkpoints: `ckpt info` prints a layout, `ckpt consolidate` the whole model"},
     {"data", cli_data, "prepare training data: `data prepare` makes llm.c token shards"},
 };
 

@@ -14,13 +14,15 @@
 #include "core/file.h"
 #include "core/parse.h"
 #include "core/str.h"
+#include "train/checkpoint_internal.h"
+#include "train/ckpt_shard.h"
 #include "train/weights.h"
 
 #define CKPT_PREFIX "ckpt-"
 
 /* ---- the run directory -------------------------------------------------- */
 
-static void remove_tree(const char *dir)
+void dt_ckpt_remove_tree(const char *dir)
 {
     DIR *d = opendir(dir);
     if (!d) return;
@@ -80,7 +82,7 @@ static long *list_steps(const char *out_dir, int *count)
     return steps;
 }
 
-static void ckpt_path(char *buf, size_t len, const char *out_dir, long step)
+void dt_ckpt_dir_path(char *buf, size_t len, const char *out_dir, long step)
 {
     dt_strf(buf, len, "%s/" CKPT_PREFIX "%08ld", out_dir, step);
 }
@@ -88,7 +90,7 @@ static void ckpt_path(char *buf, size_t len, const char *out_dir, long step)
 /* Removes temporary directories that crashed saves left, then checkpoints
  * older than `current` beyond the keep - 1 newest of them; nothing newer
  * than `current` is touched. */
-static void prune(const char *out_dir, long current, long keep)
+void dt_ckpt_prune(const char *out_dir, long current, long keep)
 {
     char path[DT_PATH_MAX + 256];
     DIR *d = opendir(out_dir);
@@ -98,7 +100,7 @@ static void prune(const char *out_dir, long current, long keep)
             !strstr(e->d_name, ".tmp."))
             continue;
         dt_strf(path, sizeof path, "%s/%s", out_dir, e->d_name);
-        remove_tree(path);
+        dt_ckpt_remove_tree(path);
     }
     if (d) closedir(d);
     int n;
@@ -106,8 +108,8 @@ static void prune(const char *out_dir, long current, long keep)
     int older = 0;
     while (older < n && steps[older] < current) older++;
     for (int i = 0; i < older && (long)(older - i) > keep - 1; i++) {
-        ckpt_path(path, sizeof path, out_dir, steps[i]);
-        remove_tree(path);
+        dt_ckpt_dir_path(path, sizeof path, out_dir, steps[i]);
+        dt_ckpt_remove_tree(path);
     }
     free(steps);
 }
@@ -143,57 +145,71 @@ static int write_contents(const char *dir, const dt_gpt *m, const dt_optimizer *
     return dt_afile_write_file(path, state_text, strlen(state_text), err, errlen);
 }
 
-/* The state.json text for a save, checked as a resume would check it:
- * what cannot be read back is not written. */
-static char *state_text(const char *out_dir, const dt_gpt *m, const dt_optimizer *o,
-                        const dt_ckpt_state *state, char *err, size_t errlen)
+int dt_ckpt_make_record(const char *out_dir, const dt_gpt *m, const dt_optimizer *o,
+                        const dt_ckpt_state *state, dt_ckpt_record *r, char *err, size_t errlen)
 {
-    dt_ckpt_record r = {.run = *state, .optimizer = o->kind, .optimizer_step = o->t,
-                        .model = m->cfg};
-    char *text = dt_ckpt_state_format(&r);
+    *r = (dt_ckpt_record){.run = *state, .optimizer = o->kind, .optimizer_step = o->t,
+                          .model = m->cfg};
+    char *text = dt_ckpt_state_format(r);
     if (!text) {
         dt_strf(err, errlen, "%s: out of memory for the checkpoint state", out_dir);
-        return NULL;
+        return -1;
     }
+    dt_ckpt_record back;
     char path[DT_PATH_MAX + 64], why[1024];
     dt_strf(path, sizeof path, "the state of step %ld", state->step);
-    if (dt_ckpt_state_parse(path, text, &r, why, sizeof why) != 0) {
-        dt_strf(err, errlen, "%s: not saving a checkpoint that could not be resumed: %s",
-                out_dir, why);
-        free(text);
-        return NULL;
-    }
-    return text;
+    int rc = dt_ckpt_state_parse(path, text, &back, why, sizeof why);
+    free(text);
+    if (rc == 0) return 0;
+    dt_strf(err, errlen, "%s: not saving a checkpoint that could not be resumed: %s", out_dir,
+            why);
+    return -1;
+}
+
+void dt_ckpt_tmp_path(char *buf, size_t len, const char *out_dir, long step, long tag)
+{
+    dt_strf(buf, len, "%s/." CKPT_PREFIX "%08ld.tmp.%ld", out_dir, step, tag);
+}
+
+int dt_ckpt_make_tmp(const char *out_dir, long step, long tag, char *tmp, size_t tmplen,
+                     char *err, size_t errlen)
+{
+    if (dt_mkdir_p(out_dir, err, errlen) != 0) return -1;
+    dt_ckpt_tmp_path(tmp, tmplen, out_dir, step, tag);
+    dt_ckpt_remove_tree(tmp);
+    if (mkdir(tmp, 0777) == 0) return 0;
+    dt_strf(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+    return -1;
 }
 
 /* Moves the finished temporary directory into place and points `latest`
  * at it. When `latest` cannot be written, the new directory is withdrawn
  * again (the old one of the same step swapped back), so that the run
  * directory is what it was before the save. */
-static int publish(const char *out_dir, long step, const char *tmp, char *err, size_t errlen)
+int dt_ckpt_publish(const char *out_dir, long step, const char *tmp, char *err, size_t errlen)
 {
     char final[DT_PATH_MAX + 128], latest[DT_PATH_MAX + 16], line[80];
-    ckpt_path(final, sizeof final, out_dir, step);
+    dt_ckpt_dir_path(final, sizeof final, out_dir, step);
     struct stat st;
     int exchange = stat(final, &st) == 0;
     int rc = exchange ? renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE)
                       : rename(tmp, final);
     if (rc != 0) {
         dt_strf(err, errlen, "%s: cannot move into place: %s", final, strerror(errno));
-        remove_tree(tmp);
+        dt_ckpt_remove_tree(tmp);
         return -1;
     }
     dt_fsync_dir(out_dir);
     dt_strf(latest, sizeof latest, "%s/latest", out_dir);
     dt_strf(line, sizeof line, CKPT_PREFIX "%08ld\n", step);
     if (dt_afile_write_file(latest, line, strlen(line), err, errlen) == 0) {
-        if (exchange) remove_tree(tmp); /* now the old checkpoint */
+        if (exchange) dt_ckpt_remove_tree(tmp); /* now the old checkpoint */
         return 0;
     }
     if (!exchange)
-        remove_tree(final);
+        dt_ckpt_remove_tree(final);
     else if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0)
-        remove_tree(tmp);
+        dt_ckpt_remove_tree(tmp);
     dt_fsync_dir(out_dir);
     size_t used = strlen(err);
     if (used < errlen)
@@ -215,31 +231,36 @@ int dt_ckpt_save(const char *out_dir, const dt_gpt *m, const dt_optimizer *o,
                 out_dir, why, state->step);
         return -1;
     }
-    char *text = state_text(out_dir, m, o, state, err, errlen);
-    if (!text) return -1;
-    int rc = dt_mkdir_p(out_dir, err, errlen);
-    dt_strf(tmp, sizeof tmp, "%s/." CKPT_PREFIX "%08ld.tmp.%d", out_dir, state->step,
-            (int)getpid());
-    if (rc == 0) {
-        remove_tree(tmp);
-        if (mkdir(tmp, 0777) != 0) {
-            dt_strf(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
-            rc = -1;
-        }
-    }
+    dt_ckpt_record r;
+    if (dt_ckpt_make_record(out_dir, m, o, state, &r, err, errlen) != 0) return -1;
+    char *text = dt_ckpt_state_format(&r);
+    if (!text) return dt_strf(err, errlen, "%s: out of memory", out_dir), -1;
+    int rc = dt_ckpt_make_tmp(out_dir, state->step, (long)getpid(), tmp, sizeof tmp, err, errlen);
     if (rc == 0 && write_contents(tmp, m, o, text, err, errlen) != 0) {
-        remove_tree(tmp);
+        dt_ckpt_remove_tree(tmp);
         rc = -1;
     }
     free(text);
-    if (rc == 0) rc = publish(out_dir, state->step, tmp, err, errlen);
+    if (rc == 0) rc = dt_ckpt_publish(out_dir, state->step, tmp, err, errlen);
     if (rc != 0) return -1;
-    prune(out_dir, state->step, keep_last > 0 ? keep_last : 1);
-    if (path_out) ckpt_path(path_out, path_len, out_dir, state->step);
+    dt_ckpt_prune(out_dir, state->step, keep_last > 0 ? keep_last : 1);
+    if (path_out) dt_ckpt_dir_path(path_out, path_len, out_dir, state->step);
     return 0;
 }
 
 /* ---- loading ------------------------------------------------------------ */
+
+/* Whether dir is a checkpoint: a whole-model one's state.json or a
+ * sharded one's manifest. */
+static int is_checkpoint(const char *dir)
+{
+    char path[DT_PATH_MAX + 32];
+    struct stat st;
+    dt_strf(path, sizeof path, "%s/state.json", dir);
+    if (stat(path, &st) == 0) return 1;
+    dt_strf(path, sizeof path, "%s/" DT_CKPT_MANIFEST, dir);
+    return stat(path, &st) == 0;
+}
 
 /* The newest checkpoint directory of a run that has no `latest`. */
 static int newest(const char *where, char *dir, size_t dirlen)
@@ -247,12 +268,9 @@ static int newest(const char *where, char *dir, size_t dirlen)
     int n;
     long *steps = list_steps(where, &n);
     int found = 0;
-    char state[DT_PATH_MAX + 160];
-    struct stat st;
     for (int i = n - 1; i >= 0 && !found; i--) {
-        ckpt_path(dir, dirlen, where, steps[i]);
-        dt_strf(state, sizeof state, "%s/state.json", dir);
-        found = stat(state, &st) == 0;
+        dt_ckpt_dir_path(dir, dirlen, where, steps[i]);
+        found = is_checkpoint(dir);
     }
     free(steps);
     return found;
@@ -262,8 +280,7 @@ int dt_ckpt_resolve(const char *where, char *dir, size_t dirlen, char *err, size
 {
     char path[DT_PATH_MAX + 32];
     struct stat st;
-    dt_strf(path, sizeof path, "%s/state.json", where);
-    if (stat(path, &st) == 0) {
+    if (is_checkpoint(where)) {
         dt_strf(dir, dirlen, "%s", where);
         return 0;
     }
@@ -272,8 +289,10 @@ int dt_ckpt_resolve(const char *where, char *dir, size_t dirlen, char *err, size
     char e2[256];
     char *text = dt_read_file(path, 4096, NULL, e2, sizeof e2);
     if (!text) {
-        dt_strf(err, errlen, "%s: no checkpoint to resume from (neither %s/state.json nor %s)",
-                where, where, path);
+        dt_strf(err, errlen,
+                "%s: no checkpoint to resume from (neither %s/state.json, %s/" DT_CKPT_MANIFEST
+                " nor %s)",
+                where, where, where, path);
         return -1;
     }
     text[strcspn(text, "\r\n")] = 0;
@@ -284,108 +303,5 @@ int dt_ckpt_resolve(const char *where, char *dir, size_t dirlen, char *err, size
     }
     dt_strf(dir, dirlen, "%s/%s", where, text);
     free(text);
-    return 0;
-}
-
-/* The weights must hold the model state.json describes: its shapes give
- * every size but the head count, which its metadata may record. */
-static int check_weights_agree(const char *dir, const dt_gpt_config *want,
-                               const dt_gpt_config *have, const char *wpath, char *err,
-                               size_t errlen)
-{
-    const struct {
-        const char *name;
-        int want, have;
-        const char *verb;
-    } s[] = {
-        {"n_layer", want->n_layer, have->n_layer, "holds"},
-        {"n_head", want->n_head, have->n_head ? have->n_head : want->n_head, "records"},
-        {"n_embd", want->n_embd, have->n_embd, "holds"},
-        {"vocab_size", want->vocab_size, have->vocab_size, "holds"},
-        {"block_size", want->block_size, have->block_size, "holds"},
-    };
-    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
-        if (s[i].want == s[i].have) continue;
-        dt_strf(err, errlen, "%s/state.json: \"model.%s\" is %d, but %s %s %s %d", dir,
-                s[i].name, s[i].want, wpath, s[i].verb, s[i].name, s[i].have);
-        return -1;
-    }
-    return 0;
-}
-
-int dt_ckpt_model_config(const char *dir, dt_gpt_config *cfg, char *err, size_t errlen)
-{
-    dt_ckpt_record r;
-    if (dt_ckpt_state_read(dir, &r, err, errlen) != 0) return -1;
-    char path[DT_PATH_MAX + 32];
-    dt_strf(path, sizeof path, "%s/model.safetensors", dir);
-    dt_gpt_config w;
-    if (dt_weights_inspect(path, &w, err, errlen) != 0) return -1;
-    if (r.model.n_layer == 0) { /* a checkpoint from before the sizes were recorded */
-        *cfg = w;
-        return 0;
-    }
-    if (check_weights_agree(dir, &r.model, &w, path, err, errlen) != 0) return -1;
-    *cfg = r.model;
-    return 0;
-}
-
-static int is_negative(float x) { return x < 0; }
-
-/* Adam divides by the square root of the second moment. */
-static int check_second_moment(const dt_gpt *m, const float *v, const char *path, char *err,
-                               size_t errlen)
-{
-    int k;
-    size_t e;
-    if (!v || !dt_weights_find(m, v, is_negative, &k, &e)) return 0;
-    dt_strf(err, errlen,
-            "%s: tensor exp_avg_sq.%s holds %g at element %zu; a second moment cannot be "
-            "negative",
-            path, m->tensors[k].name, (double)v[m->tensors[k].offset + e], e);
-    return -1;
-}
-
-static int load_optimizer(const char *dir, const dt_gpt *m, dt_optimizer *o, char *err,
-                          size_t errlen)
-{
-    char path[DT_PATH_MAX + 32];
-    dt_st_file f;
-    dt_strf(path, sizeof path, "%s/optimizer.safetensors", dir);
-    if (dt_st_open(path, &f, err, errlen) != 0) return -1;
-    int rc = dt_weights_read(m, o->m, &f, "exp_avg.", err, errlen);
-    if (rc == 0 && o->v) rc = dt_weights_read(m, o->v, &f, "exp_avg_sq.", err, errlen);
-    dt_st_close(&f);
-    return rc == 0 ? check_second_moment(m, o->v, path, err, errlen) : -1;
-}
-
-int dt_ckpt_load(const char *dir, dt_gpt *m, dt_optimizer *o, dt_ckpt_state *state, char *err,
-                 size_t errlen)
-{
-    dt_ckpt_record r;
-    if (dt_ckpt_state_read(dir, &r, err, errlen) != 0) return -1;
-    if (r.optimizer != o->kind) {
-        dt_strf(err, errlen, "%s/state.json: the checkpoint was trained with %s, this run uses %s",
-                dir, dt_opt_kind_name(r.optimizer), dt_opt_kind_name(o->kind));
-        return -1;
-    }
-    const dt_gpt_config *c = &m->cfg, *s = &r.model;
-    if (s->n_layer && (s->n_layer != c->n_layer || s->n_head != c->n_head ||
-                       s->n_embd != c->n_embd || s->vocab_size != c->vocab_size ||
-                       s->block_size != c->block_size)) {
-        dt_strf(err, errlen,
-                "%s/state.json: the checkpoint's model (n_layer %d, n_head %d, n_embd %d, "
-                "vocab_size %d, block_size %d) is not the one built (%d, %d, %d, %d, %d)",
-                dir, r.model.n_layer, r.model.n_head, r.model.n_embd, r.model.vocab_size,
-                r.model.block_size, c->n_layer, c->n_head, c->n_embd, c->vocab_size,
-                c->block_size);
-        return -1;
-    }
-    char path[DT_PATH_MAX + 32];
-    dt_strf(path, sizeof path, "%s/model.safetensors", dir);
-    if (dt_weights_load(m, path, err, errlen) != 0) return -1;
-    if (o->m && load_optimizer(dir, m, o, err, errlen) != 0) return -1;
-    o->t = r.optimizer_step;
-    *state = r.run;
     return 0;
 }

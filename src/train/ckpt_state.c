@@ -26,34 +26,40 @@ static void add_u64(cJSON *j, const char *key, uint64_t v)
     cJSON_AddStringToObject(j, key, buf);
 }
 
-char *dt_ckpt_state_format(const dt_ckpt_record *r)
+cJSON *dt_ckpt_state_json(const dt_ckpt_record *r)
 {
     const dt_ckpt_state *s = &r->run;
     cJSON *j = cJSON_CreateObject();
     cJSON *model = cJSON_CreateObject();
-    char *text = NULL;
-    if (j && model) {
-        cJSON_AddNumberToObject(j, "format", DT_CKPT_FORMAT);
-        cJSON_AddNumberToObject(j, "step", (double)s->step);
-        add_u64(j, "seq_counter", s->seq_counter);
-        add_u64(j, "seed", s->seed);
-        cJSON_AddNumberToObject(j, "shuffle", s->shuffle);
-        cJSON_AddNumberToObject(j, "seq_len", s->seq_len);
-        cJSON_AddNumberToObject(j, "global_batch", (double)s->global_batch);
-        cJSON_AddNumberToObject(j, "last_loss", s->last_loss); /* null when not finite */
-        add_u64(j, "data_tokens", s->data_tokens);
-        cJSON_AddStringToObject(j, "optimizer", dt_opt_kind_name(r->optimizer));
-        cJSON_AddNumberToObject(j, "optimizer_step", (double)r->optimizer_step);
-        cJSON_AddNumberToObject(model, "n_layer", r->model.n_layer);
-        cJSON_AddNumberToObject(model, "n_head", r->model.n_head);
-        cJSON_AddNumberToObject(model, "n_embd", r->model.n_embd);
-        cJSON_AddNumberToObject(model, "vocab_size", r->model.vocab_size);
-        cJSON_AddNumberToObject(model, "block_size", r->model.block_size);
-        cJSON_AddItemToObject(j, "model", model);
-        model = NULL;
-        text = cJSON_Print(j);
+    if (!j || !model) {
+        cJSON_Delete(model);
+        cJSON_Delete(j);
+        return NULL;
     }
-    cJSON_Delete(model);
+    cJSON_AddNumberToObject(j, "format", DT_CKPT_FORMAT);
+    cJSON_AddNumberToObject(j, "step", (double)s->step);
+    add_u64(j, "seq_counter", s->seq_counter);
+    add_u64(j, "seed", s->seed);
+    cJSON_AddNumberToObject(j, "shuffle", s->shuffle);
+    cJSON_AddNumberToObject(j, "seq_len", s->seq_len);
+    cJSON_AddNumberToObject(j, "global_batch", (double)s->global_batch);
+    cJSON_AddNumberToObject(j, "last_loss", s->last_loss); /* null when not finite */
+    add_u64(j, "data_tokens", s->data_tokens);
+    cJSON_AddStringToObject(j, "optimizer", dt_opt_kind_name(r->optimizer));
+    cJSON_AddNumberToObject(j, "optimizer_step", (double)r->optimizer_step);
+    cJSON_AddNumberToObject(model, "n_layer", r->model.n_layer);
+    cJSON_AddNumberToObject(model, "n_head", r->model.n_head);
+    cJSON_AddNumberToObject(model, "n_embd", r->model.n_embd);
+    cJSON_AddNumberToObject(model, "vocab_size", r->model.vocab_size);
+    cJSON_AddNumberToObject(model, "block_size", r->model.block_size);
+    cJSON_AddItemToObject(j, "model", model);
+    return j;
+}
+
+char *dt_ckpt_state_format(const dt_ckpt_record *r)
+{
+    cJSON *j = dt_ckpt_state_json(r);
+    char *text = j ? cJSON_Print(j) : NULL;
     cJSON_Delete(j);
     return text;
 }
@@ -241,6 +247,18 @@ int dt_ckpt_state_parse(const char *path, const char *text, dt_ckpt_record *r, c
     int rc = parse_object(&rd, j, r);
     cJSON_Delete(j);
     return rc;
+}
+
+int dt_ckpt_state_from_json(const char *path, const cJSON *j, dt_ckpt_record *r, char *err,
+                            size_t errlen)
+{
+    reader rd = {path, "", err, errlen};
+    memset(r, 0, sizeof *r);
+    if (!cJSON_IsObject(j)) {
+        dt_strf(err, errlen, "%s: the checkpoint state is not a JSON object", path);
+        return -1;
+    }
+    return parse_object(&rd, j, r);
 }
 
 int dt_ckpt_state_read(const char *dir, dt_ckpt_record *r, char *err, size_t errlen)

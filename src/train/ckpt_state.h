@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 #include "model/gpt.h"
 #include "model/optimizer.h"
 
@@ -49,9 +51,16 @@ typedef struct {
 /* The JSON text of r (malloc'd), or NULL when memory runs out. */
 char *dt_ckpt_state_format(const dt_ckpt_record *r);
 
+/* The same as a JSON object (a sharded checkpoint's manifest holds it). */
+cJSON *dt_ckpt_state_json(const dt_ckpt_record *r);
+
 /* Parses and checks text, the contents of path. */
 int dt_ckpt_state_parse(const char *path, const char *text, dt_ckpt_record *r, char *err,
                         size_t errlen);
+
+/* Checks an object parsed already (from path, named in messages). */
+int dt_ckpt_state_from_json(const char *path, const cJSON *j, dt_ckpt_record *r, char *err,
+                            size_t errlen);
 
 /* Reads and checks DIR/state.json. */
 int dt_ckpt_state_read(const char *dir, dt_ckpt_record *r, char *err, size_t errlen);

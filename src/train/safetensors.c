@@ -370,24 +370,29 @@ const char *dt_st_meta_get(const dt_st_file *f, const char *key)
     return NULL;
 }
 
-int dt_st_read_f32(const dt_st_file *f, const dt_st_tensor *t, float *dst, char *err,
-                   size_t errlen)
+int dt_st_read_f32_range(const dt_st_file *f, const dt_st_tensor *t, uint64_t first,
+                         uint64_t count, float *dst, char *err, size_t errlen)
 {
+    if (first > t->numel || count > t->numel - first)
+        return dt_st_fail(err, errlen, f->path,
+                          "elements [%llu, %llu) asked of tensor '%s', which has %llu",
+                          (unsigned long long)first, (unsigned long long)(first + count),
+                          t->name, (unsigned long long)t->numel);
     const unsigned char *src = t->data;
     uint16_t h;
     switch (t->dtype) {
     case DT_ST_F32:
-        memcpy(dst, src, t->nbytes);
+        memcpy(dst, src + 4 * first, 4 * count);
         return 0;
     case DT_ST_F16:
-        for (uint64_t i = 0; i < t->numel; i++) {
-            memcpy(&h, src + 2 * i, 2);
+        for (uint64_t i = 0; i < count; i++) {
+            memcpy(&h, src + 2 * (first + i), 2);
             dst[i] = dt_f16_to_f32(h);
         }
         return 0;
     case DT_ST_BF16:
-        for (uint64_t i = 0; i < t->numel; i++) {
-            memcpy(&h, src + 2 * i, 2);
+        for (uint64_t i = 0; i < count; i++) {
+            memcpy(&h, src + 2 * (first + i), 2);
             dst[i] = dt_bf16_to_f32(h);
         }
         return 0;
@@ -396,6 +401,12 @@ int dt_st_read_f32(const dt_st_file *f, const dt_st_tensor *t, float *dst, char 
                     "tensor '%s' has dtype %s; only F32, F16 and BF16 can be read as floats",
                     t->name, dt_st_dtype_name(t->dtype));
     }
+}
+
+int dt_st_read_f32(const dt_st_file *f, const dt_st_tensor *t, float *dst, char *err,
+                   size_t errlen)
+{
+    return dt_st_read_f32_range(f, t, 0, t->numel, dst, err, errlen);
 }
 
 void dt_st_close(dt_st_file *f)

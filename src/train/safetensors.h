@@ -80,6 +80,10 @@ const char *dt_st_meta_get(const dt_st_file *f, const char *key);
  * dtype is an error naming the tensor, its dtype and the file. */
 int dt_st_read_f32(const dt_st_file *f, const dt_st_tensor *t, float *dst, char *err,
                    size_t errlen);
+/* Elements [first, first + count) of t as floats at dst (a shard of a
+ * tensor); the range must lie inside the tensor. */
+int dt_st_read_f32_range(const dt_st_file *f, const dt_st_tensor *t, uint64_t first,
+                         uint64_t count, float *dst, char *err, size_t errlen);
 void dt_st_close(dt_st_file *f);
 
 /* One tensor to write: numel = product of shape[0..ndim-1] elements of

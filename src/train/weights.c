@@ -161,18 +161,25 @@ static int check_shape(const dt_param_tensor *p, const dt_st_tensor *t, const ch
     return -1;
 }
 
+const dt_st_tensor *dt_weights_tensor(const dt_gpt *m, const dt_st_file *f, const char *prefix,
+                                      int k, char *err, size_t errlen)
+{
+    const dt_param_tensor *p = &m->tensors[k];
+    const dt_st_tensor *t = find_hf(f, prefix, p->name);
+    if (!t) {
+        dt_strf(err, errlen, "%s: tensor %s%s is missing", f->path, prefix, p->name);
+        return NULL;
+    }
+    return check_shape(p, t, f->path, err, errlen) == 0 ? t : NULL;
+}
+
 int dt_weights_read(const dt_gpt *m, float *flat, const dt_st_file *f, const char *prefix,
                     char *err, size_t errlen)
 {
     for (int i = 0; i < m->n_tensors; i++) {
         const dt_param_tensor *p = &m->tensors[i];
-        const dt_st_tensor *t = find_hf(f, prefix, p->name);
-        if (!t) {
-            dt_strf(err, errlen, "%s: tensor %s%s is missing", f->path, prefix, p->name);
-            return -1;
-        }
-        if (check_shape(p, t, f->path, err, errlen) != 0) return -1;
-        if (dt_st_read_f32(f, t, flat + p->offset, err, errlen) != 0) return -1;
+        const dt_st_tensor *t = dt_weights_tensor(m, f, prefix, i, err, errlen);
+        if (!t || dt_st_read_f32(f, t, flat + p->offset, err, errlen) != 0) return -1;
     }
     char why[256];
     if (dt_weights_check_finite(m, flat, prefix, why, sizeof why) == 0) return 0;

@@ -19,6 +19,11 @@ int dt_weights_inspect(const char *path, dt_gpt_config *cfg, char *err, size_t e
  * with the model's shape and finite values; F32, F16 and BF16 convert. */
 int dt_weights_read(const dt_gpt *m, float *flat, const dt_st_file *f, const char *prefix,
                     char *err, size_t errlen);
+/* The tensor of f named prefix + the HF name of the layout's tensor k, of
+ * its shape; NULL with a message naming both when it is missing or of
+ * another shape. */
+const dt_st_tensor *dt_weights_tensor(const dt_gpt *m, const dt_st_file *f, const char *prefix,
+                                      int k, char *err, size_t errlen);
 /* Opens path and reads the parameters into m->params. */
 int dt_weights_load(dt_gpt *m, const char *path, char *err, size_t errlen);
 

@@ -1,0 +1,159 @@
+/*
+ * `dtrain ckpt`: looking into checkpoints.
+ *
+ *   dtrain ckpt info DIR
+ *       a checkpoint's layout: whole-model or sharded (stage, rank count,
+ *       each shard's pieces), step, data position, model sizes.
+ *   dtrain ckpt consolidate DIR --out FILE
+ *       the whole model of a checkpoint of either kind, as one safetensors
+ *       file with Hugging Face names (what --save-final writes); atomic.
+ *
+ * DIR is a checkpoint directory, or a run directory (its `latest`).
+ */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/atomic_file.h"
+#include "train/checkpoint.h"
+#include "train/ckpt_shard.h"
+#include "train/weights.h"
+
+static void ckpt_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dtrain ckpt info DIR\n"
+            "       dtrain ckpt consolidate DIR --out FILE\n"
+            "\n"
+            "info         print a checkpoint's layout: whole-model or sharded (ZeRO stage,\n"
+            "             rank count, each shard's tensor pieces), step, data position and\n"
+            "             model sizes.\n"
+            "consolidate  write the whole model of a checkpoint (whole-model or sharded, of\n"
+            "             any rank count) to FILE as safetensors with Hugging Face names.\n"
+            "             Every shard is checked first; FILE appears whole or not at all.\n"
+            "\n"
+            "DIR is a checkpoint directory or a run directory (its `latest` is used).\n"
+            "\n"
+            "examples:\n"
+            "  dtrain ckpt info runs/gpt/latest-run\n"
+            "  dtrain ckpt consolidate runs/gpt --out model.safetensors\n");
+}
+
+static int usage_error(const char *msg, const char *arg)
+{
+    fprintf(stderr, "dtrain ckpt: %s%s\nRun 'dtrain ckpt --help' for usage.\n", msg, arg);
+    return CLI_EXIT_USAGE;
+}
+
+static void print_record(const char *dir, const dt_ckpt_record *r)
+{
+    const dt_gpt_config *c = &r->model;
+    printf("checkpoint: %s\n", dir);
+    printf("step: %ld  optimizer: %s (step %ld)\n", r->run.step, dt_opt_kind_name(r->optimizer),
+           r->optimizer_step);
+    printf("data: %llu sequences consumed, global batch %ld, seq_len %d, seed %llu, shuffle %d\n",
+           (unsigned long long)r->run.seq_counter, r->run.global_batch, r->run.seq_len,
+           (unsigned long long)r->run.seed, r->run.shuffle);
+    printf("model: n_layer %d, n_head %d, n_embd %d, vocab_size %d, block_size %d (%zu "
+           "parameters)\n",
+           c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->block_size,
+           c->n_layer ? dt_gpt_param_count(c) : 0);
+}
+
+/* One line per shard: its size, pieces, and the first and last of them. */
+static void print_shards(const dt_ckpt_manifest *m, const dt_gpt *layout)
+{
+    for (int s = 0; s < m->nshards; s++) {
+        const dt_ckpt_shard *sh = &m->shards[s];
+        unsigned long long elems = 0;
+        for (int i = 0; i < sh->npieces; i++) elems += sh->pieces[i].hi - sh->pieces[i].lo;
+        printf("  %s  %llu bytes  %d pieces  %llu elements", sh->file,
+               (unsigned long long)sh->bytes, sh->npieces, elems);
+        if (sh->npieces > 0) {
+            const dt_ckpt_piece *a = &sh->pieces[0], *z = &sh->pieces[sh->npieces - 1];
+            printf("  %s[%llu:%llu] .. %s[%llu:%llu]", layout->tensors[a->tensor].name,
+                   (unsigned long long)a->lo, (unsigned long long)a->hi,
+                   layout->tensors[z->tensor].name, (unsigned long long)z->lo,
+                   (unsigned long long)z->hi);
+        }
+        printf("\n");
+    }
+}
+
+static int info_sharded(const char *dir, char *err, size_t errlen)
+{
+    dt_ckpt_manifest m;
+    dt_gpt layout;
+    if (dt_ckpt_manifest_read(dir, &m, err, errlen) != 0) return -1;
+    int rc = dt_gpt_create_layout(&layout, &m.record.model, DT_PREC_F32, err, errlen);
+    if (rc == 0 && (rc = dt_ckpt_manifest_check(dir, &m, &layout, err, errlen)) == 0) {
+        print_record(dir, &m.record);
+        printf("format: sharded (" DT_CKPT_MANIFEST " version %d), ZeRO stage %d, %d ranks, %d "
+               "optimizer buffer(s) per piece\n",
+               DT_CKPT_SHARD_VERSION, m.stage, m.ranks, m.moments);
+        print_shards(&m, &layout);
+    }
+    dt_gpt_destroy(&layout);
+    dt_ckpt_manifest_free(&m);
+    return rc;
+}
+
+static int run_info(const char *dir, char *err, size_t errlen)
+{
+    if (dt_ckpt_is_sharded(dir)) return info_sharded(dir, err, errlen);
+    dt_ckpt_record r;
+    if (dt_ckpt_read_record(dir, &r, err, errlen) != 0) return -1;
+    print_record(dir, &r);
+    printf("format: whole model (model.safetensors, optimizer.safetensors, state.json)\n");
+    return 0;
+}
+
+static int run_consolidate(const char *dir, const char *out, char *err, size_t errlen)
+{
+    dt_gpt_config cfg;
+    dt_gpt m;
+    if (dt_ckpt_model_config(dir, &cfg, err, errlen) != 0 ||
+        dt_gpt_create(&m, &cfg, DT_PREC_F32, err, errlen) != 0)
+        return -1;
+    dt_flat_range all = {0, m.n_floats, 0};
+    dt_flat_ranges whole = {1, &all, m.n_floats};
+    int rc = dt_ckpt_load_ranges(dir, &m, &whole, m.params, NULL, NULL, err, errlen);
+    if (rc == 0) rc = dt_weights_save(&m, out, err, errlen);
+    if (rc == 0) printf("wrote %s: %zu parameters from %s\n", out, m.n_params, dir);
+    dt_gpt_destroy(&m);
+    return rc;
+}
+
+int cli_ckpt(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        ckpt_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? CLI_EXIT_USAGE : 0;
+    }
+    const char *verb = argv[1], *where = NULL, *out = NULL;
+    if (strcmp(verb, "info") != 0 && strcmp(verb, "consolidate") != 0)
+        return usage_error("unknown subcommand ", verb);
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
+            out = argv[++i];
+        else if (argv[i][0] == '-')
+            return usage_error("unknown option or missing value: ", argv[i]);
+        else if (!where)
+            where = argv[i];
+        else
+            return usage_error("one checkpoint at a time; extra argument ", argv[i]);
+    }
+    if (!where) return usage_error("a checkpoint or run directory is required", "");
+    int consolidate = strcmp(verb, "consolidate") == 0;
+    if (consolidate && !out) return usage_error("consolidate needs --out FILE", "");
+    if (!consolidate && out) return usage_error("--out is for consolidate", "");
+    char dir[DT_PATH_MAX], err[2048];
+    int rc = dt_ckpt_resolve(where, dir, sizeof dir, err, sizeof err);
+    if (rc == 0) rc = consolidate ? run_consolidate(dir, out, err, sizeof err)
+                                  : run_info(dir, err, sizeof err);
+    if (rc == 0) return 0;
+    fprintf(stderr, "dtrain ckpt %s: %s\n", verb, err);
+    return 1;
+}
