@@ -289,9 +289,6 @@ int dt_cfg_check_zero(const dt_train_config *c, char *err, size_t n)
                        !strcmp(c->strategy, "ps") ? "already splits the parameters over its servers"
                                                   : "runs its devices as threads of one process"),
                -1;
-    if (c->zero_stage > 0 && (c->out_dir[0] || c->resume_flag))
-        return dt_strf(err, n, "checkpoints of a ZeRO run (--out, --resume) are not written "
-                       "yet; --save-final writes the trained weights"), -1;
     static const size_t stage3[] = {offsetof(dt_train_config, zero_prefetch),
                                     offsetof(dt_train_config, zero_reshard),
                                     offsetof(dt_train_config, zero_prefetch_elems),

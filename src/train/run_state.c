@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/str.h"
 #include "train/checkpoint.h"
+#include "train/ckpt_shard.h"
 #include "train/corpus.h"
 #include "train/model_source.h"
 #include "train/run.h"
@@ -84,10 +85,26 @@ static int init_optimizer(dt_run *t, size_t lo, size_t hi)
     return 0;
 }
 
+/* The checkpoint's parameters, optimizer state and position into what this
+ * rank holds: the whole model, or a strategy's pieces (ZeRO), from a
+ * checkpoint of any layout (ckpt_shard.h). */
+static int load_state(dt_run *t, const char *dir, dt_ckpt_state *st)
+{
+    const dt_flat_ranges *mine = t->S.shard;
+    if (!mine) return dt_ckpt_load(dir, &t->model, &t->opt, st, ERR(t));
+    if (t->S.shard_params)
+        return dt_ckpt_load_ranges(dir, &t->model, mine, t->S.shard_params, &t->opt, st, ERR(t));
+    /* Whole parameters, the optimizer state in pieces. */
+    dt_flat_range all = {0, t->model.n_floats, 0};
+    dt_flat_ranges whole = {1, &all, t->model.n_floats};
+    if (dt_ckpt_load_ranges(dir, &t->model, &whole, t->model.params, NULL, st, ERR(t))) return -1;
+    return dt_ckpt_load_ranges(dir, &t->model, mine, NULL, &t->opt, NULL, ERR(t));
+}
+
 static int resume(dt_run *t, const char *dir)
 {
     dt_ckpt_state st;
-    if (dt_ckpt_load(dir, &t->model, &t->opt, &st, ERR(t))) return -1;
+    if (load_state(t, dir, &st)) return -1;
     if (st.seq_len != t->r.T || st.shuffle != t->cfg->shuffle || st.seed != t->cfg->seed)
         return dt_strf(ERR(t),
                        "%s: saved with seq_len %d, shuffle %d, seed %llu; this run has %d, %d, "
@@ -153,11 +170,34 @@ int dt_run_setup_model(dt_run *t, const char *resume_dir)
     return dt_strategy_start(&t->S);
 }
 
-/* Collective: the strategy gathers what the writer needs, then it writes. */
+/* A strategy that holds pieces (ZeRO): every rank writes its own shard;
+ * where the parameters are whole, this rank's pieces are copied out. */
+static int save_sharded(dt_run *t, const dt_ckpt_state *st, char *path, size_t n)
+{
+    const dt_flat_ranges *mine = t->S.shard;
+    float *params = t->S.shard_params, *copy = NULL;
+    if (!params) {
+        if (!(copy = malloc(mine->len * sizeof(float))))
+            return dt_strf(ERR(t), "checkpoint: out of memory for this rank's pieces"), -1;
+        memset(copy, 0, mine->len * sizeof(float));
+        for (int i = 0; i < mine->n; i++)
+            memcpy(copy + mine->r[i].at, t->model.params + mine->r[i].lo,
+                   (mine->r[i].hi - mine->r[i].lo) * sizeof(float));
+        params = copy;
+    }
+    int rc = dt_ckpt_save_sharded(t->cfg->out_dir, &t->model, mine, params, &t->opt, st,
+                                  t->cfg->zero_stage, t->S.lockstep, t->cfg->keep_last, path, n,
+                                  ERR(t));
+    free(copy);
+    return rc;
+}
+
+/* Collective: the strategy gathers what the writer needs, then it writes
+ * (or every rank writes its shard). */
 int dt_run_save(dt_run *t)
 {
     if (dt_strategy_before_save(&t->S)) return -1;
-    if (!t->S.writes_checkpoints) return 0;
+    if (!t->S.writes_checkpoints && !t->S.shard) return 0;
     dt_ckpt_state st = {.step = t->step,
                         .seq_counter = t->seq_counter,
                         .seed = t->cfg->seed,
@@ -167,8 +207,9 @@ int dt_run_save(dt_run *t)
                         .last_loss = t->last_loss,
                         .data_tokens = dt_dataset_ntokens(t->train)};
     char path[DT_CONFIG_PATH + 64];
-    if (dt_ckpt_save(t->cfg->out_dir, &t->model, &t->opt, &st, t->cfg->keep_last, path,
-                     sizeof path, ERR(t)))
+    if (t->S.shard ? save_sharded(t, &st, path, sizeof path)
+                   : dt_ckpt_save(t->cfg->out_dir, &t->model, &t->opt, &st, t->cfg->keep_last,
+                                  path, sizeof path, ERR(t)))
         return -1;
     fprintf(t->out, "checkpoint %s\n", path);
     return 0;

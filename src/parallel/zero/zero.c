@@ -64,8 +64,9 @@ static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
     layout->param_done = dt_zero_param_done;
     layout->param_ctx = z;
     share->opt_lo = share->opt_hi = 0;
-    share->opt_ranges = dt_shard_map_ranges(&z->map);
-    z->S->shard = &share->opt_ranges;
+    z->ranges = dt_shard_map_ranges(&z->map);
+    share->opt_ranges = z->ranges;
+    z->S->shard = &z->ranges;
     return 0;
 }
 
@@ -75,12 +76,12 @@ static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
 static int zero_start(void *self, dt_rank *r)
 {
     zero *z = self;
-    (void)r;
     if (z->o.stage < 3) {
         float *p = z->m->params;
         return dt_broadcast(z->comm, p, p, z->m->n_floats, DT_F32, 0) ? failed(z, "setup") : 0;
     }
-    if (!z->inited) {
+    /* A checkpoint filled the pieces themselves; --init filled the window. */
+    if (!z->inited && !r->resuming) {
         for (int s = 0; s < z->nseg; s++) {
             const dt_flat_range *p = &z->map.mine[s];
             memcpy(z->shard_p + p->at, z->m->params + p->lo, (p->hi - p->lo) * sizeof(float));

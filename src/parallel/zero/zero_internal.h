@@ -28,6 +28,7 @@ typedef struct zero {
     dt_zero_opts o;
     dt_gpt *m;
     dt_shard_map map;
+    dt_flat_ranges ranges; /* the map's, as the trainer sees them (S->shard) */
     zero_seg *seg;
     int nseg, L;
     float *shard_p;  /* stage 3: this rank's pieces of the parameters */
