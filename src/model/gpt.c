@@ -252,44 +252,56 @@ static void segment_done(dt_gpt *m, int segment)
 
 /* ---- activations -------------------------------------------------------- */
 
-/* Carves the arena: called once to measure (base NULL), once to assign. */
+static void take(float *base, size_t *used, float **ptr, size_t n)
+{
+    if (base) *ptr = base + *used;
+    *used += (n + TENSOR_ALIGN_FLOATS - 1) / TENSOR_ALIGN_FLOATS * TENSOR_ALIGN_FLOATS;
+}
+
+/* A layer's buffers but res3: the products' outputs when mm, the
+ * element-wise parts when ew. */
+static void take_layer(float *base, size_t *used, dt_gpt_layer_acts *a, int mm, int ew,
+                       size_t N, size_t C, size_t NH)
+{
+    float **ew_bufs[] = {&a->ln1, &a->ln2, &a->fc_gelu, &a->ln1_mean, &a->ln1_rstd,
+                         &a->ln2_mean, &a->ln2_rstd};
+    const size_t ew_len[] = {N * C, N * C, N * 4 * C, N, N, N, N};
+    float **mm_bufs[] = {&a->qkv, &a->att, &a->res2, &a->fc, &a->lse};
+    const size_t mm_len[] = {N * 3 * C, N * C, N * C, N * 4 * C, NH * N};
+    for (size_t i = 0; ew && i < sizeof ew_len / sizeof ew_len[0]; i++)
+        take(base, used, ew_bufs[i], ew_len[i]);
+    for (size_t i = 0; mm && i < sizeof mm_len / sizeof mm_len[0]; i++)
+        take(base, used, mm_bufs[i], mm_len[i]);
+}
+
+/* Carves the arena: called once to measure (base NULL), once to assign.
+ * What the mode rebuilds is carved once, in a shared layer that every
+ * layer's pointers name; the rest, and res3, each layer has of its own. */
 static size_t carve_acts(dt_gpt *m, float *base, int B, int T)
 {
     const size_t N = (size_t)B * T, C = (size_t)m->cfg.n_embd, V = (size_t)m->cfg.vocab_size;
     const size_t NH = (size_t)m->cfg.n_head;
+    const int shared_mm = m->recompute == DT_RECOMPUTE_FULL;
+    const int shared_ew = m->recompute != DT_RECOMPUTE_NONE;
     size_t used = 0;
-#define TAKE(ptr, n)                                                                   \
-    do {                                                                               \
-        if (base) (ptr) = base + used;                                                 \
-        used += ((size_t)(n) + TENSOR_ALIGN_FLOATS - 1) / TENSOR_ALIGN_FLOATS * TENSOR_ALIGN_FLOATS; \
-    } while (0)
-    TAKE(m->encoded, N * C);
+    take(base, &used, &m->encoded, N * C);
+    dt_gpt_layer_acts sh = {0};
+    take_layer(base, &used, &sh, shared_mm, shared_ew, N, C, NH);
     for (int l = 0; l < m->cfg.n_layer; l++) {
-        dt_gpt_layer_acts *a = base ? &m->layer_acts[l] : &(dt_gpt_layer_acts){0};
-        TAKE(a->ln1, N * C);
-        TAKE(a->ln1_mean, N);
-        TAKE(a->ln1_rstd, N);
-        TAKE(a->qkv, N * 3 * C);
-        TAKE(a->att, N * C);
-        TAKE(a->lse, NH * N);
-        TAKE(a->res2, N * C);
-        TAKE(a->ln2, N * C);
-        TAKE(a->ln2_mean, N);
-        TAKE(a->ln2_rstd, N);
-        TAKE(a->fc, N * 4 * C);
-        TAKE(a->fc_gelu, N * 4 * C);
-        TAKE(a->res3, N * C);
+        dt_gpt_layer_acts a = sh;
+        take_layer(base, &used, &a, !shared_mm, !shared_ew, N, C, NH);
+        take(base, &used, &a.res3, N * C);
+        if (base) m->layer_acts[l] = a;
     }
-    TAKE(m->lnf, N * C);
-    TAKE(m->lnf_mean, N);
-    TAKE(m->lnf_rstd, N);
-    TAKE(m->logits, N * V);
-    TAKE(m->losses, N);
-    TAKE(m->d_res, N * C);
-    TAKE(m->d_c, N * C);
-    TAKE(m->d_qkv, N * 3 * C);
-    TAKE(m->d_fc, N * 4 * C);
-#undef TAKE
+    take(base, &used, &m->lnf, N * C);
+    take(base, &used, &m->lnf_mean, N);
+    take(base, &used, &m->lnf_rstd, N);
+    take(base, &used, &m->logits, N * V);
+    take(base, &used, &m->losses, N);
+    take(base, &used, &m->d_res, N * C);
+    take(base, &used, &m->d_c, N * C);
+    take(base, &used, &m->d_qkv, N * 3 * C);
+    take(base, &used, &m->d_fc, N * 4 * C);
     return used;
 }
 
@@ -307,7 +319,7 @@ int dt_gpt_alloc_acts(dt_gpt *m, int B, int T)
                 m->cfg.block_size);
         return -1;
     }
-    if (m->acts_mem && m->B == B && m->T == T) return 0;
+    if (m->acts_mem && m->B == B && m->T == T && m->acts_mode == m->recompute) return 0;
     dt_free(m->acts_mem);
     free(m->layer_acts);
     m->acts_mem = NULL;
@@ -325,6 +337,8 @@ int dt_gpt_alloc_acts(dt_gpt *m, int B, int T)
     }
     carve_acts(m, m->acts_mem, B, T);
     m->acts_floats = n;
+    m->acts_mode = m->recompute;
+    m->rebuilt_layer = -1;
     m->B = B;
     m->T = T;
     return 0;
@@ -382,28 +396,61 @@ static int fail_matmul(dt_gpt *m, const char *where)
     return -1;
 }
 
-static int layer_forward(dt_gpt *m, int l, const float *x, int b, int t)
+/* The parts of a layer's forward: the element-wise ones (LayerNorms, GELU),
+ * the matrix products with the attention between them and the residual sum
+ * res2 written in place, and the output (the MLP's c_proj and res3). A
+ * forward runs all; rebuilding a layer before its backward runs what the
+ * recompute mode did not keep, with the same code, so the same numbers. */
+enum { RUN_ELEMENTWISE = 1, RUN_PRODUCTS = 2, RUN_OUTPUT = 4, RUN_ALL = 7 };
+
+static int layer_run(dt_gpt *m, int l, const float *x, int b, int t, unsigned run)
 {
     const int C = m->cfg.n_embd, N = b * t;
     dt_gpt_layer w = dt_gpt_layer_view(m, m->params, l);
     dt_gpt_layer_acts *a = &m->layer_acts[l];
 
-    dt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1_w, w.ln1_b, LN_EPS, N, C);
-    if (dt_linear_forward(m->prec, a->qkv, a->ln1, w.qkv_w, w.qkv_b, N, C, 3 * C))
-        return fail_matmul(m, "attn.c_attn");
-    dt_attention_forward(a->att, a->lse, a->qkv, b, t, C, m->cfg.n_head);
-    if (dt_linear_forward(m->prec, a->res2, a->att, w.proj_w, w.proj_b, N, C, C))
-        return fail_matmul(m, "attn.c_proj");
-    add_into(a->res2, a->res2, x, (size_t)N * C);
-
-    dt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2_w, w.ln2_b, LN_EPS, N,
-                         C);
-    if (dt_linear_forward(m->prec, a->fc, a->ln2, w.fc_w, w.fc_b, N, C, 4 * C))
+    if (run & RUN_ELEMENTWISE)
+        dt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1_w, w.ln1_b, LN_EPS, N,
+                             C);
+    if (run & RUN_PRODUCTS) {
+        if (dt_linear_forward(m->prec, a->qkv, a->ln1, w.qkv_w, w.qkv_b, N, C, 3 * C))
+            return fail_matmul(m, "attn.c_attn");
+        dt_attention_forward(a->att, a->lse, a->qkv, b, t, C, m->cfg.n_head);
+        if (dt_linear_forward(m->prec, a->res2, a->att, w.proj_w, w.proj_b, N, C, C))
+            return fail_matmul(m, "attn.c_proj");
+        add_into(a->res2, a->res2, x, (size_t)N * C);
+    }
+    if (run & RUN_ELEMENTWISE)
+        dt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2_w, w.ln2_b, LN_EPS,
+                             N, C);
+    if ((run & RUN_PRODUCTS) &&
+        dt_linear_forward(m->prec, a->fc, a->ln2, w.fc_w, w.fc_b, N, C, 4 * C))
         return fail_matmul(m, "mlp.c_fc");
-    dt_gelu_forward(a->fc_gelu, a->fc, (size_t)N * 4 * C);
-    if (dt_linear_forward(m->prec, a->res3, a->fc_gelu, w.fcp_w, w.fcp_b, N, 4 * C, C))
-        return fail_matmul(m, "mlp.c_proj");
-    add_into(a->res3, a->res3, a->res2, (size_t)N * C);
+    if (run & RUN_ELEMENTWISE) dt_gelu_forward(a->fc_gelu, a->fc, (size_t)N * 4 * C);
+    if (run & RUN_OUTPUT) {
+        if (dt_linear_forward(m->prec, a->res3, a->fc_gelu, w.fcp_w, w.fcp_b, N, 4 * C, C))
+            return fail_matmul(m, "mlp.c_proj");
+        add_into(a->res3, a->res3, a->res2, (size_t)N * C);
+    }
+    return 0;
+}
+
+static int layer_forward(dt_gpt *m, int l, const float *x, int b, int t)
+{
+    if (layer_run(m, l, x, b, t, RUN_ALL)) return -1;
+    m->rebuilt_layer = l; /* the shared buffers, if any, hold layer l's */
+    return 0;
+}
+
+/* What the recompute mode did not keep of layer l, rebuilt into the shared
+ * buffers (the last layer's are still there from forward). */
+static int layer_rebuild(dt_gpt *m, int l, const float *x, int b, int t)
+{
+    if (m->recompute == DT_RECOMPUTE_NONE || m->rebuilt_layer == l) return 0;
+    unsigned run = RUN_ELEMENTWISE;
+    if (m->recompute == DT_RECOMPUTE_FULL) run |= RUN_PRODUCTS;
+    if (layer_run(m, l, x, b, t, run)) return -1;
+    m->rebuilt_layer = l;
     return 0;
 }
 
@@ -431,6 +478,7 @@ double dt_gpt_forward(dt_gpt *m, const int32_t *tokens, const int32_t *targets, 
     if (check_tokens(m, tokens, (size_t)N, "token") ||
         (targets && check_tokens(m, targets, (size_t)N, "target")))
         return -1;
+    m->rebuilt_layer = -1;
     if (need(m, 0, DT_USE_FORWARD)) return -1;
     dt_embedding_forward(m->encoded, tokens, WTE(m, m->params), WPE(m, m->params), b, t, C);
     done(m, 0, DT_USE_FORWARD);
@@ -466,6 +514,7 @@ static int layer_backward(dt_gpt *m, int l, const float *x, int b, int t)
     dt_gpt_layer w = dt_gpt_layer_view(m, m->params, l);
     dt_gpt_layer g = dt_gpt_layer_view(m, m->grads, l);
     dt_gpt_layer_acts *a = &m->layer_acts[l];
+    if (layer_rebuild(m, l, x, b, t)) return -1;
 
     /* m->d_res holds d(res3); the MLP branch first. */
     if (dt_linear_backward(m->prec, m->d_fc, 0, g.fcp_w, g.fcp_b, m->d_res, a->fc_gelu, w.fcp_w,

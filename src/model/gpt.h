@@ -43,7 +43,31 @@ typedef struct {
     float *fcp_w, *fcp_b;   /* [4C, C], [C] */
 } dt_gpt_layer;
 
-/* Activations of one layer for one micro-batch, kept for backward. */
+/* What backward keeps of each layer's forward, and what it rebuilds right
+ * before that layer's backward (dt_gpt_backward's per-layer step, so that
+ * whatever must happen before a layer's backward also covers it):
+ *   NONE       keeps every activation below.
+ *   SELECTIVE  keeps the outputs of the matrix products (qkv, att with its
+ *              lse, fc) and the residual stream (res2, res3); rebuilds the
+ *              element-wise parts: both LayerNorms (with mean and rstd) and
+ *              GELU. (Both c_proj products are written in place as residual
+ *              sums, res2 and res3: keeping the sum costs what keeping the
+ *              product would, and saves re-adding it.)
+ *   FULL       keeps only res3, the residual stream leaving each layer (so
+ *              each layer's input: the previous res3, or the embeddings);
+ *              rebuilds the rest by running the layer's forward again, but
+ *              for the MLP's c_proj, whose output backward does not read.
+ * What is rebuilt lives in one layer's worth of buffers that all layers
+ * share. The numbers are those of NONE, bit for bit: the same kernels run
+ * on the same inputs. Sizes: dt_gpt_layer_act_bytes. */
+typedef enum { DT_RECOMPUTE_NONE = 0, DT_RECOMPUTE_SELECTIVE, DT_RECOMPUTE_FULL } dt_recompute;
+
+/* "none", "selective", "full" -> *mode; 0, or -1 for any other name. */
+int dt_recompute_parse(const char *name, dt_recompute *mode);
+const char *dt_recompute_name(dt_recompute mode);
+
+/* Activations of one layer for one micro-batch, kept for backward (or, for
+ * what the recompute mode rebuilds, pointing into the shared layer). */
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd; /* [N, C], [N], [N] */
     float *qkv;                       /* [N, 3C] */
@@ -66,6 +90,10 @@ typedef struct {
     float *grads;     /* NULL until dt_gpt_alloc_grads */
 
     /* Activations, sized for B x T once (dt_gpt_alloc_acts). */
+    dt_recompute recompute; /* set before dt_gpt_alloc_acts (default NONE) */
+    dt_recompute acts_mode; /* the mode the arena was carved for */
+    int rebuilt_layer;      /* the layer whose rebuilt activations the shared
+                               buffers hold now, or -1 */
     int B, T;
     float *acts_mem;
     size_t acts_floats;
@@ -126,8 +154,28 @@ int dt_gpt_alloc_params(dt_gpt *m);
 int dt_gpt_alloc_grads(dt_gpt *m);
 /* Activations for micro-batches of B sequences of length T <= block_size. */
 int dt_gpt_alloc_acts(dt_gpt *m, int B, int T);
-/* Floats dt_gpt_alloc_acts would take for B x T, allocating nothing. */
+/* Floats dt_gpt_alloc_acts would take for B x T (in m->recompute's mode),
+ * allocating nothing. */
 size_t dt_gpt_acts_floats(const dt_gpt *m, int B, int T);
+
+/* Activation bytes of one layer for a micro-batch of B sequences of T
+ * tokens, width C, NH heads, in `mode`, all fp32 (4 bytes), N = B T:
+ *   kept per layer, from its forward to its backward:
+ *     none       4 (16 N C + (4 + NH) N)   ln1 qkv att res2 ln2 fc fc_gelu res3:
+ *                                          1+3+1+1+1+4+4+1 = 16 rows of C;
+ *                                          2 LayerNorms' mean and rstd; lse
+ *     selective  4 (10 N C + NH N)         qkv att res2 fc res3, lse
+ *     full       4 N C                     res3
+ *   *shared (may be NULL): the one layer's worth that all layers share
+ *     none       0
+ *     selective  4 (6 N C + 4 N)           ln1 ln2 fc_gelu, means, rstds
+ *     full       4 (15 N C + (4 + NH) N)   all of none's but res3
+ * The arena (dt_gpt_acts_floats) holds L times the first, the second once,
+ * and what does not depend on the mode: the embeddings' output, the final
+ * LayerNorm, logits, losses and backward's scratch, 4 (11 N C + 3 N + N V)
+ * bytes; plus up to 60 bytes of alignment per buffer (none where N and V
+ * are multiples of 16). */
+size_t dt_gpt_layer_act_bytes(dt_recompute mode, int B, int T, int C, int NH, size_t *shared);
 
 /* GPT-2 initialisation: N(0, 0.02) weights, residual projections scaled by
  * 1/sqrt(2 L), zero biases, unit LayerNorm weights; deterministic in seed. */

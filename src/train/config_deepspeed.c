@@ -40,7 +40,20 @@
  *     stage3_param_persistence_threshold (elements) -> zero_prefetch_elems,
  *     zero_max_live, zero_persist; reduce_bucket_size (in elements, DeepSpeed's
  *     unit) -> bucket_mb; overlap_comm true is what DDP always does.
- *   activation_checkpointing: accepted only with every setting off.
+ *   activation_checkpointing: the section turns on --recompute full. In
+ *     DeepSpeed the model's code chooses what to checkpoint and the section
+ *     tunes it; a model that checkpoints each transformer layer keeps only
+ *     the layer's input and re-runs its forward in backward, which is
+ *     dtrain's full mode (dtrain's own "recompute" key, or the flag, wins:
+ *     "recompute": "selective" beside the section gives selective). Its keys:
+ *     partition_activations (split across model-parallel ranks: dtrain has
+ *     no model parallelism), cpu_checkpointing and
+ *     contiguous_memory_optimization (both act on partitioned checkpoints;
+ *     dtrain's activations are in host memory already, in one arena),
+ *     number_checkpoints (sizes that contiguous buffer) and profile are
+ *     accepted off and refused on; synchronize_checkpoint_boundary is
+ *     accepted either way: dtrain's kernels are synchronous, so every
+ *     boundary is synchronized already.
  *   wall_clock_breakdown: false only. */
 #include <cjson/cJSON.h>
 #include <stdarg.h>
@@ -175,8 +188,10 @@ static int own_betas(ds_ctx *x, const ds_key *k, const char *key, const cJSON *j
     return set_option(x, offsetof(dt_train_config, beta2), item, cJSON_GetArrayItem(j, 1));
 }
 
-/* A boolean the section's type reads (adam_w_mode), or one that picks an
- * implementation of the same formula (torch_adam): nothing to store. */
+/* A boolean the section's type reads (adam_w_mode), one that picks an
+ * implementation of the same formula (torch_adam), or one that asks for
+ * what dtrain always does (synchronize_checkpoint_boundary: its kernels are
+ * synchronous): nothing to store. */
 static int own_bool(ds_ctx *x, const ds_key *k, const char *key, const cJSON *j)
 {
     (void)k;
@@ -274,13 +289,13 @@ static int scheduler_end(ds_ctx *x, const cJSON *params)
     return 0;
 }
 
-/* Accepted only because every setting is off (the rows refuse the rest). */
-static int checkpointing_end(ds_ctx *x, const cJSON *keys)
+/* The section asks for checkpointing: each layer's input, the layer re-run
+ * in backward. dtrain's own "recompute" key is applied after it and wins. */
+static int checkpointing_begin(ds_ctx *x, const cJSON *keys)
 {
     (void)keys;
-    DT_WARN("%s: activation_checkpointing is not supported yet; with every setting off the "
-            "section changes nothing (accepted)", x->path);
-    return 0;
+    return store_text(x, offsetof(dt_train_config, recompute), "activation_checkpointing",
+                      "full");
 }
 
 static const ds_key optimizer_keys[] = {
@@ -322,16 +337,23 @@ static const ds_key zero_keys[] = {
          "leave it out or write true"),
 };
 
-#define CHECKPOINTING_WHY \
-    "activation checkpointing is not supported yet (backward keeps every activation); " \
-    "leave the section out"
 static const ds_key checkpointing_keys[] = {
-    NOOP("partition_activations", "off", CHECKPOINTING_WHY),
-    NOOP("cpu_checkpointing", "off", CHECKPOINTING_WHY),
-    NOOP("contiguous_memory_optimization", "off", CHECKPOINTING_WHY),
-    NOOP("number_checkpoints", "off", CHECKPOINTING_WHY),
-    NOOP("synchronize_checkpoint_boundary", "off", CHECKPOINTING_WHY),
-    NOOP("profile", "off", CHECKPOINTING_WHY),
+    NOOP("partition_activations", "off",
+         "it splits checkpoints across model-parallel ranks, and dtrain has no model "
+         "parallelism (each rank keeps its own layers' inputs); leave it out or write false"),
+    NOOP("cpu_checkpointing", "off",
+         "it moves partitioned checkpoints to host memory; dtrain's activations are in host "
+         "memory already and not partitioned; leave it out or write false"),
+    NOOP("contiguous_memory_optimization", "off",
+         "it copies partitioned checkpoints into one buffer; dtrain's activations are one "
+         "arena already and not partitioned; leave it out or write false"),
+    NOOP("number_checkpoints", "off",
+         "it sizes contiguous_memory_optimization's buffer, which dtrain does not have (full "
+         "recomputation keeps one input per layer); leave it out or write null"),
+    OWN("synchronize_checkpoint_boundary", recompute, own_bool, NULL),
+    NOOP("profile", "off",
+         "timing the checkpointed forward and backward is not supported yet; leave it out or "
+         "write false"),
 };
 
 #define KEYS(t) t, sizeof t / sizeof t[0]
@@ -341,7 +363,8 @@ static const ds_section sections[] = {
     {"bf16", 1, 0, KEYS(bf16_keys), NULL, NULL, NULL},
     {"fp16", 1, 0, KEYS(fp16_keys), NULL, NULL, fp16_other},
     {"zero_optimization", 1, 0, KEYS(zero_keys), NULL, NULL, zero_other},
-    {"activation_checkpointing", 1, 0, KEYS(checkpointing_keys), NULL, checkpointing_end, NULL},
+    {"activation_checkpointing", 1, 0, KEYS(checkpointing_keys), checkpointing_begin, NULL,
+     NULL},
 };
 
 /* Top-level keys that are no section (the options' aliases aside). */

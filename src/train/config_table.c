@@ -82,6 +82,8 @@ const dt_cfg_opt dt_cfg_options[] = {
         "max global gradient norm; 0 = off"),
     OPT(G_RUN, "dtype", NULL, T_CHOICE, dtype, 0, 0, "fp32|bf16", NULL, 0,
         "compute type (bf16: fp32 master weights)"),
+    OPT(G_RUN, "recompute", NULL, T_CHOICE, recompute, 0, 0, "none|selective|full", NULL, 0,
+        "activations rebuilt in backward (less memory, same numbers)"),
     {"threads", NULL, T_INT, FIELD(threads), 0, DT_CFG_MAX_THREADS, "N", NULL, 0, G_RUN,
      "compute threads per rank, at most 1024; 0 = all online cores",
      "more threads than cores only slow a rank down (0 takes one per online core), and "
@@ -240,6 +242,7 @@ void dt_config_defaults(dt_train_config *c)
     c->seed = 1337;
     c->shuffle = 1;
     strcpy(c->dtype, "fp32");
+    strcpy(c->recompute, "none");
     strcpy(c->strategy, "ddp");
     c->bucket_mb = 25;
     c->zero_prefetch = 1;

@@ -29,8 +29,9 @@ void dt_config_print(const dt_train_config *c, FILE *f)
     fprintf(f, "optim  %s lr %g -> %g (%s, warmup %ld), %s, wd %g, clip %g\n", c->optimizer,
             c->lr, c->min_lr, c->lr_schedule, c->warmup_steps, moments, c->weight_decay,
             c->grad_clip);
-    fprintf(f, "run    %ld steps, %s, seed %llu, threads %d, zero stage %d, print every %ld\n",
-            c->steps, c->dtype, c->seed, c->threads, c->zero_stage, c->print_every);
+    fprintf(f, "run    %ld steps, %s, seed %llu, threads %d, zero stage %d, recompute %s, "
+            "print every %ld\n", c->steps, c->dtype, c->seed, c->threads, c->zero_stage,
+            c->recompute, c->print_every);
     fprintf(f, "eval   every %ld steps (0 = end), %ld batches; out %s, save every %ld, "
             "keep %ld%s%s\n", c->eval_every, c->eval_batches, or_dash(c->out_dir),
             c->save_every, c->keep_last, c->resume_flag ? ", resume " : "",
@@ -80,9 +81,12 @@ void dt_config_usage(FILE *f)
                "(train_batch_size = micro x accum x ranks; the missing one is inferred),\n"
                "gradient_clipping, steps_per_print, optimizer {type AdamW|Adam|SGD, params},\n"
                "scheduler {type WarmupLR|WarmupDecayLR|WarmupCosineLR, params}, bf16 {enabled},\n"
-               "zero_optimization {stage 0-3, reduce_bucket_size, overlap_comm true}.\n"
-               "Not supported yet, refused: ZeRO's other keys, fp16, activation\n"
-               "checkpointing, wall_clock_breakdown, log warmup. Integers may be written 1e3.\n"
+               "zero_optimization {stage 0-3, reduce_bucket_size, overlap_comm true, the\n"
+               "stage3 prefetch, live and persistence thresholds}, activation_checkpointing\n"
+               "{...} (the section turns on --recompute full; its partitioning, CPU offload\n"
+               "and profiling keys are refused when on).\n"
+               "Not supported yet, refused: ZeRO offload and ZeRO++, fp16,\n"
+               "wall_clock_breakdown, log warmup. Integers may be written 1e3.\n"
                "Unknown keys warn. The file holds one JSON object and nothing after it.\n"
                "Schedule: linear warmup to --lr over --warmup-steps, then constant, cosine or\n"
                "linear decay to --min-lr at --steps.\n");

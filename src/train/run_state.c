@@ -64,6 +64,8 @@ int dt_run_check_outputs(dt_run *t)
 static int alloc_model(dt_run *t)
 {
     dt_gpt *m = &t->model;
+    if (dt_recompute_parse(t->cfg->recompute, &m->recompute))
+        return dt_strf(ERR(t), "unknown --recompute '%s'", t->cfg->recompute), -1;
     if (dt_gpt_alloc_params(m) || dt_gpt_alloc_grads(m) || dt_gpt_alloc_acts(m, t->r.B, t->r.T))
         return dt_strf(ERR(t), "%s", m->error), -1;
     t->r.inputs = malloc((size_t)t->r.B * t->r.T * sizeof(int32_t));

@@ -63,6 +63,9 @@ static const opt_row opt_rows[] = {
     {"momentum", "0.9", "--optimizer sgd", NULL},
     {"grad-clip", "0.5", "", NULL},
     {"dtype", "bf16", "", NULL},
+    {"recompute", "selective", "", NULL},
+    {"recompute", "full", "", NULL},
+    {"recompute", "partial", "", "unknown value 'partial' (one of none|selective|full)"},
     {"threads", "2", "", NULL},
     {"threads", "4096", "", "[0, 1024]: more threads than cores"},
     {"seed", "7", "", NULL},
@@ -311,6 +314,10 @@ static const ds_row ds_rows[] = {
     {"zero_optimization.sub_group_size", "{}", ZERO("\"sub_group_size\": 1e9"), 'R',
      "is not supported: dtrain's ZeRO reads"},
 
+    /* The section turns on full recomputation; dtrain's own key wins. */
+    {"activation_checkpointing", "{}", CKPT(""), 'C', NULL},
+    {"activation_checkpointing", "{\"recompute\": \"selective\"}",
+     "{\"recompute\": \"selective\", \"activation_checkpointing\": {}}", 'N', NULL},
     {"activation_checkpointing.partition_activations", "{}",
      CKPT("\"partition_activations\": true"), 'R', NS},
     {"activation_checkpointing.cpu_checkpointing", "{}", CKPT("\"cpu_checkpointing\": true"), 'R',
@@ -319,10 +326,15 @@ static const ds_row ds_rows[] = {
      CKPT("\"contiguous_memory_optimization\": true"), 'R', NS},
     {"activation_checkpointing.number_checkpoints", "{}", CKPT("\"number_checkpoints\": 4"), 'R',
      NS},
-    {"activation_checkpointing.synchronize_checkpoint_boundary", "{}",
-     CKPT("\"synchronize_checkpoint_boundary\": true"), 'R', NS},
+    /* dtrain's kernels are synchronous: either value is what it does. */
+    {"activation_checkpointing.synchronize_checkpoint_boundary", CKPT(""),
+     CKPT("\"synchronize_checkpoint_boundary\": true"), 'N', NULL},
+    {"activation_checkpointing.synchronize_checkpoint_boundary", CKPT(""),
+     CKPT("\"synchronize_checkpoint_boundary\": false"), 'N', NULL},
+    {"activation_checkpointing.synchronize_checkpoint_boundary", CKPT(""),
+     CKPT("\"synchronize_checkpoint_boundary\": 1"), 'R', "expected a boolean"},
     {"activation_checkpointing.profile", "{}", CKPT("\"profile\": true"), 'R', NS},
-    {"activation_checkpointing.partition_activations", "{}",
+    {"activation_checkpointing.partition_activations", CKPT(""),
      CKPT("\"partition_activations\": false, \"cpu_checkpointing\": false, "
           "\"contiguous_memory_optimization\": false, \"number_checkpoints\": null, "
           "\"synchronize_checkpoint_boundary\": false, \"profile\": false"),
@@ -331,7 +343,8 @@ static const ds_row ds_rows[] = {
 
 /* Keys whose every value changes nothing, by design (the comment at the
  * row says why); all others need a 'C' or an 'R' row. */
-static const char *const noop_by_design[] = {"optimizer.params.torch_adam"};
+static const char *const noop_by_design[] = {
+    "optimizer.params.torch_adam", "activation_checkpointing.synchronize_checkpoint_boundary"};
 
 static int load(dt_train_config *c, const char *text)
 {
