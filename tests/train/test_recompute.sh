@@ -28,8 +28,11 @@ run_mode() { # MODE [more flags]: the run's output in $tmp/MODE.out
 
 # The logged numbers that must not move: step, loss, grad norm, val loss.
 numbers() { sed -E 's/"(ms|tokens_per_s|mfu)":[^,}]*,?//g' "$1"; }
-# The arena's MiB at the start ("memory: ... acts X MiB").
-acts_mib() { sed -nE 's/^memory:.* acts ([0-9.]+) MiB.*/\1/p' "$1" | head -1; }
+# The arena's MiB at the start: rank 0's acts cell in the table "memory
+# per rank at the start" (params, grads, optim, model state, acts).
+acts_mib() {
+  awk '/^memory per rank at the start/ {t = 1} t && $1 == "rank" {print $11; exit}' "$1"
+}
 # The closed-form count (docs/train.md): L layers of what the mode keeps,
 # one shared layer of what it rebuilds, and 11 N C + 3 N + N V floats that
 # no mode changes; N = B T (a multiple of 16 here: no padding).
