@@ -81,7 +81,7 @@ def torch_zero(n, data, steps, skip):
 
 def peak_rss(stdout):
     """The largest per-rank peak RSS (MiB) in the run's memory table."""
-    rss = [float(x) for x in re.findall(r"peak RSS ([0-9.]+) MiB", stdout.split("peak memory")[-1])]
+    rss = [float(x) for x in re.findall(r"peak RSS ([0-9.]+)", stdout.split("peak memory")[-1])]
     return max(rss) if rss else float("nan")
 
 
@@ -130,6 +130,50 @@ def gpt2_table(a, tmp, data):
         print("| %s | %.0f | %.0f |" % (name, tps, peak_rss(out)))
 
 
+PRESETS = ("gpt2-xl", "gpt2-large", "gpt2-medium", "gpt2")
+CAP_FLAGS = ["--nproc", "2", "--batch-size", "1", "--seq-len", "64"]
+
+
+def predicted_mib(dtrain, preset, flags, data):
+    """dtrain's own prediction of a rank's memory: the plan's total
+    (model state and activations) plus its transient windows."""
+    r = subprocess.run([dtrain, "train", "--dry-run", "--model", preset, "--data", data] +
+                       CAP_FLAGS + flags, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("dtrain --dry-run failed:\n" + r.stderr[-2000:])
+    mib_row = [l for l in r.stdout.splitlines() if l.strip().startswith("MiB")][0]
+    total = float(mib_row.split()[-1])
+    return total + sum(float(x) for x in re.findall(r"at most ([0-9.]+) MiB", r.stdout))
+
+
+def mem_available_mib():
+    for line in open("/proc/meminfo"):
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
+def capacity(a, tmp, data):
+    """The largest preset each strategy trains at 2 ranks here. A run is
+    tried only when the prediction, with 10% and 256 MiB a rank for the
+    process itself, fits in the available memory."""
+    avail = mem_available_mib()
+    print("\nCapacity at 2 ranks (fp32 AdamW, batch 1 x 64), %.1f GiB available" % (avail / 1024))
+    print("| strategy | largest preset that trains | predicted per rank (MiB) | peak RSS per rank (MiB) |")
+    print("|---|---|---|---|")
+    for name, flags in STAGES:
+        for preset in PRESETS:
+            pred = predicted_mib(a.dtrain, preset, flags, data)
+            if 2 * (1.1 * pred + 256) > avail:
+                print("| %s | %s: does not fit (2 x %.0f MiB predicted) | | |" % (name, preset, pred))
+                continue
+            cmd = [a.dtrain, "train", "--model", preset, "--data", data, "--steps", "1",
+                   "--eval-batches", "0", "--threads", "1", "--print-every", "1000"] + CAP_FLAGS + flags
+            out = dtrain_run(a.dtrain, cmd)
+            print("| %s | %s | %.0f | %.0f |" % (name, preset, pred, peak_rss(out)))
+            break
+
+
 def main():
     ap_extra = [x for x in sys.argv[1:] if x in ("--gpt2", "--capacity")]
     sys.argv = [x for x in sys.argv if x not in ap_extra]
@@ -142,6 +186,8 @@ def main():
         speed(a, tmp, data)
         if "--gpt2" in ap_extra:
             gpt2_table(a, tmp, data)
+        if "--capacity" in ap_extra:
+            capacity(a, tmp, data)
 
 
 if __name__ == "__main__":
