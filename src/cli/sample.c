@@ -13,6 +13,7 @@
 #include "kernels/threads.h"
 #include "model/gpt.h"
 #include "train/checkpoint.h"
+#include "train/ckpt_shard.h"
 #include "train/weights.h"
 #include "core/parse.h"
 
@@ -103,9 +104,10 @@ static int parse_args(int argc, char **argv, sample_args *a)
 /* The weights file behind --ckpt and the model's sizes: a checkpoint's
  * from its state.json (checked against the weights), a bare weights
  * file's from the file. */
-static int resolve_model(const char *ckpt, char *path, size_t len, dt_gpt_config *cfg,
-                         char *err, size_t errlen)
+static int resolve_model(const char *ckpt, char *path, size_t len, int *is_ckpt,
+                         dt_gpt_config *cfg, char *err, size_t errlen)
 {
+    *is_ckpt = 0;
     struct stat st;
     if (stat(ckpt, &st) != 0) {
         dt_strf(err, errlen, "--ckpt %s: no such file or directory", ckpt);
@@ -117,7 +119,8 @@ static int resolve_model(const char *ckpt, char *path, size_t len, dt_gpt_config
     }
     char dir[4200];
     if (dt_ckpt_resolve(ckpt, dir, sizeof dir, err, errlen)) return -1;
-    dt_strf(path, len, "%s/model.safetensors", dir);
+    dt_strf(path, len, "%s", dir);
+    *is_ckpt = 1; /* whole or in shards (ZeRO): loaded as one range */
     return dt_ckpt_model_config(dir, cfg, err, errlen);
 }
 
@@ -221,7 +224,8 @@ int cli_sample(int argc, char **argv)
     dt_gpt_config cfg;
     dt_gpt m;
     dt_kernels_set_threads((int)a.threads);
-    if (resolve_model(a.ckpt, path, sizeof path, &cfg, err, sizeof err)) {
+    int is_ckpt;
+    if (resolve_model(a.ckpt, path, sizeof path, &is_ckpt, &cfg, err, sizeof err)) {
         fprintf(stderr, "dtrain sample: %s\n", err);
         return 1;
     }
@@ -240,7 +244,10 @@ int cli_sample(int argc, char **argv)
         fprintf(stderr, "dtrain sample: %s\n", err);
         return 1;
     }
-    rc = dt_weights_load(&m, path, err, sizeof err);
+    dt_flat_range all = {0, m.n_floats, 0};
+    dt_flat_ranges whole = {1, &all, m.n_floats};
+    rc = is_ckpt ? dt_ckpt_load_ranges(path, &m, &whole, m.params, NULL, NULL, err, sizeof err)
+                 : dt_weights_load(&m, path, err, sizeof err);
     if (rc == 0 && dt_gpt_alloc_acts(&m, 1, cfg.block_size) != 0) {
         dt_strf(err, sizeof err, "%s", m.error);
         rc = -1;

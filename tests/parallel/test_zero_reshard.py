@@ -12,7 +12,7 @@ with a checkpoint (one shard per rank and a manifest). From it:
     ZeRO (accumulation 4): the last 4 losses within 1e-6 of the reference's;
   - `dtrain ckpt consolidate` writes Hugging Face safetensors that load in
     PyTorch and equal the weights the step-8 run gathered (--save-final);
-    `dtrain ckpt info` names the layout;
+    `dtrain ckpt info` names the layout; `dtrain sample` reads it;
   - a checkpoint with a shard missing is refused, naming the shard, and
     the run's directory is left as it was.
 """
@@ -107,6 +107,12 @@ def main():
         check(all(isinstance(v, torch.Tensor) for v in got_w.values()) and
               got_w.keys() == want_w.keys() and all(got_w[k].equal(want_w[k]) for k in want_w),
               "consolidated weights load in PyTorch and equal the gathered weights at step 8")
+
+        smp = subprocess.run([dtrain, "sample", "--ckpt", ckpt, "--prompt", "one", "--tokens",
+                              "8", "--seed", "1"], capture_output=True, timeout=120)
+        check(smp.returncode == 0 and smp.stdout.startswith(b"one"),
+              "dtrain sample reads the sharded checkpoint: %s" %
+              (smp.stderr.decode(errors="replace").strip() or "ok"))
 
         bad = os.path.join(copies["bad"], "ckpt-00000008")
         os.remove(os.path.join(bad, "shard-00002-of-00004.safetensors"))
