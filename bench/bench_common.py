@@ -190,3 +190,56 @@ def check_peer(a):
                if os.environ.get("LD_LIBRARY_PATH") else ""))
     bf16_fair = p["bf16"] >= FAIR_SHARE * bf16_peak
     return p, peaks, bf16_fair
+
+
+# ---- the PyTorch peer's training loop, on n ranks ---------------------------
+
+# One step per iteration on the same data dtrain reads: forward, backward,
+# clipping at 1, the optimizer. %(wrap)s builds `ddp` (the module that runs
+# forward) and `opt` from `model`.
+TORCH_TRAIN = r"""
+import os, sys, time, json
+import numpy as np, torch, torch.distributed as dist
+sys.path.insert(0, %(pylib)r)
+from dtrain_ref import GPT, param_groups
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+model = GPT(%(L)d, %(H)d, %(C)d, %(V)d, %(T)d)
+%(wrap)s
+data = np.frombuffer(open(%(data)r, "rb").read(), dtype=np.uint8).astype(np.int64)
+times = []
+for s in range(%(steps)d):
+    t0 = time.perf_counter()
+    k = (s * world + rank) * %(B)d * %(T)d
+    x = torch.from_numpy(data[k:k + %(B)d * %(T)d].reshape(%(B)d, %(T)d))
+    y = torch.from_numpy(data[k + 1:k + 1 + %(B)d * %(T)d].reshape(%(B)d, %(T)d))
+    opt.zero_grad(set_to_none=True)
+    _, loss = ddp(x, y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    times.append(time.perf_counter() - t0)
+tps = [world * %(B)d * %(T)d / t for t in times[%(skip)d:]]
+if rank == 0:
+    print(json.dumps({"tokens_per_s": sum(tps) / len(tps)}))
+"""
+
+
+def torch_train(what, wrap, n, data, steps, skip, port):
+    """Mean tokens/s of the PyTorch loop on n ranks (gloo), each pinned to
+    its own core with one thread."""
+    script = TORCH_TRAIN % dict(pylib=PYLIB, L=L, H=H, C=C, V=V, T=T, B=B, data=data,
+                                steps=steps, skip=skip, wrap=wrap)
+    procs = []
+    for r in range(n):
+        env = dict(os.environ, OMP_NUM_THREADS="1", RANK=str(r), WORLD_SIZE=str(n),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen(["taskset", "-c", str(r), TORCH_PYTHON, "-c", script],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env=env))
+    outs = [p.communicate() for p in procs]
+    if any(p.returncode for p in procs):
+        sys.exit("%s failed:\n" % what + "\n".join(o[1][-2000:] for o in outs))
+    return json.loads(outs[0][0].strip().splitlines()[-1])["tokens_per_s"]

@@ -18,65 +18,27 @@ in the available memory, and its measured peak RSS printed; otherwise the
 prediction is printed and the run left out (an out-of-memory kill would
 take other processes with it).
 """
-import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
 
-from bench_common import (B, C, H, L, PYLIB, T, TORCH_PYTHON, V, check_peer, dtrain_cmd, log_means,
-                          parse_args, write_corpus)
+from bench_common import (B, C, H, L, T, V, check_peer, dtrain_cmd, log_means, parse_args,
+                          torch_train, write_corpus)
 
-TORCH_ZERO = r"""
-import os, sys, time, json
-import numpy as np, torch, torch.distributed as dist
-from torch.distributed.optim import ZeroRedundancyOptimizer
-sys.path.insert(0, %(pylib)r)
-from dtrain_ref import GPT, param_groups
-torch.set_num_threads(1)
-dist.init_process_group("gloo")
-rank, world = dist.get_rank(), dist.get_world_size()
-torch.manual_seed(0)
-model = GPT(%(L)d, %(H)d, %(C)d, %(V)d, %(T)d)
-ddp = torch.nn.parallel.DistributedDataParallel(model)
 # ZeroRedundancyOptimizer takes one parameter list: decay on matrices only
 # is not expressible, so every parameter decays (the same FLOPs).
+ZERO_WRAP = """
+from torch.distributed.optim import ZeroRedundancyOptimizer
+ddp = torch.nn.parallel.DistributedDataParallel(model)
 opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-3,
                               weight_decay=0.01)
-data = np.frombuffer(open(%(data)r, "rb").read(), dtype=np.uint8).astype(np.int64)
-times = []
-for s in range(%(steps)d):
-    t0 = time.perf_counter()
-    k = (s * world + rank) * %(B)d * %(T)d
-    x = torch.from_numpy(data[k:k + %(B)d * %(T)d].reshape(%(B)d, %(T)d))
-    y = torch.from_numpy(data[k + 1:k + 1 + %(B)d * %(T)d].reshape(%(B)d, %(T)d))
-    opt.zero_grad(set_to_none=True)
-    _, loss = ddp(x, y)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    times.append(time.perf_counter() - t0)
-tps = [world * %(B)d * %(T)d / t for t in times[%(skip)d:]]
-if rank == 0:
-    print(json.dumps({"tokens_per_s": sum(tps) / len(tps)}))
 """
 
 
 def torch_zero(n, data, steps, skip):
-    script = TORCH_ZERO % dict(pylib=PYLIB, L=L, H=H, C=C, V=V, T=T, B=B, data=data, steps=steps,
-                               skip=skip)
-    procs = []
-    for r in range(n):
-        env = dict(os.environ, OMP_NUM_THREADS="1", RANK=str(r), WORLD_SIZE=str(n),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT="29519")
-        procs.append(subprocess.Popen(["taskset", "-c", str(r), TORCH_PYTHON, "-c", script],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      env=env))
-    outs = [p.communicate() for p in procs]
-    if any(p.returncode for p in procs):
-        sys.exit("PyTorch ZeroRedundancyOptimizer failed:\n" + "\n".join(o[1][-2000:] for o in outs))
-    return json.loads(outs[0][0].strip().splitlines()[-1])["tokens_per_s"]
+    return torch_train("PyTorch ZeroRedundancyOptimizer", ZERO_WRAP, n, data, steps, skip, 29519)
 
 
 def peak_rss(stdout):
