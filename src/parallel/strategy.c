@@ -170,6 +170,12 @@ int dt_strategy_before_save(dt_strategy *S)
     return 0;
 }
 
+int dt_strategy_gather_params(dt_strategy *S)
+{
+    EACH(S, gather_params);
+    return 0;
+}
+
 int dt_strategy_end(dt_strategy *S)
 {
     EACH(S, end);

@@ -23,7 +23,8 @@
  *   each step: dt_strategy_step (begin_step; the micro-batches with
  *             before_backward around each backward; end_grads; the loss
  *             averaged over the lockstep group; grad_norm; update)
- *   before_save / end / release / replicas_identical / destroy
+ *   before_save / end / gather_params (before the final weights are written)
+ *   / release / replicas_identical / destroy
  * docs/design.md says how to add a strategy. */
 #ifndef DT_PARALLEL_STRATEGY_H
 #define DT_PARALLEL_STRATEGY_H
@@ -112,6 +113,10 @@ typedef struct dt_strategy_ops {
     int (*eval_group)(void *self, int final, dt_comm **group);
     /* Before a checkpoint, on every rank (the writer gathers what it needs). */
     int (*before_save)(void *self);
+    /* Before the whole parameters are read from the model (the final
+     * weights file), on every rank: a layer that does not keep them whole
+     * gathers them. */
+    int (*gather_params)(void *self);
     /* After the last step, before the final checkpoint and evaluation. */
     int (*end)(void *self);
     /* After the final evaluation: this rank needs its peers no more. */
@@ -164,6 +169,7 @@ int dt_strategy_serves(const dt_strategy *S);
 int dt_strategy_serve(dt_strategy *S);
 int dt_strategy_eval_group(dt_strategy *S, int final, dt_comm **group);
 int dt_strategy_before_save(dt_strategy *S);
+int dt_strategy_gather_params(dt_strategy *S);
 int dt_strategy_end(dt_strategy *S);
 int dt_strategy_release(dt_strategy *S);
 /* 1 agree, 0 not, < 0 error, 2 when no layer compares replicas. */

@@ -121,7 +121,7 @@ static int finish(dt_run *t)
     if (c->out_dir[0] && t->steps_run > 0 && !saved && dt_run_save(t)) return -1;
     if (c->save_final[0] && (t->steps_run > 0 || !t->stop)) {
         /* Every rank: a strategy that shards the parameters gathers them. */
-        if (dt_strategy_before_save(&t->S)) return -1;
+        if (dt_strategy_gather_params(&t->S)) return -1;
         if (t->S.writes_checkpoints && dt_weights_save(&t->model, c->save_final, ERR(t)))
             return -1;
         if (t->S.writes_checkpoints) fprintf(t->out, "weights %s\n", c->save_final);

@@ -176,7 +176,9 @@ static int zero_eval_group(void *self, int final, dt_comm **group)
     return 1;
 }
 
-static int zero_before_save(void *self)
+/* Stage 3: every segment gathered, for a writer of the whole model (its
+ * checkpoints are shards: they need none of this). */
+static int zero_gather_params(void *self)
 {
     zero *z = self;
     return dt_zero_gather_all(z) ? failed(z, "gathering the parameters") : 0;
@@ -258,7 +260,7 @@ static const dt_strategy_ops zero_ops = {
     .update = zero_update,
     .traffic = zero_traffic,
     .eval_group = zero_eval_group,
-    .before_save = zero_before_save,
+    .gather_params = zero_gather_params,
     .release = zero_release,
     .replicas_identical = zero_replicas,
     .describe = zero_describe,
