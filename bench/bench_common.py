@@ -33,8 +33,12 @@ FAIR_SHARE = 0.25
 OPENBLAS_ALT = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
 
 
-def parse_args():
+def parse_args(flags=()):
+    """The benchmarks' common options, and each (flag, help) of `flags` as
+    a switch."""
     ap = argparse.ArgumentParser()
+    for flag, help_text in flags:
+        ap.add_argument(flag, action="store_true", help=help_text)
     ap.add_argument("--dtrain", default=os.path.join(ROOT, "build", "dtrain"))
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--skip", type=int, default=2, help="warm-up steps left out of the means")

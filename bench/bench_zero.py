@@ -137,18 +137,17 @@ def capacity(a, tmp, data):
 
 
 def main():
-    ap_extra = [x for x in sys.argv[1:] if x in ("--gpt2", "--capacity")]
-    sys.argv = [x for x in sys.argv if x not in ap_extra]
-    a = parse_args()
+    a = parse_args((("--gpt2", "the table on GPT-2 small, with peak RSS"),
+                    ("--capacity", "the largest preset each strategy trains here")))
     probe, _, _ = check_peer(a)
     print("PyTorch %s on %s" % (probe["version"], probe["blas"]))
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "data.txt")
         write_corpus(data, 2 * B * T * (a.steps + 2))
         speed(a, tmp, data)
-        if "--gpt2" in ap_extra:
+        if a.gpt2:
             gpt2_table(a, tmp, data)
-        if "--capacity" in ap_extra:
+        if a.capacity:
             capacity(a, tmp, data)
 
 

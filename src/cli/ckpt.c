@@ -117,9 +117,7 @@ static int run_consolidate(const char *dir, const char *out, char *err, size_t e
     if (dt_ckpt_model_config(dir, &cfg, err, errlen) != 0 ||
         dt_gpt_create(&m, &cfg, DT_PREC_F32, err, errlen) != 0)
         return -1;
-    dt_flat_range all = {0, m.n_floats, 0};
-    dt_flat_ranges whole = {1, &all, m.n_floats};
-    int rc = dt_ckpt_load_ranges(dir, &m, &whole, m.params, NULL, NULL, err, errlen);
+    int rc = dt_ckpt_load(dir, &m, NULL, NULL, err, errlen);
     if (rc == 0) rc = dt_weights_save(&m, out, err, errlen);
     if (rc == 0) printf("wrote %s: %zu parameters from %s\n", out, m.n_params, dir);
     dt_gpt_destroy(&m);

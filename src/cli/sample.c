@@ -13,7 +13,6 @@
 #include "kernels/threads.h"
 #include "model/gpt.h"
 #include "train/checkpoint.h"
-#include "train/ckpt_shard.h"
 #include "train/weights.h"
 #include "core/parse.h"
 
@@ -244,9 +243,7 @@ int cli_sample(int argc, char **argv)
         fprintf(stderr, "dtrain sample: %s\n", err);
         return 1;
     }
-    dt_flat_range all = {0, m.n_floats, 0};
-    dt_flat_ranges whole = {1, &all, m.n_floats};
-    rc = is_ckpt ? dt_ckpt_load_ranges(path, &m, &whole, m.params, NULL, NULL, err, sizeof err)
+    rc = is_ckpt ? dt_ckpt_load(path, &m, NULL, NULL, err, sizeof err)
                  : dt_weights_load(&m, path, err, sizeof err);
     if (rc == 0 && dt_gpt_alloc_acts(&m, 1, cfg.block_size) != 0) {
         dt_strf(err, sizeof err, "%s", m.error);

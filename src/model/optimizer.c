@@ -101,10 +101,9 @@ void dt_optimizer_step(dt_optimizer *o, const dt_gpt *m, float *params, const fl
     dt_optimizer_update(o, m, params + at, grads + at, at, lo, hi, lr, grad_scale);
 }
 
-void dt_norm_blocks(const float *g, size_t lo, size_t hi, double *out)
+void dt_norm_blocks(const float *g, size_t n, double *out)
 {
-    (void)lo;
-    dt_sum_squares_blocks(g, hi - lo, DT_NORM_BLOCK, out);
+    dt_sum_squares_blocks(g, n, DT_NORM_BLOCK, out);
 }
 
 double dt_grad_norm(const dt_gpt *m, const float *grads)
@@ -116,7 +115,7 @@ double dt_grad_norm(const dt_gpt *m, const float *grads)
         for (size_t lo = dt_gpt_segment_start(m, s); lo < hi; lo += CHUNK * DT_NORM_BLOCK) {
             size_t end = hi - lo > CHUNK * DT_NORM_BLOCK ? lo + CHUNK * DT_NORM_BLOCK : hi;
             size_t nb = (end - lo + DT_NORM_BLOCK - 1) / DT_NORM_BLOCK;
-            dt_norm_blocks(grads + lo, lo, end, blk);
+            dt_norm_blocks(grads + lo, end - lo, blk);
             for (size_t k = 0; k < nb; k++) sum += blk[k];
         }
     }

@@ -52,9 +52,9 @@ void dt_optimizer_update(dt_optimizer *o, const dt_gpt *m, float *params, const 
  * Padding adds exact zeros, so the norm is the same bits for any padding
  * and any spread of whole blocks over ranks. */
 #define DT_NORM_BLOCK 1024
-/* Block sums of floats [lo, hi) of one segment (lo at a block boundary of
- * it), g pointing at float lo's value: ceil((hi - lo) / DT_NORM_BLOCK). */
-void dt_norm_blocks(const float *g, size_t lo, size_t hi, double *out);
+/* Block sums of n floats of one segment starting at a block boundary of
+ * it: ceil(n / DT_NORM_BLOCK) of them. */
+void dt_norm_blocks(const float *g, size_t n, double *out);
 /* The norm of a whole flat gradient buffer of m's layout. */
 double dt_grad_norm(const dt_gpt *m, const float *grads);
 

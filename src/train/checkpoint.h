@@ -49,7 +49,8 @@ int dt_ckpt_resolve(const char *where, char *dir, size_t dirlen, char *err, size
 int dt_ckpt_model_config(const char *dir, dt_gpt_config *cfg, char *err, size_t errlen);
 
 /* Loads parameters, moments and state into an allocated model and optimizer
- * of the checkpoint's sizes. */
+ * of the checkpoint's sizes, from a whole or a sharded checkpoint (the
+ * one-range case of dt_ckpt_load_ranges). o and state may be NULL. */
 int dt_ckpt_load(const char *dir, dt_gpt *m, dt_optimizer *o, dt_ckpt_state *state, char *err,
                  size_t errlen);
 

@@ -297,16 +297,14 @@ int dt_cfg_check_zero(const dt_train_config *c, char *err, size_t n)
                                     offsetof(dt_train_config, zero_prefetch_elems),
                                     offsetof(dt_train_config, zero_max_live),
                                     offsetof(dt_train_config, zero_persist)};
-    if (c->given[dt_cfg_opt_at(offsetof(dt_train_config, zero_prefetch))] &&
-        c->given[dt_cfg_opt_at(offsetof(dt_train_config, zero_prefetch_elems))])
+    if (DT_CONFIG_GIVEN(c, zero_prefetch) && DT_CONFIG_GIVEN(c, zero_prefetch_elems))
         return dt_strf(err, n, "--zero-prefetch counts layers, --zero-prefetch-elems "
                        "(stage3_prefetch_bucket_size) parameters: give one of them"), -1;
-    for (size_t i = 0; c->zero_stage < 3 && i < sizeof stage3 / sizeof stage3[0]; i++) {
-        int idx = dt_cfg_opt_at(stage3[i]);
-        if (idx >= 0 && c->given[idx])
+    for (size_t i = 0; c->zero_stage < 3 && i < sizeof stage3 / sizeof stage3[0]; i++)
+        if (dt_config_given_at(c, stage3[i]))
             return dt_strf(err, n, "--%s applies to --zero-stage 3 (parameters sharded); this "
-                           "run has stage %d", dt_cfg_options[idx].flag, c->zero_stage), -1;
-    }
+                           "run has stage %d", dt_cfg_options[dt_cfg_opt_at(stage3[i])].flag,
+                           c->zero_stage), -1;
     return 0;
 }
 

@@ -97,9 +97,7 @@ static int load_state(dt_run *t, const char *dir, dt_ckpt_state *st)
     if (t->S.shard_params)
         return dt_ckpt_load_ranges(dir, &t->model, mine, t->S.shard_params, &t->opt, st, ERR(t));
     /* Whole parameters, the optimizer state in pieces. */
-    dt_flat_range all = {0, t->model.n_floats, 0};
-    dt_flat_ranges whole = {1, &all, t->model.n_floats};
-    if (dt_ckpt_load_ranges(dir, &t->model, &whole, t->model.params, NULL, st, ERR(t))) return -1;
+    if (dt_ckpt_load(dir, &t->model, NULL, st, ERR(t))) return -1;
     return dt_ckpt_load_ranges(dir, &t->model, mine, NULL, &t->opt, NULL, ERR(t));
 }
 

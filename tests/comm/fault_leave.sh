@@ -8,12 +8,8 @@
 #
 # Usage: fault_leave.sh path/to/dtrain path/to/test_faults [shm|tcp]...
 set -euo pipefail
-DTRAIN=${1:?usage: $0 path/to/dtrain path/to/test_faults [shm|tcp]...}
-FAULTS=${2:?usage: $0 path/to/dtrain path/to/test_faults [shm|tcp]...}
-shift 2
-TRANSPORTS=("$@")
-[[ ${#TRANSPORTS[@]} -gt 0 ]] || TRANSPORTS=(shm tcp)
 source "$(dirname "$0")/lib_launch.sh"
+fault_args "$@"
 
 NP=3
 TIMEOUT_S=60

@@ -7,12 +7,8 @@
 # Usage: fault_secret.sh path/to/dtrain path/to/test_faults [shm|tcp]...
 # (the job's transports; both by default)
 set -euo pipefail
-DTRAIN=${1:?usage: $0 path/to/dtrain path/to/test_faults [shm|tcp]...}
-FAULTS=${2:?usage: $0 path/to/dtrain path/to/test_faults [shm|tcp]...}
-shift 2
-TRANSPORTS=("$@")
-[[ ${#TRANSPORTS[@]} -gt 0 ]] || TRANSPORTS=(shm tcp)
 source "$(dirname "$0")/lib_launch.sh"
+fault_args "$@"
 
 ROGUE_TIMEOUT_S=20
 ROGUE_LIMIT_MS=5000 # a refusal is one round trip; only a retry loop would take longer

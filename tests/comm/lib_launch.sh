@@ -19,6 +19,16 @@ JOB_IDS=()     # DTRAIN_JOB_IDs, to find their /dev/shm files
 declare -A JOBID # job name -> its DTRAIN_JOB_ID ("" when the launcher chose)
 CLEANUP_HOOKS=()
 
+# A fault script's arguments: dtrain, test_faults, then the transports to
+# run with (shm and tcp when none is given).
+fault_args() {
+    DTRAIN=${1:?usage: $0 path/to/dtrain path/to/test_faults [shm|tcp]...}
+    FAULTS=${2:?usage: $0 path/to/dtrain path/to/test_faults [shm|tcp]...}
+    shift 2
+    TRANSPORTS=("$@")
+    [[ ${#TRANSPORTS[@]} -gt 0 ]] || TRANSPORTS=(shm tcp)
+}
+
 check() { echo "check: $*"; }
 note() { echo "  $*"; }
 fail() {

@@ -57,8 +57,7 @@ static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
         z->window_p = 1;
         z->S->shard_params = z->shard_p;
         for (int s = 0; s < z->nseg; s++)
-            z->seg[s].persistent = dt_gpt_segment_start(layout, s + 1) -
-                                       dt_gpt_segment_start(layout, s) <= z->o.persist_floats;
+            z->seg[s].persistent = dt_zero_seg_len(z, s) <= z->o.persist_floats;
     }
     layout->param_need = dt_zero_param_need;
     layout->param_done = dt_zero_param_done;
@@ -82,10 +81,7 @@ static int zero_start(void *self, dt_rank *r)
     }
     /* A checkpoint filled the pieces themselves; --init filled the window. */
     if (!z->inited && !r->resuming) {
-        for (int s = 0; s < z->nseg; s++) {
-            const dt_flat_range *p = &z->map.mine[s];
-            memcpy(z->shard_p + p->at, z->m->params + p->lo, (p->hi - p->lo) * sizeof(float));
-        }
+        for (int s = 0; s < z->nseg; s++) dt_zero_keep_piece(z, s);
         dt_window_drop(z->m->params, 0, z->m->n_floats * sizeof(float));
     }
     return 0;
@@ -98,7 +94,6 @@ static int zero_begin_step(void *self, long step)
     z->step = step;
     z->bytes_at_begin = dt_comm_bytes_sent(z->comm);
     z->wait_ms = 0; /* from here: the gathers' and reduce-scatters' waits of this step */
-    z->step_ns = dt_now_ns();
     return z->error ? failed(z, "step") : 0;
 }
 
@@ -113,7 +108,6 @@ static void zero_before_backward(void *self, int micro, int last)
 static int zero_end_grads(void *self)
 {
     zero *z = self;
-    z->backward_end_ns = dt_now_ns();
     dt_zero_note(z, "grads_end", -1);
     int rc = dt_zero_grads_finish(z); /* its waits count in wait_ms */
     return rc ? failed(z, "gradient reduce-scatter") : 0;
@@ -130,7 +124,7 @@ static int zero_grad_norm(void *self, double *norm)
     if (!mine || !all) return free(mine), free(all), out_of_memory(z, "the norm's blocks");
     for (int s = 0; s < z->nseg; s++) {
         const dt_flat_range *p = &z->map.mine[s];
-        dt_norm_blocks(dt_zero_grads_of(z, s), p->lo, p->hi, mine + p->at / DT_NORM_BLOCK);
+        dt_norm_blocks(dt_zero_grads_of(z, s), p->hi - p->lo, mine + p->at / DT_NORM_BLOCK);
     }
     int rc = dt_allgather(z->comm, mine, all, per, DT_F64);
     double sum = 0.0;
@@ -197,11 +191,10 @@ static int zero_replicas(void *self, uint64_t *hash)
     uint64_t *h = calloc((size_t)z->nseg, sizeof *h);
     if (!h) return out_of_memory(z, "the replica check");
     for (int s = 0; s < z->nseg; s++) {
-        size_t lo = dt_gpt_segment_start(z->m, s), hi = dt_gpt_segment_start(z->m, s + 1);
         int was = z->seg[s].gathered;
         if (z->o.stage >= 3 && dt_zero_gather_one(z, s))
             return free(h), failed(z, "replica check");
-        h[s] = dt_fnv1a64(z->m->params + lo, (hi - lo) * sizeof(float));
+        h[s] = dt_fnv1a64(z->m->params + dt_zero_seg_lo(z, s), dt_zero_seg_len(z, s) * sizeof(float));
         if (z->o.stage >= 3 && !was) dt_zero_release_one(z, s);
     }
     uint64_t all = dt_fnv1a64(h, (size_t)z->nseg * sizeof *h);

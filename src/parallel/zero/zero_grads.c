@@ -17,11 +17,6 @@ static int segment_at(const zero *z, size_t lo)
     return -1;
 }
 
-static size_t seg_floats(const zero *z, int s)
-{
-    return dt_gpt_segment_start(z->m, s + 1) - dt_gpt_segment_start(z->m, s);
-}
-
 /* Waits for segment s's reduce-scatter; stages 2-3 fold the piece into the
  * shard (the step's first micro-batch copies, later ones add) and let the
  * window go: its pages read as zeros, ready for the next backward. */
@@ -44,12 +39,9 @@ static int fold(zero *z, int s, int micro)
     } else {
         for (size_t i = 0; i < n; i++) dst[i] += src[i];
     }
-    size_t lo = dt_gpt_segment_start(z->m, s);
-    dt_window_drop(z->m->grads, lo * sizeof(float), (lo + seg_floats(z, s)) * sizeof(float));
-    if (g->grads_held) {
-        dt_mem_account(DT_MEM_GRADS, -(long long)(seg_floats(z, s) * sizeof(float)));
-        g->grads_held = 0;
-    }
+    /* Accounted from the segment's backward (hold_grads) to here. */
+    dt_zero_drop_segment(z, z->m->grads, s, DT_MEM_GRADS, g->grads_held);
+    g->grads_held = 0;
     return 0;
 }
 
@@ -64,7 +56,6 @@ static void on_grad_ready(void *ctx, size_t lo, size_t hi)
     if (z->o.stage >= 2 && s + 1 < z->nseg && fold(z, s + 1, z->micro)) return;
     zero_seg *g = &z->seg[s];
     float *grads = z->m->grads;
-    g->rs_issued_ns = dt_now_ns();
     dt_zero_note(z, "reduce_scatter", s);
     int rc = dt_ireduce_scatter(z->comm, grads + lo, grads + z->map.mine[s].lo, z->map.piece[s],
                                 DT_F32, DT_AVG, &g->rs);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/alloc.h"
 #include "core/timer.h"
 
 #include "parallel/strategy.h"
@@ -19,7 +20,6 @@ typedef struct {
     int gathered;      /* stage 3: the window holds it (or a gather is on its way) */
     int grads_held;    /* stages 2-3: its gradient window is accounted */
     int persistent;    /* stage 3: small enough to stay gathered */
-    uint64_t rs_issued_ns, ag_issued_ns, ag_done_ns; /* the last ones, for the overlap record */
 } zero_seg;
 
 typedef struct zero {
@@ -45,7 +45,6 @@ typedef struct zero {
     /* The last step's figures. */
     double wait_ms;
     uint64_t bytes_at_begin, bytes_sent;
-    uint64_t step_ns, backward_end_ns;
 } zero;
 
 /* One line per event, "step event segment ns", for the tests that check
@@ -54,6 +53,13 @@ static inline void dt_zero_note(zero *z, const char *event, int s)
 {
     if (z->events)
         fprintf(z->events, "%ld %s %d %llu\n", z->step, event, s, (unsigned long long)dt_now_ns());
+}
+
+/* Segment s of the layout: where it starts, and its floats. */
+static inline size_t dt_zero_seg_lo(const zero *z, int s) { return dt_gpt_segment_start(z->m, s); }
+static inline size_t dt_zero_seg_len(const zero *z, int s)
+{
+    return dt_gpt_segment_start(z->m, s + 1) - dt_gpt_segment_start(z->m, s);
 }
 
 /* zero_grads.c */
@@ -75,5 +81,11 @@ int dt_zero_gather_one(zero *z, int s);
 void dt_zero_release_one(zero *z, int s);
 void dt_zero_drop_all(zero *z);
 int dt_zero_fail(zero *z, int rc, const char *what);
+/* Gives segment s of a window (the model's params or grads) back; when
+ * it was accounted, takes its bytes off the account of `kind`. */
+void dt_zero_drop_segment(zero *z, float *window, int s, dt_mem_kind kind, int accounted);
+/* Stage 3: this rank's piece of segment s, from the parameter window into
+ * its shard. */
+void dt_zero_keep_piece(zero *z, int s);
 
 #endif

@@ -11,8 +11,21 @@
 #include "core/window.h"
 #include "parallel/zero/zero_internal.h"
 
-static size_t seg_lo(const zero *z, int s) { return dt_gpt_segment_start(z->m, s); }
-static size_t seg_len(const zero *z, int s) { return seg_lo(z, s + 1) - seg_lo(z, s); }
+#define seg_lo dt_zero_seg_lo
+#define seg_len dt_zero_seg_len
+
+void dt_zero_drop_segment(zero *z, float *window, int s, dt_mem_kind kind, int accounted)
+{
+    size_t lo = seg_lo(z, s) * sizeof(float), n = seg_len(z, s) * sizeof(float);
+    dt_window_drop(window, lo, lo + n);
+    if (accounted) dt_mem_account(kind, -(long long)n);
+}
+
+void dt_zero_keep_piece(zero *z, int s)
+{
+    const dt_flat_range *p = &z->map.mine[s];
+    memcpy(z->shard_p + p->at, z->m->params + p->lo, (p->hi - p->lo) * sizeof(float));
+}
 
 int dt_zero_fail(zero *z, int rc, const char *what)
 {
@@ -35,7 +48,6 @@ static int gather(zero *z, int s)
     zero_seg *g = &z->seg[s];
     if (g->gathered) return 0;
     const dt_flat_range *p = &z->map.mine[s];
-    g->ag_issued_ns = dt_now_ns();
     dt_zero_note(z, "gather", s);
     int rc = dt_iallgather(z->comm, z->shard_p + p->at, z->m->params + seg_lo(z, s),
                            z->map.piece[s], DT_F32, &g->ag);
@@ -53,8 +65,7 @@ static int wait_gather(zero *z, int s)
     uint64_t t0 = dt_now_ns();
     int rc = dt_wait(g->ag);
     g->ag = NULL;
-    g->ag_done_ns = dt_now_ns();
-    z->wait_ms += (double)(g->ag_done_ns - t0) * 1e-6; /* compute stood still */
+    z->wait_ms += (double)(dt_now_ns() - t0) * 1e-6; /* compute stood still */
     return rc ? dt_zero_fail(z, rc, "parameter gather") : 0;
 }
 
@@ -63,11 +74,9 @@ static int release(zero *z, int s, int force)
     zero_seg *g = &z->seg[s];
     if (!g->gathered || (g->persistent && !force)) return 0;
     if (wait_gather(z, s)) return -1;
-    size_t lo = seg_lo(z, s) * sizeof(float);
-    dt_window_drop(z->m->params, lo, lo + seg_len(z, s) * sizeof(float));
+    dt_zero_drop_segment(z, z->m->params, s, DT_MEM_PARAMS, 1);
     g->gathered = 0;
     z->live -= seg_len(z, s);
-    dt_mem_account(DT_MEM_PARAMS, -(long long)(seg_len(z, s) * sizeof(float)));
     return 0;
 }
 
@@ -124,11 +133,8 @@ void dt_zero_param_done(void *ctx, int s, int use)
     if (use != DT_USE_INIT) dt_zero_note(z, use == DT_USE_FORWARD ? "forward_end" : "backward_end", s);
     if (use == DT_USE_INIT) {
         /* Keep this rank's piece of the initial values; let the rest go. */
-        const dt_flat_range *p = &z->map.mine[s];
-        memcpy(z->shard_p + p->at, z->m->params + p->lo, (p->hi - p->lo) * sizeof(float));
-        size_t lo = seg_lo(z, s) * sizeof(float);
-        dt_window_drop(z->m->params, lo, lo + seg_len(z, s) * sizeof(float));
-        dt_mem_account(DT_MEM_PARAMS, -(long long)(seg_len(z, s) * sizeof(float)));
+        dt_zero_keep_piece(z, s);
+        dt_zero_drop_segment(z, z->m->params, s, DT_MEM_PARAMS, 1);
         z->inited = 1;
         return;
     }
