@@ -189,6 +189,9 @@ int dt_config_data_parallel_size(const dt_train_config *c, int world, int *dp_si
     if (!dp && !ps && world == 1 && DT_CONFIG_GIVEN(c, bucket_mb))
         DT_WARN("bucket_mb = %g: one process exchanges no gradients, so it has no effect "
                 "(it sizes DDP's buckets when --nproc is above 1)", c->bucket_mb);
+    if (!dp && !ps && world == 1 && c->zero_stage > 0)
+        DT_WARN("zero_stage = %d in one process: over 1 rank ZeRO shards nothing, so this "
+                "run holds what DDP would (it shards over the ranks of --nproc N)", c->zero_stage);
     if (ps && DT_CONFIG_GIVEN(c, staleness) && strcmp(c->ps_mode, "async"))
         return dt_strf(err, n, "--staleness applies to --ps-mode async"), -1;
     /* The strategy itself says how it splits the batch, and which jobs it
