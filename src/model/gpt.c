@@ -9,7 +9,9 @@
 #include "core/alloc.h"
 #include "core/rand.h"
 #include "core/str.h"
+#include "core/window.h"
 #include "kernels/attention.h"
+#include "kernels/cast.h"
 #include "kernels/crossentropy.h"
 #include "kernels/embedding.h"
 #include "kernels/gelu.h"
@@ -145,13 +147,37 @@ int dt_gpt_create_layout(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec,
     return 0;
 }
 
+int dt_gpt_set_mixed(dt_gpt *m)
+{
+    if (m->prec != DT_PREC_BF16 || m->params || m->params16 || m->grads)
+        return dt_strf(m->error, sizeof m->error, "model: mixed precision needs bf16 products "
+                       "and a layout without buffers"), -1;
+    if (!(m->widened = calloc((size_t)dt_gpt_segments(m), 1)))
+        return dt_strf(m->error, sizeof m->error, "model: out of memory"), -1;
+    m->mixed = 1;
+    return 0;
+}
+
+void dt_gpt_sync_working(dt_gpt *m, size_t lo, size_t hi)
+{
+    if (m->mixed && hi > lo) dt_cast_f32_to_bf16(m->params16 + lo, m->params + lo, hi - lo);
+}
+
 int dt_gpt_alloc_params(dt_gpt *m)
 {
+    /* Reserved here, not in dt_gpt_set_mixed: padding may still grow the layout. */
+    if (m->mixed && !m->wparams && !(m->wparams = dt_window_reserve(m->n_floats * sizeof(float))))
+        return dt_strf(m->error, sizeof m->error, "model: no address space for the widened "
+                       "parameters (%.1f MiB)", (double)m->n_floats * 4 / 1048576.0), -1;
+    if (m->mixed && !m->params16 &&
+        !(m->params16 = dt_alloc(m->n_floats * sizeof(uint16_t), DT_MEM_PARAMS)))
+        return dt_strf(m->error, sizeof m->error, "model: cannot allocate %zu bf16 parameters "
+                       "(%.1f MiB)", m->n_params, (double)m->n_floats * 2 / 1048576.0), -1;
     if (m->params) return 0;
-    m->params = dt_alloc(m->n_floats * sizeof(float), DT_MEM_PARAMS);
+    m->params = dt_alloc(m->n_floats * sizeof(float), m->mixed ? DT_MEM_OPTIM : DT_MEM_PARAMS);
     if (m->params) return 0;
-    dt_strf(m->error, sizeof m->error, "model: cannot allocate %zu parameters (%.1f MiB)",
-            m->n_params, (double)m->n_floats * 4 / 1048576.0);
+    dt_strf(m->error, sizeof m->error, "model: cannot allocate %zu %sparameters (%.1f MiB)",
+            m->n_params, m->mixed ? "fp32 master " : "", (double)m->n_floats * 4 / 1048576.0);
     return -1;
 }
 
@@ -169,7 +195,10 @@ void dt_gpt_destroy(dt_gpt *m)
 {
     free(m->tensors);
     dt_free(m->params);
+    dt_free(m->params16);
     dt_free(m->grads);
+    if (m->wparams) dt_window_free(m->wparams, m->n_floats * sizeof(float));
+    free(m->widened);
     dt_free(m->acts_mem);
     free(m->layer_acts);
     memset(m, 0, sizeof *m);
@@ -224,14 +253,32 @@ size_t dt_gpt_segment_start(const dt_gpt *m, int segment)
     return m->tensors[2 + LAYER_TENSORS * (segment - 1)].offset;
 }
 
-/* ZeRO-3's hooks around a use of a segment's parameters (gpt.h). */
+/* What forward and backward read: the parameters, or their widened copy. */
+static float *weights(const dt_gpt *m) { return m->mixed ? m->wparams : m->params; }
+
+/* Around each use of a segment's parameters: the strategy's hooks (gpt.h),
+ * and with mixed precision the widened copy of the working parameters,
+ * held (and accounted) from just before the use to just after. */
 static int need(dt_gpt *m, int segment, int use)
 {
-    return m->param_need ? m->param_need(m->param_ctx, segment, use) : 0;
+    if (m->param_need && m->param_need(m->param_ctx, segment, use)) return -1;
+    if (!m->mixed || use == DT_USE_INIT || m->widened[segment]) return 0;
+    size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
+    dt_cast_bf16_to_f32(m->wparams + lo, m->params16 + lo, hi - lo);
+    dt_mem_account(DT_MEM_PARAMS, (long long)((hi - lo) * sizeof(float)));
+    m->widened[segment] = 1;
+    return 0;
 }
 
 static void done(dt_gpt *m, int segment, int use)
 {
+    size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
+    if (m->mixed && use == DT_USE_INIT) dt_gpt_sync_working(m, lo, hi);
+    if (m->mixed && m->widened[segment]) {
+        dt_window_drop(m->wparams, lo * sizeof(float), hi * sizeof(float));
+        dt_mem_account(DT_MEM_PARAMS, -(long long)((hi - lo) * sizeof(float)));
+        m->widened[segment] = 0;
+    }
     if (m->param_done) m->param_done(m->param_ctx, segment, use);
 }
 
@@ -406,7 +453,7 @@ enum { RUN_ELEMENTWISE = 1, RUN_PRODUCTS = 2, RUN_OUTPUT = 4, RUN_ALL = 7 };
 static int layer_run(dt_gpt *m, int l, const float *x, int b, int t, unsigned run)
 {
     const int C = m->cfg.n_embd, N = b * t;
-    dt_gpt_layer w = dt_gpt_layer_view(m, m->params, l);
+    dt_gpt_layer w = dt_gpt_layer_view(m, weights(m), l);
     dt_gpt_layer_acts *a = &m->layer_acts[l];
 
     if (run & RUN_ELEMENTWISE)
@@ -480,7 +527,7 @@ double dt_gpt_forward(dt_gpt *m, const int32_t *tokens, const int32_t *targets, 
         return -1;
     m->rebuilt_layer = -1;
     if (need(m, 0, DT_USE_FORWARD)) return -1;
-    dt_embedding_forward(m->encoded, tokens, WTE(m, m->params), WPE(m, m->params), b, t, C);
+    dt_embedding_forward(m->encoded, tokens, WTE(m, weights(m)), WPE(m, weights(m)), b, t, C);
     done(m, 0, DT_USE_FORWARD);
     const float *x = m->encoded;
     for (int l = 0; l < L; l++) {
@@ -489,10 +536,10 @@ double dt_gpt_forward(dt_gpt *m, const int32_t *tokens, const int32_t *targets, 
         x = m->layer_acts[l].res3;
     }
     if (need(m, L + 1, DT_USE_FORWARD) || need(m, 0, DT_USE_FORWARD)) return -1;
-    dt_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, LNF_W(m, m->params),
-                         LNF_B(m, m->params), LN_EPS, N, C);
+    dt_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, LNF_W(m, weights(m)),
+                         LNF_B(m, weights(m)), LN_EPS, N, C);
     /* logits = lnf @ wte^T: the output head is tied to the token embedding. */
-    if (dt_matmul(m->prec, 0, 1, N, V, C, 1.0f, m->lnf, C, WTE(m, m->params), C, 0.0f,
+    if (dt_matmul(m->prec, 0, 1, N, V, C, 1.0f, m->lnf, C, WTE(m, weights(m)), C, 0.0f,
                   m->logits, V))
         return fail_matmul(m, "lm_head");
     done(m, L + 1, DT_USE_FORWARD);
@@ -511,7 +558,7 @@ double dt_gpt_forward(dt_gpt *m, const int32_t *tokens, const int32_t *targets, 
 static int layer_backward(dt_gpt *m, int l, const float *x, int b, int t)
 {
     const int C = m->cfg.n_embd, N = b * t;
-    dt_gpt_layer w = dt_gpt_layer_view(m, m->params, l);
+    dt_gpt_layer w = dt_gpt_layer_view(m, weights(m), l);
     dt_gpt_layer g = dt_gpt_layer_view(m, m->grads, l);
     dt_gpt_layer_acts *a = &m->layer_acts[l];
     if (layer_rebuild(m, l, x, b, t)) return -1;
@@ -560,14 +607,14 @@ int dt_gpt_backward(dt_gpt *m, const int32_t *tokens, int b, int t, float grad_s
     float *lnf_in = L > 0 ? m->layer_acts[L - 1].res3 : m->encoded;
     if (need(m, L + 1, DT_USE_BACKWARD) || need(m, 0, DT_USE_BACKWARD)) return -1;
     /* dlnf = dlogits @ wte; dwte += dlogits^T @ lnf. */
-    if (dt_matmul(m->prec, 0, 0, N, C, V, 1.0f, m->logits, V, WTE(m, m->params), C, 0.0f, m->d_c,
+    if (dt_matmul(m->prec, 0, 0, N, C, V, 1.0f, m->logits, V, WTE(m, weights(m)), C, 0.0f, m->d_c,
                   C) ||
         dt_matmul(m->prec, 1, 0, V, C, N, 1.0f, m->logits, V, m->lnf, C, 1.0f,
                   WTE(m, m->grads), C))
         return fail_matmul(m, "lm_head backward");
     memset(m->d_res, 0, (size_t)N * C * sizeof(float));
     dt_layernorm_backward(m->d_res, LNF_W(m, m->grads), LNF_B(m, m->grads), m->d_c, lnf_in,
-                          LNF_W(m, m->params), m->lnf_mean, m->lnf_rstd, N, C);
+                          LNF_W(m, weights(m)), m->lnf_mean, m->lnf_rstd, N, C);
     done(m, 0, DT_USE_BACKWARD);
     done(m, L + 1, DT_USE_BACKWARD);
     segment_done(m, L + 1);

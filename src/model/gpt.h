@@ -86,8 +86,23 @@ typedef struct {
     dt_param_tensor *tensors;
     size_t n_params;  /* real parameters, without alignment padding */
     size_t n_floats;  /* length of the flat buffers, padding included */
-    float *params;
+    float *params;    /* fp32 training: what forward and backward read; mixed
+                         precision: the fp32 master weights (see below) */
     float *grads;     /* NULL until dt_gpt_alloc_grads */
+
+    /* Mixed precision (dt_gpt_set_mixed): the working parameters are bf16,
+     * params16, 2 bytes each; forward and backward read them widened
+     * (exactly: a bf16 value is an fp32 one) into the window wparams, one
+     * segment at a time, from just before its use to just after. params
+     * holds the fp32 master weights that the optimizer updates and
+     * checkpoints save; dt_gpt_sync_working rounds them into params16 once
+     * they change. A strategy that shards the parameters (ZeRO) may make
+     * params and params16 windows of its own before the buffers are
+     * allocated. Gradients stay fp32 (the products accumulate in fp32). */
+    int mixed;
+    uint16_t *params16;
+    float *wparams;
+    unsigned char *widened; /* per segment: wparams holds it now */
 
     /* Activations, sized for B x T once (dt_gpt_alloc_acts). */
     dt_recompute recompute; /* set before dt_gpt_alloc_acts (default NONE) */
@@ -114,7 +129,10 @@ typedef struct {
     /* A strategy that does not keep every parameter whole (ZeRO-3) is told
      * around each use of a segment's parameters: param_need before the
      * model reads them (or, DT_USE_INIT, writes their initial values), 0 or
-     * -1 with a message in m->error; param_done after. In forward the
+     * -1 with a message in m->error; param_done after. With mixed
+     * precision the model widens after param_need and drops its widened
+     * copy before param_done; at DT_USE_INIT it writes the master params
+     * and rounds them into params16 before param_done. In forward the
      * output head uses segments L + 1 and 0 last and backward uses them
      * first, in that order. NULL: the parameters are all in params. */
     int (*param_need)(void *ctx, int segment, int use);
@@ -148,8 +166,17 @@ void dt_gpt_destroy(dt_gpt *m);
  * segment into equal pieces. Tensors keep their order; only the padding
  * after each segment grows. 0, or -1 with m->error. */
 int dt_gpt_pad_segments(dt_gpt *m, size_t align);
+/* Mixed precision for a layout with bf16 products and no buffers yet (see
+ * dt_gpt.mixed). 0, or -1 with m->error. */
+int dt_gpt_set_mixed(dt_gpt *m);
+/* params16 = bf16(params) over floats [lo, hi), rounding to nearest even:
+ * after the master weights changed (initialisation, a load, an update). */
+void dt_gpt_sync_working(dt_gpt *m, size_t lo, size_t hi);
 /* Parameters (zeroed), gradients: for a model built as a layout, or after
- * dt_gpt_create for the gradients. 0, or -1 with m->error. */
+ * dt_gpt_create for the gradients. With mixed precision the parameters are
+ * params16 (bf16, accounted as parameters) and the master params (fp32,
+ * accounted as optimizer state: K = 12 counts them); a buffer a strategy
+ * already set is kept. 0, or -1 with m->error. */
 int dt_gpt_alloc_params(dt_gpt *m);
 int dt_gpt_alloc_grads(dt_gpt *m);
 /* Activations for micro-batches of B sequences of length T <= block_size. */

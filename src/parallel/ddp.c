@@ -39,6 +39,10 @@ int dt_ddp_init(dt_ddp *d, dt_comm *c, dt_gpt *m, size_t bucket_bytes)
 void dt_ddp_free(dt_ddp *d)
 {
     if (d->model && d->model->grad_ready_ctx == d) d->model->grad_ready = NULL;
+    for (int i = 0; i < d->nbuckets; i++) {
+        if (d->buckets[i].req && d->buckets[i].wire.buf) dt_wait(d->buckets[i].req); /* it reads the copy */
+        dt_wire_free(&d->buckets[i].wire);
+    }
     free(d->buckets);
     memset(d, 0, sizeof *d);
 }
@@ -58,7 +62,17 @@ static void on_grad_ready(void *ctx, size_t lo, size_t hi)
     dt_ddp_bucket *b = bucket_of(d, lo);
     if (!b || hi <= lo || ++b->ready < b->segments || d->error) return;
     float *g = d->model->grads + b->lo;
-    int rc = dt_iallreduce(d->comm, g, g, b->hi - b->lo, DT_F32, DT_AVG, &b->req);
+    size_t n = b->hi - b->lo;
+    int rc;
+    if (d->wire == DT_BF16) {
+        if (dt_wire_narrow(&b->wire, g, n)) {
+            d->error = DT_ERR_NOMEM;
+            return;
+        }
+        rc = dt_iallreduce(d->comm, b->wire.buf, b->wire.buf, n, DT_BF16, DT_AVG, &b->req);
+    } else {
+        rc = dt_iallreduce(d->comm, g, g, n, DT_F32, DT_AVG, &b->req);
+    }
     if (rc != 0) d->error = rc;
 }
 
@@ -83,6 +97,8 @@ int dt_ddp_finish(dt_ddp *d)
         int w = dt_wait_timed(b->req, &b->start_ns, &b->end_ns);
         b->req = NULL;
         if (rc == 0) rc = w;
+        if (b->wire.buf && w == 0) dt_wire_widen(&b->wire, 0, d->model->grads + b->lo, b->hi - b->lo);
+        dt_wire_free(&b->wire);
     }
     d->wait_ms = (double)(dt_now_ns() - d->backward_end_ns) * 1e-6;
     d->bytes_sent = dt_comm_bytes_sent(d->comm) - d->bytes_sent;
@@ -114,6 +130,7 @@ typedef struct {
     dt_ddp d;
     dt_strategy *S;
     size_t bucket_bytes;
+    dt_dtype wire;
 } ddp_layer;
 
 static int ddp_failed(ddp_layer *L, const char *what)
@@ -126,9 +143,9 @@ static int ddp_failed(ddp_layer *L, const char *what)
 static int ddp_start(void *self, dt_rank *r)
 {
     ddp_layer *L = self;
-    if (dt_ddp_init(&L->d, r->world, r->model, L->bucket_bytes) ||
-        dt_ddp_broadcast_params(&L->d))
-        return ddp_failed(L, "DDP setup");
+    if (dt_ddp_init(&L->d, r->world, r->model, L->bucket_bytes)) return ddp_failed(L, "DDP setup");
+    L->d.wire = L->wire;
+    if (dt_ddp_broadcast_params(&L->d)) return ddp_failed(L, "DDP setup");
     int same = dt_ddp_replicas_identical(&L->d, NULL);
     if (same < 0) return ddp_failed(L, "DDP setup");
     if (!same)
@@ -166,8 +183,9 @@ static int ddp_replicas(void *self, uint64_t *hash)
 static void ddp_describe(void *self, FILE *f)
 {
     ddp_layer *L = self;
-    fprintf(f, " x %d ranks (DDP over %s, %d buckets of ~%g MiB)", dt_comm_size(L->d.comm),
-            dt_comm_transport(L->d.comm), L->d.nbuckets, (double)L->bucket_bytes / 1048576.0);
+    fprintf(f, " x %d ranks (DDP over %s, %d buckets of ~%g MiB, gradients reduced in %s)",
+            dt_comm_size(L->d.comm), dt_comm_transport(L->d.comm), L->d.nbuckets,
+            (double)L->bucket_bytes / 1048576.0, L->wire == DT_BF16 ? "bf16" : "fp32");
 }
 
 static void ddp_destroy(void *self)
@@ -190,13 +208,14 @@ static const dt_strategy_ops ddp_ops = {
 
 /* Over the whole job: every rank takes its block of each batch, and all of
  * them step together. */
-int dt_ddp_strategy(dt_strategy *S, size_t bucket_bytes)
+int dt_ddp_strategy(dt_strategy *S, size_t bucket_bytes, dt_dtype wire)
 {
     dt_rank *r = S->rank;
     ddp_layer *L = calloc(1, sizeof *L);
     if (!L) return dt_strf(r->err, sizeof r->err, "DDP: out of memory"), -1;
     L->S = S;
     L->bucket_bytes = bucket_bytes;
+    L->wire = wire;
     S->lockstep = r->world;
     S->dp_index = r->rank;
     S->dp_size = r->size;

@@ -12,12 +12,14 @@
 
 #include "dtrain/comm.h"
 #include "model/gpt.h"
+#include "parallel/wire.h"
 
 typedef struct {
     size_t lo, hi;      /* floats of the flat gradient buffer */
     int segments;       /* segments it holds */
     int ready;          /* of those, final in this backward */
     dt_request *req;    /* in flight, or NULL */
+    dt_wire16 wire;     /* the bf16 copy being reduced (wire DT_BF16) */
     /* When the progress thread started and finished its all-reduce, as read
      * right after backward ended (0: not yet then); start_ns != 0 means
      * the bucket's communication overlapped backward. */
@@ -30,6 +32,7 @@ typedef struct {
     int nbuckets;
     dt_ddp_bucket *buckets; /* in launch order: buckets[0] holds the last layers */
     int communicate;        /* this backward reduces (the last micro-batch of a step) */
+    dt_dtype wire;          /* gradients travel as DT_F32 (dt_ddp_init's) or DT_BF16 (wire.h) */
     int error;              /* first failure of a launch inside backward */
     /* Measured over the last step. */
     double wait_ms;         /* time blocked in dt_ddp_finish: communication not hidden */

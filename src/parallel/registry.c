@@ -17,7 +17,10 @@ static int ddp_size(const dt_parallel_opts *o, int world, int *dp, char *err, si
 static int ddp_build(dt_strategy *S, const dt_parallel_opts *o)
 {
     if (S->rank->size == 1) return 0; /* one process shares nothing */
-    return o->zero.stage > 0 ? dt_zero_strategy(S, &o->zero) : dt_ddp_strategy(S, o->bucket_bytes);
+    if (o->zero.stage == 0) return dt_ddp_strategy(S, o->bucket_bytes, o->grad_wire);
+    dt_zero_opts z = o->zero;
+    z.wire = o->grad_wire;
+    return dt_zero_strategy(S, &z);
 }
 
 /* Naive data parallelism runs its devices as threads of one process. */

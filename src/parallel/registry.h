@@ -14,6 +14,7 @@
 /* The settings the built-in kinds read; a kind ignores the others. */
 typedef struct {
     size_t bucket_bytes;   /* ddp: gradient bucket size */
+    dt_dtype grad_wire;    /* ddp: gradients reduced in DT_F32 or DT_BF16 (ZeRO too) */
     dt_zero_opts zero;     /* ddp: ZeRO (stage 0: none) */
     int devices;           /* dp: devices (threads) */
     int servers;           /* ps: server ranks, the last ones */
@@ -44,7 +45,7 @@ const dt_strategy_kind *dt_strategy_find(const char *name);
 void dt_strategy_names(char *buf, size_t n);
 
 /* The built-in layers, for kinds that compose them. */
-int dt_ddp_strategy(dt_strategy *S, size_t bucket_bytes);
+int dt_ddp_strategy(dt_strategy *S, size_t bucket_bytes, dt_dtype wire);
 int dt_naive_dp_strategy(dt_strategy *S, int devices);
 int dt_ps_strategy(dt_strategy *S, const dt_parallel_opts *o);
 

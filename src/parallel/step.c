@@ -57,5 +57,6 @@ int dt_step_local_update(dt_strategy *S, double lr, float coef)
     dt_rank *r = S->rank;
     dt_gpt *m = r->model;
     dt_optimizer_step(r->opt, m, m->params, m->grads, 0, m->n_floats, lr, coef);
+    dt_gpt_sync_working(m, 0, m->n_floats);
     return 0;
 }

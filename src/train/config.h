@@ -65,6 +65,8 @@ typedef struct dt_train_config {
     int shuffle;
     int threads;  /* compute threads per rank, at most 1024; 0 = all online cores */
     char dtype[8]; /* fp32 | bf16 */
+    char comm_dtype[8];       /* gradients travel as: auto (= dtype) | fp32 | bf16 */
+    char grad_accum_dtype[8]; /* gradients accumulate in: fp32 | bf16 */
     char recompute[12]; /* activations rebuilt in backward: none | selective | full */
     long eval_every;   /* steps between evaluations; 0 = only at the end */
     long eval_batches; /* batches per evaluation; 0 = no evaluation */

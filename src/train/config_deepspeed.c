@@ -32,6 +32,8 @@
  *     warmup_type "log", warmup_min_ratio above 0, and WarmupLR's
  *     warmup_min_lr (where it is only the warmup's start) are refused; a
  *     file that leaves warmup_type out (DeepSpeed's default is log) warns.
+ *   communication_data_type -> comm_dtype ("fp32" or "bf16": how gradients
+ *     are reduced); data_types.grad_accum_dtype -> grad_accum_dtype.
  *   bf16.enabled -> dtype bf16 (false -> fp32). fp16.enabled true is
  *     refused (no loss scaling yet); with fp16 off its other keys change
  *     nothing and are accepted.
@@ -337,6 +339,8 @@ static const ds_key zero_keys[] = {
          "leave it out or write true"),
 };
 
+static const ds_key data_types_keys[] = {OPTION("grad_accum_dtype", grad_accum_dtype, NULL)};
+
 static const ds_key checkpointing_keys[] = {
     NOOP("partition_activations", "off",
          "it splits checkpoints across model-parallel ranks, and dtrain has no model "
@@ -363,6 +367,7 @@ static const ds_section sections[] = {
     {"bf16", 1, 0, KEYS(bf16_keys), NULL, NULL, NULL},
     {"fp16", 1, 0, KEYS(fp16_keys), NULL, NULL, fp16_other},
     {"zero_optimization", 1, 0, KEYS(zero_keys), NULL, NULL, zero_other},
+    {"data_types", 1, 0, KEYS(data_types_keys), NULL, NULL, NULL},
     {"activation_checkpointing", 1, 0, KEYS(checkpointing_keys), checkpointing_begin, NULL,
      NULL},
 };

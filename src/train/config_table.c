@@ -17,6 +17,7 @@ static int hook_resume(dt_train_config *c, const char *who, char *err, size_t n)
 static int hook_compress(dt_train_config *c, const char *who, char *err, size_t n);
 static int hook_comm_algo(dt_train_config *c, const char *who, char *err, size_t n);
 static int hook_strategy(dt_train_config *c, const char *who, char *err, size_t n);
+static int hook_grad_accum(dt_train_config *c, const char *who, char *err, size_t n);
 
 #define FIELD(f) offsetof(dt_train_config, f), sizeof(((dt_train_config *)0)->f)
 #define IMAX DT_CFG_IMAX
@@ -81,7 +82,11 @@ const dt_cfg_opt dt_cfg_options[] = {
     OPT(G_OPTIM, "grad-clip", "gradient_clipping", T_DBL, grad_clip, 0, INFINITY, "X", NULL, 0,
         "max global gradient norm; 0 = off"),
     OPT(G_RUN, "dtype", NULL, T_CHOICE, dtype, 0, 0, "fp32|bf16", NULL, 0,
-        "compute type (bf16: fp32 master weights)"),
+        "bf16: mixed precision (bf16 weights, fp32 master weights)"),
+    OPT(G_RUN, "comm-dtype", "communication_data_type", T_CHOICE, comm_dtype, 0, 0,
+        "auto|fp32|bf16", NULL, 0, "gradients reduced in this type; auto = --dtype"),
+    OPT(G_RUN, "grad-accum-dtype", NULL, T_CHOICE, grad_accum_dtype, 0, 0, "fp32|bf16",
+        hook_grad_accum, 0, "gradients accumulate in this type (only fp32 so far)"),
     OPT(G_RUN, "recompute", NULL, T_CHOICE, recompute, 0, 0, "none|selective|full", NULL, 0,
         "activations rebuilt in backward (less memory, same numbers)"),
     {"threads", NULL, T_INT, FIELD(threads), 0, DT_CFG_MAX_THREADS, "N", NULL, 0, G_RUN,
@@ -242,6 +247,8 @@ void dt_config_defaults(dt_train_config *c)
     c->seed = 1337;
     c->shuffle = 1;
     strcpy(c->dtype, "fp32");
+    strcpy(c->comm_dtype, "auto");
+    strcpy(c->grad_accum_dtype, "fp32");
     strcpy(c->recompute, "none");
     strcpy(c->strategy, "ddp");
     c->bucket_mb = 25;
@@ -355,6 +362,16 @@ static int check_comm_algo(void *ctx, const char *coll, const char *algo, char *
     }
     return dt_strf(err, n, "'%s' is not one of the %s algorithms (choices: %s)", algo, coll,
                    list), -1;
+}
+
+/* The option is there so that configurations that name fp32 (DeepSpeed's
+ * data_types.grad_accum_dtype) read; bf16 accumulation is refused until
+ * gradients can live in bf16. */
+static int hook_grad_accum(dt_train_config *c, const char *who, char *err, size_t n)
+{
+    if (strcmp(c->grad_accum_dtype, "bf16") != 0) return 0;
+    return dt_strf(err, n, "%s: bf16 gradient accumulation is not supported yet: gradients "
+                   "accumulate in fp32 (use fp32, the default)", who), -1;
 }
 
 /* Any kind the registry knows: the built-in ones, and any a program that

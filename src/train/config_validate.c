@@ -109,6 +109,21 @@ static int has_validation(const dt_train_config *c)
 
 /* Options that only act with others: given without them, they would be
  * accepted and do nothing. */
+/* Mixed precision lives in the model and the strategies that reduce
+ * gradients (DDP, ZeRO); naive DP and the parameter server move fp32. */
+static int check_precision(const dt_train_config *c, char *err, size_t n)
+{
+    int bf16 = !strcmp(c->dtype, "bf16"), ddp = !strcmp(c->strategy, "ddp");
+    if (bf16 && (!strcmp(c->strategy, "dp") || !strcmp(c->strategy, "ps")))
+        return dt_strf(err, n, "--dtype bf16 (mixed precision: bf16 weights, fp32 master "
+                       "weights) runs with --strategy ddp, with or without --zero-stage; "
+                       "--strategy %s trains in fp32", c->strategy), -1;
+    if (DT_CONFIG_GIVEN(c, comm_dtype) && !ddp)
+        return dt_strf(err, n, "--comm-dtype sets how --strategy ddp (and ZeRO) reduce "
+                       "gradients; --strategy %s moves them in fp32", c->strategy), -1;
+    return 0;
+}
+
 static int check_run(const dt_train_config *c, int dp, char *err, size_t n)
 {
     if (c->resume_flag && !c->resume[0] && !c->out_dir[0])
@@ -155,7 +170,7 @@ static int check_run(const dt_train_config *c, int dp, char *err, size_t n)
         return dt_strf(err, n, "threads = %ld on each of %ld devices is %ld threads in one "
                        "process, above %d: lower --threads (0 shares the online cores)",
                        per_device, devices, per_device * devices, DT_CFG_MAX_THREADS), -1;
-    return dt_cfg_check_zero(c, err, n);
+    return dt_cfg_check_zero(c, err, n) || check_precision(c, err, n) ? -1 : 0;
 }
 
 int dt_config_validate(dt_train_config *c, int data_parallel_size, char *err, size_t errlen)
@@ -204,7 +219,10 @@ int dt_config_data_parallel_size(const dt_train_config *c, int world, int *dp_si
 
 dt_parallel_opts dt_config_parallel_opts(const dt_train_config *c)
 {
+    int bf16_wire = !strcmp(c->comm_dtype, "bf16") ||
+                    (!strcmp(c->comm_dtype, "auto") && !strcmp(c->dtype, "bf16"));
     return (dt_parallel_opts){.bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
+                              .grad_wire = bf16_wire ? DT_BF16 : DT_F32,
                               .zero = {.stage = c->zero_stage,
                                        .prefetch = c->zero_prefetch,
                                        .prefetch_floats = (size_t)c->zero_prefetch_elems,

@@ -62,7 +62,7 @@ int dt_mem_plan_make(const dt_gpt *layout, const dt_mem_plan_opts *o, dt_mem_pla
     p->o = *o;
     p->psi = dt_gpt_param_count(&layout->cfg);
     p->param_bytes = o->prec == DT_PREC_BF16 ? 2 : 4;
-    p->grad_bytes = p->param_bytes;
+    p->grad_bytes = o->prec == DT_PREC_BF16 && o->grads_bf16 ? 2 : 4;
     p->optim_bytes = optim_bytes(o->opt, o->momentum, o->prec);
     const int shard_params = o->zero_stage >= 3, shard_grads = o->zero_stage >= 2,
               shard_optim = o->zero_stage >= 1;
@@ -87,6 +87,7 @@ int dt_mem_plan_make(const dt_gpt *layout, const dt_mem_plan_opts *o, dt_mem_pla
     double lead = layer * (o->prefetch + 1);
     if (shard_grads) p->window_grads = (emb + 2 * layer) * p->grad_bytes;
     if (shard_params) p->window_params = (lead > head ? lead : head) * p->param_bytes;
+    if (o->prec == DT_PREC_BF16) p->window_widened = (layer > head ? layer : head) * sizeof(float);
     return 0;
 }
 
@@ -95,6 +96,7 @@ int dt_mem_plan_from_config(const dt_gpt *layout, const dt_train_config *c, int 
 {
     dt_mem_plan_opts o = {.zero_stage = c->zero_stage, .ranks = ranks,
                           .prec = strcmp(c->dtype, "bf16") == 0 ? DT_PREC_BF16 : DT_PREC_F32,
+                          .grads_bf16 = strcmp(c->grad_accum_dtype, "bf16") == 0,
                           .momentum = c->momentum, .B = c->batch_size,
                           .T = c->seq_len ? c->seq_len : layout->cfg.block_size,
                           .prefetch = c->zero_prefetch};
@@ -182,11 +184,19 @@ void dt_mem_plan_print(FILE *f, const dt_mem_plan *p, const char *title,
     print_heading(f, p, title);
     for (int r = 0; measured && r < nrows; r++)
         print_rank(f, p, r, measured + (size_t)r * DT_MEM_SNAPSHOT);
-    if (p->window_grads > 0)
-        fprintf(f, "  transient, beyond the formula: gradients kept whole during backward "
-                "(the embeddings', two layers'), at most %.1f MiB", MIB(p->window_grads));
-    if (p->window_params > 0)
-        fprintf(f, "; gathered parameters (%d layers, or the head's), at most %.1f MiB",
+    const char *sep = "  transient, beyond the formula: ";
+    if (p->window_grads > 0) {
+        fprintf(f, "%sgradients kept whole during backward (the embeddings', two layers'), at "
+                "most %.1f MiB", sep, MIB(p->window_grads));
+        sep = "; ";
+    }
+    if (p->window_params > 0) {
+        fprintf(f, "%sgathered parameters (%d layers, or the head's), at most %.1f MiB", sep,
                 p->o.prefetch + 1, MIB(p->window_params));
-    if (p->window_grads > 0 || p->window_params > 0) fputc('\n', f);
+        sep = "; ";
+    }
+    if (p->window_widened > 0)
+        fprintf(f, "%sparameters widened to fp32 while in use (a layer, or the head's), at "
+                "most %.1f MiB", sep, MIB(p->window_widened));
+    if (p->window_grads > 0 || p->window_params > 0 || p->window_widened > 0) fputc('\n', f);
 }

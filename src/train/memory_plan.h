@@ -16,19 +16,22 @@
  *
  * fp32:        P = 4, G = 4; K = 8 for Adam/AdamW (two fp32 moments), 4 for
  *              SGD with momentum, 0 for plain SGD.
- * bf16 (mixed precision): P = 2, G = 2 (bf16 working copies), and the
+ * bf16 (mixed precision): P = 2 (bf16 working parameters), G = 4 when
+ *              gradients accumulate in fp32 (the default), 2 in bf16; the
  *              optimizer keeps fp32 master weights besides its moments:
  *              K = 12 for Adam/AdamW, 8 for SGD with momentum, 4 without.
- * So with Adam in bf16 the classic table: DDP (2 + 2 + K) Psi, ZeRO-1
- * (2 + 2) Psi + K Psi / N, ZeRO-2 2 Psi + (2 + K) Psi / N, ZeRO-3
- * (2 + 2 + K) Psi / N.
+ * So with Adam in bf16 and bf16 gradients the classic table: DDP
+ * (2 + 2 + K) Psi, ZeRO-1 (2 + 2) Psi + K Psi / N, ZeRO-2 2 Psi + (2 + K)
+ * Psi / N, ZeRO-3 (2 + 2 + K) Psi / N.
  *
  * Not in the formula, reported beside it as bounds: stage 2 keeps a
  * gradient segment whole while backward produces it (up to the largest
  * segment of the layout, G bytes each); stage 3 also gathers the
- * parameters of up to prefetch + 1 segments at once (P bytes each). Real
- * buffers are padded (64-byte tensor alignment, equal shards), so a
- * measured figure sits slightly above the formula.
+ * parameters of up to prefetch + 1 segments at once (P bytes each); mixed
+ * precision widens the segments in use into fp32 (a layer, or at the head
+ * the embeddings with the final norm, 4 bytes each). Real buffers are
+ * padded (64-byte tensor alignment, equal shards), so a measured figure
+ * sits slightly above the formula.
  *
  * Activations: dt_gpt_acts_floats(layout, B, T) floats of 4 bytes, the
  * arena the model carves for one micro-batch (it follows the layout's
@@ -48,6 +51,7 @@ typedef struct {
     int zero_stage;    /* 0 (DDP) to 3 */
     int ranks;         /* N, data-parallel ranks the state is sharded over; >= 1 */
     dt_precision prec; /* DT_PREC_F32, or DT_PREC_BF16 for mixed precision */
+    int grads_bf16;    /* mixed precision: gradients accumulate in bf16 (G = 2) */
     dt_opt_kind opt;
     double momentum;   /* SGD: 0 keeps no state */
     int B, T;          /* the micro-batch */
@@ -63,6 +67,7 @@ typedef struct {
     double bytes[DT_MEM_KIND_COUNT];
     char formula[DT_MEM_KIND_COUNT][24]; /* "4 Psi / N"; "" where none */
     double window_params, window_grads; /* transient bounds above the formula */
+    double window_widened; /* mixed precision: fp32 copies of the segments in use */
 } dt_mem_plan;
 
 /* The plan for a model's layout (dt_gpt_create_layout is enough). 0, or -1

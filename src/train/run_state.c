@@ -152,6 +152,9 @@ int dt_run_setup_model(dt_run *t, const char *resume_dir)
         return -1;
     dt_precision prec = strcmp(c->dtype, "bf16") == 0 ? DT_PREC_BF16 : DT_PREC_F32;
     if (dt_gpt_create_layout(&t->model, &mc, prec, ERR(t))) return -1;
+    /* bf16 is mixed precision: bf16 working parameters, fp32 master weights. */
+    if (prec == DT_PREC_BF16 && dt_gpt_set_mixed(&t->model))
+        return dt_strf(ERR(t), "%s", t->model.error), -1;
     dt_share share;
     if (dt_strategy_plan(&t->S, &t->model, &share)) return -1;
     if (share.model && alloc_model(t)) return -1;
@@ -167,7 +170,11 @@ int dt_run_setup_model(dt_run *t, const char *resume_dir)
         return dt_strf(ERR(t), "strategy %s splits each batch into %d blocks, the configuration "
                        "was checked for %d (a bug)", t->cfg->strategy, t->S.dp_size, t->dp_size),
                -1;
-    return dt_strategy_start(&t->S);
+    if (dt_strategy_start(&t->S)) return -1;
+    /* The bf16 working copy of whole master weights, as they now stand (a
+     * strategy that holds pieces keeps its own). */
+    if (share.model && !t->S.shard) dt_gpt_sync_working(&t->model, 0, t->model.n_floats);
+    return 0;
 }
 
 /* A strategy that holds pieces (ZeRO): every rank writes its own shard;

@@ -63,6 +63,9 @@ static const opt_row opt_rows[] = {
     {"momentum", "0.9", "--optimizer sgd", NULL},
     {"grad-clip", "0.5", "", NULL},
     {"dtype", "bf16", "", NULL},
+    {"comm-dtype", "bf16", "", NULL},
+    {"comm-dtype", "fp32", "--strategy dp", "--comm-dtype sets how --strategy ddp"},
+    {"grad-accum-dtype", "bf16", "--dtype bf16", "not supported yet"},
     {"recompute", "selective", "", NULL},
     {"recompute", "full", "", NULL},
     {"recompute", "partial", "", "unknown value 'partial' (one of none|selective|full)"},
@@ -282,6 +285,11 @@ static const ds_row ds_rows[] = {
      SCHED_P("WarmupLR", "\"last_batch_iteration\": -1"), 'N', NULL},
 
     {"bf16.enabled", "{}", "{\"bf16\": {\"enabled\": true}}", 'C', NULL},
+    {"communication_data_type", "{}", "{\"communication_data_type\": \"bf16\"}", 'C', NULL},
+    {"data_types.grad_accum_dtype", "{}", "{\"data_types\": {\"grad_accum_dtype\": \"bf16\"}}",
+     'R', "not supported yet"},
+    {"data_types.grad_accum_dtype", "{}", "{\"data_types\": {\"grad_accum_dtype\": \"fp32\"}}",
+     'N', NULL},
     {"fp16.enabled", "{}", "{\"fp16\": {\"enabled\": true}}", 'R', NS},
     {"fp16.enabled", "{}", "{\"fp16\": {\"enabled\": false, \"loss_scale\": 0}}", 'N', NULL},
 

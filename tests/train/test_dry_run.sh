@@ -48,15 +48,19 @@ expect_out "gpt2 fp32 stage 2 over 4" "Psi = 124439808 parameters" "fp32" "adamw
 expect_out "gpt2 fp32 stage 0, one rank" "16 Psi  " "N = 1 data-parallel rank," \
   "474.7              474.7              949.4              1898.8" -- \
   "$dtrain" train --dry-run --model gpt2 "${data[@]}"
-# bf16 mixed precision, K = 12 over 2 ranks: ZeRO-1 (2 + 2) Psi + 12 Psi / 2:
-#   2 Psi = 237.4, 6 Psi = 712.1, total 10 Psi = 1186.8
-expect_out "gpt2 bf16 stage 1 over 2" "bf16 mixed precision" "K = 12" "4 Psi + 12 Psi / N" \
-  "237.4              237.4              712.1              1186.8" -- \
+# bf16 mixed precision (fp32 gradient accumulation, G = 4), K = 12 over 2
+# ranks: ZeRO-1 (2 + 4) Psi + 12 Psi / 2:
+#   2 Psi = 237.4, 4 Psi = 474.7, 6 Psi = 712.1, total 12 Psi = 1424.1
+expect_out "gpt2 bf16 stage 1 over 2" "bf16 mixed precision" "K = 12" "6 Psi + 12 Psi / N" \
+  "237.4              474.7              712.1              1424.1" -- \
   "$dtrain" train --dry-run --model gpt2 --dtype bf16 --zero-stage 1 --nproc 2 "${data[@]}"
-# ZeRO-3 at 4 ranks, bf16: 16 Psi / 4 = 474.7; 2 Psi / 4 = 59.3, 12 Psi / 4 = 356.0
-expect_out "gpt2 bf16 stage 3 over 4" "16 Psi / N" \
-  "59.3               59.3               356.0              474.7" \
-  "gathered parameters (2 layers, or the head's)" -- \
+# ZeRO-3 at 4 ranks, bf16: 18 Psi / 4 = 534.0; 2 Psi / 4 = 59.3, 4 Psi / 4 =
+# 118.7, 12 Psi / 4 = 356.0; widened to fp32, the head (the larger):
+# (38597376 + 786432 wte and wpe + 1536 ln_f) x 4 bytes = 150.2 MiB
+expect_out "gpt2 bf16 stage 3 over 4" "18 Psi / N" \
+  "59.3               118.7              356.0              534.0" \
+  "gathered parameters (2 layers, or the head's)" \
+  "parameters widened to fp32 while in use" -- \
   "$dtrain" train --dry-run --model gpt2 --dtype bf16 --zero-stage 3 --nproc 4 "${data[@]}"
 # A JSON config (DeepSpeed's keys) as a run reads it; SGD with momentum in
 # fp32, K = 4: stage 2 over 2 ranks, 4 Psi + (4 + 4) Psi / 2 = 8 Psi = 949.4

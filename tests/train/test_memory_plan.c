@@ -79,13 +79,22 @@ static void test_small_mixed_and_sgd(void)
     dt_gpt layout;
     dt_mem_plan p;
     CHECK(dt_gpt_create_layout(&layout, &small, DT_PREC_BF16, err, sizeof err) == 0, "%s", err);
-    /* bf16 AdamW: 2 + 2 bytes, K = 12 (fp32 master + two moments). */
+    /* bf16 AdamW with fp32 gradient accumulation (the default): 2 + 4
+     * bytes, K = 12 (fp32 master + two moments). Beyond the formula, the
+     * segment in use widened to fp32: a layer, 928 x 4 bytes (more than the
+     * head's 192 + 32). */
     dt_mem_plan_opts o = opts(0, 4, DT_PREC_BF16, DT_OPT_ADAMW, 0, 2, 8);
     CHECK(dt_mem_plan_make(&layout, &o, &p, err, sizeof err) == 0, "%s", err);
-    CHECK(p.psi == 1952 && p.bytes[DT_MEM_PARAMS] == 3904 && p.bytes[DT_MEM_GRADS] == 3904 &&
+    CHECK(p.psi == 1952 && p.bytes[DT_MEM_PARAMS] == 3904 && p.bytes[DT_MEM_GRADS] == 7808 &&
               p.bytes[DT_MEM_OPTIM] == 23424, "bf16 DDP: %zu %.0f %.0f %.0f", p.psi,
           p.bytes[DT_MEM_PARAMS], p.bytes[DT_MEM_GRADS], p.bytes[DT_MEM_OPTIM]);
-    CHECK(p.window_grads == 0 && p.window_params == 0, "DDP has no window");
+    CHECK(p.window_grads == 0 && p.window_params == 0 && p.window_widened == 3712,
+          "DDP: only the widened window, %.0f", p.window_widened);
+    /* bf16 gradients, the field's classic table: 2 + 2 + 12. */
+    o.grads_bf16 = 1;
+    CHECK(dt_mem_plan_make(&layout, &o, &p, err, sizeof err) == 0 &&
+              p.bytes[DT_MEM_GRADS] == 3904 && dt_mem_plan_state(&p) == 31232,
+          "bf16 DDP, bf16 gradients: %.0f", dt_mem_plan_state(&p));
     /* ZeRO-1: (2 + 2) Psi + 12 Psi / 4 = 7808 + 5856. */
     o.zero_stage = 1;
     CHECK(dt_mem_plan_make(&layout, &o, &p, err, sizeof err) == 0 && dt_mem_plan_state(&p) == 13664,
@@ -117,6 +126,7 @@ static void test_small_mixed_and_sgd(void)
     };
     for (size_t i = 0; i < sizeof sgd / sizeof sgd[0]; i++) {
         o = opts(1, 2, sgd[i].prec, DT_OPT_SGD, sgd[i].momentum, 2, 8);
+        o.grads_bf16 = 1;
         CHECK(dt_mem_plan_make(&layout, &o, &p, err, sizeof err) == 0 &&
                   p.bytes[DT_MEM_OPTIM] == sgd[i].optim,
               "sgd %d momentum %g: %.0f want %.0f", (int)sgd[i].prec, sgd[i].momentum,

@@ -32,6 +32,7 @@ static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
     zero *z = self;
     z->m = layout;
     z->L = layout->cfg.n_layer;
+    z->mixed = layout->mixed;
     if (dt_gpt_pad_segments(layout, dt_shard_align(r->size)) ||
         dt_shard_map_build(&z->map, layout, r->size, r->rank))
         return out_of_memory(z, "the shard map");
@@ -50,15 +51,23 @@ static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
         z->window_g = 1;
         z->S->grads_kept_zero = 1;
     }
-    if (z->o.stage >= 3) {
-        z->shard_p = dt_alloc(z->map.len * sizeof(float), DT_MEM_PARAMS);
+    /* fp32 pieces: stage 3's parameters, or mixed precision's master
+     * weights (optimizer state, K = 12 counts them) at every stage. */
+    if (z->o.stage >= 3 || z->mixed) {
+        z->shard_p = dt_alloc(z->map.len * sizeof(float), z->mixed ? DT_MEM_OPTIM : DT_MEM_PARAMS);
         if (!z->shard_p || !(layout->params = dt_window_reserve(bytes)))
             return out_of_memory(z, "the parameter shard");
         z->window_p = 1;
         z->S->shard_params = z->shard_p;
-        for (int s = 0; s < z->nseg; s++)
-            z->seg[s].persistent = dt_zero_seg_len(z, s) <= z->o.persist_floats;
     }
+    if (z->o.stage >= 3 && z->mixed) { /* the bf16 pieces, gathered into a bf16 window */
+        z->shard16 = dt_alloc(z->map.len * sizeof(uint16_t), DT_MEM_PARAMS);
+        if (!z->shard16 || !(layout->params16 = dt_window_reserve(layout->n_floats * 2)))
+            return out_of_memory(z, "the bf16 parameter shard");
+        z->window16 = 1;
+    }
+    for (int s = 0; s < z->nseg && z->o.stage >= 3; s++)
+        z->seg[s].persistent = dt_zero_seg_len(z, s) <= z->o.persist_floats;
     layout->param_need = dt_zero_param_need;
     layout->param_done = dt_zero_param_done;
     layout->param_ctx = z;
@@ -69,13 +78,15 @@ static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
     return 0;
 }
 
-/* The ranks start from the same weights: stages 1-2 take rank 0's; stage 3
- * keeps its pieces of what the initialisation (piece by piece) or a
- * weights file (whole, in the window) gave. */
+/* The ranks start from the same weights: stages 1-2 in fp32 take rank 0's;
+ * a rank that keeps fp32 pieces (stage 3, mixed precision) keeps its
+ * pieces of what the initialisation (piece by piece) or a weights file
+ * (whole, in the window) gave, and with mixed precision rounds them into
+ * the working copy. */
 static int zero_start(void *self, dt_rank *r)
 {
     zero *z = self;
-    if (z->o.stage < 3) {
+    if (!z->shard_p) {
         float *p = z->m->params;
         return dt_broadcast(z->comm, p, p, z->m->n_floats, DT_F32, 0) ? failed(z, "setup") : 0;
     }
@@ -84,6 +95,7 @@ static int zero_start(void *self, dt_rank *r)
         for (int s = 0; s < z->nseg; s++) dt_zero_keep_piece(z, s);
         dt_window_drop(z->m->params, 0, z->m->n_floats * sizeof(float));
     }
+    if (z->mixed && dt_zero_params_refresh(z)) return failed(z, "setup");
     return 0;
 }
 
@@ -194,7 +206,9 @@ static int zero_replicas(void *self, uint64_t *hash)
         int was = z->seg[s].gathered;
         if (z->o.stage >= 3 && dt_zero_gather_one(z, s))
             return free(h), failed(z, "replica check");
-        h[s] = dt_fnv1a64(z->m->params + dt_zero_seg_lo(z, s), dt_zero_seg_len(z, s) * sizeof(float));
+        const char *w = dt_zero_working(z);
+        size_t esz = dt_zero_esz(z);
+        h[s] = dt_fnv1a64(w + dt_zero_seg_lo(z, s) * esz, dt_zero_seg_len(z, s) * esz);
         if (z->o.stage >= 3 && !was) dt_zero_release_one(z, s);
     }
     uint64_t all = dt_fnv1a64(h, (size_t)z->nseg * sizeof *h);
@@ -209,8 +223,9 @@ static int zero_replicas(void *self, uint64_t *hash)
 static void zero_describe(void *self, FILE *f)
 {
     zero *z = self;
-    fprintf(f, " x %d ranks (ZeRO-%d over %s, shards of %.1f MiB", z->map.n, z->o.stage,
-            dt_comm_transport(z->comm), (double)z->map.len * 4 / 1048576.0);
+    fprintf(f, " x %d ranks (ZeRO-%d over %s, pieces of %.1f M parameters, gradients "
+            "reduce-scattered in %s", z->map.n, z->o.stage, dt_comm_transport(z->comm),
+            (double)z->map.len / 1e6, z->o.wire == DT_BF16 ? "bf16" : "fp32");
     if (z->o.stage >= 3)
         fprintf(f, ", prefetch %d, reshard after forward %s", z->o.prefetch,
                 z->o.reshard_after_forward ? "yes" : "no");
@@ -226,16 +241,19 @@ static void zero_destroy(void *self)
             if (z->seg[s].ag) dt_wait(z->seg[s].ag);
     }
     if (z->m) {
-        size_t bytes = z->m->n_floats * sizeof(float);
+        size_t bytes = z->m->n_floats * sizeof(float), esz = dt_zero_esz(z);
+        if (z->master_whole) dt_mem_account(DT_MEM_PARAMS, -(long long)bytes);
         if (z->window_p) dt_window_free(z->m->params, bytes), z->m->params = NULL;
         if (z->window_g) dt_window_free(z->m->grads, bytes), z->m->grads = NULL;
-        dt_mem_account(DT_MEM_PARAMS, -(long long)(z->live * sizeof(float)));
+        if (z->window16) dt_window_free(z->m->params16, bytes / 2), z->m->params16 = NULL;
+        dt_mem_account(DT_MEM_PARAMS, -(long long)(z->live * esz));
         z->m->param_need = NULL;
         z->m->param_done = NULL;
         z->m->grad_ready = NULL;
     }
     if (z->events) fclose(z->events);
     dt_free(z->shard_p);
+    dt_free(z->shard16);
     dt_free(z->shard_g);
     free(z->seg);
     dt_shard_map_free(&z->map);

@@ -14,6 +14,11 @@
  *            just before its forward and again before its backward and let
  *            go after, the next `prefetch` segments gathered ahead.
  *
+ * With mixed precision (the model's params16, gpt.h) the working
+ * parameters are bf16 at every stage and the fp32 masters are pieces of
+ * the optimizer state: each rank updates its pieces, rounds them, and the
+ * gathers move bf16. Gradients go through a bf16 copy when o.wire says.
+ *
  * Same data and order of operations as DDP: with a reduce-scatter that
  * sums in rank order (`direct`) against DDP's `naive` all-reduce, or at 2
  * ranks with any algorithms (a + b = b + a), the weights are the same bits.
@@ -33,6 +38,7 @@ typedef struct {
     int reshard_after_forward; /* stage 3: let a layer go after its forward (1) or keep it for backward (0) */
     size_t persist_floats; /* stage 3: segments up to this size stay gathered */
     size_t max_live_floats; /* stage 3: prefetch stops at this many gathered floats (0: no limit) */
+    dt_dtype wire;       /* gradients reduce-scattered in DT_F32 or DT_BF16 (parallel/wire.h) */
 } dt_zero_opts;
 
 /* Adds ZeRO over the job's ranks to S. 0, or -1 with S->rank->err. */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/str.h"
 #include "core/timer.h"
 #include "core/window.h"
 #include "parallel/zero/zero_internal.h"
@@ -28,9 +29,12 @@ static int fold(zero *z, int s, int micro)
     int rc = dt_wait(g->rs);
     g->rs = NULL;
     z->wait_ms += (double)(dt_now_ns() - t0) * 1e-6; /* compute stood still */
+    const dt_flat_range *p = &z->map.mine[s];
+    if (g->wire.buf && rc == 0) /* the reduced bf16 piece, back into the fp32 gradients */
+        dt_wire_widen(&g->wire, p->lo - dt_zero_seg_lo(z, s), z->m->grads + p->lo, p->hi - p->lo);
+    dt_wire_free(&g->wire);
     if (rc) return dt_zero_fail(z, rc, "gradient reduce-scatter");
     if (z->o.stage < 2) return 0;
-    const dt_flat_range *p = &z->map.mine[s];
     float *dst = z->shard_g + p->at;
     const float *src = z->m->grads + p->lo;
     size_t n = p->hi - p->lo;
@@ -40,7 +44,7 @@ static int fold(zero *z, int s, int micro)
         for (size_t i = 0; i < n; i++) dst[i] += src[i];
     }
     /* Accounted from the segment's backward (hold_grads) to here. */
-    dt_zero_drop_segment(z, z->m->grads, s, DT_MEM_GRADS, g->grads_held);
+    dt_zero_drop_segment(z, z->m->grads, sizeof(float), s, DT_MEM_GRADS, g->grads_held);
     g->grads_held = 0;
     return 0;
 }
@@ -56,9 +60,21 @@ static void on_grad_ready(void *ctx, size_t lo, size_t hi)
     if (z->o.stage >= 2 && s + 1 < z->nseg && fold(z, s + 1, z->micro)) return;
     zero_seg *g = &z->seg[s];
     float *grads = z->m->grads;
+    size_t mine = z->map.mine[s].lo;
     dt_zero_note(z, "reduce_scatter", s);
-    int rc = dt_ireduce_scatter(z->comm, grads + lo, grads + z->map.mine[s].lo, z->map.piece[s],
-                                DT_F32, DT_AVG, &g->rs);
+    int rc;
+    if (z->o.wire == DT_BF16) {
+        if (dt_wire_narrow(&g->wire, grads + lo, hi - lo)) {
+            dt_strf(z->errmsg, sizeof z->errmsg, "out of memory for a bf16 gradient copy");
+            z->error = -1;
+            return;
+        }
+        rc = dt_ireduce_scatter(z->comm, g->wire.buf, g->wire.buf + (mine - lo), z->map.piece[s],
+                                DT_BF16, DT_AVG, &g->rs);
+    } else {
+        rc = dt_ireduce_scatter(z->comm, grads + lo, grads + mine, z->map.piece[s], DT_F32,
+                                DT_AVG, &g->rs);
+    }
     if (rc) dt_zero_fail(z, rc, "gradient reduce-scatter");
 }
 
@@ -91,5 +107,6 @@ void dt_zero_grads_free(zero *z)
     for (int s = 0; s < z->nseg; s++) {
         if (z->seg[s].rs) dt_wait(z->seg[s].rs);
         z->seg[s].rs = NULL;
+        dt_wire_free(&z->seg[s].wire);
     }
 }

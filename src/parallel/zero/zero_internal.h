@@ -11,11 +11,13 @@
 #include "core/timer.h"
 
 #include "parallel/strategy.h"
+#include "parallel/wire.h"
 #include "parallel/zero/shard_map.h"
 #include "parallel/zero/zero.h"
 
 typedef struct {
     dt_request *rs;    /* its gradients' reduce-scatter, in flight */
+    dt_wire16 wire;    /* the bf16 copy that reduce-scatter works on (o.wire DT_BF16) */
     dt_request *ag;    /* its parameters' gather, in flight (stage 3, or 1-2 after the update) */
     int gathered;      /* stage 3: the window holds it (or a gather is on its way) */
     int grads_held;    /* stages 2-3: its gradient window is accounted */
@@ -31,9 +33,15 @@ typedef struct zero {
     dt_flat_ranges ranges; /* the map's, as the trainer sees them (S->shard) */
     zero_seg *seg;
     int nseg, L;
-    float *shard_p;  /* stage 3: this rank's pieces of the parameters */
+    /* This rank's pieces of the fp32 parameters: stage 3, and every stage
+     * with mixed precision (there they are the master weights; the model's
+     * params is then only a window). NULL: the pieces sit in m->params. */
+    float *shard_p;
+    uint16_t *shard16; /* stage 3 with mixed precision: the bf16 pieces gathered from */
     float *shard_g;  /* stages 2-3: this rank's pieces of the gradients */
-    int window_p, window_g; /* the model's params / grads are windows (core/window.h) */
+    int window_p, window_g, window16; /* the model's params / grads / params16 are windows (core/window.h) */
+    int mixed;       /* the model trains in mixed precision (bf16 working parameters) */
+    int master_whole; /* mixed: the fp32 master weights are gathered whole in m->params */
     int micro, last; /* the micro-batch whose backward runs */
     int in_head;     /* forward has reached the output head */
     int inited;      /* stage 3: the initialisation went piece by piece */
@@ -71,21 +79,31 @@ void dt_zero_grads_free(zero *z);
 /* zero_params.c */
 int dt_zero_param_need(void *ctx, int s, int use);
 void dt_zero_param_done(void *ctx, int s, int use);
-float *dt_zero_params_of(const zero *z, int s); /* this rank's piece, where the update writes it */
-/* After the update: stages 1-2 gather every segment; stage 3 lets the
- * stale windows go (persistent segments are gathered again). */
+float *dt_zero_params_of(const zero *z, int s); /* this rank's fp32 piece, where the update writes it */
+/* The working parameters, what forward reads and the gathers fill: the
+ * model's params (fp32), or params16 (mixed); and their element size. */
+void *dt_zero_working(const zero *z);
+static inline size_t dt_zero_esz(const zero *z) { return z->mixed ? sizeof(uint16_t) : sizeof(float); }
+/* After the pieces changed (the update, the start): with mixed precision
+ * they are rounded to bf16 first; then stages 1-2 gather every segment,
+ * stage 3 lets the stale windows go (persistent segments are gathered
+ * again). */
 int dt_zero_params_refresh(zero *z);
-/* Stage 3: gathers every segment (for a writer), or lets all go. */
+/* Every segment gathered for a writer of the whole model (stage 3's
+ * working parameters; with mixed precision the fp32 master weights), or
+ * all of that let go. */
 int dt_zero_gather_all(zero *z);
 int dt_zero_gather_one(zero *z, int s);
 void dt_zero_release_one(zero *z, int s);
 void dt_zero_drop_all(zero *z);
 int dt_zero_fail(zero *z, int rc, const char *what);
-/* Gives segment s of a window (the model's params or grads) back; when
- * it was accounted, takes its bytes off the account of `kind`. */
-void dt_zero_drop_segment(zero *z, float *window, int s, dt_mem_kind kind, int accounted);
-/* Stage 3: this rank's piece of segment s, from the parameter window into
- * its shard. */
+/* Gives segment s of a window (the model's params, params16 or grads, of
+ * esz-byte elements) back; when it was accounted, takes its bytes off the
+ * account of `kind`. */
+void dt_zero_drop_segment(zero *z, void *window, size_t esz, int s, dt_mem_kind kind,
+                          int accounted);
+/* This rank's piece of segment s, from the fp32 parameter window into its
+ * shard (stage 3, or mixed precision). */
 void dt_zero_keep_piece(zero *z, int s);
 
 #endif

@@ -1,22 +1,28 @@
-/* ZeRO's parameters. Stages 1-2 hold them whole and gather the updated
- * pieces after each step. Stage 3 holds only its pieces; the model's
- * parameter buffer is a window (core/window.h) into which each segment is
- * gathered just before use, with the next `prefetch` segments in the order
- * of use gathered behind it, and let go after use. See zero.h. */
+/* ZeRO's parameters. Stages 1-2 hold the working parameters whole and
+ * gather the updated pieces after each step. Stage 3 holds only its
+ * pieces; the working parameters are a window (core/window.h) into which
+ * each segment is gathered just before use, with the next `prefetch`
+ * segments in the order of use gathered behind it, and let go after use.
+ * With mixed precision the working parameters are the model's bf16
+ * params16 (half the bytes to gather), and the pieces this rank updates are
+ * fp32 master weights, rounded into the working copy after each update.
+ * See zero.h. */
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/str.h"
 #include "core/timer.h"
 #include "core/window.h"
+#include "kernels/cast.h"
 #include "parallel/zero/zero_internal.h"
 
 #define seg_lo dt_zero_seg_lo
 #define seg_len dt_zero_seg_len
 
-void dt_zero_drop_segment(zero *z, float *window, int s, dt_mem_kind kind, int accounted)
+void dt_zero_drop_segment(zero *z, void *window, size_t esz, int s, dt_mem_kind kind,
+                          int accounted)
 {
-    size_t lo = seg_lo(z, s) * sizeof(float), n = seg_len(z, s) * sizeof(float);
+    size_t lo = seg_lo(z, s) * esz, n = seg_len(z, s) * esz;
     dt_window_drop(window, lo, lo + n);
     if (accounted) dt_mem_account(kind, -(long long)n);
 }
@@ -25,6 +31,27 @@ void dt_zero_keep_piece(zero *z, int s)
 {
     const dt_flat_range *p = &z->map.mine[s];
     memcpy(z->shard_p + p->at, z->m->params + p->lo, (p->hi - p->lo) * sizeof(float));
+}
+
+void *dt_zero_working(const zero *z)
+{
+    return z->mixed ? (void *)z->m->params16 : (void *)z->m->params;
+}
+
+static dt_dtype working_type(const zero *z) { return z->mixed ? DT_BF16 : DT_F32; }
+
+/* Where segment s's working values start, and this rank's piece of them
+ * that a gather sends (stage 3: its shard; stages 1-2: in place). */
+static char *working_at(const zero *z, size_t floats)
+{
+    return (char *)dt_zero_working(z) + floats * dt_zero_esz(z);
+}
+
+static const void *piece_to_send(const zero *z, int s)
+{
+    const dt_flat_range *p = &z->map.mine[s];
+    if (z->o.stage < 3) return working_at(z, p->lo);
+    return z->mixed ? (const void *)(z->shard16 + p->at) : (const void *)(z->shard_p + p->at);
 }
 
 int dt_zero_fail(zero *z, int rc, const char *what)
@@ -40,21 +67,21 @@ int dt_zero_fail(zero *z, int rc, const char *what)
 float *dt_zero_params_of(const zero *z, int s)
 {
     const dt_flat_range *p = &z->map.mine[s];
-    return z->o.stage >= 3 ? z->shard_p + p->at : z->m->params + p->lo;
+    return z->shard_p ? z->shard_p + p->at : z->m->params + p->lo;
 }
 
+/* Stage 3: segment s of the working parameters, gathered into the window. */
 static int gather(zero *z, int s)
 {
     zero_seg *g = &z->seg[s];
     if (g->gathered) return 0;
-    const dt_flat_range *p = &z->map.mine[s];
     dt_zero_note(z, "gather", s);
-    int rc = dt_iallgather(z->comm, z->shard_p + p->at, z->m->params + seg_lo(z, s),
-                           z->map.piece[s], DT_F32, &g->ag);
+    int rc = dt_iallgather(z->comm, piece_to_send(z, s), working_at(z, seg_lo(z, s)),
+                           z->map.piece[s], working_type(z), &g->ag);
     if (rc) return dt_zero_fail(z, rc, "parameter gather");
     g->gathered = 1;
     z->live += seg_len(z, s);
-    dt_mem_account(DT_MEM_PARAMS, (long long)(seg_len(z, s) * sizeof(float)));
+    dt_mem_account(DT_MEM_PARAMS, (long long)(seg_len(z, s) * dt_zero_esz(z)));
     return 0;
 }
 
@@ -74,7 +101,7 @@ static int release(zero *z, int s, int force)
     zero_seg *g = &z->seg[s];
     if (!g->gathered || (g->persistent && !force)) return 0;
     if (wait_gather(z, s)) return -1;
-    dt_zero_drop_segment(z, z->m->params, s, DT_MEM_PARAMS, 1);
+    dt_zero_drop_segment(z, dt_zero_working(z), dt_zero_esz(z), s, DT_MEM_PARAMS, 1);
     g->gathered = 0;
     z->live -= seg_len(z, s);
     return 0;
@@ -110,16 +137,23 @@ static void hold_grads(zero *z, int s)
     dt_mem_account(DT_MEM_GRADS, (long long)(seg_len(z, s) * sizeof(float)));
 }
 
+/* The initialisation writes a whole segment of fp32 parameters (and the
+ * model rounds it into params16) where this rank keeps only its piece. */
+static size_t init_bytes(const zero *z, int s)
+{
+    return seg_len(z, s) * (sizeof(float) + (z->window16 ? sizeof(uint16_t) : 0));
+}
+
 int dt_zero_param_need(void *ctx, int s, int use)
 {
     zero *z = ctx;
     if (z->error) return -1;
     if (use == DT_USE_BACKWARD) hold_grads(z, s);
-    if (z->o.stage < 3) return 0;
-    if (use == DT_USE_INIT) {
-        dt_mem_account(DT_MEM_PARAMS, (long long)(seg_len(z, s) * sizeof(float)));
+    if (use == DT_USE_INIT && z->shard_p) {
+        dt_mem_account(DT_MEM_PARAMS, (long long)init_bytes(z, s));
         return 0;
     }
+    if (z->o.stage < 3 || use == DT_USE_INIT) return 0;
     if (use == DT_USE_FORWARD && s == z->L + 1) z->in_head = 1;
     if (gather(z, s) || prefetch(z, s, use) || wait_gather(z, s)) return -1;
     dt_zero_note(z, use == DT_USE_FORWARD ? "forward" : "backward", s);
@@ -129,15 +163,18 @@ int dt_zero_param_need(void *ctx, int s, int use)
 void dt_zero_param_done(void *ctx, int s, int use)
 {
     zero *z = ctx;
-    if (z->o.stage < 3 || z->error) return;
-    if (use != DT_USE_INIT) dt_zero_note(z, use == DT_USE_FORWARD ? "forward_end" : "backward_end", s);
-    if (use == DT_USE_INIT) {
+    if (z->error) return;
+    if (use == DT_USE_INIT && z->shard_p) {
         /* Keep this rank's piece of the initial values; let the rest go. */
         dt_zero_keep_piece(z, s);
-        dt_zero_drop_segment(z, z->m->params, s, DT_MEM_PARAMS, 1);
+        dt_zero_drop_segment(z, z->m->params, sizeof(float), s, DT_MEM_PARAMS, 0);
+        if (z->window16) dt_zero_drop_segment(z, z->m->params16, sizeof(uint16_t), s, DT_MEM_PARAMS, 0);
+        dt_mem_account(DT_MEM_PARAMS, -(long long)init_bytes(z, s));
         z->inited = 1;
         return;
     }
+    if (z->o.stage < 3 || use == DT_USE_INIT) return;
+    dt_zero_note(z, use == DT_USE_FORWARD ? "forward_end" : "backward_end", s);
     if (use == DT_USE_FORWARD && z->in_head && (s == 0 || s == z->L + 1)) {
         /* The head's segments are backward's first: keep them. */
         if (s == 0) z->in_head = 0;
@@ -147,13 +184,25 @@ void dt_zero_param_done(void *ctx, int s, int use)
     release(z, s, 0);
 }
 
+/* Mixed precision: the updated fp32 pieces rounded into the bf16 pieces
+ * that are gathered (stage 3's shard, or in place in params16). */
+static void round_pieces(zero *z)
+{
+    for (int s = 0; z->mixed && s < z->nseg; s++) {
+        const dt_flat_range *p = &z->map.mine[s];
+        uint16_t *dst = z->o.stage >= 3 ? z->shard16 + p->at : z->m->params16 + p->lo;
+        dt_cast_f32_to_bf16(dst, z->shard_p + p->at, p->hi - p->lo);
+    }
+}
+
 int dt_zero_params_refresh(zero *z)
 {
+    round_pieces(z);
     if (z->o.stage < 3) {
         for (int s = 0; s < z->nseg; s++) {
-            float *p = z->m->params;
-            int rc = dt_iallgather(z->comm, p + z->map.mine[s].lo, p + seg_lo(z, s),
-                                   z->map.piece[s], DT_F32, &z->seg[s].ag);
+            char *w = working_at(z, seg_lo(z, s));
+            int rc = dt_iallgather(z->comm, piece_to_send(z, s), w, z->map.piece[s],
+                                   working_type(z), &z->seg[s].ag);
             if (rc) return dt_zero_fail(z, rc, "parameter all-gather");
         }
         for (int s = 0; s < z->nseg; s++)
@@ -171,8 +220,29 @@ int dt_zero_gather_one(zero *z, int s) { return gather(z, s) || wait_gather(z, s
 
 void dt_zero_release_one(zero *z, int s) { release(z, s, 0); }
 
+/* Mixed precision: the fp32 master weights, whole, into the model's
+ * params window (accounted as parameters until dt_zero_drop_all). */
+static int gather_master(zero *z)
+{
+    if (z->master_whole) return 0;
+    float *p = z->m->params;
+    for (int s = 0; s < z->nseg; s++) /* a prefetch in flight holds the request slot */
+        if (wait_gather(z, s)) return -1;
+    for (int s = 0; s < z->nseg; s++) {
+        int rc = dt_iallgather(z->comm, z->shard_p + z->map.mine[s].at, p + seg_lo(z, s),
+                               z->map.piece[s], DT_F32, &z->seg[s].ag);
+        if (rc) return dt_zero_fail(z, rc, "master weights all-gather");
+    }
+    for (int s = 0; s < z->nseg; s++)
+        if (wait_gather(z, s)) return -1;
+    z->master_whole = 1;
+    dt_mem_account(DT_MEM_PARAMS, (long long)(z->m->n_floats * sizeof(float)));
+    return 0;
+}
+
 int dt_zero_gather_all(zero *z)
 {
+    if (z->mixed) return gather_master(z);
     if (z->o.stage < 3) return 0;
     for (int s = 0; s < z->nseg; s++)
         if (gather(z, s)) return -1;
@@ -183,6 +253,11 @@ int dt_zero_gather_all(zero *z)
 
 void dt_zero_drop_all(zero *z)
 {
+    if (z->master_whole) {
+        dt_window_drop(z->m->params, 0, z->m->n_floats * sizeof(float));
+        dt_mem_account(DT_MEM_PARAMS, -(long long)(z->m->n_floats * sizeof(float)));
+        z->master_whole = 0;
+    }
     if (z->o.stage < 3) return;
     for (int s = 0; s < z->nseg; s++) release(z, s, 0);
 }
