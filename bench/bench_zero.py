@@ -2,7 +2,7 @@
 ZeRO-1 against PyTorch's ZeroRedundancyOptimizer with DDP (gloo), one run.
 
   python3 bench/bench_zero.py [--dtrain build/dtrain] [--steps 12] [--skip 2]
-                              [--gpt2] [--capacity]
+                              [--gpt2 [--bf16]] [--capacity]
 
 Speed, on the reference configuration (GPT L6 H6 C384 T256 V256, batch 8
 per rank, fp32 AdamW, 2 ranks, one thread each, each rank pinned to its own
@@ -11,7 +11,8 @@ at least 0.95x DDP, stage 3 at least 0.85x), and PyTorch DDP with
 ZeroRedundancyOptimizer (target: dtrain ZeRO-1 at least 1.5x).
 
 --gpt2: the same table on GPT-2 small (124M, batch 1 x T 256), with each
-rank's peak RSS. --capacity: for each GPT-2 preset, which of DDP and the
+rank's peak RSS; with --bf16 also in bf16 mixed precision, with fp32 and
+with bf16 gradient accumulation. --capacity: for each GPT-2 preset, which of DDP and the
 stages train at 2 ranks (fp32, batch 1, T 64) within this machine's
 memory: each is run when dtrain's own prediction (--dry-run) says it fits
 in the available memory, and its measured peak RSS printed; otherwise the
@@ -79,17 +80,28 @@ def speed(a, tmp, data):
           "(target 1.5x)" % (pt, res["ZeRO-1"][0] / pt))
 
 
+PRECISIONS = (("fp32", []), ("bf16", ["--dtype", "bf16"]),
+              ("bf16, bf16 accumulation", ["--dtype", "bf16", "--grad-accum-dtype", "bf16"]))
+
+
 def gpt2_table(a, tmp, data):
-    print("\nGPT-2 small (124M), batch 1 x T 256 per rank, fp32 AdamW, 2 ranks x 1 thread")
-    print("| strategy | tok/s | peak RSS per rank (MiB) |\n|---|---|---|")
+    precs = PRECISIONS if a.bf16 else PRECISIONS[:1]
+    print("\nGPT-2 small (124M), batch 1 x T 256 per rank, AdamW, 2 ranks x 1 thread")
+    print("| strategy | " + " | ".join("%s tok/s | %s peak RSS per rank (MiB)" % (p, p)
+                                      for p, _ in precs) + " |")
+    print("|---|" + "---|---|" * len(precs))
     for name, flags in STAGES:
-        log = os.path.join(tmp, "g" + name + ".json")
-        cmd = [a.dtrain, "train", "--model", "gpt2", "--data", data, "--steps", "4",
-               "--batch-size", "1", "--seq-len", "256", "--eval-batches", "0", "--threads", "1",
-               "--nproc", "2", "--print-every", "1000", "--log-json", log] + flags
-        out = dtrain_run(a.dtrain, cmd)
-        tps, = log_means(log, 1, "tokens_per_s")
-        print("| %s | %.0f | %.0f |" % (name, tps, peak_rss(out)))
+        cells = []
+        for prec, pflags in precs:
+            log = os.path.join(tmp, "g%s%s.json" % (name, len(cells)))
+            cmd = [a.dtrain, "train", "--model", "gpt2", "--data", data, "--steps", "4",
+                   "--batch-size", "1", "--seq-len", "256", "--eval-batches", "0",
+                   "--threads", "1", "--nproc", "2", "--print-every", "1000",
+                   "--log-json", log] + flags + pflags
+            out = dtrain_run(a.dtrain, cmd)
+            tps, = log_means(log, 1, "tokens_per_s")
+            cells.append("%.0f | %.0f" % (tps, peak_rss(out)))
+        print("| %s | %s |" % (name, " | ".join(cells)))
 
 
 PRESETS = ("gpt2-xl", "gpt2-large", "gpt2-medium", "gpt2")
@@ -138,6 +150,8 @@ def capacity(a, tmp, data):
 
 def main():
     a = parse_args((("--gpt2", "the table on GPT-2 small, with peak RSS"),
+                    ("--bf16", "with --gpt2: also bf16 mixed precision, with fp32 and bf16 "
+                     "gradient accumulation"),
                     ("--capacity", "the largest preset each strategy trains here")))
     probe, _, _ = check_peer(a)
     print("PyTorch %s on %s" % (probe["version"], probe["blas"]))

@@ -158,6 +158,24 @@ int dt_gpt_set_mixed(dt_gpt *m)
     return 0;
 }
 
+int dt_gpt_set_grads16(dt_gpt *m)
+{
+    if (!m->mixed || m->grads || m->grads16)
+        return dt_strf(m->error, sizeof m->error, "model: bf16 gradient accumulation needs "
+                       "mixed precision and a layout without gradients"), -1;
+    if (!(m->gwidened = calloc((size_t)dt_gpt_segments(m), 1)))
+        return dt_strf(m->error, sizeof m->error, "model: out of memory"), -1;
+    m->accum16 = 1;
+    return 0;
+}
+
+dt_gbuf dt_gpt_grads(const dt_gpt *m)
+{
+    return m->accum16 ? (dt_gbuf){NULL, m->grads16} : dt_gbuf_f32(m->grads);
+}
+
+void dt_gpt_zero_grads(dt_gpt *m) { dt_gbuf_zero(dt_gpt_grads(m), m->n_floats); }
+
 void dt_gpt_sync_working(dt_gpt *m, size_t lo, size_t hi)
 {
     if (m->mixed && hi > lo) dt_cast_f32_to_bf16(m->params16 + lo, m->params + lo, hi - lo);
@@ -196,9 +214,15 @@ void dt_gpt_destroy(dt_gpt *m)
     free(m->tensors);
     dt_free(m->params);
     dt_free(m->params16);
-    dt_free(m->grads);
+    if (m->accum16 && m->grads) {
+        dt_window_free(m->grads, m->n_floats * sizeof(float));
+    } else {
+        dt_free(m->grads);
+    }
+    dt_free(m->grads16);
     if (m->wparams) dt_window_free(m->wparams, m->n_floats * sizeof(float));
     free(m->widened);
+    free(m->gwidened);
     dt_free(m->acts_mem);
     free(m->layer_acts);
     memset(m, 0, sizeof *m);
@@ -206,6 +230,15 @@ void dt_gpt_destroy(dt_gpt *m)
 
 int dt_gpt_alloc_grads(dt_gpt *m)
 {
+    if (m->accum16) {
+        if (!m->grads && !(m->grads = dt_window_reserve(m->n_floats * sizeof(float))))
+            return dt_strf(m->error, sizeof m->error, "model: no address space for the "
+                           "gradient window (%.1f MiB)", (double)m->n_floats * 4 / 1048576.0), -1;
+        if (!m->grads16 && !(m->grads16 = dt_alloc(m->n_floats * sizeof(uint16_t), DT_MEM_GRADS)))
+            return dt_strf(m->error, sizeof m->error, "model: cannot allocate bf16 gradients "
+                           "(%.1f MiB)", (double)m->n_floats * 2 / 1048576.0), -1;
+        return 0;
+    }
     if (m->grads) return 0;
     m->grads = dt_alloc(m->n_floats * sizeof(float), DT_MEM_GRADS);
     if (!m->grads) {
@@ -262,10 +295,17 @@ static float *weights(const dt_gpt *m) { return m->mixed ? m->wparams : m->param
 static int need(dt_gpt *m, int segment, int use)
 {
     if (m->param_need && m->param_need(m->param_ctx, segment, use)) return -1;
-    if (!m->mixed || use == DT_USE_INIT || m->widened[segment]) return 0;
     size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
+    size_t bytes = (hi - lo) * sizeof(float);
+    if (m->accum16 && use == DT_USE_BACKWARD && !m->gwidened[segment]) {
+        /* Backward adds this micro-batch's gradients to the sum so far. */
+        dt_cast_bf16_to_f32(m->grads + lo, m->grads16 + lo, hi - lo);
+        dt_mem_account(DT_MEM_GRADS, (long long)bytes);
+        m->gwidened[segment] = 1;
+    }
+    if (!m->mixed || use == DT_USE_INIT || m->widened[segment]) return 0;
     dt_cast_bf16_to_f32(m->wparams + lo, m->params16 + lo, hi - lo);
-    dt_mem_account(DT_MEM_PARAMS, (long long)((hi - lo) * sizeof(float)));
+    dt_mem_account(DT_MEM_PARAMS, (long long)bytes);
     m->widened[segment] = 1;
     return 0;
 }
@@ -292,6 +332,13 @@ static int segment_of(const dt_gpt *m, int tensor)
 
 static void segment_done(dt_gpt *m, int segment)
 {
+    if (m->accum16 && m->gwidened[segment]) {
+        size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
+        dt_cast_f32_to_bf16(m->grads16 + lo, m->grads + lo, hi - lo);
+        dt_window_drop(m->grads, lo * sizeof(float), hi * sizeof(float));
+        dt_mem_account(DT_MEM_GRADS, -(long long)((hi - lo) * sizeof(float)));
+        m->gwidened[segment] = 0;
+    }
     if (m->grad_ready)
         m->grad_ready(m->grad_ready_ctx, dt_gpt_segment_start(m, segment),
                       dt_gpt_segment_start(m, segment + 1));

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "kernels/matmul.h"
+#include "model/gbuf.h"
 
 typedef struct {
     int n_layer;
@@ -98,11 +99,22 @@ typedef struct {
      * checkpoints save; dt_gpt_sync_working rounds them into params16 once
      * they change. A strategy that shards the parameters (ZeRO) may make
      * params and params16 windows of its own before the buffers are
-     * allocated. Gradients stay fp32 (the products accumulate in fp32). */
+     * allocated. */
     int mixed;
     uint16_t *params16;
     float *wparams;
     unsigned char *widened; /* per segment: wparams holds it now */
+
+    /* Gradients accumulated in bf16 (dt_gpt_set_grads16): grads16 holds
+     * them between micro-batches, 2 bytes each. grads is then a window: a
+     * segment's backward accumulates into it in fp32 (the products add in
+     * fp32 anyway), widened from grads16 just before and rounded back into
+     * grads16 once the segment is final, before grad_ready. So the sum
+     * over micro-batches rounds to bf16 once per micro-batch, as a bf16
+     * accumulation buffer does anywhere. */
+    int accum16;
+    uint16_t *grads16;
+    unsigned char *gwidened; /* per segment: grads holds it now */
 
     /* Activations, sized for B x T once (dt_gpt_alloc_acts). */
     dt_recompute recompute; /* set before dt_gpt_alloc_acts (default NONE) */
@@ -169,14 +181,24 @@ int dt_gpt_pad_segments(dt_gpt *m, size_t align);
 /* Mixed precision for a layout with bf16 products and no buffers yet (see
  * dt_gpt.mixed). 0, or -1 with m->error. */
 int dt_gpt_set_mixed(dt_gpt *m);
+/* Gradients accumulated in bf16 (see dt_gpt.accum16), for a layout with
+ * mixed precision and no buffers yet. A strategy that accumulates the
+ * gradients itself (ZeRO-2 and 3 keep a shard) may clear accum16 again
+ * and keep the bf16 accumulation in its shard. 0, or -1 with m->error. */
+int dt_gpt_set_grads16(dt_gpt *m);
+/* The accumulated gradients (grads16, or grads in fp32), and zeroing them
+ * for a step's first micro-batch. */
+dt_gbuf dt_gpt_grads(const dt_gpt *m);
+void dt_gpt_zero_grads(dt_gpt *m);
 /* params16 = bf16(params) over floats [lo, hi), rounding to nearest even:
  * after the master weights changed (initialisation, a load, an update). */
 void dt_gpt_sync_working(dt_gpt *m, size_t lo, size_t hi);
 /* Parameters (zeroed), gradients: for a model built as a layout, or after
  * dt_gpt_create for the gradients. With mixed precision the parameters are
  * params16 (bf16, accounted as parameters) and the master params (fp32,
- * accounted as optimizer state: K = 12 counts them); a buffer a strategy
- * already set is kept. 0, or -1 with m->error. */
+ * accounted as optimizer state: K = 12 counts them); with accum16 the
+ * gradients are grads16 (accounted as gradients) and the window grads; a
+ * buffer a strategy already set is kept. 0, or -1 with m->error. */
 int dt_gpt_alloc_params(dt_gpt *m);
 int dt_gpt_alloc_grads(dt_gpt *m);
 /* Activations for micro-batches of B sequences of length T <= block_size. */

@@ -52,31 +52,38 @@ void dt_optimizer_free(dt_optimizer *o)
 }
 
 /* One piece of the update: floats [lo, hi), one decay value; params and
- * grads point at lo's values, the state at `at`. */
-static void step_piece(dt_optimizer *o, float *params, const float *grads, size_t at, size_t n,
+ * grads point at lo's values, the state at `at`. The rules are element-wise,
+ * so bf16 gradients widened a chunk at a time give the same numbers. */
+static void step_piece(dt_optimizer *o, float *params, dt_gbuf grads, size_t at, size_t n,
                        double lr, float wd, float grad_scale)
 {
     int t = (int)o->t;
-    float *m = o->m ? o->m + at : NULL, *v = o->v ? o->v + at : NULL;
-    switch (o->kind) {
-    case DT_OPT_ADAMW:
-        dt_adamw_update(params, grads, m, v, n, (float)lr,
-                        (float)o->beta1, (float)o->beta2, (float)o->eps, wd, t, grad_scale);
-        break;
-    case DT_OPT_ADAM:
-        dt_adam_update(params, grads, m, v, n, (float)lr,
-                       (float)o->beta1, (float)o->beta2, (float)o->eps, wd, t, grad_scale);
-        break;
-    case DT_OPT_SGD:
-        dt_sgd_update(params, grads, m, n, (float)lr,
-                      (float)o->momentum, wd, t, grad_scale);
-        break;
+    float scratch[DT_GBUF_CHUNK];
+    size_t step = grads.f32 ? n : DT_GBUF_CHUNK;
+    for (size_t k = 0; k < n; k += step) {
+        size_t c = n - k < step ? n - k : step;
+        const float *g = dt_gbuf_view(dt_gbuf_at(grads, k), c, scratch);
+        float *p = params + k;
+        float *m = o->m ? o->m + at + k : NULL, *v = o->v ? o->v + at + k : NULL;
+        switch (o->kind) {
+        case DT_OPT_ADAMW:
+            dt_adamw_update(p, g, m, v, c, (float)lr, (float)o->beta1, (float)o->beta2,
+                            (float)o->eps, wd, t, grad_scale);
+            break;
+        case DT_OPT_ADAM:
+            dt_adam_update(p, g, m, v, c, (float)lr, (float)o->beta1, (float)o->beta2,
+                           (float)o->eps, wd, t, grad_scale);
+            break;
+        case DT_OPT_SGD:
+            dt_sgd_update(p, g, m, c, (float)lr, (float)o->momentum, wd, t, grad_scale);
+            break;
+        }
     }
 }
 
 void dt_optimizer_begin_step(dt_optimizer *o) { o->t++; }
 
-void dt_optimizer_update(dt_optimizer *o, const dt_gpt *m, float *params, const float *grads,
+void dt_optimizer_update(dt_optimizer *o, const dt_gpt *m, float *params, dt_gbuf grads,
                          size_t at, size_t lo, size_t hi, double lr, float grad_scale)
 {
     /* Walk the tensors that meet the range, so weight decay follows each
@@ -88,25 +95,34 @@ void dt_optimizer_update(dt_optimizer *o, const dt_gpt *m, float *params, const 
         size_t b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
         if (a >= b) continue;
         float wd = t->decay ? (float)o->weight_decay : 0.0f;
-        step_piece(o, params + (a - lo), grads + (a - lo), at + (a - lo), b - a, lr, wd,
+        step_piece(o, params + (a - lo), dt_gbuf_at(grads, a - lo), at + (a - lo), b - a, lr, wd,
                    grad_scale);
     }
 }
 
-void dt_optimizer_step(dt_optimizer *o, const dt_gpt *m, float *params, const float *grads,
+void dt_optimizer_step(dt_optimizer *o, const dt_gpt *m, float *params, dt_gbuf grads,
                        size_t lo, size_t hi, double lr, float grad_scale)
 {
     dt_optimizer_begin_step(o);
     size_t at = lo - o->base; /* every buffer starts at float `base` */
-    dt_optimizer_update(o, m, params + at, grads + at, at, lo, hi, lr, grad_scale);
+    dt_optimizer_update(o, m, params + at, dt_gbuf_at(grads, at), at, lo, hi, lr, grad_scale);
 }
 
-void dt_norm_blocks(const float *g, size_t n, double *out)
+void dt_norm_blocks(dt_gbuf g, size_t n, double *out)
 {
-    dt_sum_squares_blocks(g, n, DT_NORM_BLOCK, out);
+    if (g.f32) {
+        dt_sum_squares_blocks(g.f32, n, DT_NORM_BLOCK, out);
+        return;
+    }
+    float scratch[DT_GBUF_CHUNK]; /* whole blocks at a time: the same block sums */
+    for (size_t k = 0; k < n; k += DT_GBUF_CHUNK) {
+        size_t c = n - k < DT_GBUF_CHUNK ? n - k : DT_GBUF_CHUNK;
+        dt_sum_squares_blocks(dt_gbuf_view(dt_gbuf_at(g, k), c, scratch), c, DT_NORM_BLOCK,
+                              out + k / DT_NORM_BLOCK);
+    }
 }
 
-double dt_grad_norm(const dt_gpt *m, const float *grads)
+double dt_grad_norm(const dt_gpt *m, dt_gbuf grads)
 {
     enum { CHUNK = 256 }; /* blocks summed per call */
     double blk[CHUNK], sum = 0.0;
@@ -115,7 +131,7 @@ double dt_grad_norm(const dt_gpt *m, const float *grads)
         for (size_t lo = dt_gpt_segment_start(m, s); lo < hi; lo += CHUNK * DT_NORM_BLOCK) {
             size_t end = hi - lo > CHUNK * DT_NORM_BLOCK ? lo + CHUNK * DT_NORM_BLOCK : hi;
             size_t nb = (end - lo + DT_NORM_BLOCK - 1) / DT_NORM_BLOCK;
-            dt_norm_blocks(grads + lo, end - lo, blk);
+            dt_norm_blocks(dt_gbuf_at(grads, lo), end - lo, blk);
             for (size_t k = 0; k < nb; k++) sum += blk[k];
         }
     }

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "model/gbuf.h"
 #include "model/gpt.h"
 
 typedef enum { DT_OPT_ADAMW = 0, DT_OPT_ADAM, DT_OPT_SGD } dt_opt_kind;
@@ -36,14 +37,14 @@ void dt_optimizer_free(dt_optimizer *o);
  * gradient first (the clipping coefficient). Exactly one call per optimizer
  * step: each call advances t, which the bias correction uses. (SGD keeps its
  * momentum buffer in m, saved under the exp_avg. names.) */
-void dt_optimizer_step(dt_optimizer *o, const dt_gpt *m, float *params, const float *grads,
+void dt_optimizer_step(dt_optimizer *o, const dt_gpt *m, float *params, dt_gbuf grads,
                        size_t lo, size_t hi, double lr, float grad_scale);
 
 /* Step t+1 in two parts, for a rank that holds several ranges (ZeRO):
  * begin_step once, then update on each range. params and grads point at
  * float lo's values; the state at float `at` of its buffers. */
 void dt_optimizer_begin_step(dt_optimizer *o);
-void dt_optimizer_update(dt_optimizer *o, const dt_gpt *m, float *params, const float *grads,
+void dt_optimizer_update(dt_optimizer *o, const dt_gpt *m, float *params, dt_gbuf grads,
                          size_t at, size_t lo, size_t hi, double lr, float grad_scale);
 
 /* The gradient norm in fixed blocks: each segment of the layout is cut into
@@ -52,11 +53,11 @@ void dt_optimizer_update(dt_optimizer *o, const dt_gpt *m, float *params, const 
  * Padding adds exact zeros, so the norm is the same bits for any padding
  * and any spread of whole blocks over ranks. */
 #define DT_NORM_BLOCK 1024
-/* Block sums of n floats of one segment starting at a block boundary of
- * it: ceil(n / DT_NORM_BLOCK) of them. */
-void dt_norm_blocks(const float *g, size_t n, double *out);
+/* Block sums of n gradients of one segment starting at a block boundary
+ * of it: ceil(n / DT_NORM_BLOCK) of them. */
+void dt_norm_blocks(dt_gbuf g, size_t n, double *out);
 /* The norm of a whole flat gradient buffer of m's layout. */
-double dt_grad_norm(const dt_gpt *m, const float *grads);
+double dt_grad_norm(const dt_gpt *m, dt_gbuf grads);
 
 /* PyTorch's clip_grad_norm_ coefficient: min(1, max_norm / (norm + 1e-6)),
  * or 1 when max_norm is 0 (no clipping). */

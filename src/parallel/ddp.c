@@ -40,8 +40,8 @@ void dt_ddp_free(dt_ddp *d)
 {
     if (d->model && d->model->grad_ready_ctx == d) d->model->grad_ready = NULL;
     for (int i = 0; i < d->nbuckets; i++) {
-        if (d->buckets[i].req && d->buckets[i].wire.buf) dt_wait(d->buckets[i].req); /* it reads the copy */
-        dt_wire_free(&d->buckets[i].wire);
+        if (d->buckets[i].req && d->buckets[i].wire.copy) dt_wait(d->buckets[i].req); /* it reads the copy */
+        dt_wire_close(&d->buckets[i].wire);
     }
     free(d->buckets);
     memset(d, 0, sizeof *d);
@@ -61,18 +61,12 @@ static void on_grad_ready(void *ctx, size_t lo, size_t hi)
     dt_ddp *d = ctx;
     dt_ddp_bucket *b = bucket_of(d, lo);
     if (!b || hi <= lo || ++b->ready < b->segments || d->error) return;
-    float *g = d->model->grads + b->lo;
     size_t n = b->hi - b->lo;
-    int rc;
-    if (d->wire == DT_BF16) {
-        if (dt_wire_narrow(&b->wire, g, n)) {
-            d->error = DT_ERR_NOMEM;
-            return;
-        }
-        rc = dt_iallreduce(d->comm, b->wire.buf, b->wire.buf, n, DT_BF16, DT_AVG, &b->req);
-    } else {
-        rc = dt_iallreduce(d->comm, g, g, n, DT_F32, DT_AVG, &b->req);
+    if (dt_wire_open(&b->wire, dt_gbuf_at(dt_gpt_grads(d->model), b->lo), n, d->wire)) {
+        d->error = DT_ERR_NOMEM;
+        return;
     }
+    int rc = dt_iallreduce(d->comm, b->wire.buf, b->wire.buf, n, d->wire, DT_AVG, &b->req);
     if (rc != 0) d->error = rc;
 }
 
@@ -97,8 +91,9 @@ int dt_ddp_finish(dt_ddp *d)
         int w = dt_wait_timed(b->req, &b->start_ns, &b->end_ns);
         b->req = NULL;
         if (rc == 0) rc = w;
-        if (b->wire.buf && w == 0) dt_wire_widen(&b->wire, 0, d->model->grads + b->lo, b->hi - b->lo);
-        dt_wire_free(&b->wire);
+        if (w == 0)
+            dt_wire_result(&b->wire, 0, dt_gbuf_at(dt_gpt_grads(d->model), b->lo), b->hi - b->lo);
+        dt_wire_close(&b->wire);
     }
     d->wait_ms = (double)(dt_now_ns() - d->backward_end_ns) * 1e-6;
     d->bytes_sent = dt_comm_bytes_sent(d->comm) - d->bytes_sent;
@@ -183,9 +178,10 @@ static int ddp_replicas(void *self, uint64_t *hash)
 static void ddp_describe(void *self, FILE *f)
 {
     ddp_layer *L = self;
-    fprintf(f, " x %d ranks (DDP over %s, %d buckets of ~%g MiB, gradients reduced in %s)",
-            dt_comm_size(L->d.comm), dt_comm_transport(L->d.comm), L->d.nbuckets,
-            (double)L->bucket_bytes / 1048576.0, L->wire == DT_BF16 ? "bf16" : "fp32");
+    fprintf(f, " x %d ranks (DDP over %s, %d buckets of ~%g MiB, gradients accumulated in %s, "
+            "reduced in %s)", dt_comm_size(L->d.comm), dt_comm_transport(L->d.comm),
+            L->d.nbuckets, (double)L->bucket_bytes / 1048576.0,
+            L->d.model->accum16 ? "bf16" : "fp32", L->wire == DT_BF16 ? "bf16" : "fp32");
 }
 
 static void ddp_destroy(void *self)

@@ -19,7 +19,7 @@ typedef struct {
     int segments;       /* segments it holds */
     int ready;          /* of those, final in this backward */
     dt_request *req;    /* in flight, or NULL */
-    dt_wire16 wire;     /* the bf16 copy being reduced (wire DT_BF16) */
+    dt_wire wire;       /* what is being reduced: the bucket, or its copy in the wire's type */
     /* When the progress thread started and finished its all-reduce, as read
      * right after backward ended (0: not yet then); start_ns != 0 means
      * the bucket's communication overlapped backward. */

@@ -124,8 +124,8 @@ static void apply(server *v, const float *grads, float scale, double norm, long 
     const dt_ps_server_args *a = v->a;
     if (!isfinite(norm)) return; /* the worker reports it and stops; the shard stays good */
     float coef = dt_clip_coef(norm, a->grad_clip) * scale;
-    dt_optimizer_step(a->opt, a->layout, v->params, grads, v->lo, v->lo + v->n,
-                      a->lr_at(a->lr_ctx, step), coef);
+    dt_optimizer_step(a->opt, a->layout, v->params, dt_gbuf_f32((float *)grads), v->lo,
+                      v->lo + v->n, a->lr_at(a->lr_ctx, step), coef);
     v->updates++;
 }
 

@@ -30,7 +30,7 @@ int dt_step_local_grads(dt_strategy *S, uint64_t first, double *loss)
     const float grad_scale = 1.0f / ((float)r->B * (float)r->T * (float)r->accum);
     const uint64_t mine = first + (uint64_t)S->dp_index * (uint64_t)r->B * (uint64_t)r->accum;
     double sum = 0;
-    if (!S->grads_kept_zero) memset(m->grads, 0, m->n_floats * sizeof(float));
+    if (!S->grads_kept_zero) dt_gpt_zero_grads(m);
     for (int j = 0; j < r->accum; j++) {
         if (r->batch(r->batch_ctx, mine + (uint64_t)j * (uint64_t)r->B, r->B, r->inputs,
                      r->targets, r->err, sizeof r->err))
@@ -48,7 +48,7 @@ int dt_step_local_grads(dt_strategy *S, uint64_t first, double *loss)
 int dt_step_local_norm(dt_strategy *S, double *norm)
 {
     const dt_gpt *m = S->rank->model;
-    *norm = dt_grad_norm(m, m->grads);
+    *norm = dt_grad_norm(m, dt_gpt_grads(m));
     return 0;
 }
 
@@ -56,7 +56,7 @@ int dt_step_local_update(dt_strategy *S, double lr, float coef)
 {
     dt_rank *r = S->rank;
     dt_gpt *m = r->model;
-    dt_optimizer_step(r->opt, m, m->params, m->grads, 0, m->n_floats, lr, coef);
+    dt_optimizer_step(r->opt, m, m->params, dt_gpt_grads(m), 0, m->n_floats, lr, coef);
     dt_gpt_sync_working(m, 0, m->n_floats);
     return 0;
 }

@@ -17,7 +17,6 @@ static int hook_resume(dt_train_config *c, const char *who, char *err, size_t n)
 static int hook_compress(dt_train_config *c, const char *who, char *err, size_t n);
 static int hook_comm_algo(dt_train_config *c, const char *who, char *err, size_t n);
 static int hook_strategy(dt_train_config *c, const char *who, char *err, size_t n);
-static int hook_grad_accum(dt_train_config *c, const char *who, char *err, size_t n);
 
 #define FIELD(f) offsetof(dt_train_config, f), sizeof(((dt_train_config *)0)->f)
 #define IMAX DT_CFG_IMAX
@@ -86,7 +85,7 @@ const dt_cfg_opt dt_cfg_options[] = {
     OPT(G_RUN, "comm-dtype", "communication_data_type", T_CHOICE, comm_dtype, 0, 0,
         "auto|fp32|bf16", NULL, 0, "gradients reduced in this type; auto = --dtype"),
     OPT(G_RUN, "grad-accum-dtype", NULL, T_CHOICE, grad_accum_dtype, 0, 0, "fp32|bf16",
-        hook_grad_accum, 0, "gradients accumulate in this type (only fp32 so far)"),
+        NULL, 0, "gradients accumulate in this type (bf16 needs --dtype bf16)"),
     OPT(G_RUN, "recompute", NULL, T_CHOICE, recompute, 0, 0, "none|selective|full", NULL, 0,
         "activations rebuilt in backward (less memory, same numbers)"),
     {"threads", NULL, T_INT, FIELD(threads), 0, DT_CFG_MAX_THREADS, "N", NULL, 0, G_RUN,
@@ -362,16 +361,6 @@ static int check_comm_algo(void *ctx, const char *coll, const char *algo, char *
     }
     return dt_strf(err, n, "'%s' is not one of the %s algorithms (choices: %s)", algo, coll,
                    list), -1;
-}
-
-/* The option is there so that configurations that name fp32 (DeepSpeed's
- * data_types.grad_accum_dtype) read; bf16 accumulation is refused until
- * gradients can live in bf16. */
-static int hook_grad_accum(dt_train_config *c, const char *who, char *err, size_t n)
-{
-    if (strcmp(c->grad_accum_dtype, "bf16") != 0) return 0;
-    return dt_strf(err, n, "%s: bf16 gradient accumulation is not supported yet: gradients "
-                   "accumulate in fp32 (use fp32, the default)", who), -1;
 }
 
 /* Any kind the registry knows: the built-in ones, and any a program that

@@ -118,6 +118,9 @@ static int check_precision(const dt_train_config *c, char *err, size_t n)
         return dt_strf(err, n, "--dtype bf16 (mixed precision: bf16 weights, fp32 master "
                        "weights) runs with --strategy ddp, with or without --zero-stage; "
                        "--strategy %s trains in fp32", c->strategy), -1;
+    if (!bf16 && !strcmp(c->grad_accum_dtype, "bf16"))
+        return dt_strf(err, n, "--grad-accum-dtype bf16 keeps mixed precision's gradients in "
+                       "bf16; it needs --dtype bf16 (fp32 training accumulates in fp32)"), -1;
     if (DT_CONFIG_GIVEN(c, comm_dtype) && !ddp)
         return dt_strf(err, n, "--comm-dtype sets how --strategy ddp (and ZeRO) reduce "
                        "gradients; --strategy %s moves them in fp32", c->strategy), -1;

@@ -85,7 +85,14 @@ int dt_mem_plan_make(const dt_gpt *layout, const dt_mem_plan_opts *o, dt_mem_pla
     double layer = L > 0 ? (double)largest_layer(layout) : 0.0;
     double head = emb + (double)(layout->n_floats - dt_gpt_segment_start(layout, L + 1));
     double lead = layer * (o->prefetch + 1);
-    if (shard_grads) p->window_grads = (emb + 2 * layer) * p->grad_bytes;
+    /* Backward adds in fp32 whatever the accumulation's precision: ZeRO-2/3
+     * into their window, bf16 accumulation into a widened segment (the
+     * embeddings' from the head on, with the segment in progress). */
+    if (shard_grads) {
+        p->window_grads = (emb + 2 * layer) * sizeof(float);
+    } else if (p->grad_bytes == 2) {
+        p->window_grads = (head > emb + layer ? head : emb + layer) * sizeof(float);
+    }
     if (shard_params) p->window_params = (lead > head ? lead : head) * p->param_bytes;
     if (o->prec == DT_PREC_BF16) p->window_widened = (layer > head ? layer : head) * sizeof(float);
     return 0;
@@ -186,8 +193,9 @@ void dt_mem_plan_print(FILE *f, const dt_mem_plan *p, const char *title,
         print_rank(f, p, r, measured + (size_t)r * DT_MEM_SNAPSHOT);
     const char *sep = "  transient, beyond the formula: ";
     if (p->window_grads > 0) {
-        fprintf(f, "%sgradients kept whole during backward (the embeddings', two layers'), at "
-                "most %.1f MiB", sep, MIB(p->window_grads));
+        fprintf(f, "%sfp32 gradients during backward (the embeddings', %s), at most %.1f MiB",
+                sep, p->o.zero_stage >= 2 ? "two layers'" : "a layer's or ln_f's",
+                MIB(p->window_grads));
         sep = "; ";
     }
     if (p->window_params > 0) {

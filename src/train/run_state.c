@@ -155,6 +155,8 @@ int dt_run_setup_model(dt_run *t, const char *resume_dir)
     /* bf16 is mixed precision: bf16 working parameters, fp32 master weights. */
     if (prec == DT_PREC_BF16 && dt_gpt_set_mixed(&t->model))
         return dt_strf(ERR(t), "%s", t->model.error), -1;
+    if (!strcmp(c->grad_accum_dtype, "bf16") && dt_gpt_set_grads16(&t->model))
+        return dt_strf(ERR(t), "%s", t->model.error), -1;
     dt_share share;
     if (dt_strategy_plan(&t->S, &t->model, &share)) return -1;
     if (share.model && alloc_model(t)) return -1;

@@ -45,8 +45,14 @@ static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
         z->o.prefetch = (int)(z->o.prefetch_floats / layer);
     }
     if (z->o.stage >= 2) {
-        z->shard_g = dt_alloc(z->map.len * sizeof(float), DT_MEM_GRADS);
-        if (!z->shard_g || !(layout->grads = dt_window_reserve(bytes)))
+        /* The shard accumulates over micro-batches, in the precision the
+         * model would have (bf16 with --grad-accum-dtype bf16); the model's
+         * gradients are one micro-batch's, fp32, in a window. */
+        int accum16 = layout->accum16;
+        layout->accum16 = 0;
+        void *g = dt_alloc(z->map.len * (accum16 ? sizeof(uint16_t) : sizeof(float)), DT_MEM_GRADS);
+        z->shard_g = accum16 ? (dt_gbuf){NULL, g} : dt_gbuf_f32(g);
+        if (!g || !(layout->grads = dt_window_reserve(bytes)))
             return out_of_memory(z, "the gradient shard");
         z->window_g = 1;
         z->S->grads_kept_zero = 1;
@@ -223,9 +229,11 @@ static int zero_replicas(void *self, uint64_t *hash)
 static void zero_describe(void *self, FILE *f)
 {
     zero *z = self;
+    int accum16 = z->shard_g.bf16 || z->m->accum16;
     fprintf(f, " x %d ranks (ZeRO-%d over %s, pieces of %.1f M parameters, gradients "
-            "reduce-scattered in %s", z->map.n, z->o.stage, dt_comm_transport(z->comm),
-            (double)z->map.len / 1e6, z->o.wire == DT_BF16 ? "bf16" : "fp32");
+            "accumulated in %s, reduce-scattered in %s", z->map.n, z->o.stage,
+            dt_comm_transport(z->comm), (double)z->map.len / 1e6, accum16 ? "bf16" : "fp32",
+            z->o.wire == DT_BF16 ? "bf16" : "fp32");
     if (z->o.stage >= 3)
         fprintf(f, ", prefetch %d, reshard after forward %s", z->o.prefetch,
                 z->o.reshard_after_forward ? "yes" : "no");
@@ -254,7 +262,7 @@ static void zero_destroy(void *self)
     if (z->events) fclose(z->events);
     dt_free(z->shard_p);
     dt_free(z->shard16);
-    dt_free(z->shard_g);
+    dt_free(dt_gbuf_ptr(z->shard_g));
     free(z->seg);
     dt_shard_map_free(&z->map);
     free(z);

@@ -30,19 +30,13 @@ static int fold(zero *z, int s, int micro)
     g->rs = NULL;
     z->wait_ms += (double)(dt_now_ns() - t0) * 1e-6; /* compute stood still */
     const dt_flat_range *p = &z->map.mine[s];
-    if (g->wire.buf && rc == 0) /* the reduced bf16 piece, back into the fp32 gradients */
-        dt_wire_widen(&g->wire, p->lo - dt_zero_seg_lo(z, s), z->m->grads + p->lo, p->hi - p->lo);
-    dt_wire_free(&g->wire);
+    size_t n = p->hi - p->lo;
+    if (rc == 0) /* the reduced piece, back from a copy in the wire's type */
+        dt_wire_result(&g->wire, p->lo - dt_zero_seg_lo(z, s), dt_gbuf_at(dt_gpt_grads(z->m), p->lo), n);
+    dt_wire_close(&g->wire);
     if (rc) return dt_zero_fail(z, rc, "gradient reduce-scatter");
     if (z->o.stage < 2) return 0;
-    float *dst = z->shard_g + p->at;
-    const float *src = z->m->grads + p->lo;
-    size_t n = p->hi - p->lo;
-    if (micro == 0) {
-        memcpy(dst, src, n * sizeof(float));
-    } else {
-        for (size_t i = 0; i < n; i++) dst[i] += src[i];
-    }
+    dt_gbuf_accumulate(dt_gbuf_at(z->shard_g, p->at), z->m->grads + p->lo, n, micro == 0);
     /* Accounted from the segment's backward (hold_grads) to here. */
     dt_zero_drop_segment(z, z->m->grads, sizeof(float), s, DT_MEM_GRADS, g->grads_held);
     g->grads_held = 0;
@@ -59,22 +53,17 @@ static void on_grad_ready(void *ctx, size_t lo, size_t hi)
      * now, its reduce-scatter having run while this one computed. */
     if (z->o.stage >= 2 && s + 1 < z->nseg && fold(z, s + 1, z->micro)) return;
     zero_seg *g = &z->seg[s];
-    float *grads = z->m->grads;
-    size_t mine = z->map.mine[s].lo;
     dt_zero_note(z, "reduce_scatter", s);
-    int rc;
-    if (z->o.wire == DT_BF16) {
-        if (dt_wire_narrow(&g->wire, grads + lo, hi - lo)) {
-            dt_strf(z->errmsg, sizeof z->errmsg, "out of memory for a bf16 gradient copy");
-            z->error = -1;
-            return;
-        }
-        rc = dt_ireduce_scatter(z->comm, g->wire.buf, g->wire.buf + (mine - lo), z->map.piece[s],
-                                DT_BF16, DT_AVG, &g->rs);
-    } else {
-        rc = dt_ireduce_scatter(z->comm, grads + lo, grads + mine, z->map.piece[s], DT_F32,
-                                DT_AVG, &g->rs);
+    /* Stage 1 with bf16 accumulation reduces the model's bf16 sums; the
+     * other cases the fp32 gradients of this micro-batch. */
+    if (dt_wire_open(&g->wire, dt_gbuf_at(dt_gpt_grads(z->m), lo), hi - lo, z->o.wire)) {
+        dt_strf(z->errmsg, sizeof z->errmsg, "out of memory for a gradient copy in the wire's type");
+        z->error = -1;
+        return;
     }
+    void *mine = dt_wire_at(&g->wire, z->map.mine[s].lo - lo);
+    int rc = dt_ireduce_scatter(z->comm, g->wire.buf, mine, z->map.piece[s], z->o.wire, DT_AVG,
+                                &g->rs);
     if (rc) dt_zero_fail(z, rc, "gradient reduce-scatter");
 }
 
@@ -97,9 +86,10 @@ int dt_zero_grads_finish(zero *z)
     return z->error ? -1 : 0;
 }
 
-const float *dt_zero_grads_of(const zero *z, int s)
+dt_gbuf dt_zero_grads_of(const zero *z, int s)
 {
-    return z->o.stage >= 2 ? z->shard_g + z->map.mine[s].at : z->m->grads + z->map.mine[s].lo;
+    return z->o.stage >= 2 ? dt_gbuf_at(z->shard_g, z->map.mine[s].at)
+                           : dt_gbuf_at(dt_gpt_grads(z->m), z->map.mine[s].lo);
 }
 
 void dt_zero_grads_free(zero *z)
@@ -107,6 +97,6 @@ void dt_zero_grads_free(zero *z)
     for (int s = 0; s < z->nseg; s++) {
         if (z->seg[s].rs) dt_wait(z->seg[s].rs);
         z->seg[s].rs = NULL;
-        dt_wire_free(&z->seg[s].wire);
+        dt_wire_close(&z->seg[s].wire);
     }
 }

@@ -17,7 +17,7 @@
 
 typedef struct {
     dt_request *rs;    /* its gradients' reduce-scatter, in flight */
-    dt_wire16 wire;    /* the bf16 copy that reduce-scatter works on (o.wire DT_BF16) */
+    dt_wire wire;      /* what reduce-scatter works on: the gradients, or their copy in o.wire's type */
     dt_request *ag;    /* its parameters' gather, in flight (stage 3, or 1-2 after the update) */
     int gathered;      /* stage 3: the window holds it (or a gather is on its way) */
     int grads_held;    /* stages 2-3: its gradient window is accounted */
@@ -38,7 +38,7 @@ typedef struct zero {
      * params is then only a window). NULL: the pieces sit in m->params. */
     float *shard_p;
     uint16_t *shard16; /* stage 3 with mixed precision: the bf16 pieces gathered from */
-    float *shard_g;  /* stages 2-3: this rank's pieces of the gradients */
+    dt_gbuf shard_g; /* stages 2-3: this rank's pieces of the gradients (bf16 with bf16 accumulation) */
     int window_p, window_g, window16; /* the model's params / grads / params16 are windows (core/window.h) */
     int mixed;       /* the model trains in mixed precision (bf16 working parameters) */
     int master_whole; /* mixed: the fp32 master weights are gathered whole in m->params */
@@ -73,7 +73,7 @@ static inline size_t dt_zero_seg_len(const zero *z, int s)
 /* zero_grads.c */
 void dt_zero_grads_hook(zero *z); /* before each backward */
 int dt_zero_grads_finish(zero *z); /* waits for every reduce-scatter, folds it in */
-const float *dt_zero_grads_of(const zero *z, int s); /* this rank's piece of segment s */
+dt_gbuf dt_zero_grads_of(const zero *z, int s); /* this rank's piece of segment s */
 void dt_zero_grads_free(zero *z);
 
 /* zero_params.c */
