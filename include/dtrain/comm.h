@@ -160,6 +160,8 @@ uint64_t dt_comm_bytes_sent(const dt_comm *c);
 /* dt_wait that also gives when the progress thread started and finished
  * the operation (CLOCK_MONOTONIC, ns), for overlap studies. */
 int dt_wait_timed(dt_request *req, uint64_t *start_ns, uint64_t *end_ns);
+/* dt_test that, once done, gives the same times. */
+int dt_test_timed(dt_request *req, int *done, uint64_t *start_ns, uint64_t *end_ns);
 
 /*
  * Algorithms. All-reduce, broadcast, all-gather, reduce-scatter and

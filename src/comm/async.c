@@ -185,15 +185,17 @@ int dt_async_submit(dt_comm *c, const dt_coll_args *args, dt_request **out)
     return dt_wait(r);
 }
 
-int dt_test(dt_request *r, int *done)
+int dt_test_timed(dt_request *r, int *done, uint64_t *start_ns, uint64_t *end_ns)
 {
     if (!r || !done) return DT_ERR_INVALID;
     struct dt_async *a = r->comm->async;
     pthread_mutex_lock(&a->mu);
     *done = r->done;
     pthread_mutex_unlock(&a->mu);
-    return *done ? dt_wait(r) : 0;
+    return *done ? dt_wait_timed(r, start_ns, end_ns) : 0;
 }
+
+int dt_test(dt_request *r, int *done) { return dt_test_timed(r, done, NULL, NULL); }
 
 int dt_wait(dt_request *r)
 {

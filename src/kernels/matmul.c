@@ -93,8 +93,9 @@ uint16_t *dt_matmul_bf16_buffer(size_t elems)
                                                                                      : NULL;
 }
 
-/* Rounds a stored fp32 operand into *buf; returns its new row stride
- * (packed), or -1 when the buffer cannot grow. */
+int dt_matmul_bf16_native(void) { return dt_mm_bf16_native(); }
+
+/* fp32 rows x cols (row stride ld) rounded to bf16 into *buf, packed. */
 static int round_operand(uint16_t **buf, size_t *have, const float *src, int rows, int cols,
                          int ld)
 {
@@ -103,32 +104,12 @@ static int round_operand(uint16_t **buf, size_t *have, const float *src, int row
     return cols;
 }
 
-/* The operands oneDNN reads: as given, or rounded to bf16 into the
- * workspace (whose strides then go into the key). */
-static int bf16_operands(const dt_matmul_problem *p, dt_mm_workspace *ws, dt_mm_key *k,
-                         const void **a, const void **b)
-{
-    *a = p->A16 ? (const void *)p->A16 : p->A;
-    *b = p->B16 ? (const void *)p->B16 : p->B;
-    if (p->prec != DT_PREC_BF16) return 0;
-    if (!p->A16) {
-        int rows = p->transA ? p->K : p->M, cols = p->transA ? p->M : p->K;
-        k->lda = round_operand(&ws->a16, &ws->a16_bytes, p->A, rows, cols, p->lda);
-        *a = ws->a16;
-    }
-    if (!p->B16) {
-        int rows = p->transB ? p->N : p->K, cols = p->transB ? p->K : p->N;
-        k->ldb = round_operand(&ws->b16, &ws->b16_bytes, p->B, rows, cols, p->ldb);
-        *b = ws->b16;
-    }
-    return k->lda < 0 || k->ldb < 0 ? -1 : 0;
-}
-
-int dt_matmul_bf16_native(void) { return dt_mm_bf16_native(); }
-
-/* bf16 rows x cols (row stride ld) widened into *buf, packed. */
-static int widen_operand(float **buf, size_t *have, const uint16_t *src, int rows, int cols,
-                         int ld)
+/* Without a bf16 kernel the products run in fp32 on operands held at
+ * bf16's precision: fp32 ones rounded (to nearest even, as above) or bf16
+ * ones widened into *buf in one pass. The products are those of a bf16
+ * kernel that accumulates in fp32. */
+static int emulate_operand(float **buf, size_t *have, const float *src, const uint16_t *src16,
+                           int rows, int cols, int ld)
 {
     if (dt_mm_reserve((void **)buf, have, (size_t)rows * cols * sizeof(float))) return -1;
     int nt = (size_t)rows * cols >= ROUND_PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;
@@ -136,23 +117,47 @@ static int widen_operand(float **buf, size_t *have, const uint16_t *src, int row
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int r = 0; r < rows; r++) {
         float *out = dst + (size_t)r * cols;
-        const uint16_t *in = src + (size_t)r * ld;
+        if (src16) {
+            const uint16_t *in = src16 + (size_t)r * ld;
 #pragma omp simd
-        for (int c = 0; c < cols; c++) out[c] = dt_bf16_to_f32(in[c]);
+            for (int c = 0; c < cols; c++) out[c] = dt_bf16_to_f32(in[c]);
+        } else {
+            const float *in = src + (size_t)r * ld;
+#pragma omp simd
+            for (int c = 0; c < cols; c++)
+                out[c] = dt_bits_as_f32(dt_bf16_rounded_bits(in[c]) & 0xffff0000u);
+        }
     }
     return cols;
 }
 
-/* Without a bf16 kernel: the bf16 operands as fp32, and an fp32 key. */
-static int emulate_bf16(dt_mm_workspace *ws, dt_mm_key *k, const void **a, const void **b)
+/* The operands oneDNN reads: as given (fp32, or bf16 already), rounded to
+ * bf16 into the workspace, or with emulation at bf16's precision in fp32
+ * (the workspace's strides then go into the key, and an fp32 key). */
+static int prepare_operands(const dt_matmul_problem *p, dt_mm_workspace *ws, dt_mm_key *k,
+                            const void **a, const void **b)
 {
-    int arows = k->transA ? k->K : k->M, acols = k->transA ? k->M : k->K;
-    int brows = k->transB ? k->N : k->K, bcols = k->transB ? k->K : k->N;
-    k->lda = widen_operand(&ws->a32, &ws->a32_bytes, *a, arows, acols, k->lda);
-    k->ldb = widen_operand(&ws->b32, &ws->b32_bytes, *b, brows, bcols, k->ldb);
-    k->prec = DT_PREC_F32;
-    *a = ws->a32;
-    *b = ws->b32;
+    *a = p->A16 ? (const void *)p->A16 : p->A;
+    *b = p->B16 ? (const void *)p->B16 : p->B;
+    if (p->prec != DT_PREC_BF16) return 0;
+    int arows = p->transA ? p->K : p->M, acols = p->transA ? p->M : p->K;
+    int brows = p->transB ? p->N : p->K, bcols = p->transB ? p->K : p->N;
+    if (!dt_mm_bf16_native()) {
+        k->lda = emulate_operand(&ws->a32, &ws->a32_bytes, p->A, p->A16, arows, acols, p->lda);
+        k->ldb = emulate_operand(&ws->b32, &ws->b32_bytes, p->B, p->B16, brows, bcols, p->ldb);
+        k->prec = DT_PREC_F32;
+        *a = ws->a32;
+        *b = ws->b32;
+        return k->lda < 0 || k->ldb < 0 ? -1 : 0;
+    }
+    if (!p->A16) {
+        k->lda = round_operand(&ws->a16, &ws->a16_bytes, p->A, arows, acols, p->lda);
+        *a = ws->a16;
+    }
+    if (!p->B16) {
+        k->ldb = round_operand(&ws->b16, &ws->b16_bytes, p->B, brows, bcols, p->ldb);
+        *b = ws->b16;
+    }
     return k->lda < 0 || k->ldb < 0 ? -1 : 0;
 }
 
@@ -213,9 +218,7 @@ int dt_matmul_solve(const dt_matmul_problem *p)
     dt_mm_key k = {p->prec, !!p->transA, !!p->transB, p->M, p->N, p->K, p->lda, p->ldb, p->ldc,
                    p->bias != NULL, dt_kernels_threads(), p->alpha, p->beta};
     const void *a, *b;
-    if (bf16_operands(p, ws, &k, &a, &b)) return fail(p, "out of memory for bf16 operands");
-    if (k.prec == DT_PREC_BF16 && !dt_mm_bf16_native() && emulate_bf16(ws, &k, &a, &b))
-        return fail(p, "out of memory for emulated bf16 operands");
+    if (prepare_operands(p, ws, &k, &a, &b)) return fail(p, "out of memory for bf16 operands");
 
     dt_mm_plan plan;
     dnnl_status_t s = dt_mm_plan_for(&k, &plan);

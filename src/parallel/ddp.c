@@ -54,6 +54,30 @@ static dt_ddp_bucket *bucket_of(dt_ddp *d, size_t lo)
     return NULL;
 }
 
+/* A bucket's all-reduce has ended (rc): its result in from the copy, if
+ * it travelled as one (which is then given back). */
+static int complete(dt_ddp *d, dt_ddp_bucket *b, int rc)
+{
+    b->req = NULL;
+    if (rc == 0)
+        dt_wire_result(&b->wire, 0, dt_gbuf_at(dt_gpt_grads(d->model), b->lo), b->hi - b->lo);
+    dt_wire_close(&b->wire);
+    return rc;
+}
+
+/* Copies whose all-reduce is done, taken in now rather than at the end of
+ * backward: the copies in flight stay a few buckets, not all of them. */
+static void harvest(dt_ddp *d)
+{
+    for (int i = 0; i < d->nbuckets && d->error == 0; i++) {
+        dt_ddp_bucket *b = &d->buckets[i];
+        int done = 0;
+        if (!b->req || !b->wire.copy) continue;
+        int rc = dt_test_timed(b->req, &done, &b->start_ns, &b->end_ns);
+        if (done || rc) d->error = complete(d, b, rc);
+    }
+}
+
 /* The model's hook: a segment is final; a bucket whose segments all are
  * starts its all-reduce on the progress thread. */
 static void on_grad_ready(void *ctx, size_t lo, size_t hi)
@@ -61,6 +85,7 @@ static void on_grad_ready(void *ctx, size_t lo, size_t hi)
     dt_ddp *d = ctx;
     dt_ddp_bucket *b = bucket_of(d, lo);
     if (!b || hi <= lo || ++b->ready < b->segments || d->error) return;
+    harvest(d);
     size_t n = b->hi - b->lo;
     if (dt_wire_open(&b->wire, dt_gbuf_at(dt_gpt_grads(d->model), b->lo), n, d->wire)) {
         d->error = DT_ERR_NOMEM;
@@ -88,12 +113,8 @@ int dt_ddp_finish(dt_ddp *d)
     for (int i = 0; i < d->nbuckets; i++) {
         dt_ddp_bucket *b = &d->buckets[i];
         if (!b->req) continue;
-        int w = dt_wait_timed(b->req, &b->start_ns, &b->end_ns);
-        b->req = NULL;
+        int w = complete(d, b, dt_wait_timed(b->req, &b->start_ns, &b->end_ns));
         if (rc == 0) rc = w;
-        if (w == 0)
-            dt_wire_result(&b->wire, 0, dt_gbuf_at(dt_gpt_grads(d->model), b->lo), b->hi - b->lo);
-        dt_wire_close(&b->wire);
     }
     d->wait_ms = (double)(dt_now_ns() - d->backward_end_ns) * 1e-6;
     d->bytes_sent = dt_comm_bytes_sent(d->comm) - d->bytes_sent;
