@@ -19,5 +19,6 @@ int cli_data(int argc, char **argv);
 int cli_ckpt(int argc, char **argv);
 int cli_train(int argc, char **argv);
 int cli_sample(int argc, char **argv);
+int cli_plan(int argc, char **argv);
 
 #endif

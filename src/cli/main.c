@@ -18,6 +18,7 @@ static const struct cli_command commands[] = {
     {"bench", cli_bench, "benchmarks: `bench comm` times collectives, `bench peak` the CPU's peak FLOP/s"},
     {"ckpt", cli_ckpt, "checkpoints: `ckpt info` prints a layout, `ckpt consolidate` the whole model"},
     {"data", cli_data, "prepare training data: `data prepare` makes llm.c token shards"},
+    {"plan", cli_plan, "draw a pipeline schedule (--pp, --grad-accum, --pp-schedule) without training"},
 };
 
 static const int ncommands = (int)(sizeof commands / sizeof commands[0]);
