@@ -102,9 +102,11 @@ static int read_master(dt_bootstrap *b, char *err, size_t errlen)
                  "rank 0's host (for example mpirun -x MASTER_ADDR=host0)");
         return -1;
     }
+    /* Below Linux's default ephemeral range (32768-60999): a port the
+     * kernel lends to some outgoing connection cannot take the store's. */
     int port = 29500;
     if (b->launcher_job[0] && !dt_env_str("MASTER_PORT"))
-        port = 20000 + (int)(dt_fnv1a64_str(b->launcher_job) % 30000);
+        port = 20000 + (int)(dt_fnv1a64_str(b->launcher_job) % 12000);
     if (env_int("MASTER_PORT", 1, 65535, &port, err, errlen) < 0) return -1;
     b->master_port = port;
     return 0;

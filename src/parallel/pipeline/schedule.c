@@ -1,3 +1,5 @@
+/* Pipeline schedules: the five orders of compute per rank, the messages
+ * around them, and the closed bubble formulas. See schedule.h. */
 #include "parallel/pipeline/schedule.h"
 
 #include <stdlib.h>

@@ -1,3 +1,5 @@
+/* The text chart of a schedule: its unit-time simulation drawn one rank a
+ * row, one unit of time a column. See schedule.h. */
 #include "parallel/pipeline/schedule.h"
 
 #include <math.h>
