@@ -12,7 +12,6 @@ int dt_wire_open(dt_wire *w, dt_gbuf g, size_t n, dt_dtype type)
 {
     memset(w, 0, sizeof *w);
     w->type = type;
-    w->n = n;
     if ((type == DT_BF16) == (g.bf16 != NULL)) {
         w->buf = dt_gbuf_ptr(g);
         return 0;

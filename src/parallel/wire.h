@@ -17,8 +17,7 @@
 typedef struct {
     void *buf;      /* what the collective works on: the range itself, or the copy */
     dt_dtype type;  /* DT_F32 or DT_BF16 */
-    int copy;       /* buf is a converted copy of n values */
-    size_t n;
+    int copy;       /* buf is a converted copy */
 } dt_wire;
 
 /* The n gradients at g, ready to travel as `type`. 0, or -1 when memory

@@ -34,9 +34,7 @@ Bad input: bf16 with --strategy dp or ps, --comm-dtype outside ddp,
 """
 import json
 import os
-import random
 import re
-import subprocess
 import sys
 import tempfile
 
@@ -45,10 +43,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
 from checks import check, finish  # noqa: E402
 from dtrain_ref import st_read  # noqa: E402
-
-
-def run(dtrain, args, timeout=300):
-    return subprocess.run([dtrain] + args, capture_output=True, text=True, timeout=timeout)
+from dtrain_run import expect_refused, run, same_bits, write_words  # noqa: E402
 
 
 def train(dtrain, tmp, name, extra, steps=8, model=("2", "2", "64")):
@@ -65,10 +60,6 @@ def train(dtrain, tmp, name, extra, steps=8, model=("2", "2", "64")):
     entries = [json.loads(l) for l in open(log) if '"loss"' in l]
     weights, _ = st_read(final)
     return entries, weights, r.stdout
-
-
-def same_bits(a, b):
-    return a.keys() == b.keys() and all(a[k].view(-1).equal(b[k].view(-1)) for k in a)
 
 
 def start_ratios(out):
@@ -201,22 +192,13 @@ def bad_input(dtrain, tmp):
         (["--grad-accum-dtype", "bf16"], "needs --dtype bf16"),
         (["--config", cfg], "fp16"),
     ]
-    for args, want in cases:
-        r = run(dtrain, base + args, timeout=60)
-        msg = r.stderr + r.stdout
-        check(r.returncode != 0 and want in msg,
-              "%s: refused naming %r (exit %d: %s)" % (" ".join(args), want, r.returncode,
-                                                       msg.strip().splitlines()[-1:]))
+    expect_refused(dtrain, base, cases)
 
 
 def main():
     dtrain = sys.argv[1]
     with tempfile.TemporaryDirectory() as tmp:
-        words = "the quick brown fox jumps over the lazy dog while seven wizards quietly " \
-                "judge boxing matches".split()
-        rng = random.Random(5)
-        with open(os.path.join(tmp, "data.txt"), "w") as f:
-            f.write(" ".join(rng.choice(words) for _ in range(30000)))
+        write_words(os.path.join(tmp, "data.txt"), 5)
         bad_input(dtrain, tmp)
         loss_and_master(dtrain, tmp)
         equivalence_memory_traffic(dtrain, tmp)

@@ -30,21 +30,15 @@ Bad input: a stage outside 0-3, a stage under --strategy ps or dp, stage-3
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
 from checks import check, finish  # noqa: E402
 from dtrain_ref import st_read  # noqa: E402
+from dtrain_run import expect_refused, run, same_bits, write_words  # noqa: E402
 
 STEPS = 10
-
-
-def run(dtrain, args, env=None, timeout=300):
-    e = dict(os.environ)
-    e.update(env or {})
-    return subprocess.run([dtrain] + args, capture_output=True, text=True, timeout=timeout, env=e)
 
 
 def train(dtrain, tmp, name, extra, model=("2", "2", "32"), env=None):
@@ -82,10 +76,6 @@ def rel_err(a, b):
         if d > worst:
             worst, name = d, k
     return worst, name
-
-
-def same_bits(a, b):
-    return a.keys() == b.keys() and all(a[k].view(-1).equal(b[k].view(-1)) for k in a)
 
 
 def equivalence(dtrain, tmp, quick):
@@ -222,24 +212,14 @@ def bad_input(dtrain, tmp):
          "give one of them"),
         (["--config", cfg], "offload_param"),
     ]
-    for args, want in cases:
-        r = run(dtrain, base + args, timeout=60)
-        msg = r.stderr + r.stdout
-        check(r.returncode != 0 and want in msg,
-              "%s: refused naming %r (exit %d: %s)" % (" ".join(args), want, r.returncode,
-                                                       msg.strip().splitlines()[-1:]))
+    expect_refused(dtrain, base, cases)
 
 
 def main():
     dtrain = sys.argv[1]
     quick = "--quick" in sys.argv[2:]
     with tempfile.TemporaryDirectory() as tmp:
-        words = "the quick brown fox jumps over the lazy dog while seven wizards quietly " \
-                "judge boxing matches".split()
-        import random
-        rng = random.Random(3)
-        with open(os.path.join(tmp, "data.txt"), "w") as f:
-            f.write(" ".join(rng.choice(words) for _ in range(30000)))
+        write_words(os.path.join(tmp, "data.txt"), 3)
         if not quick:
             bad_input(dtrain, tmp)
         equivalence(dtrain, tmp, quick)
