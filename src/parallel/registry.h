@@ -22,6 +22,10 @@ typedef struct {
     int staleness;         /* ps async: steps a worker may lead the slowest */
     const char *compress;  /* ps: what workers push ("none", "topk:R", "int8") */
     const char *optimizer; /* the optimizer's name, for advice about pairings */
+    int pp;                /* ddp: pipeline stages (1: none); data parallelism over world / pp */
+    int pp_virtual;        /* interleaved: model chunks per rank */
+    const char *pp_schedule;  /* naive | gpipe | 1f1b | interleaved | zb1p */
+    const char *pp_partition; /* uniform | params | cost */
 } dt_parallel_opts;
 
 typedef struct {

@@ -12,9 +12,7 @@
 #include "kernels/optimizer.h"
 #include "parallel/strategy.h"
 
-/* Layers see each backward through before_backward (DDP starts its
- * reductions from it; others count micro-batches). */
-static void before_backward(dt_strategy *S, int micro, int last)
+void dt_strategy_before_backward(dt_strategy *S, int micro, int last)
 {
     for (int i = 0; i < S->nlayers; i++)
         if (S->layer[i].ops->before_backward)
@@ -36,7 +34,7 @@ int dt_step_local_grads(dt_strategy *S, uint64_t first, double *loss)
                      r->targets, r->err, sizeof r->err))
             return -1;
         double l = dt_gpt_forward(m, r->inputs, r->targets, r->B, r->T);
-        before_backward(S, j, j == r->accum - 1);
+        dt_strategy_before_backward(S, j, j == r->accum - 1);
         if (l < 0 || dt_gpt_backward(m, r->inputs, r->B, r->T, grad_scale))
             return dt_strf(r->err, sizeof r->err, "%s", m->error), -1;
         sum += l;

@@ -144,6 +144,8 @@ typedef struct dt_strategy {
     int writes_checkpoints; /* this rank writes the job's checkpoints */
     int grads_kept_zero;    /* a layer leaves the gradients zero after each step (no memset) */
     const dt_flat_ranges *shard; /* the ranges this rank's optimizer state covers; NULL: all */
+    const dt_flat_ranges *held;  /* the ranges of the flat layout this rank's model holds
+                                  * (a pipeline stage's layers); NULL: all of it */
     float *shard_params;    /* this rank's pieces of the parameters, where no layer keeps them
                              * whole in the model (ZeRO-3), indexed by shard's `at` */
 } dt_strategy;
@@ -183,6 +185,10 @@ void dt_strategy_destroy(dt_strategy *S);
  * of the global batch), the norm of this rank's gradients, and the local
  * optimizer over the whole model. */
 int dt_step_local_grads(dt_strategy *S, uint64_t first, double *loss);
+/* Tells every layer that micro-batch `micro`'s backward comes next (last:
+ * the step's last backward on this rank), for a layer that runs the
+ * micro-batches itself: DDP starts its reductions from it. */
+void dt_strategy_before_backward(dt_strategy *S, int micro, int last);
 int dt_step_local_norm(dt_strategy *S, double *norm);
 int dt_step_local_update(dt_strategy *S, double lr, float coef);
 

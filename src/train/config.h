@@ -88,6 +88,11 @@ typedef struct dt_train_config {
     int staleness;     /* ps async: steps a worker may run ahead of the slowest */
     char compress[24]; /* ps: what workers push: none | topk:R | int8 */
     char comm_algo[160]; /* forced collective algorithms: "allreduce=ring,allgather=bruck" */
+    int pp;              /* pipeline stages (--pipeline-model-parallel-size); 1 = none */
+    char pp_schedule[16]; /* naive | gpipe | 1f1b | interleaved | zb1p */
+    char pp_partition[12]; /* layers per stage: uniform | params | cost */
+    int pp_virtual;      /* interleaved: model chunks per rank */
+    char trace[DT_CONFIG_PATH]; /* Chrome/Perfetto trace of the run; "" = none */
     int resume_flag;   /* --resume was given (with or without a directory) */
 
     /* Internal: given[i] = option i of the table was set explicitly, so that

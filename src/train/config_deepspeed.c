@@ -38,6 +38,8 @@
  *     refused (no loss scaling yet); with fp16 off its other keys change
  *     nothing and are accepted.
  *   zero_optimization.stage -> zero_stage (dt_cfg_check_zero);
+ *   pipeline.stages -> pp; pipeline.partition "uniform" | "parameters" ->
+ *     pp_partition uniform | params;
  *     stage3_prefetch_bucket_size, stage3_max_live_parameters and
  *     stage3_param_persistence_threshold (elements) -> zero_prefetch_elems,
  *     zero_max_live, zero_persist; reduce_bucket_size (in elements, DeepSpeed's
@@ -339,6 +341,26 @@ static const ds_key zero_keys[] = {
          "leave it out or write true"),
 };
 
+/* DeepSpeed's partition methods: "uniform" balances layer counts,
+ * "parameters" parameter counts; its default "best" is not one dtrain has. */
+static int own_partition(ds_ctx *x, const ds_key *k, const char *key, const cJSON *j)
+{
+    if (cJSON_IsString(j) && !strcasecmp(j->valuestring, "uniform"))
+        return store_text(x, k->off, key, "uniform");
+    if (cJSON_IsString(j) && !strcasecmp(j->valuestring, "parameters"))
+        return store_text(x, k->off, key, "params");
+    return fail(x, key, "want \"uniform\" or \"parameters\" (--pp-partition cost balances by "
+                "measured time; DeepSpeed's \"type:REGEX\" and \"best\" are not supported)");
+}
+
+static const ds_key pipeline_keys[] = {
+    OPTION("stages", pp, NULL),
+    OWN("partition", pp_partition, own_partition, NULL),
+    NOOP("activation_checkpoint_interval", "off",
+         "dtrain recomputes by --recompute (or the activation_checkpointing section) for every "
+         "layer; leave it out or write 0"),
+};
+
 static const ds_key data_types_keys[] = {OPTION("grad_accum_dtype", grad_accum_dtype, NULL)};
 
 static const ds_key checkpointing_keys[] = {
@@ -368,6 +390,7 @@ static const ds_section sections[] = {
     {"fp16", 1, 0, KEYS(fp16_keys), NULL, NULL, fp16_other},
     {"zero_optimization", 1, 0, KEYS(zero_keys), NULL, NULL, zero_other},
     {"data_types", 1, 0, KEYS(data_types_keys), NULL, NULL, NULL},
+    {"pipeline", 1, 0, KEYS(pipeline_keys), NULL, NULL, NULL},
     {"activation_checkpointing", 1, 0, KEYS(checkpointing_keys), checkpointing_begin, NULL,
      NULL},
 };

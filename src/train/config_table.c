@@ -121,6 +121,16 @@ const dt_cfg_opt dt_cfg_options[] = {
         "ps: compress pushes (error feedback)"),
     OPT(G_RUN, "comm-algo", NULL, T_STR, comm_algo, 0, 0, "COLL=ALGO,...", hook_comm_algo, 0,
         "force collective algorithms (default auto: cost model)"),
+    OPT(G_RUN, "pp", NULL, T_INT, pp, 1, 64, "N", NULL, 0,
+        "pipeline stages (consecutive layers); ranks = pp x data-parallel"),
+    OPT(G_RUN, "pp-schedule", NULL, T_CHOICE, pp_schedule, 0, 0,
+        "naive|gpipe|1f1b|interleaved|zb1p", NULL, 0, "pipeline schedule (--grad-accum micro-batches)"),
+    OPT(G_RUN, "pp-partition", NULL, T_CHOICE, pp_partition, 0, 0, "uniform|params|cost", NULL,
+        0, "layers per stage: equal counts, parameters or measured time"),
+    OPT(G_RUN, "pp-virtual", NULL, T_INT, pp_virtual, 1, 64, "V", NULL, 0,
+        "interleaved: model chunks per rank"),
+    OPT(G_LOG, "trace", NULL, T_STR, trace, 0, 0, "FILE", NULL, 0,
+        "write a Chrome/Perfetto timeline of every rank (Trace Event JSON)"),
     OPT(G_CKPT, "eval-every", NULL, T_LONG, eval_every, 0, LMAX, "N", NULL, 0,
         "steps between evaluations; 0 = at the end only"),
     OPT(G_CKPT, "eval-batches", NULL, T_LONG, eval_batches, 0, LMAX, "N", NULL, 0,
@@ -254,6 +264,10 @@ void dt_config_defaults(dt_train_config *c)
     c->zero_prefetch = 1;
     c->zero_reshard = 1;
     c->servers = 1;
+    c->pp = 1;
+    strcpy(c->pp_schedule, "1f1b");
+    strcpy(c->pp_partition, "uniform");
+    c->pp_virtual = 1;
     strcpy(c->ps_mode, "sync");
     c->staleness = 2;
     strcpy(c->compress, "none");

@@ -237,5 +237,9 @@ dt_parallel_opts dt_config_parallel_opts(const dt_train_config *c)
                               .ps_async = strcmp(c->ps_mode, "async") == 0,
                               .staleness = c->staleness,
                               .compress = c->compress,
-                              .optimizer = c->optimizer};
+                              .optimizer = c->optimizer,
+                              .pp = c->pp,
+                              .pp_virtual = c->pp_virtual,
+                              .pp_schedule = c->pp_schedule,
+                              .pp_partition = c->pp_partition};
 }
