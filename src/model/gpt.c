@@ -223,8 +223,7 @@ void dt_gpt_destroy(dt_gpt *m)
     if (m->wparams) dt_window_free(m->wparams, m->n_floats * sizeof(float));
     free(m->widened);
     free(m->gwidened);
-    dt_free(m->acts_mem);
-    free(m->layer_acts);
+    dt_gpt_free_acts(m);
     memset(m, 0, sizeof *m);
 }
 
@@ -292,20 +291,25 @@ static float *weights(const dt_gpt *m) { return m->mixed ? m->wparams : m->param
 /* Around each use of a segment's parameters: the strategy's hooks (gpt.h),
  * and with mixed precision the widened copy of the working parameters,
  * held (and accounted) from just before the use to just after. */
+/* With bf16 accumulation: before a backward's first gradient of a segment
+ * lands, its sum so far widened into the fp32 window. */
+static void grads_open(dt_gpt *m, int segment)
+{
+    if (!m->accum16 || m->gwidened[segment]) return;
+    size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
+    dt_cast_bf16_to_f32(m->grads + lo, m->grads16 + lo, hi - lo);
+    dt_mem_account(DT_MEM_GRADS, (long long)((hi - lo) * sizeof(float)));
+    m->gwidened[segment] = 1;
+}
+
 static int need(dt_gpt *m, int segment, int use)
 {
     if (m->param_need && m->param_need(m->param_ctx, segment, use)) return -1;
     size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
-    size_t bytes = (hi - lo) * sizeof(float);
-    if (m->accum16 && use == DT_USE_BACKWARD && !m->gwidened[segment]) {
-        /* Backward adds this micro-batch's gradients to the sum so far. */
-        dt_cast_bf16_to_f32(m->grads + lo, m->grads16 + lo, hi - lo);
-        dt_mem_account(DT_MEM_GRADS, (long long)bytes);
-        m->gwidened[segment] = 1;
-    }
+    if (use == DT_USE_BACKWARD) grads_open(m, segment);
     if (!m->mixed || use == DT_USE_INIT || m->widened[segment]) return 0;
     dt_cast_bf16_to_f32(m->wparams + lo, m->params16 + lo, hi - lo);
-    dt_mem_account(DT_MEM_PARAMS, (long long)bytes);
+    dt_mem_account(DT_MEM_PARAMS, (long long)((hi - lo) * sizeof(float)));
     m->widened[segment] = 1;
     return 0;
 }
@@ -342,100 +346,6 @@ static void segment_done(dt_gpt *m, int segment)
     if (m->grad_ready)
         m->grad_ready(m->grad_ready_ctx, dt_gpt_segment_start(m, segment),
                       dt_gpt_segment_start(m, segment + 1));
-}
-
-/* ---- activations -------------------------------------------------------- */
-
-static void take(float *base, size_t *used, float **ptr, size_t n)
-{
-    if (base) *ptr = base + *used;
-    *used += (n + TENSOR_ALIGN_FLOATS - 1) / TENSOR_ALIGN_FLOATS * TENSOR_ALIGN_FLOATS;
-}
-
-/* A layer's buffers but res3: the products' outputs when mm, the
- * element-wise parts when ew. */
-static void take_layer(float *base, size_t *used, dt_gpt_layer_acts *a, int mm, int ew,
-                       size_t N, size_t C, size_t NH)
-{
-    float **ew_bufs[] = {&a->ln1, &a->ln2, &a->fc_gelu, &a->ln1_mean, &a->ln1_rstd,
-                         &a->ln2_mean, &a->ln2_rstd};
-    const size_t ew_len[] = {N * C, N * C, N * 4 * C, N, N, N, N};
-    float **mm_bufs[] = {&a->qkv, &a->att, &a->res2, &a->fc, &a->lse};
-    const size_t mm_len[] = {N * 3 * C, N * C, N * C, N * 4 * C, NH * N};
-    for (size_t i = 0; ew && i < sizeof ew_len / sizeof ew_len[0]; i++)
-        take(base, used, ew_bufs[i], ew_len[i]);
-    for (size_t i = 0; mm && i < sizeof mm_len / sizeof mm_len[0]; i++)
-        take(base, used, mm_bufs[i], mm_len[i]);
-}
-
-/* Carves the arena: called once to measure (base NULL), once to assign.
- * What the mode rebuilds is carved once, in a shared layer that every
- * layer's pointers name; the rest, and res3, each layer has of its own. */
-static size_t carve_acts(dt_gpt *m, float *base, int B, int T)
-{
-    const size_t N = (size_t)B * T, C = (size_t)m->cfg.n_embd, V = (size_t)m->cfg.vocab_size;
-    const size_t NH = (size_t)m->cfg.n_head;
-    const int shared_mm = m->recompute == DT_RECOMPUTE_FULL;
-    const int shared_ew = m->recompute != DT_RECOMPUTE_NONE;
-    size_t used = 0;
-    take(base, &used, &m->encoded, N * C);
-    dt_gpt_layer_acts sh = {0};
-    take_layer(base, &used, &sh, shared_mm, shared_ew, N, C, NH);
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        dt_gpt_layer_acts a = sh;
-        take_layer(base, &used, &a, !shared_mm, !shared_ew, N, C, NH);
-        take(base, &used, &a.res3, N * C);
-        if (base) m->layer_acts[l] = a;
-    }
-    take(base, &used, &m->lnf, N * C);
-    take(base, &used, &m->lnf_mean, N);
-    take(base, &used, &m->lnf_rstd, N);
-    take(base, &used, &m->logits, N * V);
-    take(base, &used, &m->losses, N);
-    take(base, &used, &m->d_res, N * C);
-    take(base, &used, &m->d_c, N * C);
-    take(base, &used, &m->d_qkv, N * 3 * C);
-    take(base, &used, &m->d_fc, N * 4 * C);
-    return used;
-}
-
-size_t dt_gpt_acts_floats(const dt_gpt *m, int B, int T)
-{
-    dt_gpt probe = *m; /* carve_acts only counts when given no base */
-    return carve_acts(&probe, NULL, B, T);
-}
-
-int dt_gpt_alloc_acts(dt_gpt *m, int B, int T)
-{
-    if (B <= 0 || T <= 0 || T > m->cfg.block_size) {
-        dt_strf(m->error, sizeof m->error,
-                "model: micro-batch %d x %d does not fit (block_size %d)", B, T,
-                m->cfg.block_size);
-        return -1;
-    }
-    if (m->acts_mem && m->B == B && m->T == T && m->acts_mode == m->recompute) return 0;
-    dt_free(m->acts_mem);
-    free(m->layer_acts);
-    m->acts_mem = NULL;
-    m->B = m->T = 0;
-    m->targets = NULL;
-    m->layer_acts = calloc((size_t)m->cfg.n_layer, sizeof *m->layer_acts);
-    size_t n = carve_acts(m, NULL, B, T);
-    m->acts_mem = dt_alloc(n * sizeof(float), DT_MEM_ACTS);
-    if (!m->layer_acts || !m->acts_mem) {
-        dt_strf(m->error, sizeof m->error, "model: cannot allocate activations (%.1f MiB)",
-                (double)n * 4 / 1048576.0);
-        dt_free(m->acts_mem);
-        m->acts_mem = NULL;
-        return -1;
-    }
-    carve_acts(m, m->acts_mem, B, T);
-    m->acts_floats = n;
-    m->acts_mode = m->recompute;
-    m->rebuilt_layer = -1;
-    m->B = B;
-    m->T = T;
-    return 0;
 }
 
 /* ---- initialisation ------------------------------------------------------ */
@@ -533,6 +443,7 @@ static int layer_forward(dt_gpt *m, int l, const float *x, int b, int t)
 {
     if (layer_run(m, l, x, b, t, RUN_ALL)) return -1;
     m->rebuilt_layer = l; /* the shared buffers, if any, hold layer l's */
+    m->rebuilt_slot = m->slot;
     return 0;
 }
 
@@ -540,11 +451,13 @@ static int layer_forward(dt_gpt *m, int l, const float *x, int b, int t)
  * buffers (the last layer's are still there from forward). */
 static int layer_rebuild(dt_gpt *m, int l, const float *x, int b, int t)
 {
-    if (m->recompute == DT_RECOMPUTE_NONE || m->rebuilt_layer == l) return 0;
+    if (m->recompute == DT_RECOMPUTE_NONE || (m->rebuilt_layer == l && m->rebuilt_slot == m->slot))
+        return 0;
     unsigned run = RUN_ELEMENTWISE;
     if (m->recompute == DT_RECOMPUTE_FULL) run |= RUN_PRODUCTS;
     if (layer_run(m, l, x, b, t, run)) return -1;
     m->rebuilt_layer = l;
+    m->rebuilt_slot = m->slot;
     return 0;
 }
 
@@ -561,43 +474,65 @@ static int check_tokens(dt_gpt *m, const int32_t *tokens, size_t n, const char *
     return 0;
 }
 
-double dt_gpt_forward(dt_gpt *m, const int32_t *tokens, const int32_t *targets, int b, int t)
+/* The final LayerNorm and the tied head: logits = lnf(x) @ wte^T. */
+static int head_forward(dt_gpt *m, const float *x, int N)
 {
-    const int C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer, N = b * t;
-    if (!m->acts_mem || b <= 0 || t <= 0 || b > m->B || t > m->T) {
-        dt_strf(m->error, sizeof m->error, "model: forward of %d x %d exceeds the %d x %d arena",
-                b, t, m->B, m->T);
-        return -1;
-    }
-    if (check_tokens(m, tokens, (size_t)N, "token") ||
-        (targets && check_tokens(m, targets, (size_t)N, "target")))
-        return -1;
-    m->rebuilt_layer = -1;
-    if (need(m, 0, DT_USE_FORWARD)) return -1;
-    dt_embedding_forward(m->encoded, tokens, WTE(m, weights(m)), WPE(m, weights(m)), b, t, C);
-    done(m, 0, DT_USE_FORWARD);
-    const float *x = m->encoded;
-    for (int l = 0; l < L; l++) {
-        if (need(m, 1 + l, DT_USE_FORWARD) || layer_forward(m, l, x, b, t)) return -1;
-        done(m, 1 + l, DT_USE_FORWARD);
-        x = m->layer_acts[l].res3;
-    }
+    const int C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer;
     if (need(m, L + 1, DT_USE_FORWARD) || need(m, 0, DT_USE_FORWARD)) return -1;
     dt_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, LNF_W(m, weights(m)),
                          LNF_B(m, weights(m)), LN_EPS, N, C);
-    /* logits = lnf @ wte^T: the output head is tied to the token embedding. */
     if (dt_matmul(m->prec, 0, 1, N, V, C, 1.0f, m->lnf, C, WTE(m, weights(m)), C, 0.0f,
                   m->logits, V))
         return fail_matmul(m, "lm_head");
     done(m, L + 1, DT_USE_FORWARD);
     done(m, 0, DT_USE_FORWARD);
-    m->targets = targets;
-    m->fwd_tokens = tokens;
-    m->fwd_b = b;
-    m->fwd_t = t;
+    return 0;
+}
+
+static int check_slot(dt_gpt *m, int k, int b, int t)
+{
+    if (m->acts_mem && k >= 0 && k < m->nslots && b > 0 && t > 0 && b <= m->B && t <= m->T)
+        return 0;
+    return dt_strf(m->error, sizeof m->error, "model: forward of %d x %d in slot %d exceeds "
+                   "the arena (%d slots of %d x %d)", b, t, k, m->nslots, m->B, m->T), -1;
+}
+
+double dt_gpt_forward_slot(dt_gpt *m, int k, const int32_t *tokens, const int32_t *targets,
+                           int b, int t)
+{
+    const int C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer, N = b * t;
+    if (check_slot(m, k, b, t)) return -1;
+    dt_gpt_slot *st = &m->slots[k];
+    const int embed = st->part.l0 == 0, head = st->part.l1 == L;
+    if (embed && (!tokens || check_tokens(m, tokens, (size_t)N, "token"))) return -1;
+    if (head && targets && check_tokens(m, targets, (size_t)N, "target")) return -1;
+    dt_gpt_bind_slot(m, k);
+    m->rebuilt_layer = -1;
+    if (embed) {
+        if (need(m, 0, DT_USE_FORWARD)) return -1;
+        dt_embedding_forward(m->encoded, tokens, WTE(m, weights(m)), WPE(m, weights(m)), b, t,
+                             C);
+        done(m, 0, DT_USE_FORWARD);
+    }
+    const float *x = m->encoded;
+    for (int l = st->part.l0; l < st->part.l1; l++) {
+        if (need(m, 1 + l, DT_USE_FORWARD) || layer_forward(m, l, x, b, t)) return -1;
+        done(m, 1 + l, DT_USE_FORWARD);
+        x = m->layer_acts[l].res3;
+    }
+    st->tokens = tokens;
+    st->targets = head ? targets : NULL;
+    st->b = b;
+    st->t = t;
+    if (!head) return 0;
+    if (head_forward(m, x, N)) return -1;
     if (!targets) return 0;
-    double sum = dt_crossentropy(NULL, m->losses, m->logits, targets, N, V, 0.0f);
-    return sum / N;
+    return dt_crossentropy(NULL, m->losses, m->logits, targets, N, V, 0.0f) / N;
+}
+
+double dt_gpt_forward(dt_gpt *m, const int32_t *tokens, const int32_t *targets, int b, int t)
+{
+    return dt_gpt_forward_slot(m, 0, tokens, targets, b, t);
 }
 
 /* ---- backward ----------------------------------------------------------- */
@@ -634,24 +569,12 @@ static int layer_backward(dt_gpt *m, int l, const float *x, int b, int t)
     return 0;
 }
 
-int dt_gpt_backward(dt_gpt *m, const int32_t *tokens, int b, int t, float grad_scale)
+/* From the loss to d(input of ln_f) in m->d_res: the logits' gradient in
+ * place, the tied head's into wte's, the final LayerNorm's. */
+static int head_backward(dt_gpt *m, const dt_gpt_slot *st, const float *lnf_in, float grad_scale)
 {
-    const int C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer, N = b * t;
-    if (!m->grads || !m->targets) {
-        dt_strf(m->error, sizeof m->error,
-                "model: backward needs gradients and a forward with targets");
-        return -1;
-    }
-    if (tokens != m->fwd_tokens || b != m->fwd_b || t != m->fwd_t) {
-        dt_strf(m->error, sizeof m->error,
-                "model: backward of %d x %d does not match the last forward (%d x %d, other "
-                "tokens?)",
-                b, t, m->fwd_b, m->fwd_t);
-        return -1;
-    }
-    /* The logits buffer becomes d(logits), in place. */
-    dt_crossentropy(m->logits, m->losses, m->logits, m->targets, N, V, grad_scale);
-    float *lnf_in = L > 0 ? m->layer_acts[L - 1].res3 : m->encoded;
+    const int C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer, N = st->b * st->t;
+    dt_crossentropy(m->logits, m->losses, m->logits, st->targets, N, V, grad_scale);
     if (need(m, L + 1, DT_USE_BACKWARD) || need(m, 0, DT_USE_BACKWARD)) return -1;
     /* dlnf = dlogits @ wte; dwte += dlogits^T @ lnf. */
     if (dt_matmul(m->prec, 0, 0, N, C, V, 1.0f, m->logits, V, WTE(m, weights(m)), C, 0.0f, m->d_c,
@@ -665,14 +588,49 @@ int dt_gpt_backward(dt_gpt *m, const int32_t *tokens, int b, int t, float grad_s
     done(m, 0, DT_USE_BACKWARD);
     done(m, L + 1, DT_USE_BACKWARD);
     segment_done(m, L + 1);
-    for (int l = L - 1; l >= 0; l--) {
-        const float *x = l > 0 ? m->layer_acts[l - 1].res3 : m->encoded;
+    return 0;
+}
+
+int dt_gpt_backward_slot(dt_gpt *m, int k, const float *d_out, float grad_scale)
+{
+    const int C = m->cfg.n_embd, L = m->cfg.n_layer;
+    dt_gpt_slot *st = k >= 0 && k < m->nslots ? &m->slots[k] : NULL;
+    if (!m->grads || !st || !st->b || (st->part.l1 == L ? !st->targets : !d_out))
+        return dt_strf(m->error, sizeof m->error, "model: backward needs gradients, a forward "
+                       "in slot %d, and its targets or the output's gradient", k), -1;
+    const int embed = st->part.l0 == 0, head = st->part.l1 == L;
+    const int b = st->b, t = st->t, N = b * t;
+    dt_gpt_bind_slot(m, k);
+    if (head) {
+        const float *lnf_in = st->part.l1 > st->part.l0 ? m->layer_acts[L - 1].res3 : m->encoded;
+        if (head_backward(m, st, lnf_in, grad_scale)) return -1;
+        if (!embed) segment_done(m, 0); /* a tied copy: its part is final */
+    } else {
+        memcpy(m->d_res, d_out, (size_t)N * C * sizeof(float));
+    }
+    for (int l = st->part.l1 - 1; l >= st->part.l0; l--) {
+        const float *x = l > st->part.l0 ? m->layer_acts[l - 1].res3 : m->encoded;
         if (need(m, 1 + l, DT_USE_BACKWARD) || layer_backward(m, l, x, b, t)) return -1;
         done(m, 1 + l, DT_USE_BACKWARD);
         segment_done(m, 1 + l);
     }
-    dt_embedding_backward(WTE(m, m->grads), WPE(m, m->grads), m->d_res, tokens, b, t, C);
+    st->b = 0;
+    if (!embed) {
+        memcpy(m->encoded, m->d_res, (size_t)N * C * sizeof(float));
+        return 0;
+    }
+    grads_open(m, 0);
+    dt_embedding_backward(WTE(m, m->grads), WPE(m, m->grads), m->d_res, st->tokens, b, t, C);
     segment_done(m, 0);
-    m->targets = NULL;
     return 0;
+}
+
+int dt_gpt_backward(dt_gpt *m, const int32_t *tokens, int b, int t, float grad_scale)
+{
+    const dt_gpt_slot *st = m->nslots > 0 ? &m->slots[0] : NULL;
+    if (st && st->b && (tokens != st->tokens || b != st->b || t != st->t))
+        return dt_strf(m->error, sizeof m->error,
+                       "model: backward of %d x %d does not match the last forward (%d x %d, "
+                       "other tokens?)", b, t, st->b, st->t), -1;
+    return dt_gpt_backward_slot(m, 0, NULL, grad_scale);
 }

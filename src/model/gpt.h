@@ -79,6 +79,23 @@ typedef struct {
     float *res3;                      /* [N, C]: the layer's output */
 } dt_gpt_layer_acts;
 
+/* A part of the model that one pipeline stage (or chunk) runs: layers
+ * [l0, l1), with the embeddings when l0 == 0 and the final LayerNorm, the
+ * tied output head and the loss when l1 == n_layer. The whole model is
+ * {0, n_layer}. */
+typedef struct {
+    int l0, l1;
+} dt_gpt_part;
+
+/* One micro-batch's activations of a part, from its forward to its
+ * backward. A pipeline stage holds several at once (1F1B: up to p - r). */
+typedef struct {
+    dt_gpt_part part;
+    float *base;                    /* its piece of the arena */
+    const int32_t *tokens, *targets; /* of its forward (the caller keeps them) */
+    int b, t;                       /* its forward's shape; 0: no forward pending */
+} dt_gpt_slot;
+
 typedef struct {
     dt_gpt_config cfg;
     dt_precision prec; /* of the matrix products */
@@ -116,16 +133,25 @@ typedef struct {
     uint16_t *grads16;
     unsigned char *gwidened; /* per segment: grads holds it now */
 
-    /* Activations, sized for B x T once (dt_gpt_alloc_acts). */
+    /* Activations, sized for B x T once (dt_gpt_alloc_acts, or
+     * dt_gpt_alloc_slots for several micro-batches in flight). The
+     * pointers below are those of the bound slot. */
     dt_recompute recompute; /* set before dt_gpt_alloc_acts (default NONE) */
     dt_recompute acts_mode; /* the mode the arena was carved for */
     int rebuilt_layer;      /* the layer whose rebuilt activations the shared
                                buffers hold now, or -1 */
+    int rebuilt_slot;       /* and the slot it belongs to */
     int B, T;
     float *acts_mem;
     size_t acts_floats;
-    float *encoded;               /* [N, C] */
-    dt_gpt_layer_acts *layer_acts; /* [L] */
+    int nslots, slot;       /* the slots, and the one bound now */
+    dt_gpt_slot *slots;
+    dt_gpt_layer_acts shared; /* what the recompute mode rebuilds, one layer's worth */
+    float *encoded;               /* [N, C]: the part's input (the embeddings' output,
+                                     or the activation received from the stage before);
+                                     after a backward without the embeddings, the
+                                     gradient of that input */
+    dt_gpt_layer_acts *layer_acts; /* [L], those of the bound slot's part */
     float *lnf, *lnf_mean, *lnf_rstd; /* [N, C], [N], [N] */
     float *logits;                /* [N, V]; holds its own gradient after backward */
     float *losses;                /* [N] */
@@ -152,9 +178,6 @@ typedef struct {
     void *param_ctx;
     size_t seg_align; /* each segment's length is a multiple of this (floats) */
 
-    const int32_t *targets; /* NULL when it had none, or after backward */
-    const int32_t *fwd_tokens;
-    int fwd_b, fwd_t;
     char error[256];
 } dt_gpt;
 
@@ -201,11 +224,25 @@ void dt_gpt_sync_working(dt_gpt *m, size_t lo, size_t hi);
  * buffer a strategy already set is kept. 0, or -1 with m->error. */
 int dt_gpt_alloc_params(dt_gpt *m);
 int dt_gpt_alloc_grads(dt_gpt *m);
-/* Activations for micro-batches of B sequences of length T <= block_size. */
+/* Activations for micro-batches of B sequences of length T <= block_size:
+ * one slot of the whole model. */
 int dt_gpt_alloc_acts(dt_gpt *m, int B, int T);
+/* n slots, slot k for parts[k] (each 0 <= l0 < l1 <= n_layer), sharing
+ * backward's scratch and the recompute mode's rebuilt layer. 0, or -1. */
+int dt_gpt_alloc_slots(dt_gpt *m, int B, int T, int n, const dt_gpt_part *parts);
 /* Floats dt_gpt_alloc_acts would take for B x T (in m->recompute's mode),
- * allocating nothing. */
+ * allocating nothing; and dt_gpt_alloc_slots. */
 size_t dt_gpt_acts_floats(const dt_gpt *m, int B, int T);
+size_t dt_gpt_slots_floats(const dt_gpt *m, int B, int T, int n, const dt_gpt_part *parts);
+void dt_gpt_free_acts(dt_gpt *m);
+/* Points the activation fields at slot k's buffers. */
+void dt_gpt_bind_slot(dt_gpt *m, int k);
+/* Slot k's input activation [B*T, C] (where a stage receives it), and its
+ * part's output, the last layer's res3 (what a stage sends on); after
+ * dt_gpt_backward_slot of a part without the embeddings the input buffer
+ * holds the input's gradient (what a stage sends back). */
+float *dt_gpt_slot_input(dt_gpt *m, int k);
+const float *dt_gpt_slot_output(dt_gpt *m, int k);
 
 /* Activation bytes of one layer for a micro-batch of B sequences of T
  * tokens, width C, NH heads, in `mode`, all fp32 (4 bytes), N = B T:
@@ -242,6 +279,20 @@ double dt_gpt_forward(dt_gpt *m, const int32_t *tokens, const int32_t *targets, 
  * m->grads; each token's loss counts with weight grad_scale (1/(tokens in
  * the global batch) for a mean). 0 or -1. */
 int dt_gpt_backward(dt_gpt *m, const int32_t *tokens, int b, int t, float grad_scale);
+
+/* The same for slot k's part, as a pipeline stage runs it. Forward: tokens
+ * when the part has the embeddings (else the input is in
+ * dt_gpt_slot_input), targets when it has the head (the mean loss is
+ * returned; 0 otherwise). The slot keeps the pointers until its backward.
+ * Backward: d_out is the gradient of the part's output [b*t, C] (NULL for
+ * a part with the head, whose gradient starts at the loss); a part without
+ * the embeddings leaves its input's gradient in dt_gpt_slot_input. Each
+ * segment of the part reports grad_ready once; a part with the head but
+ * not the embeddings reports segment 0 (its tied copy of wte) after the
+ * head. Negative, or -1, on failure (m->error). */
+double dt_gpt_forward_slot(dt_gpt *m, int k, const int32_t *tokens, const int32_t *targets,
+                           int b, int t);
+int dt_gpt_backward_slot(dt_gpt *m, int k, const float *d_out, float grad_scale);
 
 /* The flat layout in L + 2 segments that backward finishes one at a time:
  * segment 0 the embeddings (wte, wpe), 1 + l layer l, L + 1 the final

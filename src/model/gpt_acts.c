@@ -1,0 +1,188 @@
+/* GPT-2's activation arena: one piece shared by every micro-batch
+ * (backward's scratch, and the layer's worth that the recompute mode
+ * rebuilds), then one slot per micro-batch in flight, each carved for its
+ * part of the model. One process training alone has one slot of the whole
+ * model; a pipeline stage has as many as its schedule keeps in flight.
+ * See gpt.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/str.h"
+#include "model/gpt.h"
+
+/* Every buffer starts on a 64-byte boundary, so kernels see aligned rows. */
+#define ACT_ALIGN_FLOATS 16
+
+static void take(float *base, size_t *used, float **ptr, size_t n)
+{
+    if (base) *ptr = base + *used;
+    *used += (n + ACT_ALIGN_FLOATS - 1) / ACT_ALIGN_FLOATS * ACT_ALIGN_FLOATS;
+}
+
+/* A layer's buffers but res3: the products' outputs when mm, the
+ * element-wise parts when ew. */
+static void take_layer(float *base, size_t *used, dt_gpt_layer_acts *a, int mm, int ew,
+                       size_t N, size_t C, size_t NH)
+{
+    float **ew_bufs[] = {&a->ln1, &a->ln2, &a->fc_gelu, &a->ln1_mean, &a->ln1_rstd,
+                         &a->ln2_mean, &a->ln2_rstd};
+    const size_t ew_len[] = {N * C, N * C, N * 4 * C, N, N, N, N};
+    float **mm_bufs[] = {&a->qkv, &a->att, &a->res2, &a->fc, &a->lse};
+    const size_t mm_len[] = {N * 3 * C, N * C, N * C, N * 4 * C, NH * N};
+    for (size_t i = 0; ew && i < sizeof ew_len / sizeof ew_len[0]; i++)
+        take(base, used, ew_bufs[i], ew_len[i]);
+    for (size_t i = 0; mm && i < sizeof mm_len / sizeof mm_len[0]; i++)
+        take(base, used, mm_bufs[i], mm_len[i]);
+}
+
+static int shared_mm(const dt_gpt *m) { return m->recompute == DT_RECOMPUTE_FULL; }
+static int shared_ew(const dt_gpt *m) { return m->recompute != DT_RECOMPUTE_NONE; }
+
+/* What every slot shares: the rebuilt layer and backward's scratch.
+ * Assigns the pointers into m when base is given, else only counts. */
+static size_t carve_common(dt_gpt *m, float *base, size_t N)
+{
+    const size_t C = (size_t)m->cfg.n_embd, NH = (size_t)m->cfg.n_head;
+    size_t used = 0;
+    dt_gpt_layer_acts sh = {0};
+    float *d_res, *d_c, *d_qkv, *d_fc;
+    take_layer(base, &used, &sh, shared_mm(m), shared_ew(m), N, C, NH);
+    take(base, &used, &d_res, N * C);
+    take(base, &used, &d_c, N * C);
+    take(base, &used, &d_qkv, N * 3 * C);
+    take(base, &used, &d_fc, N * 4 * C);
+    if (base) {
+        m->shared = sh;
+        m->d_res = d_res, m->d_c = d_c, m->d_qkv = d_qkv, m->d_fc = d_fc;
+    }
+    return used;
+}
+
+/* One micro-batch of part p: its input, each of its layers' own buffers
+ * (the shared ones named from m->shared) and res3, and with the head the
+ * final LayerNorm, logits and losses. Binds the pointers when base is
+ * given (after carve_common), else only counts. */
+static size_t carve_slot(dt_gpt *m, float *base, dt_gpt_part p, size_t N)
+{
+    const size_t C = (size_t)m->cfg.n_embd, V = (size_t)m->cfg.vocab_size;
+    const size_t NH = (size_t)m->cfg.n_head;
+    size_t used = 0;
+    float *scratch; /* where pointers go when only counting */
+    take(base, &used, base ? &m->encoded : &scratch, N * C);
+    for (int l = p.l0; l < p.l1; l++) {
+        dt_gpt_layer_acts a = m->shared;
+        take_layer(base, &used, &a, !shared_mm(m), !shared_ew(m), N, C, NH);
+        take(base, &used, &a.res3, N * C);
+        if (base) m->layer_acts[l] = a;
+    }
+    if (p.l1 < m->cfg.n_layer) return used;
+    take(base, &used, base ? &m->lnf : &scratch, N * C);
+    take(base, &used, base ? &m->lnf_mean : &scratch, N);
+    take(base, &used, base ? &m->lnf_rstd : &scratch, N);
+    take(base, &used, base ? &m->logits : &scratch, N * V);
+    take(base, &used, base ? &m->losses : &scratch, N);
+    return used;
+}
+
+size_t dt_gpt_slots_floats(const dt_gpt *m, int B, int T, int n, const dt_gpt_part *parts)
+{
+    dt_gpt probe = *m; /* counting writes nothing, but the functions take a model */
+    const size_t N = (size_t)B * (size_t)T;
+    size_t total = carve_common(&probe, NULL, N);
+    for (int k = 0; k < n; k++) total += carve_slot(&probe, NULL, parts[k], N);
+    return total;
+}
+
+size_t dt_gpt_acts_floats(const dt_gpt *m, int B, int T)
+{
+    dt_gpt_part whole = {0, m->cfg.n_layer};
+    return dt_gpt_slots_floats(m, B, T, 1, &whole);
+}
+
+void dt_gpt_bind_slot(dt_gpt *m, int k)
+{
+    if (k == m->slot) return;
+    carve_slot(m, m->slots[k].base, m->slots[k].part, (size_t)m->B * (size_t)m->T);
+    m->slot = k;
+}
+
+float *dt_gpt_slot_input(dt_gpt *m, int k)
+{
+    dt_gpt_bind_slot(m, k);
+    return m->encoded;
+}
+
+const float *dt_gpt_slot_output(dt_gpt *m, int k)
+{
+    dt_gpt_bind_slot(m, k);
+    return m->layer_acts[m->slots[k].part.l1 - 1].res3;
+}
+
+static void free_arena(dt_gpt *m)
+{
+    dt_free(m->acts_mem);
+    free(m->layer_acts);
+    free(m->slots);
+    m->acts_mem = NULL;
+    m->layer_acts = NULL;
+    m->slots = NULL;
+    m->nslots = 0;
+    m->B = m->T = 0;
+}
+
+static int check_parts(dt_gpt *m, int B, int T, int n, const dt_gpt_part *parts)
+{
+    if (B <= 0 || T <= 0 || T > m->cfg.block_size)
+        return dt_strf(m->error, sizeof m->error,
+                       "model: micro-batch %d x %d does not fit (block_size %d)", B, T,
+                       m->cfg.block_size), -1;
+    for (int k = 0; k < n; k++)
+        if (parts[k].l0 < 0 || parts[k].l0 >= parts[k].l1 || parts[k].l1 > m->cfg.n_layer)
+            return dt_strf(m->error, sizeof m->error,
+                           "model: part %d holds layers [%d, %d) of %d", k, parts[k].l0,
+                           parts[k].l1, m->cfg.n_layer), -1;
+    return n >= 1 ? 0 : (dt_strf(m->error, sizeof m->error, "model: no activation slot"), -1);
+}
+
+int dt_gpt_alloc_slots(dt_gpt *m, int B, int T, int n, const dt_gpt_part *parts)
+{
+    if (check_parts(m, B, T, n, parts)) return -1;
+    free_arena(m);
+    const size_t N = (size_t)B * (size_t)T;
+    size_t total = dt_gpt_slots_floats(m, B, T, n, parts);
+    m->layer_acts = calloc((size_t)m->cfg.n_layer, sizeof *m->layer_acts);
+    m->slots = calloc((size_t)n, sizeof *m->slots);
+    m->acts_mem = dt_alloc(total * sizeof(float), DT_MEM_ACTS);
+    if (!m->layer_acts || !m->slots || !m->acts_mem) {
+        free_arena(m);
+        return dt_strf(m->error, sizeof m->error, "model: cannot allocate activations "
+                       "(%.1f MiB)", (double)total * 4 / 1048576.0), -1;
+    }
+    m->B = B;
+    m->T = T;
+    m->nslots = n;
+    size_t at = carve_common(m, m->acts_mem, N);
+    for (int k = 0; k < n; k++) {
+        m->slots[k].part = parts[k];
+        m->slots[k].base = m->acts_mem + at;
+        at += carve_slot(m, NULL, parts[k], N);
+    }
+    m->acts_floats = total;
+    m->acts_mode = m->recompute;
+    m->rebuilt_layer = -1;
+    m->slot = -1;
+    dt_gpt_bind_slot(m, 0);
+    return 0;
+}
+
+int dt_gpt_alloc_acts(dt_gpt *m, int B, int T)
+{
+    if (m->acts_mem && m->B == B && m->T == T && m->acts_mode == m->recompute &&
+        m->nslots == 1 && m->slots[0].part.l0 == 0 && m->slots[0].part.l1 == m->cfg.n_layer)
+        return 0;
+    dt_gpt_part whole = {0, m->cfg.n_layer};
+    return dt_gpt_alloc_slots(m, B, T, 1, &whole);
+}
+
+void dt_gpt_free_acts(dt_gpt *m) { free_arena(m); }
