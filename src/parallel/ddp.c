@@ -12,11 +12,20 @@
 
 /* Segments are grouped from the last (finished first) down, a bucket
  * closing once it holds bucket_bytes: a bucket is then a contiguous range. */
-int dt_ddp_init(dt_ddp *d, dt_comm *c, dt_gpt *m, size_t bucket_bytes)
+static int held(const dt_flat_ranges *h, size_t lo, size_t hi)
+{
+    for (int i = 0; h && i < h->n; i++)
+        if (lo >= h->r[i].lo && hi <= h->r[i].hi) return 1;
+    return !h;
+}
+
+int dt_ddp_init(dt_ddp *d, dt_comm *c, dt_gpt *m, size_t bucket_bytes,
+                const dt_flat_ranges *held_ranges)
 {
     memset(d, 0, sizeof *d);
     d->comm = c;
     d->model = m;
+    d->held = held_ranges;
     int nseg = dt_gpt_segments(m);
     d->buckets = calloc((size_t)nseg, sizeof *d->buckets);
     if (!d->buckets) return DT_ERR_NOMEM;
@@ -24,6 +33,10 @@ int dt_ddp_init(dt_ddp *d, dt_comm *c, dt_gpt *m, size_t bucket_bytes)
     dt_ddp_bucket *b = NULL;
     for (int s = nseg - 1; s >= 0; s--) {
         size_t lo = dt_gpt_segment_start(m, s), hi = dt_gpt_segment_start(m, s + 1);
+        if (!held(held_ranges, lo, hi)) {
+            b = NULL; /* a gap: the next bucket starts afresh */
+            continue;
+        }
         if (!b || b->hi - b->lo >= want) {
             b = &d->buckets[d->nbuckets++];
             b->hi = hi;
@@ -98,16 +111,18 @@ static void on_grad_ready(void *ctx, size_t lo, size_t hi)
 void dt_ddp_begin_backward(dt_ddp *d, int communicate)
 {
     d->communicate = communicate;
-    d->error = 0;
-    for (int i = 0; i < d->nbuckets; i++) d->buckets[i].ready = 0;
     d->model->grad_ready = communicate ? on_grad_ready : NULL;
-    if (communicate) d->bytes_sent = dt_comm_bytes_sent(d->comm);
+    if (!communicate || d->step_open) return;
+    d->step_open = 1;
+    d->error = 0;
+    d->bytes_sent = dt_comm_bytes_sent(d->comm);
 }
 
 int dt_ddp_finish(dt_ddp *d)
 {
     d->model->grad_ready = NULL;
-    if (!d->communicate) return 0;
+    if (!d->step_open) return 0;
+    d->step_open = 0;
     d->backward_end_ns = dt_now_ns();
     int rc = d->error;
     for (int i = 0; i < d->nbuckets; i++) {
@@ -118,22 +133,51 @@ int dt_ddp_finish(dt_ddp *d)
     }
     d->wait_ms = (double)(dt_now_ns() - d->backward_end_ns) * 1e-6;
     d->bytes_sent = dt_comm_bytes_sent(d->comm) - d->bytes_sent;
-    if (rc == 0 && d->error == 0) {
-        for (int i = 0; i < d->nbuckets; i++)
-            if (d->buckets[i].ready < d->buckets[i].segments) return DT_ERR_INVALID; /* a segment never reported */
+    for (int i = 0; i < d->nbuckets; i++) {
+        if (rc == 0 && d->error == 0 && d->buckets[i].ready < d->buckets[i].segments)
+            rc = DT_ERR_INVALID; /* a segment never reported */
+        d->buckets[i].ready = 0;
     }
     return rc;
 }
 
-int dt_ddp_broadcast_params(dt_ddp *d)
+/* Calls fn on each range of the parameters this rank holds. */
+static int each_held(const dt_ddp *d, int (*fn)(const dt_ddp *d, size_t lo, size_t hi, void *arg),
+                     void *arg)
 {
-    float *p = d->model->params;
-    return dt_broadcast(d->comm, p, p, d->model->n_floats, DT_F32, 0);
+    if (!d->held) return fn(d, 0, d->model->n_floats, arg);
+    for (int i = 0; i < d->held->n; i++) {
+        int rc = fn(d, d->held->r[i].lo, d->held->r[i].hi, arg);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int broadcast_range(const dt_ddp *d, size_t lo, size_t hi, void *arg)
+{
+    (void)arg;
+    float *p = d->model->params + lo;
+    return dt_broadcast(d->comm, p, p, hi - lo, DT_F32, 0);
+}
+
+int dt_ddp_broadcast_params(dt_ddp *d) { return each_held(d, broadcast_range, NULL); }
+
+static int hash_range(const dt_ddp *d, size_t lo, size_t hi, void *arg)
+{
+    uint64_t *h = arg;
+    *h ^= dt_fnv1a64(d->model->params + lo, (hi - lo) * sizeof(float)) + 0x9E3779B97F4A7C15ull +
+          (*h << 6) + (*h >> 2);
+    return 0;
 }
 
 int dt_ddp_replicas_identical(dt_ddp *d, uint64_t *hash_out)
 {
-    uint64_t h = dt_fnv1a64(d->model->params, d->model->n_floats * sizeof(float));
+    uint64_t h = 0;
+    if (d->held) {
+        each_held(d, hash_range, &h);
+    } else {
+        h = dt_fnv1a64(d->model->params, d->model->n_floats * sizeof(float));
+    }
     int64_t lo = (int64_t)h, hi = (int64_t)h;
     int same = dt_fingerprints_agree(d->comm, &lo, &hi, 1);
     if (same >= 0 && hash_out) *hash_out = h;
@@ -145,6 +189,8 @@ int dt_ddp_replicas_identical(dt_ddp *d, uint64_t *hash_out)
 typedef struct {
     dt_ddp d;
     dt_strategy *S;
+    dt_comm *comm; /* the data-parallel group: the job, or a sub-group it owns */
+    int owns_comm;
     size_t bucket_bytes;
     dt_dtype wire;
 } ddp_layer;
@@ -152,14 +198,15 @@ typedef struct {
 static int ddp_failed(ddp_layer *L, const char *what)
 {
     dt_rank *r = L->S->rank;
-    return dt_strf(r->err, sizeof r->err, "%s: %s", what, dt_comm_error(r->world)), -1;
+    return dt_strf(r->err, sizeof r->err, "%s: %s", what, dt_comm_error(L->comm)), -1;
 }
 
 /* Every rank starts from rank 0's weights and checks that it holds them. */
 static int ddp_start(void *self, dt_rank *r)
 {
     ddp_layer *L = self;
-    if (dt_ddp_init(&L->d, r->world, r->model, L->bucket_bytes)) return ddp_failed(L, "DDP setup");
+    if (dt_ddp_init(&L->d, L->comm, r->model, L->bucket_bytes, L->S->held))
+        return ddp_failed(L, "DDP setup");
     L->d.wire = L->wire;
     if (dt_ddp_broadcast_params(&L->d)) return ddp_failed(L, "DDP setup");
     int same = dt_ddp_replicas_identical(&L->d, NULL);
@@ -209,6 +256,7 @@ static void ddp_destroy(void *self)
 {
     ddp_layer *L = self;
     dt_ddp_free(&L->d);
+    if (L->owns_comm) dt_comm_destroy(L->comm);
     free(L);
 }
 
@@ -223,18 +271,29 @@ static const dt_strategy_ops ddp_ops = {
     .destroy = ddp_destroy,
 };
 
+int dt_ddp_strategy_on(dt_strategy *S, dt_comm *group, int owns, size_t bucket_bytes,
+                       dt_dtype wire)
+{
+    dt_rank *r = S->rank;
+    ddp_layer *L = calloc(1, sizeof *L);
+    if (!L) {
+        if (owns) dt_comm_destroy(group);
+        return dt_strf(r->err, sizeof r->err, "DDP: out of memory"), -1;
+    }
+    L->S = S;
+    L->comm = group;
+    L->owns_comm = owns;
+    L->bucket_bytes = bucket_bytes;
+    L->wire = wire;
+    S->lockstep = r->world;
+    S->dp_index = dt_comm_rank(group);
+    S->dp_size = dt_comm_size(group);
+    return dt_strategy_add(S, &ddp_ops, L);
+}
+
 /* Over the whole job: every rank takes its block of each batch, and all of
  * them step together. */
 int dt_ddp_strategy(dt_strategy *S, size_t bucket_bytes, dt_dtype wire)
 {
-    dt_rank *r = S->rank;
-    ddp_layer *L = calloc(1, sizeof *L);
-    if (!L) return dt_strf(r->err, sizeof r->err, "DDP: out of memory"), -1;
-    L->S = S;
-    L->bucket_bytes = bucket_bytes;
-    L->wire = wire;
-    S->lockstep = r->world;
-    S->dp_index = r->rank;
-    S->dp_size = r->size;
-    return dt_strategy_add(S, &ddp_ops, L);
+    return dt_ddp_strategy_on(S, S->rank->world, 0, bucket_bytes, wire);
 }

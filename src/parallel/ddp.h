@@ -12,6 +12,7 @@
 
 #include "dtrain/comm.h"
 #include "model/gpt.h"
+#include "model/ranges.h"
 #include "parallel/wire.h"
 
 typedef struct {
@@ -31,7 +32,9 @@ typedef struct {
     dt_gpt *model;
     int nbuckets;
     dt_ddp_bucket *buckets; /* in launch order: buckets[0] holds the last layers */
+    const dt_flat_ranges *held; /* the parts of the model this rank holds; NULL: all */
     int communicate;        /* this backward reduces (the last micro-batch of a step) */
+    int step_open;          /* a backward of this step reduced: dt_ddp_finish waits */
     dt_dtype wire;          /* gradients travel as DT_F32 (dt_ddp_init's) or DT_BF16 (wire.h) */
     int error;              /* first failure of a launch inside backward */
     /* Measured over the last step. */
@@ -41,18 +44,24 @@ typedef struct {
 } dt_ddp;
 
 /* Buckets of about bucket_bytes each over m's segments, hooked into m's
- * backward. 0, or a negative DT_ERR_* code. */
-int dt_ddp_init(dt_ddp *d, dt_comm *c, dt_gpt *m, size_t bucket_bytes);
+ * backward; only over the segments inside `held` when it is given (a
+ * pipeline stage's), a bucket never spanning a gap between them. 0, or a
+ * negative DT_ERR_* code. */
+int dt_ddp_init(dt_ddp *d, dt_comm *c, dt_gpt *m, size_t bucket_bytes,
+                const dt_flat_ranges *held);
 void dt_ddp_free(dt_ddp *d);
 
 /* Before each backward: whether it reduces (only the last micro-batch of an
- * optimizer step does; the others accumulate locally, as no_sync() does). */
+ * optimizer step does; the others accumulate locally, as no_sync() does).
+ * Several backwards of a step may reduce, each the last of its segments (a
+ * pipeline rank with several model chunks): a bucket goes once all its
+ * segments were final in a reducing backward. */
 void dt_ddp_begin_backward(dt_ddp *d, int communicate);
 /* After backward: waits for every bucket. The gradients are then the mean
  * over ranks, bit-identical everywhere. 0 or a negative DT_ERR_* code. */
 int dt_ddp_finish(dt_ddp *d);
 
-/* Rank 0's parameters to every rank. */
+/* Rank 0's parameters (the held ranges) to every rank. */
 int dt_ddp_broadcast_params(dt_ddp *d);
 /* Whether every rank holds bit-identical parameters: 1 yes, 0 no, < 0 error. */
 int dt_ddp_replicas_identical(dt_ddp *d, uint64_t *hash_out);

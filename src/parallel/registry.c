@@ -6,16 +6,18 @@
 #include <unistd.h>
 
 #include "core/str.h"
+#include "parallel/pipeline/pipeline.h"
 
 static int ddp_size(const dt_parallel_opts *o, int world, int *dp, char *err, size_t n)
 {
-    (void)o, (void)err, (void)n;
+    if (o->pp > 1) return dt_pp_check(o, world, o->accum, dp, err, n);
     *dp = world;
     return 0;
 }
 
 static int ddp_build(dt_strategy *S, const dt_parallel_opts *o)
 {
+    if (o->pp > 1) return dt_pp_strategy(S, o); /* DDP within each stage, if any */
     if (S->rank->size == 1) return 0; /* one process shares nothing */
     if (o->zero.stage == 0) return dt_ddp_strategy(S, o->bucket_bytes, o->grad_wire);
     dt_zero_opts z = o->zero;

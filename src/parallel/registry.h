@@ -23,6 +23,7 @@ typedef struct {
     const char *compress;  /* ps: what workers push ("none", "topk:R", "int8") */
     const char *optimizer; /* the optimizer's name, for advice about pairings */
     int pp;                /* ddp: pipeline stages (1: none); data parallelism over world / pp */
+    int accum;             /* micro-batches per step (a pipeline's M) */
     int pp_virtual;        /* interleaved: model chunks per rank */
     const char *pp_schedule;  /* naive | gpipe | 1f1b | interleaved | zb1p */
     const char *pp_partition; /* uniform | params | cost */
@@ -50,6 +51,10 @@ void dt_strategy_names(char *buf, size_t n);
 
 /* The built-in layers, for kinds that compose them. */
 int dt_ddp_strategy(dt_strategy *S, size_t bucket_bytes, dt_dtype wire);
+/* DDP over a group of the job (owns: destroyed with the layer); the ranks
+ * still step together over the whole job. */
+int dt_ddp_strategy_on(dt_strategy *S, dt_comm *group, int owns, size_t bucket_bytes,
+                       dt_dtype wire);
 int dt_naive_dp_strategy(dt_strategy *S, int devices);
 int dt_ps_strategy(dt_strategy *S, const dt_parallel_opts *o);
 

@@ -18,6 +18,7 @@ static const struct {
     {"update the parameters", offsetof(dt_strategy_ops, update)},
     {"serve instead of training", offsetof(dt_strategy_ops, serve)},
     {"choose the evaluation group", offsetof(dt_strategy_ops, eval_group)},
+    {"evaluate a batch", offsetof(dt_strategy_ops, eval_loss)},
 };
 
 static int has_hook(const dt_strategy_ops *ops, size_t off)
@@ -162,6 +163,17 @@ int dt_strategy_eval_group(dt_strategy *S, int final, dt_comm **group)
     int i = OWNER(S, eval_group);
     *group = S->lockstep;
     return i >= 0 ? S->layer[i].ops->eval_group(S->layer[i].self, final, group) : 1;
+}
+
+int dt_strategy_eval_loss(dt_strategy *S, const int32_t *inputs, const int32_t *targets, int b,
+                          double *loss)
+{
+    int i = OWNER(S, eval_loss);
+    if (i >= 0) return S->layer[i].ops->eval_loss(S->layer[i].self, inputs, targets, b, loss);
+    dt_rank *r = S->rank;
+    *loss = dt_gpt_forward(r->model, inputs, targets, b, r->T);
+    if (*loss >= 0) return 0;
+    return dt_strf(r->err, sizeof r->err, "%s", r->model->error), -1;
 }
 
 int dt_strategy_before_save(dt_strategy *S)

@@ -74,6 +74,10 @@ typedef struct {
     /* Or state for several ranges, laid end to end (ZeRO's pieces): used
      * when opt_ranges.n > 0. */
     dt_flat_ranges opt_ranges;
+    /* Activation slots, one per micro-batch held at once, each for a part
+     * of the model (a pipeline stage's); nslots 0: one of the whole model. */
+    int nslots;
+    const dt_gpt_part *slots;
 } dt_share;
 
 typedef struct dt_strategy_ops {
@@ -111,6 +115,10 @@ typedef struct dt_strategy_ops {
     /* Which ranks evaluate, and together: *group (NULL: alone); returns 0
      * when this rank sits the evaluation out. final: the one at the end. */
     int (*eval_group)(void *self, int final, dt_comm **group);
+    /* Owner: the mean loss of one validation batch (default: the model's
+     * forward; a pipeline passes it through its stages). */
+    int (*eval_loss)(void *self, const int32_t *inputs, const int32_t *targets, int b,
+                     double *loss);
     /* Before a checkpoint, on every rank (the writer gathers what it needs). */
     int (*before_save)(void *self);
     /* Before the whole parameters are read from the model (the final
@@ -170,6 +178,8 @@ void dt_strategy_traffic(dt_strategy *S, double *comm_ms, uint64_t *bytes);
 int dt_strategy_serves(const dt_strategy *S);
 int dt_strategy_serve(dt_strategy *S);
 int dt_strategy_eval_group(dt_strategy *S, int final, dt_comm **group);
+int dt_strategy_eval_loss(dt_strategy *S, const int32_t *inputs, const int32_t *targets, int b,
+                          double *loss);
 int dt_strategy_before_save(dt_strategy *S);
 int dt_strategy_gather_params(dt_strategy *S);
 int dt_strategy_end(dt_strategy *S);

@@ -239,6 +239,7 @@ dt_parallel_opts dt_config_parallel_opts(const dt_train_config *c)
                               .compress = c->compress,
                               .optimizer = c->optimizer,
                               .pp = c->pp,
+                              .accum = c->grad_accum,
                               .pp_virtual = c->pp_virtual,
                               .pp_schedule = c->pp_schedule,
                               .pp_partition = c->pp_partition};

@@ -26,8 +26,8 @@ static int evaluate(dt_run *t, dt_comm *comm, double *loss_out)
         if (dt_dataset_batch(t->val, &t->val_order, first, b, T, t->r.inputs, t->r.targets,
                              ERR(t)))
             return -1;
-        double loss = dt_gpt_forward(&t->model, t->r.inputs, t->r.targets, b, T);
-        if (loss < 0) return dt_strf(ERR(t), "%s", t->model.error), -1;
+        double loss;
+        if (dt_strategy_eval_loss(&t->S, t->r.inputs, t->r.targets, b, &loss)) return -1;
         sum[0] += loss * b;
     }
     if (comm && dt_allreduce(comm, sum, sum, 1, DT_F64, DT_SUM))

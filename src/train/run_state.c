@@ -61,12 +61,14 @@ int dt_run_check_outputs(dt_run *t)
     return 0;
 }
 
-static int alloc_model(dt_run *t)
+static int alloc_model(dt_run *t, const dt_share *share)
 {
     dt_gpt *m = &t->model;
     if (dt_recompute_parse(t->cfg->recompute, &m->recompute))
         return dt_strf(ERR(t), "unknown --recompute '%s'", t->cfg->recompute), -1;
-    if (dt_gpt_alloc_params(m) || dt_gpt_alloc_grads(m) || dt_gpt_alloc_acts(m, t->r.B, t->r.T))
+    if (dt_gpt_alloc_params(m) || dt_gpt_alloc_grads(m) ||
+        (share->nslots > 0 ? dt_gpt_alloc_slots(m, t->r.B, t->r.T, share->nslots, share->slots)
+                           : dt_gpt_alloc_acts(m, t->r.B, t->r.T)))
         return dt_strf(ERR(t), "%s", m->error), -1;
     t->r.inputs = malloc((size_t)t->r.B * t->r.T * sizeof(int32_t));
     t->r.targets = malloc((size_t)t->r.B * t->r.T * sizeof(int32_t));
@@ -159,7 +161,7 @@ int dt_run_setup_model(dt_run *t, const char *resume_dir)
         return dt_strf(ERR(t), "%s", t->model.error), -1;
     dt_share share;
     if (dt_strategy_plan(&t->S, &t->model, &share)) return -1;
-    if (share.model && alloc_model(t)) return -1;
+    if (share.model && alloc_model(t, &share)) return -1;
     if (share.opt_ranges.n > 0 ? init_optimizer(t, 0, share.opt_ranges.len)
                                : share.opt_hi > share.opt_lo &&
                                      init_optimizer(t, share.opt_lo, share.opt_hi))
@@ -175,7 +177,10 @@ int dt_run_setup_model(dt_run *t, const char *resume_dir)
     if (dt_strategy_start(&t->S)) return -1;
     /* The bf16 working copy of whole master weights, as they now stand (a
      * strategy that holds pieces keeps its own). */
-    if (share.model && !t->S.shard) dt_gpt_sync_working(&t->model, 0, t->model.n_floats);
+    const dt_flat_ranges *held = t->S.held;
+    for (int i = 0; share.model && !t->S.shard && i < (held ? held->n : 1); i++)
+        dt_gpt_sync_working(&t->model, held ? held->r[i].lo : 0,
+                            held ? held->r[i].hi : t->model.n_floats);
     return 0;
 }
 

@@ -35,7 +35,7 @@ int main(void)
     dt_gpt_init_weights(&m, 1);
     dt_ddp d;
     /* One segment per bucket (each layer is ~0.8 MB): 8 buckets. */
-    REQUIRE(dt_ddp_init(&d, c, &m, 1) == 0, "ddp init");
+    REQUIRE(dt_ddp_init(&d, c, &m, 1, NULL) == 0, "ddp init");
     int32_t tok[4 * 64], tgt[4 * 64];
     for (int i = 0; i < B * T; i++) {
         tok[i] = (i * 7 + rank) % 256;

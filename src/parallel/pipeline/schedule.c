@@ -73,12 +73,13 @@ static void order_naive(plan *q, int r, int M)
     }
 }
 
-/* Backwards in reverse: the last forward's backward can start at once on
- * the last stage, which is how GPipe is usually drawn. */
+/* Backwards in micro-batch order, as PyTorch's ScheduleGPipe runs them: the
+ * bubble is the same as in the reverse order GPipe is often drawn with, and
+ * each stage's gradients add up in the order one process adds them. */
 static void order_gpipe(plan *q, int r, int M)
 {
     for (int i = 0; i < M; i++) put(q, DT_PP_F, r, i);
-    for (int i = M - 1; i >= 0; i--) put(q, DT_PP_B, r, i);
+    for (int i = 0; i < M; i++) put(q, DT_PP_B, r, i);
 }
 
 /* Megatron's numbering of a rank's k-th forward (or backward) among its

@@ -56,7 +56,9 @@ const char *dt_pp_kind_name(dt_pp_kind k);
 /* The schedule of one step:
  *  naive:       micro-batch i runs forward through every stage and back
  *               before i + 1 starts; one rank works at a time.
- *  gpipe:       every forward (0 .. M-1), then every backward (M-1 .. 0).
+ *  gpipe:       every forward, then every backward, both in micro-batch
+ *               order (PyTorch's ScheduleGPipe; the gradients then add up in
+ *               the order one process adds them).
  *  1f1b:        rank r runs min(M, p-r-1) warm-up forwards, then one
  *               forward and one backward in turn, then the remaining
  *               backwards; at most min(M, p-r) activations held.

@@ -1,0 +1,265 @@
+/* Running a rank's pipeline actions. See executor.h.
+ *
+ * A slot is taken by a micro-batch's first action on a chunk (its RECV_F,
+ * or on stage 0 its F) and given back after its last (the SEND_B that
+ * carries its input's gradient back, or on stage 0 the B). Sends never
+ * block the list: each stays in flight until the slot is taken again, or
+ * the step ends. Receives are waited for where the list has them, which is
+ * what the schedule's static check assumes. */
+#include "parallel/pipeline/executor.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/str.h"
+#include "core/timer.h"
+
+static int chunk_of(const dt_pp_exec *x, int stage) { return stage / x->p; }
+
+static int frees_slot(const dt_pp_action *a)
+{
+    return (a->op == DT_PP_B && a->stage == 0) || a->op == DT_PP_SEND_B || a->op == DT_PP_W;
+}
+
+int dt_pp_exec_slots(const dt_pp_schedule *s, int me, const int *cut, dt_gpt_part *parts,
+                     int cap)
+{
+    int live[64] = {0}, most[64] = {0}, n = 0;
+    if (s->V > 64) return -1;
+    for (int i = 0; i < s->n[me]; i++) {
+        const dt_pp_action *a = &s->acts[me][i];
+        int c = a->stage / s->p;
+        if ((a->op == DT_PP_RECV_F || (a->op == DT_PP_F && a->stage == 0)) && ++live[c] > most[c])
+            most[c] = live[c];
+        if (frees_slot(a)) live[c]--;
+    }
+    for (int c = 0; c < s->V; c++) {
+        int k = c * s->p + me;
+        for (int j = 0; j < most[c]; j++) {
+            if (n == cap) return -1;
+            parts[n++] = (dt_gpt_part){cut[k], cut[k + 1]};
+        }
+    }
+    return n;
+}
+
+int dt_pp_exec_init(dt_pp_exec *x, dt_comm *comm, const dt_pp_schedule *s, const int *cut,
+                    dt_gpt *m, int B, int T)
+{
+    memset(x, 0, sizeof *x);
+    x->comm = comm;
+    x->sched = s;
+    x->cut = cut;
+    x->me = dt_comm_rank(comm);
+    x->p = s->p, x->V = s->V, x->S = s->p * s->V, x->M = s->M;
+    x->model = m;
+    x->B = B, x->T = T, x->C = m->cfg.n_embd;
+    x->nslots = m->nslots;
+    for (int k = 0, c = 0; k < m->nslots; k++) { /* the model's slots, chunk by chunk */
+        while (c < x->V && m->slots[k].part.l0 != cut[c * x->p + x->me]) c++;
+        if (c == x->V) return dt_strf(x->err, sizeof x->err, "pipeline: slot %d holds no "
+                                      "stage of rank %d", k, x->me), -1;
+        if (x->slot_count[c]++ == 0) x->slot_base[c] = k;
+    }
+    size_t N = (size_t)B * T, ns = (size_t)x->nslots;
+    x->slot_of = malloc((size_t)x->V * x->M * sizeof *x->slot_of);
+    x->slot_busy = calloc(ns, 1);
+    x->tokens = malloc(ns * N * sizeof *x->tokens);
+    x->targets = malloc(ns * N * sizeof *x->targets);
+    x->dout = malloc(ns * N * x->C * sizeof *x->dout);
+    x->sreq = calloc(ns, sizeof *x->sreq);
+    if (!x->slot_of || !x->slot_busy || !x->tokens || !x->targets || !x->dout || !x->sreq) {
+        dt_pp_exec_free(x);
+        return dt_strf(x->err, sizeof x->err, "pipeline: out of memory for %d slots",
+                       x->nslots), -1;
+    }
+    return 0;
+}
+
+void dt_pp_exec_free(dt_pp_exec *x)
+{
+    for (int k = 0; x->sreq && k < x->nslots; k++)
+        if (x->sreq[k]) dt_wait(x->sreq[k]);
+    free(x->slot_of);
+    free(x->slot_busy);
+    free(x->tokens);
+    free(x->targets);
+    free(x->dout);
+    free(x->sreq);
+    x->slot_of = NULL, x->slot_busy = NULL, x->tokens = x->targets = NULL;
+    x->dout = NULL, x->sreq = NULL;
+}
+
+static int comm_failed(dt_pp_exec *x, const char *what, const dt_pp_action *a)
+{
+    return dt_strf(x->err, sizeof x->err, "pipeline: %s of micro-batch %d, stage %d, with rank "
+                   "%d of the pipeline: %s", what, a->micro, a->stage, a->peer,
+                   dt_comm_error(x->comm)), -1;
+}
+
+static int wait_send(dt_pp_exec *x, int k)
+{
+    if (!x->sreq[k]) return 0;
+    int rc = dt_wait(x->sreq[k]);
+    x->sreq[k] = NULL;
+    return rc;
+}
+
+/* The slot of (chunk, micro), taken now if it has none. */
+static int slot_for(dt_pp_exec *x, const dt_pp_action *a)
+{
+    int c = chunk_of(x, a->stage), *at = &x->slot_of[c * x->M + a->micro];
+    if (*at >= 0) return *at;
+    for (int k = x->slot_base[c]; k < x->slot_base[c] + x->slot_count[c]; k++) {
+        if (x->slot_busy[k]) continue;
+        if (wait_send(x, k)) return comm_failed(x, "an earlier send", a), -1;
+        x->slot_busy[k] = 1;
+        return *at = k;
+    }
+    return dt_strf(x->err, sizeof x->err, "pipeline: no free slot for micro-batch %d on stage "
+                   "%d (the list holds more in flight than counted)", a->micro, a->stage), -1;
+}
+
+static void give_back(dt_pp_exec *x, const dt_pp_action *a)
+{
+    int *at = &x->slot_of[chunk_of(x, a->stage) * x->M + a->micro];
+    x->slot_busy[*at] = 0;
+    *at = -1;
+}
+
+static int recv_wait(dt_pp_exec *x, const dt_pp_action *a, void *buf)
+{
+    dt_request *req;
+    uint64_t t0 = dt_now_ns();
+    size_t n = (size_t)x->B * x->T * x->C;
+    if (dt_irecv(x->comm, buf, n, DT_F32, a->peer, &req) || dt_wait(req))
+        return comm_failed(x, a->op == DT_PP_RECV_F ? "receiving the activation"
+                                                    : "receiving the gradient", a);
+    x->wait_ms += (double)(dt_now_ns() - t0) * 1e-6;
+    return 0;
+}
+
+static int send(dt_pp_exec *x, const dt_pp_action *a, int k, const void *buf)
+{
+    size_t n = (size_t)x->B * x->T * x->C;
+    if (dt_isend(x->comm, buf, n, DT_F32, a->peer, &x->sreq[k]))
+        return comm_failed(x, a->op == DT_PP_SEND_F ? "sending the activation"
+                                                    : "sending the gradient", a);
+    return 0;
+}
+
+typedef struct {
+    dt_strategy *S;
+    uint64_t mine; /* this rank's first sequence of the step */
+    float scale;
+    double loss;
+} step_ctx;
+
+static int forward(dt_pp_exec *x, step_ctx *s, const dt_pp_action *a, int k)
+{
+    dt_rank *r = s->S->rank;
+    size_t N = (size_t)x->B * x->T;
+    int embed = a->stage == 0, head = a->stage == x->S - 1;
+    int32_t *tok = x->tokens + (size_t)k * N, *tgt = x->targets + (size_t)k * N;
+    if ((embed || head) &&
+        r->batch(r->batch_ctx, s->mine + (uint64_t)a->micro * x->B, x->B, tok, tgt, x->err,
+                 sizeof x->err))
+        return -1;
+    double l = dt_gpt_forward_slot(x->model, k, embed ? tok : NULL, head ? tgt : NULL, x->B,
+                                   x->T);
+    if (l < 0) return dt_strf(x->err, sizeof x->err, "%s", x->model->error), -1;
+    s->loss += l;
+    return 0;
+}
+
+static int backward(dt_pp_exec *x, step_ctx *s, const dt_pp_action *a, int k, int last)
+{
+    dt_strategy_before_backward(s->S, a->micro, last);
+    const float *d_out = a->stage == x->S - 1 ? NULL : x->dout + (size_t)k * x->B * x->T * x->C;
+    if (dt_gpt_backward_slot(x->model, k, d_out, s->scale))
+        return dt_strf(x->err, sizeof x->err, "%s", x->model->error), -1;
+    return 0;
+}
+
+/* Whether action i is the last backward of its chunk in the list. */
+static int last_backward(const dt_pp_exec *x, int i)
+{
+    const dt_pp_action *list = x->sched->acts[x->me];
+    for (int j = i + 1; j < x->sched->n[x->me]; j++)
+        if (list[j].op == DT_PP_B && list[j].stage == list[i].stage) return 0;
+    return 1;
+}
+
+static int run(dt_pp_exec *x, step_ctx *s, int i)
+{
+    const dt_pp_action *a = &x->sched->acts[x->me][i];
+    int k = slot_for(x, a);
+    if (k < 0) return -1;
+    size_t NC = (size_t)x->B * x->T * x->C;
+    int rc = 0;
+    switch (a->op) {
+    case DT_PP_RECV_F: rc = recv_wait(x, a, dt_gpt_slot_input(x->model, k)); break;
+    case DT_PP_F: rc = forward(x, s, a, k); break;
+    case DT_PP_SEND_F: rc = send(x, a, k, dt_gpt_slot_output(x->model, k)); break;
+    case DT_PP_RECV_B: rc = recv_wait(x, a, x->dout + (size_t)k * NC); break;
+    case DT_PP_B: rc = backward(x, s, a, k, last_backward(x, i)); break;
+    case DT_PP_SEND_B: rc = send(x, a, k, dt_gpt_slot_input(x->model, k)); break;
+    default:
+        return dt_strf(x->err, sizeof x->err, "pipeline: action %d is not supported by the "
+                       "executor yet", a->op), -1;
+    }
+    if (rc == 0 && frees_slot(a)) give_back(x, a);
+    return rc;
+}
+
+static int finish_sends(dt_pp_exec *x)
+{
+    int failed = 0;
+    for (int k = 0; k < x->nslots; k++)
+        if (wait_send(x, k) && !failed++)
+            dt_strf(x->err, sizeof x->err, "pipeline: a send of this step: %s",
+                    dt_comm_error(x->comm));
+    return failed ? -1 : 0;
+}
+
+int dt_pp_exec_step(dt_pp_exec *x, dt_strategy *S, uint64_t first, double *loss_sum)
+{
+    step_ctx s = {.S = S,
+                  .mine = first + (uint64_t)S->dp_index * (uint64_t)x->B * (uint64_t)x->M,
+                  .scale = 1.0f / ((float)x->B * (float)x->T * (float)x->M)};
+    for (int i = 0; i < x->V * x->M; i++) x->slot_of[i] = -1;
+    memset(x->slot_busy, 0, (size_t)x->nslots);
+    x->wait_ms = 0;
+    uint64_t sent = dt_comm_bytes_sent(x->comm);
+    for (int i = 0; i < x->sched->n[x->me]; i++)
+        if (run(x, &s, i)) return -1;
+    if (finish_sends(x)) return -1;
+    x->bytes = dt_comm_bytes_sent(x->comm) - sent;
+    *loss_sum = s.loss;
+    return 0;
+}
+
+int dt_pp_exec_forward(dt_pp_exec *x, const int32_t *tokens, const int32_t *targets, int b,
+                       double *loss)
+{
+    size_t n = (size_t)b * x->T * x->C;
+    *loss = 0;
+    for (int c = 0; c < x->V; c++) {
+        int k = c * x->p + x->me, slot = x->slot_base[c];
+        dt_pp_action a = {DT_PP_RECV_F, (int16_t)k, 0, (int16_t)((k - 1 + x->p) % x->p)};
+        if (k > 0 && dt_recv(x->comm, dt_gpt_slot_input(x->model, slot), n, DT_F32, a.peer))
+            return comm_failed(x, "receiving the activation (evaluation)", &a);
+        double l = dt_gpt_forward_slot(x->model, slot, k == 0 ? tokens : NULL,
+                                       k == x->S - 1 ? targets : NULL, b, x->T);
+        if (l < 0) return dt_strf(x->err, sizeof x->err, "%s", x->model->error), -1;
+        a.peer = (int16_t)((k + 1) % x->p);
+        if (k < x->S - 1 &&
+            dt_send(x->comm, dt_gpt_slot_output(x->model, slot), n, DT_F32, a.peer))
+            return comm_failed(x, "sending the activation (evaluation)", &a);
+        if (k == x->S - 1) *loss = l;
+    }
+    if (dt_broadcast(x->comm, loss, loss, 1, DT_F64, (x->S - 1) % x->p))
+        return dt_strf(x->err, sizeof x->err, "pipeline: evaluation loss: %s",
+                       dt_comm_error(x->comm)), -1;
+    return 0;
+}

@@ -1,0 +1,66 @@
+/* Cutting the layers into pipeline stages. See partition.h. */
+#include "parallel/pipeline/partition.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/str.h"
+
+int dt_pp_part_parse(const char *name, dt_pp_part_kind *out)
+{
+    static const char *const names[] = {"uniform", "params", "cost"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, names[i])) return *out = (dt_pp_part_kind)i, 0;
+    return -1;
+}
+
+static int too_few_layers(int L, int S, char *err, size_t errlen)
+{
+    return dt_strf(err, errlen, "%d pipeline stages need at least %d layers (one per stage); "
+                   "the model has %d: lower --pp (or --pp-virtual) or raise --n-layer", S, S, L),
+           -1;
+}
+
+int dt_pp_cut_uniform(int L, int S, int *cut, char *err, size_t errlen)
+{
+    if (S < 1 || S > L) return too_few_layers(L, S, err, errlen);
+    cut[0] = 0;
+    for (int k = 0; k < S; k++) cut[k + 1] = cut[k] + L / S + (k < L % S);
+    return 0;
+}
+
+/* best[k][j]: the lightest heaviest stage when stages 0..k hold layers
+ * 0..j-1; from[k][j] the first layer of stage k there. */
+int dt_pp_cut_balanced(int L, int S, const double *w, double first, double last, int *cut,
+                       char *err, size_t errlen)
+{
+    if (S < 1 || S > L) return too_few_layers(L, S, err, errlen);
+    double *pre = calloc((size_t)L + 1, sizeof *pre);
+    double *best = malloc((size_t)S * (L + 1) * sizeof *best);
+    int *from = malloc((size_t)S * (L + 1) * sizeof *from);
+    if (!pre || !best || !from) {
+        free(pre), free(best), free(from);
+        return dt_strf(err, errlen, "pipeline partition: out of memory"), -1;
+    }
+    for (int l = 0; l < L; l++) pre[l + 1] = pre[l] + w[l];
+#define AT(a, k, j) a[(size_t)(k) * (L + 1) + (j)]
+    for (int k = 0; k < S; k++) {
+        for (int j = k + 1; j <= L - (S - 1 - k); j++) {
+            AT(best, k, j) = -1;
+            for (int i = k == 0 ? 0 : k; i <= (k == 0 ? 0 : j - 1); i++) {
+                double stage = pre[j] - pre[i] + (k == 0 ? first : 0) + (k == S - 1 ? last : 0);
+                double worst = k == 0 ? stage : AT(best, k - 1, i) > stage ? AT(best, k - 1, i)
+                                                                           : stage;
+                if (AT(best, k, j) < 0 || worst < AT(best, k, j)) {
+                    AT(best, k, j) = worst;
+                    AT(from, k, j) = i;
+                }
+            }
+        }
+    }
+    cut[S] = L;
+    for (int k = S - 1; k >= 0; k--) cut[k] = AT(from, k, cut[k + 1]);
+#undef AT
+    free(pre), free(best), free(from);
+    return 0;
+}

@@ -1,0 +1,502 @@
+/* Pipeline parallelism: the strategy layer. See pipeline.h. */
+#include "parallel/pipeline/pipeline.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/hash.h"
+#include "core/str.h"
+#include "core/window.h"
+#include "kernels/optimizer.h"
+#include "model/optimizer.h"
+#include "parallel/fingerprint.h"
+#include "parallel/pipeline/executor.h"
+#include "parallel/pipeline/partition.h"
+
+#define MAX_RANGES 130 /* a range per chunk (V <= 64), the tied copy, ln_f */
+
+typedef struct {
+    dt_strategy *S;
+    dt_comm *pp, *tied, *dp; /* pp and tied owned; dp is DDP's (NULL: no data parallelism) */
+    int p, me, V, nstages, M;
+    dt_pp_kind kind;
+    dt_pp_part_kind part;
+    dt_pp_schedule sched;
+    int *cut;                /* [nstages + 1] */
+    dt_flat_range range[MAX_RANGES];
+    dt_flat_ranges held;
+    dt_gpt_part *parts;      /* the activation slots' parts */
+    dt_pp_exec x;
+    dt_gpt *m;
+    int win_p, win_p16, win_g, win_g16; /* model buffers that are this layer's windows */
+    uint64_t tied_bytes;
+    long long gathered; /* parameter bytes the writer holds beyond its own, after gathering */
+} pipeline;
+
+static int fail(pipeline *P, const char *what, dt_comm *c)
+{
+    dt_rank *r = P->S->rank;
+    return dt_strf(r->err, sizeof r->err, "pipeline: %s: %s", what, dt_comm_error(c)), -1;
+}
+
+/* ---- checking a configuration ------------------------------------------- */
+
+static int build_schedule(const dt_parallel_opts *o, int accum, dt_pp_schedule *s, char *err,
+                          size_t n)
+{
+    dt_pp_kind kind;
+    char why[256];
+    if (dt_pp_kind_parse(o->pp_schedule, &kind))
+        return dt_strf(err, n, "--pp-schedule %s: not a schedule (naive, gpipe, 1f1b, "
+                       "interleaved, zb1p)", o->pp_schedule), -1;
+    if (kind == DT_PP_ZB1P)
+        return dt_strf(err, n, "--pp-schedule zb1p is not supported by the executor yet (its "
+                       "split backward is drawn by `dtrain plan`); use 1f1b"), -1;
+    if (kind != DT_PP_INTERLEAVED && o->pp_virtual > 1)
+        return dt_strf(err, n, "--pp-virtual %d applies to --pp-schedule interleaved (this run "
+                       "has %s)", o->pp_virtual, o->pp_schedule), -1;
+    if (dt_pp_schedule_build(s, kind, o->pp, kind == DT_PP_INTERLEAVED ? o->pp_virtual : 1,
+                             accum, why, sizeof why))
+        return dt_strf(err, n, "--pp-schedule %s: %s", o->pp_schedule, why), -1;
+    if (dt_pp_schedule_check(s, why, sizeof why)) {
+        dt_pp_schedule_free(s);
+        return dt_strf(err, n, "--pp-schedule %s failed its static check (a bug): %s",
+                       o->pp_schedule, why), -1;
+    }
+    return 0;
+}
+
+int dt_pp_check(const dt_parallel_opts *o, int world, int accum, int *dp, char *err,
+                size_t errlen)
+{
+    dt_pp_part_kind part;
+    if (world % o->pp != 0)
+        return dt_strf(err, errlen, "--pp %d does not divide the job's %d ranks (ranks = pp x "
+                       "data-parallel size): start %d ranks, or another --pp", o->pp, world,
+                       (world / o->pp + 1) * o->pp), -1;
+    if (o->zero.stage > 0)
+        return dt_strf(err, errlen, "--zero-stage %d with --pp is not supported yet: use "
+                       "--zero-stage 0 (DDP within each stage)", o->zero.stage), -1;
+    if (dt_pp_part_parse(o->pp_partition, &part))
+        return dt_strf(err, errlen, "--pp-partition %s: use uniform, params or cost",
+                       o->pp_partition), -1;
+    if (part == DT_PP_PART_COST)
+        return dt_strf(err, errlen, "--pp-partition cost is not supported yet: use uniform or "
+                       "params"), -1;
+    dt_pp_schedule s;
+    if (build_schedule(o, accum, &s, err, errlen)) return -1;
+    dt_pp_schedule_free(&s);
+    *dp = world / o->pp;
+    return 0;
+}
+
+/* ---- what this rank holds ------------------------------------------------- */
+
+static void add_range(pipeline *P, size_t lo, size_t hi)
+{
+    dt_flat_range *r = P->range;
+    int n = P->held.n, i = n;
+    while (i > 0 && r[i - 1].lo > lo) i--; /* kept sorted */
+    memmove(&r[i + 1], &r[i], (size_t)(n - i) * sizeof *r);
+    r[i] = (dt_flat_range){lo, hi, 0};
+    P->held.n = n + 1;
+}
+
+/* The ranges of rank q's stages: their layers, the embeddings with stage 0
+ * (and as the tied head with the last), ln_f with the last; adjacent ones
+ * merged, packed end to end (`at`) for the optimizer's state. */
+static void held_ranges(pipeline *P, const dt_gpt *m, int q)
+{
+    const int L = m->cfg.n_layer;
+    P->held = (dt_flat_ranges){0, P->range, 0};
+    for (int c = 0; c < P->V; c++) {
+        int k = c * P->p + q;
+        add_range(P, dt_gpt_segment_start(m, 1 + P->cut[k]),
+                  dt_gpt_segment_start(m, 1 + P->cut[k + 1]));
+    }
+    if (q == 0 || q == (P->nstages - 1) % P->p) add_range(P, 0, dt_gpt_segment_start(m, 1));
+    if (q == (P->nstages - 1) % P->p) add_range(P, dt_gpt_segment_start(m, L + 1), m->n_floats);
+    int w = 0;
+    for (int i = 0; i < P->held.n; i++) {
+        if (w > 0 && P->range[w - 1].hi == P->range[i].lo) {
+            P->range[w - 1].hi = P->range[i].hi;
+            continue;
+        }
+        P->range[w++] = P->range[i];
+    }
+    P->held.n = w;
+    for (int i = 0; i < w; i++) {
+        P->range[i].at = P->held.len;
+        P->held.len += P->range[i].hi - P->range[i].lo;
+    }
+}
+
+static int held_segment(const pipeline *P, const dt_gpt *m, int s)
+{
+    size_t lo = dt_gpt_segment_start(m, s);
+    for (int i = 0; i < P->held.n; i++)
+        if (lo >= P->range[i].lo && lo < P->range[i].hi) return 1;
+    return 0;
+}
+
+static size_t held_floats(const pipeline *P)
+{
+    return P->held.len;
+}
+
+/* ---- plan and start ------------------------------------------------------- */
+
+static int partition(pipeline *P, const dt_gpt *m, char *err, size_t n)
+{
+    const int L = m->cfg.n_layer;
+    const double C = m->cfg.n_embd;
+    if (!(P->cut = malloc((size_t)(P->nstages + 1) * sizeof *P->cut)))
+        return dt_strf(err, n, "pipeline: out of memory"), -1;
+    if (P->kind == DT_PP_INTERLEAVED && L % P->nstages != 0)
+        return dt_strf(err, n, "--pp-schedule interleaved cuts the %d layers into pp x "
+                       "pp-virtual = %d equal stages: choose them so that %d divides the layer "
+                       "count", L, P->nstages, P->nstages), -1;
+    if (P->part == DT_PP_PART_UNIFORM || P->kind == DT_PP_INTERLEAVED)
+        return dt_pp_cut_uniform(L, P->nstages, P->cut, err, n);
+    /* params: what each stage holds; the tied embedding counts on both ends. */
+    double *w = malloc((size_t)L * sizeof *w);
+    if (!w) return dt_strf(err, n, "pipeline: out of memory"), -1;
+    for (int l = 0; l < L; l++) w[l] = 12 * C * C + 13 * C;
+    double embed = (double)dt_gpt_segment_start(m, 1);
+    int rc = dt_pp_cut_balanced(L, P->nstages, w, embed, embed + 2 * C, P->cut, err, n);
+    free(w);
+    return rc;
+}
+
+static int make_window(void **buf, size_t bytes, size_t held, dt_mem_kind kind)
+{
+    if (*buf) return 0;
+    if (!(*buf = dt_window_reserve(bytes))) return -1;
+    dt_mem_account(kind, (long long)held);
+    return 1;
+}
+
+/* The model's buffers as windows whose held ranges alone become memory. */
+static int windows(pipeline *P, dt_gpt *m, char *err, size_t n)
+{
+    size_t nf = m->n_floats, h = held_floats(P);
+    int a = make_window((void **)&m->params, nf * 4, h * 4, m->mixed ? DT_MEM_OPTIM : DT_MEM_PARAMS);
+    int b = m->mixed ? make_window((void **)&m->params16, nf * 2, h * 2, DT_MEM_PARAMS) : 0;
+    int c = m->accum16 ? make_window((void **)&m->grads16, nf * 2, h * 2, DT_MEM_GRADS)
+                       : make_window((void **)&m->grads, nf * 4, h * 4, DT_MEM_GRADS);
+    if (a < 0 || b < 0 || c < 0)
+        return dt_strf(err, n, "pipeline: no address space for the model's windows"), -1;
+    P->win_p = a, P->win_p16 = b;
+    P->win_g = m->accum16 ? 0 : c, P->win_g16 = m->accum16 ? c : 0;
+    return 0;
+}
+
+/* Pages of segments this rank does not hold, given back (they were
+ * written by the initialisation, or a weights file). */
+static void drop_segment(pipeline *P, int s)
+{
+    dt_gpt *m = P->m;
+    size_t lo = dt_gpt_segment_start(m, s), hi = dt_gpt_segment_start(m, s + 1);
+    dt_window_drop(m->params, lo * 4, hi * 4);
+    if (m->mixed) dt_window_drop(m->params16, lo * 2, hi * 2);
+}
+
+static void on_param_done(void *ctx, int segment, int use)
+{
+    pipeline *P = ctx;
+    if (use == DT_USE_INIT && !held_segment(P, P->m, segment)) drop_segment(P, segment);
+}
+
+static int pp_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
+{
+    pipeline *P = self;
+    P->m = layout;
+    if (partition(P, layout, r->err, sizeof r->err)) return -1;
+    held_ranges(P, layout, P->me);
+    P->S->held = &P->held;
+    if (windows(P, layout, r->err, sizeof r->err)) return -1;
+    layout->param_done = on_param_done;
+    layout->param_ctx = P;
+    int cap = P->V * P->M + 1;
+    if (!(P->parts = malloc((size_t)cap * sizeof *P->parts)))
+        return dt_strf(r->err, sizeof r->err, "pipeline: out of memory"), -1;
+    share->nslots = dt_pp_exec_slots(&P->sched, P->me, P->cut, P->parts, cap);
+    share->slots = P->parts;
+    share->model = 1;
+    share->opt_ranges = P->held;
+    return share->nslots > 0 ? 0 : (dt_strf(r->err, sizeof r->err, "pipeline: no slots"), -1);
+}
+
+static int pp_start(void *self, dt_rank *r)
+{
+    pipeline *P = self;
+    for (int s = 0; s < dt_gpt_segments(P->m); s++)
+        if (!held_segment(P, P->m, s)) drop_segment(P, s);
+    if (dt_pp_exec_init(&P->x, P->pp, &P->sched, P->cut, P->m, r->B, r->T))
+        return dt_strf(r->err, sizeof r->err, "%s", P->x.err), -1;
+    return 0;
+}
+
+/* ---- each step ------------------------------------------------------------ */
+
+static int pp_grads(void *self, uint64_t first, double *loss)
+{
+    pipeline *P = self;
+    dt_rank *r = P->S->rank;
+    dt_gbuf g = dt_gpt_grads(P->m);
+    for (int i = 0; i < P->held.n; i++)
+        dt_gbuf_zero(dt_gbuf_at(g, P->range[i].lo), P->range[i].hi - P->range[i].lo);
+    double sum = 0;
+    if (dt_pp_exec_step(&P->x, P->S, first, &sum))
+        return dt_strf(r->err, sizeof r->err, "%s", P->x.err), -1;
+    if (dt_broadcast(P->pp, &sum, &sum, 1, DT_F64, (P->nstages - 1) % P->p))
+        return fail(P, "the step's loss", P->pp);
+    *loss = sum / P->M;
+    return 0;
+}
+
+/* The tied embedding: the first stage's gradient (the embeddings') plus
+ * the last's (the head's), on both. */
+static int pp_end_grads(void *self)
+{
+    pipeline *P = self;
+    if (!P->tied) return 0;
+    dt_gbuf g = dt_gpt_grads(P->m);
+    size_t n = dt_gpt_segment_start(P->m, 1);
+    uint64_t sent = dt_comm_bytes_sent(P->tied);
+    if (dt_allreduce(P->tied, dt_gbuf_ptr(g), dt_gbuf_ptr(g), n, g.f32 ? DT_F32 : DT_BF16,
+                     DT_SUM))
+        return fail(P, "summing the tied embedding's gradient", P->tied);
+    P->tied_bytes = dt_comm_bytes_sent(P->tied) - sent;
+    return 0;
+}
+
+/* The norm's block sums (optimizer.h) of every segment, each from the one
+ * rank that owns it (the tied copy counts on the first stage), added in
+ * layout order: the sum dt_grad_norm forms over a whole buffer. */
+static int pp_grad_norm(void *self, double *norm)
+{
+    pipeline *P = self;
+    const dt_gpt *m = P->m;
+    int nseg = dt_gpt_segments(m);
+    size_t nblocks = 0, *first = malloc((size_t)(nseg + 1) * sizeof *first);
+    if (!first) return dt_strf(P->S->rank->err, sizeof P->S->rank->err, "out of memory"), -1;
+    for (int s = 0; s < nseg; s++) {
+        first[s] = nblocks;
+        size_t len = dt_gpt_segment_start(m, s + 1) - dt_gpt_segment_start(m, s);
+        nblocks += (len + DT_NORM_BLOCK - 1) / DT_NORM_BLOCK;
+    }
+    double *blocks = calloc(nblocks, sizeof *blocks);
+    if (!blocks) return free(first), dt_strf(P->S->rank->err, sizeof P->S->rank->err,
+                                             "out of memory"), -1;
+    dt_gbuf g = dt_gpt_grads(m);
+    for (int s = 0; s < nseg; s++) {
+        if (!held_segment(P, m, s) || (s == 0 && P->me != 0)) continue;
+        size_t lo = dt_gpt_segment_start(m, s), hi = dt_gpt_segment_start(m, s + 1);
+        dt_norm_blocks(dt_gbuf_at(g, lo), hi - lo, blocks + first[s]);
+    }
+    /* One rank's block and zeros elsewhere: the sum is exact in any order. */
+    int rc = dt_allreduce(P->pp, blocks, blocks, nblocks, DT_F64, DT_SUM);
+    double sum = 0;
+    for (size_t i = 0; i < nblocks; i++) sum += blocks[i];
+    free(blocks);
+    free(first);
+    *norm = sqrt(sum);
+    return rc ? fail(P, "gradient norm", P->pp) : 0;
+}
+
+static int pp_update(void *self, double lr, float coef)
+{
+    pipeline *P = self;
+    dt_optimizer *o = P->S->rank->opt;
+    dt_gbuf g = dt_gpt_grads(P->m);
+    dt_optimizer_begin_step(o);
+    for (int i = 0; i < P->held.n; i++) {
+        const dt_flat_range *q = &P->range[i];
+        dt_optimizer_update(o, P->m, P->m->params + q->lo, dt_gbuf_at(g, q->lo), q->at, q->lo,
+                            q->hi, lr, coef);
+        dt_gpt_sync_working(P->m, q->lo, q->hi);
+    }
+    return 0;
+}
+
+static void pp_traffic(void *self, double *comm_ms, uint64_t *bytes)
+{
+    pipeline *P = self;
+    *comm_ms = P->x.wait_ms;
+    *bytes = P->x.bytes + P->tied_bytes;
+}
+
+/* ---- around the loop ------------------------------------------------------ */
+
+/* Each data-parallel group evaluates its share of the batches; the stages
+ * of a pipeline evaluate the same ones together. */
+static int pp_eval_group(void *self, int final, dt_comm **group)
+{
+    (void)final;
+    *group = ((pipeline *)self)->dp;
+    return 1;
+}
+
+static int pp_eval_loss(void *self, const int32_t *inputs, const int32_t *targets, int b,
+                        double *loss)
+{
+    pipeline *P = self;
+    if (dt_pp_exec_forward(&P->x, inputs, targets, b, loss) == 0) return 0;
+    return dt_strf(P->S->rank->err, sizeof P->S->rank->err, "%s", P->x.err), -1;
+}
+
+/* The whole parameters onto the first stage of the first data-parallel
+ * group (the writer), range by range from each stage. */
+static int pp_gather_params(void *self)
+{
+    pipeline *P = self;
+    if (P->S->dp_index != 0) return 0;
+    dt_flat_ranges mine = P->held;
+    dt_flat_range keep[MAX_RANGES];
+    memcpy(keep, P->range, sizeof keep);
+    for (int q = 1; q < P->p; q++) {
+        if (P->me != 0 && P->me != q) continue;
+        held_ranges(P, P->m, q);
+        for (int i = 0; i < P->held.n; i++) {
+            const dt_flat_range *r = &P->range[i];
+            if (r->lo == 0) continue; /* the tied copy: stage 0 has it */
+            float *at = P->m->params + r->lo;
+            int rc = P->me == 0 ? dt_recv(P->pp, at, r->hi - r->lo, DT_F32, q)
+                                : dt_send(P->pp, at, r->hi - r->lo, DT_F32, 0);
+            if (rc) {
+                memcpy(P->range, keep, sizeof keep);
+                P->held = mine;
+                return fail(P, "gathering the parameters", P->pp);
+            }
+        }
+    }
+    memcpy(P->range, keep, sizeof keep);
+    P->held = mine;
+    if (P->me == 0 && !P->gathered) {
+        P->gathered = (long long)((P->m->n_floats - P->held.len) * 4);
+        dt_mem_account(P->m->mixed ? DT_MEM_OPTIM : DT_MEM_PARAMS, P->gathered);
+    }
+    return 0;
+}
+
+/* The two copies of the tied embedding must stay the same bits. */
+static int pp_replicas(void *self, uint64_t *hash)
+{
+    pipeline *P = self;
+    (void)hash;
+    if (!P->tied) return 1;
+    uint64_t h = dt_fnv1a64(P->m->params, dt_gpt_segment_start(P->m, 1) * sizeof(float));
+    int64_t lo = (int64_t)h, hi = (int64_t)h;
+    int same = dt_fingerprints_agree(P->tied, &lo, &hi, 1);
+    return same < 0 ? fail(P, "comparing the tied embedding", P->tied) : same;
+}
+
+static void pp_describe(void *self, FILE *f)
+{
+    pipeline *P = self;
+    fprintf(f, " x pipeline of %d stages (%s, %d micro-batches, layers", P->nstages,
+            dt_pp_kind_name(P->kind), P->M);
+    for (int k = 0; k < P->nstages; k++)
+        fprintf(f, "%s%d-%d", k ? " | " : " ", P->cut[k], P->cut[k + 1] - 1);
+    fprintf(f, ")");
+}
+
+static void pp_rank_label(void *self, int rank, char *buf, size_t n)
+{
+    pipeline *P = self;
+    int dp = P->S->dp_size, q = rank / dp;
+    if (P->V == 1) {
+        dt_strf(buf, n, "stage %d", q);
+        return;
+    }
+    dt_strf(buf, n, "stages %d", q);
+    for (int c = 1; c < P->V; c++)
+        dt_strf(buf + strlen(buf), n - strlen(buf), ",%d", c * P->p + q);
+}
+
+static void pp_destroy(void *self)
+{
+    pipeline *P = self;
+    dt_pp_exec_free(&P->x);
+    dt_pp_schedule_free(&P->sched);
+    dt_gpt *m = P->m;
+    size_t nf = m ? m->n_floats : 0, h = P->held.len;
+    if (P->win_p) {
+        dt_mem_account(m->mixed ? DT_MEM_OPTIM : DT_MEM_PARAMS, -(long long)(h * 4) - P->gathered);
+        dt_window_free(m->params, nf * 4), m->params = NULL;
+    }
+    if (P->win_p16) dt_mem_account(DT_MEM_PARAMS, -(long long)(h * 2)),
+                    dt_window_free(m->params16, nf * 2), m->params16 = NULL;
+    if (P->win_g) dt_mem_account(DT_MEM_GRADS, -(long long)(h * 4)),
+                  dt_window_free(m->grads, nf * 4), m->grads = NULL;
+    if (P->win_g16) dt_mem_account(DT_MEM_GRADS, -(long long)(h * 2)),
+                    dt_window_free(m->grads16, nf * 2), m->grads16 = NULL;
+    if (m && m->param_ctx == P) m->param_done = NULL;
+    if (P->tied) dt_comm_destroy(P->tied);
+    if (P->pp) dt_comm_destroy(P->pp);
+    free(P->cut);
+    free(P->parts);
+    free(P);
+}
+
+static const dt_strategy_ops pp_ops = {
+    .name = "pipeline",
+    .plan = pp_plan,
+    .start = pp_start,
+    .grads = pp_grads,
+    .end_grads = pp_end_grads,
+    .grad_norm = pp_grad_norm,
+    .update = pp_update,
+    .traffic = pp_traffic,
+    .eval_group = pp_eval_group,
+    .eval_loss = pp_eval_loss,
+    .gather_params = pp_gather_params,
+    .replicas_identical = pp_replicas,
+    .describe = pp_describe,
+    .rank_label = pp_rank_label,
+    .destroy = pp_destroy,
+};
+
+/* ---- building ------------------------------------------------------------- */
+
+/* The groups: a pipeline per data-parallel index, a data-parallel group per
+ * stage, and the tied embedding's pair (first and last stage). Collective. */
+static int split_groups(pipeline *P, dt_comm *world, int dp, dt_comm **dp_comm, char *err,
+                        size_t n)
+{
+    int rank = dt_comm_rank(world), stage = rank / dp, dpi = rank % dp;
+    int end = stage == 0 || stage == P->p - 1;
+    *dp_comm = NULL;
+    if (dt_comm_split(world, dpi, stage, &P->pp) ||
+        dt_comm_split(world, end ? dpi : DT_UNDEFINED, stage, &P->tied) ||
+        (dp > 1 && dt_comm_split(world, stage, dpi, dp_comm)))
+        return dt_strf(err, n, "pipeline: forming the groups: %s", dt_comm_error(world)), -1;
+    P->me = stage;
+    return 0;
+}
+
+int dt_pp_strategy(dt_strategy *S, const dt_parallel_opts *o)
+{
+    dt_rank *r = S->rank;
+    int dp;
+    if (dt_pp_check(o, r->size, r->accum, &dp, r->err, sizeof r->err)) return -1;
+    pipeline *P = calloc(1, sizeof *P);
+    if (!P) return dt_strf(r->err, sizeof r->err, "pipeline: out of memory"), -1;
+    P->S = S;
+    P->p = o->pp;
+    P->M = r->accum;
+    dt_pp_part_parse(o->pp_partition, &P->part);
+    if (build_schedule(o, r->accum, &P->sched, r->err, sizeof r->err)) return free(P), -1;
+    P->kind = P->sched.kind;
+    P->V = P->sched.V;
+    P->nstages = P->p * P->V;
+    if (split_groups(P, r->world, dp, &P->dp, r->err, sizeof r->err)) return pp_destroy(P), -1;
+    if (P->dp && dt_ddp_strategy_on(S, P->dp, 1, o->bucket_bytes, o->grad_wire))
+        return pp_destroy(P), -1;
+    S->lockstep = r->world;
+    S->writes_checkpoints = r->rank == 0;
+    return dt_strategy_add(S, &pp_ops, P);
+}
