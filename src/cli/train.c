@@ -153,6 +153,11 @@ static int dry_run(long nproc, int argc, char **argv)
                 "--zero-stage 0-3); --strategy %s shares the state otherwise", c.strategy);
         rc = -1;
     }
+    if (rc == 0 && c.pp > 1) {
+        dt_strf(err, sizeof err, "--dry-run does not plan a pipeline's memory yet (a run "
+                "prints each stage's); `dtrain plan --pp %d` draws its schedule", c.pp);
+        rc = -1;
+    }
     if (rc != 0) {
         fprintf(stderr, "dtrain train: %s\n", err);
         return CLI_EXIT_USAGE;

@@ -127,6 +127,29 @@ static int check_precision(const dt_train_config *c, char *err, size_t n)
     return 0;
 }
 
+/* The pipeline's settings mean nothing without stages, and what a
+ * pipeline run cannot do yet is refused rather than done wrong. */
+static int check_pipeline(const dt_train_config *c, char *err, size_t n)
+{
+    static const size_t pp_only[] = {offsetof(dt_train_config, pp_schedule),
+                                     offsetof(dt_train_config, pp_partition),
+                                     offsetof(dt_train_config, pp_virtual)};
+    for (size_t i = 0; c->pp == 1 && i < sizeof pp_only / sizeof pp_only[0]; i++)
+        if (dt_config_given_at(c, pp_only[i]))
+            return dt_strf(err, n, "--%s applies to a pipeline: add --pp 2 or more (stages)",
+                           dt_cfg_options[dt_cfg_opt_at(pp_only[i])].flag), -1;
+    if (c->pp == 1) return 0;
+    if (strcmp(c->strategy, "ddp") != 0)
+        return dt_strf(err, n, "--pp %d splits the model over the ranks of --strategy ddp "
+                       "(with data parallelism within each stage); --strategy %s cannot hold "
+                       "stages", c->pp, c->strategy), -1;
+    if (c->out_dir[0] || c->resume_flag)
+        return dt_strf(err, n, "checkpoints of a pipeline run (--out, --resume) are not "
+                       "supported yet: drop them (--save-final writes the trained weights)"),
+               -1;
+    return 0;
+}
+
 static int check_run(const dt_train_config *c, int dp, char *err, size_t n)
 {
     if (c->resume_flag && !c->resume[0] && !c->out_dir[0])
@@ -173,7 +196,8 @@ static int check_run(const dt_train_config *c, int dp, char *err, size_t n)
         return dt_strf(err, n, "threads = %ld on each of %ld devices is %ld threads in one "
                        "process, above %d: lower --threads (0 shares the online cores)",
                        per_device, devices, per_device * devices, DT_CFG_MAX_THREADS), -1;
-    return dt_cfg_check_zero(c, err, n) || check_precision(c, err, n) ? -1 : 0;
+    return dt_cfg_check_zero(c, err, n) || check_precision(c, err, n) ||
+                   check_pipeline(c, err, n) ? -1 : 0;
 }
 
 int dt_config_validate(dt_train_config *c, int data_parallel_size, char *err, size_t errlen)

@@ -153,7 +153,10 @@ int dt_run_check_replicas(dt_run *t)
     int same = dt_strategy_replicas_identical(&t->S, &hash);
     if (same < 0) return -1;
     if (same == 0) return dt_strf(ERR(t), "the ranks' weights differ at the end (a bug)"), -1;
-    if (same == 1)
+    if (same == 1 && t->S.held)
+        fprintf(t->out, "replicas: every copy of a part of the model (a stage's data-parallel "
+                "replicas, the tied embedding's two ends) holds bit-identical weights\n");
+    else if (same == 1)
         fprintf(t->out, "replicas: %d ranks hold bit-identical weights (hash %016llx)\n",
                 t->r.size, (unsigned long long)hash);
     return 0;

@@ -59,7 +59,7 @@ static int build_schedule(const dt_parallel_opts *o, int accum, dt_pp_schedule *
                        "has %s)", o->pp_virtual, o->pp_schedule), -1;
     if (dt_pp_schedule_build(s, kind, o->pp, kind == DT_PP_INTERLEAVED ? o->pp_virtual : 1,
                              accum, why, sizeof why))
-        return dt_strf(err, n, "--pp-schedule %s: %s", o->pp_schedule, why), -1;
+        return dt_strf(err, n, "%s", why), -1;
     if (dt_pp_schedule_check(s, why, sizeof why)) {
         dt_pp_schedule_free(s);
         return dt_strf(err, n, "--pp-schedule %s failed its static check (a bug): %s",
