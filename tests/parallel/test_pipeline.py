@@ -1,0 +1,117 @@
+"""Pipeline parallelism against one process on the same global batch.
+
+  test_pipeline.py DTRAIN [--quick]
+
+(--quick: pp 2 only, for the sanitizer builds.)
+
+Equivalence (5 steps, AdamW with weight decay, clipping at 1, --shuffle 0,
+4 layers): naive, gpipe and 1f1b at pp 2, 3 and 4, interleaved at pp 2 with
+2 chunks per rank, and 1f1b at pp 2 x dp 2, each with M = 1, 3 and 8
+micro-batches (interleaved: 8; it refuses M not a multiple of pp). Every
+logged loss within 1e-6 relative, the weights within 1e-5 (the worst
+tensor's ||a - b|| / ||b||). Not bit-identical: the tied embedding's
+gradient is the embeddings' share (first stage) plus the head's (last
+stage) summed once per step, where one process adds them micro-batch by
+micro-batch; every other gradient adds in the same order (GPipe's
+backwards run in micro-batch order for that reason). The run's replica
+check (the tied embedding's two copies, a stage's data-parallel copies)
+must pass.
+Evaluation runs through the stages: the final validation loss equals one
+process's (over the same sequences: with dp 2 the micro-batch is halved and
+the batches doubled).
+Bad input: --pp not dividing the ranks, more stages than layers,
+interleaved with M not a multiple of pp, pipeline options without --pp,
+ZeRO or checkpoints with --pp.
+"""
+import json
+import os
+import re
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
+from checks import check, finish  # noqa: E402
+from dtrain_ref import st_read  # noqa: E402
+from dtrain_run import expect_refused, rel_err, run, write_words  # noqa: E402
+
+STEPS, LR = 5, 3e-3
+
+
+def train(dtrain, tmp, name, extra):
+    log, final = os.path.join(tmp, name + ".json"), os.path.join(tmp, name + ".safetensors")
+    args = ["train", "--data", os.path.join(tmp, "data.txt"), "--n-layer", "4", "--n-head", "2",
+            "--n-embd", "32", "--block-size", "32", "--steps", str(STEPS),
+            "--lr-schedule", "constant", "--weight-decay", "0.1", "--grad-clip", "1",
+            "--shuffle", "0", "--threads", "1", "--log-json", log, "--save-final", final,
+            "--lr", str(LR), "--print-every", "100", "--eval-batches", "2"] + extra
+    r = run(dtrain, args)
+    if r.returncode != 0:
+        print(r.stdout[-3000:], r.stderr[-3000:])
+        check(False, "dtrain train %s ran" % " ".join(extra))
+        return None
+    losses = [json.loads(l)["loss"] for l in open(log) if '"loss"' in l]
+    val = re.findall(r"val loss ([0-9.]+)", r.stdout)
+    return losses, st_read(final)[0], r.stdout, val[-1] if val else None
+
+
+def equivalence(dtrain, tmp, quick):
+    layouts = [(2, 2, k, []) for k in ("naive", "gpipe", "1f1b")]
+    layouts += [(2, 2, "interleaved", ["--pp-virtual", "2"])]
+    if not quick:
+        layouts += [(n, n, k, []) for n in (3, 4) for k in ("naive", "gpipe", "1f1b")]
+        layouts += [(4, 2, "1f1b", [])]  # pp 2 x dp 2
+    for M in (1, 3, 8):
+        ref = train(dtrain, tmp, "one%d" % M, ["--batch-size", "2", "--grad-accum", str(M)])
+        if ref is None:
+            continue
+        for n, pp, kind, extra in layouts:
+            if kind == "interleaved" and M % pp:
+                continue
+            dp = n // pp
+            name = "pp%d_%s_n%d_M%d" % (pp, kind, n, M)
+            got = train(dtrain, tmp, name,
+                        ["--nproc", str(n), "--pp", str(pp), "--pp-schedule", kind,
+                         "--batch-size", str(2 // dp), "--grad-accum", str(M),
+                         "--eval-batches", str(2 * dp)] + extra)
+            if got is None:
+                continue
+            worst = max(abs(a - b) / abs(b) for a, b in zip(got[0], ref[0]))
+            check(len(got[0]) == STEPS and worst <= 1e-6,
+                  "%s: %d losses within 1e-6 of one process's (worst %.2e)"
+                  % (name, len(got[0]), worst))
+            err, where = rel_err(got[1], ref[1], LR, STEPS)
+            check(err <= 1e-5, "%s: weights within 1e-5 (worst %.2e, %s)" % (name, err, where))
+            check("replicas: every copy of a part of the model" in got[2],
+                  "%s: the tied embedding's copies (and dp replicas) agree" % name)
+            check(got[3] is not None and got[3] == ref[3],
+                  "%s: validation loss through the stages %s, one process %s"
+                  % (name, got[3], ref[3]))
+
+
+def bad_input(dtrain, tmp):
+    base = ["train", "--data", os.path.join(tmp, "data.txt"), "--n-layer", "4", "--n-head", "2",
+            "--n-embd", "32", "--block-size", "32", "--steps", "1", "--threads", "1"]
+    expect_refused(dtrain, base, [
+        (["--nproc", "3", "--pp", "2"], "does not divide the job's 3 ranks"),
+        (["--nproc", "2", "--pp", "2", "--n-layer", "1"], "need at least 2 layers"),
+        (["--nproc", "2", "--pp", "2", "--pp-schedule", "interleaved", "--pp-virtual", "2",
+          "--grad-accum", "3"], "not a multiple of p = 2"),
+        (["--nproc", "2", "--pp", "2", "--pp-virtual", "2"], "applies to --pp-schedule interleaved"),
+        (["--pp-schedule", "gpipe"], "add --pp 2 or more"),
+        (["--nproc", "2", "--pp", "2", "--zero-stage", "1"], "with --pp is not supported yet"),
+        (["--nproc", "2", "--pp", "2", "--out", os.path.join(tmp, "ck")], "not supported yet"),
+        (["--nproc", "2", "--pp", "2", "--strategy", "ps"], "cannot hold stages"),
+    ])
+
+
+def main():
+    dtrain, quick = sys.argv[1], "--quick" in sys.argv[2:]
+    with tempfile.TemporaryDirectory() as tmp:
+        write_words(os.path.join(tmp, "data.txt"), 7)
+        equivalence(dtrain, tmp, quick)
+        bad_input(dtrain, tmp)
+    finish()
+
+
+if __name__ == "__main__":
+    main()
