@@ -54,8 +54,11 @@ static void print_summary(const char *path, const dt_trace_summary *s)
 {
     printf("trace %s: %d rank%s, steps %d..%d counted", path, s->nranks, s->nranks == 1 ? "" : "s",
            s->from_step, s->last_step);
-    if (s->from_step > s->first_step)
-        printf(" (from step %d left out; --from-step %d keeps it)", s->first_step, s->first_step);
+    if (s->from_step == s->first_step + 1)
+        printf(" (step %d left out: kernel warm-up; --from-step %d keeps it)", s->first_step,
+               s->first_step);
+    else if (s->from_step > s->first_step)
+        printf(" (steps %d..%d left out)", s->first_step, s->from_step - 1);
     printf("\n%-6s %11s %7s %7s %7s %6s\n", "rank", "window_ms", "busy", "comm", "idle", "steps");
     for (int i = 0; i < s->nranks; i++) {
         const dt_trace_rank_stats *r = &s->rank[i];
@@ -69,9 +72,11 @@ static void print_summary(const char *path, const dt_trace_summary *s)
     char note[64];
     snprintf(note, sizeof note, "  (mean over %d rank%s)", s->job.steps,
              s->job.steps == 1 ? "" : "s");
+    /* The job's steps column: the most any rank ran in the window. */
     dt_trace_rank_stats j = s->job;
     j.steps = 0;
-    for (int i = 0; i < s->nranks; i++) j.steps = s->rank[i].steps > j.steps ? s->rank[i].steps : j.steps;
+    for (int i = 0; i < s->nranks; i++)
+        if (s->rank[i].steps > j.steps) j.steps = s->rank[i].steps;
     print_row("job", &j, note);
 }
 
