@@ -20,5 +20,6 @@ int cli_ckpt(int argc, char **argv);
 int cli_train(int argc, char **argv);
 int cli_sample(int argc, char **argv);
 int cli_plan(int argc, char **argv);
+int cli_trace(int argc, char **argv);
 
 #endif

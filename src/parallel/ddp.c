@@ -6,6 +6,7 @@
 
 #include "core/hash.h"
 #include "core/str.h"
+#include "core/trace.h"
 #include "core/timer.h"
 #include "parallel/fingerprint.h"
 #include "parallel/registry.h"
@@ -72,6 +73,11 @@ static dt_ddp_bucket *bucket_of(dt_ddp *d, size_t lo)
 static int complete(dt_ddp *d, dt_ddp_bucket *b, int rc)
 {
     b->req = NULL;
+    if (rc == 0 && b->start_ns && dt_trace_on()) {
+        dt_trace_args ta = dt_trace_noargs();
+        ta.bytes = (long long)((b->hi - b->lo) * dt_dtype_size(d->wire));
+        dt_trace_add(DT_TRACE_COMM, "allreduce", b->start_ns, b->end_ns, &ta);
+    }
     if (rc == 0)
         dt_wire_result(&b->wire, 0, dt_gbuf_at(dt_gpt_grads(d->model), b->lo), b->hi - b->lo);
     dt_wire_close(&b->wire);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/str.h"
+#include "core/trace.h"
 #include "kernels/optimizer.h"
 #include "parallel/strategy.h"
 
@@ -33,10 +34,19 @@ int dt_step_local_grads(dt_strategy *S, uint64_t first, double *loss)
         if (r->batch(r->batch_ctx, mine + (uint64_t)j * (uint64_t)r->B, r->B, r->inputs,
                      r->targets, r->err, sizeof r->err))
             return -1;
+        dt_trace_args ta = dt_trace_noargs();
+        ta.micro = j;
+        ta.layer_lo = 0;
+        ta.layer_hi = m->cfg.n_layer - 1;
+        uint64_t t0 = dt_trace_now();
         double l = dt_gpt_forward(m, r->inputs, r->targets, r->B, r->T);
+        uint64_t t1 = dt_trace_now();
+        dt_trace_add(DT_TRACE_COMPUTE, "forward", t0, t1, &ta);
         dt_strategy_before_backward(S, j, j == r->accum - 1);
+        t1 = dt_trace_now();
         if (l < 0 || dt_gpt_backward(m, r->inputs, r->B, r->T, grad_scale))
             return dt_strf(r->err, sizeof r->err, "%s", m->error), -1;
+        dt_trace_add(DT_TRACE_COMPUTE, "backward", t1, dt_trace_now(), &ta);
         sum += l;
     }
     *loss = sum / r->accum;

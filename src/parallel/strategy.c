@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/str.h"
+#include "core/trace.h"
 
 /* Hooks that decide one thing for the rank: at most one layer owns each. */
 static const struct {
@@ -122,8 +123,12 @@ int dt_strategy_step(dt_strategy *S, long step, uint64_t first, double lr, doubl
     if (rc) return -1;
     EACH(S, end_grads);
     if (mean_loss(S, loss)) return -1;
+    dt_trace_args ta = dt_trace_noargs();
+    ta.step = (int)step;
+    uint64_t t0 = dt_trace_now();
     rc = n >= 0 ? S->layer[n].ops->grad_norm(S->layer[n].self, norm) : dt_step_local_norm(S, norm);
     if (rc) return -1;
+    dt_trace_add(DT_TRACE_COMPUTE, "grad_norm", t0, dt_trace_now(), &ta);
     if (!isfinite(*norm)) {
         dt_strf(r->err, sizeof r->err,
                 "step %ld: the gradient norm is %f; stopping before the update (the weights "
@@ -132,8 +137,11 @@ int dt_strategy_step(dt_strategy *S, long step, uint64_t first, double lr, doubl
         return -1;
     }
     float coef = dt_clip_coef(*norm, r->grad_clip);
-    return u >= 0 ? S->layer[u].ops->update(S->layer[u].self, lr, coef)
-                  : dt_step_local_update(S, lr, coef);
+    t0 = dt_trace_now();
+    rc = u >= 0 ? S->layer[u].ops->update(S->layer[u].self, lr, coef)
+                : dt_step_local_update(S, lr, coef);
+    dt_trace_add(DT_TRACE_COMPUTE, "optimizer", t0, dt_trace_now(), &ta);
+    return rc;
 }
 
 void dt_strategy_traffic(dt_strategy *S, double *comm_ms, uint64_t *bytes)

@@ -54,6 +54,9 @@ double dt_run_lr_at(const void *cfg, long step) { return dt_config_lr_at(cfg, st
 int dt_run_check_outputs(dt_run *t)
 {
     const dt_train_config *c = t->cfg;
+    /* Rank 0 writes the timeline, whoever writes the checkpoints. */
+    if (c->trace[0] && t->r.rank == 0 && dt_check_output_file("--trace", c->trace, ERR(t)))
+        return -1;
     if (!t->S.writes_checkpoints) return 0;
     if (c->out_dir[0] && dt_check_dir_writable("--out", c->out_dir, ERR(t))) return -1;
     if (c->save_final[0] && dt_check_output_file("--save-final", c->save_final, ERR(t)))

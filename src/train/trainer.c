@@ -20,6 +20,7 @@
 #include "core/log.h"
 #include "core/str.h"
 #include "core/timer.h"
+#include "core/trace.h"
 #include "dtrain/comm.h"
 #include "kernels/threads.h"
 #include "parallel/registry.h"
@@ -28,6 +29,7 @@
 #include "train/metrics.h"
 #include "train/peak.h"
 #include "train/run.h"
+#include "train/trace_file.h"
 #include "train/weights.h"
 
 /* The first SIGINT or SIGTERM asks the loop to stop after the current step
@@ -81,7 +83,11 @@ static int run_loop(dt_run *t)
         uint64_t t0 = dt_now_ns();
         double loss = 0, norm = 0;
         if (train_step(t, &loss, &norm)) return -1;
-        double ms = (double)(dt_now_ns() - t0) * 1e-6;
+        uint64_t t1 = dt_now_ns();
+        dt_trace_args ta = dt_trace_noargs();
+        ta.step = (int)t->step;
+        dt_trace_add(DT_TRACE_STEP, "step", t0, t1, &ta);
+        double ms = (double)(t1 - t0) * 1e-6;
         if (++averaged > 0) ms_avg += (ms - ms_avg) / (double)averaged;
         double tps = (double)t->global_batch * t->r.T / (ms * 1e-3);
         dt_step_stats s = {.step = t->step, .steps = c->steps, .loss = loss, .grad_norm = norm,
@@ -110,6 +116,16 @@ static int run_loop(dt_run *t)
     return 0;
 }
 
+/* --trace: every rank's events to rank 0, which writes the file
+ * (collective: training and serving ranks alike call it). */
+static int write_trace(dt_run *t)
+{
+    if (!t->cfg->trace[0]) return 0;
+    if (dt_trace_write(t->r.world, t->cfg->trace, ERR(t))) return -1;
+    if (t->r.rank == 0) fprintf(t->out, "trace %s\n", t->cfg->trace);
+    return 0;
+}
+
 static int finish(dt_run *t)
 {
     const dt_train_config *c = t->cfg;
@@ -128,7 +144,7 @@ static int finish(dt_run *t)
     }
     if (!t->stop && dt_run_eval(t, 1)) return -1;
     if (dt_strategy_release(&t->S)) return -1;
-    if (dt_run_check_replicas(t)) return -1;
+    if (dt_run_check_replicas(t) || write_trace(t)) return -1;
     return dt_run_print_memory(t, t->r.world ? "peak memory per rank" : "peak memory");
 }
 
@@ -136,7 +152,7 @@ static int finish(dt_run *t)
  * final comparison and the memory table when they are done. */
 static int serve(dt_run *t)
 {
-    if (dt_strategy_serve(&t->S) || dt_run_check_replicas(t)) return -1;
+    if (dt_strategy_serve(&t->S) || dt_run_check_replicas(t) || write_trace(t)) return -1;
     return dt_run_print_memory(t, "peak memory per rank");
 }
 
@@ -158,6 +174,15 @@ static int build_strategy(dt_run *t)
     if (!kind) return dt_strf(ERR(t), "--strategy %s: no such strategy", t->cfg->strategy), -1;
     dt_parallel_opts o = dt_config_parallel_opts(t->cfg);
     return kind->build(&t->S, &o);
+}
+
+/* Recording from here on; the clocks aligned with rank 0's (collective). */
+static int start_trace(dt_run *t)
+{
+    if (dt_trace_start()) return dt_strf(ERR(t), "--trace: out of memory for the events"), -1;
+    if (dt_trace_sync_clock(t->r.world))
+        return comm_failed(t, t->r.world, "--trace: aligning the ranks' clocks");
+    return 0;
 }
 
 static int setup(dt_run *t)
@@ -182,6 +207,7 @@ static int setup(dt_run *t)
     dt_sampler_init(&t->train_order, c->seed, c->shuffle);
     dt_sampler_init(&t->val_order, c->seed, 0);
     if (dt_run_check_outputs(t) || dt_run_open_data(t)) return -1;
+    if (c->trace[0] && start_trace(t)) return -1;
     /* One run per --out: two would prune each other's checkpoints. */
     if (c->out_dir[0] && t->S.writes_checkpoints &&
         (t->lock_fd = dt_ckpt_lock(c->out_dir, ERR(t))) < 0)
@@ -217,6 +243,7 @@ static void teardown(dt_run *t)
     if (t->json && t->json != stdout) fclose(t->json);
     if (t->out && t->out != stdout && t->out != stderr) fclose(t->out);
     dt_strategy_destroy(&t->S);
+    dt_trace_stop();
     dt_ckpt_unlock(t->lock_fd);
     if (t->r.world) dt_comm_destroy(t->r.world);
     free(t->r.inputs);

@@ -25,10 +25,13 @@ static int fold(zero *z, int s, int micro)
 {
     zero_seg *g = &z->seg[s];
     if (!g->rs) return 0;
-    uint64_t t0 = dt_now_ns();
-    int rc = dt_wait(g->rs);
+    uint64_t t0 = dt_now_ns(), start = 0, end = 0;
+    int rc = dt_wait_timed(g->rs, &start, &end);
     g->rs = NULL;
     z->wait_ms += (double)(dt_now_ns() - t0) * 1e-6; /* compute stood still */
+    if (rc == 0)
+        dt_zero_trace(z, "reduce_scatter", start, end,
+                      dt_zero_seg_len(z, s) * dt_dtype_size(z->o.wire));
     const dt_flat_range *p = &z->map.mine[s];
     size_t n = p->hi - p->lo;
     if (rc == 0) /* the reduced piece, back from a copy in the wire's type */

@@ -9,6 +9,7 @@
 
 #include "core/alloc.h"
 #include "core/timer.h"
+#include "core/trace.h"
 
 #include "parallel/strategy.h"
 #include "parallel/wire.h"
@@ -61,6 +62,16 @@ static inline void dt_zero_note(zero *z, const char *event, int s)
 {
     if (z->events)
         fprintf(z->events, "%ld %s %d %llu\n", z->step, event, s, (unsigned long long)dt_now_ns());
+}
+
+/* --trace: a collective that ran on the progress thread from start to end. */
+static inline void dt_zero_trace(const zero *z, const char *name, uint64_t start, uint64_t end,
+                                 size_t bytes)
+{
+    dt_trace_args a = dt_trace_noargs();
+    a.step = (int)z->step;
+    a.bytes = (long long)bytes;
+    if (start) dt_trace_add(DT_TRACE_COMM, name, start, end, &a);
 }
 
 /* Segment s of the layout: where it starts, and its floats. */

@@ -89,11 +89,14 @@ static int wait_gather(zero *z, int s)
 {
     zero_seg *g = &z->seg[s];
     if (!g->ag) return 0;
-    uint64_t t0 = dt_now_ns();
-    int rc = dt_wait(g->ag);
+    uint64_t t0 = dt_now_ns(), start = 0, end = 0;
+    int rc = dt_wait_timed(g->ag, &start, &end);
     g->ag = NULL;
     z->wait_ms += (double)(dt_now_ns() - t0) * 1e-6; /* compute stood still */
-    return rc ? dt_zero_fail(z, rc, "parameter gather") : 0;
+    if (rc) return dt_zero_fail(z, rc, "parameter gather");
+    /* The working type's bytes (the fp32 master weights' gather: half of them). */
+    dt_zero_trace(z, "allgather", start, end, seg_len(z, s) * dt_zero_esz(z));
+    return 0;
 }
 
 static int release(zero *z, int s, int force)

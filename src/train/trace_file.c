@@ -1,0 +1,321 @@
+/* The job's timeline file: clocks aligned to rank 0's, every rank's events
+ * sent to rank 0 (a count, then the records: there is no gatherv), and
+ * rank 0 writing Trace Event JSON. See trace_file.h.
+ *
+ * The JSON is printed, not built as a cJSON tree: a long run holds
+ * hundreds of thousands of events, and each is one line whose strings are
+ * the recorder's literal names. */
+#include "train/trace_file.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/atomic_file.h"
+#include "core/env.h"
+#include "core/str.h"
+#include "core/timer.h"
+#include "core/trace.h"
+
+#define SYNC_ROUNDS 8
+#define NAME_MAX_LEN 32
+
+/* Nanoseconds to add to this process's clock to read rank 0's. */
+static long long clock_offset_ns;
+static int clock_estimated; /* the offsets were measured, not known to be 0 */
+
+/* ---- clocks --------------------------------------------------------------- */
+
+/* Rank 0's side with peer: SYNC_ROUNDS pings; the peer answers with its
+ * clock. The round trip of least delay was disturbed least, and its
+ * midpoint is when the peer read its clock. */
+static int measure_peer(dt_comm *w, int peer, long long *peer_minus_mine)
+{
+    uint64_t best = UINT64_MAX;
+    for (int k = 0; k < SYNC_ROUNDS; k++) {
+        long long t1 = 0, t0 = (long long)dt_now_ns();
+        int rc = dt_send(w, &t0, 1, DT_I64, peer);
+        if (rc == 0) rc = dt_recv(w, &t1, 1, DT_I64, peer);
+        if (rc) return rc;
+        long long t2 = (long long)dt_now_ns();
+        if ((uint64_t)(t2 - t0) < best) {
+            best = (uint64_t)(t2 - t0);
+            *peer_minus_mine = t1 - (t0 + (t2 - t0) / 2);
+        }
+    }
+    return 0;
+}
+
+static int answer_pings(dt_comm *w)
+{
+    for (int k = 0; k < SYNC_ROUNDS; k++) {
+        long long ping, now;
+        int rc = dt_recv(w, &ping, 1, DT_I64, 0);
+        now = (long long)dt_now_ns();
+        if (rc == 0) rc = dt_send(w, &now, 1, DT_I64, 0);
+        if (rc) return rc;
+    }
+    return dt_recv(w, &clock_offset_ns, 1, DT_I64, 0);
+}
+
+int dt_trace_sync_clock(dt_comm *world)
+{
+    clock_offset_ns = 0;
+    clock_estimated = 0;
+    if (!world || dt_comm_size(world) == 1) return 0;
+    const char *force = dt_env_str("DTRAIN_TRACE_CLOCK_SYNC");
+    int one_host = dt_comm_local_size(world) == dt_comm_size(world);
+    if (one_host && !(force && strcmp(force, "1") == 0)) return 0;
+    clock_estimated = 1;
+    if (dt_comm_rank(world) != 0) return answer_pings(world);
+    for (int r = 1; r < dt_comm_size(world); r++) {
+        long long off = 0;
+        int rc = measure_peer(world, r, &off);
+        off = -off; /* what the peer adds to read rank 0's clock */
+        if (rc == 0) rc = dt_send(world, &off, 1, DT_I64, r);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* ---- events on the wire ----------------------------------------------------- */
+
+/* One event as it travels to rank 0 (the same binary on every rank: the
+ * same layout), its times already on rank 0's clock. */
+typedef struct {
+    char name[NAME_MAX_LEN];
+    int32_t lane, step, micro, stage, layer_lo, layer_hi, peer, pad;
+    int64_t bytes, start_ns, end_ns;
+} wire_event;
+
+/* What a rank sends first: its event count, events dropped, its offset. */
+typedef struct {
+    long long n, dropped, offset_ns;
+} wire_head;
+
+static void to_wire(const dt_trace_event *e, wire_event *w)
+{
+    memset(w, 0, sizeof *w);
+    dt_strf(w->name, sizeof w->name, "%s", e->name ? e->name : "?");
+    w->lane = (int32_t)e->lane;
+    w->step = e->a.step;
+    w->micro = e->a.micro;
+    w->stage = e->a.stage;
+    w->layer_lo = e->a.layer_lo;
+    w->layer_hi = e->a.layer_hi;
+    w->peer = e->a.peer;
+    w->bytes = e->a.bytes;
+    w->start_ns = (long long)e->start_ns + clock_offset_ns;
+    w->end_ns = (long long)e->end_ns + clock_offset_ns;
+}
+
+/* This rank's events as wire records (malloc'd, NULL when none). */
+static int local_events(wire_event **out, wire_head *h)
+{
+    dt_trace_event *ev;
+    size_t n, dropped;
+    *out = NULL;
+    if (dt_trace_snapshot(&ev, &n, &dropped)) return -1;
+    h->n = (long long)n;
+    h->dropped = (long long)dropped;
+    h->offset_ns = clock_offset_ns;
+    if (n > 0 && !(*out = malloc(n * sizeof **out))) {
+        free(ev);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) to_wire(&ev[i], &(*out)[i]);
+    free(ev);
+    return 0;
+}
+
+static int send_events(dt_comm *w, char *err, size_t errlen)
+{
+    wire_event *ev;
+    wire_head h = {0, 0, clock_offset_ns};
+    if (local_events(&ev, &h)) h.n = 0; /* out of memory: the rank's row stays empty */
+    int rc = dt_send(w, &h, 3, DT_I64, 0);
+    if (rc == 0 && h.n > 0) rc = dt_send(w, ev, (size_t)h.n * sizeof *ev, DT_U8, 0);
+    free(ev);
+    if (rc) dt_strf(err, errlen, "--trace: sending this rank's events to rank 0: %s",
+                    dt_comm_error(w));
+    return rc ? -1 : 0;
+}
+
+/* ---- rank 0: the file --------------------------------------------------------- */
+
+typedef struct {
+    int ranks;
+    wire_event **ev; /* per rank */
+    wire_head *head; /* per rank */
+} job_events;
+
+static void job_free(job_events *j)
+{
+    for (int r = 0; j->ev && r < j->ranks; r++) free(j->ev[r]);
+    free(j->ev);
+    free(j->head);
+}
+
+static int gather_events(dt_comm *w, job_events *j, char *err, size_t errlen)
+{
+    j->ranks = w ? dt_comm_size(w) : 1;
+    j->ev = calloc((size_t)j->ranks, sizeof *j->ev);
+    j->head = calloc((size_t)j->ranks, sizeof *j->head);
+    if (!j->ev || !j->head || local_events(&j->ev[0], &j->head[0]))
+        return dt_strf(err, errlen, "--trace: out of memory for the events"), -1;
+    for (int r = 1; r < j->ranks; r++) {
+        wire_head *h = &j->head[r];
+        int rc = dt_recv(w, h, 3, DT_I64, r);
+        if (rc == 0 && h->n > 0 && !(j->ev[r] = malloc((size_t)h->n * sizeof(wire_event))))
+            return dt_strf(err, errlen, "--trace: out of memory for rank %d's events", r), -1;
+        if (rc == 0 && h->n > 0)
+            rc = dt_recv(w, j->ev[r], (size_t)h->n * sizeof(wire_event), DT_U8, r);
+        if (rc)
+            return dt_strf(err, errlen, "--trace: receiving rank %d's events: %s", r,
+                           dt_comm_error(w)), -1;
+    }
+    return 0;
+}
+
+/* A JSON string. The names are literals of this program, but a quote or a
+ * control character in one must not break the file. */
+static void put_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static const char *const lane_names[DT_TRACE_LANES] = {"compute", "communication", "steps"};
+static const char *const lane_cats[DT_TRACE_LANES] = {"compute", "comm", "step"};
+
+/* The separator before an element of traceEvents (none before the first). */
+static void next(FILE *f, int *first)
+{
+    if (!*first) fputs(",\n", f);
+    *first = 0;
+}
+
+static void put_metadata(FILE *f, int rank, int *first)
+{
+    next(f, first);
+    fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+               "\"args\":{\"name\":\"rank %d\"}}", rank, rank);
+    next(f, first);
+    fprintf(f, "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+               "\"args\":{\"sort_index\":%d}}", rank, rank);
+    for (int l = 0; l < DT_TRACE_LANES; l++) {
+        next(f, first);
+        fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+                   "\"args\":{\"name\":\"%s\"}}", rank, l, lane_names[l]);
+    }
+}
+
+/* Only the fields that are present. */
+static void put_args(FILE *f, const wire_event *e)
+{
+    const char *sep = "";
+    fputs(",\"args\":{", f);
+    const struct { const char *key; int32_t v; } ints[] = {
+        {"step", e->step}, {"micro", e->micro}, {"stage", e->stage}, {"peer", e->peer}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        if (ints[i].v < 0) continue;
+        fprintf(f, "%s\"%s\":%d", sep, ints[i].key, (int)ints[i].v);
+        sep = ",";
+    }
+    int lo = e->layer_lo, hi = e->layer_hi;
+    if (lo >= 0 || hi >= 0) {
+        if (lo >= 0 && hi >= 0)
+            fprintf(f, "%s\"layers\":\"%d-%d\"", sep, lo, hi);
+        else
+            fprintf(f, "%s\"layers\":\"%d\"", sep, lo >= 0 ? lo : hi);
+        sep = ",";
+    }
+    if (e->bytes >= 0) fprintf(f, "%s\"bytes\":%lld", sep, (long long)e->bytes);
+    fputc('}', f);
+}
+
+static void put_event(FILE *f, int rank, const wire_event *e, long long t0, int *first)
+{
+    int lane = e->lane >= 0 && e->lane < DT_TRACE_LANES ? e->lane : 0;
+    next(f, first);
+    fputs("{\"name\":", f);
+    put_str(f, e->name);
+    fprintf(f, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f",
+            lane_cats[lane], rank, lane, (double)(e->start_ns - t0) * 1e-3,
+            (double)(e->end_ns - e->start_ns) * 1e-3);
+    put_args(f, e);
+    fputc('}', f);
+}
+
+/* The earliest start of any rank's event (0 when there are none). */
+static long long job_t0(const job_events *j)
+{
+    long long t0 = 0;
+    int any = 0;
+    for (int r = 0; r < j->ranks; r++)
+        for (long long i = 0; i < j->head[r].n; i++)
+            if (!any || j->ev[r][i].start_ns < t0) t0 = j->ev[r][i].start_ns, any = 1;
+    return t0;
+}
+
+static void put_other(FILE *f, const job_events *j, long long t0)
+{
+    fprintf(f, "\"otherData\":{\"producer\":\"dtrain\",\"ranks\":%d,\"t0_ns\":%lld,"
+               "\"clock\":\"%s\",\"clock_offsets_ns\":[", j->ranks, t0,
+            clock_estimated ? "CLOCK_MONOTONIC, offsets to rank 0 estimated by ping-pong"
+                            : "CLOCK_MONOTONIC shared by all ranks (one host)");
+    for (int r = 0; r < j->ranks; r++) fprintf(f, "%s%lld", r ? "," : "", j->head[r].offset_ns);
+    fputs("],\"dropped_events\":[", f);
+    for (int r = 0; r < j->ranks; r++) fprintf(f, "%s%lld", r ? "," : "", j->head[r].dropped);
+    fputs("]}}\n", f);
+}
+
+/* The whole file into a malloc'd buffer. */
+static int render(const job_events *j, char **buf, size_t *len)
+{
+    FILE *f = open_memstream(buf, len);
+    if (!f) return -1;
+    long long t0 = job_t0(j);
+    int first = 1;
+    fputs("{\"traceEvents\":[\n", f);
+    for (int r = 0; r < j->ranks; r++) put_metadata(f, r, &first);
+    for (int r = 0; r < j->ranks; r++)
+        for (long long i = 0; i < j->head[r].n; i++) put_event(f, r, &j->ev[r][i], t0, &first);
+    fputs("\n],\n\"displayTimeUnit\":\"ms\",\n", f);
+    put_other(f, j, t0);
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        free(*buf);
+        *buf = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+int dt_trace_write(dt_comm *world, const char *path, char *err, size_t errlen)
+{
+    if (world && dt_comm_rank(world) != 0) return send_events(world, err, errlen);
+    job_events j = {0};
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = gather_events(world, &j, err, errlen);
+    if (rc == 0 && render(&j, &buf, &len))
+        rc = (dt_strf(err, errlen, "--trace %s: out of memory for the file's text", path), -1);
+    if (rc == 0) {
+        char why[1024];
+        rc = dt_afile_write_file(path, buf, len, why, sizeof why);
+        if (rc) dt_strf(err, errlen, "--trace %s: %s", path, why);
+    }
+    free(buf);
+    job_free(&j);
+    return rc ? -1 : 0;
+}
