@@ -13,6 +13,7 @@
 
 #include "core/str.h"
 #include "core/timer.h"
+#include "core/trace.h"
 
 static int chunk_of(const dt_pp_exec *x, int stage) { return stage / x->p; }
 
@@ -68,7 +69,10 @@ int dt_pp_exec_init(dt_pp_exec *x, dt_comm *comm, const dt_pp_schedule *s, const
     x->targets = malloc(ns * N * sizeof *x->targets);
     x->dout = malloc(ns * N * x->C * sizeof *x->dout);
     x->sreq = calloc(ns, sizeof *x->sreq);
-    if (!x->slot_of || !x->slot_busy || !x->tokens || !x->targets || !x->dout || !x->sreq) {
+    x->sent = calloc(ns, sizeof *x->sent);
+    x->sent_ns = calloc(ns, sizeof *x->sent_ns);
+    if (!x->slot_of || !x->slot_busy || !x->tokens || !x->targets || !x->dout || !x->sreq ||
+        !x->sent || !x->sent_ns) {
         dt_pp_exec_free(x);
         return dt_strf(x->err, sizeof x->err, "pipeline: out of memory for %d slots",
                        x->nslots), -1;
@@ -86,8 +90,10 @@ void dt_pp_exec_free(dt_pp_exec *x)
     free(x->targets);
     free(x->dout);
     free(x->sreq);
+    free(x->sent);
+    free(x->sent_ns);
     x->slot_of = NULL, x->slot_busy = NULL, x->tokens = x->targets = NULL;
-    x->dout = NULL, x->sreq = NULL;
+    x->dout = NULL, x->sreq = NULL, x->sent = NULL, x->sent_ns = NULL;
 }
 
 static int comm_failed(dt_pp_exec *x, const char *what, const dt_pp_action *a)
@@ -97,11 +103,32 @@ static int comm_failed(dt_pp_exec *x, const char *what, const dt_pp_action *a)
                    dt_comm_error(x->comm)), -1;
 }
 
+/* A timeline event of one action: its micro-batch, stage and layers, and
+ * for a message the peer and the bytes. */
+static void trace(const dt_pp_exec *x, dt_trace_lane lane, const char *name,
+                  const dt_pp_action *a, uint64_t t0, uint64_t t1)
+{
+    dt_trace_args ta = dt_trace_noargs();
+    ta.micro = a->micro;
+    ta.stage = a->stage;
+    ta.layer_lo = x->cut[a->stage];
+    ta.layer_hi = x->cut[a->stage + 1] - 1;
+    if (lane == DT_TRACE_COMM) {
+        ta.peer = a->peer;
+        ta.bytes = (long long)x->B * x->T * x->C * (long long)sizeof(float);
+    }
+    dt_trace_add(lane, name, t0, t1, &ta);
+}
+
 static int wait_send(dt_pp_exec *x, int k)
 {
     if (!x->sreq[k]) return 0;
-    int rc = dt_wait(x->sreq[k]);
+    uint64_t start = 0, end = 0;
+    int rc = dt_wait_timed(x->sreq[k], &start, &end);
     x->sreq[k] = NULL;
+    if (rc == 0 && dt_trace_on())
+        trace(x, DT_TRACE_COMM, x->sent[k].op == DT_PP_SEND_F ? "send_activation" : "send_grad",
+              &x->sent[k], x->sent_ns[k], end > x->sent_ns[k] ? end : dt_now_ns());
     return rc;
 }
 
@@ -135,13 +162,19 @@ static int recv_wait(dt_pp_exec *x, const dt_pp_action *a, void *buf)
     if (dt_irecv(x->comm, buf, n, DT_F32, a->peer, &req) || dt_wait(req))
         return comm_failed(x, a->op == DT_PP_RECV_F ? "receiving the activation"
                                                     : "receiving the gradient", a);
-    x->wait_ms += (double)(dt_now_ns() - t0) * 1e-6;
+    uint64_t t1 = dt_now_ns();
+    x->wait_ms += (double)(t1 - t0) * 1e-6;
+    if (dt_trace_on())
+        trace(x, DT_TRACE_COMM, a->op == DT_PP_RECV_F ? "recv_activation" : "recv_grad", a, t0,
+              t1);
     return 0;
 }
 
 static int send(dt_pp_exec *x, const dt_pp_action *a, int k, const void *buf)
 {
     size_t n = (size_t)x->B * x->T * x->C;
+    x->sent[k] = *a;
+    x->sent_ns[k] = dt_now_ns();
     if (dt_isend(x->comm, buf, n, DT_F32, a->peer, &x->sreq[k]))
         return comm_failed(x, a->op == DT_PP_SEND_F ? "sending the activation"
                                                     : "sending the gradient", a);
@@ -165,9 +198,11 @@ static int forward(dt_pp_exec *x, step_ctx *s, const dt_pp_action *a, int k)
         r->batch(r->batch_ctx, s->mine + (uint64_t)a->micro * x->B, x->B, tok, tgt, x->err,
                  sizeof x->err))
         return -1;
+    uint64_t t0 = dt_trace_now();
     double l = dt_gpt_forward_slot(x->model, k, embed ? tok : NULL, head ? tgt : NULL, x->B,
                                    x->T);
     if (l < 0) return dt_strf(x->err, sizeof x->err, "%s", x->model->error), -1;
+    if (dt_trace_on()) trace(x, DT_TRACE_COMPUTE, "forward", a, t0, dt_trace_now());
     s->loss += l;
     return 0;
 }
@@ -176,8 +211,10 @@ static int backward(dt_pp_exec *x, step_ctx *s, const dt_pp_action *a, int k, in
 {
     dt_strategy_before_backward(s->S, a->micro, last);
     const float *d_out = a->stage == x->S - 1 ? NULL : x->dout + (size_t)k * x->B * x->T * x->C;
+    uint64_t t0 = dt_trace_now();
     if (dt_gpt_backward_slot(x->model, k, d_out, s->scale))
         return dt_strf(x->err, sizeof x->err, "%s", x->model->error), -1;
+    if (dt_trace_on()) trace(x, DT_TRACE_COMPUTE, "backward", a, t0, dt_trace_now());
     return 0;
 }
 

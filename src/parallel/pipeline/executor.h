@@ -28,6 +28,8 @@ typedef struct {
     int32_t *tokens, *targets;    /* [nslots][B * T] */
     float *dout;                  /* [nslots][B * T * C]: the output's gradient, received */
     dt_request **sreq;            /* [nslots]: a send from the slot still in flight */
+    dt_pp_action *sent;           /* [nslots]: what it carries, for the trace */
+    uint64_t *sent_ns;            /* [nslots]: when it was posted */
     /* Of the last step. */
     double wait_ms;               /* blocked on receives */
     uint64_t bytes;               /* sent */
