@@ -19,6 +19,9 @@ must pass.
 Evaluation runs through the stages: the final validation loss equals one
 process's (over the same sequences: with dp 2 the micro-batch is halved and
 the batches doubled).
+Timeline (--trace of a pp 2 run): compute events of a rank never overlap,
+every receive ends after its matching send starts, one forward and one
+backward per micro-batch.
 Bad input: --pp not dividing the ranks, more stages than layers,
 interleaved with M not a multiple of pp, pipeline options without --pp,
 ZeRO or checkpoints with --pp.
@@ -88,6 +91,41 @@ def equivalence(dtrain, tmp, quick):
                   % (name, got[3], ref[3]))
 
 
+def timeline(dtrain, tmp):
+    """A pp 2 run's --trace: per rank, compute events never overlap; every
+    receive ends after its matching send (same stage edge and micro-batch)
+    starts; each rank computes one forward and one backward per
+    micro-batch and step."""
+    trace = os.path.join(tmp, "pp.trace.json")
+    got = train(dtrain, tmp, "traced", ["--nproc", "2", "--pp", "2", "--batch-size", "2",
+                                        "--grad-accum", "4", "--trace", trace])
+    if got is None:
+        return
+    ev = [e for e in json.load(open(trace))["traceEvents"] if e.get("ph") == "X"]
+    for pid in (0, 1):
+        comp = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev
+                      if e["pid"] == pid and e["tid"] == 0)
+        check(all(a[1] <= b[0] + 1e-3 for a, b in zip(comp, comp[1:])),
+              "trace: rank %d's compute events do not overlap" % pid)
+        for name in ("forward", "backward"):
+            n = sum(1 for e in ev if e["pid"] == pid and e["name"] == name)
+            check(n == 4 * STEPS, "trace: rank %d ran %d %ss (4 x %d steps)"
+                  % (pid, n, name, STEPS))
+    pairs = [("send_activation", "recv_activation", 1), ("send_grad", "recv_grad", -1)]
+    for send_name, recv_name, step in pairs:
+        sends = {}
+        for e in ev:
+            if e["name"] == send_name:
+                sends.setdefault((e["args"]["stage"] + step, e["args"]["micro"]), []).append(e)
+        recvs = [e for e in ev if e["name"] == recv_name]
+        ok = len(recvs) == 4 * STEPS and all(
+            any(s["ts"] <= r["ts"] + r["dur"] for s in sends.get((r["args"]["stage"],
+                                                                   r["args"]["micro"]), []))
+            for r in recvs)
+        check(ok, "trace: %d %s events, each ending after its %s starts"
+              % (len(recvs), recv_name, send_name))
+
+
 def bad_input(dtrain, tmp):
     base = ["train", "--data", os.path.join(tmp, "data.txt"), "--n-layer", "4", "--n-head", "2",
             "--n-embd", "32", "--block-size", "32", "--steps", "1", "--threads", "1"]
@@ -109,6 +147,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         write_words(os.path.join(tmp, "data.txt"), 7)
         equivalence(dtrain, tmp, quick)
+        timeline(dtrain, tmp)
         bad_input(dtrain, tmp)
     finish()
 
