@@ -173,6 +173,9 @@ static int recv_wait(dt_pp_exec *x, const dt_pp_action *a, void *buf)
 static int send(dt_pp_exec *x, const dt_pp_action *a, int k, const void *buf)
 {
     size_t n = (size_t)x->B * x->T * x->C;
+    /* A middle stage sends twice from a slot: its activation has arrived
+     * (the gradient coming back proves it), so this wait ends at once. */
+    if (wait_send(x, k)) return comm_failed(x, "an earlier send", a);
     x->sent[k] = *a;
     x->sent_ns[k] = dt_now_ns();
     if (dt_isend(x->comm, buf, n, DT_F32, a->peer, &x->sreq[k]))
