@@ -17,32 +17,24 @@ the line. Traffic per step, from the JSON log: DDP's ring all-reduce sends
 gradient once; the main device of naive DP copies the parameters out and
 the gradients in, (N-1) x 2 x the gradient bytes.
 """
-import json
 import os
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
 from checks import check, finish  # noqa: E402
-from dtrain_ref import st_read  # noqa: E402
+from dtrain_run import train_logged  # noqa: E402
 
 
 
 def train(dtrain, tmp, name, extra):
     log, final = os.path.join(tmp, name + ".json"), os.path.join(tmp, name + ".safetensors")
-    args = [dtrain, "train", "--data", os.path.join(tmp, "data.txt"), "--val-fraction", "0",
+    args = ["train", "--data", os.path.join(tmp, "data.txt"), "--val-fraction", "0",
             "--n-layer", "2", "--n-head", "2", "--n-embd", "32", "--block-size", "32",
             "--batch-size", "2", "--steps", "5", "--lr-schedule", "constant",
             "--weight-decay", "0.1", "--grad-clip", "1", "--shuffle", "0", "--threads", "1",
             "--log-json", log, "--save-final", final, "--lr", "3e-3"] + extra
-    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        print(r.stdout[-3000:], r.stderr[-3000:])
-        raise SystemExit("dtrain train %s failed" % " ".join(extra))
-    entries = [json.loads(l) for l in open(log) if '"loss"' in l]
-    weights, _ = st_read(final)
-    return entries, weights, r.stdout
+    return train_logged(dtrain, args, log, final)
 
 
 def weights_error(got_w, ref_w, what, elementwise):

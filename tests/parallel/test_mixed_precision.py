@@ -42,8 +42,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
 from checks import check, finish  # noqa: E402
-from dtrain_ref import st_read  # noqa: E402
-from dtrain_run import expect_refused, run, same_bits, write_words  # noqa: E402
+from dtrain_run import expect_refused, same_bits, train_logged, write_words  # noqa: E402
 
 
 def train(dtrain, tmp, name, extra, steps=8, model=("2", "2", "64")):
@@ -53,13 +52,7 @@ def train(dtrain, tmp, name, extra, steps=8, model=("2", "2", "64")):
             "--block-size", "32", "--batch-size", "4", "--steps", str(steps),
             "--weight-decay", "0.1", "--grad-clip", "1", "--shuffle", "0", "--threads", "1",
             "--log-json", log, "--save-final", final, "--lr", "3e-3", "--print-every", "100"]
-    r = run(dtrain, args + extra)
-    if r.returncode != 0:
-        print(r.stdout[-3000:], r.stderr[-3000:])
-        raise SystemExit("dtrain train %s failed" % " ".join(extra))
-    entries = [json.loads(l) for l in open(log) if '"loss"' in l]
-    weights, _ = st_read(final)
-    return entries, weights, r.stdout
+    return train_logged(dtrain, args + extra, log, final)
 
 
 def start_ratios(out):

@@ -34,8 +34,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
 from checks import check, finish  # noqa: E402
-from dtrain_ref import st_read  # noqa: E402
-from dtrain_run import expect_refused, rel_err, run, write_words  # noqa: E402
+from dtrain_run import expect_refused, rel_err, train_logged, write_words  # noqa: E402
 
 STEPS, LR = 5, 3e-3
 
@@ -47,14 +46,9 @@ def train(dtrain, tmp, name, extra):
             "--lr-schedule", "constant", "--weight-decay", "0.1", "--grad-clip", "1",
             "--shuffle", "0", "--threads", "1", "--log-json", log, "--save-final", final,
             "--lr", str(LR), "--print-every", "100", "--eval-batches", "2"] + extra
-    r = run(dtrain, args)
-    if r.returncode != 0:
-        print(r.stdout[-3000:], r.stderr[-3000:])
-        check(False, "dtrain train %s ran" % " ".join(extra))
-        return None
-    losses = [json.loads(l)["loss"] for l in open(log) if '"loss"' in l]
-    val = re.findall(r"val loss ([0-9.]+)", r.stdout)
-    return losses, st_read(final)[0], r.stdout, val[-1] if val else None
+    entries, weights, out = train_logged(dtrain, args, log, final)
+    val = re.findall(r"val loss ([0-9.]+)", out)
+    return [e["loss"] for e in entries], weights, out, val[-1] if val else None
 
 
 def equivalence(dtrain, tmp, quick):

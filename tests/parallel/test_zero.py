@@ -35,9 +35,8 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
 from checks import check, finish  # noqa: E402
-from dtrain_ref import st_read  # noqa: E402
 import dtrain_run  # noqa: E402
-from dtrain_run import expect_refused, run, same_bits, write_words  # noqa: E402
+from dtrain_run import expect_refused, same_bits, train_logged, write_words  # noqa: E402
 
 STEPS = 10
 
@@ -50,13 +49,7 @@ def train(dtrain, tmp, name, extra, model=("2", "2", "32"), env=None):
             "--lr-schedule", "constant", "--weight-decay", "0.1", "--grad-clip", "1",
             "--shuffle", "0", "--threads", "1", "--log-json", log, "--save-final", final,
             "--lr", "3e-3", "--print-every", "100"] + extra
-    r = run(dtrain, args, env)
-    if r.returncode != 0:
-        print(r.stdout[-3000:], r.stderr[-3000:])
-        raise SystemExit("dtrain train %s failed" % " ".join(extra))
-    entries = [json.loads(l) for l in open(log) if '"loss"' in l]
-    weights, _ = st_read(final)
-    return entries, weights, r.stdout
+    return train_logged(dtrain, args, log, final, env)
 
 
 def rel_err(a, b):

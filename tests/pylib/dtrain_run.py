@@ -1,11 +1,13 @@
 """What the multi-rank Python tests share: running the dtrain binary, a
 small word corpus, bit-for-bit comparison of weights, and the refusal loop
 for bad input."""
+import json
 import os
 import random
 import subprocess
 
 from checks import check
+from dtrain_ref import st_read
 
 WORDS = ("the quick brown fox jumps over the lazy dog while seven wizards quietly "
          "judge boxing matches").split()
@@ -15,6 +17,18 @@ def run(dtrain, args, env=None, timeout=300):
     e = dict(os.environ)
     e.update(env or {})
     return subprocess.run([dtrain] + args, capture_output=True, text=True, timeout=timeout, env=e)
+
+
+def train_logged(dtrain, args, log, final, env=None):
+    """Runs `dtrain` + args (which write --log-json log and --save-final
+    final); stops the test with the run's output when it fails. Returns the
+    logged steps, the final weights and stdout."""
+    r = run(dtrain, args, env)
+    if r.returncode != 0:
+        print(r.stdout[-3000:], r.stderr[-3000:])
+        raise SystemExit("dtrain %s failed" % " ".join(args))
+    entries = [json.loads(l) for l in open(log) if '"loss"' in l]
+    return entries, st_read(final)[0], r.stdout
 
 
 def write_words(path, seed, n=30000):

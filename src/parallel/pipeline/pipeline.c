@@ -68,8 +68,9 @@ static int build_schedule(const dt_parallel_opts *o, int accum, dt_pp_schedule *
     return 0;
 }
 
-int dt_pp_check(const dt_parallel_opts *o, int world, int accum, int *dp, char *err,
-                size_t errlen)
+/* dt_pp_check, keeping the schedule it built in *keep (NULL: freed). */
+static int check(const dt_parallel_opts *o, int world, int accum, int *dp, dt_pp_schedule *keep,
+                 char *err, size_t errlen)
 {
     dt_pp_part_kind part;
     if (world % o->pp != 0)
@@ -87,50 +88,54 @@ int dt_pp_check(const dt_parallel_opts *o, int world, int accum, int *dp, char *
                        "params"), -1;
     dt_pp_schedule s;
     if (build_schedule(o, accum, &s, err, errlen)) return -1;
-    dt_pp_schedule_free(&s);
+    if (keep) *keep = s;
+    else dt_pp_schedule_free(&s);
     *dp = world / o->pp;
     return 0;
 }
 
-/* ---- what this rank holds ------------------------------------------------- */
-
-static void add_range(pipeline *P, size_t lo, size_t hi)
+int dt_pp_check(const dt_parallel_opts *o, int world, int accum, int *dp, char *err,
+                size_t errlen)
 {
-    dt_flat_range *r = P->range;
-    int n = P->held.n, i = n;
-    while (i > 0 && r[i - 1].lo > lo) i--; /* kept sorted */
-    memmove(&r[i + 1], &r[i], (size_t)(n - i) * sizeof *r);
-    r[i] = (dt_flat_range){lo, hi, 0};
-    P->held.n = n + 1;
+    return check(o, world, accum, dp, NULL, err, errlen);
 }
 
-/* The ranges of rank q's stages: their layers, the embeddings with stage 0
- * (and as the tied head with the last), ln_f with the last; adjacent ones
- * merged, packed end to end (`at`) for the optimizer's state. */
-static void held_ranges(pipeline *P, const dt_gpt *m, int q)
+/* ---- what this rank holds ------------------------------------------------- */
+
+static void add_range(dt_flat_range *r, int *n, size_t lo, size_t hi)
 {
-    const int L = m->cfg.n_layer;
-    P->held = (dt_flat_ranges){0, P->range, 0};
+    int i = *n;
+    while (i > 0 && r[i - 1].lo > lo) i--; /* kept sorted */
+    memmove(&r[i + 1], &r[i], (size_t)(*n - i) * sizeof *r);
+    r[i] = (dt_flat_range){lo, hi, 0};
+    (*n)++;
+}
+
+/* The ranges of rank q's stages, into r[MAX_RANGES]: their layers, the
+ * embeddings with stage 0 (and as the tied head with the last), ln_f with
+ * the last; adjacent ones merged, packed end to end (`at`) for the
+ * optimizer's state. */
+static dt_flat_ranges held_ranges(const pipeline *P, const dt_gpt *m, int q, dt_flat_range *r)
+{
+    const int L = m->cfg.n_layer, last = (P->nstages - 1) % P->p;
+    int n = 0, w = 0;
     for (int c = 0; c < P->V; c++) {
         int k = c * P->p + q;
-        add_range(P, dt_gpt_segment_start(m, 1 + P->cut[k]),
+        add_range(r, &n, dt_gpt_segment_start(m, 1 + P->cut[k]),
                   dt_gpt_segment_start(m, 1 + P->cut[k + 1]));
     }
-    if (q == 0 || q == (P->nstages - 1) % P->p) add_range(P, 0, dt_gpt_segment_start(m, 1));
-    if (q == (P->nstages - 1) % P->p) add_range(P, dt_gpt_segment_start(m, L + 1), m->n_floats);
-    int w = 0;
-    for (int i = 0; i < P->held.n; i++) {
-        if (w > 0 && P->range[w - 1].hi == P->range[i].lo) {
-            P->range[w - 1].hi = P->range[i].hi;
-            continue;
-        }
-        P->range[w++] = P->range[i];
+    if (q == 0 || q == last) add_range(r, &n, 0, dt_gpt_segment_start(m, 1));
+    if (q == last) add_range(r, &n, dt_gpt_segment_start(m, L + 1), m->n_floats);
+    for (int i = 0; i < n; i++) {
+        if (w > 0 && r[w - 1].hi == r[i].lo) r[w - 1].hi = r[i].hi;
+        else r[w++] = r[i];
     }
-    P->held.n = w;
+    dt_flat_ranges h = {w, r, 0};
     for (int i = 0; i < w; i++) {
-        P->range[i].at = P->held.len;
-        P->held.len += P->range[i].hi - P->range[i].lo;
+        r[i].at = h.len;
+        h.len += r[i].hi - r[i].lo;
     }
+    return h;
 }
 
 static int held_segment(const pipeline *P, const dt_gpt *m, int s)
@@ -139,11 +144,6 @@ static int held_segment(const pipeline *P, const dt_gpt *m, int s)
     for (int i = 0; i < P->held.n; i++)
         if (lo >= P->range[i].lo && lo < P->range[i].hi) return 1;
     return 0;
-}
-
-static size_t held_floats(const pipeline *P)
-{
-    return P->held.len;
 }
 
 /* ---- plan and start ------------------------------------------------------- */
@@ -181,7 +181,7 @@ static int make_window(void **buf, size_t bytes, size_t held, dt_mem_kind kind)
 /* The model's buffers as windows whose held ranges alone become memory. */
 static int windows(pipeline *P, dt_gpt *m, char *err, size_t n)
 {
-    size_t nf = m->n_floats, h = held_floats(P);
+    size_t nf = m->n_floats, h = P->held.len;
     int a = make_window((void **)&m->params, nf * 4, h * 4, m->mixed ? DT_MEM_OPTIM : DT_MEM_PARAMS);
     int b = m->mixed ? make_window((void **)&m->params16, nf * 2, h * 2, DT_MEM_PARAMS) : 0;
     int c = m->accum16 ? make_window((void **)&m->grads16, nf * 2, h * 2, DT_MEM_GRADS)
@@ -214,7 +214,7 @@ static int pp_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
     pipeline *P = self;
     P->m = layout;
     if (partition(P, layout, r->err, sizeof r->err)) return -1;
-    held_ranges(P, layout, P->me);
+    P->held = held_ranges(P, layout, P->me, P->range);
     P->S->held = &P->held;
     if (windows(P, layout, r->err, sizeof r->err)) return -1;
     layout->param_done = on_param_done;
@@ -354,27 +354,19 @@ static int pp_gather_params(void *self)
 {
     pipeline *P = self;
     if (P->S->dp_index != 0) return 0;
-    dt_flat_ranges mine = P->held;
-    dt_flat_range keep[MAX_RANGES];
-    memcpy(keep, P->range, sizeof keep);
+    dt_flat_range buf[MAX_RANGES];
     for (int q = 1; q < P->p; q++) {
         if (P->me != 0 && P->me != q) continue;
-        held_ranges(P, P->m, q);
-        for (int i = 0; i < P->held.n; i++) {
-            const dt_flat_range *r = &P->range[i];
+        dt_flat_ranges theirs = held_ranges(P, P->m, q, buf);
+        for (int i = 0; i < theirs.n; i++) {
+            const dt_flat_range *r = &buf[i];
             if (r->lo == 0) continue; /* the tied copy: stage 0 has it */
             float *at = P->m->params + r->lo;
             int rc = P->me == 0 ? dt_recv(P->pp, at, r->hi - r->lo, DT_F32, q)
                                 : dt_send(P->pp, at, r->hi - r->lo, DT_F32, 0);
-            if (rc) {
-                memcpy(P->range, keep, sizeof keep);
-                P->held = mine;
-                return fail(P, "gathering the parameters", P->pp);
-            }
+            if (rc) return fail(P, "gathering the parameters", P->pp);
         }
     }
-    memcpy(P->range, keep, sizeof keep);
-    P->held = mine;
     if (P->me == 0 && !P->gathered) {
         P->gathered = (long long)((P->m->n_floats - P->held.len) * 4);
         dt_mem_account(P->m->mixed ? DT_MEM_OPTIM : DT_MEM_PARAMS, P->gathered);
@@ -482,14 +474,13 @@ int dt_pp_strategy(dt_strategy *S, const dt_parallel_opts *o)
 {
     dt_rank *r = S->rank;
     int dp;
-    if (dt_pp_check(o, r->size, r->accum, &dp, r->err, sizeof r->err)) return -1;
     pipeline *P = calloc(1, sizeof *P);
     if (!P) return dt_strf(r->err, sizeof r->err, "pipeline: out of memory"), -1;
+    if (check(o, r->size, r->accum, &dp, &P->sched, r->err, sizeof r->err)) return free(P), -1;
     P->S = S;
     P->p = o->pp;
     P->M = r->accum;
     dt_pp_part_parse(o->pp_partition, &P->part);
-    if (build_schedule(o, r->accum, &P->sched, r->err, sizeof r->err)) return free(P), -1;
     P->kind = P->sched.kind;
     P->V = P->sched.V;
     P->nstages = P->p * P->V;
