@@ -9,8 +9,9 @@ run's own accounting, peak MiB).
 
   python3 bench/bench_pp.py [--steps N] [--skip K] [--m 2,4,8]
 
-The issue's target: 1f1b at M = 8 at least 0.85x DDP's tokens/s (the
-bubble alone allows 0.89x on two ranks). No peer runs here: PyTorch's
+The issue's targets: 1f1b at M = 8 at least 0.85x DDP's tokens/s (the
+bubble alone allows 0.89x on two ranks), and zb1p above 1f1b (its weight
+halves fill the cool-down that 1f1b spends idle). No peer runs here: PyTorch's
 pipeline schedules need torch.distributed.pipelining (PyTorch 2.4), which
 Debian's 1.13 lacks.
 """
@@ -46,7 +47,14 @@ def run(a, data, tmp, name, nproc, extra):
 
 
 def bubble(kind, p, M):
-    return 1.0 - 1.0 / p if kind == "naive" else (p - 1) / (M + p - 1)
+    """Idle / total with unit-time F and B (zb1p: F = I = W), as `dtrain
+    plan` prints it."""
+    if kind == "naive":
+        return 1.0 - 1.0 / p
+    if kind == "zb1p":
+        x = (p - 1) / (3.0 * M)
+        return x / (1 + x)
+    return (p - 1) / (M + p - 1)
 
 
 def main():
@@ -63,14 +71,19 @@ def main():
         print("%-6s %3s %10s %8s %14s %13s  %s" % ("pp 2", "M", "tok/s", "x DDP",
                                                   "bubble formula", "idle (trace)",
                                                   "activations held (peak MiB)"))
-        for kind in ("naive", "gpipe", "1f1b"):
+        got = {}
+        for kind in ("naive", "gpipe", "1f1b", "zb1p"):
             for M in Ms:
                 tps, acts, idle = run(a, data, tmp, "%s%d" % (kind, M), 2,
                                 ["--pp", "2", "--pp-schedule", kind, "--grad-accum", str(M),
                                  "--batch-size", str(16 // M)])
+                got[kind, M] = tps, idle
                 print("%-6s %3d %10.0f %8.2f %14.3f %13.3f  %s" % (
                     kind, M, tps, tps / ddp, bubble(kind, 2, M), idle,
                     ", ".join("%s %s" % s for s in acts)))
+        for M in Ms:
+            (z, zi), (o, oi) = got["zb1p", M], got["1f1b", M]
+            print("zb1p / 1f1b at M = %d: %.3fx tokens/s, idle %.3f vs %.3f" % (M, z / o, zi, oi))
 
 
 if __name__ == "__main__":

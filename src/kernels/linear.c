@@ -29,7 +29,7 @@ static int dinp_product_then_dW(dt_precision prec, float *dinp, int dinp_accumul
     if (dinp && dt_matmul(prec, 0, 1, N, IN, OUT, 1.0f, dout, OUT, W, OUT,
                           dinp_accumulate ? 1.0f : 0.0f, dinp, IN))
         return -1;
-    return dt_matmul(prec, 1, 0, IN, OUT, N, 1.0f, inp, IN, dout, OUT, 1.0f, dW, OUT);
+    return dW ? dt_matmul(prec, 1, 0, IN, OUT, N, 1.0f, inp, IN, dout, OUT, 1.0f, dW, OUT) : 0;
 }
 
 #define SUM_BLOCK 64
@@ -70,7 +70,7 @@ static int products_bf16(float *dinp, int dinp_accumulate, float *dW, const floa
     dt_matmul_problem dw = {.prec = DT_PREC_BF16, .transA = 1, .M = IN, .N = OUT, .K = N,
                             .alpha = 1.0f, .beta = 1.0f, .A = inp, .B16 = dout16, .lda = IN,
                             .ldb = OUT, .ldc = OUT, .C = dW};
-    return (dinp && dt_matmul_solve(&dx)) || dt_matmul_solve(&dw) ? -1 : 0;
+    return (dinp && dt_matmul_solve(&dx)) || (dW && dt_matmul_solve(&dw)) ? -1 : 0;
 }
 
 int dt_linear_backward(dt_precision prec, float *dinp, int dinp_accumulate, float *dW, float *db,

@@ -334,18 +334,30 @@ static int segment_of(const dt_gpt *m, int tensor)
     return 1 + (tensor - 2) / LAYER_TENSORS;
 }
 
-static void segment_done(dt_gpt *m, int segment)
+/* With bf16 accumulation: a segment's fp32 window rounded back into
+ * grads16 once this backward (or half) is through with it. */
+static void segment_close(dt_gpt *m, int segment)
 {
-    if (m->accum16 && m->gwidened[segment]) {
-        size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
-        dt_cast_f32_to_bf16(m->grads16 + lo, m->grads + lo, hi - lo);
-        dt_window_drop(m->grads, lo * sizeof(float), hi * sizeof(float));
-        dt_mem_account(DT_MEM_GRADS, -(long long)((hi - lo) * sizeof(float)));
-        m->gwidened[segment] = 0;
-    }
+    if (!m->accum16 || !m->gwidened[segment]) return;
+    size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
+    dt_cast_f32_to_bf16(m->grads16 + lo, m->grads + lo, hi - lo);
+    dt_window_drop(m->grads, lo * sizeof(float), hi * sizeof(float));
+    dt_mem_account(DT_MEM_GRADS, -(long long)((hi - lo) * sizeof(float)));
+    m->gwidened[segment] = 0;
+}
+
+/* The segment's gradient of this micro-batch is final. */
+static void segment_report(dt_gpt *m, int segment)
+{
     if (m->grad_ready)
         m->grad_ready(m->grad_ready_ctx, dt_gpt_segment_start(m, segment),
                       dt_gpt_segment_start(m, segment + 1));
+}
+
+static void segment_done(dt_gpt *m, int segment)
+{
+    segment_close(m, segment);
+    segment_report(m, segment);
 }
 
 /* ---- initialisation ------------------------------------------------------ */
@@ -537,7 +549,48 @@ double dt_gpt_forward(dt_gpt *m, const int32_t *tokens, const int32_t *targets, 
 
 /* ---- backward ----------------------------------------------------------- */
 
-static int layer_backward(dt_gpt *m, int l, const float *x, int b, int t)
+/* One product's share of a backward: dinp = dout @ W^T, and dW, db. A
+ * split backward's input half leaves dW and db for later and keeps dout in
+ * `keep`; its weight half (product_weights) takes dout from there. */
+static int product_backward(dt_gpt *m, dt_bwd_part what, float *dinp, float *dW, float *db,
+                            const float *dout, float *keep, const float *inp, const float *W,
+                            int N, int IN, int OUT, const char *name)
+{
+    const int whole = what == DT_BWD_WHOLE;
+    if (!whole) memcpy(keep, dout, (size_t)N * OUT * sizeof(float));
+    if (dt_linear_backward(m->prec, dinp, 0, whole ? dW : NULL, whole ? db : NULL, dout, inp, W,
+                           N, IN, OUT))
+        return fail_matmul(m, name);
+    return 0;
+}
+
+static int product_weights(dt_gpt *m, float *dW, float *db, const float *dout, const float *inp,
+                           int N, int IN, int OUT, const char *name)
+{
+    if (dt_linear_backward(m->prec, NULL, 0, dW, db, dout, inp, NULL, N, IN, OUT))
+        return fail_matmul(m, name);
+    return 0;
+}
+
+/* The weight half of layer l's split backward: its four products' weight
+ * and bias gradients, in the order the whole backward adds them. */
+static int layer_weights(dt_gpt *m, int l, const float *x, int b, int t)
+{
+    const int C = m->cfg.n_embd, N = b * t;
+    dt_gpt_layer g = dt_gpt_layer_view(m, m->grads, l);
+    const dt_gpt_layer_acts *a = &m->layer_acts[l];
+    if (layer_rebuild(m, l, x, b, t)) return -1;
+    if (product_weights(m, g.fcp_w, g.fcp_b, a->d_fcp, a->fc_gelu, N, 4 * C, C, "mlp.c_proj") ||
+        product_weights(m, g.fc_w, g.fc_b, a->d_fc, a->ln2, N, C, 4 * C, "mlp.c_fc") ||
+        product_weights(m, g.proj_w, g.proj_b, a->d_proj, a->att, N, C, C, "attn.c_proj") ||
+        product_weights(m, g.qkv_w, g.qkv_b, a->d_qkv, a->ln1, N, C, 3 * C, "attn.c_attn"))
+        return -1;
+    return 0;
+}
+
+/* Layer l from d(res3) in m->d_res to d(input) in m->d_res: the whole
+ * backward, or its input half. */
+static int layer_backward(dt_gpt *m, int l, const float *x, int b, int t, dt_bwd_part what)
 {
     const int C = m->cfg.n_embd, N = b * t;
     dt_gpt_layer w = dt_gpt_layer_view(m, weights(m), l);
@@ -546,32 +599,34 @@ static int layer_backward(dt_gpt *m, int l, const float *x, int b, int t)
     if (layer_rebuild(m, l, x, b, t)) return -1;
 
     /* m->d_res holds d(res3); the MLP branch first. */
-    if (dt_linear_backward(m->prec, m->d_fc, 0, g.fcp_w, g.fcp_b, m->d_res, a->fc_gelu, w.fcp_w,
-                           N, 4 * C, C))
-        return fail_matmul(m, "mlp.c_proj backward");
+    if (product_backward(m, what, m->d_fc, g.fcp_w, g.fcp_b, m->d_res, a->d_fcp, a->fc_gelu,
+                         w.fcp_w, N, 4 * C, C, "mlp.c_proj backward"))
+        return -1;
     dt_gelu_backward(m->d_fc, a->fc, m->d_fc, (size_t)N * 4 * C);
-    if (dt_linear_backward(m->prec, m->d_c, 0, g.fc_w, g.fc_b, m->d_fc, a->ln2, w.fc_w, N, C,
-                           4 * C))
-        return fail_matmul(m, "mlp.c_fc backward");
+    if (product_backward(m, what, m->d_c, g.fc_w, g.fc_b, m->d_fc, a->d_fc, a->ln2, w.fc_w, N, C,
+                         4 * C, "mlp.c_fc backward"))
+        return -1;
     dt_layernorm_backward(m->d_res, g.ln2_w, g.ln2_b, m->d_c, a->res2, w.ln2_w, a->ln2_mean,
                           a->ln2_rstd, N, C);
 
     /* m->d_res now holds d(res2); the attention branch. */
-    if (dt_linear_backward(m->prec, m->d_c, 0, g.proj_w, g.proj_b, m->d_res, a->att, w.proj_w, N,
-                           C, C))
-        return fail_matmul(m, "attn.c_proj backward");
+    if (product_backward(m, what, m->d_c, g.proj_w, g.proj_b, m->d_res, a->d_proj, a->att,
+                         w.proj_w, N, C, C, "attn.c_proj backward"))
+        return -1;
     dt_attention_backward(m->d_qkv, m->d_c, a->qkv, a->att, a->lse, b, t, C, m->cfg.n_head);
-    if (dt_linear_backward(m->prec, m->d_c, 0, g.qkv_w, g.qkv_b, m->d_qkv, a->ln1, w.qkv_w, N, C,
-                           3 * C))
-        return fail_matmul(m, "attn.c_attn backward");
+    if (product_backward(m, what, m->d_c, g.qkv_w, g.qkv_b, m->d_qkv, a->d_qkv, a->ln1, w.qkv_w,
+                         N, C, 3 * C, "attn.c_attn backward"))
+        return -1;
     dt_layernorm_backward(m->d_res, g.ln1_w, g.ln1_b, m->d_c, x, w.ln1_w, a->ln1_mean,
                           a->ln1_rstd, N, C);
     return 0;
 }
 
 /* From the loss to d(input of ln_f) in m->d_res: the logits' gradient in
- * place, the tied head's into wte's, the final LayerNorm's. */
-static int head_backward(dt_gpt *m, const dt_gpt_slot *st, const float *lnf_in, float grad_scale)
+ * place, the tied head's into wte's (not in an input half: the logits'
+ * gradient stays in the slot for the weight half), the final LayerNorm's. */
+static int head_backward(dt_gpt *m, const dt_gpt_slot *st, const float *lnf_in, float grad_scale,
+                         dt_bwd_part what)
 {
     const int C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer, N = st->b * st->t;
     dt_crossentropy(m->logits, m->losses, m->logits, st->targets, N, V, grad_scale);
@@ -579,50 +634,126 @@ static int head_backward(dt_gpt *m, const dt_gpt_slot *st, const float *lnf_in, 
     /* dlnf = dlogits @ wte; dwte += dlogits^T @ lnf. */
     if (dt_matmul(m->prec, 0, 0, N, C, V, 1.0f, m->logits, V, WTE(m, weights(m)), C, 0.0f, m->d_c,
                   C) ||
-        dt_matmul(m->prec, 1, 0, V, C, N, 1.0f, m->logits, V, m->lnf, C, 1.0f,
-                  WTE(m, m->grads), C))
+        (what == DT_BWD_WHOLE && dt_matmul(m->prec, 1, 0, V, C, N, 1.0f, m->logits, V, m->lnf, C,
+                                           1.0f, WTE(m, m->grads), C)))
         return fail_matmul(m, "lm_head backward");
     memset(m->d_res, 0, (size_t)N * C * sizeof(float));
     dt_layernorm_backward(m->d_res, LNF_W(m, m->grads), LNF_B(m, m->grads), m->d_c, lnf_in,
                           LNF_W(m, weights(m)), m->lnf_mean, m->lnf_rstd, N, C);
     done(m, 0, DT_USE_BACKWARD);
     done(m, L + 1, DT_USE_BACKWARD);
-    segment_done(m, L + 1);
     return 0;
 }
 
-int dt_gpt_backward_slot(dt_gpt *m, int k, const float *d_out, float grad_scale)
+/* The head's weight half: the tied head's share of wte's gradient. */
+static int head_weights(dt_gpt *m, const dt_gpt_slot *st)
 {
-    const int C = m->cfg.n_embd, L = m->cfg.n_layer;
-    dt_gpt_slot *st = k >= 0 && k < m->nslots ? &m->slots[k] : NULL;
-    if (!m->grads || !st || !st->b || (st->part.l1 == L ? !st->targets : !d_out))
+    const int C = m->cfg.n_embd, V = m->cfg.vocab_size, N = st->b * st->t;
+    grads_open(m, 0);
+    if (dt_matmul(m->prec, 1, 0, V, C, N, 1.0f, m->logits, V, m->lnf, C, 1.0f, WTE(m, m->grads),
+                  C))
+        return fail_matmul(m, "lm_head backward (weights)");
+    return 0;
+}
+
+static int check_backward(dt_gpt *m, int k, const float *d_out, dt_bwd_part what)
+{
+    const dt_gpt_slot *st = k >= 0 && k < m->nslots ? &m->slots[k] : NULL;
+    if (!m->grads || !st || !st->b ||
+        (what != DT_BWD_WEIGHTS && (st->part.l1 == m->cfg.n_layer ? !st->targets : !d_out)))
         return dt_strf(m->error, sizeof m->error, "model: backward needs gradients, a forward "
                        "in slot %d, and its targets or the output's gradient", k), -1;
-    const int embed = st->part.l0 == 0, head = st->part.l1 == L;
-    const int b = st->b, t = st->t, N = b * t;
-    dt_gpt_bind_slot(m, k);
-    if (head) {
+    if (what != DT_BWD_WHOLE && !m->acts_split)
+        return dt_strf(m->error, sizeof m->error, "model: a split backward needs slots carved "
+                       "with split_backward"), -1;
+    if ((what == DT_BWD_WEIGHTS) != st->weights_pending)
+        return dt_strf(m->error, sizeof m->error, "model: slot %d: %s", k, st->weights_pending
+                       ? "the weight half of its backward is still to run"
+                       : "the weight half of a backward needs its input half first"), -1;
+    return 0;
+}
+
+/* The input half (or the whole) of slot k's backward: from the loss or
+ * d_out down to the part's input. */
+static int backward_input(dt_gpt *m, dt_gpt_slot *st, const float *d_out, float grad_scale,
+                          dt_bwd_part what)
+{
+    const int C = m->cfg.n_embd, L = m->cfg.n_layer, N = st->b * st->t;
+    const int whole = what == DT_BWD_WHOLE, embed = st->part.l0 == 0;
+    if (st->part.l1 == L) {
         const float *lnf_in = st->part.l1 > st->part.l0 ? m->layer_acts[L - 1].res3 : m->encoded;
-        if (head_backward(m, st, lnf_in, grad_scale)) return -1;
-        if (!embed) segment_done(m, 0); /* a tied copy: its part is final */
+        if (head_backward(m, st, lnf_in, grad_scale, what)) return -1;
+        segment_close(m, L + 1);
+        if (whole) segment_report(m, L + 1);
+        if (whole && !embed) segment_done(m, 0); /* a tied copy: its part is final */
     } else {
         memcpy(m->d_res, d_out, (size_t)N * C * sizeof(float));
     }
     for (int l = st->part.l1 - 1; l >= st->part.l0; l--) {
         const float *x = l > st->part.l0 ? m->layer_acts[l - 1].res3 : m->encoded;
-        if (need(m, 1 + l, DT_USE_BACKWARD) || layer_backward(m, l, x, b, t)) return -1;
+        if (need(m, 1 + l, DT_USE_BACKWARD) || layer_backward(m, l, x, st->b, st->t, what))
+            return -1;
         done(m, 1 + l, DT_USE_BACKWARD);
-        segment_done(m, 1 + l);
+        segment_close(m, 1 + l);
+        if (whole) segment_report(m, 1 + l);
     }
-    st->b = 0;
-    if (!embed) {
-        memcpy(m->encoded, m->d_res, (size_t)N * C * sizeof(float));
+    st->input_grad_apart = !whole;
+    if (!whole || !embed) {
+        memcpy(whole ? m->encoded : m->dinput, m->d_res, (size_t)N * C * sizeof(float));
         return 0;
     }
     grads_open(m, 0);
-    dt_embedding_backward(WTE(m, m->grads), WPE(m, m->grads), m->d_res, st->tokens, b, t, C);
+    dt_embedding_backward(WTE(m, m->grads), WPE(m, m->grads), m->d_res, st->tokens, st->b, st->t,
+                          C);
     segment_done(m, 0);
     return 0;
+}
+
+/* The weight half of slot k's backward; reports each segment in the order
+ * the whole backward does. Layers are rebuilt (in a recompute mode) from
+ * inputs the slot still holds. */
+static int backward_weights(dt_gpt *m, dt_gpt_slot *st)
+{
+    const int L = m->cfg.n_layer, embed = st->part.l0 == 0;
+    if (st->part.l1 == L) {
+        if (head_weights(m, st)) return -1;
+        segment_report(m, L + 1);
+        if (!embed) segment_done(m, 0);
+    }
+    for (int l = st->part.l1 - 1; l >= st->part.l0; l--) {
+        const float *x = l > st->part.l0 ? m->layer_acts[l - 1].res3 : m->encoded;
+        /* The weights are read only to rebuild the layer. */
+        int rebuild = m->recompute != DT_RECOMPUTE_NONE;
+        if (rebuild ? need(m, 1 + l, DT_USE_BACKWARD) : (grads_open(m, 1 + l), 0)) return -1;
+        if (layer_weights(m, l, x, st->b, st->t)) return -1;
+        if (rebuild) done(m, 1 + l, DT_USE_BACKWARD);
+        segment_done(m, 1 + l);
+    }
+    if (!embed) return 0;
+    grads_open(m, 0);
+    dt_embedding_backward(WTE(m, m->grads), WPE(m, m->grads), m->dinput, st->tokens, st->b,
+                          st->t, m->cfg.n_embd);
+    segment_done(m, 0);
+    return 0;
+}
+
+int dt_gpt_backward_part(dt_gpt *m, int k, const float *d_out, float grad_scale,
+                         dt_bwd_part what)
+{
+    if (check_backward(m, k, d_out, what)) return -1;
+    dt_gpt_slot *st = &m->slots[k];
+    dt_gpt_bind_slot(m, k);
+    if (what == DT_BWD_WEIGHTS ? backward_weights(m, st)
+                               : backward_input(m, st, d_out, grad_scale, what))
+        return -1;
+    st->weights_pending = what == DT_BWD_INPUT;
+    if (what != DT_BWD_INPUT) st->b = 0;
+    return 0;
+}
+
+int dt_gpt_backward_slot(dt_gpt *m, int k, const float *d_out, float grad_scale)
+{
+    return dt_gpt_backward_part(m, k, d_out, grad_scale, DT_BWD_WHOLE);
 }
 
 int dt_gpt_backward(dt_gpt *m, const int32_t *tokens, int b, int t, float grad_scale)

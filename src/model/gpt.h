@@ -77,6 +77,10 @@ typedef struct {
     float *ln2, *ln2_mean, *ln2_rstd; /* [N, C], [N], [N] */
     float *fc, *fc_gelu;              /* [N, 4C] each */
     float *res3;                      /* [N, C]: the layer's output */
+    /* With split_backward: each product's output gradient, kept from the
+     * input-gradient half of a backward to its weight-gradient half. */
+    float *d_fcp, *d_proj;            /* [N, C]: of mlp.c_proj, attn.c_proj */
+    float *d_fc, *d_qkv;              /* [N, 4C], [N, 3C]: of mlp.c_fc, attn.c_attn */
 } dt_gpt_layer_acts;
 
 /* A part of the model that one pipeline stage (or chunk) runs: layers
@@ -94,6 +98,9 @@ typedef struct {
     float *base;                    /* its piece of the arena */
     const int32_t *tokens, *targets; /* of its forward (the caller keeps them) */
     int b, t;                       /* its forward's shape; 0: no forward pending */
+    int weights_pending;            /* its input's gradient is done, its weights' not */
+    int input_grad_apart;           /* its last backward left the input's gradient in
+                                       dinput (a split one), not in the input buffer */
 } dt_gpt_slot;
 
 typedef struct {
@@ -138,6 +145,9 @@ typedef struct {
      * pointers below are those of the bound slot. */
     dt_recompute recompute; /* set before dt_gpt_alloc_acts (default NONE) */
     dt_recompute acts_mode; /* the mode the arena was carved for */
+    int split_backward;     /* set before allocating slots: each slot can run its
+                               backward in two halves (dt_gpt_backward_part) */
+    int acts_split;         /* split_backward when the arena was carved */
     int rebuilt_layer;      /* the layer whose rebuilt activations the shared
                                buffers hold now, or -1 */
     int rebuilt_slot;       /* and the slot it belongs to */
@@ -149,8 +159,11 @@ typedef struct {
     dt_gpt_layer_acts shared; /* what the recompute mode rebuilds, one layer's worth */
     float *encoded;               /* [N, C]: the part's input (the embeddings' output,
                                      or the activation received from the stage before);
-                                     after a backward without the embeddings, the
+                                     after a whole backward without the embeddings, the
                                      gradient of that input */
+    float *dinput;                /* [N, C], with split_backward: the input's gradient
+                                     from a split backward (the input stays for the
+                                     weights' half, which may rebuild layers from it) */
     dt_gpt_layer_acts *layer_acts; /* [L], those of the bound slot's part */
     float *lnf, *lnf_mean, *lnf_rstd; /* [N, C], [N], [N] */
     float *logits;                /* [N, V]; holds its own gradient after backward */
@@ -293,6 +306,28 @@ int dt_gpt_backward(dt_gpt *m, const int32_t *tokens, int b, int t, float grad_s
 double dt_gpt_forward_slot(dt_gpt *m, int k, const int32_t *tokens, const int32_t *targets,
                            int b, int t);
 int dt_gpt_backward_slot(dt_gpt *m, int k, const float *d_out, float grad_scale);
+
+/* A backward in two halves, as zero-bubble pipeline schedules run it:
+ *   DT_BWD_INPUT    the gradient of the part's input (what the stage before
+ *                   waits for): the chain through every layer, with the
+ *                   LayerNorms' own gradients on the way (element-wise and
+ *                   cheap); each product's output gradient stays in the
+ *                   slot. The input's gradient is left in
+ *                   dt_gpt_slot_input_grad. No grad_ready.
+ *   DT_BWD_WEIGHTS  later, the products' weight and bias gradients from
+ *                   what the first half kept, and the embeddings'; each
+ *                   segment then reports grad_ready as a whole backward
+ *                   would. In a recompute mode, each layer is rebuilt again.
+ * The same kernels on the same operands as DT_BWD_WHOLE, so the gradients
+ * are its bits, whatever runs between the halves (the halves of other
+ * micro-batches touch other gradient elements, or the same ones in the
+ * same micro-batch order). Needs slots carved with split_backward; the
+ * cost is 9 N C floats a layer and N C more per slot. */
+typedef enum { DT_BWD_WHOLE = 0, DT_BWD_INPUT, DT_BWD_WEIGHTS } dt_bwd_part;
+int dt_gpt_backward_part(dt_gpt *m, int k, const float *d_out, float grad_scale,
+                         dt_bwd_part what);
+/* Where slot k's last backward left its input's gradient [b*t, C]. */
+float *dt_gpt_slot_input_grad(dt_gpt *m, int k);
 
 /* The flat layout in L + 2 segments that backward finishes one at a time:
  * segment 0 the embeddings (wte, wpe), 1 + l layer l, L + 1 the final

@@ -60,7 +60,8 @@ static size_t carve_common(dt_gpt *m, float *base, size_t N)
 }
 
 /* One micro-batch of part p: its input, each of its layers' own buffers
- * (the shared ones named from m->shared) and res3, and with the head the
+ * (the shared ones named from m->shared) and res3 (with split_backward,
+ * the products' output gradients and the input's), and with the head the
  * final LayerNorm, logits and losses. Binds the pointers when base is
  * given (after carve_common), else only counts. */
 static size_t carve_slot(dt_gpt *m, float *base, dt_gpt_part p, size_t N)
@@ -74,8 +75,15 @@ static size_t carve_slot(dt_gpt *m, float *base, dt_gpt_part p, size_t N)
         dt_gpt_layer_acts a = m->shared;
         take_layer(base, &used, &a, !shared_mm(m), !shared_ew(m), N, C, NH);
         take(base, &used, &a.res3, N * C);
+        if (m->acts_split) {
+            take(base, &used, &a.d_fcp, N * C);
+            take(base, &used, &a.d_proj, N * C);
+            take(base, &used, &a.d_fc, N * 4 * C);
+            take(base, &used, &a.d_qkv, N * 3 * C);
+        }
         if (base) m->layer_acts[l] = a;
     }
+    if (m->acts_split) take(base, &used, base ? &m->dinput : &scratch, N * C);
     if (p.l1 < m->cfg.n_layer) return used;
     take(base, &used, base ? &m->lnf : &scratch, N * C);
     take(base, &used, base ? &m->lnf_mean : &scratch, N);
@@ -88,6 +96,7 @@ static size_t carve_slot(dt_gpt *m, float *base, dt_gpt_part p, size_t N)
 size_t dt_gpt_slots_floats(const dt_gpt *m, int B, int T, int n, const dt_gpt_part *parts)
 {
     dt_gpt probe = *m; /* counting writes nothing, but the functions take a model */
+    probe.acts_split = m->split_backward;
     const size_t N = (size_t)B * (size_t)T;
     size_t total = carve_common(&probe, NULL, N);
     for (int k = 0; k < n; k++) total += carve_slot(&probe, NULL, parts[k], N);
@@ -113,6 +122,12 @@ float *dt_gpt_slot_input(dt_gpt *m, int k)
     return m->encoded;
 }
 
+float *dt_gpt_slot_input_grad(dt_gpt *m, int k)
+{
+    dt_gpt_bind_slot(m, k);
+    return m->slots[k].input_grad_apart ? m->dinput : m->encoded;
+}
+
 const float *dt_gpt_slot_output(dt_gpt *m, int k)
 {
     dt_gpt_bind_slot(m, k);
@@ -127,6 +142,7 @@ static void free_arena(dt_gpt *m)
     m->acts_mem = NULL;
     m->layer_acts = NULL;
     m->slots = NULL;
+    m->dinput = NULL;
     m->nslots = 0;
     m->B = m->T = 0;
 }
@@ -162,6 +178,7 @@ int dt_gpt_alloc_slots(dt_gpt *m, int B, int T, int n, const dt_gpt_part *parts)
     m->B = B;
     m->T = T;
     m->nslots = n;
+    m->acts_split = m->split_backward; /* what carve_slot reads from here on */
     size_t at = carve_common(m, m->acts_mem, N);
     for (int k = 0; k < n; k++) {
         m->slots[k].part = parts[k];
@@ -179,6 +196,7 @@ int dt_gpt_alloc_slots(dt_gpt *m, int B, int T, int n, const dt_gpt_part *parts)
 int dt_gpt_alloc_acts(dt_gpt *m, int B, int T)
 {
     if (m->acts_mem && m->B == B && m->T == T && m->acts_mode == m->recompute &&
+        m->acts_split == m->split_backward &&
         m->nslots == 1 && m->slots[0].part.l0 == 0 && m->slots[0].part.l1 == m->cfg.n_layer)
         return 0;
     dt_gpt_part whole = {0, m->cfg.n_layer};

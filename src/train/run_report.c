@@ -95,7 +95,7 @@ static int print_memory(dt_run *t, const char *title, int peak)
     } else {
         fprintf(t->out, "%s:\n", title);
         for (int r = 0; r < t->r.size; r++) {
-            char role[32] = "", label[64];
+            char role[64] = "", label[96];
             dt_strategy_rank_label(&t->S, r, role, sizeof role);
             dt_strf(label, sizeof label, "  rank %d%s%s%s", r, role[0] ? " (" : "", role,
                     role[0] ? ")" : "");

@@ -7,7 +7,9 @@
  * gradients accumulated in the same order (the head's share of wte before
  * the embeddings', micro-batch by micro-batch). Checked for cuts into 2
  * and 3 parts, with 3 micro-batches in flight, in every recompute mode,
- * and that each segment reports grad_ready once per backward. */
+ * and that each segment reports grad_ready once per backward; and the same
+ * with every backward split in its input and weight halves, the weights'
+ * run a micro-batch late, which must not change a bit either. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,12 +54,31 @@ static int run_whole(dt_gpt *m, const int32_t *tok, double *loss)
     return 0;
 }
 
-/* Parts [cut[j], cut[j+1]); slot j * M + i holds micro-batch i of part j. */
-static int run_parts(dt_gpt *m, const int32_t *tok, const int *cut, int nparts, double *loss)
+/* The weight halves of micro-batch i's split backward, every part, and
+ * each segment reported once (segment 0 twice with a tied copy). */
+static int run_weights(dt_gpt *m, int i, int nparts)
+{
+    memset(ready, 0, sizeof ready);
+    for (int j = nparts - 1; j >= 0; j--)
+        if (dt_gpt_backward_part(m, j * M + i, NULL, 0, DT_BWD_WEIGHTS))
+            { CHECK(0, "weights of part %d: %s", j, m->error); return -1; }
+    for (int s = 0; s < L + 2; s++)
+        CHECK(ready[s] == (s == 0 && nparts > 1 ? 2 : 1),
+              "segment %d reported %d times in micro-batch %d's weight halves", s, ready[s], i);
+    return 0;
+}
+
+/* Parts [cut[j], cut[j+1]); slot j * M + i holds micro-batch i of part j.
+ * split: each backward in two halves, the weights' one micro-batch late
+ * (so micro-batch i's input halves run between i - 1's two halves), as a
+ * zero-bubble schedule runs them. */
+static int run_parts(dt_gpt *m, const int32_t *tok, const int *cut, int nparts, int split,
+                     double *loss)
 {
     dt_gpt_part parts[3 * M];
     for (int j = 0; j < nparts; j++)
         for (int i = 0; i < M; i++) parts[j * M + i] = (dt_gpt_part){cut[j], cut[j + 1]};
+    m->split_backward = split;
     if (dt_gpt_alloc_slots(m, B, T, nparts * M, parts)) { CHECK(0, "%s", m->error); return -1; }
     m->grad_ready = on_ready;
     m->grad_ready_ctx = m;
@@ -78,9 +99,16 @@ static int run_parts(dt_gpt *m, const int32_t *tok, const int *cut, int nparts, 
         memset(ready, 0, sizeof ready);
         for (int j = nparts - 1; j >= 0; j--) {
             int k = j * M + i;
-            if (dt_gpt_backward_slot(m, k, j == nparts - 1 ? NULL : d, 1.0f / (M * B * T)))
+            if (dt_gpt_backward_part(m, k, j == nparts - 1 ? NULL : d, 1.0f / (M * B * T),
+                                     split ? DT_BWD_INPUT : DT_BWD_WHOLE))
             { free(d); CHECK(0, "backward part %d: %s", j, m->error); return -1; }
-            if (j > 0) memcpy(d, dt_gpt_slot_input(m, k), sizeof(float) * B * T * C);
+            if (j > 0) memcpy(d, dt_gpt_slot_input_grad(m, k), sizeof(float) * B * T * C);
+        }
+        if (split) {
+            for (int s = 0; s < L + 2; s++)
+                CHECK(ready[s] == 0, "segment %d reported by an input half", s);
+            if (i > 0 && run_weights(m, i - 1, nparts)) { free(d); return -1; }
+            continue;
         }
         /* Segment 0 twice: once for the head's tied copy, once after the embeddings. */
         for (int s = 0; s < L + 2; s++)
@@ -88,20 +116,22 @@ static int run_parts(dt_gpt *m, const int32_t *tok, const int *cut, int nparts, 
                   "segment %d reported %d times in micro-batch %d", s, ready[s], i);
     }
     free(d);
+    if (split && run_weights(m, M - 1, nparts)) return -1;
     m->grad_ready = NULL;
     return 0;
 }
 
-static void compare(dt_recompute mode, const int *cut, int nparts)
+static void compare(dt_recompute mode, const int *cut, int nparts, int split)
 {
-    check_set_label("%s, %d parts: ", dt_recompute_name(mode), nparts);
+    check_set_label("%s, %d parts%s: ", dt_recompute_name(mode), nparts,
+                    split ? ", split backward" : "");
     dt_gpt whole, cutm;
     int32_t tok[M * 2 * B * T];
     rng_state = 31;
     for (size_t i = 0; i < sizeof tok / sizeof tok[0]; i++) tok[i] = (int32_t)(rnd_u64() % V);
     double lw[M], lp[M];
     if (make(&whole, mode) || make(&cutm, mode) || run_whole(&whole, tok, lw) ||
-        run_parts(&cutm, tok, cut, nparts, lp))
+        run_parts(&cutm, tok, cut, nparts, split, lp))
         goto out;
     for (int i = 0; i < M; i++)
         CHECK(lw[i] == lp[i], "micro-batch %d loss %.17g, whole %.17g", i, lp[i], lw[i]);
@@ -119,9 +149,14 @@ int main(void)
 {
     const int two[] = {0, 1, L}, three[] = {0, 2, 3, L};
     for (int mode = DT_RECOMPUTE_NONE; mode <= DT_RECOMPUTE_FULL; mode++) {
-        compare((dt_recompute)mode, two, 2);
-        compare((dt_recompute)mode, three, 3);
+        for (int split = 0; split <= 1; split++) {
+            compare((dt_recompute)mode, two, 2, split);
+            compare((dt_recompute)mode, three, 3, split);
+        }
     }
+    /* A whole model, split: its embeddings' gradient waits for the weights. */
+    const int one[] = {0, L};
+    compare(DT_RECOMPUTE_NONE, one, 1, 1);
     /* A part must hold a layer, inside the model. */
     dt_gpt m;
     if (make(&m, DT_RECOMPUTE_NONE) == 0) {
@@ -129,6 +164,22 @@ int main(void)
         check_set_label("refusals: ");
         CHECK(dt_gpt_alloc_slots(&m, B, T, 1, &bad[0]) == -1, "an empty part was accepted");
         CHECK(dt_gpt_alloc_slots(&m, B, T, 1, &bad[1]) == -1, "layers past L were accepted");
+        /* The halves of a split backward: in order, on a split arena. */
+        int32_t tok[2 * B * T] = {0};
+        dt_gpt_part whole = {0, L};
+        CHECK(dt_gpt_alloc_slots(&m, B, T, 1, &whole) == 0, "%s", m.error);
+        CHECK(dt_gpt_forward_slot(&m, 0, tok, tok + B * T, B, T) >= 0, "%s", m.error);
+        CHECK(dt_gpt_backward_part(&m, 0, NULL, 1.0f, DT_BWD_INPUT) == -1,
+              "an input half ran on an arena carved without split_backward");
+        m.split_backward = 1;
+        CHECK(dt_gpt_alloc_slots(&m, B, T, 1, &whole) == 0, "%s", m.error);
+        CHECK(dt_gpt_forward_slot(&m, 0, tok, tok + B * T, B, T) >= 0, "%s", m.error);
+        CHECK(dt_gpt_backward_part(&m, 0, NULL, 1.0f, DT_BWD_WEIGHTS) == -1,
+              "a weight half ran before its input half");
+        CHECK(dt_gpt_backward_part(&m, 0, NULL, 1.0f, DT_BWD_INPUT) == 0, "%s", m.error);
+        CHECK(dt_gpt_backward_part(&m, 0, NULL, 1.0f, DT_BWD_WHOLE) == -1,
+              "a whole backward ran while a weight half was pending");
+        CHECK(dt_gpt_backward_part(&m, 0, NULL, 1.0f, DT_BWD_WEIGHTS) == 0, "%s", m.error);
         dt_gpt_destroy(&m);
     }
     return finish("model.parts");

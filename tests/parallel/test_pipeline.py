@@ -5,8 +5,9 @@
 (--quick: pp 2 only, for the sanitizer builds.)
 
 Equivalence (5 steps, AdamW with weight decay, clipping at 1, --shuffle 0,
-4 layers): naive, gpipe and 1f1b at pp 2, 3 and 4, interleaved at pp 2 with
-2 chunks per rank, and 1f1b at pp 2 x dp 2, each with M = 1, 3 and 8
+4 layers): naive, gpipe, 1f1b and zb1p at pp 2, 3 and 4, interleaved at pp
+2 with 2 chunks per rank, and 1f1b and zb1p at pp 2 x dp 2, each with M =
+1, 3 and 8
 micro-batches (interleaved: 8; it refuses M not a multiple of pp). Every
 logged loss within 1e-6 relative, the weights within 1e-5 (the worst
 tensor's ||a - b|| / ||b||). Not bit-identical: the tied embedding's
@@ -16,9 +17,15 @@ micro-batch; every other gradient adds in the same order (GPipe's
 backwards run in micro-batch order for that reason). The run's replica
 check (the tied embedding's two copies, a stage's data-parallel copies)
 must pass.
+zb1p's split backward (input halves, weight halves later) must leave the
+bits of 1f1b's whole one: its final weights equal 1f1b's bit for bit, in
+fp32 at every layout above, and with bf16 weights, bf16 gradient
+accumulation and full recomputation (the weight halves rebuild layers).
 Evaluation runs through the stages: the final validation loss equals one
 process's (over the same sequences: with dp 2 the micro-batch is halved and
 the batches doubled).
+Activations: each stage's micro-batches in flight and accounted activation
+memory, against the schedule's counts and the documented sizes.
 Timeline (--trace of a pp 2 run): compute events of a rank never overlap,
 every receive ends after its matching send starts, one forward and one
 backward per micro-batch.
@@ -34,7 +41,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
 from checks import check, finish  # noqa: E402
-from dtrain_run import expect_refused, rel_err, train_logged, write_words  # noqa: E402
+from dtrain_run import expect_refused, rel_err, run, same_bits, train_logged, write_words  # noqa: E402
 
 STEPS, LR = 5, 3e-3
 
@@ -52,11 +59,13 @@ def train(dtrain, tmp, name, extra):
 
 
 def equivalence(dtrain, tmp, quick):
-    layouts = [(2, 2, k, []) for k in ("naive", "gpipe", "1f1b")]
+    kinds = ("naive", "gpipe", "1f1b", "zb1p")
+    layouts = [(2, 2, k, []) for k in kinds]
     layouts += [(2, 2, "interleaved", ["--pp-virtual", "2"])]
     if not quick:
-        layouts += [(n, n, k, []) for n in (3, 4) for k in ("naive", "gpipe", "1f1b")]
-        layouts += [(4, 2, "1f1b", [])]  # pp 2 x dp 2
+        layouts += [(n, n, k, []) for n in (3, 4) for k in kinds]
+        layouts += [(4, 2, k, []) for k in ("1f1b", "zb1p")]  # pp 2 x dp 2
+    weights = {}
     for M in (1, 3, 8):
         ref = train(dtrain, tmp, "one%d" % M, ["--batch-size", "2", "--grad-accum", str(M)])
         if ref is None:
@@ -83,16 +92,36 @@ def equivalence(dtrain, tmp, quick):
             check(got[3] is not None and got[3] == ref[3],
                   "%s: validation loss through the stages %s, one process %s"
                   % (name, got[3], ref[3]))
+            weights[name] = got[1]
+            twin = name.replace("zb1p", "1f1b")
+            if kind == "zb1p" and twin in weights:
+                check(same_bits(got[1], weights[twin]),
+                      "%s: final weights bit-identical to 1f1b's" % name)
 
 
-def timeline(dtrain, tmp):
+def zb1p_halves(dtrain, tmp):
+    """zb1p against 1f1b, bit for bit, where the split backward has the
+    most to get right: bf16 weights widened per segment, gradients
+    accumulated in bf16 (rounded once per micro-batch), and full
+    recomputation (each weight half rebuilds its layers)."""
+    extra = ["--nproc", "2", "--pp", "2", "--batch-size", "2", "--grad-accum", "4",
+             "--dtype", "bf16", "--grad-accum-dtype", "bf16", "--recompute", "full"]
+    a = train(dtrain, tmp, "halves_1f1b", extra + ["--pp-schedule", "1f1b"])
+    b = train(dtrain, tmp, "halves_zb1p", extra + ["--pp-schedule", "zb1p"])
+    check(a[0] == b[0] and same_bits(a[1], b[1]),
+          "zb1p, bf16 + bf16 accumulation + full recompute: losses and final weights "
+          "bit-identical to 1f1b's")
+
+
+def timeline(dtrain, tmp, kind, names):
     """A pp 2 run's --trace: per rank, compute events never overlap; every
     receive ends after its matching send (same stage edge and micro-batch)
-    starts; each rank computes one forward and one backward per
-    micro-batch and step."""
-    trace = os.path.join(tmp, "pp.trace.json")
-    got = train(dtrain, tmp, "traced", ["--nproc", "2", "--pp", "2", "--batch-size", "2",
-                                        "--grad-accum", "4", "--trace", trace])
+    starts; each rank computes one of each of `names` per micro-batch and
+    step."""
+    trace = os.path.join(tmp, "pp_%s.trace.json" % kind)
+    got = train(dtrain, tmp, "traced_" + kind,
+                ["--nproc", "2", "--pp", "2", "--batch-size", "2", "--grad-accum", "4",
+                 "--pp-schedule", kind, "--trace", trace])
     if got is None:
         return
     ev = [e for e in json.load(open(trace))["traceEvents"] if e.get("ph") == "X"]
@@ -100,11 +129,11 @@ def timeline(dtrain, tmp):
         comp = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev
                       if e["pid"] == pid and e["tid"] == 0)
         check(all(a[1] <= b[0] + 1e-3 for a, b in zip(comp, comp[1:])),
-              "trace: rank %d's compute events do not overlap" % pid)
-        for name in ("forward", "backward"):
+              "trace %s: rank %d's compute events do not overlap" % (kind, pid))
+        for name in names:
             n = sum(1 for e in ev if e["pid"] == pid and e["name"] == name)
-            check(n == 4 * STEPS, "trace: rank %d ran %d %ss (4 x %d steps)"
-                  % (pid, n, name, STEPS))
+            check(n == 4 * STEPS, "trace %s: rank %d ran %d %s events (4 x %d steps)"
+                  % (kind, pid, n, name, STEPS))
     pairs = [("send_activation", "recv_activation", 1), ("send_grad", "recv_grad", -1)]
     for send_name, recv_name, step in pairs:
         sends = {}
@@ -116,8 +145,55 @@ def timeline(dtrain, tmp):
             any(s["ts"] <= r["ts"] + r["dur"] for s in sends.get((r["args"]["stage"],
                                                                    r["args"]["micro"]), []))
             for r in recvs)
-        check(ok, "trace: %d %s events, each ending after its %s starts"
-              % (len(recvs), recv_name, send_name))
+        check(ok, "trace %s: %d %s events, each ending after its %s starts"
+              % (kind, len(recvs), recv_name, send_name))
+
+
+def slot_mib(layers, head, zb, N, C, NH, V):
+    """One micro-batch's activations on a stage, by the model's documented
+    sizes (fp32, recompute none): its input [N, C]; per layer 16 rows of C
+    and the LayerNorms' means and rstds with the attention's lse, (4 + NH)
+    N; with the head the final LayerNorm (N C + 2 N), logits N V, losses N;
+    the executor's tokens, targets and received output gradient (2 N + N C).
+    zb1p's split backward keeps 9 N C more a layer and the input's gradient."""
+    f = N * C + layers * (16 * N * C + (4 + NH) * N) + 2 * N + N * C
+    if head:
+        f += N * C + 2 * N + N * V + N
+    if zb:
+        f += layers * 9 * N * C + N * C
+    return f * 4 / 2**20
+
+
+def activations(dtrain, tmp):
+    """Each stage's activation slots, from the memory table: 1f1b holds
+    min(M, p - r) micro-batches on stage r, gpipe all M, zb1p (F to W)
+    min(M, p); and the acts each rank accounts equal that many slots plus
+    backward's scratch (9 N C, shared), within the table's rounding."""
+    Bq, T, C, NH, V, M = 4, 64, 64, 2, 256, 4
+    N = Bq * T
+    for pp, kind in ((2, "gpipe"), (2, "1f1b"), (2, "zb1p"), (3, "gpipe"), (3, "1f1b")):
+        r = run(dtrain, ["train", "--data", os.path.join(tmp, "data.txt"), "--n-layer", "4",
+                         "--n-head", str(NH), "--n-embd", str(C), "--block-size", str(T),
+                         "--batch-size", str(Bq), "--grad-accum", str(M), "--steps", "1",
+                         "--threads", "1", "--nproc", str(pp), "--pp", str(pp),
+                         "--pp-schedule", kind, "--eval-batches", "1"])
+        cut = re.search(r"micro-batches, layers ([0-9 |-]+)\)", r.stdout)
+        rows = re.findall(r"rank (\d+) \(stage \d+, (\d+) in flight\):.*?acts ([0-9.]+) MiB",
+                          r.stdout)
+        if r.returncode != 0 or not cut or len(rows) != pp:
+            check(False, "pp %d %s: a memory table per stage (exit %d)\n%s"
+                  % (pp, kind, r.returncode, r.stdout[-1500:] + r.stderr[-1500:]))
+            continue
+        spans = [tuple(int(x) for x in c.split("-")) for c in cut.group(1).split(" | ")]
+        for rank, flight, acts in rows:
+            q, flight, acts = int(rank), int(flight), float(acts)
+            want = {"gpipe": M, "1f1b": min(M, pp - q), "zb1p": min(M, pp)}[kind]
+            lo, hi = spans[q]
+            mib = want * slot_mib(hi - lo + 1, q == pp - 1, kind == "zb1p", N, C, NH, V) \
+                + 9 * N * C * 4 / 2**20
+            check(flight == want and abs(acts - mib) <= 0.051,
+                  "pp %d %s, stage %d: %d micro-batches in flight (want %d), acts %.1f MiB "
+                  "(want %.2f)" % (pp, kind, q, flight, want, acts, mib))
 
 
 def bad_input(dtrain, tmp):
@@ -141,7 +217,10 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         write_words(os.path.join(tmp, "data.txt"), 7)
         equivalence(dtrain, tmp, quick)
-        timeline(dtrain, tmp)
+        zb1p_halves(dtrain, tmp)
+        activations(dtrain, tmp)
+        timeline(dtrain, tmp, "1f1b", ("forward", "backward"))
+        timeline(dtrain, tmp, "zb1p", ("forward", "backward_input", "backward_weights"))
         bad_input(dtrain, tmp)
     finish()
 

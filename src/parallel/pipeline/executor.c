@@ -2,7 +2,8 @@
  *
  * A slot is taken by a micro-batch's first action on a chunk (its RECV_F,
  * or on stage 0 its F) and given back after its last (the SEND_B that
- * carries its input's gradient back, or on stage 0 the B). Sends never
+ * carries its input's gradient back, on stage 0 the B, or a W after
+ * both). Sends never
  * block the list: each stays in flight until the slot is taken again, or
  * the step ends. Receives are waited for where the list has them, which is
  * what the schedule's static check assumes. */
@@ -11,29 +12,47 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/str.h"
 #include "core/timer.h"
 #include "core/trace.h"
 
 static int chunk_of(const dt_pp_exec *x, int stage) { return stage / x->p; }
 
-static int frees_slot(const dt_pp_action *a)
+/* last[i] = 1 where action i is the last of its (chunk, micro-batch) in
+ * rank me's list: the slot is given back after it (a B on stage 0, the
+ * SEND_B that carries the input's gradient back, or a W after both).
+ * 0, or -1 out of memory. */
+static int mark_last(const dt_pp_schedule *s, int me, unsigned char *last)
 {
-    return (a->op == DT_PP_B && a->stage == 0) || a->op == DT_PP_SEND_B || a->op == DT_PP_W;
+    int n = s->n[me], *at = malloc((size_t)s->V * s->M * sizeof *at);
+    if (!at) return -1;
+    for (int i = 0; i < n; i++) {
+        const dt_pp_action *a = &s->acts[me][i];
+        at[a->stage / s->p * s->M + a->micro] = i;
+    }
+    for (int i = 0; i < n; i++) {
+        const dt_pp_action *a = &s->acts[me][i];
+        last[i] = at[a->stage / s->p * s->M + a->micro] == i;
+    }
+    free(at);
+    return 0;
 }
 
 int dt_pp_exec_slots(const dt_pp_schedule *s, int me, const int *cut, dt_gpt_part *parts,
                      int cap)
 {
     int live[64] = {0}, most[64] = {0}, n = 0;
-    if (s->V > 64) return -1;
+    unsigned char *last = malloc((size_t)s->n[me] + 1);
+    if (s->V > 64 || !last || mark_last(s, me, last)) return free(last), -1;
     for (int i = 0; i < s->n[me]; i++) {
         const dt_pp_action *a = &s->acts[me][i];
         int c = a->stage / s->p;
         if ((a->op == DT_PP_RECV_F || (a->op == DT_PP_F && a->stage == 0)) && ++live[c] > most[c])
             most[c] = live[c];
-        if (frees_slot(a)) live[c]--;
+        if (last[i]) live[c]--;
     }
+    free(last);
     for (int c = 0; c < s->V; c++) {
         int k = c * s->p + me;
         for (int j = 0; j < most[c]; j++) {
@@ -65,14 +84,16 @@ int dt_pp_exec_init(dt_pp_exec *x, dt_comm *comm, const dt_pp_schedule *s, const
     size_t N = (size_t)B * T, ns = (size_t)x->nslots;
     x->slot_of = malloc((size_t)x->V * x->M * sizeof *x->slot_of);
     x->slot_busy = calloc(ns, 1);
-    x->tokens = malloc(ns * N * sizeof *x->tokens);
-    x->targets = malloc(ns * N * sizeof *x->targets);
-    x->dout = malloc(ns * N * x->C * sizeof *x->dout);
+    /* Activations too: what each slot's micro-batch holds beside the model's. */
+    x->tokens = dt_alloc(ns * N * sizeof *x->tokens, DT_MEM_ACTS);
+    x->targets = dt_alloc(ns * N * sizeof *x->targets, DT_MEM_ACTS);
+    x->dout = dt_alloc(ns * N * x->C * sizeof *x->dout, DT_MEM_ACTS);
     x->sreq = calloc(ns, sizeof *x->sreq);
     x->sent = calloc(ns, sizeof *x->sent);
     x->sent_ns = calloc(ns, sizeof *x->sent_ns);
+    x->last = malloc((size_t)s->n[x->me] + 1);
     if (!x->slot_of || !x->slot_busy || !x->tokens || !x->targets || !x->dout || !x->sreq ||
-        !x->sent || !x->sent_ns) {
+        !x->sent || !x->sent_ns || !x->last || mark_last(s, x->me, x->last)) {
         dt_pp_exec_free(x);
         return dt_strf(x->err, sizeof x->err, "pipeline: out of memory for %d slots",
                        x->nslots), -1;
@@ -86,12 +107,14 @@ void dt_pp_exec_free(dt_pp_exec *x)
         if (x->sreq[k]) dt_wait(x->sreq[k]);
     free(x->slot_of);
     free(x->slot_busy);
-    free(x->tokens);
-    free(x->targets);
-    free(x->dout);
+    dt_free(x->tokens);
+    dt_free(x->targets);
+    dt_free(x->dout);
     free(x->sreq);
     free(x->sent);
     free(x->sent_ns);
+    free(x->last);
+    x->last = NULL;
     x->slot_of = NULL, x->slot_busy = NULL, x->tokens = x->targets = NULL;
     x->dout = NULL, x->sreq = NULL, x->sent = NULL, x->sent_ns = NULL;
 }
@@ -210,23 +233,31 @@ static int forward(dt_pp_exec *x, step_ctx *s, const dt_pp_action *a, int k)
     return 0;
 }
 
+static const char *const backward_names[] = {"backward", "backward_input", "backward_weights"};
+
+/* B, I or W: the whole backward or one half (model/gpt.h). The strategy
+ * hears of the ones that finish gradients (B, W), the last with `last`. */
 static int backward(dt_pp_exec *x, step_ctx *s, const dt_pp_action *a, int k, int last)
 {
-    dt_strategy_before_backward(s->S, a->micro, last);
+    dt_bwd_part what = a->op == DT_PP_I ? DT_BWD_INPUT
+                       : a->op == DT_PP_W ? DT_BWD_WEIGHTS : DT_BWD_WHOLE;
+    if (what != DT_BWD_INPUT) dt_strategy_before_backward(s->S, a->micro, last);
     const float *d_out = a->stage == x->S - 1 ? NULL : x->dout + (size_t)k * x->B * x->T * x->C;
     uint64_t t0 = dt_trace_now();
-    if (dt_gpt_backward_slot(x->model, k, d_out, s->scale))
+    if (dt_gpt_backward_part(x->model, k, d_out, s->scale, what))
         return dt_strf(x->err, sizeof x->err, "%s", x->model->error), -1;
-    if (dt_trace_on()) trace(x, DT_TRACE_COMPUTE, "backward", a, t0, dt_trace_now());
+    if (dt_trace_on()) trace(x, DT_TRACE_COMPUTE, backward_names[what], a, t0, dt_trace_now());
     return 0;
 }
 
-/* Whether action i is the last backward of its chunk in the list. */
+/* Whether action i is the last on its stage that finishes gradients (a B
+ * or a W) in the list. */
 static int last_backward(const dt_pp_exec *x, int i)
 {
     const dt_pp_action *list = x->sched->acts[x->me];
     for (int j = i + 1; j < x->sched->n[x->me]; j++)
-        if (list[j].op == DT_PP_B && list[j].stage == list[i].stage) return 0;
+        if ((list[j].op == DT_PP_B || list[j].op == DT_PP_W) && list[j].stage == list[i].stage)
+            return 0;
     return 1;
 }
 
@@ -242,13 +273,14 @@ static int run(dt_pp_exec *x, step_ctx *s, int i)
     case DT_PP_F: rc = forward(x, s, a, k); break;
     case DT_PP_SEND_F: rc = send(x, a, k, dt_gpt_slot_output(x->model, k)); break;
     case DT_PP_RECV_B: rc = recv_wait(x, a, x->dout + (size_t)k * NC); break;
-    case DT_PP_B: rc = backward(x, s, a, k, last_backward(x, i)); break;
-    case DT_PP_SEND_B: rc = send(x, a, k, dt_gpt_slot_input(x->model, k)); break;
+    case DT_PP_B:
+    case DT_PP_I:
+    case DT_PP_W: rc = backward(x, s, a, k, a->op != DT_PP_I && last_backward(x, i)); break;
+    case DT_PP_SEND_B: rc = send(x, a, k, dt_gpt_slot_input_grad(x->model, k)); break;
     default:
-        return dt_strf(x->err, sizeof x->err, "pipeline: action %d is not supported by the "
-                       "executor yet", a->op), -1;
+        return dt_strf(x->err, sizeof x->err, "pipeline: unknown action %d", a->op), -1;
     }
-    if (rc == 0 && frees_slot(a)) give_back(x, a);
+    if (rc == 0 && x->last[i]) give_back(x, a);
     return rc;
 }
 

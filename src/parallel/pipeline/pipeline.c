@@ -51,9 +51,6 @@ static int build_schedule(const dt_parallel_opts *o, int accum, dt_pp_schedule *
     if (dt_pp_kind_parse(o->pp_schedule, &kind))
         return dt_strf(err, n, "--pp-schedule %s: not a schedule (naive, gpipe, 1f1b, "
                        "interleaved, zb1p)", o->pp_schedule), -1;
-    if (kind == DT_PP_ZB1P)
-        return dt_strf(err, n, "--pp-schedule zb1p is not supported by the executor yet (its "
-                       "split backward is drawn by `dtrain plan`); use 1f1b"), -1;
     if (kind != DT_PP_INTERLEAVED && o->pp_virtual > 1)
         return dt_strf(err, n, "--pp-virtual %d applies to --pp-schedule interleaved (this run "
                        "has %s)", o->pp_virtual, o->pp_schedule), -1;
@@ -219,6 +216,7 @@ static int pp_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
     if (windows(P, layout, r->err, sizeof r->err)) return -1;
     layout->param_done = on_param_done;
     layout->param_ctx = P;
+    layout->split_backward = P->kind == DT_PP_ZB1P; /* its I and W halves */
     int cap = P->V * P->M + 1;
     if (!(P->parts = malloc((size_t)cap * sizeof *P->parts)))
         return dt_strf(r->err, sizeof r->err, "pipeline: out of memory"), -1;
@@ -396,17 +394,19 @@ static void pp_describe(void *self, FILE *f)
     fprintf(f, ")");
 }
 
+/* "stage 1, 2 in flight": a rank's stages, and the most micro-batches
+ * its list holds at once (each in an activation slot). */
 static void pp_rank_label(void *self, int rank, char *buf, size_t n)
 {
     pipeline *P = self;
-    int dp = P->S->dp_size, q = rank / dp;
-    if (P->V == 1) {
-        dt_strf(buf, n, "stage %d", q);
-        return;
-    }
-    dt_strf(buf, n, "stages %d", q);
+    int dp = P->S->dp_size, q = rank / dp, cap = P->V * P->M + 1;
+    dt_strf(buf, n, "stage%s %d", P->V > 1 ? "s" : "", q);
     for (int c = 1; c < P->V; c++)
         dt_strf(buf + strlen(buf), n - strlen(buf), ",%d", c * P->p + q);
+    dt_gpt_part *parts = malloc((size_t)cap * sizeof *parts);
+    int slots = parts ? dt_pp_exec_slots(&P->sched, q, P->cut, parts, cap) : -1;
+    free(parts);
+    if (slots > 0) dt_strf(buf + strlen(buf), n - strlen(buf), ", %d in flight", slots);
 }
 
 static void pp_destroy(void *self)

@@ -108,8 +108,10 @@ static void order_1f1b_like(plan *q, int r, int p, int V, int M, int w)
 
 /* ZB-H1: 1F1B's forwards, with each backward split into I then W. After
  * rank r's last I the gradient still has r ranks to pass on its way to
- * rank 0; the W's of r micro-batches, put off to the very end, fill that
- * time, which 1F1B's cool-down spends idle. Between F and I a rank holds
+ * rank 0; rank r runs each W r micro-batches late, so that r W's are left
+ * for the very end, where they fill that time, which 1F1B's cool-down
+ * spends idle. The W's keep micro-batch order, so the weights' gradients
+ * add up in the order one process adds them. Between F and I a rank holds
  * what 1F1B holds, min(M, p-r) micro-batches; between F and W at most p. */
 static void order_zb1p(plan *q, int r, int p, int M)
 {
@@ -118,10 +120,10 @@ static void order_zb1p(plan *q, int r, int p, int M)
     while (nf < w) put(q, DT_PP_F, r, nf++);
     for (int j = 0; j < M; j++) {
         put(q, DT_PP_I, r, j);
-        if (j >= defer) put(q, DT_PP_W, r, j);
+        if (j >= defer) put(q, DT_PP_W, r, j - defer);
         if (nf < M) put(q, DT_PP_F, r, nf++);
     }
-    for (int j = 0; j < defer; j++) put(q, DT_PP_W, r, j);
+    for (int j = M - defer; j < M; j++) put(q, DT_PP_W, r, j);
 }
 
 static void fill_orders(plan *q, dt_pp_kind kind, int p, int V, int M)

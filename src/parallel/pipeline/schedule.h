@@ -68,8 +68,9 @@ const char *dt_pp_kind_name(dt_pp_kind k);
  *               (at most M*V), then 1F1B, then the remaining backwards.
  *  zb1p:        ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism",
  *               2023): 1f1b's forwards with each backward split into I and
- *               W; rank r puts the W's of its first r micro-batches off to
- *               the end, where they fill 1f1b's cool-down. It holds
+ *               W; rank r runs each W r micro-batches after its I (in
+ *               micro-batch order), so r W's are left for the end, where
+ *               they fill 1f1b's cool-down. It holds
  *               min(M, p-r) micro-batches between F and I, as 1f1b does,
  *               and at most p between F and W; with F = I = W and M >= p
  *               every rank idles p-1 units, a third of 1f1b's bubble.
