@@ -156,6 +156,9 @@ typedef struct dt_strategy {
                                   * (a pipeline stage's layers); NULL: all of it */
     float *shard_params;    /* this rank's pieces of the parameters, where no layer keeps them
                              * whole in the model (ZeRO-3), indexed by shard's `at` */
+    const dt_flat_ranges *saves; /* what this rank writes of a sharded checkpoint, ranges
+                                  * whose `at` index the optimizer's state; NULL: shard */
+    dt_comm *save_group;    /* the ranks that write the shards; NULL: lockstep */
 } dt_strategy;
 
 /* An empty stack (one process) for r. */

@@ -143,10 +143,6 @@ static int check_pipeline(const dt_train_config *c, char *err, size_t n)
         return dt_strf(err, n, "--pp %d splits the model over the ranks of --strategy ddp "
                        "(with data parallelism within each stage); --strategy %s cannot hold "
                        "stages", c->pp, c->strategy), -1;
-    if (c->out_dir[0] || c->resume_flag)
-        return dt_strf(err, n, "checkpoints of a pipeline run (--out, --resume) are not "
-                       "supported yet: drop them (--save-final writes the trained weights)"),
-               -1;
     return 0;
 }
 

@@ -92,12 +92,29 @@ static int init_optimizer(dt_run *t, size_t lo, size_t hi)
     return 0;
 }
 
+/* A model that holds some ranges (a pipeline stage's): their parameters in
+ * place, and the optimizer state that covers them (packed by `at`). */
+static int load_held(dt_run *t, const char *dir, dt_ckpt_state *st)
+{
+    const dt_flat_ranges *held = t->S.held;
+    dt_flat_range *flat = malloc((size_t)held->n * sizeof *flat);
+    if (!flat) return dt_strf(ERR(t), "resume: out of memory"), -1;
+    for (int i = 0; i < held->n; i++)
+        flat[i] = (dt_flat_range){held->r[i].lo, held->r[i].hi, held->r[i].lo};
+    dt_flat_ranges in_place = {held->n, flat, t->model.n_floats};
+    int rc = dt_ckpt_load_ranges(dir, &t->model, &in_place, t->model.params, NULL, st, ERR(t)) ||
+             dt_ckpt_load_ranges(dir, &t->model, held, NULL, &t->opt, NULL, ERR(t));
+    free(flat);
+    return rc ? -1 : 0;
+}
+
 /* The checkpoint's parameters, optimizer state and position into what this
  * rank holds: the whole model, or a strategy's pieces (ZeRO), from a
  * checkpoint of any layout (ckpt_shard.h). */
 static int load_state(dt_run *t, const char *dir, dt_ckpt_state *st)
 {
     const dt_flat_ranges *mine = t->S.shard;
+    if (!mine && t->S.held) return load_held(t, dir, st);
     if (!mine) return dt_ckpt_load(dir, &t->model, &t->opt, st, ERR(t));
     if (t->S.shard_params)
         return dt_ckpt_load_ranges(dir, &t->model, mine, t->S.shard_params, &t->opt, st, ERR(t));
@@ -187,11 +204,12 @@ int dt_run_setup_model(dt_run *t, const char *resume_dir)
     return 0;
 }
 
-/* A strategy that holds pieces (ZeRO): every rank writes its own shard;
- * where the parameters are whole, this rank's pieces are copied out. */
-static int save_sharded(dt_run *t, const dt_ckpt_state *st, char *path, size_t n)
+/* A strategy that holds pieces (ZeRO, a pipeline's stages): every rank of
+ * the save group writes its own shard; where the parameters are in the
+ * model, this rank's pieces are copied out. */
+static int save_sharded(dt_run *t, const dt_flat_ranges *mine, const dt_ckpt_state *st,
+                        char *path, size_t n)
 {
-    const dt_flat_ranges *mine = t->S.shard;
     float *params = t->S.shard_params, *copy = NULL;
     if (!params) {
         if (!(copy = malloc(mine->len * sizeof(float))))
@@ -203,8 +221,9 @@ static int save_sharded(dt_run *t, const dt_ckpt_state *st, char *path, size_t n
         params = copy;
     }
     int rc = dt_ckpt_save_sharded(t->cfg->out_dir, &t->model, mine, params, &t->opt, st,
-                                  t->cfg->zero_stage, t->S.lockstep, t->cfg->keep_last, path, n,
-                                  ERR(t));
+                                  t->cfg->zero_stage,
+                                  t->S.save_group ? t->S.save_group : t->S.lockstep,
+                                  t->cfg->keep_last, path, n, ERR(t));
     free(copy);
     return rc;
 }
@@ -214,7 +233,8 @@ static int save_sharded(dt_run *t, const dt_ckpt_state *st, char *path, size_t n
 int dt_run_save(dt_run *t)
 {
     if (dt_strategy_before_save(&t->S)) return -1;
-    if (!t->S.writes_checkpoints && !t->S.shard) return 0;
+    const dt_flat_ranges *mine = t->S.saves ? t->S.saves : t->S.shard;
+    if (!t->S.writes_checkpoints && !mine) return 0;
     dt_ckpt_state st = {.step = t->step,
                         .seq_counter = t->seq_counter,
                         .seed = t->cfg->seed,
@@ -224,7 +244,7 @@ int dt_run_save(dt_run *t)
                         .last_loss = t->last_loss,
                         .data_tokens = dt_dataset_ntokens(t->train)};
     char path[DT_CONFIG_PATH + 64];
-    if (t->S.shard ? save_sharded(t, &st, path, sizeof path)
+    if (mine ? save_sharded(t, mine, &st, path, sizeof path)
                    : dt_ckpt_save(t->cfg->out_dir, &t->model, &t->opt, &st, t->cfg->keep_last,
                                   path, sizeof path, ERR(t)))
         return -1;

@@ -27,6 +27,9 @@ typedef struct {
     int *cut;                /* [nstages + 1] */
     dt_flat_range range[MAX_RANGES];
     dt_flat_ranges held;
+    dt_flat_range save_range[MAX_RANGES];
+    dt_flat_ranges saves;    /* what this rank writes of a checkpoint (dp index 0 only) */
+    int dpi;                 /* this rank's data-parallel index */
     dt_gpt_part *parts;      /* the activation slots' parts */
     dt_pp_exec x;
     dt_gpt *m;
@@ -143,6 +146,21 @@ static int held_segment(const pipeline *P, const dt_gpt *m, int s)
     return 0;
 }
 
+/* A checkpoint's shards: each stage's ranges once, from the first rank of
+ * its data-parallel group, over the pipeline group of those ranks; the
+ * tied embedding from stage 0 (the last stage's copy is the same bits).
+ * Loading fills every rank's held ranges, from any layout. */
+static void plan_saves(pipeline *P)
+{
+    if (P->dpi != 0) return;
+    int n = 0;
+    for (int i = 0; i < P->held.n; i++)
+        if (P->me == 0 || P->range[i].lo != 0) P->save_range[n++] = P->range[i];
+    P->saves = (dt_flat_ranges){n, P->save_range, P->held.len};
+    P->S->saves = &P->saves;
+    P->S->save_group = P->pp;
+}
+
 /* ---- plan and start ------------------------------------------------------- */
 
 static int partition(pipeline *P, const dt_gpt *m, char *err, size_t n)
@@ -213,6 +231,7 @@ static int pp_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
     if (partition(P, layout, r->err, sizeof r->err)) return -1;
     P->held = held_ranges(P, layout, P->me, P->range);
     P->S->held = &P->held;
+    plan_saves(P);
     if (windows(P, layout, r->err, sizeof r->err)) return -1;
     layout->param_done = on_param_done;
     layout->param_ctx = P;
@@ -467,6 +486,7 @@ static int split_groups(pipeline *P, dt_comm *world, int dp, dt_comm **dp_comm, 
         (dp > 1 && dt_comm_split(world, stage, dpi, dp_comm)))
         return dt_strf(err, n, "pipeline: forming the groups: %s", dt_comm_error(world)), -1;
     P->me = stage;
+    P->dpi = dpi;
     return 0;
 }
 
