@@ -68,6 +68,14 @@ void launch_record_failure(struct job *j, int status)
 
 static void on_rank_failed(struct job *j, const struct rank *r)
 {
+    /* A later failure is a consequence, unless a signal we did not send
+     * killed the rank (kill -9, the OOM killer, a crash): that rank may
+     * well have died first, its death noticed after a peer's exit (the
+     * peer saw its connection close and failed while it was still being
+     * torn down). It is named too; the first failure's status stays. */
+    if (j->failed && r->signo && (j->phase == PHASE_RUNNING || j->phase == PHASE_GRACE))
+        fprintf(stderr, PROG ": rank %d (pid %d) was killed by signal %d (%s)\n", r->rank,
+                (int)r->pid, r->signo, strsignal(r->signo));
     if (j->failed) return;
     if (r->signo)
         fprintf(stderr, PROG ": rank %d (pid %d) was killed by signal %d (%s)\n", r->rank,

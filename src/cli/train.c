@@ -8,6 +8,7 @@
 #include "comm/bootstrap/bootstrap.h"
 #include "core/parse.h"
 #include "core/str.h"
+#include "dtrain/comm.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/corpus.h"
@@ -169,6 +170,41 @@ static int dry_run(long nproc, int argc, char **argv)
     return 0;
 }
 
+/* A rank that refuses its command line never reaches the check that the
+ * ranks' options agree (train/config_agree.h), and the others would wait
+ * for it to join until DTRAIN_TIMEOUT. When this process is one rank of
+ * several, it joins the job only to stop it (as MPI_Abort would), so that
+ * every rank fails at once naming it and its reason. It waits for the
+ * others to join 10 s at most: they may never come, and its own error is
+ * already printed. */
+#define STOP_JOIN_S 10
+
+static void stop_the_job(const char *why)
+{
+    dt_bootstrap b;
+    char e[256];
+    if (dt_bootstrap_from_env(&b, e, sizeof e) != 0 || b.size <= 1) return;
+    if (b.timeout_s > STOP_JOIN_S) {
+        char s[16];
+        snprintf(s, sizeof s, "%d", STOP_JOIN_S);
+        setenv("DTRAIN_TIMEOUT", s, 1);
+    }
+    dt_comm *world;
+    char reason[1100];
+    dt_strf(reason, sizeof reason, "it refused its command line: %s", why);
+    if (dt_comm_init(&world) != 0) return;
+    dt_comm_abort(world, reason);
+    dt_comm_destroy(world);
+}
+
+static int refuse(const char *msg)
+{
+    fprintf(stderr, "dtrain train: %s\n", msg);
+    fflush(stderr);
+    stop_the_job(msg);
+    return CLI_EXIT_USAGE;
+}
+
 int cli_train(int argc, char **argv)
 {
     long nproc = take_nproc(&argc, argv);
@@ -179,20 +215,16 @@ int cli_train(int argc, char **argv)
     if (wants_dry_run(argc, argv)) return dry_run(nproc, argc, argv);
     const char *world = getenv("WORLD_SIZE");
     if (nproc > 1 && !world) return relaunch(nproc, argc, argv);
+    char err[1024];
     if (nproc > 0 && world && atol(world) != nproc) {
-        fprintf(stderr, "dtrain train: --nproc %ld, but the launcher started %s ranks\n", nproc,
-                world);
-        return CLI_EXIT_USAGE;
+        dt_strf(err, sizeof err, "--nproc %ld, but the launcher started %s ranks", nproc, world);
+        return refuse(err);
     }
     dt_train_config c;
-    char err[1024];
     dt_config_defaults(&c);
     int rc = dt_config_parse_args(&c, argc, argv, err, sizeof err);
     if (rc == 1) return 0;
-    if (rc != 0) {
-        fprintf(stderr, "dtrain train: %s\n", err);
-        return CLI_EXIT_USAGE;
-    }
+    if (rc != 0) return refuse(err);
     rc = dt_train(&c, err, sizeof err);
     if (rc > 128) {
         fprintf(stderr, "dtrain train: interrupted\n");

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "comm/bootstrap/store.h"
 #include "comm/comm_internal.h"
 #include "core/env.h"
 
@@ -49,6 +50,31 @@ void dt_topo_read_host(dt_job *job)
     }
 }
 
+/* Rank r's host, which it publishes as it joins. Over the world, a
+ * timeout means that rank never joined: say so rather than name the key. */
+static int get_host(dt_comm *c, int r, char **name)
+{
+    char key[32];
+    size_t len;
+    snprintf(key, sizeof key, "host/%d", r);
+    if (strcmp(c->id, "w") != 0) return dt_comm_store_get(c, key, (void **)name, &len);
+    char k[DT_STORE_MAX_KEY];
+    snprintf(k, sizeof k, "%s/%s", c->id, key);
+    pthread_mutex_lock(&c->job->store_lock);
+    int rc = dt_store_get(c->job->store, k, (void **)name, &len, dt_comm_deadline(c));
+    pthread_mutex_unlock(&c->job->store_lock);
+    if (rc == DT_ERR_TIMEOUT)
+        return dt_comm_fail(c, rc, r,
+                            "rank %d never joined the job: no word from it in %.1f s "
+                            "(DTRAIN_TIMEOUT); was it started, and did it fail before joining? "
+                            "(see its output)",
+                            r, c->job->timeout_s);
+    if (rc)
+        return dt_comm_fail(c, rc, -1, "store get of '%s' failed: %s", k,
+                            dt_store_error(c->job->store));
+    return 0;
+}
+
 int dt_topo_find_hosts(dt_comm *c)
 {
     char me[400], key[32];
@@ -58,9 +84,7 @@ int dt_topo_find_hosts(dt_comm *c)
     char **names = calloc((size_t)c->size, sizeof *names);
     if (!names) return DT_ERR_NOMEM;
     for (int r = 0; r < c->size && rc == 0; r++) {
-        size_t len;
-        snprintf(key, sizeof key, "host/%d", r);
-        rc = dt_comm_store_get(c, key, (void **)&names[r], &len);
+        rc = get_host(c, r, &names[r]);
         if (rc < 0) break;
         c->host_of[r] = r;
         for (int q = 0; q < r; q++)

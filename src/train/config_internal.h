@@ -8,6 +8,7 @@
  *   config_validate.c   the checks across options, inferred values
  *   config_usage.c      --help and the run's summary
  *   config_schedule.c   the learning rate of a step
+ *   config_agree.c      the check that every rank of a job has the same options
  *
  * One table (dt_cfg_options) describes every option once: its flag, its
  * DeepSpeed alias, type, field, range and help. Flags, JSON keys, --help and

@@ -26,6 +26,7 @@
 #include "parallel/registry.h"
 #include "train/checkpoint.h"
 #include "train/ckpt_lock.h"
+#include "train/config_agree.h"
 #include "train/metrics.h"
 #include "train/peak.h"
 #include "train/run.h"
@@ -60,15 +61,19 @@ static int train_step(dt_run *t, double *loss, double *norm)
 
 /* ---- the loop ------------------------------------------------------------- */
 
-/* Whether to stop before the next step. Ranks in lockstep agree on it (a
- * signal may reach one of them only), and every later decision uses the
- * agreed value, so their collectives keep matching; asynchronous ranks
- * stop on their own. */
+/* Whether to stop before the next step: 1 stop, 0 go on, -1 the ranks
+ * could not agree (a peer died: ERR(t) says which). Ranks in lockstep
+ * agree on it (a signal may reach one of them only), and every later
+ * decision uses the agreed value, so their collectives keep matching;
+ * asynchronous ranks stop on their own. A failure here ends the run at
+ * once: going on to the final save and evaluation would only report it
+ * later, from their first collective, as if they had failed. */
 static int stop_requested(dt_run *t)
 {
     int32_t sig = stop_signal;
     if (t->S.lockstep && dt_allreduce(t->S.lockstep, &sig, &sig, 1, DT_I32, DT_MAX) != 0)
-        return 1; /* the communicator failed: the next collective reports it */
+        return dt_strf(ERR(t), "before step %ld, agreeing whether to stop: %s", t->step + 1,
+                       dt_comm_error(t->S.lockstep)), -1;
     t->stop = sig;
     return sig != 0;
 }
@@ -79,7 +84,8 @@ static int run_loop(dt_run *t)
     const double flops_tok = dt_gpt_flops_per_token(&t->model.cfg, t->r.T);
     double ms_avg = 0; /* over steps after the first, which pays for kernel generation */
     long averaged = -1;
-    while (t->step < c->steps && !stop_requested(t)) {
+    int stop = 0;
+    while (t->step < c->steps && !(stop = stop_requested(t))) {
         uint64_t t0 = dt_now_ns();
         double loss = 0, norm = 0;
         if (train_step(t, &loss, &norm)) return -1;
@@ -113,7 +119,7 @@ static int run_loop(dt_run *t)
         int save_now = c->out_dir[0] && c->save_every > 0 && t->step % c->save_every == 0;
         if (save_now && dt_run_save(t)) return -1;
     }
-    return 0;
+    return stop < 0 ? -1 : 0;
 }
 
 /* --trace: every rank's events to rank 0, which writes the file
@@ -274,6 +280,11 @@ static int join_job(dt_run *t, char *err, size_t errlen)
     t->r.rank = dt_comm_rank(t->r.world);
     t->r.size = dt_comm_size(t->r.world);
     dt_log_set_rank(t->r.rank);
+    /* Every rank started with the same options, checked before anything
+     * whose collectives depend on them (the algorithms forced below, the
+     * strategy's groups) and before a rank refuses its own: a rank given
+     * --pp 3 of two says, as the other does, that --pp differs. */
+    if (dt_config_agree(t->r.world, t->cfg, err, errlen)) return -1;
     /* Communicators split from this one inherit its algorithms. */
     return dt_config_each_comm_algo(t->cfg->comm_algo, force_algo, t->r.world, err, errlen);
 }
@@ -298,6 +309,9 @@ int dt_train(dt_train_config *cfg, char *err, size_t errlen)
     if (join_job(&t, err, errlen) ||
         dt_config_data_parallel_size(cfg, t.r.size, &t.dp_size, err, errlen) ||
         dt_config_validate(cfg, t.dp_size, err, errlen)) {
+        /* The options agree (dt_config_agree), so every rank refuses them
+         * alike and none waits for another: a goodbye, not an abort, which
+         * could overtake the last block of the check's all-gather. */
         if (t.r.world) dt_comm_destroy(t.r.world);
         return -1;
     }

@@ -20,6 +20,7 @@
 
 #include "check.h"
 #include "config_util.h"
+#include "train/config_agree.h"
 #include "train/config_internal.h"
 
 /* ---- options of the table ------------------------------------------------ */
@@ -435,12 +436,38 @@ static void test_every_deepspeed_key(void)
     CHECK(nkeys >= 30, "only %d DeepSpeed keys listed", nkeys);
 }
 
+/* ---- the ranks' agreement ---------------------------------------------- */
+
+/* Every option says whether ranks must agree on it (config_agree.c): one
+ * added without a rule would go unchecked across ranks by accident. */
+static void test_every_option_has_an_agree_rule(void)
+{
+    for (int i = 0; i < dt_cfg_noptions; i++) {
+        const dt_cfg_opt *o = &dt_cfg_options[i];
+        int rule = dt_config_agree_rule(o->flag);
+        if (o->type == T_ACTION)
+            CHECK(rule == -1, "--%s is an action but has an agree rule", o->flag);
+        else
+            CHECK(rule >= 0, "--%s has no rule in config_agree.c: say whether the ranks of a "
+                  "job must agree on it", o->flag);
+    }
+    const char *flag;
+    for (int i = 0; (flag = dt_config_agree_flag(i)); i++) {
+        int at = dt_cfg_find_flag(flag, strlen(flag));
+        CHECK(at >= 0 && dt_cfg_options[at].type != T_ACTION,
+              "config_agree.c has a rule for --%s, which is no option of the table", flag);
+    }
+    CHECK(dt_config_agree_rule("pp") == DT_AGREE_VALUE, "--pp must agree");
+    CHECK(dt_config_agree_rule("no-such-option") == -1, "a rule for an unknown option");
+}
+
 int main(void)
 {
     setenv("DTRAIN_LOG", "error", 1); /* warnings are test_config.c's subject */
     json_path_init("test_config_audit");
     test_every_option();
     test_every_deepspeed_key();
+    test_every_option_has_an_agree_rule();
     remove(json_path);
     return finish("test_config_audit");
 }
