@@ -6,7 +6,9 @@
  * Builds the per-rank action lists (parallel/pipeline/schedule.h), proves
  * them free of deadlock with the static check, and prints the unit-time
  * chart with the bubble formula beside the simulated idle fraction and the
- * activations each rank holds at most.
+ * activations each rank holds at most. The chart is in unit time, so
+ * `--pp-partition` (which layers a stage runs) has no place here: it is
+ * refused with a message saying so.
  */
 #include "cli/cli.h"
 
@@ -53,6 +55,11 @@ int cli_plan(int argc, char **argv)
             plan_usage(stdout);
             return 0;
         }
+        if (!strcmp(a, "--pp-partition"))
+            return usage_error("--pp-partition is not one of plan's options: the chart is in "
+                               "unit time (F = 1, B = 2) whatever the layers cost, and which "
+                               "layers each stage runs is chosen by `dtrain train --pp-partition`",
+                               "");
         if (!v) return usage_error("missing value after ", a);
         if (!strcmp(a, "--pp")) {
             if (dt_parse_long(v, 2, 64, &p)) return usage_error("--pp takes 2..64, not ", v);

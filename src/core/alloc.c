@@ -41,6 +41,12 @@ void dt_mem_account(dt_mem_kind kind, long long delta)
     }
 }
 
+void dt_mem_restore_peak(dt_mem_kind kind, size_t bytes)
+{
+    size_t now = atomic_load(&current[kind]);
+    atomic_store(&peak[kind], bytes > now ? bytes : now);
+}
+
 void dt_free(void *p)
 {
     if (!p) return;

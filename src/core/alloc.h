@@ -27,6 +27,12 @@ size_t dt_mem_peak(dt_mem_kind kind);
 /* Counts memory held outside dt_alloc (core/window.h): +bytes when taken,
  * -bytes when given back. */
 void dt_mem_account(dt_mem_kind kind, long long delta);
+/* Puts the most ever held of a kind back to `bytes` (or to what is held
+ * now, if more), after something transient that is no part of what the
+ * process holds to do its work was allocated and freed: a measurement's
+ * throwaway model (the pipeline's cost partition). Not for a kind that
+ * other threads allocate meanwhile: their peak would be lost. */
+void dt_mem_restore_peak(dt_mem_kind kind, size_t bytes);
 const char *dt_mem_kind_name(dt_mem_kind kind);
 
 #endif

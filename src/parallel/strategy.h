@@ -83,7 +83,8 @@ typedef struct {
 typedef struct dt_strategy_ops {
     const char *name;
     /* Before the model exists: what this rank holds. layout has the tensor
-     * table only; a layer may re-lay it (dt_gpt_pad_segments), provide
+     * table and the run's modes (precision, mixed, bf16 accumulation,
+     * recompute) only; a layer may re-lay it (dt_gpt_pad_segments), provide
      * buffers the trainer would otherwise allocate (they stay the layer's,
      * freed by destroy), and hook the model. May be collective. */
     int (*plan)(void *self, dt_rank *r, dt_gpt *layout, dt_share *share);

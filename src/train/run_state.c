@@ -67,8 +67,6 @@ int dt_run_check_outputs(dt_run *t)
 static int alloc_model(dt_run *t, const dt_share *share)
 {
     dt_gpt *m = &t->model;
-    if (dt_recompute_parse(t->cfg->recompute, &m->recompute))
-        return dt_strf(ERR(t), "unknown --recompute '%s'", t->cfg->recompute), -1;
     if (dt_gpt_alloc_params(m) || dt_gpt_alloc_grads(m) ||
         (share->nslots > 0 ? dt_gpt_alloc_slots(m, t->r.B, t->r.T, share->nslots, share->slots)
                            : dt_gpt_alloc_acts(m, t->r.B, t->r.T)))
@@ -179,6 +177,10 @@ int dt_run_setup_model(dt_run *t, const char *resume_dir)
         return dt_strf(ERR(t), "%s", t->model.error), -1;
     if (!strcmp(c->grad_accum_dtype, "bf16") && dt_gpt_set_grads16(&t->model))
         return dt_strf(ERR(t), "%s", t->model.error), -1;
+    /* Before plan: a strategy may read it (the pipeline's cost partition
+     * times layers the way the run will run them). */
+    if (dt_recompute_parse(c->recompute, &t->model.recompute))
+        return dt_strf(ERR(t), "unknown --recompute '%s'", c->recompute), -1;
     dt_share share;
     if (dt_strategy_plan(&t->S, &t->model, &share)) return -1;
     if (share.model && alloc_model(t, &share)) return -1;

@@ -5,7 +5,8 @@
 #    micro-batches at most.
 #  - gpipe at p 2, M 3: rank 0 runs its three forwards first.
 #  - bad input exits 2 naming what would work: interleaved with M not a
-#    multiple of p, --pp 1, an unknown schedule, a missing --grad-accum.
+#    multiple of p, --pp 1, an unknown schedule, a missing --grad-accum,
+#    --pp-partition (the chart is in unit time; `dtrain train` chooses).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -31,4 +32,5 @@ bad "use a multiple of 4" --pp 4 --grad-accum 6 --pp-schedule interleaved
 bad "--pp takes 2..64" --pp 1 --grad-accum 4
 bad "naive|gpipe|1f1b|interleaved|zb1p" --pp 2 --grad-accum 4 --pp-schedule pipedream
 bad "--pp and --grad-accum are needed" --pp 2
+bad "chosen by \`dtrain train --pp-partition\`" --pp 2 --grad-accum 4 --pp-partition cost
 echo "test_plan: ok"

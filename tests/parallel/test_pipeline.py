@@ -24,6 +24,14 @@ accumulation and full recomputation (the weight halves rebuild layers).
 Evaluation runs through the stages: the final validation loss equals one
 process's (over the same sequences: with dp 2 the micro-batch is halved and
 the batches doubled).
+--pp-partition cost (pp 2, and pp 2 x dp 2 unless --quick; M = 3; a
+vocabulary of 4096, whose head costs several layers): equal to one
+process as above (pp 2 x dp 2: to DDP over 2 ranks, whose split sums
+alone move the weights 2e-5 from one process's at this vocabulary), and the line it prints holds the measured costs
+and a cut that is valid (every stage non-empty, consecutive, all 4
+layers), the one the batch line reports, and the best for those costs (its
+heaviest stage the least of every cut's, enumerated here, to the printed
+precision).
 Activations: each stage's micro-batches in flight and accounted activation
 memory, against the schedule's counts and the documented sizes.
 Timeline (--trace of a pp 2 run): compute events of a rank never overlap,
@@ -35,6 +43,7 @@ Bad input: --pp not dividing the ranks, more stages than layers,
 interleaved with M not a multiple of pp, pipeline options without --pp,
 ZeRO with --pp.
 """
+import itertools
 import json
 import os
 import re
@@ -113,6 +122,72 @@ def zb1p_halves(dtrain, tmp):
     check(a[0] == b[0] and same_bits(a[1], b[1]),
           "zb1p, bf16 + bf16 accumulation + full recompute: losses and final weights "
           "bit-identical to 1f1b's")
+
+
+COST_LINE = re.compile(r"pipeline partition cost: embed (\S+) ms, layer (\S+) ms, head (\S+) ms"
+                       r".*-> stages((?: \[\d+,\d+\))+)$", re.M)
+
+
+def heaviest(stages, embed, layer, head):
+    return max((embed if k == 0 else 0) + (head if k == len(stages) - 1 else 0) + layer * (b - a)
+               for k, (a, b) in enumerate(stages))
+
+
+def check_cost_cut(name, out, pp, L=4):
+    """The printed costs and cut: valid, reported alike on the batch line,
+    and the best for the printed costs (every cut enumerated)."""
+    m = COST_LINE.search(out)
+    check(m is not None, "%s: prints the measured costs and the cut" % name)
+    if m is None:
+        return
+    embed, layer, head = (float(x) for x in m.groups()[:3])
+    stages = [(int(a), int(b)) for a, b in re.findall(r"\[(\d+),(\d+)\)", m.group(4))]
+    check(min(embed, layer, head) >= 0 and layer > 0,
+          "%s: costs embed %g, layer %g, head %g ms" % (name, embed, layer, head))
+    check(len(stages) == pp and stages[0][0] == 0 and stages[-1][1] == L and
+          all(a < b for a, b in stages) and all(x[1] == y[0] for x, y in zip(stages, stages[1:])),
+          "%s: stages %s are %d consecutive non-empty ones over %d layers"
+          % (name, stages, pp, L))
+    layers = " | ".join("%d-%d" % (a, b - 1) for a, b in stages)
+    check("layers %s)" % layers in out, "%s: the batch line runs the same stages (%s)"
+          % (name, layers))
+    cuts = itertools.combinations(range(1, L), pp - 1)
+    least = min(heaviest(list(zip((0,) + c, c + (L,))), embed, layer, head) for c in cuts)
+    got = heaviest(stages, embed, layer, head)
+    check(got <= least * (1 + 1e-3), "%s: heaviest stage %g ms, the best cut's %g ms"
+          % (name, got, least))
+
+
+def cost_partition(dtrain, tmp, quick):
+    """--pp-partition cost at M = 3 against one process (pp 2) and DDP over
+    2 ranks (pp 2 x dp 2: at this vocabulary DDP's split sums alone move
+    the weights 2e-5 from one process's, the pipeline adds nothing to it).
+    A vocabulary of 4096 makes the head cost several layers, so the best
+    cut is not the uniform one: a partition that ignored the costs fails
+    the last check."""
+    vocab = ["--vocab-size", "4096", "--grad-accum", "3"]
+    refs = {2: train(dtrain, tmp, "one_v4096", ["--batch-size", "2"] + vocab)}
+    if not quick:
+        refs[4] = train(dtrain, tmp, "ddp_v4096", ["--nproc", "2", "--batch-size", "1",
+                                                   "--eval-batches", "4"] + vocab)
+    for n, ref in sorted(refs.items()):
+        dp = n // 2
+        name = "pp2_cost_n%d_M3" % n
+        got = train(dtrain, tmp, name, ["--nproc", str(n), "--pp", "2", "--pp-partition", "cost",
+                                        "--batch-size", str(2 // dp),
+                                        "--eval-batches", str(2 * dp)] + vocab)
+        worst = max(abs(a - b) / abs(b) for a, b in zip(got[0], ref[0]))
+        check(len(got[0]) == STEPS and worst <= 1e-6,
+              "%s: %d losses within 1e-6 of %s (worst %.2e)"
+              % (name, len(got[0]), "DDP's" if dp > 1 else "one process's", worst))
+        err, where = rel_err(got[1], ref[1], LR, STEPS)
+        check(err <= 1e-5, "%s: weights within 1e-5 (worst %.2e, %s)" % (name, err, where))
+        check("replicas: every copy of a part of the model" in got[2],
+              "%s: the tied embedding's copies (and dp replicas) agree" % name)
+        check(got[3] is not None and got[3] == ref[3],
+              "%s: validation loss through the stages %s, reference %s"
+              % (name, got[3], ref[3]))
+        check_cost_cut(name, got[2], 2)
 
 
 def timeline(dtrain, tmp, kind, names):
@@ -250,6 +325,8 @@ def bad_input(dtrain, tmp):
         (["--nproc", "2", "--pp", "2", "--pp-schedule", "interleaved", "--pp-virtual", "2",
           "--grad-accum", "3"], "not a multiple of p = 2"),
         (["--nproc", "2", "--pp", "2", "--pp-virtual", "2"], "applies to --pp-schedule interleaved"),
+        (["--nproc", "2", "--pp", "2", "--pp-schedule", "interleaved", "--pp-virtual", "2",
+          "--grad-accum", "2", "--pp-partition", "params"], "its stages are equal"),
         (["--pp-schedule", "gpipe"], "add --pp 2 or more"),
         (["--nproc", "2", "--pp", "2", "--zero-stage", "1"], "with --pp is not supported yet"),
         (["--nproc", "2", "--pp", "2", "--strategy", "ps"], "cannot hold stages"),
@@ -262,6 +339,7 @@ def main():
         write_words(os.path.join(tmp, "data.txt"), 7)
         equivalence(dtrain, tmp, quick)
         zb1p_halves(dtrain, tmp)
+        cost_partition(dtrain, tmp, quick)
         activations(dtrain, tmp)
         checkpoints(dtrain, tmp)
         timeline(dtrain, tmp, "1f1b", ("forward", "backward"))

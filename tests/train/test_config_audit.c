@@ -79,6 +79,7 @@ static const opt_row opt_rows[] = {
     {"pp-schedule", "gpipe", "--pp 2", NULL},
     {"pp-schedule", "gpipe", "", "add --pp 2 or more"},
     {"pp-partition", "params", "--pp 2", NULL},
+    {"pp-partition", "cost", "--pp 2", NULL},
     {"pp-virtual", "2", "--pp 2 --pp-schedule interleaved", NULL},
     {"pp-virtual", "2", "", "add --pp 2 or more"},
     {"trace", "t.json", "", NULL},

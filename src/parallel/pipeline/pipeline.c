@@ -14,6 +14,7 @@
 #include "parallel/fingerprint.h"
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/partition.h"
+#include "parallel/pipeline/partition_cost.h"
 
 #define MAX_RANGES 130 /* a range per chunk (V <= 64), the tied copy, ln_f */
 
@@ -23,6 +24,8 @@ typedef struct {
     int p, me, V, nstages, M;
     dt_pp_kind kind;
     dt_pp_part_kind part;
+    dt_pp_costs costs;       /* --pp-partition cost: as measured by rank 0 */
+    int measured;            /* costs holds them */
     dt_pp_schedule sched;
     int *cut;                /* [nstages + 1] */
     dt_flat_range range[MAX_RANGES];
@@ -83,11 +86,14 @@ static int check(const dt_parallel_opts *o, int world, int accum, int *dp, dt_pp
     if (dt_pp_part_parse(o->pp_partition, &part))
         return dt_strf(err, errlen, "--pp-partition %s: use uniform, params or cost",
                        o->pp_partition), -1;
-    if (part == DT_PP_PART_COST)
-        return dt_strf(err, errlen, "--pp-partition cost is not supported yet: use uniform or "
-                       "params"), -1;
     dt_pp_schedule s;
     if (build_schedule(o, accum, &s, err, errlen)) return -1;
+    if (s.kind == DT_PP_INTERLEAVED && part != DT_PP_PART_UNIFORM) {
+        dt_pp_schedule_free(&s);
+        return dt_strf(err, errlen, "--pp-partition %s with --pp-schedule interleaved: its "
+                       "stages are equal, a chunk of every rank per round; use uniform, or "
+                       "1f1b or zb1p to balance the stages", o->pp_partition), -1;
+    }
     if (keep) *keep = s;
     else dt_pp_schedule_free(&s);
     *dp = world / o->pp;
@@ -163,24 +169,57 @@ static void plan_saves(pipeline *P)
 
 /* ---- plan and start ------------------------------------------------------- */
 
-static int partition(pipeline *P, const dt_gpt *m, char *err, size_t n)
+/* --pp-partition cost: rank 0 of the job measures (partition_cost.h) and
+ * every rank receives its numbers, so every pipeline (one per
+ * data-parallel index) cuts alike. Collective over the job. */
+static int measured_costs(pipeline *P, dt_rank *r, const dt_gpt *m)
+{
+    double c[4] = {0, 0, 0, 0}; /* measured (1 or 0), embed, layer, head */
+    char why[sizeof r->err] = "";
+    dt_pp_costs k;
+    if (r->rank == 0 && dt_pp_measure_costs(m, r->B, r->T, &k, why, sizeof why) == 0)
+        c[0] = 1, c[1] = k.embed_ms, c[2] = k.layer_ms, c[3] = k.head_ms;
+    if (dt_broadcast(r->world, c, c, 4, DT_F64, 0))
+        return fail(P, "sharing the measured costs of --pp-partition cost", r->world);
+    if (c[0] != 1)
+        return dt_strf(r->err, sizeof r->err, "--pp-partition cost: measuring the layers "
+                       "failed on rank 0%s%s", why[0] ? ": " : " (its message says why)", why),
+               -1;
+    P->costs = (dt_pp_costs){.embed_ms = c[1], .layer_ms = c[2], .head_ms = c[3]};
+    P->measured = 1;
+    return 0;
+}
+
+/* The cut points, P->cut. Collective for --pp-partition cost. */
+static int partition(pipeline *P, dt_rank *r, const dt_gpt *m)
 {
     const int L = m->cfg.n_layer;
     const double C = m->cfg.n_embd;
+    char *err = r->err;
+    const size_t n = sizeof r->err;
     if (!(P->cut = malloc((size_t)(P->nstages + 1) * sizeof *P->cut)))
         return dt_strf(err, n, "pipeline: out of memory"), -1;
     if (P->kind == DT_PP_INTERLEAVED && L % P->nstages != 0)
         return dt_strf(err, n, "--pp-schedule interleaved cuts the %d layers into pp x "
                        "pp-virtual = %d equal stages: choose them so that %d divides the layer "
                        "count", L, P->nstages, P->nstages), -1;
-    if (P->part == DT_PP_PART_UNIFORM || P->kind == DT_PP_INTERLEAVED)
+    if (P->part == DT_PP_PART_UNIFORM) /* interleaved's only one (check()) */
         return dt_pp_cut_uniform(L, P->nstages, P->cut, err, n);
-    /* params: what each stage holds; the tied embedding counts on both ends. */
+    if (P->nstages > L) /* refused, before anything is measured */
+        return dt_pp_cut_uniform(L, P->nstages, P->cut, err, n);
+    if (P->part == DT_PP_PART_COST && measured_costs(P, r, m)) return -1;
+    /* params: what each stage holds, the tied embedding on both ends; cost:
+     * the measured time of a layer, the embeddings on the first stage, the
+     * head (final LayerNorm, tied head, loss) on the last. */
     double *w = malloc((size_t)L * sizeof *w);
     if (!w) return dt_strf(err, n, "pipeline: out of memory"), -1;
+    double embed = (double)dt_gpt_segment_start(m, 1), first = embed, last = embed + 2 * C;
     for (int l = 0; l < L; l++) w[l] = 12 * C * C + 13 * C;
-    double embed = (double)dt_gpt_segment_start(m, 1);
-    int rc = dt_pp_cut_balanced(L, P->nstages, w, embed, embed + 2 * C, P->cut, err, n);
+    if (P->measured) {
+        for (int l = 0; l < L; l++) w[l] = P->costs.layer_ms;
+        first = P->costs.embed_ms, last = P->costs.head_ms;
+    }
+    int rc = dt_pp_cut_balanced(L, P->nstages, w, first, last, P->cut, err, n);
     free(w);
     return rc;
 }
@@ -228,7 +267,7 @@ static int pp_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
 {
     pipeline *P = self;
     P->m = layout;
-    if (partition(P, layout, r->err, sizeof r->err)) return -1;
+    if (partition(P, r, layout)) return -1;
     P->held = held_ranges(P, layout, P->me, P->range);
     P->S->held = &P->held;
     plan_saves(P);
@@ -403,6 +442,8 @@ static int pp_replicas(void *self, uint64_t *hash)
     return same < 0 ? fail(P, "comparing the tied embedding", P->tied) : same;
 }
 
+/* The batch line's pipeline; with --pp-partition cost, a line of its own
+ * after it with the measured costs and the stages they gave. */
 static void pp_describe(void *self, FILE *f)
 {
     pipeline *P = self;
@@ -411,6 +452,11 @@ static void pp_describe(void *self, FILE *f)
     for (int k = 0; k < P->nstages; k++)
         fprintf(f, "%s%d-%d", k ? " | " : " ", P->cut[k], P->cut[k + 1] - 1);
     fprintf(f, ")");
+    if (P->part != DT_PP_PART_COST || !P->measured) return;
+    fprintf(f, "\npipeline partition cost: embed %.4g ms, layer %.4g ms, head %.4g ms "
+            "(forward + backward of a micro-batch, measured on rank 0) -> stages",
+            P->costs.embed_ms, P->costs.layer_ms, P->costs.head_ms);
+    for (int k = 0; k < P->nstages; k++) fprintf(f, " [%d,%d)", P->cut[k], P->cut[k + 1]);
 }
 
 /* "stage 1, 2 in flight": a rank's stages, and the most micro-batches
