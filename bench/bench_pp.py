@@ -42,7 +42,8 @@ def run(a, data, tmp, name, nproc, extra):
     if r.returncode != 0:
         sys.exit("%s failed:\n%s" % (" ".join(cmd), (r.stdout + r.stderr)[-2000:]))
     tps, = bc.log_means(log, a.skip, "tokens_per_s")
-    acts = re.findall(r"rank \d+ \((stage \d+)\):.*?acts ([0-9.]+) MiB", r.stdout)
+    acts = re.findall(r"rank \d+ \((stage \d+, \d+ in flight)\):.*?acts ([0-9.]+) MiB",
+                      r.stdout)
     return tps, acts, idle_fraction(a, trace)
 
 

@@ -119,11 +119,15 @@ void dt_pp_exec_free(dt_pp_exec *x)
     x->dout = NULL, x->sreq = NULL, x->sent = NULL, x->sent_ns = NULL;
 }
 
+/* "receiving the gradient of micro-batch 3 on stage 0 from stage 1 (rank 1
+ * of the pipeline): ...": a is the message's action. */
 static int comm_failed(dt_pp_exec *x, const char *what, const dt_pp_action *a)
 {
-    return dt_strf(x->err, sizeof x->err, "pipeline: %s of micro-batch %d, stage %d, with rank "
-                   "%d of the pipeline: %s", what, a->micro, a->stage, a->peer,
-                   dt_comm_error(x->comm)), -1;
+    int incoming = a->op == DT_PP_RECV_F || a->op == DT_PP_RECV_B;
+    int other = a->stage + (a->op == DT_PP_RECV_F || a->op == DT_PP_SEND_B ? -1 : 1);
+    return dt_strf(x->err, sizeof x->err, "pipeline: %s of micro-batch %d on stage %d %s "
+                   "stage %d (rank %d of the pipeline): %s", what, a->micro, a->stage,
+                   incoming ? "from" : "to", other, a->peer, dt_comm_error(x->comm)), -1;
 }
 
 /* A timeline event of one action: its micro-batch, stage and layers, and
@@ -162,7 +166,7 @@ static int slot_for(dt_pp_exec *x, const dt_pp_action *a)
     if (*at >= 0) return *at;
     for (int k = x->slot_base[c]; k < x->slot_base[c] + x->slot_count[c]; k++) {
         if (x->slot_busy[k]) continue;
-        if (wait_send(x, k)) return comm_failed(x, "an earlier send", a), -1;
+        if (wait_send(x, k)) return comm_failed(x, "completing a send", &x->sent[k]), -1;
         x->slot_busy[k] = 1;
         return *at = k;
     }
@@ -198,7 +202,7 @@ static int send(dt_pp_exec *x, const dt_pp_action *a, int k, const void *buf)
     size_t n = (size_t)x->B * x->T * x->C;
     /* A middle stage sends twice from a slot: its activation has arrived
      * (the gradient coming back proves it), so this wait ends at once. */
-    if (wait_send(x, k)) return comm_failed(x, "an earlier send", a);
+    if (wait_send(x, k)) return comm_failed(x, "completing a send", &x->sent[k]);
     x->sent[k] = *a;
     x->sent_ns[k] = dt_now_ns();
     if (dt_isend(x->comm, buf, n, DT_F32, a->peer, &x->sreq[k]))
@@ -324,7 +328,7 @@ int dt_pp_exec_forward(dt_pp_exec *x, const int32_t *tokens, const int32_t *targ
         double l = dt_gpt_forward_slot(x->model, slot, k == 0 ? tokens : NULL,
                                        k == x->S - 1 ? targets : NULL, b, x->T);
         if (l < 0) return dt_strf(x->err, sizeof x->err, "%s", x->model->error), -1;
-        a.peer = (int16_t)((k + 1) % x->p);
+        a.op = DT_PP_SEND_F, a.peer = (int16_t)((k + 1) % x->p);
         if (k < x->S - 1 &&
             dt_send(x->comm, dt_gpt_slot_output(x->model, slot), n, DT_F32, a.peer))
             return comm_failed(x, "sending the activation (evaluation)", &a);
