@@ -59,6 +59,8 @@ typedef struct dt_rank {
     double grad_clip; /* max global gradient norm; 0: none */
     long first_step;  /* the step training starts at (after a resume, the saved one) */
     int resuming;     /* the starting state comes from a checkpoint */
+    int pieces_filled; /* the starting weights went straight into the strategy's own
+                          pieces (shard_params): a checkpoint, or --init read piece by piece */
     int saves;        /* the run writes checkpoints */
     char err[512];
 } dt_rank;

@@ -114,8 +114,10 @@ static int load_state(dt_run *t, const char *dir, dt_ckpt_state *st)
     const dt_flat_ranges *mine = t->S.shard;
     if (!mine && t->S.held) return load_held(t, dir, st);
     if (!mine) return dt_ckpt_load(dir, &t->model, &t->opt, st, ERR(t));
-    if (t->S.shard_params)
+    if (t->S.shard_params) {
+        t->r.pieces_filled = 1;
         return dt_ckpt_load_ranges(dir, &t->model, mine, t->S.shard_params, &t->opt, st, ERR(t));
+    }
     /* Whole parameters, the optimizer state in pieces. */
     if (dt_ckpt_load(dir, &t->model, NULL, st, ERR(t))) return -1;
     return dt_ckpt_load_ranges(dir, &t->model, mine, NULL, &t->opt, NULL, ERR(t));
@@ -148,6 +150,19 @@ static int resume(dt_run *t, const char *dir)
     return 0;
 }
 
+/* --init FILE into what this rank keeps of the parameters: a pipeline
+ * stage its ranges, in place; a rank with its own fp32 pieces (ZeRO-3, or
+ * mixed precision's masters) those pieces, directly; else all of them. */
+static int load_init(dt_run *t)
+{
+    const char *path = t->cfg->init;
+    if (t->S.held)
+        return dt_weights_load_ranges(&t->model, path, t->S.held, t->model.params, 0, ERR(t));
+    if (!t->S.shard_params) return dt_weights_load(&t->model, path, ERR(t));
+    t->r.pieces_filled = 1;
+    return dt_weights_load_ranges(&t->model, path, t->S.shard, t->S.shard_params, 1, ERR(t));
+}
+
 /* The starting weights of a rank that holds the model: a checkpoint, a
  * weights file, or the initialisation. */
 static int starting_weights(dt_run *t, const char *resume_dir)
@@ -157,7 +172,7 @@ static int starting_weights(dt_run *t, const char *resume_dir)
     /* Validation data too short for one sequence would fail only at the end. */
     if (t->val && c->eval_batches > 0 && dt_dataset_check(t->val, t->r.T, ERR(t))) return -1;
     if (resume_dir) return resume(t, resume_dir);
-    if (c->init[0]) return dt_weights_load(&t->model, c->init, ERR(t));
+    if (c->init[0]) return load_init(t);
     dt_gpt_init_weights(&t->model, c->seed);
     return 0;
 }

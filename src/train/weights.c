@@ -196,6 +196,45 @@ int dt_weights_load(dt_gpt *m, const char *path, char *err, size_t errlen)
     return rc;
 }
 
+/* Tensor k's elements inside range q of the flat layout, read into
+ * base + (position - q->lo) and checked finite; the file's pages of them
+ * are let go at once, so the mapping never holds more than one span. */
+static int read_span(const dt_gpt *m, const dt_st_file *f, const dt_st_tensor *t, int k,
+                     const dt_flat_range *q, float *base, char *err, size_t errlen)
+{
+    const dt_param_tensor *p = &m->tensors[k];
+    size_t a = q->lo > p->offset ? q->lo : p->offset, b = p->offset + p->numel;
+    if (q->hi < b) b = q->hi;
+    if (a >= b) return 0;
+    float *dst = base + (a - q->lo);
+    if (dt_st_read_f32_range(f, t, a - p->offset, b - a, dst, err, errlen)) return -1;
+    dt_st_let_go(f, t, a - p->offset, b - a);
+    if (all_finite(dst, b - a)) return 0;
+    size_t i = 0;
+    while (isfinite(dst[i])) i++;
+    char why[200];
+    describe(p, "", dst[i], a + i - p->offset, why, sizeof why);
+    return dt_strf(err, errlen, "%s: %s", f->path, why), -1;
+}
+
+int dt_weights_load_ranges(dt_gpt *m, const char *path, const dt_flat_ranges *keep, float *dst,
+                           int packed, char *err, size_t errlen)
+{
+    dt_st_file f;
+    if (dt_st_open(path, &f, err, errlen) != 0) return -1;
+    int rc = 0;
+    for (int k = 0; rc == 0 && k < m->n_tensors; k++) {
+        const dt_st_tensor *t = dt_weights_tensor(m, &f, "", k, err, errlen);
+        rc = t ? 0 : -1;
+        for (int i = 0; rc == 0 && i < keep->n; i++) {
+            const dt_flat_range *q = &keep->r[i];
+            rc = read_span(m, &f, t, k, q, dst + (packed ? q->at : q->lo), err, errlen);
+        }
+    }
+    dt_st_close(&f);
+    return rc;
+}
+
 /* ---- writing ------------------------------------------------------------- */
 
 int dt_weights_write(const dt_gpt *m, const float *const *bufs, const char *const *prefixes,

@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "model/gpt.h"
+#include "model/ranges.h"
 #include "train/safetensors.h"
 
 /* The model sizes a file implies: vocab_size and n_embd from wte,
@@ -26,6 +27,15 @@ const dt_st_tensor *dt_weights_tensor(const dt_gpt *m, const dt_st_file *f, cons
                                       int k, char *err, size_t errlen);
 /* Opens path and reads the parameters into m->params. */
 int dt_weights_load(dt_gpt *m, const char *path, char *err, size_t errlen);
+/* The same, but only the parameters inside `keep` (flat positions lo,
+ * hi), into dst: a flat buffer like m->params (packed 0), or a rank's
+ * pieces packed by the ranges' `at` (packed 1). For a rank that holds part
+ * of the model (a pipeline stage, a ZeRO shard): nothing else is touched,
+ * and the file's pages are let go span by span, so loading never takes the
+ * whole model's memory. Every tensor must be in the file with the model's
+ * shape; the values read must be finite. */
+int dt_weights_load_ranges(dt_gpt *m, const char *path, const dt_flat_ranges *keep, float *dst,
+                           int packed, char *err, size_t errlen);
 
 /* Writes nbufs flat buffers into one file, buffer i's tensors named
  * prefixes[i] + HF name, with the model sizes in __metadata__. Atomic.

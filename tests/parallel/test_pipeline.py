@@ -314,6 +314,15 @@ def checkpoints(dtrain, tmp):
         check(err <= 1e-5 and "resumed from" in got[2],
               "%s: resumed, weights within 1e-5 of the uninterrupted run (worst %.2e, %s)"
               % (name, err, where))
+    # --init FILE: each stage reads its own ranges of the file.
+    init = ["--init", os.path.join(tmp, "ck_straight_one.safetensors")]
+    a = train(dtrain, tmp, "init_pp", pp + init)
+    b = train(dtrain, tmp, "init_one", one + init)
+    err, where = rel_err(a[1], b[1], LR, STEPS)
+    check(err <= 1e-5 and a[0][0] == b[0][0] and abs(a[0][0] - straight_one[0][0]) > 1e-3,
+          "pp 2 from --init: the first loss %.6f is one process's from the file (%.6f, not the "
+          "seed's %.6f), weights within 1e-5 (worst %.2e, %s)"
+          % (a[0][0], b[0][0], straight_one[0][0], err, where))
 
 
 def bad_input(dtrain, tmp):

@@ -193,6 +193,25 @@ def bad_input(dtrain, tmp):
     expect_refused(dtrain, base, cases)
 
 
+def init_file(dtrain, tmp):
+    """--init FILE: each rank reads only what it keeps (ZeRO-3 and mixed
+    precision read their pieces straight into the shard), and the run is
+    DDP's from the same file, bit for bit, in fp32 and bf16."""
+    train(dtrain, tmp, "init_src", ["--lr", "3e-2"])
+    path = os.path.join(tmp, "init_src.safetensors")
+    for dtype in ("fp32", "bf16"):
+        _, seed_w, _ = train(dtrain, tmp, "init_none_" + dtype, ["--nproc", "2", "--dtype", dtype])
+        common = ["--nproc", "2", "--init", path, "--dtype", dtype]
+        _, ref_w, _ = train(dtrain, tmp, "init_ddp_" + dtype, common)
+        check(not same_bits(ref_w, seed_w), "--init %s: DDP started from the file, not the "
+              "seed's initialisation" % dtype)
+        for stage in (1, 3):
+            _, got_w, _ = train(dtrain, tmp, "init_z%d_%s" % (stage, dtype),
+                                common + ["--zero-stage", str(stage)])
+            check(same_bits(got_w, ref_w), "ZeRO-%d %s from --init: weights bit-identical to "
+                  "DDP's from the same file" % (stage, dtype))
+
+
 def main():
     dtrain = sys.argv[1]
     quick = "--quick" in sys.argv[2:]
@@ -203,6 +222,7 @@ def main():
         equivalence(dtrain, tmp, quick)
         if quick:
             return finish()
+        init_file(dtrain, tmp)
         traffic(dtrain, tmp)
         overlap(dtrain, tmp)
         knobs(dtrain, tmp)

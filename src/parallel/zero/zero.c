@@ -96,8 +96,9 @@ static int zero_start(void *self, dt_rank *r)
         float *p = z->m->params;
         return dt_broadcast(z->comm, p, p, z->m->n_floats, DT_F32, 0) ? failed(z, "setup") : 0;
     }
-    /* A checkpoint filled the pieces themselves; --init filled the window. */
-    if (!z->inited && !r->resuming) {
+    /* A checkpoint or --init filled the pieces themselves (else the
+     * initialisation did, piece by piece, or they are in the window). */
+    if (!z->inited && !r->pieces_filled) {
         for (int s = 0; s < z->nseg; s++) dt_zero_keep_piece(z, s);
         dt_window_drop(z->m->params, 0, z->m->n_floats * sizeof(float));
     }
