@@ -13,6 +13,7 @@
 #include "train/config.h"
 #include "train/corpus.h"
 #include "train/memory_plan.h"
+#include "train/memory_plan_pp.h"
 #include "train/model_source.h"
 #include "train/trainer.h"
 
@@ -104,25 +105,44 @@ static int resolve_model(dt_train_config *c, dt_gpt_config *mc, char *err, size_
     return rc;
 }
 
+/* The plan's tables: each stage's of a pipeline, else the ZeRO formulas'
+ * for every rank. */
+static int print_tables(const dt_gpt *layout, dt_train_config *c, int world, int dp, int quiet,
+                        char *err, size_t n)
+{
+    if (c->pp > 1) {
+        dt_mem_plan_pp pp;
+        int rc = dt_mem_plan_pp_from_config(layout, c, world, &pp, err, n);
+        if (rc == 0 && !quiet) dt_mem_plan_pp_print(stdout, &pp, "memory per stage");
+        dt_mem_plan_pp_free(&pp);
+        return rc;
+    }
+    dt_mem_plan plan;
+    if (dt_mem_plan_from_config(layout, c, dp, &plan, err, n)) return -1;
+    if (!quiet) dt_mem_plan_print(stdout, &plan, "memory per rank", NULL, 0);
+    return 0;
+}
+
 /* Prints the memory plan of the layout alone: no parameter, gradient,
  * optimizer or activation buffer is allocated. */
-static int print_plan(dt_train_config *c, int dp, int quiet, char *err, size_t n)
+static int print_plan(dt_train_config *c, int world, int dp, int quiet, char *err, size_t n)
 {
     dt_gpt_config mc;
     dt_gpt layout;
-    dt_mem_plan plan;
     if (resolve_model(c, &mc, err, n)) return -1;
     dt_precision prec = strcmp(c->dtype, "bf16") == 0 ? DT_PREC_BF16 : DT_PREC_F32;
     if (dt_gpt_create_layout(&layout, &mc, prec, err, n)) return -1;
-    /* Recomputation, once the model has a mode, is set on the layout here
-     * as the trainer sets it, so that the activation estimate follows it. */
-    int rc = dt_mem_plan_from_config(&layout, c, dp, &plan, err, n);
-    if (rc == 0 && !quiet) {
+    /* The recompute mode, set on the layout as the trainer sets it, so
+     * that the activations follow it. */
+    if (dt_recompute_parse(c->recompute, &layout.recompute)) {
+        dt_gpt_destroy(&layout);
+        return dt_strf(err, n, "unknown --recompute '%s'", c->recompute), -1;
+    }
+    if (!quiet)
         printf("dry run (nothing trained, nothing large allocated): %s%s%d layers, %d heads, "
                "%d embd, vocab %d, block %d\n", c->model, c->model[0] ? ": " : "", mc.n_layer,
                mc.n_head, mc.n_embd, mc.vocab_size, mc.block_size);
-        dt_mem_plan_print(stdout, &plan, "memory per rank", NULL, 0);
-    }
+    int rc = print_tables(&layout, c, world, dp, quiet, err, n);
     dt_gpt_destroy(&layout);
     return rc;
 }
@@ -154,16 +174,16 @@ static int dry_run(long nproc, int argc, char **argv)
                 "--zero-stage 0-3); --strategy %s shares the state otherwise", c.strategy);
         rc = -1;
     }
-    if (rc == 0 && c.pp > 1) {
-        dt_strf(err, sizeof err, "--dry-run does not plan a pipeline's memory yet (a run "
-                "prints each stage's); `dtrain plan --pp %d` draws its schedule", c.pp);
+    if (rc == 0 && c.pp > 1 && strcmp(c.pp_partition, "cost") == 0) {
+        dt_strf(err, sizeof err, "--dry-run with --pp-partition cost: the cut depends on times "
+                "measured when the run starts; plan with uniform or params");
         rc = -1;
     }
     if (rc != 0) {
         fprintf(stderr, "dtrain train: %s\n", err);
         return CLI_EXIT_USAGE;
     }
-    if (print_plan(&c, dp, b.rank != 0, err, sizeof err)) {
+    if (print_plan(&c, world, dp, b.rank != 0, err, sizeof err)) {
         fprintf(stderr, "dtrain train: --dry-run: %s\n", err);
         return 1;
     }

@@ -232,6 +232,14 @@ void dt_strategy_rank_label(dt_strategy *S, int r, char *buf, size_t n)
         if (S->layer[i].ops->rank_label) S->layer[i].ops->rank_label(S->layer[i].self, r, buf, n);
 }
 
+int dt_strategy_mem_plan(dt_strategy *S, int r, dt_rank_mem *out)
+{
+    for (int i = S->nlayers - 1; i >= 0; i--)
+        if (S->layer[i].ops->mem_plan && S->layer[i].ops->mem_plan(S->layer[i].self, r, out))
+            return 1;
+    return 0;
+}
+
 void dt_strategy_destroy(dt_strategy *S)
 {
     for (int i = S->nlayers - 1; i >= 0; i--)

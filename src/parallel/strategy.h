@@ -82,6 +82,18 @@ typedef struct {
     const dt_gpt_part *slots;
 } dt_share;
 
+/* What a rank holds by a layer's own arithmetic (a pipeline stage), for
+ * the memory table where the ZeRO formulas do not hold: the floats of the
+ * flat layout whose parameters, gradients and optimizer state it keeps
+ * whole (the trainer applies the bytes per float of memory_plan.h), the
+ * most of them in use at once (mixed precision widens those into fp32)
+ * and whose gradients are open at once (bf16 accumulation adds in fp32
+ * there), and its activation bytes. */
+typedef struct {
+    size_t floats, in_use, grads_open;
+    double acts;
+} dt_rank_mem;
+
 typedef struct dt_strategy_ops {
     const char *name;
     /* Before the model exists: what this rank holds. layout has the tensor
@@ -138,6 +150,9 @@ typedef struct dt_strategy_ops {
     void (*describe)(void *self, FILE *f);
     /* A label for rank r in the memory table ("server"), or leaves buf. */
     void (*rank_label)(void *self, int r, char *buf, size_t n);
+    /* What rank r holds by this layer's plan (pure arithmetic, any rank's):
+     * 1 with *out, 0 when it has none for r. */
+    int (*mem_plan)(void *self, int r, dt_rank_mem *out);
     void (*destroy)(void *self);
 } dt_strategy_ops;
 
@@ -194,6 +209,8 @@ int dt_strategy_release(dt_strategy *S);
 int dt_strategy_replicas_identical(dt_strategy *S, uint64_t *hash);
 void dt_strategy_describe(dt_strategy *S, FILE *f);
 void dt_strategy_rank_label(dt_strategy *S, int r, char *buf, size_t n);
+/* The plan of the topmost layer that has one for rank r: 1 with *out, else 0. */
+int dt_strategy_mem_plan(dt_strategy *S, int r, dt_rank_mem *out);
 void dt_strategy_destroy(dt_strategy *S);
 
 /* The default step pieces, for layers that wrap rather than replace them:

@@ -5,6 +5,7 @@
 
 #include "core/str.h"
 #include "train/memory_plan.h"
+#include "train/memory_plan_pp.h"
 #include "train/metrics.h"
 #include "train/run.h"
 
@@ -79,29 +80,47 @@ static int memory_plan(dt_run *t, dt_mem_plan *p)
     return dt_mem_plan_from_config(&t->model, t->cfg, t->S.dp_size, p, why, sizeof why) == 0;
 }
 
+/* Rank r's plan by its strategy's own arithmetic (a pipeline stage's),
+ * where it has one: 1 with *p, else 0. */
+static int rank_plan(dt_run *t, int r, dt_mem_plan *p)
+{
+    dt_rank_mem held;
+    char why[256];
+    if (!dt_strategy_mem_plan(&t->S, r, &held)) return 0;
+    return dt_mem_plan_held(&t->model, t->cfg, t->S.dp_size, &held, p, why, sizeof why) == 0;
+}
+
+/* One line per rank with its role (the ranks of some strategies hold very
+ * different things), each followed by its plan where the strategy has
+ * one. */
+static void print_roles(dt_run *t, const char *title, const unsigned long long *all)
+{
+    dt_mem_plan plan;
+    fprintf(t->out, "%s:\n", title);
+    if (rank_plan(t, 0, &plan)) dt_mem_plan_held_heading(t->out, &plan, "stage");
+    for (int r = 0; r < t->r.size; r++) {
+        char role[64] = "", label[96];
+        const unsigned long long *snap = all + (size_t)r * DT_MEM_SNAPSHOT;
+        dt_strategy_rank_label(&t->S, r, role, sizeof role);
+        dt_strf(label, sizeof label, "  rank %d%s%s%s", r, role[0] ? " (" : "", role,
+                role[0] ? ")" : "");
+        dt_print_memory_snapshot(t->out, label, snap);
+        if (rank_plan(t, r, &plan)) dt_mem_plan_held_print(t->out, &plan, snap);
+    }
+}
+
 /* Every rank's memory by kind, printed by rank 0 (collective): beside the
- * formulas where they hold, else one line per rank with its role (the
- * ranks of some strategies hold very different things). */
+ * formulas where they hold, else by role (and beside the strategy's plan
+ * of each rank, where it has one). */
 static int print_memory(dt_run *t, const char *title, int peak)
 {
     unsigned long long *all;
     dt_mem_plan plan;
     if (gather_memory(t, peak, &all)) return -1;
     if (!all) return 0;
-    if (memory_plan(t, &plan)) {
-        dt_mem_plan_print(t->out, &plan, title, all, t->r.size);
-    } else if (!t->r.world) {
-        dt_print_memory_snapshot(t->out, title, all);
-    } else {
-        fprintf(t->out, "%s:\n", title);
-        for (int r = 0; r < t->r.size; r++) {
-            char role[64] = "", label[96];
-            dt_strategy_rank_label(&t->S, r, role, sizeof role);
-            dt_strf(label, sizeof label, "  rank %d%s%s%s", r, role[0] ? " (" : "", role,
-                    role[0] ? ")" : "");
-            dt_print_memory_snapshot(t->out, label, all + (size_t)r * DT_MEM_SNAPSHOT);
-        }
-    }
+    if (memory_plan(t, &plan)) dt_mem_plan_print(t->out, &plan, title, all, t->r.size);
+    else if (!t->r.world) dt_print_memory_snapshot(t->out, title, all);
+    else print_roles(t, title, all);
     free(all);
     return 0;
 }

@@ -48,6 +48,12 @@ expect_out "gpt2 fp32 stage 2 over 4" "Psi = 124439808 parameters" "fp32" "adamw
 expect_out "gpt2 fp32 stage 0, one rank" "16 Psi  " "N = 1 data-parallel rank," \
   "474.7              474.7              949.4              1898.8" -- \
   "$dtrain" train --dry-run --model gpt2 "${data[@]}"
+# The activations follow --recompute (gpt.h's sizes, N = 8 x 1024): full
+# keeps res3 a layer, 12 x 4 N C = 288.0 MiB; rebuilds one layer's worth,
+# 4 (15 N C + 16 N) = 360.5 MiB; and 4 (11 N C + 3 N + N V) = 1834.6 MiB
+# whatever the mode: 2483.1 MiB (none: 6448.6)
+expect_out "gpt2, recompute full" "2483.1             4381.9" -- \
+  "$dtrain" train --dry-run --model gpt2 --recompute full "${data[@]}"
 # bf16 mixed precision (fp32 gradient accumulation, G = 4), K = 12 over 2
 # ranks: ZeRO-1 (2 + 4) Psi + 12 Psi / 2:
 #   2 Psi = 237.4, 4 Psi = 474.7, 6 Psi = 712.1, total 12 Psi = 1424.1

@@ -64,3 +64,36 @@ int dt_pp_cut_balanced(int L, int S, const double *w, double first, double last,
     free(pre), free(best), free(from);
     return 0;
 }
+
+/* The weights dt_pp_cut_balanced balances: parameters held, or measured
+ * times. 0, or -1 out of memory. */
+static int balanced(const dt_gpt *m, int S, const dt_pp_costs *costs, int *cut, char *err,
+                    size_t errlen)
+{
+    const int L = m->cfg.n_layer;
+    const double C = m->cfg.n_embd;
+    double *w = malloc((size_t)L * sizeof *w);
+    if (!w) return dt_strf(err, errlen, "pipeline partition: out of memory"), -1;
+    double embed = (double)dt_gpt_segment_start(m, 1), first = embed, last = embed + 2 * C;
+    for (int l = 0; l < L; l++) w[l] = costs ? costs->layer_ms : 12 * C * C + 13 * C;
+    if (costs) first = costs->embed_ms, last = costs->head_ms;
+    int rc = dt_pp_cut_balanced(L, S, w, first, last, cut, err, errlen);
+    free(w);
+    return rc;
+}
+
+int dt_pp_cut(const dt_gpt *m, int S, dt_pp_part_kind part, int interleaved,
+              const dt_pp_costs *costs, int *cut, char *err, size_t errlen)
+{
+    const int L = m->cfg.n_layer;
+    if (interleaved && L % S != 0)
+        return dt_strf(err, errlen, "--pp-schedule interleaved cuts the %d layers into pp x "
+                       "pp-virtual = %d equal stages: choose them so that %d divides the layer "
+                       "count", L, S, S), -1;
+    if (part == DT_PP_PART_UNIFORM || S > L) /* S > L: refused there */
+        return dt_pp_cut_uniform(L, S, cut, err, errlen);
+    if (part == DT_PP_PART_COST && !costs)
+        return dt_strf(err, errlen, "--pp-partition cost: the cut depends on times measured "
+                       "when the run starts"), -1;
+    return balanced(m, S, part == DT_PP_PART_COST ? costs : NULL, cut, err, errlen);
+}

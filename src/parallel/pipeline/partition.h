@@ -7,6 +7,9 @@
 
 #include <stddef.h>
 
+#include "model/gpt.h"
+#include "parallel/pipeline/partition_cost.h"
+
 typedef enum { DT_PP_PART_UNIFORM, DT_PP_PART_PARAMS, DT_PP_PART_COST } dt_pp_part_kind;
 
 /* "uniform", "params", "cost". 0, or -1. */
@@ -23,5 +26,16 @@ int dt_pp_cut_uniform(int L, int S, int *cut, char *err, size_t errlen);
  * points. 0, or -1 with err when S > L. */
 int dt_pp_cut_balanced(int L, int S, const double *w, double first, double last, int *cut,
                        char *err, size_t errlen);
+
+/* The cut of model m's layers into S stages by `part`: uniform; params,
+ * balancing what each stage holds (a layer 12 C^2 + 13 C, the embeddings
+ * on the first stage and, tied, with ln_f on the last); cost, balancing
+ * the measured costs (NULL: refused, the cut needs them). interleaved:
+ * the schedule's S stages must be equal, so S divides the layers (only
+ * uniform reaches here: the others are refused with the schedule).
+ * cut[S + 1]. Pure arithmetic: the run and the memory plan cut alike.
+ * 0, or -1 with err. */
+int dt_pp_cut(const dt_gpt *m, int S, dt_pp_part_kind part, int interleaved,
+              const dt_pp_costs *costs, int *cut, char *err, size_t errlen);
 
 #endif

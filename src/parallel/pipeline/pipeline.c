@@ -15,8 +15,7 @@
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/partition.h"
 #include "parallel/pipeline/partition_cost.h"
-
-#define MAX_RANGES 130 /* a range per chunk (V <= 64), the tied copy, ln_f */
+#include "parallel/pipeline/stage.h"
 
 typedef struct {
     dt_strategy *S;
@@ -28,9 +27,9 @@ typedef struct {
     int measured;            /* costs holds them */
     dt_pp_schedule sched;
     int *cut;                /* [nstages + 1] */
-    dt_flat_range range[MAX_RANGES];
+    dt_flat_range range[DT_PP_MAX_RANGES];
     dt_flat_ranges held;
-    dt_flat_range save_range[MAX_RANGES];
+    dt_flat_range save_range[DT_PP_MAX_RANGES];
     dt_flat_ranges saves;    /* what this rank writes of a checkpoint (dp index 0 only) */
     int dpi;                 /* this rank's data-parallel index */
     dt_gpt_part *parts;      /* the activation slots' parts */
@@ -106,43 +105,13 @@ int dt_pp_check(const dt_parallel_opts *o, int world, int accum, int *dp, char *
     return check(o, world, accum, dp, NULL, err, errlen);
 }
 
+int dt_pp_check_schedule(const dt_parallel_opts *o, int world, int accum, int *dp,
+                         dt_pp_schedule *sched, char *err, size_t errlen)
+{
+    return check(o, world, accum, dp, sched, err, errlen);
+}
+
 /* ---- what this rank holds ------------------------------------------------- */
-
-static void add_range(dt_flat_range *r, int *n, size_t lo, size_t hi)
-{
-    int i = *n;
-    while (i > 0 && r[i - 1].lo > lo) i--; /* kept sorted */
-    memmove(&r[i + 1], &r[i], (size_t)(*n - i) * sizeof *r);
-    r[i] = (dt_flat_range){lo, hi, 0};
-    (*n)++;
-}
-
-/* The ranges of rank q's stages, into r[MAX_RANGES]: their layers, the
- * embeddings with stage 0 (and as the tied head with the last), ln_f with
- * the last; adjacent ones merged, packed end to end (`at`) for the
- * optimizer's state. */
-static dt_flat_ranges held_ranges(const pipeline *P, const dt_gpt *m, int q, dt_flat_range *r)
-{
-    const int L = m->cfg.n_layer, last = (P->nstages - 1) % P->p;
-    int n = 0, w = 0;
-    for (int c = 0; c < P->V; c++) {
-        int k = c * P->p + q;
-        add_range(r, &n, dt_gpt_segment_start(m, 1 + P->cut[k]),
-                  dt_gpt_segment_start(m, 1 + P->cut[k + 1]));
-    }
-    if (q == 0 || q == last) add_range(r, &n, 0, dt_gpt_segment_start(m, 1));
-    if (q == last) add_range(r, &n, dt_gpt_segment_start(m, L + 1), m->n_floats);
-    for (int i = 0; i < n; i++) {
-        if (w > 0 && r[w - 1].hi == r[i].lo) r[w - 1].hi = r[i].hi;
-        else r[w++] = r[i];
-    }
-    dt_flat_ranges h = {w, r, 0};
-    for (int i = 0; i < w; i++) {
-        r[i].at = h.len;
-        h.len += r[i].hi - r[i].lo;
-    }
-    return h;
-}
 
 static int held_segment(const pipeline *P, const dt_gpt *m, int s)
 {
@@ -190,38 +159,17 @@ static int measured_costs(pipeline *P, dt_rank *r, const dt_gpt *m)
     return 0;
 }
 
-/* The cut points, P->cut. Collective for --pp-partition cost. */
+/* The cut points, P->cut (partition.h). Collective for --pp-partition
+ * cost, whose costs are measured first (not when the stages outnumber
+ * the layers: that is refused). */
 static int partition(pipeline *P, dt_rank *r, const dt_gpt *m)
 {
-    const int L = m->cfg.n_layer;
-    const double C = m->cfg.n_embd;
-    char *err = r->err;
-    const size_t n = sizeof r->err;
     if (!(P->cut = malloc((size_t)(P->nstages + 1) * sizeof *P->cut)))
-        return dt_strf(err, n, "pipeline: out of memory"), -1;
-    if (P->kind == DT_PP_INTERLEAVED && L % P->nstages != 0)
-        return dt_strf(err, n, "--pp-schedule interleaved cuts the %d layers into pp x "
-                       "pp-virtual = %d equal stages: choose them so that %d divides the layer "
-                       "count", L, P->nstages, P->nstages), -1;
-    if (P->part == DT_PP_PART_UNIFORM) /* interleaved's only one (check()) */
-        return dt_pp_cut_uniform(L, P->nstages, P->cut, err, n);
-    if (P->nstages > L) /* refused, before anything is measured */
-        return dt_pp_cut_uniform(L, P->nstages, P->cut, err, n);
-    if (P->part == DT_PP_PART_COST && measured_costs(P, r, m)) return -1;
-    /* params: what each stage holds, the tied embedding on both ends; cost:
-     * the measured time of a layer, the embeddings on the first stage, the
-     * head (final LayerNorm, tied head, loss) on the last. */
-    double *w = malloc((size_t)L * sizeof *w);
-    if (!w) return dt_strf(err, n, "pipeline: out of memory"), -1;
-    double embed = (double)dt_gpt_segment_start(m, 1), first = embed, last = embed + 2 * C;
-    for (int l = 0; l < L; l++) w[l] = 12 * C * C + 13 * C;
-    if (P->measured) {
-        for (int l = 0; l < L; l++) w[l] = P->costs.layer_ms;
-        first = P->costs.embed_ms, last = P->costs.head_ms;
-    }
-    int rc = dt_pp_cut_balanced(L, P->nstages, w, first, last, P->cut, err, n);
-    free(w);
-    return rc;
+        return dt_strf(r->err, sizeof r->err, "pipeline: out of memory"), -1;
+    if (P->part == DT_PP_PART_COST && P->nstages <= m->cfg.n_layer && measured_costs(P, r, m))
+        return -1;
+    return dt_pp_cut(m, P->nstages, P->part, P->kind == DT_PP_INTERLEAVED,
+                     P->measured ? &P->costs : NULL, P->cut, r->err, sizeof r->err);
 }
 
 static int make_window(void **buf, size_t bytes, size_t held, dt_mem_kind kind)
@@ -268,7 +216,7 @@ static int pp_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
     pipeline *P = self;
     P->m = layout;
     if (partition(P, r, layout)) return -1;
-    P->held = held_ranges(P, layout, P->me, P->range);
+    P->held = dt_pp_held_ranges(layout, P->cut, P->p, P->V, P->me, P->range);
     P->S->held = &P->held;
     plan_saves(P);
     if (windows(P, layout, r->err, sizeof r->err)) return -1;
@@ -410,10 +358,10 @@ static int pp_gather_params(void *self)
 {
     pipeline *P = self;
     if (P->S->dp_index != 0) return 0;
-    dt_flat_range buf[MAX_RANGES];
+    dt_flat_range buf[DT_PP_MAX_RANGES];
     for (int q = 1; q < P->p; q++) {
         if (P->me != 0 && P->me != q) continue;
-        dt_flat_ranges theirs = held_ranges(P, P->m, q, buf);
+        dt_flat_ranges theirs = dt_pp_held_ranges(P->m, P->cut, P->p, P->V, q, buf);
         for (int i = 0; i < theirs.n; i++) {
             const dt_flat_range *r = &buf[i];
             if (r->lo == 0) continue; /* the tied copy: stage 0 has it */
@@ -474,6 +422,20 @@ static void pp_rank_label(void *self, int rank, char *buf, size_t n)
     if (slots > 0) dt_strf(buf + strlen(buf), n - strlen(buf), ", %d in flight", slots);
 }
 
+/* Rank r's stage by the arithmetic the plan prints (stage.h): what it
+ * holds is what pp_plan laid out, for the memory table. */
+static int pp_mem_plan(void *self, int rank, dt_rank_mem *out)
+{
+    pipeline *P = self;
+    dt_rank *r = P->S->rank;
+    dt_pp_stage_mem m;
+    if (dt_pp_stage_memory(P->m, &P->sched, P->cut, rank / P->S->dp_size, r->B, r->T, &m))
+        return 0;
+    *out = (dt_rank_mem){.floats = m.floats, .in_use = m.in_use, .grads_open = m.grads_open,
+                         .acts = m.acts};
+    return 1;
+}
+
 static void pp_destroy(void *self)
 {
     pipeline *P = self;
@@ -514,6 +476,7 @@ static const dt_strategy_ops pp_ops = {
     .replicas_identical = pp_replicas,
     .describe = pp_describe,
     .rank_label = pp_rank_label,
+    .mem_plan = pp_mem_plan,
     .destroy = pp_destroy,
 };
 

@@ -10,6 +10,7 @@
 #ifndef DT_PARALLEL_PIPELINE_PIPELINE_H
 #define DT_PARALLEL_PIPELINE_PIPELINE_H
 
+#include "parallel/pipeline/schedule.h"
 #include "parallel/registry.h"
 
 /* Checks a pipeline configuration for a job of `world` ranks without
@@ -18,6 +19,11 @@
  * *dp: the data-parallel size. 0, or -1 with err saying what would work. */
 int dt_pp_check(const dt_parallel_opts *o, int world, int accum, int *dp, char *err,
                 size_t errlen);
+
+/* The same, keeping the schedule it built in *sched (free it with
+ * dt_pp_schedule_free): for a plan of the pipeline's memory. */
+int dt_pp_check_schedule(const dt_parallel_opts *o, int world, int accum, int *dp,
+                         dt_pp_schedule *sched, char *err, size_t errlen);
 
 /* Adds this rank's layers: DDP over its stage's data-parallel group when
  * there is one, then the pipeline. 0, or -1 with S->rank->err. */
