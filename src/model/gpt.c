@@ -629,8 +629,10 @@ static int head_backward(dt_gpt *m, const dt_gpt_slot *st, const float *lnf_in, 
                          dt_bwd_part what)
 {
     const int C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer, N = st->b * st->t;
+    /* An input half reads wte but adds nothing to its gradient yet. */
+    const int wte_use = what == DT_BWD_INPUT ? DT_USE_FORWARD : DT_USE_BACKWARD;
     dt_crossentropy(m->logits, m->losses, m->logits, st->targets, N, V, grad_scale);
-    if (need(m, L + 1, DT_USE_BACKWARD) || need(m, 0, DT_USE_BACKWARD)) return -1;
+    if (need(m, L + 1, DT_USE_BACKWARD) || need(m, 0, wte_use)) return -1;
     /* dlnf = dlogits @ wte; dwte += dlogits^T @ lnf. */
     if (dt_matmul(m->prec, 0, 0, N, C, V, 1.0f, m->logits, V, WTE(m, weights(m)), C, 0.0f, m->d_c,
                   C) ||
@@ -640,7 +642,7 @@ static int head_backward(dt_gpt *m, const dt_gpt_slot *st, const float *lnf_in, 
     memset(m->d_res, 0, (size_t)N * C * sizeof(float));
     dt_layernorm_backward(m->d_res, LNF_W(m, m->grads), LNF_B(m, m->grads), m->d_c, lnf_in,
                           LNF_W(m, weights(m)), m->lnf_mean, m->lnf_rstd, N, C);
-    done(m, 0, DT_USE_BACKWARD);
+    done(m, 0, wte_use);
     done(m, L + 1, DT_USE_BACKWARD);
     return 0;
 }

@@ -75,11 +75,6 @@ int dt_pp_stage_memory(const dt_gpt *layout, const dt_pp_schedule *s, const int 
     out->floats = dt_pp_held_ranges(layout, cut, s->p, s->V, q, r).len;
     out->in_use = in_use(layout, cut, s->p, s->V, q);
     out->grads_open = out->in_use;
-    if (s->kind == DT_PP_ZB1P && q == (s->p * s->V - 1) % s->p) {
-        size_t tied = seg_len(layout, 0) + seg_len(layout, layout->cfg.n_layer + 1);
-        size_t with_layer = seg_len(layout, 0) + largest_layer(layout, cut, s->p, s->V, q);
-        out->grads_open = tied > with_layer ? tied : with_layer;
-    }
     int cap = s->V * s->M + 1;
     dt_gpt_part *parts = malloc((size_t)cap * sizeof *parts);
     out->slots = parts ? dt_pp_exec_slots(s, q, cut, parts, cap) : -1;

@@ -39,9 +39,8 @@ typedef struct {
                            embeddings, or the head's ln_f with the tied copy (mixed
                            precision widens these into fp32) */
     size_t grads_open;  /* the most whose gradients backward holds open at once (bf16
-                           accumulation adds in fp32 there): those in use, but zb1p's
-                           input halves on the last stage keep the tied copy's open
-                           until its weight half, across a layer's */
+                           accumulation adds in fp32 there): those in use (zb1p's halves
+                           each close what they opened) */
     int slots;          /* micro-batches in flight */
     size_t model_floats; /* the model's activation arena for them (4 bytes each) */
     size_t exec_bytes;  /* the executor's buffers for them */
