@@ -146,7 +146,8 @@ typedef struct dt_strategy_ops {
     int (*release)(void *self);
     /* Whether the ranks' parameters agree: 1 yes, 0 no, < 0 error. */
     int (*replicas_identical)(void *self, uint64_t *hash);
-    /* Appends to the trainer's "batch:" line (" x 2 ranks (DDP ...)"). */
+    /* Appends to the trainer's "batch:" line (" x 2 ranks (DDP ...)"); may
+     * add lines of its own after it, each started with a newline. */
     void (*describe)(void *self, FILE *f);
     /* A label for rank r in the memory table ("server"), or leaves buf. */
     void (*rank_label)(void *self, int r, char *buf, size_t n);

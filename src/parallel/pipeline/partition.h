@@ -22,8 +22,9 @@ int dt_pp_cut_uniform(int L, int S, int *cut, char *err, size_t errlen);
 
 /* Consecutive layers, each of weight w[l], into S stages; stage 0 also
  * carries `first` and stage S - 1 `last`. Minimises the heaviest stage
- * (ties: the earliest cut), exactly, by dynamic programming over the cut
- * points. 0, or -1 with err when S > L. */
+ * exactly, by dynamic programming over the cut points (among equally good
+ * cuts: the longest last stage, then the longest stage before it, and so
+ * on). 0, or -1 with err when S > L. */
 int dt_pp_cut_balanced(int L, int S, const double *w, double first, double last, int *cut,
                        char *err, size_t errlen);
 
