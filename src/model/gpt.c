@@ -725,8 +725,9 @@ static int backward_weights(dt_gpt *m, dt_gpt_slot *st)
     for (int l = st->part.l1 - 1; l >= st->part.l0; l--) {
         const float *x = l > st->part.l0 ? m->layer_acts[l - 1].res3 : m->encoded;
         /* The weights are read only to rebuild the layer. */
-        int rebuild = m->recompute != DT_RECOMPUTE_NONE;
-        if (rebuild ? need(m, 1 + l, DT_USE_BACKWARD) : (grads_open(m, 1 + l), 0)) return -1;
+        const int rebuild = m->recompute != DT_RECOMPUTE_NONE;
+        if (rebuild && need(m, 1 + l, DT_USE_BACKWARD)) return -1;
+        if (!rebuild) grads_open(m, 1 + l);
         if (layer_weights(m, l, x, st->b, st->t)) return -1;
         if (rebuild) done(m, 1 + l, DT_USE_BACKWARD);
         segment_done(m, 1 + l);

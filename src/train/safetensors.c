@@ -370,9 +370,8 @@ const char *dt_st_meta_get(const dt_st_file *f, const char *key)
     return NULL;
 }
 
-void dt_st_let_go(const dt_st_file *f, const dt_st_tensor *t, uint64_t first, uint64_t count)
+void dt_st_let_go(const dt_st_tensor *t, uint64_t first, uint64_t count)
 {
-    (void)f;
     const size_t page = (size_t)sysconf(_SC_PAGESIZE), size = dt_st_dtype_size(t->dtype);
     uintptr_t lo = (uintptr_t)t->data + first * size, hi = lo + count * size;
     lo = (lo + page - 1) / page * page;

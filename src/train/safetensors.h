@@ -87,7 +87,7 @@ int dt_st_read_f32_range(const dt_st_file *f, const dt_st_tensor *t, uint64_t fi
 /* The mapping's pages of elements [first, first + count) of t, given back
  * (those wholly inside): a reader that is done with them keeps the file
  * out of its resident memory. Reading them again faults them back in. */
-void dt_st_let_go(const dt_st_file *f, const dt_st_tensor *t, uint64_t first, uint64_t count);
+void dt_st_let_go(const dt_st_tensor *t, uint64_t first, uint64_t count);
 void dt_st_close(dt_st_file *f);
 
 /* One tensor to write: numel = product of shape[0..ndim-1] elements of

@@ -208,7 +208,7 @@ static int read_span(const dt_gpt *m, const dt_st_file *f, const dt_st_tensor *t
     if (a >= b) return 0;
     float *dst = base + (a - q->lo);
     if (dt_st_read_f32_range(f, t, a - p->offset, b - a, dst, err, errlen)) return -1;
-    dt_st_let_go(f, t, a - p->offset, b - a);
+    dt_st_let_go(t, a - p->offset, b - a);
     if (all_finite(dst, b - a)) return 0;
     size_t i = 0;
     while (isfinite(dst[i])) i++;

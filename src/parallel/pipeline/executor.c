@@ -19,21 +19,30 @@
 
 static int chunk_of(const dt_pp_exec *x, int stage) { return stage / x->p; }
 
-/* last[i] = 1 where action i is the last of its (chunk, micro-batch) in
- * rank me's list: the slot is given back after it (a B on stage 0, the
- * SEND_B that carries the input's gradient back, or a W after both).
+enum {
+    LAST_OF_MICRO = 1, /* the last action of its (chunk, micro-batch): the slot is given back
+                          after it (a B on stage 0, the SEND_B that carries the input's
+                          gradient back, or a W after both) */
+    LAST_GRADS = 2     /* the last B or W of its stage: the step's gradients are final after it */
+};
+
+/* The LAST_ flags of each action of rank me's list, in one pass each way.
  * 0, or -1 out of memory. */
 static int mark_last(const dt_pp_schedule *s, int me, unsigned char *last)
 {
     int n = s->n[me], *at = malloc((size_t)s->V * s->M * sizeof *at);
-    if (!at) return -1;
+    unsigned char seen[64] = {0};
+    if (!at || s->V > 64) return free(at), -1;
     for (int i = 0; i < n; i++) {
         const dt_pp_action *a = &s->acts[me][i];
         at[a->stage / s->p * s->M + a->micro] = i;
     }
-    for (int i = 0; i < n; i++) {
+    for (int i = n - 1; i >= 0; i--) {
         const dt_pp_action *a = &s->acts[me][i];
-        last[i] = at[a->stage / s->p * s->M + a->micro] == i;
+        int c = a->stage / s->p, grads = a->op == DT_PP_B || a->op == DT_PP_W;
+        last[i] = (at[c * s->M + a->micro] == i ? LAST_OF_MICRO : 0) |
+                  (grads && !seen[c] ? LAST_GRADS : 0);
+        if (grads) seen[c] = 1;
     }
     free(at);
     return 0;
@@ -50,7 +59,7 @@ int dt_pp_exec_slots(const dt_pp_schedule *s, int me, const int *cut, dt_gpt_par
         int c = a->stage / s->p;
         if ((a->op == DT_PP_RECV_F || (a->op == DT_PP_F && a->stage == 0)) && ++live[c] > most[c])
             most[c] = live[c];
-        if (last[i]) live[c]--;
+        if (last[i] & LAST_OF_MICRO) live[c]--;
     }
     free(last);
     for (int c = 0; c < s->V; c++) {
@@ -254,17 +263,6 @@ static int backward(dt_pp_exec *x, step_ctx *s, const dt_pp_action *a, int k, in
     return 0;
 }
 
-/* Whether action i is the last on its stage that finishes gradients (a B
- * or a W) in the list. */
-static int last_backward(const dt_pp_exec *x, int i)
-{
-    const dt_pp_action *list = x->sched->acts[x->me];
-    for (int j = i + 1; j < x->sched->n[x->me]; j++)
-        if ((list[j].op == DT_PP_B || list[j].op == DT_PP_W) && list[j].stage == list[i].stage)
-            return 0;
-    return 1;
-}
-
 static int run(dt_pp_exec *x, step_ctx *s, int i)
 {
     const dt_pp_action *a = &x->sched->acts[x->me][i];
@@ -279,12 +277,12 @@ static int run(dt_pp_exec *x, step_ctx *s, int i)
     case DT_PP_RECV_B: rc = recv_wait(x, a, x->dout + (size_t)k * NC); break;
     case DT_PP_B:
     case DT_PP_I:
-    case DT_PP_W: rc = backward(x, s, a, k, a->op != DT_PP_I && last_backward(x, i)); break;
+    case DT_PP_W: rc = backward(x, s, a, k, x->last[i] & LAST_GRADS); break;
     case DT_PP_SEND_B: rc = send(x, a, k, dt_gpt_slot_input_grad(x->model, k)); break;
     default:
         return dt_strf(x->err, sizeof x->err, "pipeline: unknown action %d", a->op), -1;
     }
-    if (rc == 0 && x->last[i]) give_back(x, a);
+    if (rc == 0 && (x->last[i] & LAST_OF_MICRO)) give_back(x, a);
     return rc;
 }
 

@@ -30,8 +30,8 @@ typedef struct {
     dt_request **sreq;            /* [nslots]: a send from the slot still in flight */
     dt_pp_action *sent;           /* [nslots]: what it carries, for the trace */
     uint64_t *sent_ns;            /* [nslots]: when it was posted */
-    unsigned char *last;          /* [list length]: the action is its micro-batch's last
-                                     on the chunk (the slot is free after it) */
+    unsigned char *last;          /* [list length]: whether the action is its micro-batch's
+                                     last on the chunk, its stage's last B or W (flags) */
     /* Of the last step. */
     double wait_ms;               /* blocked on receives */
     uint64_t bytes;               /* sent */
