@@ -43,7 +43,7 @@ def run(a, data, tmp, name, nproc, extra):
         sys.exit("%s failed:\n%s" % (" ".join(cmd), (r.stdout + r.stderr)[-2000:]))
     tps, = bc.log_means(log, a.skip, "tokens_per_s")
     acts = re.findall(r"rank \d+ \((stage \d+, \d+ in flight)\):.*?acts ([0-9.]+) MiB",
-                      r.stdout)
+                      r.stdout.split("peak memory per rank")[-1])
     return tps, acts, idle_fraction(a, trace)
 
 

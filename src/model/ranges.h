@@ -20,4 +20,11 @@ typedef struct {
     size_t len;
 } dt_flat_ranges;
 
+/* The parts of a's ranges that lie within b's (any ranges of the same
+ * layout), each keeping its place in a's shard: at moves with lo. Written
+ * to out (room for a->n + b->n ranges); returns them with a's len. Both
+ * ascending and disjoint, so the result is too. */
+dt_flat_ranges dt_flat_ranges_within(const dt_flat_ranges *a, const dt_flat_ranges *b,
+                                     dt_flat_range *out);
+
 #endif

@@ -6,6 +6,7 @@
  * first .. first+G-1; block r (dp_index) of B * accum of them is this
  * rank's, and its micro-batch j the j-th block of B within that. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/str.h"
@@ -53,18 +54,100 @@ int dt_step_local_grads(dt_strategy *S, uint64_t first, double *loss)
     return 0;
 }
 
+const dt_flat_ranges *dt_strategy_updates(const dt_strategy *S)
+{
+    return S->shard ? S->shard : S->held;
+}
+
+float *dt_strategy_params_at(const dt_strategy *S, const dt_flat_range *q)
+{
+    return S->shard_params ? S->shard_params + q->at : S->rank->model->params + q->lo;
+}
+
+dt_gbuf dt_strategy_grads_at(const dt_strategy *S, const dt_flat_range *q)
+{
+    if (dt_gbuf_ptr(S->shard_grads)) return dt_gbuf_at(S->shard_grads, q->at);
+    return dt_gbuf_at(dt_gpt_grads(S->rank->model), q->lo);
+}
+
+/* The norm's blocks, DT_NORM_BLOCK floats from each segment's start, all
+ * of the layout's in one array: first[s] is segment s's first. */
+static size_t *block_index(const dt_gpt *m)
+{
+    int nseg = dt_gpt_segments(m);
+    size_t *first = malloc((size_t)(nseg + 1) * sizeof *first);
+    if (!first) return NULL;
+    first[0] = 0;
+    for (int s = 0; s < nseg; s++) {
+        size_t len = dt_gpt_segment_start(m, s + 1) - dt_gpt_segment_start(m, s);
+        first[s + 1] = first[s] + (len + DT_NORM_BLOCK - 1) / DT_NORM_BLOCK;
+    }
+    return first;
+}
+
+/* Block sums of range q's gradients, segment by segment, into their
+ * places (a range starts on a block of its segment: ZeRO's pieces are
+ * whole blocks, a stage's ranges whole segments). */
+static void range_blocks(const dt_strategy *S, const dt_flat_range *q, const size_t *first,
+                         double *blocks)
+{
+    const dt_gpt *m = S->rank->model;
+    dt_gbuf g = dt_strategy_grads_at(S, q);
+    for (int s = 0; s < dt_gpt_segments(m); s++) {
+        size_t lo = dt_gpt_segment_start(m, s), hi = dt_gpt_segment_start(m, s + 1);
+        size_t a = q->lo > lo ? q->lo : lo, b = q->hi < hi ? q->hi : hi;
+        if (a >= b) continue;
+        dt_norm_blocks(dt_gbuf_at(g, a - q->lo), b - a, blocks + first[s] + (a - lo) / DT_NORM_BLOCK);
+    }
+}
+
+/* The block sums of the gradients this rank owns, zeros elsewhere, added
+ * over each norm group: every block comes from its one owner, so the sums
+ * are exact in any order, and the total adds them in layout order, as
+ * dt_grad_norm over one whole buffer does (the same bits for any layout). */
 int dt_step_local_norm(dt_strategy *S, double *norm)
 {
     const dt_gpt *m = S->rank->model;
-    *norm = dt_grad_norm(m, dt_gpt_grads(m));
-    return 0;
+    const dt_flat_ranges *own = S->owned ? S->owned : dt_strategy_updates(S);
+    if (!own && S->n_norm_groups == 0) {
+        *norm = dt_grad_norm(m, dt_gpt_grads(m));
+        return 0;
+    }
+    dt_rank *r = S->rank;
+    size_t *first = block_index(m);
+    double *blocks = first ? calloc(first[dt_gpt_segments(m)], sizeof *blocks) : NULL;
+    if (!blocks) return free(first), dt_strf(r->err, sizeof r->err, "gradient norm: out of memory"), -1;
+    size_t nblocks = first[dt_gpt_segments(m)];
+    dt_flat_range whole = {0, m->n_floats, 0};
+    for (int i = 0; i < (own ? own->n : 1); i++)
+        range_blocks(S, own ? &own->r[i] : &whole, first, blocks);
+    int rc = 0;
+    for (int k = 0; k < S->n_norm_groups && rc == 0; k++)
+        if ((rc = dt_allreduce(S->norm_group[k], blocks, blocks, nblocks, DT_F64, DT_SUM)))
+            dt_strf(r->err, sizeof r->err, "gradient norm: %s", dt_comm_error(S->norm_group[k]));
+    double sum = 0;
+    for (size_t i = 0; i < nblocks; i++) sum += blocks[i];
+    free(blocks);
+    free(first);
+    *norm = sqrt(sum);
+    return rc ? -1 : 0;
 }
 
+/* The optimizer over the ranges this rank updates; where the model keeps
+ * the fp32 parameters, their bf16 working copy follows (a layer that
+ * keeps its own pieces rounds them itself, in after_update). */
 int dt_step_local_update(dt_strategy *S, double lr, float coef)
 {
     dt_rank *r = S->rank;
     dt_gpt *m = r->model;
-    dt_optimizer_step(r->opt, m, m->params, dt_gpt_grads(m), 0, m->n_floats, lr, coef);
-    dt_gpt_sync_working(m, 0, m->n_floats);
+    const dt_flat_ranges *mine = dt_strategy_updates(S);
+    dt_flat_range whole = {0, m->n_floats, 0};
+    dt_optimizer_begin_step(r->opt);
+    for (int i = 0; i < (mine ? mine->n : 1); i++) {
+        const dt_flat_range *q = mine ? &mine->r[i] : &whole;
+        dt_optimizer_update(r->opt, m, dt_strategy_params_at(S, q), dt_strategy_grads_at(S, q),
+                            q->at, q->lo, q->hi, lr, coef);
+        if (!S->shard_params) dt_gpt_sync_working(m, q->lo, q->hi);
+    }
     return 0;
 }

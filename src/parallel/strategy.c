@@ -90,10 +90,22 @@ static int owner(const dt_strategy *S, size_t off)
 }
 #define OWNER(S, hook) owner((S), offsetof(dt_strategy_ops, hook))
 
+/* Padding first, everywhere; then the plans from the top of the stack
+ * down, each narrowing what the layers above it left this rank. */
 int dt_strategy_plan(dt_strategy *S, dt_gpt *layout, dt_share *share)
 {
+    EACH(S, relayout, S->rank, layout);
     *share = (dt_share){.model = 1, .opt_lo = 0, .opt_hi = layout->n_floats};
-    EACH(S, plan, S->rank, layout, share);
+    for (int i = S->nlayers - 1; i >= 0; i--)
+        if (S->layer[i].ops->plan && S->layer[i].ops->plan(S->layer[i].self, S->rank, layout, share))
+            return -1;
+    return 0;
+}
+
+int dt_strategy_add_norm_group(dt_strategy *S, dt_comm *group)
+{
+    if (S->n_norm_groups == DT_STRATEGY_MAX_LAYERS) return -1;
+    S->norm_group[S->n_norm_groups++] = group;
     return 0;
 }
 
@@ -141,7 +153,9 @@ int dt_strategy_step(dt_strategy *S, long step, uint64_t first, double lr, doubl
     rc = u >= 0 ? S->layer[u].ops->update(S->layer[u].self, lr, coef)
                 : dt_step_local_update(S, lr, coef);
     dt_trace_add(DT_TRACE_COMPUTE, "optimizer", t0, dt_trace_now(), &ta);
-    return rc;
+    if (rc) return rc;
+    EACH(S, after_update);
+    return 0;
 }
 
 void dt_strategy_traffic(dt_strategy *S, double *comm_ms, uint64_t *bytes)

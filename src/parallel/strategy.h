@@ -13,10 +13,18 @@
  * layer may own each, checked when the layer is added, and without an
  * owner the default below runs. An empty stack is training in one process.
  *
+ * What a rank holds and updates is data that the layers narrow in turn,
+ * from the top of the stack down (a pipeline keeps a stage's ranges, ZeRO
+ * below it keeps its pieces of those): `held`, `shard`, `owned` below.
+ * The default norm and update run over that data, so layers that split
+ * the model and layers that shard it compose without knowing each other.
+ *
  * Life of a run, as the trainer drives it:
  *   build (registry.c: the layers from the options, before any model)
- *   plan      what of the model and optimizer this rank holds (dt_share);
- *             may be collective (the parameter server splits the job here)
+ *   relayout  every layer may pad the layout's segments (ZeRO's pieces)
+ *   plan      what of the model and optimizer this rank holds (dt_share),
+ *             from the top layer down; may be collective (the parameter
+ *             server splits the job here)
  *   -- the trainer allocates what the share says and loads the starting
  *      weights (initialisation, --init, or a checkpoint) --
  *   start     the ranks agree on the starting state (DDP broadcasts it)
@@ -96,9 +104,14 @@ typedef struct {
 
 typedef struct dt_strategy_ops {
     const char *name;
-    /* Before the model exists: what this rank holds. layout has the tensor
+    /* Before any plan, for every layer: re-lay the layout (pad segments
+     * with dt_gpt_pad_segments), so that the plans see the final offsets.
+     * 0, or -1 with r->err. */
+    int (*relayout)(void *self, dt_rank *r, dt_gpt *layout);
+    /* Before the model exists: what this rank holds, within what the layers
+     * above it left (S->held, S->owned: they plan first). layout has the tensor
      * table and the run's modes (precision, mixed, bf16 accumulation,
-     * recompute) only; a layer may re-lay it (dt_gpt_pad_segments), provide
+     * recompute) only; a layer may provide
      * buffers the trainer would otherwise allocate (they stay the layer's,
      * freed by destroy), and hook the model. May be collective. */
     int (*plan)(void *self, dt_rank *r, dt_gpt *layout, dt_share *share);
@@ -117,9 +130,12 @@ typedef struct dt_strategy_ops {
     int (*end_grads)(void *self);
     /* Owner: the global gradient norm (default: of this rank's gradients). */
     int (*grad_norm)(void *self, double *norm);
-    /* Owner: the update (default: the local optimizer over the whole model).
-     * coef is the clipping coefficient. */
+    /* Owner: the update (default: the optimizer over this rank's ranges,
+     * dt_step_local_update). coef is the clipping coefficient. */
     int (*update)(void *self, double lr, float coef);
+    /* After the update, on every layer: what the new values need (ZeRO
+     * gathers the updated pieces). */
+    int (*after_update)(void *self);
     /* Communication not hidden by compute in the last step, and bytes sent. */
     void (*traffic)(void *self, double *comm_ms, uint64_t *bytes);
 
@@ -175,6 +191,15 @@ typedef struct dt_strategy {
                                   * (a pipeline stage's layers); NULL: all of it */
     float *shard_params;    /* this rank's pieces of the parameters, where no layer keeps them
                              * whole in the model (ZeRO-3), indexed by shard's `at` */
+    dt_gbuf shard_grads;    /* this rank's pieces of the gradients, where the model's buffer
+                             * does not keep them (ZeRO-2), indexed by shard's `at` */
+    /* The gradients this rank alone counts in the norm among the ranks of
+     * every norm group, `at` as shard's (a pipeline's stage without the
+     * tied copy on the last stage, ZeRO's pieces of it); NULL: what it
+     * updates. The norm's block sums are summed over each norm group. */
+    const dt_flat_ranges *owned;
+    dt_comm *norm_group[DT_STRATEGY_MAX_LAYERS];
+    int n_norm_groups;
     const dt_flat_ranges *saves; /* what this rank writes of a sharded checkpoint, ranges
                                   * whose `at` index the optimizer's state; NULL: shard */
     dt_comm *save_group;    /* the ranks that write the shards; NULL: lockstep */
@@ -216,14 +241,25 @@ void dt_strategy_destroy(dt_strategy *S);
 
 /* The default step pieces, for layers that wrap rather than replace them:
  * this rank's micro-batches through forward and backward (block dp_index
- * of the global batch), the norm of this rank's gradients, and the local
- * optimizer over the whole model. */
+ * of the global batch); the norm of the gradients it owns (S->owned),
+ * their block sums added over the norm groups; the optimizer over the
+ * ranges it updates (dt_strategy_updates), then every after_update. */
 int dt_step_local_grads(dt_strategy *S, uint64_t first, double *loss);
 /* Tells every layer that micro-batch `micro`'s backward comes next (last:
  * the step's last backward on this rank), for a layer that runs the
  * micro-batches itself: DDP starts its reductions from it. */
 void dt_strategy_before_backward(dt_strategy *S, int micro, int last);
 int dt_step_local_norm(dt_strategy *S, double *norm);
+/* The ranges this rank's optimizer updates: shard, else held, else NULL
+ * (the whole layout). */
+const dt_flat_ranges *dt_strategy_updates(const dt_strategy *S);
+/* Where the parameters and gradients of range q of those sit: the
+ * strategy's pieces (by `at`), or the model's buffers (by `lo`). */
+float *dt_strategy_params_at(const dt_strategy *S, const dt_flat_range *q);
+dt_gbuf dt_strategy_grads_at(const dt_strategy *S, const dt_flat_range *q);
+/* Registers a group over which the norm's block sums are added (a layer
+ * that splits the gradients among its ranks). 0, or -1 when full. */
+int dt_strategy_add_norm_group(dt_strategy *S, dt_comm *group);
 int dt_step_local_update(dt_strategy *S, double lr, float coef);
 
 #endif

@@ -237,7 +237,13 @@ int dt_config_data_parallel_size(const dt_train_config *c, int world, int *dp_si
     const dt_strategy_kind *kind = dt_strategy_find(c->strategy);
     if (!kind) return dt_strf(err, n, "--strategy %s: no such strategy", c->strategy), -1;
     dt_parallel_opts o = dt_config_parallel_opts(c);
-    return kind->data_parallel_size(&o, world, dp_size, err, n);
+    if (kind->data_parallel_size(&o, world, dp_size, err, n)) return -1;
+    if (c->pp > 1 && *dp_size == 1 && c->zero_stage > 0)
+        DT_WARN("zero_stage = %d with --pp %d over %d ranks: each stage has 1 data-parallel "
+                "rank, over which ZeRO shards nothing (it splits a stage's optimizer state over "
+                "its data-parallel ranks: start --nproc %d or more)", c->zero_stage, c->pp, world,
+                2 * c->pp);
+    return 0;
 }
 
 dt_parallel_opts dt_config_parallel_opts(const dt_train_config *c)

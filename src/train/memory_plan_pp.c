@@ -8,30 +8,32 @@
 #include "core/str.h"
 #include "parallel/pipeline/pipeline.h"
 
-/* "4 Psi_q", or "0". */
-static void term(char *buf, size_t n, int bytes)
+/* "4 Psi_q", "12 Psi_q / N", or "0". */
+static void term(char *buf, size_t n, int bytes, int sharded)
 {
     if (bytes == 0) dt_strf(buf, n, "0");
-    else dt_strf(buf, n, "%d Psi_q", bytes);
+    else dt_strf(buf, n, "%d Psi_q%s", bytes, sharded ? " / N" : "");
 }
 
 int dt_mem_plan_held(const dt_gpt *layout, const dt_train_config *c, int ranks,
                      const dt_rank_mem *held, dt_mem_plan *p, char *err, size_t errlen)
 {
-    /* A stage's data-parallel copies replicate it (DDP): stage 0's P, G, K. */
-    if (c->zero_stage != 0)
-        return dt_strf(err, errlen, "ZeRO stage %d within a pipeline stage: not planned",
-                       c->zero_stage), -1;
+    /* A stage's data-parallel copies replicate it (DDP), or split its
+     * optimizer state (ZeRO-1): stage 0's or 1's P, G, K. */
+    if (c->zero_stage > 1)
+        return dt_strf(err, errlen, "ZeRO stage %d within a pipeline stage: not planned (it "
+                       "does not run: stage 1 does)", c->zero_stage), -1;
     if (dt_mem_plan_from_config(layout, c, ranks, p, err, errlen)) return -1;
     const double psi = (double)held->floats;
+    const int zero = c->zero_stage == 1 && ranks > 1;
     p->psi = held->floats;
     p->bytes[DT_MEM_PARAMS] = p->param_bytes * psi;
     p->bytes[DT_MEM_GRADS] = p->grad_bytes * psi;
-    p->bytes[DT_MEM_OPTIM] = p->optim_bytes * psi;
+    p->bytes[DT_MEM_OPTIM] = p->optim_bytes * psi / (zero ? ranks : 1);
     p->bytes[DT_MEM_ACTS] = held->acts;
-    term(p->formula[DT_MEM_PARAMS], sizeof p->formula[0], p->param_bytes);
-    term(p->formula[DT_MEM_GRADS], sizeof p->formula[0], p->grad_bytes);
-    term(p->formula[DT_MEM_OPTIM], sizeof p->formula[0], p->optim_bytes);
+    term(p->formula[DT_MEM_PARAMS], sizeof p->formula[0], p->param_bytes, 0);
+    term(p->formula[DT_MEM_GRADS], sizeof p->formula[0], p->grad_bytes, 0);
+    term(p->formula[DT_MEM_OPTIM], sizeof p->formula[0], p->optim_bytes, zero);
     dt_strf(p->formula[DT_MEM_ACTS], sizeof p->formula[0], "slots + shared");
     p->window_params = 0;
     p->window_widened = p->o.prec == DT_PREC_BF16 ? (double)held->in_use * sizeof(float) : 0;

@@ -15,11 +15,15 @@ static const char *prec_name(const dt_mem_plan *p)
     return p->o.prec == DT_PREC_BF16 ? "bf16 mixed precision" : "fp32";
 }
 
-/* Model state's formula: "16 Psi_q". */
+/* ZeRO-1 splits each stage's optimizer state over its data-parallel ranks. */
+static int zero1(const dt_mem_plan *p) { return p->o.zero_stage == 1 && p->o.ranks > 1; }
+
+/* Model state's formula: "16 Psi_q", or with ZeRO-1 "(8 + 8/N) Psi_q". */
 static void state_formula(const dt_mem_plan *p, char *buf, size_t n)
 {
-    int b = p->param_bytes + p->grad_bytes + p->optim_bytes;
-    dt_strf(buf, n, "%d Psi_q", b);
+    if (zero1(p))
+        dt_strf(buf, n, "(%d + %d/N) Psi_q", p->param_bytes + p->grad_bytes, p->optim_bytes);
+    else dt_strf(buf, n, "%d Psi_q", p->param_bytes + p->grad_bytes + p->optim_bytes);
 }
 
 /* The transient windows of one plan, after `lead`; nothing without any. */
@@ -99,9 +103,14 @@ static void print_setting(FILE *f, const dt_mem_plan_pp *p, const char *title)
     fprintf(f, "  Psi_q: the floats a stage holds: its layers (12 C^2 + 13 C each), the "
             "embeddings (V C + T C) on stage 0 and, tied, on the last with ln_f (2 C); "
             "64-byte tensor alignment included\n");
-    fprintf(f, "  a row is each rank of that stage: its N = %d data-parallel cop%s (DDP "
-            "within the stage) hold%s the same\n", p->dp, p->dp == 1 ? "y" : "ies",
-            p->dp == 1 ? "s" : "");
+    if (zero1(s))
+        fprintf(f, "  a row is each rank of that stage: its N = %d data-parallel ranks (ZeRO-1 "
+                "within the stage) hold the same parameters and gradients, and 1/N of the "
+                "optimizer state each\n", p->dp);
+    else
+        fprintf(f, "  a row is each rank of that stage: its N = %d data-parallel cop%s (DDP "
+                "within the stage) hold%s the same\n", p->dp, p->dp == 1 ? "y" : "ies",
+                p->dp == 1 ? "s" : "");
 }
 
 static void print_columns(FILE *f, const dt_mem_plan_pp *p)

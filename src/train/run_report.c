@@ -157,10 +157,13 @@ int dt_run_print_header(dt_run *t)
             t->global_batch, t->r.B, t->r.accum);
     dt_strategy_describe(&t->S, t->out);
     fprintf(t->out, "\n%s\n", t->peak_desc);
-    /* Where the formulas hold every rank takes part; a strategy whose
-     * ranks do not all get here (servers) keeps to rank 0's own line. */
+    /* Where the formulas hold, or the strategy plans every rank (a
+     * pipeline's stages), every rank takes part; a strategy whose ranks do
+     * not all get here (servers) keeps to rank 0's own line. */
     dt_mem_plan plan;
-    if (memory_plan(t, &plan)) return print_memory(t, "memory per rank at the start", 0);
+    dt_rank_mem held;
+    if (memory_plan(t, &plan) || dt_strategy_mem_plan(&t->S, 0, &held))
+        return print_memory(t, "memory per rank at the start", 0);
     dt_print_memory(t->out, t->r.world ? "memory of rank 0" : "memory");
     return 0;
 }

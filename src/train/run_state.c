@@ -91,8 +91,8 @@ static int init_optimizer(dt_run *t, size_t lo, size_t hi)
 }
 
 /* A model that holds some ranges (a pipeline stage's): their parameters in
- * place, and the optimizer state that covers them (packed by `at`). */
-static int load_held(dt_run *t, const char *dir, dt_ckpt_state *st)
+ * place. */
+static int load_held_params(dt_run *t, const char *dir, dt_ckpt_state *st)
 {
     const dt_flat_ranges *held = t->S.held;
     dt_flat_range *flat = malloc((size_t)held->n * sizeof *flat);
@@ -100,26 +100,26 @@ static int load_held(dt_run *t, const char *dir, dt_ckpt_state *st)
     for (int i = 0; i < held->n; i++)
         flat[i] = (dt_flat_range){held->r[i].lo, held->r[i].hi, held->r[i].lo};
     dt_flat_ranges in_place = {held->n, flat, t->model.n_floats};
-    int rc = dt_ckpt_load_ranges(dir, &t->model, &in_place, t->model.params, NULL, st, ERR(t)) ||
-             dt_ckpt_load_ranges(dir, &t->model, held, NULL, &t->opt, NULL, ERR(t));
+    int rc = dt_ckpt_load_ranges(dir, &t->model, &in_place, t->model.params, NULL, st, ERR(t));
     free(flat);
     return rc ? -1 : 0;
 }
 
 /* The checkpoint's parameters, optimizer state and position into what this
- * rank holds: the whole model, or a strategy's pieces (ZeRO), from a
- * checkpoint of any layout (ckpt_shard.h). */
+ * rank holds, from a checkpoint of any layout (ckpt_shard.h): the
+ * parameters whole, a stage's ranges in place, or a strategy's own pieces
+ * (ZeRO-3, mixed precision's masters); the optimizer state over the ranges
+ * this rank updates (dt_strategy_updates). */
 static int load_state(dt_run *t, const char *dir, dt_ckpt_state *st)
 {
-    const dt_flat_ranges *mine = t->S.shard;
-    if (!mine && t->S.held) return load_held(t, dir, st);
+    const dt_flat_ranges *mine = dt_strategy_updates(&t->S);
     if (!mine) return dt_ckpt_load(dir, &t->model, &t->opt, st, ERR(t));
     if (t->S.shard_params) {
         t->r.pieces_filled = 1;
         return dt_ckpt_load_ranges(dir, &t->model, mine, t->S.shard_params, &t->opt, st, ERR(t));
     }
-    /* Whole parameters, the optimizer state in pieces. */
-    if (dt_ckpt_load(dir, &t->model, NULL, st, ERR(t))) return -1;
+    if (t->S.held ? load_held_params(t, dir, st) : dt_ckpt_load(dir, &t->model, NULL, st, ERR(t)))
+        return -1;
     return dt_ckpt_load_ranges(dir, &t->model, mine, NULL, &t->opt, NULL, ERR(t));
 }
 
@@ -150,17 +150,19 @@ static int resume(dt_run *t, const char *dir)
     return 0;
 }
 
-/* --init FILE into what this rank keeps of the parameters: a pipeline
- * stage its ranges, in place; a rank with its own fp32 pieces (ZeRO-3, or
- * mixed precision's masters) those pieces, directly; else all of them. */
+/* --init FILE into what this rank keeps of the parameters: a rank with
+ * its own fp32 pieces (ZeRO-3, or mixed precision's masters) those pieces,
+ * directly; a pipeline stage its ranges, in place; else all of them. */
 static int load_init(dt_run *t)
 {
     const char *path = t->cfg->init;
+    if (t->S.shard_params) {
+        t->r.pieces_filled = 1;
+        return dt_weights_load_ranges(&t->model, path, t->S.shard, t->S.shard_params, 1, ERR(t));
+    }
     if (t->S.held)
         return dt_weights_load_ranges(&t->model, path, t->S.held, t->model.params, 0, ERR(t));
-    if (!t->S.shard_params) return dt_weights_load(&t->model, path, ERR(t));
-    t->r.pieces_filled = 1;
-    return dt_weights_load_ranges(&t->model, path, t->S.shard, t->S.shard_params, 1, ERR(t));
+    return dt_weights_load(&t->model, path, ERR(t));
 }
 
 /* The starting weights of a rank that holds the model: a checkpoint, a

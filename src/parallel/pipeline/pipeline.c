@@ -19,7 +19,7 @@
 
 typedef struct {
     dt_strategy *S;
-    dt_comm *pp, *tied, *dp; /* pp and tied owned; dp is DDP's (NULL: no data parallelism) */
+    dt_comm *pp, *tied, *dp; /* pp and tied owned; dp is DDP's or ZeRO's (NULL: no data parallelism) */
     int p, me, V, nstages, M;
     dt_pp_kind kind;
     dt_pp_part_kind part;
@@ -29,13 +29,15 @@ typedef struct {
     int *cut;                /* [nstages + 1] */
     dt_flat_range range[DT_PP_MAX_RANGES];
     dt_flat_ranges held;
-    dt_flat_range save_range[DT_PP_MAX_RANGES];
-    dt_flat_ranges saves;    /* what this rank writes of a checkpoint (dp index 0 only) */
+    dt_flat_range own_range[DT_PP_MAX_RANGES];
+    dt_flat_ranges owned;    /* held, less the tied copy on the last stage: the norm's and a
+                              * checkpoint's (written from dp index 0) */
     int dpi;                 /* this rank's data-parallel index */
     dt_gpt_part *parts;      /* the activation slots' parts */
     dt_pp_exec x;
     dt_gpt *m;
     int win_p, win_p16, win_g, win_g16; /* model buffers that are this layer's windows */
+    long long acct_p;        /* bytes accounted for the fp32 parameters' window */
     uint64_t tied_bytes;
     long long gathered; /* parameter bytes the writer holds beyond its own, after gathering */
 } pipeline;
@@ -79,9 +81,11 @@ static int check(const dt_parallel_opts *o, int world, int accum, int *dp, dt_pp
         return dt_strf(err, errlen, "--pp %d does not divide the job's %d ranks (ranks = pp x "
                        "data-parallel size): start %d ranks, or another --pp", o->pp, world,
                        (world / o->pp + 1) * o->pp), -1;
-    if (o->zero.stage > 0)
-        return dt_strf(err, errlen, "--zero-stage %d with --pp is not supported yet: use "
-                       "--zero-stage 0 (DDP within each stage)", o->zero.stage), -1;
+    if (o->zero.stage > 1)
+        return dt_strf(err, errlen, "--zero-stage %d with --pp: a stage's gradients live across "
+                       "its micro-batches, so only the optimizer state is split within a "
+                       "stage (as DeepSpeed and Megatron do): use --zero-stage 1, or 0 (DDP "
+                       "within each stage)", o->zero.stage), -1;
     if (dt_pp_part_parse(o->pp_partition, &part))
         return dt_strf(err, errlen, "--pp-partition %s: use uniform, params or cost",
                        o->pp_partition), -1;
@@ -121,18 +125,21 @@ static int held_segment(const pipeline *P, const dt_gpt *m, int s)
     return 0;
 }
 
-/* A checkpoint's shards: each stage's ranges once, from the first rank of
- * its data-parallel group, over the pipeline group of those ranks; the
- * tied embedding from stage 0 (the last stage's copy is the same bits).
- * Loading fills every rank's held ranges, from any layout. */
-static void plan_saves(pipeline *P)
+/* What this rank alone counts in the norm and writes of a checkpoint:
+ * its stage's ranges, the tied embedding on stage 0 only (the last
+ * stage's copy is the same bits). A checkpoint's shards come from the
+ * first rank of each data-parallel group, over the pipeline group of
+ * those ranks (ZeRO below splits that further). Loading fills every
+ * rank's held ranges, from any layout. */
+static void plan_owned(pipeline *P)
 {
-    if (P->dpi != 0) return;
     int n = 0;
     for (int i = 0; i < P->held.n; i++)
-        if (P->me == 0 || P->range[i].lo != 0) P->save_range[n++] = P->range[i];
-    P->saves = (dt_flat_ranges){n, P->save_range, P->held.len};
-    P->S->saves = &P->saves;
+        if (P->me == 0 || P->range[i].lo != 0) P->own_range[n++] = P->range[i];
+    P->owned = (dt_flat_ranges){n, P->own_range, P->held.len};
+    P->S->owned = &P->owned;
+    if (P->dpi != 0) return;
+    P->S->saves = &P->owned;
     P->S->save_group = P->pp;
 }
 
@@ -180,11 +187,13 @@ static int make_window(void **buf, size_t bytes, size_t held, dt_mem_kind kind)
     return 1;
 }
 
-/* The model's buffers as windows whose held ranges alone become memory. */
+/* The model's buffers as windows whose held ranges alone become memory.
+ * The fp32 parameters' is accounted at start, when it is known whether a
+ * layer below keeps them in pieces of its own instead (ZeRO's masters). */
 static int windows(pipeline *P, dt_gpt *m, char *err, size_t n)
 {
     size_t nf = m->n_floats, h = P->held.len;
-    int a = make_window((void **)&m->params, nf * 4, h * 4, m->mixed ? DT_MEM_OPTIM : DT_MEM_PARAMS);
+    int a = make_window((void **)&m->params, nf * 4, 0, DT_MEM_PARAMS);
     int b = m->mixed ? make_window((void **)&m->params16, nf * 2, h * 2, DT_MEM_PARAMS) : 0;
     int c = m->accum16 ? make_window((void **)&m->grads16, nf * 2, h * 2, DT_MEM_GRADS)
                        : make_window((void **)&m->grads, nf * 4, h * 4, DT_MEM_GRADS);
@@ -218,7 +227,7 @@ static int pp_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
     if (partition(P, r, layout)) return -1;
     P->held = dt_pp_held_ranges(layout, P->cut, P->p, P->V, P->me, P->range);
     P->S->held = &P->held;
-    plan_saves(P);
+    plan_owned(P);
     if (windows(P, layout, r->err, sizeof r->err)) return -1;
     layout->param_done = on_param_done;
     layout->param_ctx = P;
@@ -238,6 +247,10 @@ static int pp_start(void *self, dt_rank *r)
     pipeline *P = self;
     for (int s = 0; s < dt_gpt_segments(P->m); s++)
         if (!held_segment(P, P->m, s)) drop_segment(P, s);
+    if (P->win_p && !P->S->shard_params) {
+        P->acct_p = (long long)(P->held.len * 4);
+        dt_mem_account(P->m->mixed ? DT_MEM_OPTIM : DT_MEM_PARAMS, P->acct_p);
+    }
     if (dt_pp_exec_init(&P->x, P->pp, &P->sched, P->cut, P->m, r->B, r->T))
         return dt_strf(r->err, sizeof r->err, "%s", P->x.err), -1;
     return 0;
@@ -262,67 +275,24 @@ static int pp_grads(void *self, uint64_t first, double *loss)
 }
 
 /* The tied embedding: the first stage's gradient (the embeddings') plus
- * the last's (the head's), on both. */
+ * the last's (the head's), on both, where this rank updates it (all of
+ * it, or ZeRO's piece: the pair has the same data-parallel index). */
 static int pp_end_grads(void *self)
 {
     pipeline *P = self;
     if (!P->tied) return 0;
-    dt_gbuf g = dt_gpt_grads(P->m);
-    size_t n = dt_gpt_segment_start(P->m, 1);
+    dt_flat_range tied = {0, dt_gpt_segment_start(P->m, 1), 0}, out[DT_PP_MAX_RANGES + 1];
+    dt_flat_ranges seg0 = {1, &tied, tied.hi};
+    const dt_flat_ranges *mine = dt_strategy_updates(P->S);
+    dt_flat_ranges part = dt_flat_ranges_within(mine, &seg0, out);
     uint64_t sent = dt_comm_bytes_sent(P->tied);
-    if (dt_allreduce(P->tied, dt_gbuf_ptr(g), dt_gbuf_ptr(g), n, g.f32 ? DT_F32 : DT_BF16,
-                     DT_SUM))
-        return fail(P, "summing the tied embedding's gradient", P->tied);
+    for (int i = 0; i < part.n; i++) {
+        dt_gbuf g = dt_strategy_grads_at(P->S, &part.r[i]);
+        if (dt_allreduce(P->tied, dt_gbuf_ptr(g), dt_gbuf_ptr(g), part.r[i].hi - part.r[i].lo,
+                         g.f32 ? DT_F32 : DT_BF16, DT_SUM))
+            return fail(P, "summing the tied embedding's gradient", P->tied);
+    }
     P->tied_bytes = dt_comm_bytes_sent(P->tied) - sent;
-    return 0;
-}
-
-/* The norm's block sums (optimizer.h) of every segment, each from the one
- * rank that owns it (the tied copy counts on the first stage), added in
- * layout order: the sum dt_grad_norm forms over a whole buffer. */
-static int pp_grad_norm(void *self, double *norm)
-{
-    pipeline *P = self;
-    const dt_gpt *m = P->m;
-    int nseg = dt_gpt_segments(m);
-    size_t nblocks = 0, *first = malloc((size_t)(nseg + 1) * sizeof *first);
-    if (!first) return dt_strf(P->S->rank->err, sizeof P->S->rank->err, "out of memory"), -1;
-    for (int s = 0; s < nseg; s++) {
-        first[s] = nblocks;
-        size_t len = dt_gpt_segment_start(m, s + 1) - dt_gpt_segment_start(m, s);
-        nblocks += (len + DT_NORM_BLOCK - 1) / DT_NORM_BLOCK;
-    }
-    double *blocks = calloc(nblocks, sizeof *blocks);
-    if (!blocks) return free(first), dt_strf(P->S->rank->err, sizeof P->S->rank->err,
-                                             "out of memory"), -1;
-    dt_gbuf g = dt_gpt_grads(m);
-    for (int s = 0; s < nseg; s++) {
-        if (!held_segment(P, m, s) || (s == 0 && P->me != 0)) continue;
-        size_t lo = dt_gpt_segment_start(m, s), hi = dt_gpt_segment_start(m, s + 1);
-        dt_norm_blocks(dt_gbuf_at(g, lo), hi - lo, blocks + first[s]);
-    }
-    /* One rank's block and zeros elsewhere: the sum is exact in any order. */
-    int rc = dt_allreduce(P->pp, blocks, blocks, nblocks, DT_F64, DT_SUM);
-    double sum = 0;
-    for (size_t i = 0; i < nblocks; i++) sum += blocks[i];
-    free(blocks);
-    free(first);
-    *norm = sqrt(sum);
-    return rc ? fail(P, "gradient norm", P->pp) : 0;
-}
-
-static int pp_update(void *self, double lr, float coef)
-{
-    pipeline *P = self;
-    dt_optimizer *o = P->S->rank->opt;
-    dt_gbuf g = dt_gpt_grads(P->m);
-    dt_optimizer_begin_step(o);
-    for (int i = 0; i < P->held.n; i++) {
-        const dt_flat_range *q = &P->range[i];
-        dt_optimizer_update(o, P->m, P->m->params + q->lo, dt_gbuf_at(g, q->lo), q->at, q->lo,
-                            q->hi, lr, coef);
-        dt_gpt_sync_working(P->m, q->lo, q->hi);
-    }
     return 0;
 }
 
@@ -444,7 +414,7 @@ static void pp_destroy(void *self)
     dt_gpt *m = P->m;
     size_t nf = m ? m->n_floats : 0, h = P->held.len;
     if (P->win_p) {
-        dt_mem_account(m->mixed ? DT_MEM_OPTIM : DT_MEM_PARAMS, -(long long)(h * 4) - P->gathered);
+        dt_mem_account(m->mixed ? DT_MEM_OPTIM : DT_MEM_PARAMS, -P->acct_p - P->gathered);
         dt_window_free(m->params, nf * 4), m->params = NULL;
     }
     if (P->win_p16) dt_mem_account(DT_MEM_PARAMS, -(long long)(h * 2)),
@@ -467,8 +437,6 @@ static const dt_strategy_ops pp_ops = {
     .start = pp_start,
     .grads = pp_grads,
     .end_grads = pp_end_grads,
-    .grad_norm = pp_grad_norm,
-    .update = pp_update,
     .traffic = pp_traffic,
     .eval_group = pp_eval_group,
     .eval_loss = pp_eval_loss,
@@ -499,6 +467,16 @@ static int split_groups(pipeline *P, dt_comm *world, int dp, dt_comm **dp_comm, 
     return 0;
 }
 
+/* Within each stage's data-parallel group (which the layer added owns):
+ * ZeRO-1, or DDP. */
+static int data_parallel(dt_strategy *S, dt_comm *dp, const dt_parallel_opts *o)
+{
+    if (o->zero.stage == 0) return dt_ddp_strategy_on(S, dp, 1, o->bucket_bytes, o->grad_wire);
+    dt_zero_opts z = o->zero;
+    z.wire = o->grad_wire;
+    return dt_zero_strategy_on(S, dp, 1, &z);
+}
+
 int dt_pp_strategy(dt_strategy *S, const dt_parallel_opts *o)
 {
     dt_rank *r = S->rank;
@@ -514,8 +492,9 @@ int dt_pp_strategy(dt_strategy *S, const dt_parallel_opts *o)
     P->V = P->sched.V;
     P->nstages = P->p * P->V;
     if (split_groups(P, r->world, dp, &P->dp, r->err, sizeof r->err)) return pp_destroy(P), -1;
-    if (P->dp && dt_ddp_strategy_on(S, P->dp, 1, o->bucket_bytes, o->grad_wire))
-        return pp_destroy(P), -1;
+    if (P->dp && data_parallel(S, P->dp, o)) return pp_destroy(P), -1;
+    if (dt_strategy_add_norm_group(S, P->pp))
+        return pp_destroy(P), dt_strf(r->err, sizeof r->err, "pipeline: too many layers"), -1;
     S->lockstep = r->world;
     S->writes_checkpoints = r->rank == 0;
     return dt_strategy_add(S, &pp_ops, P);

@@ -7,7 +7,15 @@
 
 size_t dt_shard_align(int n) { return (size_t)n * DT_NORM_BLOCK; }
 
-int dt_shard_map_build(dt_shard_map *s, const dt_gpt *m, int n, int r)
+static int starts_within(const dt_flat_ranges *held, size_t lo)
+{
+    for (int i = 0; held && i < held->n; i++)
+        if (lo >= held->r[i].lo && lo < held->r[i].hi) return 1;
+    return !held;
+}
+
+int dt_shard_map_build(dt_shard_map *s, const dt_gpt *m, int n, int r,
+                       const dt_flat_ranges *held)
 {
     memset(s, 0, sizeof *s);
     s->n = n;
@@ -19,7 +27,7 @@ int dt_shard_map_build(dt_shard_map *s, const dt_gpt *m, int n, int r)
     for (int k = 0; k < s->nseg; k++) {
         size_t lo = dt_gpt_segment_start(m, k), hi = dt_gpt_segment_start(m, k + 1);
         if ((hi - lo) % dt_shard_align(n) != 0) return dt_shard_map_free(s), -1;
-        s->piece[k] = (hi - lo) / (size_t)n;
+        s->piece[k] = starts_within(held, lo) ? (hi - lo) / (size_t)n : 0;
         s->mine[k] = (dt_flat_range){lo + (size_t)r * s->piece[k],
                                      lo + (size_t)(r + 1) * s->piece[k], s->len};
         s->len += s->piece[k];
@@ -34,7 +42,10 @@ void dt_shard_map_free(dt_shard_map *s)
     memset(s, 0, sizeof *s);
 }
 
-dt_flat_ranges dt_shard_map_ranges(const dt_shard_map *s)
+dt_flat_ranges dt_shard_map_ranges(const dt_shard_map *s, dt_flat_range *out)
 {
-    return (dt_flat_ranges){s->nseg, s->mine, s->len};
+    int n = 0;
+    for (int k = 0; k < s->nseg; k++)
+        if (s->piece[k] > 0) out[n++] = s->mine[k];
+    return (dt_flat_ranges){n, out, s->len};
 }

@@ -25,9 +25,13 @@ typedef struct {
 /* The segment padding a layout needs for n ranks (floats). */
 size_t dt_shard_align(int n);
 /* The map of rank r of n over m, whose segments are padded to
- * dt_shard_align(n). 0, or -1 (out of memory, or a layout not padded). */
-int dt_shard_map_build(dt_shard_map *s, const dt_gpt *m, int n, int r);
+ * dt_shard_align(n): of the segments that start within `held` (NULL:
+ * all); the others have no pieces (piece 0, an empty range). 0, or -1
+ * (out of memory, or a layout not padded). */
+int dt_shard_map_build(dt_shard_map *s, const dt_gpt *m, int n, int r,
+                       const dt_flat_ranges *held);
 void dt_shard_map_free(dt_shard_map *s);
-dt_flat_ranges dt_shard_map_ranges(const dt_shard_map *s);
+/* The non-empty pieces, into out (room for nseg). */
+dt_flat_ranges dt_shard_map_ranges(const dt_shard_map *s, dt_flat_range *out);
 
 #endif

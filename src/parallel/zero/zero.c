@@ -25,16 +25,58 @@ static int out_of_memory(zero *z, const char *what)
     return dt_strf(r->err, sizeof r->err, "ZeRO-%d: cannot allocate %s", z->o.stage, what), -1;
 }
 
-/* The layout padded for equal pieces; the buffers this stage does not hold
- * whole become windows; the optimizer's state covers this rank's pieces. */
+/* Every segment padded to a multiple of equal pieces of whole norm blocks. */
+static int zero_relayout(void *self, dt_rank *r, dt_gpt *layout)
+{
+    zero *z = self;
+    (void)r;
+    return dt_gpt_pad_segments(layout, dt_shard_align(z->n)) ? out_of_memory(z, "the layout") : 0;
+}
+
+/* A buffer of the model as a window, unless a layer above made it one
+ * already (a pipeline stage's): then it stays that layer's. */
+static int window(void **buf, size_t bytes, int *mine)
+{
+    if (*buf) return 0;
+    *mine = 1;
+    return (*buf = dt_window_reserve(bytes)) ? 0 : -1;
+}
+
+/* This rank's pieces (of the segments the layers above left it), and of
+ * what they own for the norm and the checkpoint: S->shard, S->owned and
+ * S->saves. Where the layer above wrote from one rank of this group (a
+ * stage's first data-parallel rank), every rank of it now writes its own
+ * pieces: the writers are every rank of the job. */
+static int own_pieces(zero *z, dt_share *share)
+{
+    dt_strategy *S = z->S;
+    z->list = malloc((size_t)z->nseg * sizeof *z->list);
+    if (!z->list) return out_of_memory(z, "the shard's ranges");
+    z->ranges = dt_shard_map_ranges(&z->map, z->list);
+    for (int s = 0; s < z->nseg; s++) z->held_floats += dt_zero_has(z, s) ? dt_zero_seg_len(z, s) : 0;
+    share->opt_lo = share->opt_hi = 0;
+    share->opt_ranges = z->ranges;
+    S->shard = &z->ranges;
+    if (!S->owned) return 0; /* no layer above: the pieces are what this rank owns */
+    z->owned_list = malloc((size_t)(z->ranges.n + S->owned->n) * sizeof *z->owned_list);
+    if (!z->owned_list) return out_of_memory(z, "the owned ranges");
+    z->owned = dt_flat_ranges_within(&z->ranges, S->owned, z->owned_list);
+    S->owned = &z->owned;
+    S->saves = &z->owned;
+    S->save_group = NULL;
+    return 0;
+}
+
+/* The buffers this stage does not hold whole become windows; the
+ * optimizer's state covers this rank's pieces. */
 static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
 {
     zero *z = self;
+    (void)r;
     z->m = layout;
     z->L = layout->cfg.n_layer;
     z->mixed = layout->mixed;
-    if (dt_gpt_pad_segments(layout, dt_shard_align(r->size)) ||
-        dt_shard_map_build(&z->map, layout, r->size, r->rank))
+    if (dt_shard_map_build(&z->map, layout, z->n, z->me, z->S->held))
         return out_of_memory(z, "the shard map");
     z->nseg = z->map.nseg;
     z->seg = calloc((size_t)z->nseg, sizeof *z->seg);
@@ -52,36 +94,33 @@ static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
         layout->accum16 = 0;
         void *g = dt_alloc(z->map.len * (accum16 ? sizeof(uint16_t) : sizeof(float)), DT_MEM_GRADS);
         z->shard_g = accum16 ? (dt_gbuf){NULL, g} : dt_gbuf_f32(g);
-        if (!g || !(layout->grads = dt_window_reserve(bytes)))
+        if (!g || window((void **)&layout->grads, bytes, &z->window_g))
             return out_of_memory(z, "the gradient shard");
-        z->window_g = 1;
         z->S->grads_kept_zero = 1;
+        z->S->shard_grads = z->shard_g;
     }
     /* fp32 pieces: stage 3's parameters, or mixed precision's master
      * weights (optimizer state, K = 12 counts them) at every stage. */
     if (z->o.stage >= 3 || z->mixed) {
         z->shard_p = dt_alloc(z->map.len * sizeof(float), z->mixed ? DT_MEM_OPTIM : DT_MEM_PARAMS);
-        if (!z->shard_p || !(layout->params = dt_window_reserve(bytes)))
+        if (!z->shard_p || window((void **)&layout->params, bytes, &z->window_p))
             return out_of_memory(z, "the parameter shard");
-        z->window_p = 1;
         z->S->shard_params = z->shard_p;
     }
     if (z->o.stage >= 3 && z->mixed) { /* the bf16 pieces, gathered into a bf16 window */
         z->shard16 = dt_alloc(z->map.len * sizeof(uint16_t), DT_MEM_PARAMS);
-        if (!z->shard16 || !(layout->params16 = dt_window_reserve(layout->n_floats * 2)))
+        if (!z->shard16 || window((void **)&layout->params16, layout->n_floats * 2, &z->window16))
             return out_of_memory(z, "the bf16 parameter shard");
-        z->window16 = 1;
     }
     for (int s = 0; s < z->nseg && z->o.stage >= 3; s++)
         z->seg[s].persistent = dt_zero_seg_len(z, s) <= z->o.persist_floats;
+    z->prev_need = layout->param_need;
+    z->prev_done = layout->param_done;
+    z->prev_ctx = layout->param_ctx;
     layout->param_need = dt_zero_param_need;
     layout->param_done = dt_zero_param_done;
     layout->param_ctx = z;
-    share->opt_lo = share->opt_hi = 0;
-    z->ranges = dt_shard_map_ranges(&z->map);
-    share->opt_ranges = z->ranges;
-    z->S->shard = &z->ranges;
-    return 0;
+    return own_pieces(z, share);
 }
 
 /* The ranks start from the same weights: stages 1-2 in fp32 take rank 0's;
@@ -94,7 +133,13 @@ static int zero_start(void *self, dt_rank *r)
     zero *z = self;
     if (!z->shard_p) {
         float *p = z->m->params;
-        return dt_broadcast(z->comm, p, p, z->m->n_floats, DT_F32, 0) ? failed(z, "setup") : 0;
+        for (int s = 0; s < z->nseg; s++) {
+            size_t lo = dt_zero_seg_lo(z, s);
+            if (dt_zero_has(z, s) &&
+                dt_broadcast(z->comm, p + lo, p + lo, dt_zero_seg_len(z, s), DT_F32, 0))
+                return failed(z, "setup");
+        }
+        return 0;
     }
     /* A checkpoint or --init filled the pieces themselves (else the
      * initialisation did, piece by piece, or they are in the window). */
@@ -132,41 +177,10 @@ static int zero_end_grads(void *self)
     return rc ? failed(z, "gradient reduce-scatter") : 0;
 }
 
-/* Block sums of this rank's pieces, gathered, added in layout order: the
- * same blocks in the same order as dt_grad_norm of the whole buffer. */
-static int zero_grad_norm(void *self, double *norm)
+/* The updated pieces (dt_step_local_update ran over them) to every rank. */
+static int zero_after_update(void *self)
 {
     zero *z = self;
-    int n = z->map.n;
-    size_t per = z->map.len / DT_NORM_BLOCK;
-    double *mine = malloc(per * sizeof *mine), *all = malloc((size_t)n * per * sizeof *all);
-    if (!mine || !all) return free(mine), free(all), out_of_memory(z, "the norm's blocks");
-    for (int s = 0; s < z->nseg; s++) {
-        const dt_flat_range *p = &z->map.mine[s];
-        dt_norm_blocks(dt_zero_grads_of(z, s), p->hi - p->lo, mine + p->at / DT_NORM_BLOCK);
-    }
-    int rc = dt_allgather(z->comm, mine, all, per, DT_F64);
-    double sum = 0.0;
-    for (int s = 0; rc == 0 && s < z->nseg; s++)
-        for (int q = 0; q < n; q++)
-            for (size_t k = 0; k < z->map.piece[s] / DT_NORM_BLOCK; k++)
-                sum += all[(size_t)q * per + z->map.mine[s].at / DT_NORM_BLOCK + k];
-    free(mine);
-    free(all);
-    *norm = sqrt(sum);
-    return rc ? failed(z, "gradient norm") : 0;
-}
-
-static int zero_update(void *self, double lr, float coef)
-{
-    zero *z = self;
-    dt_optimizer *o = z->S->rank->opt;
-    dt_optimizer_begin_step(o);
-    for (int s = 0; s < z->nseg; s++) {
-        const dt_flat_range *p = &z->map.mine[s];
-        dt_optimizer_update(o, z->m, dt_zero_params_of(z, s), dt_zero_grads_of(z, s), p->at,
-                            p->lo, p->hi, lr, coef);
-    }
     int rc = dt_zero_params_refresh(z); /* its waits count in wait_ms */
     z->bytes_sent = dt_comm_bytes_sent(z->comm) - z->bytes_at_begin;
     return rc ? failed(z, "parameter all-gather") : 0;
@@ -210,6 +224,7 @@ static int zero_replicas(void *self, uint64_t *hash)
     uint64_t *h = calloc((size_t)z->nseg, sizeof *h);
     if (!h) return out_of_memory(z, "the replica check");
     for (int s = 0; s < z->nseg; s++) {
+        if (!dt_zero_has(z, s)) continue;
         int was = z->seg[s].gathered;
         if (z->o.stage >= 3 && dt_zero_gather_one(z, s))
             return free(h), failed(z, "replica check");
@@ -251,16 +266,18 @@ static void zero_destroy(void *self)
     }
     if (z->m) {
         size_t bytes = z->m->n_floats * sizeof(float), esz = dt_zero_esz(z);
-        if (z->master_whole) dt_mem_account(DT_MEM_PARAMS, -(long long)bytes);
+        if (z->master_whole) dt_mem_account(DT_MEM_PARAMS, -(long long)(z->held_floats * 4));
         if (z->window_p) dt_window_free(z->m->params, bytes), z->m->params = NULL;
         if (z->window_g) dt_window_free(z->m->grads, bytes), z->m->grads = NULL;
         if (z->window16) dt_window_free(z->m->params16, bytes / 2), z->m->params16 = NULL;
         dt_mem_account(DT_MEM_PARAMS, -(long long)(z->live * esz));
-        z->m->param_need = NULL;
-        z->m->param_done = NULL;
+        if (z->m->param_ctx == z) z->m->param_need = NULL, z->m->param_done = NULL;
         z->m->grad_ready = NULL;
     }
     if (z->events) fclose(z->events);
+    if (z->owns_comm) dt_comm_destroy(z->comm);
+    free(z->list);
+    free(z->owned_list);
     dt_free(z->shard_p);
     dt_free(z->shard16);
     dt_free(dt_gbuf_ptr(z->shard_g));
@@ -269,33 +286,40 @@ static void zero_destroy(void *self)
     free(z);
 }
 
-static const dt_strategy_ops zero_ops = {
-    .name = "zero",
-    .plan = zero_plan,
-    .start = zero_start,
-    .begin_step = zero_begin_step,
-    .before_backward = zero_before_backward,
-    .end_grads = zero_end_grads,
-    .grad_norm = zero_grad_norm,
-    .update = zero_update,
-    .traffic = zero_traffic,
-    .eval_group = zero_eval_group,
-    .gather_params = zero_gather_params,
-    .release = zero_release,
-    .replicas_identical = zero_replicas,
-    .describe = zero_describe,
-    .destroy = zero_destroy,
-};
+/* Stage 3 also chooses who evaluates (every rank, alone): the others leave
+ * that to the layers above. */
+#define ZERO_OPS                                  \
+    .name = "zero", .relayout = zero_relayout,    \
+    .plan = zero_plan, .start = zero_start,       \
+    .begin_step = zero_begin_step,                \
+    .before_backward = zero_before_backward,      \
+    .end_grads = zero_end_grads,                  \
+    .after_update = zero_after_update,            \
+    .traffic = zero_traffic,                      \
+    .gather_params = zero_gather_params,          \
+    .release = zero_release,                      \
+    .replicas_identical = zero_replicas,          \
+    .describe = zero_describe, .destroy = zero_destroy
+static const dt_strategy_ops zero_ops = {ZERO_OPS};
+static const dt_strategy_ops zero3_ops = {ZERO_OPS, .eval_group = zero_eval_group};
 
-int dt_zero_strategy(dt_strategy *S, const dt_zero_opts *o)
+int dt_zero_strategy_on(dt_strategy *S, dt_comm *group, int owns, const dt_zero_opts *o)
 {
     dt_rank *r = S->rank;
-    if (o->stage < 1 || o->stage > 3)
-        return dt_strf(r->err, sizeof r->err, "ZeRO stage %d: use 1, 2 or 3", o->stage), -1;
-    zero *z = calloc(1, sizeof *z);
-    if (!z) return dt_strf(r->err, sizeof r->err, "ZeRO: out of memory"), -1;
+    zero *z = NULL;
+    if (o->stage < 1 || o->stage > 3) {
+        dt_strf(r->err, sizeof r->err, "ZeRO stage %d: use 1, 2 or 3", o->stage);
+        goto fail;
+    }
+    if (!(z = calloc(1, sizeof *z))) {
+        dt_strf(r->err, sizeof r->err, "ZeRO: out of memory");
+        goto fail;
+    }
     z->S = S;
-    z->comm = r->world;
+    z->comm = group;
+    z->owns_comm = owns;
+    z->n = dt_comm_size(group);
+    z->me = dt_comm_rank(group);
     z->o = *o;
     if (z->o.prefetch < 0) z->o.prefetch = 0;
     const char *events = getenv("DTRAIN_ZERO_EVENTS");
@@ -303,12 +327,25 @@ int dt_zero_strategy(dt_strategy *S, const dt_zero_opts *o)
         char path[1024];
         dt_strf(path, sizeof path, "%s.%d", events, r->rank);
         if (!(z->events = fopen(path, "w"))) {
-            free(z);
-            return dt_strf(r->err, sizeof r->err, "DTRAIN_ZERO_EVENTS: cannot write %s", path), -1;
+            dt_strf(r->err, sizeof r->err, "DTRAIN_ZERO_EVENTS: cannot write %s", path);
+            goto fail;
         }
     }
+    if (dt_strategy_add_norm_group(S, group)) {
+        dt_strf(r->err, sizeof r->err, "ZeRO: too many layers split the gradients");
+        goto fail;
+    }
     S->lockstep = r->world;
-    S->dp_index = r->rank;
-    S->dp_size = r->size;
-    return dt_strategy_add(S, &zero_ops, z);
+    S->dp_index = z->me;
+    S->dp_size = z->n;
+    return dt_strategy_add(S, o->stage >= 3 ? &zero3_ops : &zero_ops, z);
+fail:
+    if (owns) dt_comm_destroy(group);
+    free(z);
+    return -1;
+}
+
+int dt_zero_strategy(dt_strategy *S, const dt_zero_opts *o)
+{
+    return dt_zero_strategy_on(S, S->rank->world, 0, o);
 }

@@ -19,6 +19,10 @@
  * the optimizer state: each rank updates its pieces, rounds them, and the
  * gathers move bf16. Gradients go through a bf16 copy when o.wire says.
  *
+ * Below a pipeline (pipeline.h), ZeRO-1 splits each held segment over the
+ * stage's data-parallel group: the segments a stage does not hold have no
+ * pieces at all.
+ *
  * Same data and order of operations as DDP: with a reduce-scatter that
  * sums in rank order (`direct`) against DDP's `naive` all-reduce, or at 2
  * ranks with any algorithms (a + b = b + a), the weights are the same bits.
@@ -43,5 +47,11 @@ typedef struct {
 
 /* Adds ZeRO over the job's ranks to S. 0, or -1 with S->rank->err. */
 int dt_zero_strategy(dt_strategy *S, const dt_zero_opts *o);
+
+/* The same over `group` (a pipeline stage's data-parallel ranks; destroyed
+ * with the layer when owns): ZeRO splits only what the layers above it
+ * left this rank (S->held, S->owned), each held segment into pieces over
+ * the group. Stage 1 only where a layer above holds part of the model. */
+int dt_zero_strategy_on(dt_strategy *S, dt_comm *group, int owns, const dt_zero_opts *o);
 
 #endif

@@ -30,8 +30,19 @@ typedef struct zero {
     dt_comm *comm;
     dt_zero_opts o;
     dt_gpt *m;
+    int owns_comm;
+    int n, me;             /* the group's ranks, and this one */
     dt_shard_map map;
-    dt_flat_ranges ranges; /* the map's, as the trainer sees them (S->shard) */
+    dt_flat_ranges ranges; /* the map's non-empty pieces, as the trainer sees them (S->shard) */
+    dt_flat_range *list;   /* their storage */
+    dt_flat_ranges owned;  /* the pieces of what the layers above own (S->owned) */
+    dt_flat_range *owned_list;
+    size_t held_floats;    /* the floats of the segments that have pieces */
+    /* The model's parameter hooks before this layer's (a layer above may
+     * have set them): called after this layer's own. */
+    int (*prev_need)(void *ctx, int s, int use);
+    void (*prev_done)(void *ctx, int s, int use);
+    void *prev_ctx;
     zero_seg *seg;
     int nseg, L;
     /* This rank's pieces of the fp32 parameters: stage 3, and every stage
@@ -73,6 +84,9 @@ static inline void dt_zero_trace(const zero *z, const char *name, uint64_t start
     a.bytes = (long long)bytes;
     if (start) dt_trace_add(DT_TRACE_COMM, name, start, end, &a);
 }
+
+/* Whether this rank has a piece of segment s (a pipeline stage holds some). */
+static inline int dt_zero_has(const zero *z, int s) { return z->map.piece[s] > 0; }
 
 /* Segment s of the layout: where it starts, and its floats. */
 static inline size_t dt_zero_seg_lo(const zero *z, int s) { return dt_gpt_segment_start(z->m, s); }

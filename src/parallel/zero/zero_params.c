@@ -147,9 +147,8 @@ static size_t init_bytes(const zero *z, int s)
     return seg_len(z, s) * (sizeof(float) + (z->window16 ? sizeof(uint16_t) : 0));
 }
 
-int dt_zero_param_need(void *ctx, int s, int use)
+static int need(zero *z, int s, int use)
 {
-    zero *z = ctx;
     if (z->error) return -1;
     if (use == DT_USE_BACKWARD) hold_grads(z, s);
     if (use == DT_USE_INIT && z->shard_p) {
@@ -163,9 +162,8 @@ int dt_zero_param_need(void *ctx, int s, int use)
     return 0;
 }
 
-void dt_zero_param_done(void *ctx, int s, int use)
+static void done(zero *z, int s, int use)
 {
-    zero *z = ctx;
     if (z->error) return;
     if (use == DT_USE_INIT && z->shard_p) {
         /* Keep this rank's piece of the initial values; let the rest go. */
@@ -187,6 +185,22 @@ void dt_zero_param_done(void *ctx, int s, int use)
     release(z, s, 0);
 }
 
+/* The model's hooks: this layer's, then those of the layer above (a
+ * pipeline lets the segments it does not hold go after initialisation). */
+int dt_zero_param_need(void *ctx, int s, int use)
+{
+    zero *z = ctx;
+    if (need(z, s, use)) return -1;
+    return z->prev_need ? z->prev_need(z->prev_ctx, s, use) : 0;
+}
+
+void dt_zero_param_done(void *ctx, int s, int use)
+{
+    zero *z = ctx;
+    done(z, s, use);
+    if (z->prev_done) z->prev_done(z->prev_ctx, s, use);
+}
+
 /* Mixed precision: the updated fp32 pieces rounded into the bf16 pieces
  * that are gathered (stage 3's shard, or in place in params16). */
 static void round_pieces(zero *z)
@@ -203,6 +217,7 @@ int dt_zero_params_refresh(zero *z)
     round_pieces(z);
     if (z->o.stage < 3) {
         for (int s = 0; s < z->nseg; s++) {
+            if (!dt_zero_has(z, s)) continue;
             char *w = working_at(z, seg_lo(z, s));
             int rc = dt_iallgather(z->comm, piece_to_send(z, s), w, z->map.piece[s],
                                    working_type(z), &z->seg[s].ag);
@@ -232,6 +247,7 @@ static int gather_master(zero *z)
     for (int s = 0; s < z->nseg; s++) /* a prefetch in flight holds the request slot */
         if (wait_gather(z, s)) return -1;
     for (int s = 0; s < z->nseg; s++) {
+        if (!dt_zero_has(z, s)) continue;
         int rc = dt_iallgather(z->comm, z->shard_p + z->map.mine[s].at, p + seg_lo(z, s),
                                z->map.piece[s], DT_F32, &z->seg[s].ag);
         if (rc) return dt_zero_fail(z, rc, "master weights all-gather");
@@ -239,7 +255,7 @@ static int gather_master(zero *z)
     for (int s = 0; s < z->nseg; s++)
         if (wait_gather(z, s)) return -1;
     z->master_whole = 1;
-    dt_mem_account(DT_MEM_PARAMS, (long long)(z->m->n_floats * sizeof(float)));
+    dt_mem_account(DT_MEM_PARAMS, (long long)(z->held_floats * sizeof(float)));
     return 0;
 }
 
@@ -258,7 +274,7 @@ void dt_zero_drop_all(zero *z)
 {
     if (z->master_whole) {
         dt_window_drop(z->m->params, 0, z->m->n_floats * sizeof(float));
-        dt_mem_account(DT_MEM_PARAMS, -(long long)(z->m->n_floats * sizeof(float)));
+        dt_mem_account(DT_MEM_PARAMS, -(long long)(z->held_floats * sizeof(float)));
         z->master_whole = 0;
     }
     if (z->o.stage < 3) return;
