@@ -16,7 +16,9 @@ Memory: every rank's optimizer state, as accounted, within 5% of the
 plan's K Psi_q / N (against DDP's K Psi_q: the plan is the formula's, not
 the run's); in bf16 all but rank 0, which at the end gathers the other
 stage's fp32 master weights to write the final weights file, and counts
-them there. `--dry-run` prints half of DDP's optimizer state per stage.
+them there. In bf16 the final weights file gathers each stage's fp32
+masters on its first data-parallel rank only: the other ranks' parameter
+peak is DDP's. `--dry-run` prints half of DDP's optimizer state per stage.
 Checkpoints: every rank writes its pieces (the tied embedding from stage 0
 only); resumed at the same layout bit for bit; at pp 2 with DDP bit for
 bit; at 2 ranks of ZeRO-1 without a pipeline, and in one process, within
@@ -43,11 +45,13 @@ ONE = ["--batch-size", "2", "--grad-accum", "4"]
 KINDS = (("1f1b", []), ("zb1p", []), ("interleaved", ["--pp-virtual", "2"]))
 
 
-def optim_ratios(out):
-    """Each rank's accounted optimizer state over its plan's, from the
-    peak memory table at the end ("optim 0.1 MiB x1.0000")."""
+def mem_ratios(out, kind):
+    """Each rank's accounted bytes of a kind over its plan's, from the peak
+    memory table at the end ("optim 0.1 MiB x1.0000")."""
     peak = out.split("peak memory per rank")[-1]
-    return [float(x) for x in re.findall(r"^    plan, .*?optim [0-9.]+ MiB x([0-9.]+)", peak, re.M)]
+    return [float(x) for x in re.findall(r"^    plan, .*?%s [0-9.]+ MiB x([0-9.]+)" % kind, peak,
+                                         re.M)]
+
 
 
 def equivalence(dtrain, tmp):
@@ -68,21 +72,27 @@ def equivalence(dtrain, tmp):
               "1e-5 (worst %.2e, %s)" % (kind, worst, err, where))
         check("ZeRO-1 over" in z1[2] and "replicas: every copy of a part of the model" in z1[2],
               "%s: the batch line names ZeRO-1, and the replicas agree" % kind)
-        ratios = optim_ratios(z1[2])
-        check(len(ratios) == 4 and all(abs(r - 1) <= 0.05 for r in ratios)
+        got = mem_ratios(z1[2], "optim")
+        check(len(got) == 4 and all(abs(r - 1) <= 0.05 for r in got)
               and "optim 8 Psi_q / N" in z1[2],
               "%s: every rank's optimizer state within 5%% of 8 Psi_q / N (measured / planned "
-              "%s)" % (kind, ratios))
+              "%s)" % (kind, got))
     bf = ["--dtype", "bf16", "--grad-accum-dtype", "bf16"]
     a = train(dtrain, tmp, "bf16_z0", PPDP + bf)
     b = train(dtrain, tmp, "bf16_z1", PPDP + bf + ["--zero-stage", "1"])
     check(a[0] == b[0] and same_bits(a[1], b[1]),
           "bf16 weights, bf16 accumulation: ZeRO-1 bit-identical to DDP within the stages")
-    ratios = optim_ratios(b[2])
-    check(len(ratios) == 4 and all(abs(r - 1) <= 0.05 for r in ratios[1:])
+    got = mem_ratios(b[2], "optim")
+    check(len(got) == 4 and all(abs(r - 1) <= 0.05 for r in got[1:])
           and "optim 12 Psi_q / N" in b[2],
           "bf16: the optimizer state (fp32 masters and moments) of every rank but the writer "
-          "within 5%% of 12 Psi_q / N (%s)" % ratios)
+          "within 5%% of 12 Psi_q / N (%s)" % got)
+    # The final weights: each stage's masters gathered on its first rank
+    # only (which sends them on), so the others peak as DDP's do.
+    pz, pd = mem_ratios(b[2], "params"), mem_ratios(a[2], "params")
+    check(len(pz) == 4 and len(pd) == 4 and all(abs(pz[q] / pd[q] - 1) <= 0.05 for q in (1, 3)),
+          "bf16: ranks 1 and 3 (dp index 1) gather no master weights for the final file: their "
+          "parameter peak is DDP's (%s vs %s)" % (pz, pd))
 
 
 def dry_run(dtrain, tmp):

@@ -238,8 +238,10 @@ int dt_zero_gather_one(zero *z, int s) { return gather(z, s) || wait_gather(z, s
 
 void dt_zero_release_one(zero *z, int s) { release(z, s, 0); }
 
-/* Mixed precision: the fp32 master weights, whole, into the model's
- * params window (accounted as parameters until dt_zero_drop_all). */
+/* Mixed precision: the fp32 master weights of every held segment, whole,
+ * into the model's params window on the group's first rank, the one that
+ * writes them (the job's writer, or a pipeline stage's, which sends them
+ * on); accounted as parameters there until dt_zero_drop_all. */
 static int gather_master(zero *z)
 {
     if (z->master_whole) return 0;
@@ -248,12 +250,19 @@ static int gather_master(zero *z)
         if (wait_gather(z, s)) return -1;
     for (int s = 0; s < z->nseg; s++) {
         if (!dt_zero_has(z, s)) continue;
-        int rc = dt_iallgather(z->comm, z->shard_p + z->map.mine[s].at, p + seg_lo(z, s),
-                               z->map.piece[s], DT_F32, &z->seg[s].ag);
-        if (rc) return dt_zero_fail(z, rc, "master weights all-gather");
+        int rc = dt_igather(z->comm, z->shard_p + z->map.mine[s].at, p + seg_lo(z, s),
+                            z->map.piece[s], DT_F32, 0, &z->seg[s].ag);
+        if (rc) return dt_zero_fail(z, rc, "master weights gather");
     }
-    for (int s = 0; s < z->nseg; s++)
-        if (wait_gather(z, s)) return -1;
+    for (int s = 0; s < z->nseg; s++) {
+        uint64_t start = 0, end = 0;
+        if (!z->seg[s].ag) continue;
+        int rc = dt_wait_timed(z->seg[s].ag, &start, &end);
+        z->seg[s].ag = NULL;
+        if (rc) return dt_zero_fail(z, rc, "master weights gather");
+        dt_zero_trace(z, "gather", start, end, seg_len(z, s) * sizeof(float));
+    }
+    if (z->me != 0) return 0;
     z->master_whole = 1;
     dt_mem_account(DT_MEM_PARAMS, (long long)(z->held_floats * sizeof(float)));
     return 0;
