@@ -49,3 +49,55 @@ void dt_embedding_backward(float *dwte, float *dwpe, const float *dout, const in
         }
     }
 }
+
+/* a token counts on this rank only when it lies in [v0, v0 + Vl) */
+static int in_range(int32_t token, int v0, int Vl) { return token >= v0 && token - v0 < Vl; }
+
+void dt_embedding_forward_range(float *out, const int32_t *tokens, const float *wte_slice,
+                                const float *wpe, int B, int T, int C, int v0, int Vl)
+{
+    int nt = dt_kernels_threads();
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int bt = 0; bt < B * T; bt++) {
+        float *o = out + (size_t)bt * C;
+        if (!in_range(tokens[bt], v0, Vl)) {
+            for (int c = 0; c < C; c++) o[c] = 0.0f;
+            continue;
+        }
+        const float *tok_row = wte_slice + (size_t)(tokens[bt] - v0) * C;
+        const float *pos_row = wpe ? wpe + (size_t)(bt % T) * C : NULL;
+        if (pos_row) {
+#pragma omp simd
+            for (int c = 0; c < C; c++) o[c] = tok_row[c] + pos_row[c];
+        } else {
+            for (int c = 0; c < C; c++) o[c] = tok_row[c];
+        }
+    }
+}
+
+/* Column slices per thread as in dt_embedding_backward: every element of
+ * dwte_slice and dwpe sees the rows in the same order, so the slice's rows
+ * get the unsplit backward's bits. */
+void dt_embedding_backward_range(float *dwte_slice, float *dwpe, const float *dout,
+                                 const int32_t *tokens, int B, int T, int C, int v0, int Vl)
+{
+    int slices = (C + COLUMN_SLICE - 1) / COLUMN_SLICE;
+    int nt = dt_kernels_threads();
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int s = 0; s < slices; s++) {
+        int c0 = s * COLUMN_SLICE, width = C - c0 < COLUMN_SLICE ? C - c0 : COLUMN_SLICE;
+        for (int bt = 0; bt < B * T; bt++) {
+            const float *d = dout + (size_t)bt * C + c0;
+            if (in_range(tokens[bt], v0, Vl)) {
+                float *tok_row = dwte_slice + (size_t)(tokens[bt] - v0) * C + c0;
+#pragma omp simd
+                for (int c = 0; c < width; c++) tok_row[c] += d[c];
+            }
+            if (dwpe) {
+                float *pos_row = dwpe + (size_t)(bt % T) * C + c0;
+#pragma omp simd
+                for (int c = 0; c < width; c++) pos_row[c] += d[c];
+            }
+        }
+    }
+}

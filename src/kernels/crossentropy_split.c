@@ -1,0 +1,115 @@
+/*
+ * Softmax cross-entropy in steps over a vocabulary slice.
+ *   logits, exps, dlogits [N, Vl]; targets, losses, max, sum, target_logit [N]
+ * The loops are those of crossentropy.c, kept the same (the max, the
+ * exponentials written out then summed in double, whole rows when there is a
+ * buffer for them and chunks of 256 when not, the scale rounded to float
+ * once) so that a single slice reproduces dt_crossentropy bit for bit, with or
+ * without a gradient. Only the split of the sum over slices differs.
+ */
+#include "kernels/crossentropy_split.h"
+
+#include <math.h>
+#include <stddef.h>
+
+#include "kernels/fast_exp.h"
+#include "kernels/threads.h"
+
+void dt_vocab_slice(int V, int N, int r, int *v0, int *Vl)
+{
+    int per = (V + N - 1) / N;
+    int lo = r * per < V ? r * per : V, hi = (r + 1) * per < V ? (r + 1) * per : V;
+    *v0 = lo;
+    *Vl = hi - lo;
+}
+
+/* a global target id counts here only when it lies in [v0, v0 + Vl) */
+static int in_slice(int32_t target, int v0, int Vl) { return target >= v0 && target - v0 < Vl; }
+
+static int ignored(int32_t target, int V) { return target < 0 || target >= V; }
+
+void dt_crossentropy_split_max(float *max, const float *logits, int N, int Vl)
+{
+    int nt = dt_kernels_threads();
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int i = 0; i < N; i++) {
+        const float *x = logits + (size_t)i * Vl;
+        float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+        for (int j = 0; j < Vl; j++) m = x[j] > m ? x[j] : m;
+        max[i] = m;
+    }
+}
+
+/* as in crossentropy.c: exponentials to e, then a second pass sums them in
+ * double (one loop doing both does not vectorise) */
+static double sum_exp(float *e, const float *x, float max, int n)
+{
+#pragma omp simd
+    for (int j = 0; j < n; j++) e[j] = dt_fast_expf(x[j] - max);
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < n; j++) sum += e[j];
+    return sum;
+}
+
+#define EXP_CHUNK 256 /* crossentropy.c's: the same chunks give the same sums */
+
+static double sum_exp_no_output(const float *x, float max, int n)
+{
+    float e[EXP_CHUNK];
+    double sum = 0.0;
+    for (int j0 = 0; j0 < n; j0 += EXP_CHUNK)
+        sum += sum_exp(e, x + j0, max, n - j0 < EXP_CHUNK ? n - j0 : EXP_CHUNK);
+    return sum;
+}
+
+void dt_crossentropy_split_sums(double *sum, double *target_logit, float *exps,
+                                const float *logits, const float *max, const int32_t *targets,
+                                int N, int Vl, int v0, int V)
+{
+    int nt = dt_kernels_threads();
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int i = 0; i < N; i++) {
+        const float *x = logits + (size_t)i * Vl;
+        float *e = exps ? exps + (size_t)i * Vl : NULL;
+        sum[i] = target_logit[i] = 0.0;
+        if (ignored(targets[i], V)) continue; /* split_backward zeroes the row */
+        /* read before e, which may be x, is overwritten */
+        if (in_slice(targets[i], v0, Vl)) target_logit[i] = x[targets[i] - v0];
+        sum[i] = e ? sum_exp(e, x, max[i], Vl) : sum_exp_no_output(x, max[i], Vl);
+    }
+}
+
+double dt_crossentropy_split_losses(float *losses, const float *max, const double *sum,
+                                    const double *target_logit, const int32_t *targets, int N,
+                                    int V)
+{
+    for (int i = 0; i < N; i++)
+        losses[i] = ignored(targets[i], V)
+                        ? 0.0f
+                        : (float)((double)max[i] + log(sum[i]) - target_logit[i]);
+    double total = 0.0;
+    for (int i = 0; i < N; i++) total += losses[i];
+    return total;
+}
+
+void dt_crossentropy_split_backward(float *dlogits, const float *exps, const double *sum,
+                                    const int32_t *targets, int N, int Vl, int v0, int V,
+                                    float grad_scale)
+{
+    int nt = dt_kernels_threads();
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int i = 0; i < N; i++) {
+        const float *e = exps + (size_t)i * Vl;
+        float *d = dlogits + (size_t)i * Vl;
+        if (ignored(targets[i], V)) {
+            for (int j = 0; j < Vl; j++) d[j] = 0.0f;
+            continue;
+        }
+        float scale = (float)(grad_scale / sum[i]);
+#pragma omp simd
+        for (int j = 0; j < Vl; j++) d[j] = e[j] * scale;
+        if (in_slice(targets[i], v0, Vl)) d[targets[i] - v0] -= grad_scale;
+    }
+}
