@@ -13,41 +13,8 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "kernels/fast_exp.h"
+#include "kernels/crossentropy_rows.h"
 #include "kernels/threads.h"
-
-static float row_max(const float *x, int V)
-{
-    float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-    for (int j = 0; j < V; j++) m = x[j] > m ? x[j] : m;
-    return m;
-}
-
-/* sum of exp(x - max), summed in double: vocabularies run to 50k entries,
- * where an fp32 running sum would lose digits. The exponentials go to e;
- * they are summed in a second pass (one loop doing both does not vectorise). */
-static double sum_exp(float *e, const float *x, float max, int V)
-{
-#pragma omp simd
-    for (int j = 0; j < V; j++) e[j] = dt_fast_expf(x[j] - max);
-    double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < V; j++) sum += e[j];
-    return sum;
-}
-
-#define EXP_CHUNK 256
-
-/* the same sum when there is no gradient row to hold the exponentials */
-static double sum_exp_no_output(const float *x, float max, int V)
-{
-    float e[EXP_CHUNK];
-    double sum = 0.0;
-    for (int j0 = 0; j0 < V; j0 += EXP_CHUNK)
-        sum += sum_exp(e, x + j0, max, V - j0 < EXP_CHUNK ? V - j0 : EXP_CHUNK);
-    return sum;
-}
 
 static float row_loss(float *d, const float *x, int target, int V, float grad_scale)
 {
@@ -56,8 +23,8 @@ static float row_loss(float *d, const float *x, int target, int V, float grad_sc
         return 0.0f;
     }
     float x_target = x[target];
-    float max = row_max(x, V);
-    double sum = d ? sum_exp(d, x, max, V) : sum_exp_no_output(x, max, V);
+    float max = dt_ce_row_max(x, V);
+    double sum = d ? dt_ce_sum_exp(d, x, max, V) : dt_ce_sum_exp_no_output(x, max, V);
     if (d) {
         float scale = (float)(grad_scale / sum);
 #pragma omp simd

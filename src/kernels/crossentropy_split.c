@@ -1,10 +1,10 @@
 /*
  * Softmax cross-entropy in steps over a vocabulary slice.
  *   logits, exps, dlogits [N, Vl]; targets, losses, max, sum, target_logit [N]
- * The loops are those of crossentropy.c, kept the same (the max, the
+ * The row loops are crossentropy.c's (crossentropy_rows.h: the max, the
  * exponentials written out then summed in double, whole rows when there is a
- * buffer for them and chunks of 256 when not, the scale rounded to float
- * once) so that a single slice reproduces dt_crossentropy bit for bit, with or
+ * buffer for them and chunks when not; the scale rounded to float once), so
+ * that a single slice reproduces dt_crossentropy bit for bit, with or
  * without a gradient. Only the split of the sum over slices differs.
  */
 #include "kernels/crossentropy_split.h"
@@ -12,7 +12,7 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "kernels/fast_exp.h"
+#include "kernels/crossentropy_rows.h"
 #include "kernels/threads.h"
 
 void dt_vocab_slice(int V, int N, int r, int *v0, int *Vl)
@@ -33,35 +33,8 @@ void dt_crossentropy_split_max(float *max, const float *logits, int N, int Vl)
     int nt = dt_kernels_threads();
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int i = 0; i < N; i++) {
-        const float *x = logits + (size_t)i * Vl;
-        float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-        for (int j = 0; j < Vl; j++) m = x[j] > m ? x[j] : m;
-        max[i] = m;
+        max[i] = dt_ce_row_max(logits + (size_t)i * Vl, Vl);
     }
-}
-
-/* as in crossentropy.c: exponentials to e, then a second pass sums them in
- * double (one loop doing both does not vectorise) */
-static double sum_exp(float *e, const float *x, float max, int n)
-{
-#pragma omp simd
-    for (int j = 0; j < n; j++) e[j] = dt_fast_expf(x[j] - max);
-    double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < n; j++) sum += e[j];
-    return sum;
-}
-
-#define EXP_CHUNK 256 /* crossentropy.c's: the same chunks give the same sums */
-
-static double sum_exp_no_output(const float *x, float max, int n)
-{
-    float e[EXP_CHUNK];
-    double sum = 0.0;
-    for (int j0 = 0; j0 < n; j0 += EXP_CHUNK)
-        sum += sum_exp(e, x + j0, max, n - j0 < EXP_CHUNK ? n - j0 : EXP_CHUNK);
-    return sum;
 }
 
 void dt_crossentropy_split_sums(double *sum, double *target_logit, float *exps,
@@ -77,7 +50,7 @@ void dt_crossentropy_split_sums(double *sum, double *target_logit, float *exps,
         if (ignored(targets[i], V)) continue; /* split_backward zeroes the row */
         /* read before e, which may be x, is overwritten */
         if (in_slice(targets[i], v0, Vl)) target_logit[i] = x[targets[i] - v0];
-        sum[i] = e ? sum_exp(e, x, max[i], Vl) : sum_exp_no_output(x, max[i], Vl);
+        sum[i] = e ? dt_ce_sum_exp(e, x, max[i], Vl) : dt_ce_sum_exp_no_output(x, max[i], Vl);
     }
 }
 
