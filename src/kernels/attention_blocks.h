@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "kernels/fast_exp.h"
 #include "kernels/tile_gemm.h"
 
 #define ATTN_BLOCK 64
@@ -68,6 +69,42 @@ static inline void attn_pack_transposed(float *dst, const float *src, const attn
             float *out = dst + (size_t)j * d->T_padded + t0;
             for (int i = 0; i < rows; i++) out[i] = s[i * d->ld + j];
         }
+    }
+}
+
+/* Folds one row of a block of scores into that query's running softmax
+ * (max m, sum l, unnormalised output acc of HS): the first `visible`
+ * scores count, scaled; the row becomes probabilities relative to the new
+ * maximum, zero where hidden. The loops run over the whole block width,
+ * hidden entries selected away, so that they vectorise without
+ * remainders. A row that sees no key is zeroed and the rest left as it
+ * was: its maximum may still be -inf, and -inf - -inf would make NaNs. */
+static inline void attn_softmax_row(float *row, int visible, float scale, float *m, float *l,
+                                    float *acc, int HS)
+{
+    if (visible == 0) {
+        for (int j = 0; j < ATTN_BLOCK; j++) row[j] = 0.0f;
+        return;
+    }
+    float block_max = -INFINITY;
+#pragma omp simd reduction(max : block_max)
+    for (int j = 0; j < ATTN_BLOCK; j++) {
+        row[j] = j < visible ? row[j] * scale : -INFINITY;
+        block_max = row[j] > block_max ? row[j] : block_max;
+    }
+    float m_new = block_max > *m ? block_max : *m;
+    float rescale = dt_fast_expf(*m - m_new);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < ATTN_BLOCK; j++) {
+        row[j] = dt_fast_expf(row[j] - m_new);
+        sum += row[j];
+    }
+    *l = *l * rescale + sum;
+    *m = m_new;
+    if (rescale != 1.0f) {
+#pragma omp simd
+        for (int j = 0; j < HS; j++) acc[j] *= rescale;
     }
 }
 

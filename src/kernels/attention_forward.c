@@ -42,38 +42,14 @@ static float *forward_scratch_alloc(forward_scratch *s, const attn_dims *d)
     return base;
 }
 
-/* Folds one block of scores into the running softmax of each query row;
- * the scores become probabilities (relative to the new maximum), zero
- * where the mask hides the key. The loops run over the whole block width,
- * hidden entries selected away, so that they vectorise without remainders. */
+/* Folds one block of scores into the running softmax of each query row
+ * (attn_softmax_row); on the diagonal, row r sees keys up to its own. */
 static void online_softmax(const forward_scratch *s, int bq, int bk, int diagonal, int HS,
                            float scale)
 {
-    for (int r = 0; r < bq; r++) {
-        float *row = s->scores + r * ATTN_BLOCK;
-        int visible = diagonal ? r + 1 : bk;
-        float block_max = -INFINITY;
-#pragma omp simd reduction(max : block_max)
-        for (int j = 0; j < ATTN_BLOCK; j++) {
-            row[j] = j < visible ? row[j] * scale : -INFINITY;
-            block_max = row[j] > block_max ? row[j] : block_max;
-        }
-        float m_new = block_max > s->m[r] ? block_max : s->m[r];
-        float rescale = dt_fast_expf(s->m[r] - m_new);
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int j = 0; j < ATTN_BLOCK; j++) {
-            row[j] = dt_fast_expf(row[j] - m_new);
-            sum += row[j];
-        }
-        s->l[r] = s->l[r] * rescale + sum;
-        s->m[r] = m_new;
-        if (rescale != 1.0f) {
-            float *acc = s->acc + (size_t)r * HS;
-#pragma omp simd
-            for (int j = 0; j < HS; j++) acc[j] *= rescale;
-        }
-    }
+    for (int r = 0; r < bq; r++)
+        attn_softmax_row(s->scores + r * ATTN_BLOCK, diagonal ? r + 1 : bk, scale, &s->m[r],
+                         &s->l[r], s->acc + (size_t)r * HS, HS);
 }
 
 static void query_block(const forward_scratch *s, const attn_dims *d, const float *q,

@@ -154,39 +154,14 @@ static float *fwd_scratch_alloc(fwd_scratch *s, const attn_dims *kv)
     return base;
 }
 
-/* Folds a block of scores into each row's running softmax (rescaling l and
- * the output when the maximum grows); the scores become probabilities
- * relative to the new maximum, zero for hidden keys. A row that sees no key
- * here is left as it was: its maximum may still be -inf, and -inf - -inf
- * would make NaNs. */
+/* Folds a block of scores into each row's running softmax
+ * (attn_softmax_row), each row seeing the keys its position allows. */
 static void online_softmax(const fwd_scratch *s, const sub_block *qb, const sub_block *kb,
                            int HS, float scale)
 {
-    for (int r = 0; r < qb->n; r++) {
-        float *row = s->scores + r * ATTN_BLOCK;
-        int visible = visible_keys(qb, kb, r);
-        if (visible == 0) {
-            memset(row, 0, ATTN_BLOCK * sizeof(float));
-            continue;
-        }
-        float block_max = -INFINITY, sum = 0.0f;
-#pragma omp simd reduction(max : block_max)
-        for (int j = 0; j < ATTN_BLOCK; j++) {
-            row[j] = j < visible ? row[j] * scale : -INFINITY;
-            block_max = row[j] > block_max ? row[j] : block_max;
-        }
-        float m_new = block_max > s->m[r] ? block_max : s->m[r];
-        float rescale = dt_fast_expf(s->m[r] - m_new);
-#pragma omp simd reduction(+ : sum)
-        for (int j = 0; j < ATTN_BLOCK; j++) {
-            row[j] = dt_fast_expf(row[j] - m_new);
-            sum += row[j];
-        }
-        s->l[r] = s->l[r] * rescale + sum;
-        s->m[r] = m_new;
-        float *acc = s->acc + (size_t)r * HS;
-        for (int j = 0; j < HS; j++) acc[j] *= rescale;
-    }
+    for (int r = 0; r < qb->n; r++)
+        attn_softmax_row(s->scores + r * ATTN_BLOCK, visible_keys(qb, kb, r), scale, &s->m[r],
+                         &s->l[r], s->acc + (size_t)r * HS, HS);
 }
 
 static void forward_query_block(const fwd_scratch *s, const slice *x, const sub_block *qb,
