@@ -1,6 +1,13 @@
 /* Range arithmetic over the flat layout. See ranges.h. */
 #include "model/ranges.h"
 
+int dt_flat_ranges_cover(const dt_flat_ranges *r, size_t lo, size_t hi)
+{
+    for (int i = 0; r && i < r->n; i++)
+        if (lo >= r->r[i].lo && hi <= r->r[i].hi) return 1;
+    return !r;
+}
+
 dt_flat_ranges dt_flat_ranges_within(const dt_flat_ranges *a, const dt_flat_ranges *b,
                                      dt_flat_range *out)
 {

@@ -20,6 +20,10 @@ typedef struct {
     size_t len;
 } dt_flat_ranges;
 
+/* Whether floats [lo, hi) lie within one of r's ranges; r NULL: the whole
+ * layout, so yes. */
+int dt_flat_ranges_cover(const dt_flat_ranges *r, size_t lo, size_t hi);
+
 /* The parts of a's ranges that lie within b's (any ranges of the same
  * layout), each keeping its place in a's shard: at moves with lo. Written
  * to out (room for a->n + b->n ranges); returns them with a's len. Both

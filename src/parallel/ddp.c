@@ -13,13 +13,6 @@
 
 /* Segments are grouped from the last (finished first) down, a bucket
  * closing once it holds bucket_bytes: a bucket is then a contiguous range. */
-static int held(const dt_flat_ranges *h, size_t lo, size_t hi)
-{
-    for (int i = 0; h && i < h->n; i++)
-        if (lo >= h->r[i].lo && hi <= h->r[i].hi) return 1;
-    return !h;
-}
-
 int dt_ddp_init(dt_ddp *d, dt_comm *c, dt_gpt *m, size_t bucket_bytes,
                 const dt_flat_ranges *held_ranges)
 {
@@ -34,7 +27,7 @@ int dt_ddp_init(dt_ddp *d, dt_comm *c, dt_gpt *m, size_t bucket_bytes,
     dt_ddp_bucket *b = NULL;
     for (int s = nseg - 1; s >= 0; s--) {
         size_t lo = dt_gpt_segment_start(m, s), hi = dt_gpt_segment_start(m, s + 1);
-        if (!held(held_ranges, lo, hi)) {
+        if (!dt_flat_ranges_cover(held_ranges, lo, hi)) {
             b = NULL; /* a gap: the next bucket starts afresh */
             continue;
         }

@@ -119,10 +119,7 @@ int dt_pp_check_schedule(const dt_parallel_opts *o, int world, int accum, int *d
 
 static int held_segment(const pipeline *P, const dt_gpt *m, int s)
 {
-    size_t lo = dt_gpt_segment_start(m, s);
-    for (int i = 0; i < P->held.n; i++)
-        if (lo >= P->range[i].lo && lo < P->range[i].hi) return 1;
-    return 0;
+    return dt_flat_ranges_cover(&P->held, dt_gpt_segment_start(m, s), dt_gpt_segment_start(m, s + 1));
 }
 
 /* What this rank alone counts in the norm and writes of a checkpoint:

@@ -7,13 +7,6 @@
 
 size_t dt_shard_align(int n) { return (size_t)n * DT_NORM_BLOCK; }
 
-static int starts_within(const dt_flat_ranges *held, size_t lo)
-{
-    for (int i = 0; held && i < held->n; i++)
-        if (lo >= held->r[i].lo && lo < held->r[i].hi) return 1;
-    return !held;
-}
-
 int dt_shard_map_build(dt_shard_map *s, const dt_gpt *m, int n, int r,
                        const dt_flat_ranges *held)
 {
@@ -27,7 +20,7 @@ int dt_shard_map_build(dt_shard_map *s, const dt_gpt *m, int n, int r,
     for (int k = 0; k < s->nseg; k++) {
         size_t lo = dt_gpt_segment_start(m, k), hi = dt_gpt_segment_start(m, k + 1);
         if ((hi - lo) % dt_shard_align(n) != 0) return dt_shard_map_free(s), -1;
-        s->piece[k] = starts_within(held, lo) ? (hi - lo) / (size_t)n : 0;
+        s->piece[k] = dt_flat_ranges_cover(held, lo, hi) ? (hi - lo) / (size_t)n : 0;
         s->mine[k] = (dt_flat_range){lo + (size_t)r * s->piece[k],
                                      lo + (size_t)(r + 1) * s->piece[k], s->len};
         s->len += s->piece[k];

@@ -25,7 +25,7 @@ typedef struct {
 /* The segment padding a layout needs for n ranks (floats). */
 size_t dt_shard_align(int n);
 /* The map of rank r of n over m, whose segments are padded to
- * dt_shard_align(n): of the segments that start within `held` (NULL:
+ * dt_shard_align(n): of the segments that lie within `held` (NULL:
  * all); the others have no pieces (piece 0, an empty range). 0, or -1
  * (out of memory, or a layout not padded). */
 int dt_shard_map_build(dt_shard_map *s, const dt_gpt *m, int n, int r,
