@@ -13,6 +13,7 @@
 #include "kernels/attention.h"
 #include "kernels/cast.h"
 #include "kernels/crossentropy.h"
+#include "kernels/crossentropy_split.h"
 #include "kernels/embedding.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
@@ -73,18 +74,54 @@ double dt_gpt_flops_per_token(const dt_gpt_config *cfg, int T)
 
 /* ---- layout ------------------------------------------------------------- */
 
-static void add_tensor(dt_gpt *m, size_t *cursor, const char *name, int d0, int d1)
+/* A tensor's slice (dt_param_tensor): rows [row0, row0 + rows) of the
+ * whole tensor seen as rows of columns (a 1-D tensor is one row), and of
+ * each nblk blocks of cols / nblk columns, block k from col0 + k cstride. */
+typedef struct {
+    int row0, rows, nblk, col0, cstride, cols;
+} slice;
+
+static slice whole_tensor(int d0, int d1)
+{
+    return d1 > 0 ? (slice){0, d0, 1, 0, 0, d1} : (slice){0, 1, 1, 0, 0, d0};
+}
+
+static void add_tensor(dt_gpt *m, size_t *cursor, const char *name, int d0, int d1,
+                       const slice *sl)
 {
     dt_param_tensor *t = &m->tensors[m->n_tensors++];
+    slice w = whole_tensor(d0, d1), s = sl ? *sl : w;
     dt_strf(t->name, sizeof t->name, "%s", name);
     t->offset = *cursor;
     t->ndim = d1 > 0 ? 2 : 1;
-    t->shape[0] = d0;
-    t->shape[1] = d1 > 0 ? d1 : 0;
-    t->numel = (size_t)d0 * (size_t)(d1 > 0 ? d1 : 1);
+    t->shape[0] = d1 > 0 ? s.rows : s.cols;
+    t->shape[1] = d1 > 0 ? s.cols : 0;
+    t->gshape[0] = d0;
+    t->gshape[1] = d1 > 0 ? d1 : 0;
+    t->row0 = s.row0, t->nblk = s.nblk, t->col0 = s.col0, t->cstride = s.cstride;
+    t->split = s.rows != w.rows || s.cols != w.cols;
+    t->numel = (size_t)s.rows * (size_t)s.cols;
     t->decay = t->ndim >= 2;
     m->n_params += t->numel;
     *cursor += (t->numel + TENSOR_ALIGN_FLOATS - 1) / TENSOR_ALIGN_FLOATS * TENSOR_ALIGN_FLOATS;
+}
+
+/* Layer tensor i's slice on this rank (NULL: whole), tensor parallelism's
+ * cut of gpt.h: q, k, v column blocks of its heads; MLP columns; the
+ * row-parallel products' rows. */
+static const slice *layer_slice(const dt_gpt *m, int i, slice *s)
+{
+    const int C = m->cfg.n_embd, r = m->tp.rank, A = m->tp.attn, F = m->tp.mlp;
+    if (m->tp.size == 1) return NULL;
+    switch (i) {
+    case 2: *s = (slice){0, C, 3, r * A, C, 3 * A}; return s;  /* attn.c_attn.weight */
+    case 3: *s = (slice){0, 1, 3, r * A, C, 3 * A}; return s;  /* attn.c_attn.bias */
+    case 4: *s = (slice){r * A, A, 1, 0, 0, C}; return s;      /* attn.c_proj.weight */
+    case 8: *s = (slice){0, C, 1, r * F, 0, F}; return s;      /* mlp.c_fc.weight */
+    case 9: *s = (slice){0, 1, 1, r * F, 0, F}; return s;      /* mlp.c_fc.bias */
+    case 10: *s = (slice){r * F, F, 1, 0, 0, C}; return s;     /* mlp.c_proj.weight */
+    default: return NULL;
+    }
 }
 
 static void build_layout(dt_gpt *m)
@@ -97,21 +134,22 @@ static void build_layout(dt_gpt *m)
     size_t cursor = 0;
     char name[48];
     const size_t a = m->seg_align;
+    slice vocab = {m->tp.v0, m->tp.vocab, 1, 0, 0, C}, s;
 #define END_SEGMENT() (cursor = (cursor + a - 1) / a * a)
     m->n_tensors = 0;
     m->n_params = 0;
-    add_tensor(m, &cursor, "wte.weight", m->cfg.vocab_size, C);
-    add_tensor(m, &cursor, "wpe.weight", m->cfg.block_size, C);
+    add_tensor(m, &cursor, "wte.weight", m->cfg.vocab_size, C, &vocab);
+    add_tensor(m, &cursor, "wpe.weight", m->cfg.block_size, C, NULL);
     END_SEGMENT();
     for (int l = 0; l < m->cfg.n_layer; l++) {
         for (int i = 0; i < LAYER_TENSORS; i++) {
             dt_strf(name, sizeof name, "h.%d.%s", l, layer_tensor_names[i]);
-            add_tensor(m, &cursor, name, shapes[i][0], shapes[i][1]);
+            add_tensor(m, &cursor, name, shapes[i][0], shapes[i][1], layer_slice(m, i, &s));
         }
         END_SEGMENT();
     }
-    add_tensor(m, &cursor, "ln_f.weight", C, 0);
-    add_tensor(m, &cursor, "ln_f.bias", C, 0);
+    add_tensor(m, &cursor, "ln_f.weight", C, 0, NULL);
+    add_tensor(m, &cursor, "ln_f.bias", C, 0, NULL);
     END_SEGMENT();
 #undef END_SEGMENT
     m->n_floats = cursor;
@@ -130,6 +168,43 @@ int dt_gpt_pad_segments(dt_gpt *m, size_t align)
     return 0;
 }
 
+/* The --tp values that would split n equally, for a refusal's message. */
+static void divisors(char *buf, size_t len, int n)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int d = 1; d <= n && o + 16 < len; d++)
+        if (n % d == 0) o += (size_t)snprintf(buf + o, len - o, "%s%d", o ? ", " : "", d);
+}
+
+int dt_gpt_set_tp(dt_gpt *m, int rank, int size)
+{
+    const int NH = m->cfg.n_head, C = m->cfg.n_embd, V = m->cfg.vocab_size;
+    char ok[128];
+    if (m->params || m->grads || size < 1 || rank < 0 || rank >= size)
+        return dt_strf(m->error, sizeof m->error, "model: tensor parallelism is set on a "
+                       "layout without buffers, rank 0 <= %d < size %d", rank, size), -1;
+    if (NH % size || (4 * C) % size) {
+        divisors(ok, sizeof ok, NH);
+        return dt_strf(m->error, sizeof m->error, "--tp %d: the model's %d heads (n_embd %d, "
+                       "MLP width %d) do not split into %d equal parts; --tp %s would work",
+                       size, NH, C, 4 * C, size, ok), -1;
+    }
+    int v0, vl, last0, last;
+    dt_vocab_slice(V, size, rank, &v0, &vl);
+    dt_vocab_slice(V, size, size - 1, &last0, &last);
+    if (last <= 0)
+        return dt_strf(m->error, sizeof m->error, "--tp %d: a vocabulary of %d in slices of "
+                       "%d rows leaves rank %d none; use a vocabulary above %d, or fewer "
+                       "ranks", size, V, (V + size - 1) / size, size - 1,
+                       (V + size - 1) / size * (size - 1)), -1;
+    m->tp = (dt_gpt_tp){.rank = rank, .size = size, .heads = NH / size, .attn = C / size,
+                        .mlp = 4 * C / size, .v0 = v0, .vocab = vl, .reduce = m->tp.reduce,
+                        .ctx = m->tp.ctx};
+    build_layout(m);
+    return 0;
+}
+
 int dt_gpt_create_layout(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec, char *err,
                          size_t errlen)
 {
@@ -138,6 +213,8 @@ int dt_gpt_create_layout(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec,
     m->cfg = *cfg;
     m->prec = prec;
     m->seg_align = TENSOR_ALIGN_FLOATS;
+    m->tp = (dt_gpt_tp){.rank = 0, .size = 1, .heads = cfg->n_head, .attn = cfg->n_embd,
+                        .mlp = 4 * cfg->n_embd, .v0 = 0, .vocab = cfg->vocab_size};
     m->tensors = calloc((size_t)(2 + LAYER_TENSORS * cfg->n_layer + 2), sizeof *m->tensors);
     if (!m->tensors) {
         dt_strf(err, errlen, "model: out of memory for the tensor table");
@@ -370,6 +447,27 @@ static double normal01(uint64_t *state)
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
+/* N(0, std) values of the whole tensor from its stream, in row-major
+ * order; a slice keeps its blocks of the rows it holds (the rows before
+ * them are drawn and dropped), so every layout gets the same numbers. */
+static void init_normal(const dt_param_tensor *t, float *p, double std, uint64_t *state)
+{
+    if (!t->split) {
+        for (size_t k = 0; k < t->numel; k++) p[k] = (float)(std * normal01(state));
+        return;
+    }
+    const int gcols = t->gshape[1], cols = t->shape[1], bw = cols / t->nblk;
+    for (int r = 0; r < t->row0 + t->shape[0]; r++) {
+        float *dst = r >= t->row0 ? p + (size_t)(r - t->row0) * cols : NULL;
+        for (int c = 0, b = 0; c < gcols; c++) {
+            float v = (float)(std * normal01(state));
+            while (b < t->nblk && c >= t->col0 + b * t->cstride + bw) b++;
+            int c0 = t->col0 + b * t->cstride;
+            if (dst && b < t->nblk && c >= c0) dst[b * bw + (c - c0)] = v;
+        }
+    }
+}
+
 void dt_gpt_init_weights(dt_gpt *m, uint64_t seed)
 {
     const double residual_std = 0.02 / sqrt(2.0 * m->cfg.n_layer);
@@ -394,7 +492,7 @@ void dt_gpt_init_weights(dt_gpt *m, uint64_t seed)
             continue;
         }
         double std = dt_ends_with(t->name, "c_proj.weight") ? residual_std : 0.02;
-        for (size_t k = 0; k < t->numel; k++) p[k] = (float)(std * normal01(&state));
+        init_normal(t, p, std, &state);
     }
     if (seg >= 0) done(m, seg, DT_USE_INIT);
 }
@@ -412,6 +510,34 @@ static int fail_matmul(dt_gpt *m, const char *where)
     return -1;
 }
 
+/* buf over the tensor-parallel group (gpt.h: dt_gpt_tp); nothing unsplit. */
+static int tp_reduce(dt_gpt *m, void *buf, size_t n, dt_tp_op op, const char *where)
+{
+    char why[200];
+    if (m->tp.size == 1) return 0;
+    if (!m->tp.reduce)
+        return dt_strf(m->error, sizeof m->error, "model: %s: tensor parallelism without a "
+                       "group to reduce over", where), -1;
+    if (m->tp.reduce(m->tp.ctx, buf, n, op, why, sizeof why) == 0) return 0;
+    return dt_strf(m->error, sizeof m->error, "model: %s: %s", where, why), -1;
+}
+
+/* out [N, C] = inp [N, IN] @ W + b for a row-parallel product: unsplit one
+ * product; split, this rank's partial product summed over the group, then
+ * the bias once (every rank adds it to the same sum). */
+static int row_parallel(dt_gpt *m, float *out, const float *inp, const float *W,
+                        const float *bias, int N, int IN, const char *name)
+{
+    const int C = m->cfg.n_embd, split = m->tp.size > 1;
+    if (dt_linear_forward(m->prec, out, inp, W, split ? NULL : bias, N, IN, C))
+        return fail_matmul(m, name);
+    if (!split) return 0;
+    if (tp_reduce(m, out, (size_t)N * C, DT_TP_SUM_F32, name)) return -1;
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < C; j++) out[(size_t)i * C + j] += bias[j];
+    return 0;
+}
+
 /* The parts of a layer's forward: the element-wise ones (LayerNorms, GELU),
  * the matrix products with the attention between them and the residual sum
  * res2 written in place, and the output (the MLP's c_proj and res3). A
@@ -421,7 +547,7 @@ enum { RUN_ELEMENTWISE = 1, RUN_PRODUCTS = 2, RUN_OUTPUT = 4, RUN_ALL = 7 };
 
 static int layer_run(dt_gpt *m, int l, const float *x, int b, int t, unsigned run)
 {
-    const int C = m->cfg.n_embd, N = b * t;
+    const int C = m->cfg.n_embd, N = b * t, A = m->tp.attn, F = m->tp.mlp;
     dt_gpt_layer w = dt_gpt_layer_view(m, weights(m), l);
     dt_gpt_layer_acts *a = &m->layer_acts[l];
 
@@ -429,23 +555,23 @@ static int layer_run(dt_gpt *m, int l, const float *x, int b, int t, unsigned ru
         dt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1_w, w.ln1_b, LN_EPS, N,
                              C);
     if (run & RUN_PRODUCTS) {
-        if (dt_linear_forward(m->prec, a->qkv, a->ln1, w.qkv_w, w.qkv_b, N, C, 3 * C))
+        if (dt_linear_forward(m->prec, a->qkv, a->ln1, w.qkv_w, w.qkv_b, N, C, 3 * A))
             return fail_matmul(m, "attn.c_attn");
-        dt_attention_forward(a->att, a->lse, a->qkv, b, t, C, m->cfg.n_head);
-        if (dt_linear_forward(m->prec, a->res2, a->att, w.proj_w, w.proj_b, N, C, C))
-            return fail_matmul(m, "attn.c_proj");
+        dt_attention_forward(a->att, a->lse, a->qkv, b, t, A, m->tp.heads);
+        if (row_parallel(m, a->res2, a->att, w.proj_w, w.proj_b, N, A, "attn.c_proj"))
+            return -1;
         add_into(a->res2, a->res2, x, (size_t)N * C);
     }
     if (run & RUN_ELEMENTWISE)
         dt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2_w, w.ln2_b, LN_EPS,
                              N, C);
     if ((run & RUN_PRODUCTS) &&
-        dt_linear_forward(m->prec, a->fc, a->ln2, w.fc_w, w.fc_b, N, C, 4 * C))
+        dt_linear_forward(m->prec, a->fc, a->ln2, w.fc_w, w.fc_b, N, C, F))
         return fail_matmul(m, "mlp.c_fc");
-    if (run & RUN_ELEMENTWISE) dt_gelu_forward(a->fc_gelu, a->fc, (size_t)N * 4 * C);
+    if (run & RUN_ELEMENTWISE) dt_gelu_forward(a->fc_gelu, a->fc, (size_t)N * F);
     if (run & RUN_OUTPUT) {
-        if (dt_linear_forward(m->prec, a->res3, a->fc_gelu, w.fcp_w, w.fcp_b, N, 4 * C, C))
-            return fail_matmul(m, "mlp.c_proj");
+        if (row_parallel(m, a->res3, a->fc_gelu, w.fcp_w, w.fcp_b, N, F, "mlp.c_proj"))
+            return -1;
         add_into(a->res3, a->res3, a->res2, (size_t)N * C);
     }
     return 0;
@@ -489,7 +615,7 @@ static int check_tokens(dt_gpt *m, const int32_t *tokens, size_t n, const char *
 /* The final LayerNorm and the tied head: logits = lnf(x) @ wte^T. */
 static int head_forward(dt_gpt *m, const float *x, int N)
 {
-    const int C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer;
+    const int C = m->cfg.n_embd, V = m->tp.vocab, L = m->cfg.n_layer;
     if (need(m, L + 1, DT_USE_FORWARD) || need(m, 0, DT_USE_FORWARD)) return -1;
     dt_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, LNF_W(m, weights(m)),
                          LNF_B(m, weights(m)), LN_EPS, N, C);
@@ -499,6 +625,38 @@ static int head_forward(dt_gpt *m, const float *x, int N)
     done(m, L + 1, DT_USE_FORWARD);
     done(m, 0, DT_USE_FORWARD);
     return 0;
+}
+
+/* The embeddings' output into m->encoded: split over the vocabulary, each
+ * rank looks up the tokens of its slice, zeros for the rest, and the
+ * group's sum is the whole lookup (gpt.h). */
+static int embed_forward(dt_gpt *m, const int32_t *tokens, int b, int t)
+{
+    const int C = m->cfg.n_embd;
+    if (m->tp.size == 1) {
+        dt_embedding_forward(m->encoded, tokens, WTE(m, weights(m)), WPE(m, weights(m)), b, t, C);
+        return 0;
+    }
+    dt_embedding_forward_range(m->encoded, tokens, WTE(m, weights(m)), WPE(m, weights(m)), b, t,
+                               C, m->tp.v0, m->tp.vocab);
+    return tp_reduce(m, m->encoded, (size_t)b * t * C, DT_TP_SUM_F32, "wte");
+}
+
+/* The sum of the rows' losses, or -1. Split over the vocabulary, the rows'
+ * max and then their sums of exponentials and target logits are reduced
+ * over the group (kernels/crossentropy_split.h); the exponentials stay in
+ * the logits' place and the sums in ce_sums, for backward. */
+static double head_loss(dt_gpt *m, const int32_t *targets, int N)
+{
+    const int V = m->cfg.vocab_size, Vl = m->tp.vocab, v0 = m->tp.v0;
+    if (m->tp.size == 1) return dt_crossentropy(NULL, m->losses, m->logits, targets, N, V, 0.0f);
+    dt_crossentropy_split_max(m->ce_max, m->logits, N, Vl);
+    if (tp_reduce(m, m->ce_max, (size_t)N, DT_TP_MAX_F32, "loss (max)")) return -1;
+    dt_crossentropy_split_sums(m->ce_sums, m->ce_sums + N, m->logits, m->logits, m->ce_max,
+                               targets, N, Vl, v0, V);
+    if (tp_reduce(m, m->ce_sums, 2 * (size_t)N, DT_TP_SUM_F64, "loss (sums)")) return -1;
+    return dt_crossentropy_split_losses(m->losses, m->ce_max, m->ce_sums, m->ce_sums + N,
+                                        targets, N, V);
 }
 
 static int check_slot(dt_gpt *m, int k, int b, int t)
@@ -512,7 +670,7 @@ static int check_slot(dt_gpt *m, int k, int b, int t)
 double dt_gpt_forward_slot(dt_gpt *m, int k, const int32_t *tokens, const int32_t *targets,
                            int b, int t)
 {
-    const int C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer, N = b * t;
+    const int L = m->cfg.n_layer, N = b * t;
     if (check_slot(m, k, b, t)) return -1;
     dt_gpt_slot *st = &m->slots[k];
     const int embed = st->part.l0 == 0, head = st->part.l1 == L;
@@ -521,9 +679,7 @@ double dt_gpt_forward_slot(dt_gpt *m, int k, const int32_t *tokens, const int32_
     dt_gpt_bind_slot(m, k);
     m->rebuilt_layer = -1;
     if (embed) {
-        if (need(m, 0, DT_USE_FORWARD)) return -1;
-        dt_embedding_forward(m->encoded, tokens, WTE(m, weights(m)), WPE(m, weights(m)), b, t,
-                             C);
+        if (need(m, 0, DT_USE_FORWARD) || embed_forward(m, tokens, b, t)) return -1;
         done(m, 0, DT_USE_FORWARD);
     }
     const float *x = m->encoded;
@@ -539,7 +695,7 @@ double dt_gpt_forward_slot(dt_gpt *m, int k, const int32_t *tokens, const int32_
     if (!head) return 0;
     if (head_forward(m, x, N)) return -1;
     if (!targets) return 0;
-    return dt_crossentropy(NULL, m->losses, m->logits, targets, N, V, 0.0f) / N;
+    return head_loss(m, targets, N) / N;
 }
 
 double dt_gpt_forward(dt_gpt *m, const int32_t *tokens, const int32_t *targets, int b, int t)
@@ -576,14 +732,14 @@ static int product_weights(dt_gpt *m, float *dW, float *db, const float *dout, c
  * and bias gradients, in the order the whole backward adds them. */
 static int layer_weights(dt_gpt *m, int l, const float *x, int b, int t)
 {
-    const int C = m->cfg.n_embd, N = b * t;
+    const int C = m->cfg.n_embd, N = b * t, A = m->tp.attn, F = m->tp.mlp;
     dt_gpt_layer g = dt_gpt_layer_view(m, m->grads, l);
     const dt_gpt_layer_acts *a = &m->layer_acts[l];
     if (layer_rebuild(m, l, x, b, t)) return -1;
-    if (product_weights(m, g.fcp_w, g.fcp_b, a->d_fcp, a->fc_gelu, N, 4 * C, C, "mlp.c_proj") ||
-        product_weights(m, g.fc_w, g.fc_b, a->d_fc, a->ln2, N, C, 4 * C, "mlp.c_fc") ||
-        product_weights(m, g.proj_w, g.proj_b, a->d_proj, a->att, N, C, C, "attn.c_proj") ||
-        product_weights(m, g.qkv_w, g.qkv_b, a->d_qkv, a->ln1, N, C, 3 * C, "attn.c_attn"))
+    if (product_weights(m, g.fcp_w, g.fcp_b, a->d_fcp, a->fc_gelu, N, F, C, "mlp.c_proj") ||
+        product_weights(m, g.fc_w, g.fc_b, a->d_fc, a->ln2, N, C, F, "mlp.c_fc") ||
+        product_weights(m, g.proj_w, g.proj_b, a->d_proj, a->att, N, A, C, "attn.c_proj") ||
+        product_weights(m, g.qkv_w, g.qkv_b, a->d_qkv, a->ln1, N, C, 3 * A, "attn.c_attn"))
         return -1;
     return 0;
 }
@@ -592,30 +748,33 @@ static int layer_weights(dt_gpt *m, int l, const float *x, int b, int t)
  * backward, or its input half. */
 static int layer_backward(dt_gpt *m, int l, const float *x, int b, int t, dt_bwd_part what)
 {
-    const int C = m->cfg.n_embd, N = b * t;
+    const int C = m->cfg.n_embd, N = b * t, A = m->tp.attn, F = m->tp.mlp;
     dt_gpt_layer w = dt_gpt_layer_view(m, weights(m), l);
     dt_gpt_layer g = dt_gpt_layer_view(m, m->grads, l);
     dt_gpt_layer_acts *a = &m->layer_acts[l];
     if (layer_rebuild(m, l, x, b, t)) return -1;
 
-    /* m->d_res holds d(res3); the MLP branch first. */
+    /* m->d_res holds d(res3); the MLP branch first. Split, the products'
+     * input gradients are partial sums until reduced over the group. */
     if (product_backward(m, what, m->d_fc, g.fcp_w, g.fcp_b, m->d_res, a->d_fcp, a->fc_gelu,
-                         w.fcp_w, N, 4 * C, C, "mlp.c_proj backward"))
+                         w.fcp_w, N, F, C, "mlp.c_proj backward"))
         return -1;
-    dt_gelu_backward(m->d_fc, a->fc, m->d_fc, (size_t)N * 4 * C);
+    dt_gelu_backward(m->d_fc, a->fc, m->d_fc, (size_t)N * F);
     if (product_backward(m, what, m->d_c, g.fc_w, g.fc_b, m->d_fc, a->d_fc, a->ln2, w.fc_w, N, C,
-                         4 * C, "mlp.c_fc backward"))
+                         F, "mlp.c_fc backward") ||
+        tp_reduce(m, m->d_c, (size_t)N * C, DT_TP_SUM_F32, "mlp.c_fc backward"))
         return -1;
     dt_layernorm_backward(m->d_res, g.ln2_w, g.ln2_b, m->d_c, a->res2, w.ln2_w, a->ln2_mean,
                           a->ln2_rstd, N, C);
 
     /* m->d_res now holds d(res2); the attention branch. */
     if (product_backward(m, what, m->d_c, g.proj_w, g.proj_b, m->d_res, a->d_proj, a->att,
-                         w.proj_w, N, C, C, "attn.c_proj backward"))
+                         w.proj_w, N, A, C, "attn.c_proj backward"))
         return -1;
-    dt_attention_backward(m->d_qkv, m->d_c, a->qkv, a->att, a->lse, b, t, C, m->cfg.n_head);
+    dt_attention_backward(m->d_qkv, m->d_c, a->qkv, a->att, a->lse, b, t, A, m->tp.heads);
     if (product_backward(m, what, m->d_c, g.qkv_w, g.qkv_b, m->d_qkv, a->d_qkv, a->ln1, w.qkv_w,
-                         N, C, 3 * C, "attn.c_attn backward"))
+                         N, C, 3 * A, "attn.c_attn backward") ||
+        tp_reduce(m, m->d_c, (size_t)N * C, DT_TP_SUM_F32, "attn.c_attn backward"))
         return -1;
     dt_layernorm_backward(m->d_res, g.ln1_w, g.ln1_b, m->d_c, x, w.ln1_w, a->ln1_mean,
                           a->ln1_rstd, N, C);
@@ -628,10 +787,14 @@ static int layer_backward(dt_gpt *m, int l, const float *x, int b, int t, dt_bwd
 static int head_backward(dt_gpt *m, const dt_gpt_slot *st, const float *lnf_in, float grad_scale,
                          dt_bwd_part what)
 {
-    const int C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer, N = st->b * st->t;
+    const int C = m->cfg.n_embd, V = m->tp.vocab, L = m->cfg.n_layer, N = st->b * st->t;
     /* An input half reads wte but adds nothing to its gradient yet. */
     const int wte_use = what == DT_BWD_INPUT ? DT_USE_FORWARD : DT_USE_BACKWARD;
-    dt_crossentropy(m->logits, m->losses, m->logits, st->targets, N, V, grad_scale);
+    if (m->tp.size == 1)
+        dt_crossentropy(m->logits, m->losses, m->logits, st->targets, N, V, grad_scale);
+    else
+        dt_crossentropy_split_backward(m->logits, m->logits, m->ce_sums, st->targets, N, V,
+                                       m->tp.v0, m->cfg.vocab_size, grad_scale);
     if (need(m, L + 1, DT_USE_BACKWARD) || need(m, 0, wte_use)) return -1;
     /* dlnf = dlogits @ wte; dwte += dlogits^T @ lnf. */
     if (dt_matmul(m->prec, 0, 0, N, C, V, 1.0f, m->logits, V, WTE(m, weights(m)), C, 0.0f, m->d_c,
@@ -639,6 +802,7 @@ static int head_backward(dt_gpt *m, const dt_gpt_slot *st, const float *lnf_in, 
         (what == DT_BWD_WHOLE && dt_matmul(m->prec, 1, 0, V, C, N, 1.0f, m->logits, V, m->lnf, C,
                                            1.0f, WTE(m, m->grads), C)))
         return fail_matmul(m, "lm_head backward");
+    if (tp_reduce(m, m->d_c, (size_t)N * C, DT_TP_SUM_F32, "lm_head backward")) return -1;
     memset(m->d_res, 0, (size_t)N * C * sizeof(float));
     dt_layernorm_backward(m->d_res, LNF_W(m, m->grads), LNF_B(m, m->grads), m->d_c, lnf_in,
                           LNF_W(m, weights(m)), m->lnf_mean, m->lnf_rstd, N, C);
@@ -650,7 +814,7 @@ static int head_backward(dt_gpt *m, const dt_gpt_slot *st, const float *lnf_in, 
 /* The head's weight half: the tied head's share of wte's gradient. */
 static int head_weights(dt_gpt *m, const dt_gpt_slot *st)
 {
-    const int C = m->cfg.n_embd, V = m->cfg.vocab_size, N = st->b * st->t;
+    const int C = m->cfg.n_embd, V = m->tp.vocab, N = st->b * st->t;
     grads_open(m, 0);
     if (dt_matmul(m->prec, 1, 0, V, C, N, 1.0f, m->logits, V, m->lnf, C, 1.0f, WTE(m, m->grads),
                   C))
@@ -673,6 +837,20 @@ static int check_backward(dt_gpt *m, int k, const float *d_out, dt_bwd_part what
                        ? "the weight half of its backward is still to run"
                        : "the weight half of a backward needs its input half first"), -1;
     return 0;
+}
+
+/* The embeddings' gradients from that of their output, d [b*t, C] (whole
+ * on every rank: each adds its vocabulary slice's rows and all of wpe). */
+static void embed_backward(dt_gpt *m, const float *d, const dt_gpt_slot *st)
+{
+    grads_open(m, 0);
+    if (m->tp.size == 1)
+        dt_embedding_backward(WTE(m, m->grads), WPE(m, m->grads), d, st->tokens, st->b, st->t,
+                              m->cfg.n_embd);
+    else
+        dt_embedding_backward_range(WTE(m, m->grads), WPE(m, m->grads), d, st->tokens, st->b,
+                                    st->t, m->cfg.n_embd, m->tp.v0, m->tp.vocab);
+    segment_done(m, 0);
 }
 
 /* The input half (or the whole) of slot k's backward: from the loss or
@@ -704,10 +882,7 @@ static int backward_input(dt_gpt *m, dt_gpt_slot *st, const float *d_out, float 
         memcpy(whole ? m->encoded : m->dinput, m->d_res, (size_t)N * C * sizeof(float));
         return 0;
     }
-    grads_open(m, 0);
-    dt_embedding_backward(WTE(m, m->grads), WPE(m, m->grads), m->d_res, st->tokens, st->b, st->t,
-                          C);
-    segment_done(m, 0);
+    embed_backward(m, m->d_res, st);
     return 0;
 }
 
@@ -733,10 +908,7 @@ static int backward_weights(dt_gpt *m, dt_gpt_slot *st)
         segment_done(m, 1 + l);
     }
     if (!embed) return 0;
-    grads_open(m, 0);
-    dt_embedding_backward(WTE(m, m->grads), WPE(m, m->grads), m->dinput, st->tokens, st->b,
-                          st->t, m->cfg.n_embd);
-    segment_done(m, 0);
+    embed_backward(m, m->dinput, st);
     return 0;
 }
 

@@ -14,6 +14,7 @@
 
 #include "kernels/matmul.h"
 #include "model/gbuf.h"
+#include "model/ranges.h"
 
 typedef struct {
     int n_layer;
@@ -23,15 +24,49 @@ typedef struct {
     int block_size; /* the longest sequence: rows of wpe */
 } dt_gpt_config;
 
-/* One named tensor of the flat layout. */
+/* One named tensor of the flat layout. Under tensor parallelism it holds
+ * a slice of Hugging Face's tensor of shape gshape: rows [row0, row0 +
+ * rows) of it, and of each such row nblk blocks of cols / nblk columns,
+ * block k from column col0 + k * cstride (rows, cols: shape, a 1-D tensor
+ * being one row). Unsplit, the slice is the whole tensor. */
 typedef struct {
     char name[48]; /* Hugging Face name without the "transformer." prefix */
     size_t offset; /* in floats, from the start of the flat buffer */
-    size_t numel;
+    size_t numel;  /* of this rank's slice */
     int ndim;
-    int shape[2];
+    int shape[2];  /* this rank's slice; [1] is 0 for a 1-D tensor */
     int decay; /* weight decay applies (tensors of two or more dimensions) */
+    int gshape[2];               /* the whole tensor's */
+    int row0, nblk, col0, cstride; /* the slice, as above */
+    int split;                   /* the ranks of tensor parallelism hold different slices */
 } dt_param_tensor;
+
+/* Tensor parallelism (Megatron's): the ranks of a group each hold a slice
+ * of every matrix and run the layer's products on it.
+ *   attention: c_attn column-parallel (this rank's heads' q, k, v columns),
+ *              c_proj row-parallel (the rows of those heads);
+ *   MLP:       c_fc column-parallel (columns [r F, (r + 1) F) of 4C),
+ *              c_proj row-parallel (the same rows);
+ *   wte:       rows [v0, v0 + vocab): the embedding looks up the tokens in
+ *              its slice, the head computes the logits of its slice, the
+ *              loss never gathers a whole row (kernels/crossentropy_split.h);
+ *   the rest (LayerNorms, wpe, the row-parallel biases) whole on every rank.
+ * The group sums the row-parallel products' outputs (then adds the bias,
+ * once) and, in backward, the gradients of the column-parallel products'
+ * inputs: Megatron's g and f. Every rank then holds the same activations
+ * between the products, so the whole tensors' gradients are the same on
+ * every rank without communication. reduce is set by the strategy that
+ * owns the group. */
+typedef enum { DT_TP_SUM_F32, DT_TP_MAX_F32, DT_TP_SUM_F64 } dt_tp_op;
+typedef struct {
+    int rank, size;     /* size 1: unsplit */
+    int heads, attn;    /* this rank's heads and their width: NH / size, C / size */
+    int mlp;            /* its MLP columns F = 4C / size */
+    int v0, vocab;      /* its rows of the vocabulary (dt_vocab_slice) */
+    /* In place over the group; 0, or -1 with a message in err. */
+    int (*reduce)(void *ctx, void *buf, size_t n, dt_tp_op op, char *err, size_t errlen);
+    void *ctx;
+} dt_gpt_tp;
 
 /* Pointers to one layer's tensors inside a flat buffer (parameters or
  * gradients: the layout is the same). */
@@ -106,6 +141,7 @@ typedef struct {
 typedef struct {
     dt_gpt_config cfg;
     dt_precision prec; /* of the matrix products */
+    dt_gpt_tp tp;      /* this rank's slice (dt_gpt_set_tp); unsplit by default */
 
     int n_tensors;
     dt_param_tensor *tensors;
@@ -166,8 +202,11 @@ typedef struct {
                                      weights' half, which may rebuild layers from it) */
     dt_gpt_layer_acts *layer_acts; /* [L], those of the bound slot's part */
     float *lnf, *lnf_mean, *lnf_rstd; /* [N, C], [N], [N] */
-    float *logits;                /* [N, V]; holds its own gradient after backward */
+    float *logits;                /* [N, V] (tp: [N, vocab]); holds its own gradient after
+                                     backward (tp: the exponentials after forward) */
     float *losses;                /* [N] */
+    float *ce_max;                /* tp: [N] the rows' largest logits */
+    double *ce_sums;              /* tp: [2, N] the sums of exponentials, target logits */
     /* Backward scratch, shared by all layers. */
     float *d_res, *d_c, *d_qkv, *d_fc; /* [N,C], [N,C], [N,3C], [N,4C] */
 
@@ -214,6 +253,17 @@ void dt_gpt_destroy(dt_gpt *m);
  * segment into equal pieces. Tensors keep their order; only the padding
  * after each segment grows. 0, or -1 with m->error. */
 int dt_gpt_pad_segments(dt_gpt *m, size_t align);
+/* Tensor parallelism (dt_gpt_tp) for a layout without buffers: rank
+ * `rank` of `size` holds its slice of every split tensor. Refuses heads
+ * or a vocabulary that do not split (naming the sizes and what would
+ * work). 0, or -1 with m->error. */
+int dt_gpt_set_tp(dt_gpt *m, int rank, int size);
+/* Where this rank's slices sit in the whole model's layout `whole` (a
+ * layout of the same configuration, unsplit): ranges whose lo, hi are
+ * floats of whole's flat buffer and `at` of this one (model/ranges.h),
+ * ascending. Writes up to cap ranges to out (out may be NULL to count);
+ * returns how many there are. */
+int dt_gpt_tp_ranges(const dt_gpt *m, const dt_gpt *whole, dt_flat_range *out, int cap);
 /* Mixed precision for a layout with bf16 products and no buffers yet (see
  * dt_gpt.mixed). 0, or -1 with m->error. */
 int dt_gpt_set_mixed(dt_gpt *m);

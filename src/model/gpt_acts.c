@@ -20,16 +20,29 @@ static void take(float *base, size_t *used, float **ptr, size_t n)
     *used += (n + ACT_ALIGN_FLOATS - 1) / ACT_ALIGN_FLOATS * ACT_ALIGN_FLOATS;
 }
 
+/* The widths of a layer's activations on this rank: C the residual
+ * stream's, A attention's (its heads' share of C), F the MLP's, NH its
+ * heads (tensor parallelism splits the last three). */
+typedef struct {
+    size_t C, A, F, NH;
+} widths;
+
+static widths widths_of(const dt_gpt *m)
+{
+    return (widths){(size_t)m->cfg.n_embd, (size_t)m->tp.attn, (size_t)m->tp.mlp,
+                    (size_t)m->tp.heads};
+}
+
 /* A layer's buffers but res3: the products' outputs when mm, the
  * element-wise parts when ew. */
 static void take_layer(float *base, size_t *used, dt_gpt_layer_acts *a, int mm, int ew,
-                       size_t N, size_t C, size_t NH)
+                       size_t N, widths w)
 {
     float **ew_bufs[] = {&a->ln1, &a->ln2, &a->fc_gelu, &a->ln1_mean, &a->ln1_rstd,
                          &a->ln2_mean, &a->ln2_rstd};
-    const size_t ew_len[] = {N * C, N * C, N * 4 * C, N, N, N, N};
+    const size_t ew_len[] = {N * w.C, N * w.C, N * w.F, N, N, N, N};
     float **mm_bufs[] = {&a->qkv, &a->att, &a->res2, &a->fc, &a->lse};
-    const size_t mm_len[] = {N * 3 * C, N * C, N * C, N * 4 * C, NH * N};
+    const size_t mm_len[] = {N * 3 * w.A, N * w.A, N * w.C, N * w.F, w.NH * N};
     for (size_t i = 0; ew && i < sizeof ew_len / sizeof ew_len[0]; i++)
         take(base, used, ew_bufs[i], ew_len[i]);
     for (size_t i = 0; mm && i < sizeof mm_len / sizeof mm_len[0]; i++)
@@ -43,15 +56,15 @@ static int shared_ew(const dt_gpt *m) { return m->recompute != DT_RECOMPUTE_NONE
  * Assigns the pointers into m when base is given, else only counts. */
 static size_t carve_common(dt_gpt *m, float *base, size_t N)
 {
-    const size_t C = (size_t)m->cfg.n_embd, NH = (size_t)m->cfg.n_head;
+    const widths w = widths_of(m);
     size_t used = 0;
     dt_gpt_layer_acts sh = {0};
     float *d_res, *d_c, *d_qkv, *d_fc;
-    take_layer(base, &used, &sh, shared_mm(m), shared_ew(m), N, C, NH);
-    take(base, &used, &d_res, N * C);
-    take(base, &used, &d_c, N * C);
-    take(base, &used, &d_qkv, N * 3 * C);
-    take(base, &used, &d_fc, N * 4 * C);
+    take_layer(base, &used, &sh, shared_mm(m), shared_ew(m), N, w);
+    take(base, &used, &d_res, N * w.C);
+    take(base, &used, &d_c, N * w.C);
+    take(base, &used, &d_qkv, N * 3 * w.A);
+    take(base, &used, &d_fc, N * w.F);
     if (base) {
         m->shared = sh;
         m->d_res = d_res, m->d_c = d_c, m->d_qkv = d_qkv, m->d_fc = d_fc;
@@ -66,20 +79,20 @@ static size_t carve_common(dt_gpt *m, float *base, size_t N)
  * given (after carve_common), else only counts. */
 static size_t carve_slot(dt_gpt *m, float *base, dt_gpt_part p, size_t N)
 {
-    const size_t C = (size_t)m->cfg.n_embd, V = (size_t)m->cfg.vocab_size;
-    const size_t NH = (size_t)m->cfg.n_head;
+    const widths w = widths_of(m);
+    const size_t C = w.C, V = (size_t)m->tp.vocab;
     size_t used = 0;
     float *scratch; /* where pointers go when only counting */
     take(base, &used, base ? &m->encoded : &scratch, N * C);
     for (int l = p.l0; l < p.l1; l++) {
         dt_gpt_layer_acts a = m->shared;
-        take_layer(base, &used, &a, !shared_mm(m), !shared_ew(m), N, C, NH);
+        take_layer(base, &used, &a, !shared_mm(m), !shared_ew(m), N, w);
         take(base, &used, &a.res3, N * C);
         if (m->acts_split) {
             take(base, &used, &a.d_fcp, N * C);
             take(base, &used, &a.d_proj, N * C);
-            take(base, &used, &a.d_fc, N * 4 * C);
-            take(base, &used, &a.d_qkv, N * 3 * C);
+            take(base, &used, &a.d_fc, N * w.F);
+            take(base, &used, &a.d_qkv, N * 3 * w.A);
         }
         if (base) m->layer_acts[l] = a;
     }
@@ -90,6 +103,12 @@ static size_t carve_slot(dt_gpt *m, float *base, dt_gpt_part p, size_t N)
     take(base, &used, base ? &m->lnf_rstd : &scratch, N);
     take(base, &used, base ? &m->logits : &scratch, N * V);
     take(base, &used, base ? &m->losses : &scratch, N);
+    if (m->tp.size == 1) return used;
+    /* The split loss's statistics: the rows' max, and two doubles a row. */
+    float *sums;
+    take(base, &used, base ? &m->ce_max : &scratch, N);
+    take(base, &used, &sums, 4 * N);
+    if (base) m->ce_sums = (double *)sums;
     return used;
 }
 

@@ -22,3 +22,22 @@ dt_flat_ranges dt_flat_ranges_within(const dt_flat_ranges *a, const dt_flat_rang
     }
     return (dt_flat_ranges){n, out, a->len};
 }
+
+dt_flat_ranges dt_flat_ranges_compose(const dt_flat_ranges *a, const dt_flat_ranges *map,
+                                      dt_flat_range *out)
+{
+    int n = 0, j = 0;
+    for (int i = 0; i < a->n; i++) {
+        const dt_flat_range *q = &a->r[i];
+        while (j < map->n && map->r[j].at + (map->r[j].hi - map->r[j].lo) <= q->lo) j++;
+        for (int k = j; k < map->n && map->r[k].at < q->hi; k++) {
+            const dt_flat_range *p = &map->r[k];
+            size_t end = p->at + (p->hi - p->lo);
+            size_t x = q->lo > p->at ? q->lo : p->at, y = q->hi < end ? q->hi : end;
+            if (x < y)
+                out[n++] = (dt_flat_range){p->lo + (x - p->at), p->lo + (y - p->at),
+                                           q->at + (x - q->lo)};
+        }
+    }
+    return (dt_flat_ranges){n, out, a->len};
+}

@@ -31,4 +31,14 @@ int dt_flat_ranges_cover(const dt_flat_ranges *r, size_t lo, size_t hi);
 dt_flat_ranges dt_flat_ranges_within(const dt_flat_ranges *a, const dt_flat_ranges *b,
                                      dt_flat_range *out);
 
+/* a's ranges (of a rank's own flat layout, `at` in its shard buffers)
+ * moved into a larger layout that holds the rank's layout as map's
+ * ranges (lo, hi: floats of the larger layout, at: of the rank's): a's
+ * parts that map covers, split where map's ranges end, with lo, hi in the
+ * larger layout and a's at. Written to out (room for a->n + map->n); a's
+ * len. Both ascending, so the result is. A tensor-parallel rank's ranges
+ * so become ranges of the whole model, which checkpoints are in. */
+dt_flat_ranges dt_flat_ranges_compose(const dt_flat_ranges *a, const dt_flat_ranges *map,
+                                      dt_flat_range *out);
+
 #endif

@@ -86,8 +86,11 @@ static size_t *block_index(const dt_gpt *m)
 }
 
 /* Block sums of range q's gradients, segment by segment, into their
- * places (a range starts on a block of its segment: ZeRO's pieces are
- * whole blocks, a stage's ranges whole segments). */
+ * places. A range that starts on a block of its segment and ends on one
+ * (or at the segment's end) writes its blocks (ZeRO's pieces are whole
+ * blocks, a stage's ranges whole segments); another (a tensor-parallel
+ * rank's slices, tensor by tensor) adds block by block, since a block may
+ * hold the end of one of its ranges and the start of the next. */
 static void range_blocks(const dt_strategy *S, const dt_flat_range *q, const size_t *first,
                          double *blocks)
 {
@@ -97,7 +100,19 @@ static void range_blocks(const dt_strategy *S, const dt_flat_range *q, const siz
         size_t lo = dt_gpt_segment_start(m, s), hi = dt_gpt_segment_start(m, s + 1);
         size_t a = q->lo > lo ? q->lo : lo, b = q->hi < hi ? q->hi : hi;
         if (a >= b) continue;
-        dt_norm_blocks(dt_gbuf_at(g, a - q->lo), b - a, blocks + first[s] + (a - lo) / DT_NORM_BLOCK);
+        double *out = blocks + first[s] + (a - lo) / DT_NORM_BLOCK;
+        if ((a - lo) % DT_NORM_BLOCK == 0 && (b == hi || (b - lo) % DT_NORM_BLOCK == 0)) {
+            dt_norm_blocks(dt_gbuf_at(g, a - q->lo), b - a, out);
+            continue;
+        }
+        for (size_t x = a; x < b; out++) {
+            size_t end = lo + ((x - lo) / DT_NORM_BLOCK + 1) * DT_NORM_BLOCK;
+            double part;
+            if (end > b) end = b;
+            dt_norm_blocks(dt_gbuf_at(g, x - q->lo), end - x, &part);
+            *out += part;
+            x = end;
+        }
     }
 }
 

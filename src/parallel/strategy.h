@@ -203,6 +203,13 @@ typedef struct dt_strategy {
     const dt_flat_ranges *saves; /* what this rank writes of a sharded checkpoint, ranges
                                   * whose `at` index the optimizer's state; NULL: shard */
     dt_comm *save_group;    /* the ranks that write the shards; NULL: lockstep */
+    /* A rank whose model holds slices of the tensors (tensor parallelism):
+     * the whole model's layout, which checkpoints and weights files are in,
+     * and where this rank's flat buffer sits in it (lo, hi: floats of
+     * whole's layout, at: of the rank's). whole->params holds the gathered
+     * parameters on the writer after gather_params. NULL: the model is whole. */
+    dt_gpt *whole;
+    const dt_flat_ranges *in_whole;
 } dt_strategy;
 
 /* An empty stack (one process) for r. */

@@ -89,6 +89,7 @@ typedef struct dt_train_config {
     char compress[24]; /* ps: what workers push: none | topk:R | int8 */
     char comm_algo[160]; /* forced collective algorithms: "allreduce=ring,allgather=bruck" */
     int pp;              /* pipeline stages (--pipeline-model-parallel-size); 1 = none */
+    int tp;              /* tensor-parallel ranks per group (--tensor-model-parallel-size); 1 = none */
     char pp_schedule[16]; /* naive | gpipe | 1f1b | interleaved | zb1p */
     char pp_partition[12]; /* layers per stage: uniform | params | cost */
     int pp_virtual;      /* interleaved: model chunks per rank */

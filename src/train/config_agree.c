@@ -34,6 +34,7 @@ static const struct {
     /* How the work is shared: groups, schedules, collectives and their sizes. */
     {"strategy", DT_AGREE_VALUE},
     {"pp", DT_AGREE_VALUE},
+    {"tp", DT_AGREE_VALUE},
     {"pp-schedule", DT_AGREE_VALUE},
     {"pp-virtual", DT_AGREE_VALUE},
     {"pp-partition", DT_AGREE_VALUE},

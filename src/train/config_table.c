@@ -123,6 +123,8 @@ const dt_cfg_opt dt_cfg_options[] = {
         "force collective algorithms (default auto: cost model)"),
     OPT(G_RUN, "pp", NULL, T_INT, pp, 1, 64, "N", NULL, 0,
         "pipeline stages (consecutive layers); ranks = pp x data-parallel"),
+    OPT(G_RUN, "tp", NULL, T_INT, tp, 1, 64, "N", NULL, 0,
+        "tensor parallelism: adjacent ranks split every matrix; ranks = tp x data-parallel"),
     OPT(G_RUN, "pp-schedule", NULL, T_CHOICE, pp_schedule, 0, 0,
         "naive|gpipe|1f1b|interleaved|zb1p", NULL, 0, "pipeline schedule (--grad-accum micro-batches)"),
     OPT(G_RUN, "pp-partition", NULL, T_CHOICE, pp_partition, 0, 0, "uniform|params|cost", NULL,
@@ -265,6 +267,7 @@ void dt_config_defaults(dt_train_config *c)
     c->zero_reshard = 1;
     c->servers = 1;
     c->pp = 1;
+    c->tp = 1;
     strcpy(c->pp_schedule, "1f1b");
     strcpy(c->pp_partition, "uniform");
     c->pp_virtual = 1;

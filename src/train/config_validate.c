@@ -138,6 +138,10 @@ static int check_pipeline(const dt_train_config *c, char *err, size_t n)
         if (dt_config_given_at(c, pp_only[i]))
             return dt_strf(err, n, "--%s applies to a pipeline: add --pp 2 or more (stages)",
                            dt_cfg_options[dt_cfg_opt_at(pp_only[i])].flag), -1;
+    if (c->tp > 1 && strcmp(c->strategy, "ddp") != 0)
+        return dt_strf(err, n, "--tp %d splits the model over the ranks of --strategy ddp "
+                       "(with data parallelism over equal slices); --strategy %s cannot split "
+                       "it", c->tp, c->strategy), -1;
     if (c->pp == 1) return 0;
     if (strcmp(c->strategy, "ddp") != 0)
         return dt_strf(err, n, "--pp %d splits the model over the ranks of --strategy ddp "
@@ -265,6 +269,7 @@ dt_parallel_opts dt_config_parallel_opts(const dt_train_config *c)
                               .compress = c->compress,
                               .optimizer = c->optimizer,
                               .pp = c->pp,
+                              .tp = c->tp,
                               .accum = c->grad_accum,
                               .pp_virtual = c->pp_virtual,
                               .pp_schedule = c->pp_schedule,

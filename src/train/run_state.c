@@ -90,6 +90,46 @@ static int init_optimizer(dt_run *t, size_t lo, size_t hi)
     return 0;
 }
 
+/* The layout checkpoints and weights files are in: the whole model's
+ * where this rank holds slices of it (tensor parallelism), else its own. */
+static dt_gpt *file_layout(dt_run *t) { return t->S.whole ? t->S.whole : &t->model; }
+
+/* Ranges of this rank's flat layout (NULL: all of it, in place) as the
+ * file layout sees them: the same, or moved into the whole model's
+ * layout (S->in_whole). *tmp: what to free after. 0, or -1. */
+static int file_ranges(dt_run *t, const dt_flat_ranges *mine, dt_flat_ranges *out,
+                       dt_flat_range **tmp)
+{
+    static const dt_flat_range all_lo = {0, 0, 0};
+    const dt_flat_ranges *map = t->S.in_whole;
+    *tmp = NULL;
+    if (!mine && map) return *out = *map, 0;
+    if (!mine) {
+        if (!(*tmp = malloc(sizeof **tmp))) return dt_strf(ERR(t), "out of memory"), -1;
+        **tmp = all_lo;
+        (*tmp)->hi = t->model.n_floats;
+        return *out = (dt_flat_ranges){1, *tmp, t->model.n_floats}, 0;
+    }
+    if (!map) return *out = *mine, 0;
+    if (!(*tmp = malloc((size_t)(mine->n + map->n) * sizeof **tmp)))
+        return dt_strf(ERR(t), "out of memory"), -1;
+    *out = dt_flat_ranges_compose(mine, map, *tmp);
+    return 0;
+}
+
+/* A checkpoint's values of this rank's ranges (NULL: all of its layout)
+ * into params and o, by the ranges' `at`. */
+static int load_ranges(dt_run *t, const char *dir, const dt_flat_ranges *mine, float *params,
+                       dt_optimizer *o, dt_ckpt_state *st)
+{
+    dt_flat_ranges in_file;
+    dt_flat_range *tmp;
+    if (file_ranges(t, mine, &in_file, &tmp)) return -1;
+    int rc = dt_ckpt_load_ranges(dir, file_layout(t), &in_file, params, o, st, ERR(t));
+    free(tmp);
+    return rc ? -1 : 0;
+}
+
 /* A model that holds some ranges (a pipeline stage's): their parameters in
  * place. */
 static int load_held_params(dt_run *t, const char *dir, dt_ckpt_state *st)
@@ -100,9 +140,9 @@ static int load_held_params(dt_run *t, const char *dir, dt_ckpt_state *st)
     for (int i = 0; i < held->n; i++)
         flat[i] = (dt_flat_range){held->r[i].lo, held->r[i].hi, held->r[i].lo};
     dt_flat_ranges in_place = {held->n, flat, t->model.n_floats};
-    int rc = dt_ckpt_load_ranges(dir, &t->model, &in_place, t->model.params, NULL, st, ERR(t));
+    int rc = load_ranges(t, dir, &in_place, t->model.params, NULL, st);
     free(flat);
-    return rc ? -1 : 0;
+    return rc;
 }
 
 /* The checkpoint's parameters, optimizer state and position into what this
@@ -113,14 +153,15 @@ static int load_held_params(dt_run *t, const char *dir, dt_ckpt_state *st)
 static int load_state(dt_run *t, const char *dir, dt_ckpt_state *st)
 {
     const dt_flat_ranges *mine = dt_strategy_updates(&t->S);
-    if (!mine) return dt_ckpt_load(dir, &t->model, &t->opt, st, ERR(t));
+    if (!mine) return load_ranges(t, dir, NULL, t->model.params, &t->opt, st);
     if (t->S.shard_params) {
         t->r.pieces_filled = 1;
-        return dt_ckpt_load_ranges(dir, &t->model, mine, t->S.shard_params, &t->opt, st, ERR(t));
+        return load_ranges(t, dir, mine, t->S.shard_params, &t->opt, st);
     }
-    if (t->S.held ? load_held_params(t, dir, st) : dt_ckpt_load(dir, &t->model, NULL, st, ERR(t)))
+    if (t->S.held ? load_held_params(t, dir, st)
+                  : load_ranges(t, dir, NULL, t->model.params, NULL, st))
         return -1;
-    return dt_ckpt_load_ranges(dir, &t->model, mine, NULL, &t->opt, NULL, ERR(t));
+    return load_ranges(t, dir, mine, NULL, &t->opt, NULL);
 }
 
 static int resume(dt_run *t, const char *dir)
@@ -156,13 +197,26 @@ static int resume(dt_run *t, const char *dir)
 static int load_init(dt_run *t)
 {
     const char *path = t->cfg->init;
-    if (t->S.shard_params) {
-        t->r.pieces_filled = 1;
-        return dt_weights_load_ranges(&t->model, path, t->S.shard, t->S.shard_params, 1, ERR(t));
+    const dt_flat_ranges *keep = t->S.shard_params ? t->S.shard : t->S.held;
+    float *dst = t->S.shard_params ? t->S.shard_params : t->model.params;
+    if (!keep && !t->S.in_whole) return dt_weights_load(&t->model, path, ERR(t));
+    t->r.pieces_filled = t->S.shard_params != NULL;
+    /* Ranges of the rank's own layout, read by `at` (a stage's in place). */
+    dt_flat_range *flat = NULL, *tmp;
+    dt_flat_ranges own, in_file;
+    if (keep && !t->S.shard_params) {
+        if (!(flat = malloc((size_t)keep->n * sizeof *flat)))
+            return dt_strf(ERR(t), "--init: out of memory"), -1;
+        for (int i = 0; i < keep->n; i++)
+            flat[i] = (dt_flat_range){keep->r[i].lo, keep->r[i].hi, keep->r[i].lo};
+        own = (dt_flat_ranges){keep->n, flat, t->model.n_floats};
+        keep = &own;
     }
-    if (t->S.held)
-        return dt_weights_load_ranges(&t->model, path, t->S.held, t->model.params, 0, ERR(t));
-    return dt_weights_load(&t->model, path, ERR(t));
+    int rc = file_ranges(t, keep, &in_file, &tmp) ||
+             dt_weights_load_ranges(file_layout(t), path, &in_file, dst, 1, ERR(t));
+    free(flat);
+    free(tmp);
+    return rc ? -1 : 0;
 }
 
 /* The starting weights of a rank that holds the model: a checkpoint, a
@@ -239,12 +293,16 @@ static int save_sharded(dt_run *t, const dt_flat_ranges *mine, const dt_ckpt_sta
                    (mine->r[i].hi - mine->r[i].lo) * sizeof(float));
         params = copy;
     }
-    int rc = dt_ckpt_save_sharded(t->cfg->out_dir, &t->model, mine, params, &t->opt, st,
+    dt_flat_ranges in_file;
+    dt_flat_range *tmp = NULL;
+    int rc = file_ranges(t, mine, &in_file, &tmp) ||
+             dt_ckpt_save_sharded(t->cfg->out_dir, file_layout(t), &in_file, params, &t->opt, st,
                                   t->cfg->zero_stage,
                                   t->S.save_group ? t->S.save_group : t->S.lockstep,
                                   t->cfg->keep_last, path, n, ERR(t));
     free(copy);
-    return rc;
+    free(tmp);
+    return rc ? -1 : 0;
 }
 
 /* Collective: the strategy gathers what the writer needs, then it writes

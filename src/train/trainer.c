@@ -101,7 +101,7 @@ static int run_loop(dt_run *t)
                            .mfu = dt_mfu(tps * flops_tok, t->peak),
                            .eta_s = (double)(c->steps - t->step - 1) *
                                     (averaged > 0 ? ms_avg : ms) * 1e-3,
-                           .ranks = t->S.dp_size};
+                           .ranks = t->r.size};
         uint64_t bytes;
         dt_strategy_traffic(&t->S, &s.comm_ms, &bytes);
         s.bytes_sent = bytes;
@@ -144,7 +144,8 @@ static int finish(dt_run *t)
     if (c->save_final[0] && (t->steps_run > 0 || !t->stop)) {
         /* Every rank: a strategy that shards the parameters gathers them. */
         if (dt_strategy_gather_params(&t->S)) return -1;
-        if (t->S.writes_checkpoints && dt_weights_save(&t->model, c->save_final, ERR(t)))
+        const dt_gpt *whole = t->S.whole ? t->S.whole : &t->model;
+        if (t->S.writes_checkpoints && dt_weights_save(whole, c->save_final, ERR(t)))
             return -1;
         if (t->S.writes_checkpoints) fprintf(t->out, "weights %s\n", c->save_final);
     }

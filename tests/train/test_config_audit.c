@@ -76,6 +76,8 @@ static const opt_row opt_rows[] = {
     {"seed", "7", "", NULL},
     {"pp", "2", "", NULL},
     {"pp", "2", "--strategy ps", "cannot hold stages"},
+    {"tp", "2", "", NULL},
+    {"tp", "2", "--strategy ps", "cannot split it"},
     {"pp-schedule", "gpipe", "--pp 2", NULL},
     {"pp-schedule", "gpipe", "", "add --pp 2 or more"},
     {"pp-partition", "params", "--pp 2", NULL},

@@ -1,0 +1,308 @@
+/* Tensor parallelism as a strategy layer. See tp.h. */
+#include "parallel/tensor/tp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/hash.h"
+#include "core/str.h"
+#include "core/timer.h"
+#include "parallel/fingerprint.h"
+
+typedef struct {
+    dt_strategy *S;
+    dt_comm *tp, *dp; /* tp owned; dp the data-parallel layer's (NULL: none) */
+    int me, size, dpi;
+    dt_gpt *m;        /* the rank's layout, from relayout on */
+    dt_gpt whole;     /* the whole model's layout; parameters on the writer, gathered */
+    dt_flat_range *map, *own, all;
+    dt_flat_ranges in_whole, owned, saves;
+    uint64_t bytes0;  /* the group's transport counter at the step's start */
+    double ms;        /* in the model's reduces, in the last step */
+} tp_layer;
+
+static int failed(tp_layer *L, const char *what, dt_comm *c)
+{
+    dt_rank *r = L->S->rank;
+    return dt_strf(r->err, sizeof r->err, "tensor parallelism: %s: %s", what,
+                   c ? dt_comm_error(c) : "out of memory"), -1;
+}
+
+int dt_tp_reduce(void *comm, void *buf, size_t n, dt_tp_op op, char *err, size_t errlen)
+{
+    dt_comm *c = comm;
+    dt_dtype t = op == DT_TP_SUM_F64 ? DT_F64 : DT_F32;
+    if (dt_allreduce(c, buf, buf, n, t, op == DT_TP_MAX_F32 ? DT_MAX : DT_SUM) == 0) return 0;
+    return dt_strf(err, errlen, "all-reduce over the tensor-parallel group: %s",
+                   dt_comm_error(c)), -1;
+}
+
+/* The model's reduce, timed: it waits for its result, so all of it is
+ * exposed. */
+static int model_reduce(void *ctx, void *buf, size_t n, dt_tp_op op, char *err, size_t errlen)
+{
+    tp_layer *L = ctx;
+    uint64_t t0 = dt_now_ns();
+    int rc = dt_tp_reduce(L->tp, buf, n, op, err, errlen);
+    L->ms += (double)(dt_now_ns() - t0) * 1e-6;
+    return rc;
+}
+
+static int tp_relayout(void *self, dt_rank *r, dt_gpt *layout)
+{
+    tp_layer *L = self;
+    if (dt_gpt_set_tp(layout, L->me, L->size))
+        return dt_strf(r->err, sizeof r->err, "%s", layout->error), -1;
+    layout->tp.reduce = model_reduce;
+    layout->tp.ctx = L;
+    return 0;
+}
+
+/* What this rank alone counts in the norm: its slices, and on the group's
+ * first rank the whole tensors too (every rank holds their same bits). */
+static int plan_owned(tp_layer *L)
+{
+    const dt_gpt *m = L->m;
+    int n = 0;
+    if (!(L->own = malloc((size_t)(m->n_tensors + 1) * sizeof *L->own))) return -1;
+    if (L->me == 0) L->own[n++] = (dt_flat_range){0, m->n_floats, 0};
+    for (int i = 0; L->me != 0 && i < m->n_tensors; i++) {
+        const dt_param_tensor *t = &m->tensors[i];
+        if (!t->split) continue;
+        if (n > 0 && L->own[n - 1].hi == t->offset) L->own[n - 1].hi = t->offset + t->numel;
+        else L->own[n++] = (dt_flat_range){t->offset, t->offset + t->numel, t->offset};
+    }
+    L->owned = (dt_flat_ranges){n, L->own, m->n_floats};
+    L->S->owned = &L->owned;
+    if (L->dpi != 0) return 0;
+    L->S->saves = &L->owned;
+    L->S->save_group = L->tp;
+    return 0;
+}
+
+static int tp_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
+{
+    tp_layer *L = self;
+    (void)share;
+    L->m = layout;
+    if (dt_gpt_create_layout(&L->whole, &layout->cfg, layout->prec, r->err, sizeof r->err))
+        return -1;
+    int n = dt_gpt_tp_ranges(layout, &L->whole, NULL, 0);
+    if (!(L->map = malloc((size_t)n * sizeof *L->map)) || plan_owned(L))
+        return failed(L, "planning", NULL);
+    dt_gpt_tp_ranges(layout, &L->whole, L->map, n);
+    L->in_whole = (dt_flat_ranges){n, L->map, layout->n_floats};
+    L->S->whole = &L->whole;
+    L->S->in_whole = &L->in_whole;
+    return 0;
+}
+
+static int tp_begin_step(void *self, long step)
+{
+    tp_layer *L = self;
+    (void)step;
+    L->bytes0 = dt_comm_bytes_sent(L->tp);
+    L->ms = 0;
+    return 0;
+}
+
+static void tp_traffic(void *self, double *comm_ms, uint64_t *bytes)
+{
+    tp_layer *L = self;
+    *comm_ms += L->ms;
+    *bytes += dt_comm_bytes_sent(L->tp) - L->bytes0; /* the norm's sums too */
+}
+
+/* Each data-parallel block's group evaluates its batches together. */
+static int tp_eval_group(void *self, int final, dt_comm **group)
+{
+    tp_layer *L = self;
+    (void)final;
+    *group = L->dp;
+    return 1;
+}
+
+/* Rank q's layout: this rank's configuration and padding, q's slices. */
+static int slice_layout(tp_layer *L, int q, dt_gpt *lay)
+{
+    dt_rank *r = L->S->rank;
+    if (dt_gpt_create_layout(lay, &L->m->cfg, L->m->prec, r->err, sizeof r->err)) return -1;
+    if (dt_gpt_pad_segments(lay, L->m->seg_align) == 0 && dt_gpt_set_tp(lay, q, L->size) == 0)
+        return 0;
+    dt_strf(r->err, sizeof r->err, "%s", lay->error);
+    dt_gpt_destroy(lay);
+    return -1;
+}
+
+/* A slice's parameters (local, in lay's layout) into the whole ones. */
+static int place_slice(tp_layer *L, const dt_gpt *lay, const float *local)
+{
+    int n = dt_gpt_tp_ranges(lay, &L->whole, NULL, 0);
+    dt_flat_range *map = malloc((size_t)n * sizeof *map);
+    if (!map) return failed(L, "gathering the parameters", NULL);
+    dt_gpt_tp_ranges(lay, &L->whole, map, n);
+    for (int i = 0; i < n; i++)
+        memcpy(L->whole.params + map[i].lo, local + map[i].at,
+               (map[i].hi - map[i].lo) * sizeof(float));
+    free(map);
+    return 0;
+}
+
+/* Rank q's parameters received and placed (on the writer). */
+static int receive_slice(tp_layer *L, int q)
+{
+    dt_gpt lay;
+    if (slice_layout(L, q, &lay)) return -1;
+    float *buf = malloc(lay.n_floats * sizeof(float));
+    int rc = !buf ? failed(L, "gathering the parameters", NULL)
+             : dt_recv(L->tp, buf, lay.n_floats, DT_F32, q)
+                 ? failed(L, "gathering the parameters", L->tp)
+                 : place_slice(L, &lay, buf);
+    free(buf);
+    dt_gpt_destroy(&lay);
+    return rc;
+}
+
+/* The whole parameters on the writer (the first rank of the first
+ * data-parallel block's group), from every slice of its group. */
+static int tp_gather_params(void *self)
+{
+    tp_layer *L = self;
+    const dt_gpt *m = L->m;
+    if (L->dpi != 0) return 0;
+    if (L->me != 0)
+        return dt_send(L->tp, m->params, m->n_floats, DT_F32, 0)
+                   ? failed(L, "gathering the parameters", L->tp) : 0;
+    if (!L->whole.params && dt_gpt_alloc_params(&L->whole))
+        return failed(L, "the whole parameters", NULL);
+    if (place_slice(L, m, m->params)) return -1;
+    for (int q = 1; q < L->size; q++)
+        if (receive_slice(L, q)) return -1;
+    return 0;
+}
+
+/* The whole tensors are the same bits on every rank of the group: the
+ * reduces must give every rank the same sums. */
+static int tp_replicas(void *self, uint64_t *hash)
+{
+    tp_layer *L = self;
+    const dt_gpt *m = L->m;
+    uint64_t h = 0;
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!m->tensors[i].split)
+            h = (h ^ dt_fnv1a64(m->params + m->tensors[i].offset,
+                                m->tensors[i].numel * sizeof(float))) * 1099511628211ull;
+    int64_t lo = (int64_t)h, hi = (int64_t)h;
+    int same = dt_fingerprints_agree(L->tp, &lo, &hi, 1);
+    if (same < 0) return failed(L, "comparing the whole tensors", L->tp);
+    if (!L->dp && hash) *hash = h;
+    return same;
+}
+
+static void tp_describe(void *self, FILE *f)
+{
+    tp_layer *L = self;
+    const dt_gpt_tp *t = &L->m->tp;
+    fprintf(f, "\n  tensor parallel: %d ranks per group (%s), this rank %d heads of %d, %d of %d "
+            "MLP columns, vocabulary rows [%d, %d)", L->size, dt_comm_transport(L->tp), t->heads,
+            L->m->cfg.n_head, t->mlp, 4 * L->m->cfg.n_embd, t->v0, t->v0 + t->vocab);
+}
+
+/* Rank q's floats and activations, from its layout. */
+static int tp_mem_plan(void *self, int q, dt_rank_mem *out)
+{
+    tp_layer *L = self;
+    dt_gpt lay;
+    if (slice_layout(L, q % L->size, &lay)) return 0;
+    lay.recompute = L->m->recompute;
+    *out = (dt_rank_mem){.floats = lay.n_floats, .in_use = lay.n_floats,
+                         .grads_open = lay.n_floats,
+                         .acts = 4.0 * (double)dt_gpt_acts_floats(&lay, L->S->rank->B,
+                                                                  L->S->rank->T)};
+    dt_gpt_destroy(&lay);
+    return 1;
+}
+
+static void tp_destroy(void *self)
+{
+    tp_layer *L = self;
+    if (L->whole.tensors) dt_gpt_destroy(&L->whole);
+    free(L->map);
+    free(L->own);
+    if (L->tp) dt_comm_destroy(L->tp);
+    free(L);
+}
+
+static const dt_strategy_ops tp_ops = {
+    .name = "tp",
+    .relayout = tp_relayout,
+    .plan = tp_plan,
+    .begin_step = tp_begin_step,
+    .traffic = tp_traffic,
+    .eval_group = tp_eval_group,
+    .gather_params = tp_gather_params,
+    .replicas_identical = tp_replicas,
+    .describe = tp_describe,
+    .mem_plan = tp_mem_plan,
+    .destroy = tp_destroy,
+};
+
+int dt_tp_check(const dt_parallel_opts *o, int world, int *dp, char *err, size_t errlen)
+{
+    if (world % o->tp)
+        return dt_strf(err, errlen, "--tp %d needs a rank count that it divides (ranks = tp x "
+                       "data-parallel); this job has %d: start --nproc %d or %d", o->tp, world,
+                       world / o->tp * o->tp > 0 ? world / o->tp * o->tp : o->tp,
+                       (world / o->tp + 1) * o->tp), -1;
+    if (o->pp > 1)
+        return dt_strf(err, errlen, "--tp %d with --pp %d: tensor and pipeline parallelism "
+                       "together are not built yet; use one of them", o->tp, o->pp), -1;
+    if (o->zero.stage > 1)
+        return dt_strf(err, errlen, "--tp %d with --zero-stage %d: ZeRO shards the "
+                       "tensor-parallel slices only at stage 1 for now; use --zero-stage 1, or 0",
+                       o->tp, o->zero.stage), -1;
+    *dp = world / o->tp;
+    return 0;
+}
+
+/* Adjacent ranks form a tensor-parallel group, equal slices across the
+ * blocks form a data-parallel one. Collective. */
+static int split_groups(tp_layer *L, dt_comm *world, int dp, char *err, size_t n)
+{
+    int rank = dt_comm_rank(world);
+    L->me = rank % L->size;
+    L->dpi = rank / L->size;
+    if (dt_comm_split(world, L->dpi, L->me, &L->tp) ||
+        (dp > 1 && dt_comm_split(world, L->me, L->dpi, &L->dp)))
+        return dt_strf(err, n, "tensor parallelism: forming the groups: %s",
+                       dt_comm_error(world)), -1;
+    return 0;
+}
+
+int dt_tp_strategy(dt_strategy *S, const dt_parallel_opts *o)
+{
+    dt_rank *r = S->rank;
+    int dp;
+    tp_layer *L = calloc(1, sizeof *L);
+    if (!L) return dt_strf(r->err, sizeof r->err, "tensor parallelism: out of memory"), -1;
+    if (dt_tp_check(o, r->size, &dp, r->err, sizeof r->err)) return free(L), -1;
+    L->S = S;
+    L->size = o->tp;
+    if (split_groups(L, r->world, dp, r->err, sizeof r->err)) return tp_destroy(L), -1;
+    if (L->dp) {
+        dt_zero_opts z = o->zero;
+        z.wire = o->grad_wire;
+        if (o->zero.stage == 0 ? dt_ddp_strategy_on(S, L->dp, 1, o->bucket_bytes, o->grad_wire)
+                               : dt_zero_strategy_on(S, L->dp, 1, &z))
+            return tp_destroy(L), -1;
+    }
+    if (dt_strategy_add_norm_group(S, L->tp))
+        return tp_destroy(L), dt_strf(r->err, sizeof r->err, "tensor parallelism: too many "
+                                      "layers"), -1;
+    S->lockstep = r->world;
+    S->writes_checkpoints = r->rank == 0;
+    S->dp_index = L->dpi;
+    S->dp_size = dp;
+    return dt_strategy_add(S, &tp_ops, L);
+}
