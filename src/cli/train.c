@@ -12,6 +12,7 @@
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/corpus.h"
+#include "parallel/tensor/tp.h"
 #include "train/memory_plan.h"
 #include "train/memory_plan_pp.h"
 #include "train/model_source.h"
@@ -105,8 +106,38 @@ static int resolve_model(dt_train_config *c, dt_gpt_config *mc, char *err, size_
     return rc;
 }
 
-/* The plan's tables: each stage's of a pipeline, else the ZeRO formulas'
- * for every rank. */
+/* Each tensor-parallel rank's plan: its slices and the whole tensors,
+ * replicated (DDP) or with the optimizer state split (ZeRO-1) over the
+ * data-parallel ranks that hold the same slice. */
+static int print_tp_tables(const dt_gpt *layout, dt_train_config *c, int dp, int quiet,
+                           char *err, size_t n)
+{
+    const int T = c->seq_len ? c->seq_len : layout->cfg.block_size;
+    for (int q = 0; q < c->tp; q++) {
+        dt_rank_mem held;
+        dt_mem_plan plan;
+        if (dt_tp_rank_mem(layout, q, c->tp, c->batch_size, T, &held, err, n) ||
+            dt_mem_plan_held(layout, c, dp, &held, &plan, err, n))
+            return -1;
+        if (quiet) continue;
+        if (q == 0)
+            printf("memory per rank: tp %d x dp %d, each rank its slices of the matrices and "
+                   "the whole LayerNorms, wpe and row-parallel biases; params %s | grads %s | "
+                   "optim %s\n", c->tp, dp, plan.formula[DT_MEM_PARAMS],
+                   plan.formula[DT_MEM_GRADS], plan.formula[DT_MEM_OPTIM]);
+        double state = plan.bytes[DT_MEM_PARAMS] + plan.bytes[DT_MEM_GRADS] +
+                       plan.bytes[DT_MEM_OPTIM];
+        printf("  tp rank %d: Psi_q = %zu | params %.1f MiB | grads %.1f MiB | optim %.1f MiB | "
+               "acts %.1f MiB | state + acts %.1f MiB\n", q, plan.psi,
+               plan.bytes[DT_MEM_PARAMS] / 1048576.0, plan.bytes[DT_MEM_GRADS] / 1048576.0,
+               plan.bytes[DT_MEM_OPTIM] / 1048576.0, plan.bytes[DT_MEM_ACTS] / 1048576.0,
+               (state + plan.bytes[DT_MEM_ACTS]) / 1048576.0);
+    }
+    return 0;
+}
+
+/* The plan's tables: each stage's of a pipeline, each tensor-parallel
+ * rank's, else the ZeRO formulas' for every rank. */
 static int print_tables(const dt_gpt *layout, dt_train_config *c, int world, int dp, int quiet,
                         char *err, size_t n)
 {
@@ -117,6 +148,7 @@ static int print_tables(const dt_gpt *layout, dt_train_config *c, int world, int
         dt_mem_plan_pp_free(&pp);
         return rc;
     }
+    if (c->tp > 1) return print_tp_tables(layout, c, dp, quiet, err, n);
     dt_mem_plan plan;
     if (dt_mem_plan_from_config(layout, c, dp, &plan, err, n)) return -1;
     if (!quiet) dt_mem_plan_print(stdout, &plan, "memory per rank", NULL, 0);

@@ -124,7 +124,7 @@ const dt_cfg_opt dt_cfg_options[] = {
     OPT(G_RUN, "pp", NULL, T_INT, pp, 1, 64, "N", NULL, 0,
         "pipeline stages (consecutive layers); ranks = pp x data-parallel"),
     OPT(G_RUN, "tp", NULL, T_INT, tp, 1, 64, "N", NULL, 0,
-        "tensor parallelism: adjacent ranks split every matrix; ranks = tp x data-parallel"),
+        "tensor parallel ranks: each holds a slice of every matrix"),
     OPT(G_RUN, "pp-schedule", NULL, T_CHOICE, pp_schedule, 0, 0,
         "naive|gpipe|1f1b|interleaved|zb1p", NULL, 0, "pipeline schedule (--grad-accum micro-batches)"),
     OPT(G_RUN, "pp-partition", NULL, T_CHOICE, pp_partition, 0, 0, "uniform|params|cost", NULL,

@@ -15,7 +15,7 @@ typedef struct {
     double tokens_per_s;
     double mfu;       /* fraction of peak, or < 0 when unknown */
     double eta_s;
-    int ranks;            /* ranks of the job (communication is shown above 1) */
+    int ranks;            /* ranks (or devices) of the job: communication shown above 1 */
     double comm_ms;       /* communication not hidden behind compute */
     unsigned long long bytes_sent; /* by this rank in the step */
 } dt_step_stats;

@@ -101,7 +101,7 @@ static int run_loop(dt_run *t)
                            .mfu = dt_mfu(tps * flops_tok, t->peak),
                            .eta_s = (double)(c->steps - t->step - 1) *
                                     (averaged > 0 ? ms_avg : ms) * 1e-3,
-                           .ranks = t->r.size};
+                           .ranks = t->r.size > t->S.dp_size ? t->r.size : t->S.dp_size};
         uint64_t bytes;
         dt_strategy_traffic(&t->S, &s.comm_ms, &bytes);
         s.bytes_sent = bytes;

@@ -23,7 +23,8 @@ backward, the embeddings' and the head's one each, and the loss's max (N
 floats) and sums (2 N doubles), each all-reduce sending 2 (n - 1) / n of
 its buffer.
 Memory: each rank's parameters, gradients and optimizer state as planned
-(its slices, and the whole tensors), x1.00 of the plan at the start.
+(its slices, and the whole tensors), x1.00 of the plan at the start;
+--dry-run --tp 2 plans each tp rank's floats as the run does.
 Checkpoints: tp 2 writes one shard per slice; resumed at tp 2 bit for
 bit; resumed in one process and at tp 4 within 1e-5; a one-process
 checkpoint resumed at tp 2 within 1e-5. --init from a weights file gives
@@ -39,7 +40,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
 from checks import check, finish  # noqa: E402
-from dtrain_run import expect_refused, rel_err, same_bits, train_logged, write_words  # noqa: E402
+from dtrain_run import expect_refused, rel_err, run, same_bits, train_logged, write_words  # noqa: E402
 
 STEPS, LR = 5, 3e-3
 B, T, C, L = 2, 16, 48, 2
@@ -62,7 +63,7 @@ def close(got, ref, what, loss_tol=1e-6, w_tol=1e-5):
     err, where = rel_err(got[1], ref[1], LR, STEPS)
     check(len(got[0]) == len(ref[0]) and worst <= loss_tol and err <= w_tol,
           "%s: losses within %g of one process's (worst %.2e), weights within %g (worst "
-          "%.2e, %s)" % (what, loss_tol, worst, loss_tol, err, where))
+          "%.2e, %s)" % (what, loss_tol, worst, w_tol, err, where))
     if got[3] is not None and ref[3] is not None:
         check(abs(got[3] - ref[3]) <= loss_tol * ref[3] + 1e-4,
               "%s: final validation loss %.4f, one process %.4f" % (what, got[3], ref[3]))
@@ -89,8 +90,9 @@ def equivalence(dtrain, tmp, quick):
             ("tp 2 x dp 2", dp2, 2, B),
             ("tp 2 x dp 2 ZeRO-1", dp2 + ["--zero-stage", "1"], 2, B),
         ]
+    runs = {}
     for name, args, n, batch in layouts:
-        got = train(dtrain, tmp, name.replace(" ", "_"), args)
+        got = runs[name] = train(dtrain, tmp, name.replace(" ", "_"), args)
         close(got, ref, name)
         check("replicas:" in got[2] and "bit-identical" in got[2].split("replicas:")[1][:80],
               "%s: the whole tensors are the same bits on every rank (%s)" %
@@ -107,6 +109,15 @@ def equivalence(dtrain, tmp, quick):
         ratios = [float(x) for x in re.findall(r"x([0-9.]+)", start)]
         check(ratios and all(abs(r - 1) <= 0.01 for r in ratios),
               "%s: memory at the start as planned for each rank's slices (%s)" % (name, ratios[:5]))
+    # --dry-run plans each tp rank's slice: the Psi_q the run planned.
+    r = run(dtrain, ["train", "--dry-run", "--data", os.path.join(tmp, "data.txt"), "--n-layer",
+                     str(L), "--n-head", "4", "--n-embd", str(C), "--block-size", str(T),
+                     "--nproc", "2", "--tp", "2"])
+    planned = re.findall(r"tp rank \d: Psi_q = (\d+)", r.stdout)
+    ran = re.findall(r"plan, Psi_q = (\d+)", runs["tp 2"][2])
+    check(r.returncode == 0 and planned and planned == ran[:len(planned)],
+          "--dry-run --tp 2: each tp rank's Psi_q as the run planned it (%s, run %s)"
+          % (planned, ran[:2]))
     bf = ["--dtype", "bf16"]
     ref16 = train(dtrain, tmp, "one_bf16", ["--batch-size", str(2 * B)] + bf)
     got16 = train(dtrain, tmp, "tp2_bf16", ["--nproc", "2", "--tp", "2", "--batch-size",

@@ -209,19 +209,40 @@ static void tp_describe(void *self, FILE *f)
             L->m->cfg.n_head, t->mlp, 4 * L->m->cfg.n_embd, t->v0, t->v0 + t->vocab);
 }
 
-/* Rank q's floats and activations, from its layout. */
+static size_t seg_len(const dt_gpt *m, int s)
+{
+    return dt_gpt_segment_start(m, s + 1) - dt_gpt_segment_start(m, s);
+}
+
+/* In use at once (what mixed precision widens, bf16 accumulation opens
+ * in fp32): a layer, or the head's ln_f with the tied embeddings. */
+int dt_tp_rank_mem(const dt_gpt *layout, int q, int tp, int B, int T, dt_rank_mem *out,
+                   char *err, size_t errlen)
+{
+    dt_gpt lay;
+    if (dt_gpt_create_layout(&lay, &layout->cfg, layout->prec, err, errlen)) return -1;
+    if (dt_gpt_pad_segments(&lay, layout->seg_align) || dt_gpt_set_tp(&lay, q, tp)) {
+        dt_strf(err, errlen, "%s", lay.error);
+        dt_gpt_destroy(&lay);
+        return -1;
+    }
+    lay.recompute = layout->recompute;
+    const int nl = lay.cfg.n_layer;
+    size_t most = seg_len(&lay, 0) + seg_len(&lay, nl + 1);
+    for (int l = 0; l < nl; l++)
+        if (seg_len(&lay, 1 + l) > most) most = seg_len(&lay, 1 + l);
+    *out = (dt_rank_mem){.floats = lay.n_floats, .in_use = most, .grads_open = most,
+                         .acts = 4.0 * (double)dt_gpt_acts_floats(&lay, B, T)};
+    dt_gpt_destroy(&lay);
+    return 0;
+}
+
 static int tp_mem_plan(void *self, int q, dt_rank_mem *out)
 {
     tp_layer *L = self;
-    dt_gpt lay;
-    if (slice_layout(L, q % L->size, &lay)) return 0;
-    lay.recompute = L->m->recompute;
-    *out = (dt_rank_mem){.floats = lay.n_floats, .in_use = lay.n_floats,
-                         .grads_open = lay.n_floats,
-                         .acts = 4.0 * (double)dt_gpt_acts_floats(&lay, L->S->rank->B,
-                                                                  L->S->rank->T)};
-    dt_gpt_destroy(&lay);
-    return 1;
+    dt_rank *r = L->S->rank;
+    return dt_tp_rank_mem(L->m, q % L->size, L->size, r->B, r->T, out, r->err, sizeof r->err)
+               ? 0 : 1;
 }
 
 static void tp_destroy(void *self)

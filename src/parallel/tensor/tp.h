@@ -27,6 +27,12 @@ int dt_tp_check(const dt_parallel_opts *o, int world, int *dp, char *err, size_t
 /* Adds the layer, and DDP or ZeRO-1 over the data-parallel group below it. */
 int dt_tp_strategy(dt_strategy *S, const dt_parallel_opts *o);
 
+/* What rank q of a group of tp holds of layout's model (its slices, the
+ * whole tensors, its activations for B x T): for the memory plans, a
+ * run's and --dry-run's. 0, or -1 with err (sizes that do not split). */
+int dt_tp_rank_mem(const dt_gpt *layout, int q, int tp, int B, int T, dt_rank_mem *out,
+                   char *err, size_t errlen);
+
 /* The model's reduce (dt_gpt_tp.reduce) over the communicator ctx: sums
  * (fp32 or fp64) or maxima, in place. */
 int dt_tp_reduce(void *comm, void *buf, size_t n, dt_tp_op op, char *err, size_t errlen);
