@@ -34,10 +34,12 @@ def run(a, data, tmp, name, extra):
         sys.exit("%s failed:\n%s" % (" ".join(cmd), (r.stdout + r.stderr)[-2000:]))
     tps, sent = bc.log_means(log, a.skip, "tokens_per_s", "bytes_sent")
     peak = r.stdout.split("peak memory")[-1]
-    mem = re.findall(r"params ([0-9.]+) MiB.*?acts ([0-9.]+) MiB", peak)
+    # A run of several ranks prints "  rank 0: params 0.1 MiB | ... | acts 0.2 MiB";
+    # one process a table whose row is "  rank 0   params x.. grads x.. optim x.. ...".
+    mem = re.findall(r"^  rank \d+: params ([0-9.]+) MiB.*?acts ([0-9.]+) MiB", peak, re.M)
     if not mem:
-        mem = re.findall(r"rank \d+\s+([0-9.]+) x[0-9.]+\s+[0-9.]+ x[0-9.]+\s+[0-9.]+ x[0-9.]+"
-                         r"\s+[0-9.]+ x[0-9.]+\s+([0-9.]+)", peak)
+        mem = re.findall(r"^  rank \d+\s+([0-9.]+) x[0-9.]+\s+[0-9.]+ x[0-9.]+\s+[0-9.]+ "
+                         r"x[0-9.]+\s+[0-9.]+ x[0-9.]+\s+([0-9.]+)", peak, re.M)
     return tps, sent, mem
 
 
