@@ -25,3 +25,16 @@ int dt_ends_with(const char *s, const char *suffix)
     size_t a = strlen(s), b = strlen(suffix);
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
+
+void dt_str_divisors(char *buf, size_t cap, int n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int d = 1; d <= n; d++) {
+        if (n % d) continue;
+        const char *sep = len == 0 ? "" : d == n ? " or " : ", ";
+        int w = snprintf(buf + len, cap - len, "%s%d", sep, d);
+        if (w < 0 || (size_t)w >= cap - len) break;
+        len += (size_t)w;
+    }
+}

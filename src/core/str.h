@@ -10,5 +10,8 @@ int dt_strf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(p
 int dt_vstrf(char *buf, size_t len, const char *fmt, va_list ap);
 /* Whether s ends with suffix. */
 int dt_ends_with(const char *s, const char *suffix);
+/* "1, 2, 3, 4, 6 or 12": the divisors of n, for a message that says which
+ * split sizes would work (truncated to fit). */
+void dt_str_divisors(char *buf, size_t len, int n);
 
 #endif

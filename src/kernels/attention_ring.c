@@ -12,6 +12,7 @@
 #include "kernels/attention_ring.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,23 @@
 #include "kernels/threads.h"
 
 /* ---- positions ---- */
+
+int dt_seq_shard_check(const char *who, int B, int T, int C, int NH, int N, dt_shard_kind kind,
+                       char *err, size_t errlen)
+{
+    int zz = kind == DT_SHARD_ZIGZAG, m = zz ? 2 * N : N;
+    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || N <= 0 || C % NH) {
+        snprintf(err, errlen, "%s: bad sizes B = %d, T = %d, C = %d, NH = %d (all positive, C "
+                 "a multiple of NH)", who, B, T, C, NH);
+        return -1;
+    }
+    if (T % m == 0) return 0;
+    int lo = T / m * m, a = lo ? lo : lo + m, b = a + m;
+    snprintf(err, errlen, "%s: T = %d is not a multiple of %s = %d (%s sharding over %d ranks); "
+             "T = %d or %d would work", who, T, zz ? "2N" : "N", m, zz ? "zig-zag" : "contiguous",
+             N, a, b);
+    return -1;
+}
 
 dt_seq_rows dt_seq_span(int begin, int len)
 {

@@ -48,6 +48,12 @@ int dt_seq_rows_total(const dt_seq_rows *rows);
  * -1 (rows->count = 0) when T is not a multiple of N (contiguous) or of 2N
  * (zig-zag), or the rank is out of range. */
 int dt_seq_shard(dt_seq_rows *rows, int T, int rank, int N, dt_shard_kind kind);
+/* Whether B sequences of T positions, width C in NH heads, shard over N
+ * ranks as `kind` says (all positive, C a multiple of NH, T of N or 2N):
+ * 0, or -1 with a message in err, begun with `who`, naming the nearest
+ * lengths that would work. */
+int dt_seq_shard_check(const char *who, int B, int T, int C, int NH, int N, dt_shard_kind kind,
+                       char *err, size_t errlen);
 /* (query chunk, key chunk) pairs that have some key at or before some
  * query: the block pairs the kernels below compute (a measure of work). */
 int dt_seq_pairs_with_work(const dt_seq_rows *q_rows, const dt_seq_rows *kv_rows);

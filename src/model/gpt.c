@@ -168,15 +168,6 @@ int dt_gpt_pad_segments(dt_gpt *m, size_t align)
     return 0;
 }
 
-/* The --tp values that would split n equally, for a refusal's message. */
-static void divisors(char *buf, size_t len, int n)
-{
-    size_t o = 0;
-    buf[0] = '\0';
-    for (int d = 1; d <= n && o + 16 < len; d++)
-        if (n % d == 0) o += (size_t)snprintf(buf + o, len - o, "%s%d", o ? ", " : "", d);
-}
-
 int dt_gpt_set_tp(dt_gpt *m, int rank, int size)
 {
     const int NH = m->cfg.n_head, C = m->cfg.n_embd, V = m->cfg.vocab_size;
@@ -185,7 +176,7 @@ int dt_gpt_set_tp(dt_gpt *m, int rank, int size)
         return dt_strf(m->error, sizeof m->error, "model: tensor parallelism is set on a "
                        "layout without buffers, rank 0 <= %d < size %d", rank, size), -1;
     if (NH % size || (4 * C) % size) {
-        divisors(ok, sizeof ok, NH);
+        dt_str_divisors(ok, sizeof ok, NH);
         return dt_strf(m->error, sizeof m->error, "--tp %d: the model's %d heads (n_embd %d, "
                        "MLP width %d) do not split into %d equal parts; --tp %s would work",
                        size, NH, C, 4 * C, size, ok), -1;

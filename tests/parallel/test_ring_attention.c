@@ -7,7 +7,7 @@
  * rank with a message, and ranks that disagree on the sizes get an error,
  * not a hang. Run under `dtrain launch -n N` (N = 2, 3, 4). */
 #include "dtrain/comm.h"
-#include "kernels/kernel_test.h"
+#include "seq_rows_test.h"
 #include "kernels/attention.h"
 #include "kernels/threads.h"
 #include "parallel/context/ring_attention.h"
@@ -17,31 +17,9 @@ typedef struct {
     dt_shard_kind kind;
 } config;
 
-static const char *kind_name(dt_shard_kind k)
+static double *my_rows(const float *full, size_t w, const dt_ring_attention *ra)
 {
-    return k == DT_SHARD_ZIGZAG ? "zigzag" : "contiguous";
-}
-
-/* Position of row i of a rank holding `rows`. */
-static int position(const dt_seq_rows *rows, int i)
-{
-    for (int c = 0; c < rows->count; c++) {
-        if (i < rows->len[c]) return rows->begin[c] + i;
-        i -= rows->len[c];
-    }
-    return -1;
-}
-
-/* local [B, Tl, w] = the rank's rows of full [B, T, w], in double. */
-static double *take_rows(const float *full, size_t w, const dt_ring_attention *ra)
-{
-    double *y = dalloc((size_t)ra->B * ra->Tl * w);
-    for (int b = 0; b < ra->B; b++)
-        for (int i = 0; i < ra->Tl; i++) {
-            const float *f = full + ((size_t)b * ra->T + position(&ra->mine, i)) * w;
-            for (size_t j = 0; j < w; j++) y[((size_t)b * ra->Tl + i) * w + j] = f[j];
-        }
-    return y;
+    return take_rows(full, w, ra->B, ra->T, ra->Tl, &ra->mine);
 }
 
 /* The same for lse-shaped [B, NH, T] arrays: rows of B * NH. */
@@ -51,13 +29,6 @@ static double *take_lse(const float *full, const dt_ring_attention *ra)
     for (int bh = 0; bh < ra->B * ra->NH; bh++)
         for (int i = 0; i < ra->Tl; i++)
             y[(size_t)bh * ra->Tl + i] = full[(size_t)bh * ra->T + position(&ra->mine, i)];
-    return y;
-}
-
-static float *narrow(const double *x, size_t n)
-{
-    float *y = malloc(n * sizeof *y);
-    for (size_t i = 0; i < n; i++) y[i] = (float)x[i];
     return y;
 }
 
@@ -99,9 +70,9 @@ static void run_case(dt_comm *comm, const config *c)
         return;
     }
     size_t rows = (size_t)c->B * ra.Tl, C = c->C, nlse = rows * c->NH;
-    double *my_qkv = take_rows(qkv, 3 * C, &ra), *my_dout = take_rows(dout, C, &ra);
-    double *w_out = take_rows(want_out, C, &ra), *w_lse = take_lse(want_lse, &ra);
-    double *w_dqkv = take_rows(want_dqkv, 3 * C, &ra);
+    double *my_qkv = my_rows(qkv, 3 * C, &ra), *my_dout = my_rows(dout, C, &ra);
+    double *w_out = my_rows(want_out, C, &ra), *w_lse = take_lse(want_lse, &ra);
+    double *w_dqkv = my_rows(want_dqkv, 3 * C, &ra);
     float *lq = narrow(my_qkv, rows * 3 * C), *ld = narrow(my_dout, rows * C);
     float *out = malloc(rows * C * sizeof(float)), *lse = malloc(nlse * sizeof(float));
     float *dqkv = malloc(rows * 3 * C * sizeof(float));

@@ -9,7 +9,7 @@
  * the sizes get an error, not a hang. Run under `dtrain launch -n N`
  * (N = 2, 3, 4). */
 #include "dtrain/comm.h"
-#include "kernels/kernel_test.h"
+#include "seq_rows_test.h"
 #include "kernels/attention.h"
 #include "kernels/threads.h"
 #include "parallel/context/ulysses.h"
@@ -19,32 +19,9 @@ typedef struct {
     dt_shard_kind kind;
 } config;
 
-static const char *kind_name(dt_shard_kind k)
-{
-    return k == DT_SHARD_ZIGZAG ? "zigzag" : "contiguous";
-}
-
-/* Position of row i of a rank holding `rows`. */
-static int position(const dt_seq_rows *rows, int i)
-{
-    for (int c = 0; c < rows->count; c++) {
-        if (i < rows->len[c]) return rows->begin[c] + i;
-        i -= rows->len[c];
-    }
-    return -1;
-}
-
-/* The rank's rows [B, Tl, w] of full [B, T, w], in double. */
 static double *my_rows(const float *full, size_t w, const dt_ulysses *u)
 {
-    double *y = dalloc((size_t)u->B * u->Tl * w);
-    for (int b = 0; b < u->B; b++)
-        for (int i = 0; i < u->Tl; i++) {
-            const float *f = full + ((size_t)b * u->T + position(&u->mine, i)) * w;
-            double *d = y + ((size_t)b * u->Tl + i) * w;
-            for (size_t j = 0; j < w; j++) d[j] = f[j];
-        }
-    return y;
+    return take_rows(full, w, u->B, u->T, u->Tl, &u->mine);
 }
 
 /* The rank's heads [B, NH/N, T] of a full lse [B, NH, T], in double. */
@@ -57,13 +34,6 @@ static double *my_heads_lse(const float *full, const dt_ulysses *u)
             const float *f = full + (b * u->NH + u->rank * nh + h) * T;
             for (size_t t = 0; t < T; t++) y[(b * nh + h) * T + t] = f[t];
         }
-    return y;
-}
-
-static float *to_float(const double *x, size_t n)
-{
-    float *y = malloc((n ? n : 1) * sizeof *y);
-    for (size_t i = 0; i < n; i++) y[i] = (float)x[i];
     return y;
 }
 
@@ -119,7 +89,7 @@ static void check_against(dt_ulysses *u, const reference *r, const config *c)
     double *in_qkv = my_rows(r->qkv, 3 * C, u), *in_dout = my_rows(r->dout, C, u);
     double *w_out = my_rows(r->out, C, u), *w_dqkv = my_rows(r->dqkv, 3 * C, u);
     double *w_lse = my_heads_lse(r->lse, u);
-    float *qkv = to_float(in_qkv, rows * 3 * C), *dout = to_float(in_dout, rows * C);
+    float *qkv = narrow(in_qkv, rows * 3 * C), *dout = narrow(in_dout, rows * C);
     float *out = malloc(rows * C * sizeof(float)), *dqkv = malloc(rows * 3 * C * sizeof(float));
     size_t nsaved = dt_ulysses_saved_floats(u), nlse = (size_t)u->B * (u->NH / u->nranks) * u->T;
     float *saved = malloc(nsaved * sizeof(float));

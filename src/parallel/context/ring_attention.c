@@ -20,21 +20,9 @@ int dt_ring_attention_init(dt_ring_attention *ra, dt_comm *cp, int B, int T, int
                            dt_shard_kind kind)
 {
     memset(ra, 0, sizeof *ra);
-    int N = dt_comm_size(cp), zz = kind == DT_SHARD_ZIGZAG, m = zz ? 2 * N : N;
-    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || C % NH) {
-        snprintf(ra->error, sizeof ra->error,
-                 "ring attention: bad sizes B = %d, T = %d, C = %d, NH = %d (all positive, C a "
-                 "multiple of NH)", B, T, C, NH);
+    int N = dt_comm_size(cp);
+    if (dt_seq_shard_check("ring attention", B, T, C, NH, N, kind, ra->error, sizeof ra->error))
         return -1;
-    }
-    if (T % m) {
-        int lo = T / m * m, a = lo ? lo : lo + m, b = a + m;
-        snprintf(ra->error, sizeof ra->error,
-                 "ring attention: T = %d is not a multiple of %s = %d (%s sharding over %d "
-                 "ranks); T = %d or %d would work", T, zz ? "2N" : "N", m,
-                 zz ? "zig-zag" : "contiguous", N, a, b);
-        return -1;
-    }
     *ra = (dt_ring_attention){.comm = cp, .rank = dt_comm_rank(cp), .nranks = N, .B = B,
                               .T = T, .C = C, .NH = NH, .kind = kind, .Tl = T / N};
     dt_seq_shard(&ra->mine, T, ra->rank, N, kind);

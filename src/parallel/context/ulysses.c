@@ -4,26 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/str.h"
 #include "kernels/attention.h"
-
-/* "1, 2, 3, 4, 6 or 12": the context-parallel sizes that split n heads. */
-static void list_divisors(char *buf, size_t cap, int n)
-{
-    size_t len = 0;
-    buf[0] = '\0';
-    for (int d = 1; d <= n; d++) {
-        if (n % d) continue;
-        const char *sep = len == 0 ? "" : d == n ? " or " : ", ";
-        int w = snprintf(buf + len, cap - len, "%s%d", sep, d);
-        if (w < 0 || (size_t)w >= cap - len) break;
-        len += (size_t)w;
-    }
-}
 
 static int refuse_heads(dt_ulysses *u, int NH, int N)
 {
     char ok[128];
-    list_divisors(ok, sizeof ok, NH);
+    dt_str_divisors(ok, sizeof ok, NH);
     snprintf(u->error, sizeof u->error,
              "ulysses attention needs the heads (NH = %d) divisible by the context-parallel "
              "size (N = %d); N = %s would work", NH, N, ok);
@@ -33,22 +20,11 @@ static int refuse_heads(dt_ulysses *u, int NH, int N)
 int dt_ulysses_init(dt_ulysses *u, dt_comm *cp, int B, int T, int C, int NH, dt_shard_kind kind)
 {
     memset(u, 0, sizeof *u);
-    int N = dt_comm_size(cp), zz = kind == DT_SHARD_ZIGZAG, m = zz ? 2 * N : N;
-    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || C % NH) {
-        snprintf(u->error, sizeof u->error,
-                 "ulysses attention: bad sizes B = %d, T = %d, C = %d, NH = %d (all positive, C "
-                 "a multiple of NH)", B, T, C, NH);
+    int N = dt_comm_size(cp);
+    if (dt_seq_shard_check("ulysses attention", B, T, C, NH, N, kind, u->error,
+                           sizeof u->error))
         return -1;
-    }
     if (NH % N) return refuse_heads(u, NH, N);
-    if (T % m) {
-        int lo = T / m * m, a = lo ? lo : lo + m, b = a + m;
-        snprintf(u->error, sizeof u->error,
-                 "ulysses attention: T = %d is not a multiple of %s = %d (%s sharding over %d "
-                 "ranks); T = %d or %d would work", T, zz ? "2N" : "N", m,
-                 zz ? "zig-zag" : "contiguous", N, a, b);
-        return -1;
-    }
     *u = (dt_ulysses){.comm = cp, .rank = dt_comm_rank(cp), .nranks = N, .B = B, .T = T,
                       .C = C, .NH = NH, .kind = kind, .Tl = T / N};
     dt_seq_shard(&u->mine, T, u->rank, N, kind);

@@ -123,14 +123,15 @@ static int tp_eval_group(void *self, int final, dt_comm **group)
     return 1;
 }
 
-/* Rank q's layout: this rank's configuration and padding, q's slices. */
-static int slice_layout(tp_layer *L, int q, dt_gpt *lay)
+/* Rank q of tp's layout: like's configuration, padding and recompute
+ * mode, q's slices. */
+static int slice_layout(const dt_gpt *like, int q, int tp, dt_gpt *lay, char *err, size_t n)
 {
-    dt_rank *r = L->S->rank;
-    if (dt_gpt_create_layout(lay, &L->m->cfg, L->m->prec, r->err, sizeof r->err)) return -1;
-    if (dt_gpt_pad_segments(lay, L->m->seg_align) == 0 && dt_gpt_set_tp(lay, q, L->size) == 0)
+    if (dt_gpt_create_layout(lay, &like->cfg, like->prec, err, n)) return -1;
+    lay->recompute = like->recompute;
+    if (dt_gpt_pad_segments(lay, like->seg_align) == 0 && dt_gpt_set_tp(lay, q, tp) == 0)
         return 0;
-    dt_strf(r->err, sizeof r->err, "%s", lay->error);
+    dt_strf(err, n, "%s", lay->error);
     dt_gpt_destroy(lay);
     return -1;
 }
@@ -153,7 +154,8 @@ static int place_slice(tp_layer *L, const dt_gpt *lay, const float *local)
 static int receive_slice(tp_layer *L, int q)
 {
     dt_gpt lay;
-    if (slice_layout(L, q, &lay)) return -1;
+    dt_rank *r = L->S->rank;
+    if (slice_layout(L->m, q, L->size, &lay, r->err, sizeof r->err)) return -1;
     float *buf = malloc(lay.n_floats * sizeof(float));
     int rc = !buf ? failed(L, "gathering the parameters", NULL)
              : dt_recv(L->tp, buf, lay.n_floats, DT_F32, q)
@@ -220,13 +222,7 @@ int dt_tp_rank_mem(const dt_gpt *layout, int q, int tp, int B, int T, dt_rank_me
                    char *err, size_t errlen)
 {
     dt_gpt lay;
-    if (dt_gpt_create_layout(&lay, &layout->cfg, layout->prec, err, errlen)) return -1;
-    if (dt_gpt_pad_segments(&lay, layout->seg_align) || dt_gpt_set_tp(&lay, q, tp)) {
-        dt_strf(err, errlen, "%s", lay.error);
-        dt_gpt_destroy(&lay);
-        return -1;
-    }
-    lay.recompute = layout->recompute;
+    if (slice_layout(layout, q, tp, &lay, err, errlen)) return -1;
     const int nl = lay.cfg.n_layer;
     size_t most = seg_len(&lay, 0) + seg_len(&lay, nl + 1);
     for (int l = 0; l < nl; l++)
