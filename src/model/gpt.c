@@ -196,6 +196,20 @@ int dt_gpt_set_tp(dt_gpt *m, int rank, int size)
     return 0;
 }
 
+int dt_gpt_set_cp(dt_gpt *m, int rank, int size, dt_shard_kind kind, int saved_widths)
+{
+    if (m->acts_mem || size < 1 || rank < 0 || rank >= size || saved_widths < 0)
+        return dt_strf(m->error, sizeof m->error, "model: context parallelism is set on a "
+                       "model without activations, rank 0 <= %d < size %d", rank, size), -1;
+    m->cp.rank = rank;
+    m->cp.size = size;
+    m->cp.kind = kind;
+    m->cp.saved_widths = saved_widths;
+    return 0;
+}
+
+int dt_gpt_rows(const dt_gpt *m, int t) { return t / m->cp.size; }
+
 int dt_gpt_create_layout(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec, char *err,
                          size_t errlen)
 {
@@ -206,6 +220,7 @@ int dt_gpt_create_layout(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec,
     m->seg_align = TENSOR_ALIGN_FLOATS;
     m->tp = (dt_gpt_tp){.rank = 0, .size = 1, .heads = cfg->n_head, .attn = cfg->n_embd,
                         .mlp = 4 * cfg->n_embd, .v0 = 0, .vocab = cfg->vocab_size};
+    m->cp = (dt_gpt_cp){.rank = 0, .size = 1, .kind = DT_SHARD_CONTIGUOUS};
     m->tensors = calloc((size_t)(2 + LAYER_TENSORS * cfg->n_layer + 2), sizeof *m->tensors);
     if (!m->tensors) {
         dt_strf(err, errlen, "model: out of memory for the tensor table");
@@ -529,6 +544,30 @@ static int row_parallel(dt_gpt *m, float *out, const float *inp, const float *W,
     return 0;
 }
 
+/* Attention over this rank's rows, t of each sequence: alone, or with the
+ * rest of each sequence on the context-parallel group's ranks. */
+static int attention_forward(dt_gpt *m, dt_gpt_layer_acts *a, int b, int t)
+{
+    const int A = m->tp.attn, NH = m->tp.heads;
+    if (m->cp.size == 1) {
+        dt_attention_forward(a->att, a->lse, a->qkv, b, t, A, NH);
+        return 0;
+    }
+    return m->cp.forward(m->cp.ctx, a->att, a->lse, a->qkv, b, t * m->cp.size, A, NH, m->error,
+                         sizeof m->error);
+}
+
+static int attention_backward(dt_gpt *m, const dt_gpt_layer_acts *a, int b, int t)
+{
+    const int A = m->tp.attn, NH = m->tp.heads;
+    if (m->cp.size == 1) {
+        dt_attention_backward(m->d_qkv, m->d_c, a->qkv, a->att, a->lse, b, t, A, NH);
+        return 0;
+    }
+    return m->cp.backward(m->cp.ctx, m->d_qkv, m->d_c, a->qkv, a->att, a->lse, b,
+                          t * m->cp.size, A, NH, m->error, sizeof m->error);
+}
+
 /* The parts of a layer's forward: the element-wise ones (LayerNorms, GELU),
  * the matrix products with the attention between them and the residual sum
  * res2 written in place, and the output (the MLP's c_proj and res3). A
@@ -548,7 +587,7 @@ static int layer_run(dt_gpt *m, int l, const float *x, int b, int t, unsigned ru
     if (run & RUN_PRODUCTS) {
         if (dt_linear_forward(m->prec, a->qkv, a->ln1, w.qkv_w, w.qkv_b, N, C, 3 * A))
             return fail_matmul(m, "attn.c_attn");
-        dt_attention_forward(a->att, a->lse, a->qkv, b, t, A, m->tp.heads);
+        if (attention_forward(m, a, b, t)) return -1;
         if (row_parallel(m, a->res2, a->att, w.proj_w, w.proj_b, N, A, "attn.c_proj"))
             return -1;
         add_into(a->res2, a->res2, x, (size_t)N * C);
@@ -618,19 +657,59 @@ static int head_forward(dt_gpt *m, const float *x, int N)
     return 0;
 }
 
-/* The embeddings' output into m->encoded: split over the vocabulary, each
- * rank looks up the tokens of its slice, zeros for the rest, and the
- * group's sum is the whole lookup (gpt.h). */
-static int embed_forward(dt_gpt *m, const int32_t *tokens, int b, int t)
+/* Calls fn on each run of consecutive positions among this rank's rows
+ * of b sequences of t rows: sequence bi, its rows from `row` on (of the
+ * b x t), positions [pos, pos + len). Whole sequences are one run of b. */
+typedef void (*rows_fn)(dt_gpt *m, const void *arg, size_t row, int pos, int nseq, int len);
+
+static void each_run(dt_gpt *m, int b, int t, rows_fn fn, const void *arg)
+{
+    if (m->cp.size == 1) {
+        fn(m, arg, 0, 0, b, t);
+        return;
+    }
+    const dt_seq_rows *rows = &m->cp.rows;
+    for (int bi = 0; bi < b; bi++)
+        for (int c = 0, off = 0; c < rows->count; off += rows->len[c++])
+            fn(m, arg, (size_t)bi * t + off, rows->begin[c], 1, rows->len[c]);
+}
+
+static void embed_run(dt_gpt *m, const void *tokens, size_t row, int pos, int nseq, int len)
 {
     const int C = m->cfg.n_embd;
-    if (m->tp.size == 1) {
-        dt_embedding_forward(m->encoded, tokens, WTE(m, weights(m)), WPE(m, weights(m)), b, t, C);
-        return 0;
-    }
-    dt_embedding_forward_range(m->encoded, tokens, WTE(m, weights(m)), WPE(m, weights(m)), b, t,
-                               C, m->tp.v0, m->tp.vocab);
-    return tp_reduce(m, m->encoded, (size_t)b * t * C, DT_TP_SUM_F32, "wte");
+    dt_embedding_forward_range(m->encoded + row * C, (const int32_t *)tokens + row,
+                               WTE(m, weights(m)), WPE(m, weights(m)) + (size_t)pos * C, nseq,
+                               len, C, m->tp.v0, m->tp.vocab);
+}
+
+/* The embeddings' output into m->encoded, of b x t rows (this rank's
+ * positions). Split over the vocabulary, each rank looks up the tokens of
+ * its slice, zeros for the rest, and the group's sum is the whole lookup
+ * (gpt.h). */
+static int embed_forward(dt_gpt *m, const int32_t *tokens, int b, int t)
+{
+    each_run(m, b, t, embed_run, tokens);
+    if (m->tp.size == 1) return 0;
+    return tp_reduce(m, m->encoded, (size_t)b * t * m->cfg.n_embd, DT_TP_SUM_F32, "wte");
+}
+
+/* Context parallelism: this rank's rows of b whole sequences of t, into
+ * m->cp's tokens and targets (either may be NULL). */
+static int pick_rows(dt_gpt *m, const int32_t *tokens, const int32_t *targets, int b, int t)
+{
+    dt_seq_rows *rows = &m->cp.rows;
+    if (dt_seq_shard(rows, t, m->cp.rank, m->cp.size, m->cp.kind))
+        return dt_strf(m->error, sizeof m->error, "model: sequences of %d do not split over "
+                       "%d ranks of context parallelism", t, m->cp.size), -1;
+    const int tl = dt_seq_rows_total(rows);
+    for (int bi = 0; bi < b; bi++)
+        for (int c = 0, off = 0; c < rows->count; off += rows->len[c++]) {
+            size_t from = (size_t)bi * t + rows->begin[c], to = (size_t)bi * tl + off;
+            size_t bytes = (size_t)rows->len[c] * sizeof(int32_t);
+            if (tokens) memcpy(m->cp.tokens + to, tokens + from, bytes);
+            if (targets) memcpy(m->cp.targets + to, targets + from, bytes);
+        }
+    return 0;
 }
 
 /* The sum of the rows' losses, or -1. Split over the vocabulary, the rows'
@@ -661,16 +740,25 @@ static int check_slot(dt_gpt *m, int k, int b, int t)
 double dt_gpt_forward_slot(dt_gpt *m, int k, const int32_t *tokens, const int32_t *targets,
                            int b, int t)
 {
-    const int L = m->cfg.n_layer, N = b * t;
+    const int L = m->cfg.n_layer;
     if (check_slot(m, k, b, t)) return -1;
     dt_gpt_slot *st = &m->slots[k];
     const int embed = st->part.l0 == 0, head = st->part.l1 == L;
-    if (embed && (!tokens || check_tokens(m, tokens, (size_t)N, "token"))) return -1;
-    if (head && targets && check_tokens(m, targets, (size_t)N, "target")) return -1;
+    if (embed && (!tokens || check_tokens(m, tokens, (size_t)b * t, "token"))) return -1;
+    if (head && targets && check_tokens(m, targets, (size_t)b * t, "target")) return -1;
+    const int32_t *rows_tokens = tokens, *rows_targets = targets;
+    st->tokens = tokens; /* the caller's: backward checks it gets the same */
+    if (m->cp.size > 1) {
+        if (pick_rows(m, tokens, targets, b, t)) return -1;
+        rows_tokens = m->cp.tokens;
+        rows_targets = targets ? m->cp.targets : NULL;
+        t = dt_gpt_rows(m, t);
+    }
+    const int N = b * t;
     dt_gpt_bind_slot(m, k);
     m->rebuilt_layer = -1;
     if (embed) {
-        if (need(m, 0, DT_USE_FORWARD) || embed_forward(m, tokens, b, t)) return -1;
+        if (need(m, 0, DT_USE_FORWARD) || embed_forward(m, rows_tokens, b, t)) return -1;
         done(m, 0, DT_USE_FORWARD);
     }
     const float *x = m->encoded;
@@ -679,14 +767,13 @@ double dt_gpt_forward_slot(dt_gpt *m, int k, const int32_t *tokens, const int32_
         done(m, 1 + l, DT_USE_FORWARD);
         x = m->layer_acts[l].res3;
     }
-    st->tokens = tokens;
-    st->targets = head ? targets : NULL;
+    st->targets = head ? rows_targets : NULL;
     st->b = b;
     st->t = t;
     if (!head) return 0;
     if (head_forward(m, x, N)) return -1;
     if (!targets) return 0;
-    return head_loss(m, targets, N) / N;
+    return head_loss(m, rows_targets, N) / N;
 }
 
 double dt_gpt_forward(dt_gpt *m, const int32_t *tokens, const int32_t *targets, int b, int t)
@@ -762,7 +849,7 @@ static int layer_backward(dt_gpt *m, int l, const float *x, int b, int t, dt_bwd
     if (product_backward(m, what, m->d_c, g.proj_w, g.proj_b, m->d_res, a->d_proj, a->att,
                          w.proj_w, N, A, C, "attn.c_proj backward"))
         return -1;
-    dt_attention_backward(m->d_qkv, m->d_c, a->qkv, a->att, a->lse, b, t, A, m->tp.heads);
+    if (attention_backward(m, a, b, t)) return -1;
     if (product_backward(m, what, m->d_c, g.qkv_w, g.qkv_b, m->d_qkv, a->d_qkv, a->ln1, w.qkv_w,
                          N, C, 3 * A, "attn.c_attn backward") ||
         tp_reduce(m, m->d_c, (size_t)N * C, DT_TP_SUM_F32, "attn.c_attn backward"))
@@ -831,16 +918,27 @@ static int check_backward(dt_gpt *m, int k, const float *d_out, dt_bwd_part what
 }
 
 /* The embeddings' gradients from that of their output, d [b*t, C] (whole
- * on every rank: each adds its vocabulary slice's rows and all of wpe). */
+ * on every rank of tensor parallelism: each adds its vocabulary slice's
+ * rows and all of wpe; context parallelism: its rows' positions). */
+typedef struct {
+    const float *d;
+    const int32_t *tokens;
+} embed_grad;
+
+static void embed_grad_run(dt_gpt *m, const void *arg, size_t row, int pos, int nseq, int len)
+{
+    const embed_grad *g = arg;
+    const int C = m->cfg.n_embd;
+    dt_embedding_backward_range(WTE(m, m->grads), WPE(m, m->grads) + (size_t)pos * C,
+                                g->d + row * C, g->tokens + row, nseq, len, C, m->tp.v0,
+                                m->tp.vocab);
+}
+
 static void embed_backward(dt_gpt *m, const float *d, const dt_gpt_slot *st)
 {
+    embed_grad g = {d, m->cp.size > 1 ? m->cp.tokens : st->tokens};
     grads_open(m, 0);
-    if (m->tp.size == 1)
-        dt_embedding_backward(WTE(m, m->grads), WPE(m, m->grads), d, st->tokens, st->b, st->t,
-                              m->cfg.n_embd);
-    else
-        dt_embedding_backward_range(WTE(m, m->grads), WPE(m, m->grads), d, st->tokens, st->b,
-                                    st->t, m->cfg.n_embd, m->tp.v0, m->tp.vocab);
+    each_run(m, st->b, st->t, embed_grad_run, &g);
     segment_done(m, 0);
 }
 
@@ -925,9 +1023,9 @@ int dt_gpt_backward_slot(dt_gpt *m, int k, const float *d_out, float grad_scale)
 int dt_gpt_backward(dt_gpt *m, const int32_t *tokens, int b, int t, float grad_scale)
 {
     const dt_gpt_slot *st = m->nslots > 0 ? &m->slots[0] : NULL;
-    if (st && st->b && (tokens != st->tokens || b != st->b || t != st->t))
+    if (st && st->b && (tokens != st->tokens || b != st->b || dt_gpt_rows(m, t) != st->t))
         return dt_strf(m->error, sizeof m->error,
                        "model: backward of %d x %d does not match the last forward (%d x %d, "
-                       "other tokens?)", b, t, st->b, st->t), -1;
+                       "other tokens?)", b, t, st->b, st->t * m->cp.size), -1;
     return dt_gpt_backward_slot(m, 0, NULL, grad_scale);
 }

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/attention_ring.h"
 #include "kernels/matmul.h"
 #include "model/gbuf.h"
 #include "model/ranges.h"
@@ -68,6 +69,33 @@ typedef struct {
     void *ctx;
 } dt_gpt_tp;
 
+/* Context parallelism: the ranks of a group each run every layer on their
+ * rows of each sequence (dt_seq_shard's positions for this rank), and only
+ * attention looks across them, through the hooks below that the strategy
+ * owning the group sets (ring attention or Ulysses). A forward still takes
+ * whole sequences, b x t: the model picks its rows of the tokens and
+ * targets, adds their positions' embeddings, and returns the mean loss of
+ * its rows; the arena holds b x t / size rows. Every rank holds the whole
+ * parameters, and its gradients are those of its rows' losses alone (the
+ * strategy sums them over the group).
+ * The hooks see the local sizes of the layer: rows [b, t / size, 3A] of
+ * q, k, v for A = the heads' width (C, or C / tp under tensor
+ * parallelism) in `heads` heads; out [b, t / size, A]; `saved` is what
+ * forward keeps for backward: saved_floats(rows, A, heads) floats. */
+typedef struct {
+    int rank, size;             /* size 1: whole sequences */
+    dt_shard_kind kind;         /* how the sequence is cut (attention_ring.h) */
+    int saved_widths;           /* saved is rows x (heads + saved_widths x A) floats */
+    int (*forward)(void *ctx, float *out, float *saved, const float *qkv, int b, int t, int A,
+                   int heads, char *err, size_t errlen);
+    int (*backward)(void *ctx, float *dqkv, const float *dout, const float *qkv,
+                    const float *out, const float *saved, int b, int t, int A, int heads,
+                    char *err, size_t errlen);
+    void *ctx;
+    dt_seq_rows rows;           /* the positions of the last forward's rows */
+    int32_t *tokens, *targets;  /* [b, t / size]: its tokens and targets */
+} dt_gpt_cp;
+
 /* Pointers to one layer's tensors inside a flat buffer (parameters or
  * gradients: the layout is the same). */
 typedef struct {
@@ -107,7 +135,7 @@ const char *dt_recompute_name(dt_recompute mode);
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd; /* [N, C], [N], [N] */
     float *qkv;                       /* [N, 3C] */
-    float *att, *lse;                 /* [N, C], [B, NH, T] */
+    float *att, *lse;                 /* [N, C], [B, NH, T] (cp: its `saved`) */
     float *res2;                      /* [N, C]: residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd; /* [N, C], [N], [N] */
     float *fc, *fc_gelu;              /* [N, 4C] each */
@@ -142,6 +170,7 @@ typedef struct {
     dt_gpt_config cfg;
     dt_precision prec; /* of the matrix products */
     dt_gpt_tp tp;      /* this rank's slice (dt_gpt_set_tp); unsplit by default */
+    dt_gpt_cp cp;      /* this rank's rows (dt_gpt_set_cp); whole sequences by default */
 
     int n_tensors;
     dt_param_tensor *tensors;
@@ -258,6 +287,13 @@ int dt_gpt_pad_segments(dt_gpt *m, size_t align);
  * or a vocabulary that do not split (naming the sizes and what would
  * work). 0, or -1 with m->error. */
 int dt_gpt_set_tp(dt_gpt *m, int rank, int size);
+/* Context parallelism (dt_gpt_cp) for a model without activations: rank
+ * `rank` of `size` runs its rows of each sequence, cut as `kind` says;
+ * saved_widths as dt_gpt_cp says. The hooks are the caller's to set.
+ * 0, or -1 with m->error. */
+int dt_gpt_set_cp(dt_gpt *m, int rank, int size, dt_shard_kind kind, int saved_widths);
+/* The rows per sequence this rank runs of sequences of t: t / cp size. */
+int dt_gpt_rows(const dt_gpt *m, int t);
 /* Where this rank's slices sit in the whole model's layout `whole` (a
  * layout of the same configuration, unsplit): ranges whose lo, hi are
  * floats of whole's flat buffer and `at` of this one (model/ranges.h),

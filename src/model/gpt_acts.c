@@ -4,6 +4,7 @@
  * part of the model. One process training alone has one slot of the whole
  * model; a pipeline stage has as many as its schedule keeps in flight.
  * See gpt.h. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,15 +23,24 @@ static void take(float *base, size_t *used, float **ptr, size_t n)
 
 /* The widths of a layer's activations on this rank: C the residual
  * stream's, A attention's (its heads' share of C), F the MLP's, NH its
- * heads (tensor parallelism splits the last three). */
+ * heads (tensor parallelism splits the last three), S what attention
+ * keeps for backward (its lse, NH; context parallelism's `saved`). */
 typedef struct {
-    size_t C, A, F, NH;
+    size_t C, A, F, NH, S;
 } widths;
 
 static widths widths_of(const dt_gpt *m)
 {
-    return (widths){(size_t)m->cfg.n_embd, (size_t)m->tp.attn, (size_t)m->tp.mlp,
-                    (size_t)m->tp.heads};
+    const size_t A = (size_t)m->tp.attn, NH = (size_t)m->tp.heads;
+    return (widths){(size_t)m->cfg.n_embd, A, (size_t)m->tp.mlp, NH,
+                    NH + (size_t)m->cp.saved_widths * A};
+}
+
+/* Rows of the arena for micro-batches of B x T: context parallelism
+ * keeps this rank's rows of each sequence. */
+static size_t arena_rows(const dt_gpt *m, int B, int T)
+{
+    return (size_t)B * (size_t)dt_gpt_rows(m, T);
 }
 
 /* A layer's buffers but res3: the products' outputs when mm, the
@@ -42,7 +52,7 @@ static void take_layer(float *base, size_t *used, dt_gpt_layer_acts *a, int mm, 
                          &a->ln2_mean, &a->ln2_rstd};
     const size_t ew_len[] = {N * w.C, N * w.C, N * w.F, N, N, N, N};
     float **mm_bufs[] = {&a->qkv, &a->att, &a->res2, &a->fc, &a->lse};
-    const size_t mm_len[] = {N * 3 * w.A, N * w.A, N * w.C, N * w.F, w.NH * N};
+    const size_t mm_len[] = {N * 3 * w.A, N * w.A, N * w.C, N * w.F, w.S * N};
     for (size_t i = 0; ew && i < sizeof ew_len / sizeof ew_len[0]; i++)
         take(base, used, ew_bufs[i], ew_len[i]);
     for (size_t i = 0; mm && i < sizeof mm_len / sizeof mm_len[0]; i++)
@@ -116,7 +126,7 @@ size_t dt_gpt_slots_floats(const dt_gpt *m, int B, int T, int n, const dt_gpt_pa
 {
     dt_gpt probe = *m; /* counting writes nothing, but the functions take a model */
     probe.acts_split = m->split_backward;
-    const size_t N = (size_t)B * (size_t)T;
+    const size_t N = arena_rows(m, B, T);
     size_t total = carve_common(&probe, NULL, N);
     for (int k = 0; k < n; k++) total += carve_slot(&probe, NULL, parts[k], N);
     return total;
@@ -131,7 +141,7 @@ size_t dt_gpt_acts_floats(const dt_gpt *m, int B, int T)
 void dt_gpt_bind_slot(dt_gpt *m, int k)
 {
     if (k == m->slot) return;
-    carve_slot(m, m->slots[k].base, m->slots[k].part, (size_t)m->B * (size_t)m->T);
+    carve_slot(m, m->slots[k].base, m->slots[k].part, arena_rows(m, m->B, m->T));
     m->slot = k;
 }
 
@@ -158,6 +168,9 @@ static void free_arena(dt_gpt *m)
     dt_free(m->acts_mem);
     free(m->layer_acts);
     free(m->slots);
+    free(m->cp.tokens);
+    free(m->cp.targets);
+    m->cp.tokens = m->cp.targets = NULL;
     m->acts_mem = NULL;
     m->layer_acts = NULL;
     m->slots = NULL;
@@ -172,6 +185,11 @@ static int check_parts(dt_gpt *m, int B, int T, int n, const dt_gpt_part *parts)
         return dt_strf(m->error, sizeof m->error,
                        "model: micro-batch %d x %d does not fit (block_size %d)", B, T,
                        m->cfg.block_size), -1;
+    char who[32];
+    snprintf(who, sizeof who, "--cp %d", m->cp.size);
+    if (m->cp.size > 1 && dt_seq_shard_check(who, B, T, m->tp.attn, m->tp.heads, m->cp.size,
+                                             m->cp.kind, m->error, sizeof m->error))
+        return -1;
     for (int k = 0; k < n; k++)
         if (parts[k].l0 < 0 || parts[k].l0 >= parts[k].l1 || parts[k].l1 > m->cfg.n_layer)
             return dt_strf(m->error, sizeof m->error,
@@ -184,12 +202,17 @@ int dt_gpt_alloc_slots(dt_gpt *m, int B, int T, int n, const dt_gpt_part *parts)
 {
     if (check_parts(m, B, T, n, parts)) return -1;
     free_arena(m);
-    const size_t N = (size_t)B * (size_t)T;
+    const size_t N = arena_rows(m, B, T);
     size_t total = dt_gpt_slots_floats(m, B, T, n, parts);
     m->layer_acts = calloc((size_t)m->cfg.n_layer, sizeof *m->layer_acts);
     m->slots = calloc((size_t)n, sizeof *m->slots);
     m->acts_mem = dt_alloc(total * sizeof(float), DT_MEM_ACTS);
-    if (!m->layer_acts || !m->slots || !m->acts_mem) {
+    if (m->cp.size > 1) { /* the rows' tokens and targets, picked at each forward */
+        m->cp.tokens = malloc(N * sizeof *m->cp.tokens);
+        m->cp.targets = malloc(N * sizeof *m->cp.targets);
+    }
+    if (!m->layer_acts || !m->slots || !m->acts_mem ||
+        (m->cp.size > 1 && (!m->cp.tokens || !m->cp.targets))) {
         free_arena(m);
         return dt_strf(m->error, sizeof m->error, "model: cannot allocate activations "
                        "(%.1f MiB)", (double)total * 4 / 1048576.0), -1;

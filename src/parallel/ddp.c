@@ -245,8 +245,9 @@ static int ddp_replicas(void *self, uint64_t *hash)
 static void ddp_describe(void *self, FILE *f)
 {
     ddp_layer *L = self;
-    fprintf(f, " x %d ranks (DDP over %s, %d buckets of ~%g MiB, gradients accumulated in %s, "
-            "reduced in %s)", dt_comm_size(L->d.comm), dt_comm_transport(L->d.comm),
+    dt_strategy_describe_blocks(L->S, f, dt_comm_size(L->d.comm));
+    fprintf(f, "DDP over %s, %d buckets of ~%g MiB, gradients accumulated in %s, "
+            "reduced in %s)", dt_comm_transport(L->d.comm),
             L->d.nbuckets, (double)L->bucket_bytes / 1048576.0,
             L->d.model->accum16 ? "bf16" : "fp32", L->wire == DT_BF16 ? "bf16" : "fp32");
 }

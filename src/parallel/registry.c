@@ -7,11 +7,11 @@
 
 #include "core/str.h"
 #include "parallel/pipeline/pipeline.h"
-#include "parallel/tensor/tp.h"
+#include "parallel/mesh.h"
 
 static int ddp_size(const dt_parallel_opts *o, int world, int *dp, char *err, size_t n)
 {
-    if (o->tp > 1) return dt_tp_check(o, world, dp, err, n);
+    if (o->tp > 1 || o->cp > 1) return dt_mesh_check(o, world, dp, err, n);
     if (o->pp > 1) return dt_pp_check(o, world, o->accum, dp, err, n);
     *dp = world;
     return 0;
@@ -19,7 +19,7 @@ static int ddp_size(const dt_parallel_opts *o, int world, int *dp, char *err, si
 
 static int ddp_build(dt_strategy *S, const dt_parallel_opts *o)
 {
-    if (o->tp > 1) return dt_tp_strategy(S, o); /* DDP over equal slices, if any */
+    if (o->tp > 1 || o->cp > 1) return dt_mesh_strategy(S, o); /* DDP over replicas, if any */
     if (o->pp > 1) return dt_pp_strategy(S, o); /* DDP within each stage, if any */
     if (S->rank->size == 1) return 0; /* one process shares nothing */
     if (o->zero.stage == 0) return dt_ddp_strategy(S, o->bucket_bytes, o->grad_wire);

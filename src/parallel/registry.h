@@ -24,6 +24,8 @@ typedef struct {
     const char *optimizer; /* the optimizer's name, for advice about pairings */
     int pp;                /* ddp: pipeline stages (1: none); data parallelism over world / pp */
     int tp;                /* ddp: tensor-parallel ranks per group (1: none) */
+    int cp;                /* ddp: context-parallel ranks per group (1: none) */
+    const char *cp_algo;   /* ring | ulysses */
     int accum;             /* micro-batches per step (a pipeline's M) */
     int pp_virtual;        /* interleaved: model chunks per rank */
     const char *pp_schedule;  /* naive | gpipe | 1f1b | interleaved | zb1p */

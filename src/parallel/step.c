@@ -26,8 +26,10 @@ int dt_step_local_grads(dt_strategy *S, uint64_t first, double *loss)
     dt_rank *r = S->rank;
     dt_gpt *m = r->model;
     /* Each token's loss weighs 1 / (tokens of this rank's share): the sum
-     * over micro-batches is the mean, and averaging over ranks the global one. */
-    const float grad_scale = 1.0f / ((float)r->B * (float)r->T * (float)r->accum);
+     * over micro-batches is the mean, and averaging over ranks the global
+     * one (context parallelism: the rank's rows of the sequences). */
+    const float grad_scale =
+        1.0f / ((float)r->B * (float)dt_gpt_rows(m, r->T) * (float)r->accum);
     const uint64_t mine = first + (uint64_t)S->dp_index * (uint64_t)r->B * (uint64_t)r->accum;
     double sum = 0;
     if (!S->grads_kept_zero) dt_gpt_zero_grads(m);

@@ -240,6 +240,12 @@ void dt_strategy_describe(dt_strategy *S, FILE *f)
         if (S->layer[i].ops->describe) S->layer[i].ops->describe(S->layer[i].self, f);
 }
 
+void dt_strategy_describe_blocks(const dt_strategy *S, FILE *f, int n)
+{
+    if (S->dp_size == n) fprintf(f, " x %d ranks (", n);
+    else fprintf(f, " x %d blocks (%d ranks: ", S->dp_size, n);
+}
+
 void dt_strategy_rank_label(dt_strategy *S, int r, char *buf, size_t n)
 {
     for (int i = 0; i < S->nlayers; i++)

@@ -241,6 +241,11 @@ int dt_strategy_release(dt_strategy *S);
 /* 1 agree, 0 not, < 0 error, 2 when no layer compares replicas. */
 int dt_strategy_replicas_identical(dt_strategy *S, uint64_t *hash);
 void dt_strategy_describe(dt_strategy *S, FILE *f);
+/* For a data-parallel layer's describe: " x N ranks (" where its group of
+ * n ranks is the batch's blocks, or " x N blocks (n ranks: " where the
+ * group also holds ranks that share a block's sequences (context
+ * parallelism's). */
+void dt_strategy_describe_blocks(const dt_strategy *S, FILE *f, int n);
 void dt_strategy_rank_label(dt_strategy *S, int r, char *buf, size_t n);
 /* The plan of the topmost layer that has one for rank r: 1 with *out, else 0. */
 int dt_strategy_mem_plan(dt_strategy *S, int r, dt_rank_mem *out);

@@ -90,6 +90,8 @@ typedef struct dt_train_config {
     char comm_algo[160]; /* forced collective algorithms: "allreduce=ring,allgather=bruck" */
     int pp;              /* pipeline stages (--pipeline-model-parallel-size); 1 = none */
     int tp;              /* tensor-parallel ranks per group (--tensor-model-parallel-size); 1 = none */
+    int cp;              /* context-parallel ranks per group (--context-parallel-size); 1 = none */
+    char cp_algo[16];    /* ring | ulysses */
     char pp_schedule[16]; /* naive | gpipe | 1f1b | interleaved | zb1p */
     char pp_partition[12]; /* layers per stage: uniform | params | cost */
     int pp_virtual;      /* interleaved: model chunks per rank */

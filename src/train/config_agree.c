@@ -35,6 +35,8 @@ static const struct {
     {"strategy", DT_AGREE_VALUE},
     {"pp", DT_AGREE_VALUE},
     {"tp", DT_AGREE_VALUE},
+    {"cp", DT_AGREE_VALUE},
+    {"cp-algo", DT_AGREE_VALUE},
     {"pp-schedule", DT_AGREE_VALUE},
     {"pp-virtual", DT_AGREE_VALUE},
     {"pp-partition", DT_AGREE_VALUE},

@@ -125,6 +125,10 @@ const dt_cfg_opt dt_cfg_options[] = {
         "pipeline stages (consecutive layers); ranks = pp x data-parallel"),
     OPT(G_RUN, "tp", NULL, T_INT, tp, 1, 64, "N", NULL, 0,
         "tensor parallel ranks: each holds a slice of every matrix"),
+    OPT(G_RUN, "cp", NULL, T_INT, cp, 1, 64, "N", NULL, 0,
+        "context parallel ranks: each runs its part of every sequence"),
+    OPT(G_RUN, "cp-algo", NULL, T_CHOICE, cp_algo, 0, 0, "ring|ulysses", NULL, 0,
+        "context parallel attention: k/v round a ring, or all-to-all to heads"),
     OPT(G_RUN, "pp-schedule", NULL, T_CHOICE, pp_schedule, 0, 0,
         "naive|gpipe|1f1b|interleaved|zb1p", NULL, 0, "pipeline schedule (--grad-accum micro-batches)"),
     OPT(G_RUN, "pp-partition", NULL, T_CHOICE, pp_partition, 0, 0, "uniform|params|cost", NULL,
@@ -268,6 +272,8 @@ void dt_config_defaults(dt_train_config *c)
     c->servers = 1;
     c->pp = 1;
     c->tp = 1;
+    c->cp = 1;
+    strcpy(c->cp_algo, "ring");
     strcpy(c->pp_schedule, "1f1b");
     strcpy(c->pp_partition, "uniform");
     c->pp_virtual = 1;

@@ -142,6 +142,13 @@ static int check_pipeline(const dt_train_config *c, char *err, size_t n)
         return dt_strf(err, n, "--tp %d splits the model over the ranks of --strategy ddp "
                        "(with data parallelism over equal slices); --strategy %s cannot split "
                        "it", c->tp, c->strategy), -1;
+    if (c->cp > 1 && strcmp(c->strategy, "ddp") != 0)
+        return dt_strf(err, n, "--cp %d splits the sequences over the ranks of --strategy ddp "
+                       "(with data parallelism over the rest); --strategy %s cannot split them",
+                       c->cp, c->strategy), -1;
+    if (c->cp == 1 && dt_config_given_at(c, offsetof(dt_train_config, cp_algo)))
+        return dt_strf(err, n, "--cp-algo applies to context parallelism: add --cp 2 or more "
+                       "(ranks per sequence)"), -1;
     if (c->pp == 1) return 0;
     if (strcmp(c->strategy, "ddp") != 0)
         return dt_strf(err, n, "--pp %d splits the model over the ranks of --strategy ddp "
@@ -270,6 +277,8 @@ dt_parallel_opts dt_config_parallel_opts(const dt_train_config *c)
                               .optimizer = c->optimizer,
                               .pp = c->pp,
                               .tp = c->tp,
+                              .cp = c->cp,
+                              .cp_algo = c->cp_algo,
                               .accum = c->grad_accum,
                               .pp_virtual = c->pp_virtual,
                               .pp_schedule = c->pp_schedule,

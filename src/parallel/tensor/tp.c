@@ -9,11 +9,14 @@
 #include "core/str.h"
 #include "core/timer.h"
 #include "parallel/fingerprint.h"
+#include "parallel/mesh.h"
 
 typedef struct {
     dt_strategy *S;
-    dt_comm *tp, *dp; /* tp owned; dp the data-parallel layer's (NULL: none) */
-    int me, size, dpi;
+    dt_comm *tp;      /* the mesh's tp_group */
+    int me, size;
+    int rep;          /* the replica group's index: 0 writes and gathers */
+    int replicated;   /* other groups hold the same slices */
     dt_gpt *m;        /* the rank's layout, from relayout on */
     dt_gpt whole;     /* the whole model's layout; parameters on the writer, gathered */
     dt_flat_range *map, *own, all;
@@ -75,7 +78,7 @@ static int plan_owned(tp_layer *L)
     }
     L->owned = (dt_flat_ranges){n, L->own, m->n_floats};
     L->S->owned = &L->owned;
-    if (L->dpi != 0) return 0;
+    if (L->rep != 0) return 0;
     L->S->saves = &L->owned;
     L->S->save_group = L->tp;
     return 0;
@@ -114,22 +117,15 @@ static void tp_traffic(void *self, double *comm_ms, uint64_t *bytes)
     *bytes += dt_comm_bytes_sent(L->tp) - L->bytes0; /* the norm's sums too */
 }
 
-/* Each data-parallel block's group evaluates its batches together. */
-static int tp_eval_group(void *self, int final, dt_comm **group)
-{
-    tp_layer *L = self;
-    (void)final;
-    *group = L->dp;
-    return 1;
-}
-
-/* Rank q of tp's layout: like's configuration, padding and recompute
- * mode, q's slices. */
+/* Rank q of tp's layout: like's configuration, padding, recompute mode
+ * and context parallelism, q's slices. */
 static int slice_layout(const dt_gpt *like, int q, int tp, dt_gpt *lay, char *err, size_t n)
 {
     if (dt_gpt_create_layout(lay, &like->cfg, like->prec, err, n)) return -1;
     lay->recompute = like->recompute;
-    if (dt_gpt_pad_segments(lay, like->seg_align) == 0 && dt_gpt_set_tp(lay, q, tp) == 0)
+    const dt_gpt_cp *cp = &like->cp;
+    if (dt_gpt_pad_segments(lay, like->seg_align) == 0 && dt_gpt_set_tp(lay, q, tp) == 0 &&
+        dt_gpt_set_cp(lay, cp->rank, cp->size, cp->kind, cp->saved_widths) == 0)
         return 0;
     dt_strf(err, n, "%s", lay->error);
     dt_gpt_destroy(lay);
@@ -172,7 +168,7 @@ static int tp_gather_params(void *self)
 {
     tp_layer *L = self;
     const dt_gpt *m = L->m;
-    if (L->dpi != 0) return 0;
+    if (L->rep != 0) return 0;
     if (L->me != 0)
         return dt_send(L->tp, m->params, m->n_floats, DT_F32, 0)
                    ? failed(L, "gathering the parameters", L->tp) : 0;
@@ -198,7 +194,7 @@ static int tp_replicas(void *self, uint64_t *hash)
     int64_t lo = (int64_t)h, hi = (int64_t)h;
     int same = dt_fingerprints_agree(L->tp, &lo, &hi, 1);
     if (same < 0) return failed(L, "comparing the whole tensors", L->tp);
-    if (!L->dp && hash) *hash = h;
+    if (!L->replicated && hash) *hash = h;
     return same;
 }
 
@@ -247,7 +243,6 @@ static void tp_destroy(void *self)
     if (L->whole.tensors) dt_gpt_destroy(&L->whole);
     free(L->map);
     free(L->own);
-    if (L->tp) dt_comm_destroy(L->tp);
     free(L);
 }
 
@@ -257,7 +252,6 @@ static const dt_strategy_ops tp_ops = {
     .plan = tp_plan,
     .begin_step = tp_begin_step,
     .traffic = tp_traffic,
-    .eval_group = tp_eval_group,
     .gather_params = tp_gather_params,
     .replicas_identical = tp_replicas,
     .describe = tp_describe,
@@ -265,61 +259,19 @@ static const dt_strategy_ops tp_ops = {
     .destroy = tp_destroy,
 };
 
-int dt_tp_check(const dt_parallel_opts *o, int world, int *dp, char *err, size_t errlen)
-{
-    if (world % o->tp)
-        return dt_strf(err, errlen, "--tp %d needs a rank count that it divides (ranks = tp x "
-                       "data-parallel); this job has %d: start --nproc %d or %d", o->tp, world,
-                       world / o->tp * o->tp > 0 ? world / o->tp * o->tp : o->tp,
-                       (world / o->tp + 1) * o->tp), -1;
-    if (o->pp > 1)
-        return dt_strf(err, errlen, "--tp %d with --pp %d: tensor and pipeline parallelism "
-                       "together are not built yet; use one of them", o->tp, o->pp), -1;
-    if (o->zero.stage > 1)
-        return dt_strf(err, errlen, "--tp %d with --zero-stage %d: ZeRO shards the "
-                       "tensor-parallel slices only at stage 1 for now; use --zero-stage 1, or 0",
-                       o->tp, o->zero.stage), -1;
-    *dp = world / o->tp;
-    return 0;
-}
-
-/* Adjacent ranks form a tensor-parallel group, equal slices across the
- * blocks form a data-parallel one. Collective. */
-static int split_groups(tp_layer *L, dt_comm *world, int dp, char *err, size_t n)
-{
-    int rank = dt_comm_rank(world);
-    L->me = rank % L->size;
-    L->dpi = rank / L->size;
-    if (dt_comm_split(world, L->dpi, L->me, &L->tp) ||
-        (dp > 1 && dt_comm_split(world, L->me, L->dpi, &L->dp)))
-        return dt_strf(err, n, "tensor parallelism: forming the groups: %s",
-                       dt_comm_error(world)), -1;
-    return 0;
-}
-
-int dt_tp_strategy(dt_strategy *S, const dt_parallel_opts *o)
+int dt_tp_layer(dt_strategy *S, const dt_mesh *g)
 {
     dt_rank *r = S->rank;
-    int dp;
     tp_layer *L = calloc(1, sizeof *L);
     if (!L) return dt_strf(r->err, sizeof r->err, "tensor parallelism: out of memory"), -1;
-    if (dt_tp_check(o, r->size, &dp, r->err, sizeof r->err)) return free(L), -1;
     L->S = S;
-    L->size = o->tp;
-    if (split_groups(L, r->world, dp, r->err, sizeof r->err)) return tp_destroy(L), -1;
-    if (L->dp) {
-        dt_zero_opts z = o->zero;
-        z.wire = o->grad_wire;
-        if (o->zero.stage == 0 ? dt_ddp_strategy_on(S, L->dp, 1, o->bucket_bytes, o->grad_wire)
-                               : dt_zero_strategy_on(S, L->dp, 1, &z))
-            return tp_destroy(L), -1;
-    }
+    L->tp = g->tp_group;
+    L->me = g->tp_i;
+    L->size = g->tp;
+    L->rep = dt_mesh_replica_index(g);
+    L->replicated = g->replicas != NULL;
     if (dt_strategy_add_norm_group(S, L->tp))
         return tp_destroy(L), dt_strf(r->err, sizeof r->err, "tensor parallelism: too many "
                                       "layers"), -1;
-    S->lockstep = r->world;
-    S->writes_checkpoints = r->rank == 0;
-    S->dp_index = L->dpi;
-    S->dp_size = dp;
     return dt_strategy_add(S, &tp_ops, L);
 }

@@ -2,30 +2,23 @@
  * ranks of each tensor-parallel group hold slices of every matrix of the
  * model (model/gpt.h: dt_gpt_tp) and sum the partial products over the
  * group; data parallelism (DDP or ZeRO-1) runs over the ranks that hold
- * the same slices.
- *
- * Ranks: tp adjacent ranks form a group (so that they share a host), and
- * rank r is slice r % tp of data-parallel block r / tp. The job's ranks
- * are tp x dp.
+ * the same slices (the mesh's replicas, parallel/mesh.h).
  *
  * What the layer says about a rank (strategy.h): its model is a slice, so
  * checkpoints, --init and --save-final go through the whole model's layout
  * (S->whole, S->in_whole); the gradients of the split tensors are counted
  * in the norm by every rank of the group, those of the whole tensors by
  * the group's first rank alone (they are the same bits on every rank);
- * checkpoints are written as one shard per slice by the first
- * data-parallel block's group. */
+ * checkpoints are written as one shard per slice by the first replica
+ * group's ranks. */
 #ifndef DT_PARALLEL_TENSOR_TP_H
 #define DT_PARALLEL_TENSOR_TP_H
 
+#include "parallel/mesh.h"
 #include "parallel/registry.h"
 
-/* Checks a job of `world` ranks against --tp (and what it cannot be
- * combined with yet); *dp = world / tp. 0, or -1 with a message. */
-int dt_tp_check(const dt_parallel_opts *o, int world, int *dp, char *err, size_t errlen);
-
-/* Adds the layer, and DDP or ZeRO-1 over the data-parallel group below it. */
-int dt_tp_strategy(dt_strategy *S, const dt_parallel_opts *o);
+/* Adds the layer for this rank's place in g (its tp group formed). */
+int dt_tp_layer(dt_strategy *S, const dt_mesh *g);
 
 /* What rank q of a group of tp holds of layout's model (its slices, the
  * whole tensors, its activations for B x T): for the memory plans, a

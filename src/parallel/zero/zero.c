@@ -246,8 +246,9 @@ static void zero_describe(void *self, FILE *f)
 {
     zero *z = self;
     int accum16 = z->shard_g.bf16 || z->m->accum16;
-    fprintf(f, " x %d ranks (ZeRO-%d over %s, pieces of %.1f M parameters, gradients "
-            "accumulated in %s, reduce-scattered in %s", z->map.n, z->o.stage,
+    dt_strategy_describe_blocks(z->S, f, z->map.n);
+    fprintf(f, "ZeRO-%d over %s, pieces of %.1f M parameters, gradients "
+            "accumulated in %s, reduce-scattered in %s", z->o.stage,
             dt_comm_transport(z->comm), (double)z->map.len / 1e6, accum16 ? "bf16" : "fp32",
             z->o.wire == DT_BF16 ? "bf16" : "fp32");
     if (z->o.stage >= 3)
