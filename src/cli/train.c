@@ -12,6 +12,7 @@
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/corpus.h"
+#include "parallel/context/cp.h"
 #include "parallel/tensor/tp.h"
 #include "train/memory_plan.h"
 #include "train/memory_plan_pp.h"
@@ -107,24 +108,38 @@ static int resolve_model(dt_train_config *c, dt_gpt_config *mc, char *err, size_
 }
 
 /* Each tensor-parallel rank's plan: its slices and the whole tensors,
- * replicated (DDP) or with the optimizer state split (ZeRO-1) over the
- * data-parallel ranks that hold the same slice. */
-static int print_tp_tables(const dt_gpt *layout, dt_train_config *c, int dp, int quiet,
-                           char *err, size_t n)
+ * its rows of the sequences under context parallelism, replicated (DDP)
+ * or with the optimizer state split (ZeRO-1) over the cp x dp ranks that
+ * hold the same slice. */
+static int print_mesh_tables(dt_gpt *layout, dt_train_config *c, int dp, int quiet, char *err,
+                             size_t n)
 {
     const int T = c->seq_len ? c->seq_len : layout->cfg.block_size;
+    dt_shard_kind kind;
+    int widths;
+    dt_cp_algo_shape(c->cp_algo, &kind, &widths);
+    char who[48];
+    snprintf(who, sizeof who, "--cp %d --cp-algo %s", c->cp, c->cp_algo);
+    if (c->cp > 1 && dt_seq_shard_check(who, c->batch_size, T, layout->cfg.n_embd,
+                                        layout->cfg.n_head, c->cp, kind, err, n))
+        return -1;
+    if (dt_gpt_set_cp(layout, 0, c->cp, kind, widths))
+        return dt_strf(err, n, "%s", layout->error), -1;
     for (int q = 0; q < c->tp; q++) {
         dt_rank_mem held;
         dt_mem_plan plan;
         if (dt_tp_rank_mem(layout, q, c->tp, c->batch_size, T, &held, err, n) ||
-            dt_mem_plan_held(layout, c, dp, &held, &plan, err, n))
+            dt_mem_plan_held(layout, c, c->cp * dp, &held, &plan, err, n))
             return -1;
         if (quiet) continue;
         if (q == 0)
-            printf("memory per rank: tp %d x dp %d, each rank its slices of the matrices and "
-                   "the whole LayerNorms, wpe and row-parallel biases; params %s | grads %s | "
-                   "optim %s\n", c->tp, dp, plan.formula[DT_MEM_PARAMS],
-                   plan.formula[DT_MEM_GRADS], plan.formula[DT_MEM_OPTIM]);
+            printf("memory per rank: tp %d x cp %d x dp %d, each rank %s, %s; params %s | "
+                   "grads %s | optim %s\n", c->tp, c->cp, dp,
+                   c->tp > 1 ? "its slices of the matrices and the whole LayerNorms, wpe and "
+                   "row-parallel biases" : "the whole model",
+                   c->cp > 1 ? "its rows of each sequence" : "whole sequences",
+                   plan.formula[DT_MEM_PARAMS], plan.formula[DT_MEM_GRADS],
+                   plan.formula[DT_MEM_OPTIM]);
         double state = plan.bytes[DT_MEM_PARAMS] + plan.bytes[DT_MEM_GRADS] +
                        plan.bytes[DT_MEM_OPTIM];
         printf("  tp rank %d: Psi_q = %zu | params %.1f MiB | grads %.1f MiB | optim %.1f MiB | "
@@ -138,7 +153,7 @@ static int print_tp_tables(const dt_gpt *layout, dt_train_config *c, int dp, int
 
 /* The plan's tables: each stage's of a pipeline, each tensor-parallel
  * rank's, else the ZeRO formulas' for every rank. */
-static int print_tables(const dt_gpt *layout, dt_train_config *c, int world, int dp, int quiet,
+static int print_tables(dt_gpt *layout, dt_train_config *c, int world, int dp, int quiet,
                         char *err, size_t n)
 {
     if (c->pp > 1) {
@@ -148,7 +163,7 @@ static int print_tables(const dt_gpt *layout, dt_train_config *c, int world, int
         dt_mem_plan_pp_free(&pp);
         return rc;
     }
-    if (c->tp > 1) return print_tp_tables(layout, c, dp, quiet, err, n);
+    if (c->tp > 1 || c->cp > 1) return print_mesh_tables(layout, c, dp, quiet, err, n);
     dt_mem_plan plan;
     if (dt_mem_plan_from_config(layout, c, dp, &plan, err, n)) return -1;
     if (!quiet) dt_mem_plan_print(stdout, &plan, "memory per rank", NULL, 0);

@@ -136,6 +136,7 @@ int dt_mesh_strategy(dt_strategy *S, const dt_parallel_opts *o)
     S->writes_checkpoints = r->rank == 0;
     S->dp_index = M->g.dp_i;
     S->dp_size = dp;
+    S->block_ranks = o->tp * o->cp;
     if (dt_strategy_add(S, &mesh_ops, M)) return mesh_destroy(M), -1;
     return 0;
 }

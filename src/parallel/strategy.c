@@ -35,6 +35,7 @@ void dt_strategy_init(dt_strategy *S, dt_rank *r)
     S->rank = r;
     S->dp_size = 1;
     S->compute_streams = 1;
+    S->block_ranks = 1;
     S->writes_checkpoints = r->rank == 0;
 }
 

@@ -100,6 +100,8 @@ typedef struct {
 typedef struct {
     size_t floats, in_use, grads_open;
     double acts;
+    int copies; /* ranks holding the same floats, over which ZeRO-1 splits the
+                   optimizer state; 0: the data-parallel blocks (dp_size) */
 } dt_rank_mem;
 
 typedef struct dt_strategy_ops {
@@ -184,6 +186,8 @@ typedef struct dt_strategy {
     dt_comm *lockstep;      /* ranks that share each batch and step together; NULL: alone */
     int dp_index, dp_size;  /* this rank's block of the global batch, and the blocks */
     int compute_streams;    /* models computing at once in this process (threads share cores) */
+    int block_ranks;        /* ranks that compute each block of the batch together (a
+                             * pipeline's stages, a tp x cp group); MFU's peak counts them */
     int writes_checkpoints; /* this rank writes the job's checkpoints */
     int grads_kept_zero;    /* a layer leaves the gradients zero after each step (no memset) */
     const dt_flat_ranges *shard; /* the ranges this rank's optimizer state covers; NULL: all */

@@ -57,7 +57,7 @@ static int plan_stage(const dt_gpt *layout, const dt_train_config *c, dt_mem_pla
     dt_pp_stage_mem *m = &p->mem[q];
     if (dt_pp_stage_memory(layout, &p->sched, p->cut, q, c->batch_size, T, m))
         return dt_strf(err, errlen, "pipeline stage %d: out of memory for its plan", q), -1;
-    dt_rank_mem held = {m->floats, m->in_use, m->grads_open, m->acts};
+    dt_rank_mem held = {m->floats, m->in_use, m->grads_open, m->acts, p->dp};
     return dt_mem_plan_held(layout, c, p->dp, &held, &p->stage[q], err, errlen);
 }
 

@@ -87,7 +87,8 @@ static int rank_plan(dt_run *t, int r, dt_mem_plan *p)
     dt_rank_mem held;
     char why[256];
     if (!dt_strategy_mem_plan(&t->S, r, &held)) return 0;
-    return dt_mem_plan_held(&t->model, t->cfg, t->S.dp_size, &held, p, why, sizeof why) == 0;
+    int copies = held.copies ? held.copies : t->S.dp_size;
+    return dt_mem_plan_held(&t->model, t->cfg, copies, &held, p, why, sizeof why) == 0;
 }
 
 /* One line per rank with its role (the ranks of some strategies hold very
@@ -97,7 +98,8 @@ static void print_roles(dt_run *t, const char *title, const unsigned long long *
 {
     dt_mem_plan plan;
     fprintf(t->out, "%s:\n", title);
-    if (rank_plan(t, 0, &plan)) dt_mem_plan_held_heading(t->out, &plan, "stage");
+    if (rank_plan(t, 0, &plan))
+        dt_mem_plan_held_heading(t->out, &plan, t->cfg->pp > 1 ? "stage" : "rank");
     for (int r = 0; r < t->r.size; r++) {
         char role[64] = "", label[96];
         const unsigned long long *snap = all + (size_t)r * DT_MEM_SNAPSHOT;

@@ -232,7 +232,8 @@ static int setup(dt_run *t)
     /* MFU's peak: every computing rank's threads (a process computes
      * compute_streams models at once, each on t->threads threads). */
     if (!dt_strategy_serves(&t->S) &&
-        dt_mfu_peak(t->threads * t->S.compute_streams, t->S.dp_size / t->S.compute_streams,
+        dt_mfu_peak(t->threads * t->S.compute_streams,
+                    t->S.dp_size * t->S.block_ranks / t->S.compute_streams,
                     t->model.prec == DT_PREC_BF16, &t->peak, t->peak_desc, sizeof t->peak_desc))
         return dt_strf(ERR(t), "%s", t->peak_desc), -1;
     /* The header reports the model actually built (sizes may come from a file). */

@@ -13,7 +13,8 @@ typedef struct {
     dt_strategy *S;
     dt_comm *cp; /* the mesh's cp_group */
     int me, size, ulysses;
-    int tp; /* the tensor-parallel ranks that split each layer's heads */
+    int tp;     /* the tensor-parallel ranks that split each layer's heads */
+    int copies; /* ranks that hold the same parameters: cp x dp */
     dt_gpt *m;
     /* The attention of the sizes last seen (init communicates nothing, so
      * a change of sizes, an evaluation's batch, costs nothing). */
@@ -58,6 +59,15 @@ static int attn_backward(void *ctx, float *dqkv, const float *dout, const float 
     return 0;
 }
 
+/* Ulysses keeps its head-sharded q, k, v and output (4 A a row) with the
+ * lse; ring attention keeps the lse alone. */
+void dt_cp_algo_shape(const char *algo, dt_shard_kind *kind, int *saved_widths)
+{
+    int ulysses = algo && strcmp(algo, "ulysses") == 0;
+    *kind = ulysses ? DT_SHARD_CONTIGUOUS : DT_SHARD_ZIGZAG;
+    *saved_widths = ulysses ? 4 : 0;
+}
+
 /* Sizes that do not split are refused before any step, on every rank
  * alike, naming what would work. */
 static int check_sizes(cp_layer *L, dt_rank *r, const dt_gpt *layout)
@@ -80,10 +90,10 @@ static int cp_relayout(void *self, dt_rank *r, dt_gpt *layout)
 {
     cp_layer *L = self;
     if (check_sizes(L, r, layout)) return -1;
-    /* Ulysses keeps its head-sharded q, k, v and output (4 A a row) with
-     * the lse; ring attention keeps the lse alone. */
-    if (dt_gpt_set_cp(layout, L->me, L->size, L->ulysses ? DT_SHARD_CONTIGUOUS : DT_SHARD_ZIGZAG,
-                      L->ulysses ? 4 : 0))
+    dt_shard_kind kind;
+    int widths;
+    dt_cp_algo_shape(L->ulysses ? "ulysses" : "ring", &kind, &widths);
+    if (dt_gpt_set_cp(layout, L->me, L->size, kind, widths))
         return dt_strf(r->err, sizeof r->err, "%s", layout->error), -1;
     layout->cp.forward = attn_forward;
     layout->cp.backward = attn_backward;
@@ -146,7 +156,9 @@ static int cp_mem_plan(void *self, int q, dt_rank_mem *out)
     cp_layer *L = self;
     dt_rank *r = L->S->rank;
     (void)q;
-    return dt_tp_rank_mem(L->m, 0, 1, r->B, r->T, out, r->err, sizeof r->err) ? 0 : 1;
+    if (dt_tp_rank_mem(L->m, 0, 1, r->B, r->T, out, r->err, sizeof r->err)) return 0;
+    out->copies = L->copies;
+    return 1;
 }
 
 static void cp_destroy(void *self) { free(self); }
@@ -172,6 +184,7 @@ int dt_cp_layer(dt_strategy *S, const dt_mesh *g, const dt_parallel_opts *o)
     L->me = g->cp_i;
     L->size = g->cp;
     L->tp = g->tp;
+    L->copies = g->cp * g->dp;
     L->ulysses = o->cp_algo && strcmp(o->cp_algo, "ulysses") == 0;
     return dt_strategy_add(S, &cp_ops, L);
 }

@@ -21,4 +21,8 @@
  * o->cp_algo's attention. 0, or -1 with S->rank->err. */
 int dt_cp_layer(dt_strategy *S, const dt_mesh *g, const dt_parallel_opts *o);
 
+/* How --cp-algo `algo` cuts the sequence, and what its attention keeps
+ * (dt_gpt_cp's saved_widths): for dt_gpt_set_cp, a run's or a plan's. */
+void dt_cp_algo_shape(const char *algo, dt_shard_kind *kind, int *saved_widths);
+
 #endif

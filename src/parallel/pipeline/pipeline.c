@@ -494,5 +494,6 @@ int dt_pp_strategy(dt_strategy *S, const dt_parallel_opts *o)
         return pp_destroy(P), dt_strf(r->err, sizeof r->err, "pipeline: too many layers"), -1;
     S->lockstep = r->world;
     S->writes_checkpoints = r->rank == 0;
+    S->block_ranks = o->pp;
     return dt_strategy_add(S, &pp_ops, P);
 }

@@ -17,6 +17,7 @@ typedef struct {
     int me, size;
     int rep;          /* the replica group's index: 0 writes and gathers */
     int replicated;   /* other groups hold the same slices */
+    int copies;       /* ranks that hold each slice: cp x dp */
     dt_gpt *m;        /* the rank's layout, from relayout on */
     dt_gpt whole;     /* the whole model's layout; parameters on the writer, gathered */
     dt_flat_range *map, *own, all;
@@ -233,8 +234,10 @@ static int tp_mem_plan(void *self, int q, dt_rank_mem *out)
 {
     tp_layer *L = self;
     dt_rank *r = L->S->rank;
-    return dt_tp_rank_mem(L->m, q % L->size, L->size, r->B, r->T, out, r->err, sizeof r->err)
-               ? 0 : 1;
+    if (dt_tp_rank_mem(L->m, q % L->size, L->size, r->B, r->T, out, r->err, sizeof r->err))
+        return 0;
+    out->copies = L->copies;
+    return 1;
 }
 
 static void tp_destroy(void *self)
@@ -270,6 +273,7 @@ int dt_tp_layer(dt_strategy *S, const dt_mesh *g)
     L->size = g->tp;
     L->rep = dt_mesh_replica_index(g);
     L->replicated = g->replicas != NULL;
+    L->copies = g->cp * g->dp;
     if (dt_strategy_add_norm_group(S, L->tp))
         return tp_destroy(L), dt_strf(r->err, sizeof r->err, "tensor parallelism: too many "
                                       "layers"), -1;
