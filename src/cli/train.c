@@ -125,6 +125,7 @@ static int print_mesh_tables(dt_gpt *layout, dt_train_config *c, int dp, int qui
         return -1;
     if (dt_gpt_set_cp(layout, 0, c->cp, kind, widths))
         return dt_strf(err, n, "%s", layout->error), -1;
+    layout->tp.sp = c->sequence_parallel; /* dt_tp_rank_mem's slices keep it */
     for (int q = 0; q < c->tp; q++) {
         dt_rank_mem held;
         dt_mem_plan plan;

@@ -189,9 +189,9 @@ int dt_gpt_set_tp(dt_gpt *m, int rank, int size)
                        "%d rows leaves rank %d none; use a vocabulary above %d, or fewer "
                        "ranks", size, V, (V + size - 1) / size, size - 1,
                        (V + size - 1) / size * (size - 1)), -1;
-    m->tp = (dt_gpt_tp){.rank = rank, .size = size, .heads = NH / size, .attn = C / size,
-                        .mlp = 4 * C / size, .v0 = v0, .vocab = vl, .reduce = m->tp.reduce,
-                        .ctx = m->tp.ctx};
+    m->tp = (dt_gpt_tp){.rank = rank, .size = size, .sp = m->tp.sp && size > 1,
+                        .heads = NH / size, .attn = C / size, .mlp = 4 * C / size, .v0 = v0,
+                        .vocab = vl, .reduce = m->tp.reduce, .ctx = m->tp.ctx};
     build_layout(m);
     return 0;
 }
@@ -528,20 +528,49 @@ static int tp_reduce(dt_gpt *m, void *buf, size_t n, dt_tp_op op, const char *wh
     return dt_strf(m->error, sizeof m->error, "model: %s: %s", where, why), -1;
 }
 
-/* out [N, C] = inp [N, IN] @ W + b for a row-parallel product: unsplit one
- * product; split, this rank's partial product summed over the group, then
- * the bias once (every rank adds it to the same sum). */
+/* Sequence parallelism's share of a micro-batch's N rows (gpt.h: the
+ * regions between the products): R rows from row r0; all N without it. */
+static size_t region_rows(const dt_gpt *m, int N)
+{
+    return m->tp.sp ? (size_t)N / (size_t)m->tp.size : (size_t)N;
+}
+
+static size_t region_first(const dt_gpt *m, int N)
+{
+    return m->tp.sp ? (size_t)m->tp.rank * region_rows(m, N) : 0;
+}
+
+/* out [R, C] = inp [N, IN] @ W + b for a row-parallel product: unsplit one
+ * product; split, this rank's partial product summed over the group (with
+ * sequence parallelism reduce-scattered to this rank's rows), then the
+ * bias once (every rank adds it to the same sum). */
 static int row_parallel(dt_gpt *m, float *out, const float *inp, const float *W,
                         const float *bias, int N, int IN, const char *name)
 {
     const int C = m->cfg.n_embd, split = m->tp.size > 1;
-    if (dt_linear_forward(m->prec, out, inp, W, split ? NULL : bias, N, IN, C))
+    float *sum = m->tp.sp ? m->d_c : out; /* [N, C]: not in use while a layer runs forward */
+    if (dt_linear_forward(m->prec, sum, inp, W, split ? NULL : bias, N, IN, C))
         return fail_matmul(m, name);
     if (!split) return 0;
-    if (tp_reduce(m, out, (size_t)N * C, DT_TP_SUM_F32, name)) return -1;
-    for (int i = 0; i < N; i++)
-        for (int j = 0; j < C; j++) out[(size_t)i * C + j] += bias[j];
+    if (tp_reduce(m, sum, (size_t)N * C, m->tp.sp ? DT_TP_SCATTER_SUM_F32 : DT_TP_SUM_F32, name))
+        return -1;
+    const size_t R = region_rows(m, N);
+    for (size_t i = 0; i < R; i++)
+        for (int j = 0; j < C; j++) out[i * C + j] = sum[i * C + j] + bias[j];
     return 0;
+}
+
+/* A LayerNorm of this rank's rows of x into out [N, C]: all of them, or
+ * with sequence parallelism its R rows into their place, the rest
+ * gathered from the group (the column-parallel product after it reads
+ * every row). */
+static int ln_forward(dt_gpt *m, float *out, float *mean, float *rstd, const float *x,
+                      const float *w, const float *b, int N, const char *name)
+{
+    const int C = m->cfg.n_embd;
+    dt_layernorm_forward(out + region_first(m, N) * C, mean, rstd, x, w, b, LN_EPS,
+                         (int)region_rows(m, N), C);
+    return m->tp.sp ? tp_reduce(m, out, (size_t)N * C, DT_TP_GATHER_F32, name) : 0;
 }
 
 /* Attention over this rank's rows, t of each sequence: alone, or with the
@@ -581,20 +610,21 @@ static int layer_run(dt_gpt *m, int l, const float *x, int b, int t, unsigned ru
     dt_gpt_layer w = dt_gpt_layer_view(m, weights(m), l);
     dt_gpt_layer_acts *a = &m->layer_acts[l];
 
-    if (run & RUN_ELEMENTWISE)
-        dt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1_w, w.ln1_b, LN_EPS, N,
-                             C);
+    const size_t R = region_rows(m, N);
+    if ((run & RUN_ELEMENTWISE) &&
+        ln_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1_w, w.ln1_b, N, "ln_1"))
+        return -1;
     if (run & RUN_PRODUCTS) {
         if (dt_linear_forward(m->prec, a->qkv, a->ln1, w.qkv_w, w.qkv_b, N, C, 3 * A))
             return fail_matmul(m, "attn.c_attn");
         if (attention_forward(m, a, b, t)) return -1;
         if (row_parallel(m, a->res2, a->att, w.proj_w, w.proj_b, N, A, "attn.c_proj"))
             return -1;
-        add_into(a->res2, a->res2, x, (size_t)N * C);
+        add_into(a->res2, a->res2, x, R * C);
     }
-    if (run & RUN_ELEMENTWISE)
-        dt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2_w, w.ln2_b, LN_EPS,
-                             N, C);
+    if ((run & RUN_ELEMENTWISE) &&
+        ln_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2_w, w.ln2_b, N, "ln_2"))
+        return -1;
     if ((run & RUN_PRODUCTS) &&
         dt_linear_forward(m->prec, a->fc, a->ln2, w.fc_w, w.fc_b, N, C, F))
         return fail_matmul(m, "mlp.c_fc");
@@ -602,7 +632,7 @@ static int layer_run(dt_gpt *m, int l, const float *x, int b, int t, unsigned ru
     if (run & RUN_OUTPUT) {
         if (row_parallel(m, a->res3, a->fc_gelu, w.fcp_w, w.fcp_b, N, F, "mlp.c_proj"))
             return -1;
-        add_into(a->res3, a->res3, a->res2, (size_t)N * C);
+        add_into(a->res3, a->res3, a->res2, R * C);
     }
     return 0;
 }
@@ -646,9 +676,10 @@ static int check_tokens(dt_gpt *m, const int32_t *tokens, size_t n, const char *
 static int head_forward(dt_gpt *m, const float *x, int N)
 {
     const int C = m->cfg.n_embd, V = m->tp.vocab, L = m->cfg.n_layer;
-    if (need(m, L + 1, DT_USE_FORWARD) || need(m, 0, DT_USE_FORWARD)) return -1;
-    dt_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, LNF_W(m, weights(m)),
-                         LNF_B(m, weights(m)), LN_EPS, N, C);
+    if (need(m, L + 1, DT_USE_FORWARD) || need(m, 0, DT_USE_FORWARD) ||
+        ln_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, x, LNF_W(m, weights(m)),
+                   LNF_B(m, weights(m)), N, "ln_f"))
+        return -1;
     if (dt_matmul(m->prec, 0, 1, N, V, C, 1.0f, m->lnf, C, WTE(m, weights(m)), C, 0.0f,
                   m->logits, V))
         return fail_matmul(m, "lm_head");
@@ -674,23 +705,35 @@ static void each_run(dt_gpt *m, int b, int t, rows_fn fn, const void *arg)
             fn(m, arg, (size_t)bi * t + off, rows->begin[c], 1, rows->len[c]);
 }
 
-static void embed_run(dt_gpt *m, const void *tokens, size_t row, int pos, int nseq, int len)
+/* The embeddings of some rows (out [rows, C]) or their gradient d. */
+typedef struct {
+    float *out;
+    const float *d;
+    const int32_t *tokens;
+} embed_rows;
+
+static void embed_run(dt_gpt *m, const void *arg, size_t row, int pos, int nseq, int len)
 {
+    const embed_rows *e = arg;
     const int C = m->cfg.n_embd;
-    dt_embedding_forward_range(m->encoded + row * C, (const int32_t *)tokens + row,
-                               WTE(m, weights(m)), WPE(m, weights(m)) + (size_t)pos * C, nseq,
-                               len, C, m->tp.v0, m->tp.vocab);
+    dt_embedding_forward_range(e->out + row * C, e->tokens + row, WTE(m, weights(m)),
+                               WPE(m, weights(m)) + (size_t)pos * C, nseq, len, C, m->tp.v0,
+                               m->tp.vocab);
 }
 
 /* The embeddings' output into m->encoded, of b x t rows (this rank's
  * positions). Split over the vocabulary, each rank looks up the tokens of
  * its slice, zeros for the rest, and the group's sum is the whole lookup
- * (gpt.h). */
+ * (gpt.h); with sequence parallelism the sum of this rank's rows alone. */
 static int embed_forward(dt_gpt *m, const int32_t *tokens, int b, int t)
 {
-    each_run(m, b, t, embed_run, tokens);
-    if (m->tp.size == 1) return 0;
-    return tp_reduce(m, m->encoded, (size_t)b * t * m->cfg.n_embd, DT_TP_SUM_F32, "wte");
+    const int C = m->cfg.n_embd, N = b * t;
+    embed_rows e = {m->tp.sp ? m->sp_full : m->encoded, NULL, tokens};
+    each_run(m, b, t, embed_run, &e);
+    if (!m->tp.sp) return tp_reduce(m, m->encoded, (size_t)N * C, DT_TP_SUM_F32, "wte");
+    if (tp_reduce(m, e.out, (size_t)N * C, DT_TP_SCATTER_SUM_F32, "wte")) return -1;
+    memcpy(m->encoded, e.out, region_rows(m, N) * C * sizeof(float));
+    return 0;
 }
 
 /* Context parallelism: this rank's rows of b whole sequences of t, into
@@ -806,6 +849,49 @@ static int product_weights(dt_gpt *m, float *dW, float *db, const float *dout, c
     return 0;
 }
 
+/* The gradient of a column-parallel product's input, m->d_c [N, C]: the
+ * ranks' partial sums summed over the group, or with sequence parallelism
+ * reduce-scattered (this rank's rows at m->d_c's start). */
+static int input_grad_sum(dt_gpt *m, int N, const char *name)
+{
+    return tp_reduce(m, m->d_c, (size_t)N * m->cfg.n_embd,
+                     m->tp.sp ? DT_TP_SCATTER_SUM_F32 : DT_TP_SUM_F32, name);
+}
+
+/* A region's gradient d [R, C] as every row's [N, C]: d itself, or with
+ * sequence parallelism gathered from the group into m->sp_full (a
+ * row-parallel product's backward reads every row). NULL on failure. */
+static const float *rows_gathered(dt_gpt *m, const float *d, int N, const char *name)
+{
+    if (!m->tp.sp) return d;
+    const size_t C = (size_t)m->cfg.n_embd, r0 = region_first(m, N);
+    memcpy(m->sp_full + r0 * C, d, region_rows(m, N) * C * sizeof(float));
+    return tp_reduce(m, m->sp_full, (size_t)N * C, DT_TP_GATHER_F32, name) ? NULL : m->sp_full;
+}
+
+/* A LayerNorm's backward from m->d_c (this rank's rows), adding its input's
+ * gradient into m->d_res (the residual's) and its weights' into gw, gb.
+ * With sequence parallelism those are of this rank's rows alone: this
+ * micro-batch's are summed over the group before they join the others. */
+static int ln_backward(dt_gpt *m, float *gw, float *gb, const float *inp, const float *w,
+                       const float *mean, const float *rstd, int N, const char *name)
+{
+    const int C = m->cfg.n_embd, R = (int)region_rows(m, N);
+    if (!m->tp.sp) {
+        dt_layernorm_backward(m->d_res, gw, gb, m->d_c, inp, w, mean, rstd, R, C);
+        return 0;
+    }
+    float *part = m->sp_ln;
+    memset(part, 0, 2 * (size_t)C * sizeof(float));
+    dt_layernorm_backward(m->d_res, part, part + C, m->d_c, inp, w, mean, rstd, R, C);
+    if (tp_reduce(m, part, 2 * (size_t)C, DT_TP_SUM_F32, name)) return -1;
+    for (int j = 0; j < C; j++) {
+        gw[j] += part[j];
+        gb[j] += part[C + j];
+    }
+    return 0;
+}
+
 /* The weight half of layer l's split backward: its four products' weight
  * and bias gradients, in the order the whole backward adds them. */
 static int layer_weights(dt_gpt *m, int l, const float *x, int b, int t)
@@ -834,28 +920,31 @@ static int layer_backward(dt_gpt *m, int l, const float *x, int b, int t, dt_bwd
 
     /* m->d_res holds d(res3); the MLP branch first. Split, the products'
      * input gradients are partial sums until reduced over the group. */
-    if (product_backward(m, what, m->d_fc, g.fcp_w, g.fcp_b, m->d_res, a->d_fcp, a->fc_gelu,
+    const float *d_out = rows_gathered(m, m->d_res, N, "mlp.c_proj backward");
+    if (!d_out ||
+        product_backward(m, what, m->d_fc, g.fcp_w, g.fcp_b, d_out, a->d_fcp, a->fc_gelu,
                          w.fcp_w, N, F, C, "mlp.c_proj backward"))
         return -1;
     dt_gelu_backward(m->d_fc, a->fc, m->d_fc, (size_t)N * F);
     if (product_backward(m, what, m->d_c, g.fc_w, g.fc_b, m->d_fc, a->d_fc, a->ln2, w.fc_w, N, C,
                          F, "mlp.c_fc backward") ||
-        tp_reduce(m, m->d_c, (size_t)N * C, DT_TP_SUM_F32, "mlp.c_fc backward"))
+        input_grad_sum(m, N, "mlp.c_fc backward") ||
+        ln_backward(m, g.ln2_w, g.ln2_b, a->res2, w.ln2_w, a->ln2_mean, a->ln2_rstd, N,
+                    "ln_2 backward"))
         return -1;
-    dt_layernorm_backward(m->d_res, g.ln2_w, g.ln2_b, m->d_c, a->res2, w.ln2_w, a->ln2_mean,
-                          a->ln2_rstd, N, C);
 
     /* m->d_res now holds d(res2); the attention branch. */
-    if (product_backward(m, what, m->d_c, g.proj_w, g.proj_b, m->d_res, a->d_proj, a->att,
+    if (!(d_out = rows_gathered(m, m->d_res, N, "attn.c_proj backward")) ||
+        product_backward(m, what, m->d_c, g.proj_w, g.proj_b, d_out, a->d_proj, a->att,
                          w.proj_w, N, A, C, "attn.c_proj backward"))
         return -1;
     if (attention_backward(m, a, b, t)) return -1;
     if (product_backward(m, what, m->d_c, g.qkv_w, g.qkv_b, m->d_qkv, a->d_qkv, a->ln1, w.qkv_w,
                          N, C, 3 * A, "attn.c_attn backward") ||
-        tp_reduce(m, m->d_c, (size_t)N * C, DT_TP_SUM_F32, "attn.c_attn backward"))
+        input_grad_sum(m, N, "attn.c_attn backward") ||
+        ln_backward(m, g.ln1_w, g.ln1_b, x, w.ln1_w, a->ln1_mean, a->ln1_rstd, N,
+                    "ln_1 backward"))
         return -1;
-    dt_layernorm_backward(m->d_res, g.ln1_w, g.ln1_b, m->d_c, x, w.ln1_w, a->ln1_mean,
-                          a->ln1_rstd, N, C);
     return 0;
 }
 
@@ -880,10 +969,11 @@ static int head_backward(dt_gpt *m, const dt_gpt_slot *st, const float *lnf_in, 
         (what == DT_BWD_WHOLE && dt_matmul(m->prec, 1, 0, V, C, N, 1.0f, m->logits, V, m->lnf, C,
                                            1.0f, WTE(m, m->grads), C)))
         return fail_matmul(m, "lm_head backward");
-    if (tp_reduce(m, m->d_c, (size_t)N * C, DT_TP_SUM_F32, "lm_head backward")) return -1;
     memset(m->d_res, 0, (size_t)N * C * sizeof(float));
-    dt_layernorm_backward(m->d_res, LNF_W(m, m->grads), LNF_B(m, m->grads), m->d_c, lnf_in,
-                          LNF_W(m, weights(m)), m->lnf_mean, m->lnf_rstd, N, C);
+    if (input_grad_sum(m, N, "lm_head backward") ||
+        ln_backward(m, LNF_W(m, m->grads), LNF_B(m, m->grads), lnf_in, LNF_W(m, weights(m)),
+                    m->lnf_mean, m->lnf_rstd, N, "ln_f backward"))
+        return -1;
     done(m, 0, wte_use);
     done(m, L + 1, DT_USE_BACKWARD);
     return 0;
@@ -918,28 +1008,28 @@ static int check_backward(dt_gpt *m, int k, const float *d_out, dt_bwd_part what
 }
 
 /* The embeddings' gradients from that of their output, d [b*t, C] (whole
- * on every rank of tensor parallelism: each adds its vocabulary slice's
- * rows and all of wpe; context parallelism: its rows' positions). */
-typedef struct {
-    const float *d;
-    const int32_t *tokens;
-} embed_grad;
+ * on every rank of tensor parallelism, gathered first under sequence
+ * parallelism: each adds its vocabulary slice's rows and all of wpe;
+ * context parallelism: its rows' positions). */
 
 static void embed_grad_run(dt_gpt *m, const void *arg, size_t row, int pos, int nseq, int len)
 {
-    const embed_grad *g = arg;
+    const embed_rows *g = arg;
     const int C = m->cfg.n_embd;
     dt_embedding_backward_range(WTE(m, m->grads), WPE(m, m->grads) + (size_t)pos * C,
                                 g->d + row * C, g->tokens + row, nseq, len, C, m->tp.v0,
                                 m->tp.vocab);
 }
 
-static void embed_backward(dt_gpt *m, const float *d, const dt_gpt_slot *st)
+static int embed_backward(dt_gpt *m, const float *d, const dt_gpt_slot *st)
 {
-    embed_grad g = {d, m->cp.size > 1 ? m->cp.tokens : st->tokens};
+    embed_rows g = {NULL, rows_gathered(m, d, st->b * st->t, "wte backward"),
+                    m->cp.size > 1 ? m->cp.tokens : st->tokens};
+    if (!g.d) return -1;
     grads_open(m, 0);
     each_run(m, st->b, st->t, embed_grad_run, &g);
     segment_done(m, 0);
+    return 0;
 }
 
 /* The input half (or the whole) of slot k's backward: from the loss or
@@ -971,8 +1061,7 @@ static int backward_input(dt_gpt *m, dt_gpt_slot *st, const float *d_out, float 
         memcpy(whole ? m->encoded : m->dinput, m->d_res, (size_t)N * C * sizeof(float));
         return 0;
     }
-    embed_backward(m, m->d_res, st);
-    return 0;
+    return embed_backward(m, m->d_res, st);
 }
 
 /* The weight half of slot k's backward; reports each segment in the order
@@ -997,8 +1086,7 @@ static int backward_weights(dt_gpt *m, dt_gpt_slot *st)
         segment_done(m, 1 + l);
     }
     if (!embed) return 0;
-    embed_backward(m, m->dinput, st);
-    return 0;
+    return embed_backward(m, m->dinput, st);
 }
 
 int dt_gpt_backward_part(dt_gpt *m, int k, const float *d_out, float grad_scale,

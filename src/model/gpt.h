@@ -58,9 +58,27 @@ typedef struct {
  * between the products, so the whole tensors' gradients are the same on
  * every rank without communication. reduce is set by the strategy that
  * owns the group. */
-typedef enum { DT_TP_SUM_F32, DT_TP_MAX_F32, DT_TP_SUM_F64 } dt_tp_op;
+/* Sequence parallelism (sp, Megatron's, with tp > 1): the regions between
+ * the products (the residual stream, the LayerNorms' inputs and
+ * statistics) hold only this rank's rows of the micro-batch's B T, rows
+ * [rank R, (rank + 1) R) for R = B T / size. Each LayerNorm's output is
+ * gathered from the ranks' rows before its column-parallel product, and
+ * each row-parallel product's partial output is reduce-scattered to rows
+ * instead of all-reduced; backward, the reverse. The same bytes as the
+ * all-reduces (one is a reduce-scatter and an all-gather); the LayerNorms'
+ * weight gradients, now of this rank's rows, are summed over the group.
+ * The gathered LayerNorm outputs are kept as the column-parallel
+ * products' inputs, so their weight gradients need no second gather. */
+typedef enum {
+    DT_TP_SUM_F32,
+    DT_TP_MAX_F32,
+    DT_TP_SUM_F64,
+    DT_TP_GATHER_F32,     /* buf [n]: this rank's n / size at its slot, in place */
+    DT_TP_SCATTER_SUM_F32 /* buf [n]: the sum of this rank's slot lands at buf's start */
+} dt_tp_op;
 typedef struct {
     int rank, size;     /* size 1: unsplit */
+    int sp;             /* sequence parallelism (above) */
     int heads, attn;    /* this rank's heads and their width: NH / size, C / size */
     int mlp;            /* its MLP columns F = 4C / size */
     int v0, vocab;      /* its rows of the vocabulary (dt_vocab_slice) */
@@ -238,6 +256,7 @@ typedef struct {
     double *ce_sums;              /* tp: [2, N] the sums of exponentials, target logits */
     /* Backward scratch, shared by all layers. */
     float *d_res, *d_c, *d_qkv, *d_fc; /* [N,C], [N,C], [N,3C], [N,4C] */
+    float *sp_full, *sp_ln;            /* sequence parallelism: [N, C] gathered, [2C] */
 
     /* The last forward's inputs: backward must be of the same batch. */
     /* Backward calls grad_ready(ctx, lo, hi) as the gradients of floats

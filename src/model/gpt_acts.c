@@ -43,16 +43,23 @@ static size_t arena_rows(const dt_gpt *m, int B, int T)
     return (size_t)B * (size_t)dt_gpt_rows(m, T);
 }
 
+/* The rows of the regions between the products among N: sequence
+ * parallelism keeps this rank's 1/size of them. */
+static size_t region_rows(const dt_gpt *m, size_t N)
+{
+    return m->tp.sp ? N / (size_t)m->tp.size : N;
+}
+
 /* A layer's buffers but res3: the products' outputs when mm, the
  * element-wise parts when ew. */
 static void take_layer(float *base, size_t *used, dt_gpt_layer_acts *a, int mm, int ew,
-                       size_t N, widths w)
+                       size_t N, size_t R, widths w)
 {
     float **ew_bufs[] = {&a->ln1, &a->ln2, &a->fc_gelu, &a->ln1_mean, &a->ln1_rstd,
                          &a->ln2_mean, &a->ln2_rstd};
-    const size_t ew_len[] = {N * w.C, N * w.C, N * w.F, N, N, N, N};
+    const size_t ew_len[] = {N * w.C, N * w.C, N * w.F, R, R, R, R};
     float **mm_bufs[] = {&a->qkv, &a->att, &a->res2, &a->fc, &a->lse};
-    const size_t mm_len[] = {N * 3 * w.A, N * w.A, N * w.C, N * w.F, w.S * N};
+    const size_t mm_len[] = {N * 3 * w.A, N * w.A, R * w.C, N * w.F, w.S * N};
     for (size_t i = 0; ew && i < sizeof ew_len / sizeof ew_len[0]; i++)
         take(base, used, ew_bufs[i], ew_len[i]);
     for (size_t i = 0; mm && i < sizeof mm_len / sizeof mm_len[0]; i++)
@@ -69,15 +76,20 @@ static size_t carve_common(dt_gpt *m, float *base, size_t N)
     const widths w = widths_of(m);
     size_t used = 0;
     dt_gpt_layer_acts sh = {0};
-    float *d_res, *d_c, *d_qkv, *d_fc;
-    take_layer(base, &used, &sh, shared_mm(m), shared_ew(m), N, w);
+    float *d_res, *d_c, *d_qkv, *d_fc, *sp_full = NULL, *sp_ln = NULL;
+    take_layer(base, &used, &sh, shared_mm(m), shared_ew(m), N, region_rows(m, N), w);
     take(base, &used, &d_res, N * w.C);
     take(base, &used, &d_c, N * w.C);
     take(base, &used, &d_qkv, N * 3 * w.A);
     take(base, &used, &d_fc, N * w.F);
+    if (m->tp.sp) { /* a gathered [N, C], and a LayerNorm's own weight gradients */
+        take(base, &used, &sp_full, N * w.C);
+        take(base, &used, &sp_ln, 2 * w.C);
+    }
     if (base) {
         m->shared = sh;
         m->d_res = d_res, m->d_c = d_c, m->d_qkv = d_qkv, m->d_fc = d_fc;
+        m->sp_full = sp_full, m->sp_ln = sp_ln;
     }
     return used;
 }
@@ -90,14 +102,14 @@ static size_t carve_common(dt_gpt *m, float *base, size_t N)
 static size_t carve_slot(dt_gpt *m, float *base, dt_gpt_part p, size_t N)
 {
     const widths w = widths_of(m);
-    const size_t C = w.C, V = (size_t)m->tp.vocab;
+    const size_t C = w.C, V = (size_t)m->tp.vocab, R = region_rows(m, N);
     size_t used = 0;
     float *scratch; /* where pointers go when only counting */
-    take(base, &used, base ? &m->encoded : &scratch, N * C);
+    take(base, &used, base ? &m->encoded : &scratch, R * C);
     for (int l = p.l0; l < p.l1; l++) {
         dt_gpt_layer_acts a = m->shared;
-        take_layer(base, &used, &a, !shared_mm(m), !shared_ew(m), N, w);
-        take(base, &used, &a.res3, N * C);
+        take_layer(base, &used, &a, !shared_mm(m), !shared_ew(m), N, R, w);
+        take(base, &used, &a.res3, R * C);
         if (m->acts_split) {
             take(base, &used, &a.d_fcp, N * C);
             take(base, &used, &a.d_proj, N * C);
@@ -109,8 +121,8 @@ static size_t carve_slot(dt_gpt *m, float *base, dt_gpt_part p, size_t N)
     if (m->acts_split) take(base, &used, base ? &m->dinput : &scratch, N * C);
     if (p.l1 < m->cfg.n_layer) return used;
     take(base, &used, base ? &m->lnf : &scratch, N * C);
-    take(base, &used, base ? &m->lnf_mean : &scratch, N);
-    take(base, &used, base ? &m->lnf_rstd : &scratch, N);
+    take(base, &used, base ? &m->lnf_mean : &scratch, R);
+    take(base, &used, base ? &m->lnf_rstd : &scratch, R);
     take(base, &used, base ? &m->logits : &scratch, N * V);
     take(base, &used, base ? &m->losses : &scratch, N);
     if (m->tp.size == 1) return used;
@@ -190,6 +202,12 @@ static int check_parts(dt_gpt *m, int B, int T, int n, const dt_gpt_part *parts)
     if (m->cp.size > 1 && dt_seq_shard_check(who, B, T, m->tp.attn, m->tp.heads, m->cp.size,
                                              m->cp.kind, m->error, sizeof m->error))
         return -1;
+    const int rows = B * dt_gpt_rows(m, T);
+    if (m->tp.sp && rows % m->tp.size)
+        return dt_strf(m->error, sizeof m->error, "--sequence-parallel: the %d rows of a "
+                       "micro-batch (B x T%s) do not split over %d tensor-parallel ranks; "
+                       "use a batch or sequence length that makes them a multiple of %d", rows,
+                       m->cp.size > 1 ? " / cp" : "", m->tp.size, m->tp.size), -1;
     for (int k = 0; k < n; k++)
         if (parts[k].l0 < 0 || parts[k].l0 >= parts[k].l1 || parts[k].l1 > m->cfg.n_layer)
             return dt_strf(m->error, sizeof m->error,

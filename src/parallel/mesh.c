@@ -130,7 +130,7 @@ int dt_mesh_strategy(dt_strategy *S, const dt_parallel_opts *o)
         M->g.replicas = NULL;
         return mesh_destroy(M), -1;
     }
-    if ((M->g.cp > 1 && dt_cp_layer(S, &M->g, o)) || (M->g.tp > 1 && dt_tp_layer(S, &M->g)))
+    if ((M->g.cp > 1 && dt_cp_layer(S, &M->g, o)) || (M->g.tp > 1 && dt_tp_layer(S, &M->g, o->sp)))
         return mesh_destroy(M), -1;
     S->lockstep = r->world;
     S->writes_checkpoints = r->rank == 0;

@@ -24,6 +24,7 @@ typedef struct {
     const char *optimizer; /* the optimizer's name, for advice about pairings */
     int pp;                /* ddp: pipeline stages (1: none); data parallelism over world / pp */
     int tp;                /* ddp: tensor-parallel ranks per group (1: none) */
+    int sp;                /* ddp with tp: sequence parallelism */
     int cp;                /* ddp: context-parallel ranks per group (1: none) */
     const char *cp_algo;   /* ring | ulysses */
     int accum;             /* micro-batches per step (a pipeline's M) */

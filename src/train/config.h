@@ -90,6 +90,7 @@ typedef struct dt_train_config {
     char comm_algo[160]; /* forced collective algorithms: "allreduce=ring,allgather=bruck" */
     int pp;              /* pipeline stages (--pipeline-model-parallel-size); 1 = none */
     int tp;              /* tensor-parallel ranks per group (--tensor-model-parallel-size); 1 = none */
+    int sequence_parallel; /* with tp: Megatron's --sequence-parallel */
     int cp;              /* context-parallel ranks per group (--context-parallel-size); 1 = none */
     char cp_algo[16];    /* ring | ulysses */
     char pp_schedule[16]; /* naive | gpipe | 1f1b | interleaved | zb1p */

@@ -36,6 +36,7 @@ static const struct {
     {"pp", DT_AGREE_VALUE},
     {"tp", DT_AGREE_VALUE},
     {"cp", DT_AGREE_VALUE},
+    {"sequence-parallel", DT_AGREE_VALUE},
     {"cp-algo", DT_AGREE_VALUE},
     {"pp-schedule", DT_AGREE_VALUE},
     {"pp-virtual", DT_AGREE_VALUE},

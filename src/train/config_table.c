@@ -125,6 +125,8 @@ const dt_cfg_opt dt_cfg_options[] = {
         "pipeline stages (consecutive layers); ranks = pp x data-parallel"),
     OPT(G_RUN, "tp", NULL, T_INT, tp, 1, 64, "N", NULL, 0,
         "tensor parallel ranks: each holds a slice of every matrix"),
+    OPT(G_RUN, "sequence-parallel", NULL, T_BOOL, sequence_parallel, 0, 1, "[=0|1]", NULL,
+        O_OPTVAL, "with --tp: LayerNorm and residual rows split over the tp group"),
     OPT(G_RUN, "cp", NULL, T_INT, cp, 1, 64, "N", NULL, 0,
         "context parallel ranks: each runs its part of every sequence"),
     OPT(G_RUN, "cp-algo", NULL, T_CHOICE, cp_algo, 0, 0, "ring|ulysses", NULL, 0,

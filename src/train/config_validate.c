@@ -146,6 +146,9 @@ static int check_pipeline(const dt_train_config *c, char *err, size_t n)
         return dt_strf(err, n, "--cp %d splits the sequences over the ranks of --strategy ddp "
                        "(with data parallelism over the rest); --strategy %s cannot split them",
                        c->cp, c->strategy), -1;
+    if (c->sequence_parallel && c->tp == 1)
+        return dt_strf(err, n, "--sequence-parallel splits the LayerNorm and residual rows over "
+                       "a tensor-parallel group: add --tp 2 or more"), -1;
     if (c->cp == 1 && dt_config_given_at(c, offsetof(dt_train_config, cp_algo)))
         return dt_strf(err, n, "--cp-algo applies to context parallelism: add --cp 2 or more "
                        "(ranks per sequence)"), -1;
@@ -278,6 +281,7 @@ dt_parallel_opts dt_config_parallel_opts(const dt_train_config *c)
                               .pp = c->pp,
                               .tp = c->tp,
                               .cp = c->cp,
+                              .sp = c->sequence_parallel,
                               .cp_algo = c->cp_algo,
                               .accum = c->grad_accum,
                               .pp_virtual = c->pp_virtual,

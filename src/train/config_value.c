@@ -48,6 +48,7 @@ static int from_text(const dt_cfg_opt *o, const char *who, const char *s, dt_cfg
         if (!dt_parse_double(s, -DBL_MAX, DBL_MAX, &v->d)) return 0;
         return dt_strf(err, n, "%s: '%s' is not a number", who, s), -1;
     case T_BOOL:
+        if (!*s && (o->flags & O_OPTVAL)) return v->i = 1, 0; /* a switch: "--flag" alone */
         if (!text_to_bool(s, &v->i)) return 0;
         return dt_strf(err, n, "%s: '%s' is not a boolean (1|0|true|false)", who, s), -1;
     default:

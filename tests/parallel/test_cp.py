@@ -7,8 +7,8 @@ the same global batch.
 
 Equivalence (5 steps, AdamW with weight decay, clipping at 1, 2 layers, 4
 heads, sequences of 16): cp 2 ring (zig-zag), cp 2 Ulysses, cp 4 ring,
-cp 4 Ulysses, cp 2 x dp 2, cp 2 x dp 2 with ZeRO-1, and tp 2 x cp 2 with
-each algorithm: every logged loss within 1e-6 relative of one process's,
+cp 4 Ulysses, cp 2 x dp 2, cp 2 x dp 2 with ZeRO-1, tp 2 x cp 2 with each
+algorithm, and tp 2 x cp 2 with sequence parallelism: every logged loss within 1e-6 relative of one process's,
 the final weights within 1e-5 (the worst tensor's ||a - b|| / ||b||), the
 final validation loss within 1e-6, and every rank's weights the same bits
 (the replica check). Not bit-identical: attention over a split sequence
@@ -75,6 +75,8 @@ def equivalence(dtrain, tmp, quick):
             ("tp 2 x cp 2 ring", ["--nproc", "4", "--tp", "2", "--cp", "2"] + whole),
             ("tp 2 x cp 2 ulysses", ["--nproc", "4", "--tp", "2", "--cp", "2", "--cp-algo",
                                      "ulysses"] + whole),
+            ("tp 2 x cp 2 ring, sequence parallel", ["--nproc", "4", "--tp", "2", "--cp", "2",
+                                                     "--sequence-parallel"] + whole),
         ]
     for name, args in layouts:
         got = train(dtrain, tmp, name.replace(" ", "_"), args)

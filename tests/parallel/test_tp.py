@@ -6,8 +6,8 @@ global batch.
 (--quick: tp 2 only, for the sanitizer builds.)
 
 Equivalence (5 steps, AdamW with weight decay, clipping at 1, 2 layers, 4
-heads): tp 2, tp 4, tp 2 x dp 2 (DDP over the equal slices) and tp 2 x dp 2
-with ZeRO-1: every logged loss within 1e-6 relative of one process's, the
+heads): tp 2, tp 4, tp 2 x dp 2 (DDP over the equal slices), tp 2 x dp 2
+with ZeRO-1, and tp 2 and tp 4 with sequence parallelism: every logged loss within 1e-6 relative of one process's, the
 final weights (gathered into Hugging Face's names and shapes) within 1e-5
 (the worst tensor's ||a - b|| / ||b||). Not bit-identical: a row-parallel
 product's output is the sum of the ranks' partial products, added in
@@ -21,7 +21,9 @@ Traffic: each step's bytes match the reduces tensor parallelism makes per
 micro-batch: per layer two all-reduces of B T C floats forward and two
 backward, the embeddings' and the head's one each, and the loss's max (N
 floats) and sums (2 N doubles), each all-reduce sending 2 (n - 1) / n of
-its buffer.
+its buffer; sequence parallelism the same (each all-reduce of B T C
+becomes a reduce-scatter and an all-gather, (n - 1) / n each), plus the
+LayerNorms' weight gradients (2 C floats each), now of each rank's rows.
 Memory: each rank's parameters, gradients and optimizer state as planned
 (its slices, and the whole tensors), x1.00 of the plan at the start;
 --dry-run --tp 2 plans each tp rank's floats as the run does.
@@ -69,11 +71,13 @@ def close(got, ref, what, loss_tol=1e-6, w_tol=1e-5):
               "%s: final validation loss %.4f, one process %.4f" % (what, got[3], ref[3]))
 
 
-def expected_bytes(n, accum, batch):
+def expected_bytes(n, accum, batch, sp=False):
     """Bytes one rank sends in the reduces of one step (tp.c counts a ring's
     2 (n - 1) / n of each buffer)."""
     N = batch * T
     floats = (4 * L + 2) * N * C + N  # layers' four, embeddings', head's; the loss's max
+    if sp:
+        floats += (2 * L + 1) * 2 * C  # the LayerNorms' weight gradients
     per_micro = 2.0 * (n - 1) / n * (floats * 4 + 2 * N * 8)
     return per_micro * accum
 
@@ -89,6 +93,10 @@ def equivalence(dtrain, tmp, quick):
             ("tp 4", ["--nproc", "4", "--tp", "4", "--batch-size", str(2 * B)], 4, 2 * B),
             ("tp 2 x dp 2", dp2, 2, B),
             ("tp 2 x dp 2 ZeRO-1", dp2 + ["--zero-stage", "1"], 2, B),
+            ("tp 2 sp", ["--nproc", "2", "--tp", "2", "--sequence-parallel", "--batch-size",
+                         str(2 * B)], 2, 2 * B),
+            ("tp 4 sp", ["--nproc", "4", "--tp", "4", "--sequence-parallel", "--batch-size",
+                         str(2 * B)], 4, 2 * B),
         ]
     runs = {}
     for name, args, n, batch in layouts:
@@ -100,7 +108,7 @@ def equivalence(dtrain, tmp, quick):
         check("tensor parallel: %d ranks per group" % n in got[2],
               "%s: the batch line describes the groups" % name)
         sent = [e.get("bytes_sent", 0) for e in got[4]]
-        want = expected_bytes(n, 1, batch)
+        want = expected_bytes(n, 1, batch, "sp" in name)
         ddp = "dp 2" in name
         check(all(s >= want * 0.95 and (ddp or s <= want * 1.05) for s in sent),
               "%s: bytes sent per step %s, the reduces' %.0f%s" %
@@ -176,6 +184,9 @@ def bad_input(dtrain, tmp):
         (["--nproc", "4", "--tp", "2", "--pp", "2"], "not built yet"),
         (["--nproc", "2", "--tp", "2", "--zero-stage", "2"], "use --zero-stage 1, or 0"),
         (["--nproc", "3", "--tp", "2", "--strategy", "ps"], "cannot split it"),
+        (["--nproc", "4", "--tp", "4", "--sequence-parallel", "--batch-size", "1",
+          "--block-size", "18"], "the 18 rows of a micro-batch (B x T) do not split over 4"),
+        (["--sequence-parallel"], "add --tp 2 or more"),
     ])
 
 

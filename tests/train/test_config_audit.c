@@ -78,6 +78,8 @@ static const opt_row opt_rows[] = {
     {"pp", "2", "--strategy ps", "cannot hold stages"},
     {"tp", "2", "", NULL},
     {"tp", "2", "--strategy ps", "cannot split it"},
+    {"sequence-parallel", "1", "--tp 2", NULL},
+    {"sequence-parallel", "1", "", "add --tp 2 or more"},
     {"cp", "2", "", NULL},
     {"cp", "2", "--strategy ps", "cannot split them"},
     {"cp-algo", "ulysses", "--cp 2", NULL},

@@ -18,6 +18,7 @@ typedef struct {
     int rep;          /* the replica group's index: 0 writes and gathers */
     int replicated;   /* other groups hold the same slices */
     int copies;       /* ranks that hold each slice: cp x dp */
+    int sp;           /* sequence parallelism */
     dt_gpt *m;        /* the rank's layout, from relayout on */
     dt_gpt whole;     /* the whole model's layout; parameters on the writer, gathered */
     dt_flat_range *map, *own, all;
@@ -36,9 +37,21 @@ static int failed(tp_layer *L, const char *what, dt_comm *c)
 int dt_tp_reduce(void *comm, void *buf, size_t n, dt_tp_op op, char *err, size_t errlen)
 {
     dt_comm *c = comm;
-    dt_dtype t = op == DT_TP_SUM_F64 ? DT_F64 : DT_F32;
-    if (dt_allreduce(c, buf, buf, n, t, op == DT_TP_MAX_F32 ? DT_MAX : DT_SUM) == 0) return 0;
-    return dt_strf(err, errlen, "all-reduce over the tensor-parallel group: %s",
+    const size_t part = n / (size_t)dt_comm_size(c);
+    const char *what = "all-reduce";
+    int rc;
+    if (op == DT_TP_GATHER_F32) {
+        what = "all-gather";
+        rc = dt_allgather(c, buf, buf, part, DT_F32);
+    } else if (op == DT_TP_SCATTER_SUM_F32) {
+        what = "reduce-scatter";
+        rc = dt_reduce_scatter(c, buf, buf, part, DT_F32, DT_SUM);
+    } else {
+        rc = dt_allreduce(c, buf, buf, n, op == DT_TP_SUM_F64 ? DT_F64 : DT_F32,
+                          op == DT_TP_MAX_F32 ? DT_MAX : DT_SUM);
+    }
+    if (rc == 0) return 0;
+    return dt_strf(err, errlen, "%s over the tensor-parallel group: %s", what,
                    dt_comm_error(c)), -1;
 }
 
@@ -58,6 +71,7 @@ static int tp_relayout(void *self, dt_rank *r, dt_gpt *layout)
     tp_layer *L = self;
     if (dt_gpt_set_tp(layout, L->me, L->size))
         return dt_strf(r->err, sizeof r->err, "%s", layout->error), -1;
+    layout->tp.sp = L->sp;
     layout->tp.reduce = model_reduce;
     layout->tp.ctx = L;
     return 0;
@@ -126,8 +140,10 @@ static int slice_layout(const dt_gpt *like, int q, int tp, dt_gpt *lay, char *er
     lay->recompute = like->recompute;
     const dt_gpt_cp *cp = &like->cp;
     if (dt_gpt_pad_segments(lay, like->seg_align) == 0 && dt_gpt_set_tp(lay, q, tp) == 0 &&
-        dt_gpt_set_cp(lay, cp->rank, cp->size, cp->kind, cp->saved_widths) == 0)
+        dt_gpt_set_cp(lay, cp->rank, cp->size, cp->kind, cp->saved_widths) == 0) {
+        lay->tp.sp = like->tp.sp && tp > 1;
         return 0;
+    }
     dt_strf(err, n, "%s", lay->error);
     dt_gpt_destroy(lay);
     return -1;
@@ -262,7 +278,7 @@ static const dt_strategy_ops tp_ops = {
     .destroy = tp_destroy,
 };
 
-int dt_tp_layer(dt_strategy *S, const dt_mesh *g)
+int dt_tp_layer(dt_strategy *S, const dt_mesh *g, int sp)
 {
     dt_rank *r = S->rank;
     tp_layer *L = calloc(1, sizeof *L);
@@ -274,6 +290,7 @@ int dt_tp_layer(dt_strategy *S, const dt_mesh *g)
     L->rep = dt_mesh_replica_index(g);
     L->replicated = g->replicas != NULL;
     L->copies = g->cp * g->dp;
+    L->sp = sp;
     if (dt_strategy_add_norm_group(S, L->tp))
         return tp_destroy(L), dt_strf(r->err, sizeof r->err, "tensor parallelism: too many "
                                       "layers"), -1;

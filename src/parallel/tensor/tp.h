@@ -17,8 +17,9 @@
 #include "parallel/mesh.h"
 #include "parallel/registry.h"
 
-/* Adds the layer for this rank's place in g (its tp group formed). */
-int dt_tp_layer(dt_strategy *S, const dt_mesh *g);
+/* Adds the layer for this rank's place in g (its tp group formed), with
+ * sequence parallelism when sp. */
+int dt_tp_layer(dt_strategy *S, const dt_mesh *g, int sp);
 
 /* What rank q of a group of tp holds of layout's model (its slices, the
  * whole tensors, its activations for B x T): for the memory plans, a
