@@ -107,15 +107,6 @@ static const dt_strategy_ops mesh_ops = {
     .destroy = mesh_destroy,
 };
 
-/* DDP or ZeRO-1 over the ranks that hold the same parameters. */
-static int add_replicas(dt_strategy *S, const dt_parallel_opts *o, dt_comm *replicas)
-{
-    if (o->zero.stage == 0) return dt_ddp_strategy_on(S, replicas, 1, o->bucket_bytes, o->grad_wire);
-    dt_zero_opts z = o->zero;
-    z.wire = o->grad_wire;
-    return dt_zero_strategy_on(S, replicas, 1, &z);
-}
-
 int dt_mesh_strategy(dt_strategy *S, const dt_parallel_opts *o)
 {
     dt_rank *r = S->rank;
@@ -125,8 +116,9 @@ int dt_mesh_strategy(dt_strategy *S, const dt_parallel_opts *o)
     if (!M) return dt_strf(r->err, sizeof r->err, "mesh: out of memory"), -1;
     M->g = (dt_mesh){.tp = o->tp, .cp = o->cp, .dp = dp};
     if (form_groups(&M->g, r->world, r->err, sizeof r->err)) return mesh_destroy(M), -1;
-    /* The data-parallel layer owns the replicas' group from here on. */
-    if (M->g.replicas && add_replicas(S, o, M->g.replicas)) {
+    /* DDP or ZeRO-1 over the ranks that hold the same parameters; it owns
+     * their group from here on. */
+    if (M->g.replicas && dt_data_parallel_on(S, M->g.replicas, o)) {
         M->g.replicas = NULL;
         return mesh_destroy(M), -1;
     }

@@ -28,6 +28,14 @@ static int ddp_build(dt_strategy *S, const dt_parallel_opts *o)
     return dt_zero_strategy(S, &z);
 }
 
+int dt_data_parallel_on(dt_strategy *S, dt_comm *group, const dt_parallel_opts *o)
+{
+    if (o->zero.stage == 0) return dt_ddp_strategy_on(S, group, 1, o->bucket_bytes, o->grad_wire);
+    dt_zero_opts z = o->zero;
+    z.wire = o->grad_wire;
+    return dt_zero_strategy_on(S, group, 1, &z);
+}
+
 /* Naive data parallelism runs its devices as threads of one process. */
 static int dp_size(const dt_parallel_opts *o, int world, int *dp, char *err, size_t n)
 {

@@ -59,6 +59,10 @@ int dt_ddp_strategy(dt_strategy *S, size_t bucket_bytes, dt_dtype wire);
  * still step together over the whole job. */
 int dt_ddp_strategy_on(dt_strategy *S, dt_comm *group, int owns, size_t bucket_bytes,
                        dt_dtype wire);
+/* DDP, or ZeRO at o->zero.stage, over a group of the job that the layer
+ * added owns: the data parallelism under a strategy that splits the model
+ * (pipeline stages, tensor- and context-parallel groups). */
+int dt_data_parallel_on(dt_strategy *S, dt_comm *group, const dt_parallel_opts *o);
 int dt_naive_dp_strategy(dt_strategy *S, int devices);
 int dt_ps_strategy(dt_strategy *S, const dt_parallel_opts *o);
 

@@ -130,7 +130,7 @@ const dt_cfg_opt dt_cfg_options[] = {
     OPT(G_RUN, "cp", NULL, T_INT, cp, 1, 64, "N", NULL, 0,
         "context parallel ranks: each runs its part of every sequence"),
     OPT(G_RUN, "cp-algo", NULL, T_CHOICE, cp_algo, 0, 0, "ring|ulysses", NULL, 0,
-        "context parallel attention: k/v round a ring, or all-to-all to heads"),
+        "attention across the cp group: k/v round a ring, or to heads"),
     OPT(G_RUN, "pp-schedule", NULL, T_CHOICE, pp_schedule, 0, 0,
         "naive|gpipe|1f1b|interleaved|zb1p", NULL, 0, "pipeline schedule (--grad-accum micro-batches)"),
     OPT(G_RUN, "pp-partition", NULL, T_CHOICE, pp_partition, 0, 0, "uniform|params|cost", NULL,

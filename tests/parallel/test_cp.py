@@ -30,32 +30,20 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
 from checks import check, finish  # noqa: E402
-from dtrain_run import expect_refused, rel_err, same_bits, train_logged, write_words  # noqa: E402
+from dtrain_run import (close_to_one, expect_refused, rel_err, same_bits,  # noqa: E402
+                        train_small, write_words)
 
 STEPS, LR = 5, 3e-3
 B, T, C, L = 2, 16, 48, 2
 
 
 def train(dtrain, tmp, name, extra, steps=STEPS, T=T):
-    log, final = os.path.join(tmp, name + ".json"), os.path.join(tmp, name + ".safetensors")
-    args = ["train", "--data", os.path.join(tmp, "data.txt"), "--n-layer", str(L), "--n-head",
-            "4", "--n-embd", str(C), "--block-size", str(T), "--steps", str(steps),
-            "--lr-schedule", "constant", "--weight-decay", "0.1", "--grad-clip", "1",
-            "--shuffle", "0", "--threads", "1", "--log-json", log, "--save-final", final,
-            "--lr", str(LR), "--print-every", "100", "--eval-batches", "2"] + extra
-    entries, weights, out = train_logged(dtrain, args, log, final)
-    val = re.findall(r"val loss ([0-9.]+)", out)
-    return [e["loss"] for e in entries], weights, out, float(val[-1]) if val else None
+    model = ["--n-layer", str(L), "--n-head", "4", "--n-embd", str(C), "--block-size", str(T)]
+    return train_small(dtrain, tmp, name, model, extra, steps, LR)
 
 
 def close(got, ref, what, loss_tol=1e-6, w_tol=1e-5):
-    worst = max(abs(a - b) / abs(b) for a, b in zip(got[0], ref[0]))
-    err, where = rel_err(got[1], ref[1], LR, STEPS)
-    check(len(got[0]) == len(ref[0]) and worst <= loss_tol and err <= w_tol,
-          "%s: losses within %g of one process's (worst %.2e), weights within %g (worst "
-          "%.2e, %s)" % (what, loss_tol, worst, w_tol, err, where))
-    check(got[3] is not None and abs(got[3] - ref[3]) <= loss_tol * ref[3] + 1e-4,
-          "%s: final validation loss %s, one process %.4f" % (what, got[3], ref[3]))
+    close_to_one(got, ref, what, LR, STEPS, loss_tol, w_tol)
 
 
 def equivalence(dtrain, tmp, quick):

@@ -181,6 +181,7 @@ static void refusals(void)
     CHECK(dt_gpt_set_tp(&m, 0, 5) != 0 && strstr(m.error, "12 heads") &&
               strstr(m.error, "1, 2, 3, 4, 6 or 12"),
           "--tp 5 with 12 heads refused naming the heads and what works: %s", m.error);
+    dt_gpt_destroy(&m);
     CHECK(dt_gpt_create_layout(&m, &c, DT_PREC_F32, err, sizeof err) == 0 &&
               dt_gpt_set_tp(&m, 0, 4) == 0, "layout");
     m.tp.sp = 1;

@@ -4,6 +4,7 @@ for bad input."""
 import json
 import os
 import random
+import re
 import subprocess
 
 from checks import check
@@ -70,3 +71,34 @@ def rel_err(a, b, lr, steps):
         if d > worst:
             worst, name = d, k
     return worst, name
+
+
+def train_small(dtrain, tmp, name, model, extra, steps, lr):
+    """A short run of the tests' small GPT (model: its --n-layer ... flags)
+    on tmp/data.txt, AdamW with weight decay, clipping at 1, no shuffling,
+    one thread, evaluated on 2 batches at the end. Returns the logged
+    losses, the final weights, stdout, the final validation loss (or None)
+    and the logged steps."""
+    log, final = os.path.join(tmp, name + ".json"), os.path.join(tmp, name + ".safetensors")
+    args = ["train", "--data", os.path.join(tmp, "data.txt")] + model + [
+        "--steps", str(steps), "--lr-schedule", "constant", "--weight-decay", "0.1",
+        "--grad-clip", "1", "--shuffle", "0", "--threads", "1", "--log-json", log,
+        "--save-final", final, "--lr", str(lr), "--print-every", "100",
+        "--eval-batches", "2"] + extra
+    entries, weights, out = train_logged(dtrain, args, log, final)
+    val = re.findall(r"val loss ([0-9.]+)", out)
+    return [e["loss"] for e in entries], weights, out, float(val[-1]) if val else None, entries
+
+
+def close_to_one(got, ref, what, lr, steps, loss_tol=1e-6, w_tol=1e-5):
+    """A parallel run (train_small's result) against one process's: every
+    logged loss within loss_tol relative, the worst tensor within w_tol,
+    the final validation loss within loss_tol."""
+    worst = max(abs(a - b) / abs(b) for a, b in zip(got[0], ref[0]))
+    err, where = rel_err(got[1], ref[1], lr, steps)
+    check(len(got[0]) == len(ref[0]) and worst <= loss_tol and err <= w_tol,
+          "%s: losses within %g of one process's (worst %.2e), weights within %g (worst "
+          "%.2e, %s)" % (what, loss_tol, worst, w_tol, err, where))
+    if ref[3] is not None:
+        check(got[3] is not None and abs(got[3] - ref[3]) <= loss_tol * ref[3] + 1e-4,
+              "%s: final validation loss %s, one process %.4f" % (what, got[3], ref[3]))

@@ -464,16 +464,6 @@ static int split_groups(pipeline *P, dt_comm *world, int dp, dt_comm **dp_comm, 
     return 0;
 }
 
-/* Within each stage's data-parallel group (which the layer added owns):
- * ZeRO-1, or DDP. */
-static int data_parallel(dt_strategy *S, dt_comm *dp, const dt_parallel_opts *o)
-{
-    if (o->zero.stage == 0) return dt_ddp_strategy_on(S, dp, 1, o->bucket_bytes, o->grad_wire);
-    dt_zero_opts z = o->zero;
-    z.wire = o->grad_wire;
-    return dt_zero_strategy_on(S, dp, 1, &z);
-}
-
 int dt_pp_strategy(dt_strategy *S, const dt_parallel_opts *o)
 {
     dt_rank *r = S->rank;
@@ -489,7 +479,7 @@ int dt_pp_strategy(dt_strategy *S, const dt_parallel_opts *o)
     P->V = P->sched.V;
     P->nstages = P->p * P->V;
     if (split_groups(P, r->world, dp, &P->dp, r->err, sizeof r->err)) return pp_destroy(P), -1;
-    if (P->dp && data_parallel(S, P->dp, o)) return pp_destroy(P), -1;
+    if (P->dp && dt_data_parallel_on(S, P->dp, o)) return pp_destroy(P), -1;
     if (dt_strategy_add_norm_group(S, P->pp))
         return pp_destroy(P), dt_strf(r->err, sizeof r->err, "pipeline: too many layers"), -1;
     S->lockstep = r->world;
