@@ -8,7 +8,7 @@
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config libssl-dev iproute2 procps python3
-          libdnnl-dev libcjson-dev python3-torch python3-numpy fortunes
+          libdnnl-dev libcjson-dev liburing-dev python3-torch python3-numpy fortunes
           libopenmpi-dev openmpi-bin libopenblas0-pthread)
 
 missing=()

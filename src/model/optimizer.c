@@ -23,8 +23,10 @@ int dt_opt_kind_parse(const char *name, dt_opt_kind *out)
 
 const char *dt_opt_kind_name(dt_opt_kind k) { return kind_names[k]; }
 
-int dt_optimizer_init(dt_optimizer *o, dt_opt_kind kind, size_t n, double beta1, double beta2,
-                      double eps, double weight_decay, double momentum)
+/* The settings, and how many state buffers the kind keeps: 2 (Adam's
+ * moments), 1 (SGD's momentum) or 0. */
+static int setup(dt_optimizer *o, dt_opt_kind kind, size_t n, double beta1, double beta2,
+                 double eps, double weight_decay, double momentum)
 {
     memset(o, 0, sizeof *o);
     o->kind = kind;
@@ -34,8 +36,14 @@ int dt_optimizer_init(dt_optimizer *o, dt_opt_kind kind, size_t n, double beta1,
     o->weight_decay = weight_decay;
     o->momentum = momentum;
     o->n = n;
-    int need_v = kind != DT_OPT_SGD;
-    int need_m = need_v || momentum != 0.0;
+    return kind != DT_OPT_SGD ? 2 : momentum != 0.0 ? 1 : 0;
+}
+
+int dt_optimizer_init(dt_optimizer *o, dt_opt_kind kind, size_t n, double beta1, double beta2,
+                      double eps, double weight_decay, double momentum)
+{
+    int states = setup(o, kind, n, beta1, beta2, eps, weight_decay, momentum);
+    int need_v = states == 2, need_m = states >= 1;
     if (need_m && !(o->m = dt_alloc(n * sizeof(float), DT_MEM_OPTIM))) return -1;
     if (need_v && !(o->v = dt_alloc(n * sizeof(float), DT_MEM_OPTIM))) {
         dt_optimizer_free(o);
@@ -46,16 +54,48 @@ int dt_optimizer_init(dt_optimizer *o, dt_opt_kind kind, size_t n, double beta1,
 
 void dt_optimizer_free(dt_optimizer *o)
 {
-    dt_free(o->m);
-    dt_free(o->v);
+    if (o->store) {
+        dt_opt_store_destroy(o->store); /* a mapping's pointers go with it */
+        o->store = NULL;
+    } else {
+        dt_free(o->m);
+        dt_free(o->v);
+    }
     o->m = o->v = NULL;
+}
+
+int dt_optimizer_init_offload(dt_optimizer *o, dt_opt_kind kind, size_t n, double beta1,
+                              double beta2, double eps, double weight_decay, double momentum,
+                              const dt_offload_opts *opts, const char *tag, char *err,
+                              size_t errlen)
+{
+    int states = setup(o, kind, n, beta1, beta2, eps, weight_decay, momentum);
+    if (states == 0 || n == 0) return 0;
+    return dt_opt_store_create(&o->store, opts, tag, states, n, err, errlen);
+}
+
+int dt_optimizer_state_map(dt_optimizer *o, char *err, size_t errlen)
+{
+    if (!o->store) return 0;
+    float *states[2] = {NULL, NULL};
+    if (dt_opt_store_map(o->store, states, err, errlen)) return -1;
+    o->m = states[0];
+    o->v = states[1];
+    return 0;
+}
+
+int dt_optimizer_state_unmap(dt_optimizer *o, int written, char *err, size_t errlen)
+{
+    if (!o->store) return 0;
+    o->m = o->v = NULL;
+    return dt_opt_store_unmap(o->store, written, err, errlen);
 }
 
 /* One piece of the update: floats [lo, hi), one decay value; params and
  * grads point at lo's values, the state at `at`. The rules are element-wise,
  * so bf16 gradients widened a chunk at a time give the same numbers. */
-static void step_piece(dt_optimizer *o, float *params, dt_gbuf grads, size_t at, size_t n,
-                       double lr, float wd, float grad_scale)
+static void step_piece(dt_optimizer *o, float *params, dt_gbuf grads, float *ms, float *vs,
+                       size_t n, double lr, float wd, float grad_scale)
 {
     int t = (int)o->t;
     float scratch[DT_GBUF_CHUNK];
@@ -64,7 +104,7 @@ static void step_piece(dt_optimizer *o, float *params, dt_gbuf grads, size_t at,
         size_t c = n - k < step ? n - k : step;
         const float *g = dt_gbuf_view(dt_gbuf_at(grads, k), c, scratch);
         float *p = params + k;
-        float *m = o->m ? o->m + at + k : NULL, *v = o->v ? o->v + at + k : NULL;
+        float *m = ms ? ms + k : NULL, *v = vs ? vs + k : NULL;
         switch (o->kind) {
         case DT_OPT_ADAMW:
             dt_adamw_update(p, g, m, v, c, (float)lr, (float)o->beta1, (float)o->beta2,
@@ -83,21 +123,58 @@ static void step_piece(dt_optimizer *o, float *params, dt_gbuf grads, size_t at,
 
 void dt_optimizer_begin_step(dt_optimizer *o) { o->t++; }
 
-void dt_optimizer_update(dt_optimizer *o, const dt_gpt *m, float *params, dt_gbuf grads,
-                         size_t at, size_t lo, size_t hi, double lr, float grad_scale)
+/* Floats [lo, hi) with their state at ms, vs (either NULL where the kind
+ * keeps none). Walks the tensors that meet the range, so weight decay
+ * follows each tensor wherever the range cuts it; padding between them
+ * stays zero (zero gradient, zero state: every rule leaves it unchanged). */
+static void update_range(dt_optimizer *o, const dt_gpt *m, float *params, dt_gbuf grads,
+                         float *ms, float *vs, size_t lo, size_t hi, double lr, float grad_scale)
 {
-    /* Walk the tensors that meet the range, so weight decay follows each
-     * tensor wherever the range cuts it; padding between them stays zero
-     * (zero gradient, zero state: every rule leaves it unchanged). */
     for (int i = 0; i < m->n_tensors; i++) {
         const dt_param_tensor *t = &m->tensors[i];
         size_t a = t->offset > lo ? t->offset : lo;
         size_t b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
         if (a >= b) continue;
         float wd = t->decay ? (float)o->weight_decay : 0.0f;
-        step_piece(o, params + (a - lo), dt_gbuf_at(grads, a - lo), at + (a - lo), b - a, lr, wd,
-                   grad_scale);
+        size_t k = a - lo;
+        step_piece(o, params + k, dt_gbuf_at(grads, k), ms ? ms + k : NULL, vs ? vs + k : NULL,
+                   b - a, lr, wd, grad_scale);
     }
+}
+
+void dt_optimizer_update(dt_optimizer *o, const dt_gpt *m, float *params, dt_gbuf grads,
+                         size_t at, size_t lo, size_t hi, double lr, float grad_scale)
+{
+    update_range(o, m, params, grads, o->m ? o->m + at : NULL, o->v ? o->v + at : NULL, lo, hi,
+                 lr, grad_scale);
+}
+
+typedef struct {
+    dt_optimizer *o;
+    const dt_gpt *m;
+    double lr;
+    float grad_scale;
+} piece_ctx;
+
+static void update_piece(void *ctx, const dt_opt_span *p, float *const *states)
+{
+    piece_ctx *c = ctx;
+    int n = c->o->kind != DT_OPT_SGD ? 2 : 1;
+    update_range(c->o, c->m, p->params, p->grads, states[0], n > 1 ? states[1] : NULL, p->lo,
+                 p->hi, c->lr, c->grad_scale);
+}
+
+int dt_optimizer_update_spans(dt_optimizer *o, const dt_gpt *m, const dt_opt_span *spans,
+                              int n, double lr, float grad_scale, char *err, size_t errlen)
+{
+    if (!o->store) {
+        for (int i = 0; i < n; i++)
+            dt_optimizer_update(o, m, spans[i].params, spans[i].grads, spans[i].at, spans[i].lo,
+                                spans[i].hi, lr, grad_scale);
+        return 0;
+    }
+    piece_ctx c = {o, m, lr, grad_scale};
+    return dt_opt_store_step(o->store, spans, n, update_piece, &c, err, errlen);
 }
 
 void dt_optimizer_step(dt_optimizer *o, const dt_gpt *m, float *params, dt_gbuf grads,

@@ -9,6 +9,7 @@
 
 #include "model/gbuf.h"
 #include "model/gpt.h"
+#include "model/offload.h"
 
 typedef enum { DT_OPT_ADAMW = 0, DT_OPT_ADAM, DT_OPT_SGD } dt_opt_kind;
 
@@ -17,8 +18,10 @@ typedef struct {
     double beta1, beta2, eps, weight_decay, momentum;
     size_t base;    /* the state covers floats [base, base + n) of the flat layout */
     size_t n;       /* floats in each state buffer */
-    float *m, *v;   /* first and second moments (SGD: m is the momentum buffer) */
+    float *m, *v;   /* first and second moments (SGD: m is the momentum buffer); with the
+                       state offloaded, NULL but while mapped (dt_optimizer_state_map) */
     long t;         /* optimizer steps taken */
+    dt_opt_store *store; /* the moments on NVMe (model/offload.h); NULL: in memory */
 } dt_optimizer;
 
 /* Parses "adamw", "adam" or "sgd"; -1 when unknown. */
@@ -29,6 +32,19 @@ const char *dt_opt_kind_name(dt_opt_kind k);
 int dt_optimizer_init(dt_optimizer *o, dt_opt_kind kind, size_t n, double beta1, double beta2,
                       double eps, double weight_decay, double momentum);
 void dt_optimizer_free(dt_optimizer *o);
+/* The same state in a file under opts->dir (ZeRO-Infinity's NVMe offload),
+ * tag naming this job and rank; only the store's buffers in memory. A
+ * kind without state (SGD without momentum) needs no file. 0, or -1 with
+ * err (the path, and the bytes for a disk that is too small). */
+int dt_optimizer_init_offload(dt_optimizer *o, dt_opt_kind kind, size_t n, double beta1,
+                              double beta2, double eps, double weight_decay, double momentum,
+                              const dt_offload_opts *opts, const char *tag, char *err,
+                              size_t errlen);
+/* The state buffers (o->m, o->v) readable and writable as memory for a
+ * checkpoint: offloaded, a mapping of the file until unmap (written: the
+ * values changed); in memory, nothing to do. 0, or -1 with err. */
+int dt_optimizer_state_map(dt_optimizer *o, char *err, size_t errlen);
+int dt_optimizer_state_unmap(dt_optimizer *o, int written, char *err, size_t errlen);
 
 /* One step, t+1, on floats [lo, hi) of the layout, which the state must
  * cover. params and grads, like the state, start at float o->base (the
@@ -46,6 +62,10 @@ void dt_optimizer_step(dt_optimizer *o, const dt_gpt *m, float *params, dt_gbuf 
 void dt_optimizer_begin_step(dt_optimizer *o);
 void dt_optimizer_update(dt_optimizer *o, const dt_gpt *m, float *params, dt_gbuf grads,
                          size_t at, size_t lo, size_t hi, double lr, float grad_scale);
+/* update on each span of a step (ascending in `at`), in memory or streamed
+ * through the offload file. 0, or -1 with err (offload's I/O). */
+int dt_optimizer_update_spans(dt_optimizer *o, const dt_gpt *m, const dt_opt_span *spans,
+                              int n, double lr, float grad_scale, char *err, size_t errlen);
 
 /* The gradient norm in fixed blocks: each segment of the layout is cut into
  * blocks of DT_NORM_BLOCK floats from its start, each block summed by

@@ -159,12 +159,18 @@ int dt_step_local_update(dt_strategy *S, double lr, float coef)
     dt_gpt *m = r->model;
     const dt_flat_ranges *mine = dt_strategy_updates(S);
     dt_flat_range whole = {0, m->n_floats, 0};
-    dt_optimizer_begin_step(r->opt);
-    for (int i = 0; i < (mine ? mine->n : 1); i++) {
+    const int n = mine ? mine->n : 1;
+    dt_opt_span *spans = malloc((size_t)n * sizeof *spans);
+    if (!spans) return dt_strf(r->err, sizeof r->err, "the update: out of memory"), -1;
+    for (int i = 0; i < n; i++) {
         const dt_flat_range *q = mine ? &mine->r[i] : &whole;
-        dt_optimizer_update(r->opt, m, dt_strategy_params_at(S, q), dt_strategy_grads_at(S, q),
-                            q->at, q->lo, q->hi, lr, coef);
-        if (!S->shard_params) dt_gpt_sync_working(m, q->lo, q->hi);
+        spans[i] = (dt_opt_span){dt_strategy_params_at(S, q), dt_strategy_grads_at(S, q), q->at,
+                                 q->lo, q->hi};
     }
-    return 0;
+    dt_optimizer_begin_step(r->opt);
+    int rc = dt_optimizer_update_spans(r->opt, m, spans, n, lr, coef, r->err, sizeof r->err);
+    for (int i = 0; rc == 0 && !S->shard_params && i < n; i++)
+        dt_gpt_sync_working(m, spans[i].lo, spans[i].hi);
+    free(spans);
+    return rc;
 }

@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "model/offload.h"
 #include "parallel/registry.h"
 
 #define DT_CONFIG_PATH 4096
@@ -90,6 +91,11 @@ typedef struct dt_train_config {
     char comm_algo[160]; /* forced collective algorithms: "allreduce=ring,allgather=bruck" */
     int pp;              /* pipeline stages (--pipeline-model-parallel-size); 1 = none */
     int tp;              /* tensor-parallel ranks per group (--tensor-model-parallel-size); 1 = none */
+    char offload_optimizer[8]; /* none | cpu | nvme (zero_optimization.offload_optimizer) */
+    char nvme_path[DT_CONFIG_PATH]; /* where nvme offload's files go */
+    int offload_buffers;   /* offload_optimizer.buffer_count: chunk buffers */
+    long aio_block_size;   /* aio.block_size: bytes per request */
+    int aio_queue_depth;   /* aio.queue_depth: requests in flight */
     int sequence_parallel; /* with tp: Megatron's --sequence-parallel */
     int cp;              /* context-parallel ranks per group (--context-parallel-size); 1 = none */
     char cp_algo[16];    /* ring | ulysses */
@@ -162,6 +168,8 @@ int dt_config_data_parallel_size(const dt_train_config *c, int world, int *dp_si
 
 /* The settings of config that the parallel strategies read. */
 dt_parallel_opts dt_config_parallel_opts(const dt_train_config *c);
+/* The NVMe offload's settings (model/offload.h) from the configuration. */
+dt_offload_opts dt_config_offload_opts(const dt_train_config *c);
 
 /* A few lines summarizing the run (model, data, batch, optimizer, run). */
 void dt_config_print(const dt_train_config *c, FILE *f);

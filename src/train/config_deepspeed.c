@@ -38,6 +38,11 @@
  *     refused (no loss scaling yet); with fp16 off its other keys change
  *     nothing and are accepted.
  *   zero_optimization.stage -> zero_stage (dt_cfg_check_zero);
+ *     offload_optimizer {device none|cpu|nvme, nvme_path, buffer_count} ->
+ *     offload_optimizer, nvme_path, offload_buffers (pin_memory, fast_init
+ *     accepted); aio.block_size, aio.queue_depth -> aio_block_size,
+ *     aio_queue_depth (single_submit false, overlap_events true,
+ *     thread_count 1 accepted);
  *   pipeline.stages -> pp; pipeline.partition "uniform" | "parameters" ->
  *     pp_partition uniform | params;
  *     stage3_prefetch_bucket_size, stage3_max_live_parameters and
@@ -244,8 +249,39 @@ static int zero_other(ds_ctx *x, const ds_key *k, const char *key, const cJSON *
     (void)k, (void)j;
     return fail(x, key, "is not supported: dtrain's ZeRO reads stage, reduce_bucket_size (the "
                 "DDP bucket at stage 0), overlap_comm, stage3_prefetch_bucket_size, "
-                "stage3_max_live_parameters and stage3_param_persistence_threshold (offload and "
-                "quantized ZeRO++ do not exist yet); remove it");
+                "stage3_max_live_parameters, stage3_param_persistence_threshold and "
+                "offload_optimizer (offload_param and quantized ZeRO++ do not exist yet); "
+                "remove it");
+}
+
+/* zero_optimization.offload_optimizer: {device, nvme_path, buffer_count}
+ * -> offload_optimizer, nvme_path, offload_buffers; pin_memory and
+ * fast_init concern device memory, which a CPU run does not have, and are
+ * accepted either way. */
+static int own_offload(ds_ctx *x, const ds_key *k, const char *key, const cJSON *j)
+{
+    (void)k;
+    if (!cJSON_IsObject(j)) return fail(x, key, "expected an object {\"device\": ...}");
+    static const struct {
+        const char *name;
+        size_t off; /* 0: accepted, changes nothing */
+    } keys[] = {{"device", offsetof(dt_train_config, offload_optimizer)},
+                {"nvme_path", offsetof(dt_train_config, nvme_path)},
+                {"buffer_count", offsetof(dt_train_config, offload_buffers)},
+                {"pin_memory", 0},
+                {"fast_init", 0}};
+    for (const cJSON *it = j->child; it; it = it->next) {
+        char sub[160];
+        snprintf(sub, sizeof sub, "%s.%s", key, it->string);
+        size_t i = 0;
+        while (i < sizeof keys / sizeof keys[0] && strcmp(keys[i].name, it->string)) i++;
+        if (i == sizeof keys / sizeof keys[0])
+            return fail(x, sub, "is not a key dtrain reads (device, nvme_path, buffer_count, "
+                        "pin_memory, fast_init)");
+        if (!keys[i].off && !cJSON_IsBool(it)) return fail(x, sub, "expected a boolean");
+        if (keys[i].off && set_option(x, keys[i].off, sub, it)) return -1;
+    }
+    return 0;
 }
 
 /* fp16 is off (on is refused): its loss-scaling settings change nothing. */
@@ -336,6 +372,7 @@ static const ds_key zero_keys[] = {
     OPTION("stage3_prefetch_bucket_size", zero_prefetch_elems, NULL),
     OPTION("stage3_max_live_parameters", zero_max_live, NULL),
     OPTION("stage3_param_persistence_threshold", zero_persist, NULL),
+    OWN("offload_optimizer", offload_optimizer, own_offload, NULL),
     NOOP("overlap_comm", "true",
          "dtrain's DDP always overlaps each bucket's all-reduce with the rest of backward; "
          "leave it out or write true"),
@@ -359,6 +396,17 @@ static const ds_key pipeline_keys[] = {
     NOOP("activation_checkpoint_interval", "off",
          "dtrain recomputes by --recompute (or the activation_checkpointing section) for every "
          "layer; leave it out or write 0"),
+};
+
+static const ds_key aio_keys[] = {
+    OPTION("block_size", aio_block_size, NULL),
+    OPTION("queue_depth", aio_queue_depth, NULL),
+    NOOP("single_submit", "false",
+         "dtrain submits every request as it is queued; leave it out or write false"),
+    NOOP("overlap_events", "true",
+         "dtrain always overlaps the I/O with the update; leave it out or write true"),
+    NOOP("thread_count", "1",
+         "dtrain's I/O runs on io_uring from the rank's own thread; leave it out or write 1"),
 };
 
 static const ds_key data_types_keys[] = {OPTION("grad_accum_dtype", grad_accum_dtype, NULL)};
@@ -390,6 +438,7 @@ static const ds_section sections[] = {
     {"fp16", 1, 0, KEYS(fp16_keys), NULL, NULL, fp16_other},
     {"zero_optimization", 1, 0, KEYS(zero_keys), NULL, NULL, zero_other},
     {"data_types", 1, 0, KEYS(data_types_keys), NULL, NULL, NULL},
+    {"aio", 1, 0, KEYS(aio_keys), NULL, NULL, NULL},
     {"pipeline", 1, 0, KEYS(pipeline_keys), NULL, NULL, NULL},
     {"activation_checkpointing", 1, 0, KEYS(checkpointing_keys), checkpointing_begin, NULL,
      NULL},

@@ -75,6 +75,7 @@ int dt_cfg_find_json(const char *key, int *is_alias);
 /* ZeRO's settings against the rest: a stage above 0 needs --strategy ddp,
  * the stage-3 settings need stage 3. 0, or -1 with a message. */
 int dt_cfg_check_zero(const dt_train_config *c, char *err, size_t n);
+int dt_cfg_check_offload(const dt_train_config *c, char *err, size_t n);
 
 /* ---- values -------------------------------------------------------------- */
 

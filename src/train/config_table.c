@@ -101,6 +101,16 @@ const dt_cfg_opt dt_cfg_options[] = {
         "ZeRO-3: 0 keeps layers gathered for backward"),
     OPT(G_RUN, "zero-prefetch-elems", NULL, T_DBL, zero_prefetch_elems, 0, 1e15, "ELEMS", NULL,
         0, "ZeRO-3: prefetch up to this many parameters"),
+    OPT(G_RUN, "offload-optimizer", NULL, T_CHOICE, offload_optimizer, 0, 0, "none|cpu|nvme",
+        NULL, 0, "ZeRO-Infinity: optimizer state in memory, or in a file"),
+    OPT(G_RUN, "nvme-path", NULL, T_STR, nvme_path, 0, 0, "DIR", NULL, 0,
+        "directory of --offload-optimizer nvme's files"),
+    OPT(G_RUN, "offload-buffers", NULL, T_INT, offload_buffers, 3, 16, "N", NULL, 0,
+        "nvme offload: chunk buffers (reads ahead N - 2 chunks)"),
+    OPT(G_RUN, "aio-block-size", NULL, T_LONG, aio_block_size, 4096, 1L << 30, "BYTES", NULL, 0,
+        "nvme offload: bytes per I/O request (a multiple of 4096)"),
+    OPT(G_RUN, "aio-queue-depth", NULL, T_INT, aio_queue_depth, 1, 1024, "N", NULL, 0,
+        "nvme offload: I/O requests in flight"),
     OPT(G_RUN, "zero-max-live", NULL, T_DBL, zero_max_live, 0, 1e15, "ELEMS", NULL, 0,
         "ZeRO-3: most parameters gathered; 0 = no limit"),
     OPT(G_RUN, "zero-persist", NULL, T_DBL, zero_persist, 0, 1e15, "ELEMS", NULL, 0,
@@ -275,6 +285,10 @@ void dt_config_defaults(dt_train_config *c)
     c->pp = 1;
     c->tp = 1;
     c->cp = 1;
+    strcpy(c->offload_optimizer, "none");
+    c->offload_buffers = 4;
+    c->aio_block_size = 1L << 20;
+    c->aio_queue_depth = 8;
     strcpy(c->cp_algo, "ring");
     strcpy(c->pp_schedule, "1f1b");
     strcpy(c->pp_partition, "uniform");
@@ -331,12 +345,50 @@ int dt_cfg_check_zero(const dt_train_config *c, char *err, size_t n)
     if (DT_CONFIG_GIVEN(c, zero_prefetch) && DT_CONFIG_GIVEN(c, zero_prefetch_elems))
         return dt_strf(err, n, "--zero-prefetch counts layers, --zero-prefetch-elems "
                        "(stage3_prefetch_bucket_size) parameters: give one of them"), -1;
+    if (dt_cfg_check_offload(c, err, n)) return -1;
     for (size_t i = 0; c->zero_stage < 3 && i < sizeof stage3 / sizeof stage3[0]; i++)
         if (dt_config_given_at(c, stage3[i]))
             return dt_strf(err, n, "--%s applies to --zero-stage 3 (parameters sharded); this "
                            "run has stage %d", dt_cfg_options[dt_cfg_opt_at(stage3[i])].flag,
                            c->zero_stage), -1;
     return 0;
+}
+
+/* NVMe offload's settings need it; its path needs it; it streams the
+ * default update, which the parameter server's servers do not run. */
+int dt_cfg_check_offload(const dt_train_config *c, char *err, size_t n)
+{
+    int nvme = !strcmp(c->offload_optimizer, "nvme");
+    static const size_t nvme_only[] = {offsetof(dt_train_config, nvme_path),
+                                       offsetof(dt_train_config, offload_buffers),
+                                       offsetof(dt_train_config, aio_block_size),
+                                       offsetof(dt_train_config, aio_queue_depth)};
+    for (size_t i = 0; !nvme && i < sizeof nvme_only / sizeof nvme_only[0]; i++)
+        if (dt_config_given_at(c, nvme_only[i]))
+            return dt_strf(err, n, "--%s applies to --offload-optimizer nvme; this run has %s",
+                           dt_cfg_options[dt_cfg_opt_at(nvme_only[i])].flag,
+                           c->offload_optimizer), -1;
+    if (nvme && !c->nvme_path[0])
+        return dt_strf(err, n, "--offload-optimizer nvme needs --nvme-path DIR (nvme_path): "
+                       "the directory its files go to"), -1;
+    if (nvme && c->aio_block_size % 4096)
+        return dt_strf(err, n, "--aio-block-size %ld: a multiple of 4096 bytes (direct I/O "
+                       "moves whole pages), e.g. %ld", c->aio_block_size,
+                       (c->aio_block_size / 4096 + 1) * 4096), -1;
+    if (strcmp(c->offload_optimizer, "none") && strcmp(c->strategy, "ddp"))
+        return dt_strf(err, n, "--offload-optimizer %s streams the optimizer of --strategy "
+                       "ddp (and its ZeRO stages); --strategy %s updates elsewhere",
+                       c->offload_optimizer, c->strategy), -1;
+    return 0;
+}
+
+dt_offload_opts dt_config_offload_opts(const dt_train_config *c)
+{
+    dt_offload_opts o = dt_offload_defaults(c->nvme_path);
+    o.buffers = c->offload_buffers;
+    o.block_bytes = (size_t)c->aio_block_size;
+    o.depth = (unsigned)c->aio_queue_depth;
+    return o;
 }
 
 /* Refuses a bad --compress when it is given, and keeps it canonical. */

@@ -54,6 +54,19 @@ static size_t largest_layer(const dt_gpt *layout)
     return most;
 }
 
+/* The optimizer's moments on NVMe: their bytes go to the file, and memory
+ * holds the stream's buffers (for the rank's share of the flat layout)
+ * and mixed precision's fp32 masters, which stay. */
+static void offload_optim(dt_mem_plan *p, const dt_gpt *layout, int N)
+{
+    const int moments = optim_bytes(p->o.opt, p->o.momentum, DT_PREC_F32);
+    const double share = (double)p->psi / N;
+    size_t n = (layout->n_floats + (size_t)N - 1) / (size_t)N;
+    p->nvme = moments * share;
+    p->bytes[DT_MEM_OPTIM] = (p->optim_bytes - moments) * share +
+                             (double)dt_offload_buffer_bytes(p->o.offload, moments / 4, n);
+}
+
 int dt_mem_plan_make(const dt_gpt *layout, const dt_mem_plan_opts *o, dt_mem_plan *p, char *err,
                      size_t errlen)
 {
@@ -70,10 +83,14 @@ int dt_mem_plan_make(const dt_gpt *layout, const dt_mem_plan_opts *o, dt_mem_pla
     p->bytes[DT_MEM_PARAMS] = p->param_bytes * psi / (shard_params ? N : 1);
     p->bytes[DT_MEM_GRADS] = p->grad_bytes * psi / (shard_grads ? N : 1);
     p->bytes[DT_MEM_OPTIM] = p->optim_bytes * psi / (shard_optim ? N : 1);
+    if (o->offload && optim_bytes(o->opt, o->momentum, DT_PREC_F32) > 0)
+        offload_optim(p, layout, shard_optim ? o->ranks : 1);
+    p->o.offload = NULL; /* the caller's; only the figures stay */
     p->bytes[DT_MEM_ACTS] = (double)dt_gpt_acts_floats(layout, o->B, o->T) * sizeof(float);
     term(p->formula[DT_MEM_PARAMS], sizeof p->formula[0], p->param_bytes, shard_params);
     term(p->formula[DT_MEM_GRADS], sizeof p->formula[0], p->grad_bytes, shard_grads);
     term(p->formula[DT_MEM_OPTIM], sizeof p->formula[0], p->optim_bytes, shard_optim);
+    if (p->nvme > 0) dt_strf(p->formula[DT_MEM_OPTIM], sizeof p->formula[0], "NVMe buffers");
     dt_strf(p->formula[DT_MEM_ACTS], sizeof p->formula[0], "B x T arena");
     /* What ZeRO holds whole beyond its pieces (parallel/zero): the
      * embeddings' gradient from the head's backward to the end (the tied
@@ -107,6 +124,8 @@ int dt_mem_plan_from_config(const dt_gpt *layout, const dt_train_config *c, int 
                           .momentum = c->momentum, .B = c->batch_size,
                           .T = c->seq_len ? c->seq_len : layout->cfg.block_size,
                           .prefetch = c->zero_prefetch};
+    dt_offload_opts off = dt_config_offload_opts(c);
+    if (strcmp(c->offload_optimizer, "nvme") == 0) o.offload = &off;
     if (dt_opt_kind_parse(c->optimizer, &o.opt))
         return dt_strf(err, errlen, "optimizer '%s': adamw, adam or sgd", c->optimizer), -1;
     return dt_mem_plan_make(layout, &o, p, err, errlen);
@@ -121,7 +140,11 @@ double dt_mem_plan_state(const dt_mem_plan *p)
 static void state_formula(const dt_mem_plan *p, char *buf, size_t n)
 {
     int whole = 0, split = 0, stage = p->o.zero_stage;
-    const int b[3] = {p->param_bytes, p->grad_bytes, p->optim_bytes};
+    /* Offloaded, the moments are on NVMe: their buffers are added apart. */
+    const int optim = p->nvme > 0 ? p->optim_bytes - optim_bytes(p->o.opt, p->o.momentum,
+                                                                 DT_PREC_F32)
+                                  : p->optim_bytes;
+    const int b[3] = {p->param_bytes, p->grad_bytes, optim};
     for (int k = 0; k < 3; k++) {
         int sharded = stage >= 3 - k; /* optim from stage 1, grads 2, params 3 */
         if (sharded) split += b[k];
@@ -130,8 +153,9 @@ static void state_formula(const dt_mem_plan *p, char *buf, size_t n)
     char a[16] = "", s[16] = "";
     if (whole) dt_strf(a, sizeof a, "%d Psi", whole);
     if (split) dt_strf(s, sizeof s, "%d Psi / N", split);
-    dt_strf(buf, n, "%s%s%s", a, whole && split ? " + " : "", s);
-    if (!whole && !split) dt_strf(buf, n, "0");
+    dt_strf(buf, n, "%s%s%s%s", a, whole && split ? " + " : "", s,
+            p->nvme > 0 ? " + buffers" : "");
+    if (!whole && !split) dt_strf(buf, n, p->nvme > 0 ? "buffers" : "0");
 }
 
 #define MIB(x) ((double)(x) / 1048576.0)
@@ -191,6 +215,11 @@ void dt_mem_plan_print(FILE *f, const dt_mem_plan *p, const char *title,
     print_heading(f, p, title);
     for (int r = 0; measured && r < nrows; r++)
         print_rank(f, p, r, measured + (size_t)r * DT_MEM_SNAPSHOT);
+    if (p->nvme > 0)
+        fprintf(f, "  optimizer moments on NVMe: %.1f MiB per rank (%d Psi%s), in files under "
+                "--nvme-path; memory holds the buffers they stream through\n", MIB(p->nvme),
+                optim_bytes(p->o.opt, p->o.momentum, DT_PREC_F32),
+                p->o.zero_stage >= 1 ? " / N" : "");
     const char *sep = "  transient, beyond the formula: ";
     if (p->window_grads > 0) {
         fprintf(f, "%sfp32 gradients during backward (the embeddings', %s), at most %.1f MiB",

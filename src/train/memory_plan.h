@@ -56,6 +56,7 @@ typedef struct {
     double momentum;   /* SGD: 0 keeps no state */
     int B, T;          /* the micro-batch */
     int prefetch;      /* stage 3: segments gathered ahead of the one in use */
+    const dt_offload_opts *offload; /* the optimizer state on NVMe; NULL: in memory */
 } dt_mem_plan_opts;
 
 typedef struct {
@@ -68,6 +69,7 @@ typedef struct {
     char formula[DT_MEM_KIND_COUNT][24]; /* "4 Psi / N"; "" where none */
     double window_params, window_grads; /* transient bounds above the formula */
     double window_widened; /* mixed precision: fp32 copies of the segments in use */
+    double nvme;           /* offload: the optimizer state's bytes in the rank's file */
 } dt_mem_plan;
 
 /* The plan for a model's layout (dt_gpt_create_layout is enough). 0, or -1

@@ -66,6 +66,8 @@ void dt_print_step(FILE *f, const dt_step_stats *s)
     if (s->ranks > 1)
         fprintf(f, " | comm %.1f ms exposed, %.1f MB sent", s->comm_ms,
                 (double)s->bytes_sent / 1e6);
+    if (s->offload)
+        fprintf(f, " | I/O %.1f ms exposed, %.1f MB", s->io_ms, (double)s->io_bytes / 1e6);
     fprintf(f, " | ETA %s\n", eta);
     fflush(f);
 }
@@ -98,6 +100,10 @@ int dt_log_json_step(FILE *f, const dt_step_stats *s)
     if (s->ranks > 1) {
         failed |= json_number(f, "comm_ms", s->comm_ms, 0) < 0;
         failed |= fprintf(f, "\"bytes_sent\":%llu,", s->bytes_sent) < 0;
+    }
+    if (s->offload) {
+        failed |= json_number(f, "io_ms", s->io_ms, 0) < 0;
+        failed |= fprintf(f, "\"io_bytes\":%llu,", s->io_bytes) < 0;
     }
     failed |= json_number(f, "grad_norm", s->grad_norm, s->mfu < 0) < 0;
     if (s->mfu >= 0) failed |= json_number(f, "mfu", s->mfu, 1) < 0;

@@ -18,6 +18,9 @@ typedef struct {
     int ranks;            /* ranks (or devices) of the job: communication shown above 1 */
     double comm_ms;       /* communication not hidden behind compute */
     unsigned long long bytes_sent; /* by this rank in the step */
+    int offload;          /* the optimizer state streams from a file: I/O shown */
+    double io_ms;         /* the optimizer step's I/O not hidden behind its update */
+    unsigned long long io_bytes; /* read and written by the step */
 } dt_step_stats;
 
 /* The peak FLOP/s of `threads` threads in fp32 or bf16 (train/peak.h:

@@ -129,6 +129,32 @@ static int print_memory(dt_run *t, const char *title, int peak)
 
 int dt_run_print_memory(dt_run *t, const char *title) { return print_memory(t, title, 1); }
 
+/* Where the optimizer state lives, and (rank 0) what the disk under
+ * --nvme-path moves, measured now. */
+static int print_offload(dt_run *t)
+{
+    const dt_train_config *c = t->cfg;
+    if (!strcmp(c->offload_optimizer, "cpu")) {
+        fprintf(t->out, "offload: --offload-optimizer cpu keeps the optimizer state in host "
+                "memory, which is where it already is: this machine has no accelerator\n");
+        return 0;
+    }
+    const dt_opt_store *s = t->opt.store;
+    if (!s) return 0;
+    fprintf(t->out, "offload: the optimizer's moments in %s (%.1f MiB on rank %d), streamed "
+            "through %.1f MiB of buffers (aio block %ld, depth %d)\n", dt_opt_store_path(s),
+            (double)dt_opt_store_file_bytes(s) / 1048576.0, t->r.rank,
+            (double)dt_opt_store_buffer_bytes(s) / 1048576.0, c->aio_block_size,
+            c->aio_queue_depth);
+    if (t->r.rank != 0) return 0;
+    double w, r;
+    const size_t probe = 256u << 20;
+    if (dt_disk_bandwidth(c->nvme_path, probe, &w, &r, ERR(t))) return -1;
+    fprintf(t->out, "disk under %s: sequential write %.0f MB/s, read %.0f MB/s (%zu MiB "
+            "measured, O_DIRECT)\n", c->nvme_path, w / 1e6, r / 1e6, probe >> 20);
+    return 0;
+}
+
 int dt_run_print_header(dt_run *t)
 {
     const dt_gpt *m = &t->model;
@@ -159,6 +185,7 @@ int dt_run_print_header(dt_run *t)
             t->global_batch, t->r.B, t->r.accum);
     dt_strategy_describe(&t->S, t->out);
     fprintf(t->out, "\n%s\n", t->peak_desc);
+    if (print_offload(t)) return -1;
     /* Where the formulas hold, or the strategy plans every rank (a
      * pipeline's stages), every rank takes part; a strategy whose ranks do
      * not all get here (servers) keeps to rank 0's own line. */

@@ -3,6 +3,7 @@
  * checkpoint), and checkpoints of the run. See run.h. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/file.h"
 #include "core/log.h"
@@ -77,15 +78,25 @@ static int alloc_model(dt_run *t, const dt_share *share)
     return 0;
 }
 
-/* Optimizer state for floats [lo, hi) of the flat layout. */
+/* Optimizer state for floats [lo, hi) of the flat layout: in memory, or
+ * in a file under --nvme-path named for this process and rank. */
 static int init_optimizer(dt_run *t, size_t lo, size_t hi)
 {
     const dt_train_config *c = t->cfg;
     dt_opt_kind kind;
-    if (dt_opt_kind_parse(c->optimizer, &kind) ||
-        dt_optimizer_init(&t->opt, kind, hi - lo, c->beta1, c->beta2, c->eps, c->weight_decay,
-                          c->momentum))
+    if (dt_opt_kind_parse(c->optimizer, &kind))
+        return dt_strf(ERR(t), "optimizer %s: unknown", c->optimizer), -1;
+    if (strcmp(c->offload_optimizer, "nvme") == 0) {
+        dt_offload_opts o = dt_config_offload_opts(c);
+        char tag[64];
+        snprintf(tag, sizeof tag, "%ld-rank%d", (long)getpid(), t->r.rank);
+        if (dt_optimizer_init_offload(&t->opt, kind, hi - lo, c->beta1, c->beta2, c->eps,
+                                      c->weight_decay, c->momentum, &o, tag, ERR(t)))
+            return -1;
+    } else if (dt_optimizer_init(&t->opt, kind, hi - lo, c->beta1, c->beta2, c->eps,
+                                 c->weight_decay, c->momentum)) {
         return dt_strf(ERR(t), "optimizer %s: cannot set up its state", c->optimizer), -1;
+    }
     t->opt.base = lo;
     return 0;
 }
@@ -167,7 +178,12 @@ static int load_state(dt_run *t, const char *dir, dt_ckpt_state *st)
 static int resume(dt_run *t, const char *dir)
 {
     dt_ckpt_state st;
-    if (load_state(t, dir, &st)) return -1;
+    if (dt_optimizer_state_map(&t->opt, ERR(t))) return -1;
+    int rc = load_state(t, dir, &st);
+    char why[256];
+    if (dt_optimizer_state_unmap(&t->opt, rc == 0, why, sizeof why) && rc == 0)
+        return dt_strf(ERR(t), "%s", why), -1;
+    if (rc) return -1;
     if (st.seq_len != t->r.T || st.shuffle != t->cfg->shuffle || st.seed != t->cfg->seed)
         return dt_strf(ERR(t),
                        "%s: saved with seq_len %d, shuffle %d, seed %llu; this run has %d, %d, "
@@ -320,11 +336,14 @@ int dt_run_save(dt_run *t)
                         .global_batch = t->global_batch,
                         .last_loss = t->last_loss,
                         .data_tokens = dt_dataset_ntokens(t->train)};
-    char path[DT_CONFIG_PATH + 64];
-    if (mine ? save_sharded(t, mine, &st, path, sizeof path)
-                   : dt_ckpt_save(t->cfg->out_dir, &t->model, &t->opt, &st, t->cfg->keep_last,
-                                  path, sizeof path, ERR(t)))
-        return -1;
+    char path[DT_CONFIG_PATH + 64], why[256];
+    if (dt_optimizer_state_map(&t->opt, ERR(t))) return -1;
+    int rc = mine ? save_sharded(t, mine, &st, path, sizeof path)
+                  : dt_ckpt_save(t->cfg->out_dir, &t->model, &t->opt, &st, t->cfg->keep_last,
+                                 path, sizeof path, ERR(t));
+    if (dt_optimizer_state_unmap(&t->opt, 0, why, sizeof why) && rc == 0)
+        return dt_strf(ERR(t), "%s", why), -1;
+    if (rc) return -1;
     fprintf(t->out, "checkpoint %s\n", path);
     return 0;
 }

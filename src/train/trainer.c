@@ -105,6 +105,11 @@ static int run_loop(dt_run *t)
         uint64_t bytes;
         dt_strategy_traffic(&t->S, &s.comm_ms, &bytes);
         s.bytes_sent = bytes;
+        if (t->opt.store) {
+            s.offload = 1;
+            dt_opt_store_last_step(t->opt.store, &bytes, &s.io_ms);
+            s.io_bytes = bytes;
+        }
         t->last_loss = loss;
         t->step++;
         t->steps_run++;

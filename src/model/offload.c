@@ -1,0 +1,396 @@
+/* The optimizer's state in a file, streamed through aligned buffers. See
+ * offload.h. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* O_DIRECT */
+#endif
+#include "model/offload.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "core/aio.h"
+#include "core/alloc.h"
+#include "core/atomic_file.h"
+#include "core/str.h"
+#include "core/timer.h"
+
+#define IO_ALIGN 4096
+#define MAX_STATES 2
+#define MAX_BUFFERS 16
+
+struct dt_opt_store {
+    char path[DT_PATH_MAX];
+    int fd, direct;
+    dev_t dev;
+    ino_t ino;
+    int nstates;
+    size_t n, chunk, padded; /* floats: the state's, a chunk's, a region's */
+    uint64_t bytes;          /* the file's */
+    int nbuf;
+    float *buf;              /* nbuf x nstates x chunk */
+    dt_aio *aio;
+    size_t *chunks, cap;     /* a step's chunk indices */
+    float *map;
+    uint64_t last_bytes;
+    double last_wait_ms;
+};
+
+dt_offload_opts dt_offload_defaults(const char *dir)
+{
+    return (dt_offload_opts){.dir = dir, .chunk_floats = 4u << 20, .buffers = 4,
+                             .block_bytes = 1u << 20, .depth = 8};
+}
+
+/* A chunk: the options', or the state rounded up to 1024 floats if shorter. */
+static size_t chunk_floats(const dt_offload_opts *o, size_t n)
+{
+    size_t c = (o->chunk_floats + 1023) / 1024 * 1024, whole = (n + 1023) / 1024 * 1024;
+    return whole > 0 && whole < c ? whole : c;
+}
+
+static int buffer_count(const dt_offload_opts *o)
+{
+    return o->buffers < 3 ? 3 : o->buffers > MAX_BUFFERS ? MAX_BUFFERS : o->buffers;
+}
+
+size_t dt_offload_buffer_bytes(const dt_offload_opts *o, int nstates, size_t n)
+{
+    return (size_t)buffer_count(o) * (size_t)nstates * chunk_floats(o, n) * sizeof(float);
+}
+
+const char *dt_opt_store_path(const dt_opt_store *s) { return s->path; }
+uint64_t dt_opt_store_file_bytes(const dt_opt_store *s) { return s->bytes; }
+
+size_t dt_opt_store_buffer_bytes(const dt_opt_store *s)
+{
+    return (size_t)s->nbuf * (size_t)s->nstates * s->chunk * sizeof(float);
+}
+
+void dt_opt_store_last_step(const dt_opt_store *s, uint64_t *bytes, double *wait_ms)
+{
+    *bytes = s->last_bytes;
+    *wait_ms = s->last_wait_ms;
+}
+
+/* O_DIRECT where the file system has it (tmpfs has not: then buffered). */
+static int open_new(dt_opt_store *s)
+{
+    s->direct = 1;
+    s->fd = open(s->path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_DIRECT, 0600);
+    if (s->fd < 0 && errno == EINVAL) {
+        s->direct = 0;
+        s->fd = open(s->path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    }
+    return s->fd < 0 ? -1 : 0;
+}
+
+/* The directory exists. */
+static int check_dir(const char *dir, char *err, size_t n)
+{
+    struct stat st;
+    if (stat(dir, &st) || !S_ISDIR(st.st_mode))
+        return dt_strf(err, n, "--nvme-path %s: %s (create the directory first)", dir,
+                       errno == ENOENT || !S_ISDIR(st.st_mode) ? "no such directory"
+                                                               : strerror(errno)), -1;
+    return 0;
+}
+
+/* The disk under dir has room for the file. */
+static int check_room(const dt_opt_store *s, const char *dir, char *err, size_t n)
+{
+    struct statvfs v;
+    if (statvfs(dir, &v) == 0 && (uint64_t)v.f_bavail * v.f_frsize < s->bytes)
+        return dt_strf(err, n, "--nvme-path %s: this rank's optimizer state needs %llu bytes "
+                       "(%.2f GiB) and the disk has %llu free; free some space or choose "
+                       "another path", dir, (unsigned long long)s->bytes,
+                       (double)s->bytes / 1073741824.0,
+                       (unsigned long long)v.f_bavail * v.f_frsize), -1;
+    return 0;
+}
+
+/* The file, sized to its bytes: its blocks are reserved now, so a full
+ * disk fails here rather than in a step (and one that has too few free
+ * says so before trying). */
+static int make_file(dt_opt_store *s, const char *dir, char *err, size_t n)
+{
+    if (open_new(s))
+        return dt_strf(err, n, "--nvme-path %s: cannot create %s: %s", dir, s->path,
+                       strerror(errno)), -1;
+    int rc = check_room(s, dir, err, n) ? -1 : posix_fallocate(s->fd, 0, (off_t)s->bytes);
+    if (rc < 0) {
+        close(s->fd);
+        s->fd = -1;
+        unlink(s->path);
+        return -1;
+    }
+    struct stat st;
+    if (rc == 0 && fstat(s->fd, &st) == 0) {
+        s->dev = st.st_dev;
+        s->ino = st.st_ino;
+        return 0;
+    }
+    dt_strf(err, n, "--nvme-path %s: cannot size %s to the %llu bytes of this rank's "
+            "optimizer state: %s", dir, s->path, (unsigned long long)s->bytes,
+            strerror(rc ? rc : errno));
+    close(s->fd);
+    s->fd = -1;
+    unlink(s->path);
+    return -1;
+}
+
+int dt_opt_store_create(dt_opt_store **out, const dt_offload_opts *o, const char *tag,
+                        int nstates, size_t n, char *err, size_t errlen)
+{
+    dt_opt_store *s = calloc(1, sizeof *s);
+    if (!s) return dt_strf(err, errlen, "offload: out of memory"), -1;
+    s->fd = -1;
+    s->nstates = nstates < MAX_STATES ? nstates : MAX_STATES;
+    s->n = n;
+    s->chunk = chunk_floats(o, n);
+    s->padded = (n + s->chunk - 1) / s->chunk * s->chunk;
+    s->bytes = (uint64_t)s->nstates * s->padded * sizeof(float);
+    s->nbuf = buffer_count(o);
+    dt_strf(s->path, sizeof s->path, "%s/dtrain-optim-%s.bin", o->dir, tag);
+    size_t buf_bytes = dt_opt_store_buffer_bytes(s);
+    if (check_dir(o->dir, err, errlen) || make_file(s, o->dir, err, errlen) ||
+        dt_aio_open(&s->aio, o->depth, o->block_bytes, err, errlen)) {
+        dt_opt_store_destroy(s);
+        return -1;
+    }
+    if (posix_memalign((void **)&s->buf, IO_ALIGN, buf_bytes)) {
+        s->buf = NULL;
+        dt_opt_store_destroy(s);
+        return dt_strf(err, errlen, "offload: out of memory for %zu bytes of buffers",
+                       buf_bytes), -1;
+    }
+    dt_mem_account(DT_MEM_OPTIM, (long long)buf_bytes);
+    *out = s;
+    return 0;
+}
+
+void dt_opt_store_destroy(dt_opt_store *s)
+{
+    if (!s) return;
+    if (s->map) munmap(s->map, s->bytes);
+    if (s->aio) dt_aio_close(s->aio);
+    if (s->buf) {
+        free(s->buf);
+        dt_mem_account(DT_MEM_OPTIM, -(long long)dt_opt_store_buffer_bytes(s));
+    }
+    if (s->fd >= 0) {
+        close(s->fd);
+        unlink(s->path);
+    }
+    free(s->chunks);
+    free(s);
+}
+
+/* The path still names the file this job made, at its size. */
+static int check_file(const dt_opt_store *s, char *err, size_t n)
+{
+    struct stat st, mine;
+    if (stat(s->path, &st) || st.st_dev != s->dev || st.st_ino != s->ino)
+        return dt_strf(err, n, "offload: %s was deleted or replaced under the running job; "
+                       "the optimizer state in it is lost: resume from the last checkpoint",
+                       s->path), -1;
+    if (fstat(s->fd, &mine) == 0 && (uint64_t)mine.st_size < s->bytes)
+        return dt_strf(err, n, "offload: %s holds %llu bytes, and the job made it %llu: it was "
+                       "truncated under the running job; resume from the last checkpoint",
+                       s->path, (unsigned long long)mine.st_size,
+                       (unsigned long long)s->bytes), -1;
+    return 0;
+}
+
+/* The chunks the spans touch, ascending, each once. */
+static int list_chunks(dt_opt_store *s, const dt_opt_span *sp, int n, size_t *count)
+{
+    size_t k = 0;
+    for (int i = 0; i < n; i++) {
+        if (sp[i].hi <= sp[i].lo) continue;
+        size_t first = sp[i].at / s->chunk, last = (sp[i].at + sp[i].hi - sp[i].lo - 1) / s->chunk;
+        for (size_t c = first; c <= last; c++) {
+            if (k > 0 && s->chunks[k - 1] >= c) continue;
+            if (k == s->cap) {
+                size_t cap = s->cap ? 2 * s->cap : 64;
+                size_t *p = realloc(s->chunks, cap * sizeof *p);
+                if (!p) return -1;
+                s->chunks = p, s->cap = cap;
+            }
+            s->chunks[k++] = c;
+        }
+    }
+    *count = k;
+    return 0;
+}
+
+static float *slot_state(const dt_opt_store *s, int slot, int state)
+{
+    return s->buf + ((size_t)slot * (size_t)s->nstates + (size_t)state) * s->chunk;
+}
+
+static uint64_t chunk_offset(const dt_opt_store *s, size_t chunk, int state)
+{
+    return ((uint64_t)state * s->padded + (uint64_t)chunk * s->chunk) * sizeof(float);
+}
+
+/* One transfer of chunk c's states to or from buffer slot; tickets in t. */
+static int transfer(dt_opt_store *s, int write, size_t c, int slot, int *t)
+{
+    for (int st = 0; st < s->nstates; st++) {
+        size_t len = s->chunk * sizeof(float);
+        t[st] = write ? dt_aio_write(s->aio, s->fd, s->path, slot_state(s, slot, st), len,
+                                     chunk_offset(s, c, st))
+                      : dt_aio_read(s->aio, s->fd, s->path, slot_state(s, slot, st), len,
+                                    chunk_offset(s, c, st));
+        if (t[st] < 0) return -1;
+    }
+    return 0;
+}
+
+static int finish(dt_opt_store *s, int *t)
+{
+    int rc = 0;
+    for (int st = 0; st < s->nstates; st++) {
+        if (t[st] >= 0 && dt_aio_wait(s->aio, t[st])) rc = -1;
+        t[st] = -1;
+    }
+    return rc;
+}
+
+/* The spans' pieces in chunk c (its buffer at slot), from span *next on. */
+static void update_chunk(dt_opt_store *s, size_t c, int slot, const dt_opt_span *sp, int n,
+                         int *next, dt_opt_piece_fn update, void *ctx)
+{
+    const size_t c0 = c * s->chunk, c1 = c0 + s->chunk;
+    for (int i = *next; i < n; i++) {
+        size_t a = sp[i].at, b = sp[i].at + (sp[i].hi - sp[i].lo);
+        if (a >= c1) break;
+        size_t lo = a > c0 ? a : c0, hi = b < c1 ? b : c1;
+        if (lo < hi) {
+            size_t k = lo - a;
+            dt_opt_span piece = {sp[i].params + k, dt_gbuf_at(sp[i].grads, k), lo,
+                                 sp[i].lo + k, sp[i].lo + k + (hi - lo)};
+            float *states[MAX_STATES];
+            for (int st = 0; st < s->nstates; st++) states[st] = slot_state(s, slot, st) + (lo - c0);
+            update(ctx, &piece, states);
+        }
+        if (b > c1) break; /* the span goes on into the next chunk */
+        *next = i + 1;
+    }
+}
+
+int dt_opt_store_step(dt_opt_store *s, const dt_opt_span *sp, int n, dt_opt_piece_fn update,
+                      void *ctx, char *err, size_t errlen)
+{
+    size_t nc;
+    if (check_file(s, err, errlen)) return -1;
+    if (list_chunks(s, sp, n, &nc)) return dt_strf(err, errlen, "offload: out of memory"), -1;
+    int rd[MAX_BUFFERS][MAX_STATES], wr[MAX_BUFFERS][MAX_STATES];
+    memset(rd, -1, sizeof rd);
+    memset(wr, -1, sizeof wr);
+    const int nb = s->nbuf, ahead = nb - 2;
+    uint64_t w0 = dt_aio_wait_ns(s->aio);
+    int rc = 0, next = 0;
+    /* Chunk j goes to slot j % nb once the write of chunk j - nb from that
+     * slot is done; chunk i is updated while chunks up to i + ahead are
+     * read and chunk i - 1 is written. */
+    for (size_t j = 0; rc == 0 && j < nc && j < (size_t)ahead; j++)
+        rc = transfer(s, 0, s->chunks[j], (int)(j % nb), rd[j % nb]);
+    for (size_t i = 0; rc == 0 && i < nc; i++) {
+        size_t j = i + (size_t)ahead;
+        int slot = (int)(i % nb);
+        if (j < nc && (finish(s, wr[j % nb]) || transfer(s, 0, s->chunks[j], (int)(j % nb),
+                                                          rd[j % nb])))
+            rc = -1;
+        if (rc == 0 && finish(s, rd[slot])) rc = -1;
+        if (rc == 0) {
+            update_chunk(s, s->chunks[i], slot, sp, n, &next, update, ctx);
+            rc = transfer(s, 1, s->chunks[i], slot, wr[slot]);
+        }
+    }
+    if (dt_aio_drain(s->aio)) rc = -1;
+    s->last_bytes = 2ull * nc * (uint64_t)s->nstates * s->chunk * sizeof(float);
+    s->last_wait_ms = (double)(dt_aio_wait_ns(s->aio) - w0) * 1e-6;
+    if (rc) dt_strf(err, errlen, "offload: %s", dt_aio_error(s->aio));
+    return rc;
+}
+
+int dt_opt_store_map(dt_opt_store *s, float **states, char *err, size_t errlen)
+{
+    if (check_file(s, err, errlen)) return -1;
+    posix_fadvise(s->fd, 0, 0, POSIX_FADV_DONTNEED); /* nothing cached from before */
+    void *p = mmap(NULL, s->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+    if (p == MAP_FAILED)
+        return dt_strf(err, errlen, "offload: mapping %s (%llu bytes): %s", s->path,
+                       (unsigned long long)s->bytes, strerror(errno)), -1;
+    s->map = p;
+    for (int st = 0; st < s->nstates; st++) states[st] = s->map + (size_t)st * s->padded;
+    return 0;
+}
+
+int dt_opt_store_unmap(dt_opt_store *s, int written, char *err, size_t errlen)
+{
+    if (!s->map) return 0;
+    int rc = written && msync(s->map, s->bytes, MS_SYNC) ? -1 : 0;
+    int e = errno;
+    munmap(s->map, s->bytes);
+    s->map = NULL;
+    posix_fadvise(s->fd, 0, 0, POSIX_FADV_DONTNEED); /* the stream reads the disk */
+    if (rc)
+        dt_strf(err, errlen, "offload: writing the restored state to %s: %s", s->path,
+                strerror(e));
+    return rc;
+}
+
+/* Sequential bytes through one engine: `total` in blocks of `len` from
+ * buf, all queued at once (the engine keeps its depth in flight). */
+static int sweep(dt_aio *a, int fd, const char *path, int write, void *buf, size_t len,
+                 size_t total)
+{
+    for (size_t off = 0; off < total; off += len) {
+        int t = write ? dt_aio_write(a, fd, path, buf, len, off)
+                      : dt_aio_read(a, fd, path, buf, len, off);
+        if (t < 0) return -1;
+    }
+    return dt_aio_drain(a);
+}
+
+int dt_disk_bandwidth(const char *dir, size_t bytes, double *write_bps, double *read_bps,
+                      char *err, size_t errlen)
+{
+    dt_opt_store probe = {.fd = -1};
+    dt_strf(probe.path, sizeof probe.path, "%s/dtrain-probe-%ld.bin", dir, (long)getpid());
+    const size_t len = 4u << 20;
+    bytes = (bytes + len - 1) / len * len;
+    void *buf = NULL;
+    dt_aio *a = NULL;
+    if (open_new(&probe))
+        return dt_strf(err, errlen, "--nvme-path %s: cannot create %s: %s", dir, probe.path,
+                       strerror(errno)), -1;
+    int rc = posix_memalign(&buf, IO_ALIGN, len) ? -1 : 0;
+    if (rc == 0) memset(buf, 0x5a, len);
+    if (rc == 0) rc = dt_aio_open(&a, 8, 1u << 20, err, errlen);
+    uint64_t t0 = dt_now_ns();
+    if (rc == 0 && (sweep(a, probe.fd, probe.path, 1, buf, len, bytes) || fsync(probe.fd)))
+        rc = -1;
+    uint64_t t1 = dt_now_ns();
+    posix_fadvise(probe.fd, 0, 0, POSIX_FADV_DONTNEED);
+    if (rc == 0 && sweep(a, probe.fd, probe.path, 0, buf, len, bytes)) rc = -1;
+    uint64_t t2 = dt_now_ns();
+    if (rc && a) dt_strf(err, errlen, "measuring the disk: %s", dt_aio_error(a));
+    else if (rc) dt_strf(err, errlen, "measuring the disk: out of memory");
+    *write_bps = (double)bytes / ((double)(t1 - t0) * 1e-9);
+    *read_bps = (double)bytes / ((double)(t2 - t1) * 1e-9);
+    dt_aio_close(a);
+    free(buf);
+    close(probe.fd);
+    unlink(probe.path);
+    return rc;
+}

@@ -1,0 +1,86 @@
+/* The optimizer's state on NVMe (ZeRO-Infinity's offload_optimizer with
+ * device nvme): a rank's moments live in one file under --nvme-path, and
+ * each optimizer step streams them through a few aligned buffers: read
+ * chunk k+1 (and further ahead, buffer_count - 2 chunks), update chunk k,
+ * write chunk k-1, all at once, on io_uring with O_DIRECT (core/aio.h).
+ *
+ * The file holds each state buffer (exp_avg, then exp_avg_sq) as a region
+ * of n floats rounded up to whole chunks, chunk c of state s at byte
+ * (s * padded + c * chunk) * 4; it is created with the job, sized up front
+ * (a disk too small fails at start, naming the bytes), and removed when
+ * the store is destroyed. Before each step the store checks that its path
+ * still names the file it made and that the file still has its size, so a
+ * file deleted or truncated under a running job stops it with the path and
+ * the bytes. Checkpoints read and write the state through a mapping of the
+ * file (dt_opt_store_map). The update is the in-memory one, element-wise
+ * on the same values, so the numbers are the same bits. */
+#ifndef DT_MODEL_OFFLOAD_H
+#define DT_MODEL_OFFLOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/gbuf.h"
+#include "model/gpt.h"
+
+typedef struct {
+    const char *dir;     /* where the file goes (--nvme-path) */
+    size_t chunk_floats; /* per state buffer and chunk; a multiple of 1024 */
+    int buffers;         /* chunk buffers (offload_optimizer.buffer_count), >= 3 */
+    size_t block_bytes;  /* aio.block_size: one request's bytes, a multiple of 4096 */
+    unsigned depth;      /* aio.queue_depth: requests in flight */
+} dt_offload_opts;
+
+/* DeepSpeed's defaults: chunks of 16 MiB per state, 4 buffers, 1 MiB
+ * requests, 8 in flight. */
+dt_offload_opts dt_offload_defaults(const char *dir);
+
+/* The chunk buffers' bytes for nstates buffers of n floats (chunks no
+ * longer than the state): what offload keeps in memory. */
+size_t dt_offload_buffer_bytes(const dt_offload_opts *o, int nstates, size_t n);
+
+typedef struct dt_opt_store dt_opt_store;
+
+/* A file for `nstates` state buffers of n floats each, named for `tag` (a
+ * job and rank), sized up front. 0, or -1 with err naming the path and,
+ * for a disk that is too small, the bytes needed and free. */
+int dt_opt_store_create(dt_opt_store **s, const dt_offload_opts *o, const char *tag,
+                        int nstates, size_t n, char *err, size_t errlen);
+/* Closes and removes the file. */
+void dt_opt_store_destroy(dt_opt_store *s);
+const char *dt_opt_store_path(const dt_opt_store *s);
+uint64_t dt_opt_store_file_bytes(const dt_opt_store *s);
+/* The bytes of the chunk buffers in memory. */
+size_t dt_opt_store_buffer_bytes(const dt_opt_store *s);
+
+/* One range of a step: the layout's floats [lo, hi), whose parameters
+ * and gradients start at params and grads, and whose state starts at
+ * float `at` of each state buffer. */
+typedef struct {
+    float *params;
+    dt_gbuf grads;
+    size_t at, lo, hi;
+} dt_opt_span;
+
+/* Updates a step's spans (ascending in `at`, not overlapping) through
+ * the file; `update` is called for each piece with the piece's state in
+ * the buffers (states[s] at the piece's first float). 0, or -1 with err. */
+typedef void (*dt_opt_piece_fn)(void *ctx, const dt_opt_span *piece, float *const *states);
+int dt_opt_store_step(dt_opt_store *s, const dt_opt_span *spans, int n, dt_opt_piece_fn update,
+                      void *ctx, char *err, size_t errlen);
+/* The last step's: bytes read and written, and ms blocked waiting for the
+ * disk (the I/O the update did not hide). */
+void dt_opt_store_last_step(const dt_opt_store *s, uint64_t *bytes, double *wait_ms);
+
+/* The state buffers as memory (states[s], n floats each), for a
+ * checkpoint to read or fill; dt_opt_store_unmap after (written: the
+ * values changed, flush them to the file). 0, or -1 with err. */
+int dt_opt_store_map(dt_opt_store *s, float **states, char *err, size_t errlen);
+int dt_opt_store_unmap(dt_opt_store *s, int written, char *err, size_t errlen);
+
+/* The disk under dir: sequential write and read bandwidth (bytes/s) of a
+ * temporary file of `bytes` with O_DIRECT. 0, or -1 with err. */
+int dt_disk_bandwidth(const char *dir, size_t bytes, double *write_bps, double *read_bps,
+                      char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,167 @@
+/* The optimizer's state on NVMe (model/offload.h) against the same state
+ * in memory:
+ *  - AdamW and SGD with momentum over a GPT layout, with spans like
+ *    ZeRO's pieces (several, cutting tensors and chunks, one shorter than
+ *    a chunk, a gap between two) and chunks of 1024 floats, so the stream
+ *    runs many chunks with reads ahead and writes behind, 3 and 5
+ *    buffers: after three steps the parameters and the state are the same
+ *    bits as in memory;
+ *  - the state read back through the mapping a checkpoint uses, and a
+ *    state written through it then streamed: the same bits;
+ *  - faults: a directory that does not exist, a disk too small (refused
+ *    at creation naming the bytes), the file truncated or deleted under a
+ *    running store (the step refuses, naming the path and the bytes);
+ *  - the file is gone once the store is destroyed. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "model/gpt.h"
+#include "model/offload.h"
+#include "model/optimizer.h"
+
+enum { L = 2, NH = 2, C = 32, V = 67, BLOCK = 16 };
+
+static char dir[256];
+
+static void fill(float *x, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        x[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * 0.1f;
+    }
+}
+
+/* Pieces of [0, n) as a ZeRO rank's: state laid end to end by `at`. */
+static int spans_of(const dt_gpt *m, float *params, float *grads, dt_opt_span *sp, size_t *n)
+{
+    const size_t cuts[][2] = {{5, 1500}, {1500, 1600}, {2300, 7000}, {7000, m->n_floats}};
+    size_t at = 0;
+    int k = 0;
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        size_t lo = cuts[i][0], hi = cuts[i][1];
+        sp[k++] = (dt_opt_span){params + lo, dt_gbuf_f32(grads + lo), at, lo, hi};
+        at += hi - lo;
+    }
+    *n = at;
+    return k;
+}
+
+static void run(dt_opt_kind kind, int buffers)
+{
+    dt_gpt m;
+    char err[512] = "";
+    dt_gpt_config cfg = {L, NH, C, V, BLOCK};
+    CHECK(dt_gpt_create_layout(&m, &cfg, DT_PREC_F32, err, sizeof err) == 0, "layout: %s", err);
+    size_t nf = m.n_floats;
+    float *p_mem = malloc(nf * sizeof(float)), *p_nv = malloc(nf * sizeof(float));
+    float *g = malloc(nf * sizeof(float));
+    fill(p_mem, nf, 1);
+    memcpy(p_nv, p_mem, nf * sizeof(float));
+    dt_opt_span s_mem[8], s_nv[8];
+    size_t n;
+    int k = spans_of(&m, p_mem, g, s_mem, &n);
+    spans_of(&m, p_nv, g, s_nv, &n);
+    dt_optimizer mem, nv;
+    double mom = kind == DT_OPT_SGD ? 0.9 : 0.0;
+    CHECK(dt_optimizer_init(&mem, kind, n, 0.9, 0.95, 1e-8, 0.1, mom) == 0, "in memory");
+    dt_offload_opts o = dt_offload_defaults(dir);
+    o.chunk_floats = 1024;
+    o.buffers = buffers;
+    o.block_bytes = 4096;
+    o.depth = 4;
+    CHECK(dt_optimizer_init_offload(&nv, kind, n, 0.9, 0.95, 1e-8, 0.1, mom, &o, "unit", err,
+                                    sizeof err) == 0 && nv.store, "offloaded: %s", err);
+    char path[512];
+    snprintf(path, sizeof path, "%s", dt_opt_store_path(nv.store));
+    for (int step = 0; step < 3; step++) {
+        fill(g, nf, 100 + (unsigned)step);
+        dt_optimizer_begin_step(&mem);
+        dt_optimizer_begin_step(&nv);
+        CHECK(dt_optimizer_update_spans(&mem, &m, s_mem, k, 1e-2, 0.7f, err, sizeof err) == 0 &&
+                  dt_optimizer_update_spans(&nv, &m, s_nv, k, 1e-2, 0.7f, err, sizeof err) == 0,
+              "step %d: %s", step, err);
+    }
+    CHECK(memcmp(p_mem, p_nv, nf * sizeof(float)) == 0,
+          "%s, %d buffers, chunks of 1024: the parameters after 3 steps are the in-memory "
+          "bits", dt_opt_kind_name(kind), buffers);
+    CHECK(dt_optimizer_state_map(&nv, err, sizeof err) == 0, "map: %s", err);
+    CHECK(memcmp(mem.m, nv.m, n * sizeof(float)) == 0 &&
+              (!mem.v || memcmp(mem.v, nv.v, n * sizeof(float)) == 0),
+          "%s: the file's state through the mapping is the in-memory state's bits",
+          dt_opt_kind_name(kind));
+    /* A checkpoint's state written through the mapping, then streamed. */
+    fill(mem.m, n, 7);
+    memcpy(nv.m, mem.m, n * sizeof(float));
+    CHECK(dt_optimizer_state_unmap(&nv, 1, err, sizeof err) == 0, "unmap: %s", err);
+    fill(g, nf, 200);
+    dt_optimizer_begin_step(&mem);
+    dt_optimizer_begin_step(&nv);
+    CHECK(dt_optimizer_update_spans(&mem, &m, s_mem, k, 1e-2, 1.0f, err, sizeof err) == 0 &&
+              dt_optimizer_update_spans(&nv, &m, s_nv, k, 1e-2, 1.0f, err, sizeof err) == 0 &&
+              memcmp(p_mem, p_nv, nf * sizeof(float)) == 0,
+          "%s: a state restored through the mapping streams to the in-memory bits (%s)",
+          dt_opt_kind_name(kind), err);
+    dt_optimizer_free(&mem);
+    dt_optimizer_free(&nv);
+    CHECK(access(path, F_OK) != 0, "the store's file is removed with it (%s)", path);
+    free(p_mem), free(p_nv), free(g);
+    dt_gpt_destroy(&m);
+}
+
+static void faults(void)
+{
+    char err[512] = "", path[512];
+    dt_offload_opts o = dt_offload_defaults("/nonexistent/dtrain");
+    dt_opt_store *s = NULL;
+    CHECK(dt_opt_store_create(&s, &o, "f", 2, 1000, err, sizeof err) != 0 &&
+              strstr(err, "/nonexistent/dtrain") && strstr(err, "no such directory"),
+          "a missing directory is refused, naming it: %s", err);
+    o = dt_offload_defaults(dir);
+    CHECK(dt_opt_store_create(&s, &o, "f", 2, (size_t)1 << 60, err, sizeof err) != 0 &&
+              strstr(err, "needs 9223372036854775808 bytes") && strstr(err, "free"),
+          "a disk too small is refused at creation, naming the bytes: %s", err);
+    o.chunk_floats = 1024;
+    float state[2048] = {0}, params[2048] = {0}, grads[2048] = {0};
+    (void)state;
+    dt_gpt m;
+    dt_gpt_config cfg = {L, NH, C, V, BLOCK};
+    dt_gpt_create_layout(&m, &cfg, DT_PREC_F32, err, sizeof err);
+    dt_opt_span sp = {params, dt_gbuf_f32(grads), 0, 0, 2048};
+    dt_optimizer opt;
+    CHECK(dt_optimizer_init_offload(&opt, DT_OPT_ADAMW, 2048, 0.9, 0.95, 1e-8, 0, 0, &o, "t",
+                                    err, sizeof err) == 0, "store: %s", err);
+    snprintf(path, sizeof path, "%s", dt_opt_store_path(opt.store));
+    CHECK(truncate(path, 4096) == 0, "truncating %s", path);
+    dt_optimizer_begin_step(&opt);
+    CHECK(dt_optimizer_update_spans(&opt, &m, &sp, 1, 1e-3, 1.0f, err, sizeof err) != 0 &&
+              strstr(err, path) && strstr(err, "holds 4096 bytes") &&
+              strstr(err, "made it 16384") && strstr(err, "truncated"),
+          "a file truncated under the store stops the step, naming it and the bytes: %s", err);
+    dt_optimizer_free(&opt);
+    CHECK(dt_optimizer_init_offload(&opt, DT_OPT_ADAMW, 2048, 0.9, 0.95, 1e-8, 0, 0, &o, "d",
+                                    err, sizeof err) == 0, "store: %s", err);
+    snprintf(path, sizeof path, "%s", dt_opt_store_path(opt.store));
+    CHECK(unlink(path) == 0, "deleting %s", path);
+    CHECK(dt_optimizer_update_spans(&opt, &m, &sp, 1, 1e-3, 1.0f, err, sizeof err) != 0 &&
+              strstr(err, path) && strstr(err, "deleted or replaced"),
+          "a file deleted under the store stops the step, naming it: %s", err);
+    dt_optimizer_free(&opt);
+    dt_gpt_destroy(&m);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/dtrain_test_offload_%ld", (long)getpid());
+    CHECK(mkdir(dir, 0700) == 0, "mkdir %s", dir);
+    run(DT_OPT_ADAMW, 3);
+    run(DT_OPT_ADAMW, 5);
+    run(DT_OPT_SGD, 3);
+    faults();
+    rmdir(dir);
+    return finish("test_offload");
+}

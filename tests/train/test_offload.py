@@ -1,0 +1,169 @@
+"""NVMe offload of the optimizer state (--offload-optimizer nvme) end to
+end, against the same run with the state in memory.
+
+  test_offload.py DTRAIN [--quick]
+
+(--quick: 2 ranks only, for the sanitizer builds.)
+
+Exactness: ZeRO stages 1, 2 and 3 at 1, 2 and 3 ranks (5 steps, AdamW,
+clipping): every logged loss and the final weights the same bits as the
+in-memory run's; the files gone after the run. Resume: stage 3 at 2 ranks
+saves at step 3 with the state offloaded, and resuming it (offloaded, and
+in memory) ends in the uninterrupted run's bits.
+Memory: each rank's optimizer memory is the stream's buffers as planned
+(x1.00), and the start-up says where the moments live and what the disk
+moved. The step line and the JSON log carry the step's I/O.
+Faults: --nvme-path missing, not writable, too small for the state
+(RLIMIT_FSIZE below its bytes): refused at start naming the path and the
+bytes; the file deleted under a running job: the run stops naming it, and
+the last checkpoint resumes.
+"""
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
+from checks import check, finish  # noqa: E402
+from dtrain_run import expect_refused, same_bits, train_small, write_words  # noqa: E402
+
+STEPS, LR = 5, 3e-3
+MODEL = ["--n-layer", "2", "--n-head", "4", "--n-embd", "48", "--block-size", "16"]
+
+
+def train(dtrain, tmp, name, extra, steps=STEPS):
+    return train_small(dtrain, tmp, name, MODEL, ["--batch-size", "2"] + extra, steps, LR)
+
+
+def exactness(dtrain, tmp, nvme, quick):
+    for ranks in ([2] if quick else [1, 2, 3]):
+        for stage in (1, 2, 3):
+            base = ["--nproc", str(ranks), "--zero-stage", str(stage)]
+            mem = train(dtrain, tmp, "mem%d%d" % (ranks, stage), base)
+            off = train(dtrain, tmp, "nv%d%d" % (ranks, stage),
+                        base + ["--offload-optimizer", "nvme", "--nvme-path", nvme])
+            what = "stage %d at %d rank%s" % (stage, ranks, "s" if ranks > 1 else "")
+            check(off[0] == mem[0] and same_bits(off[1], mem[1]),
+                  "%s: offloaded, the losses and weights are the in-memory run's bits" % what)
+            check(not os.listdir(nvme), "%s: the files are gone after the run (%s)" %
+                  (what, os.listdir(nvme)))
+            if ranks == 2 and stage == 1:
+                report(off, nvme)
+
+
+def report(run, nvme):
+    out = run[2]
+    check(re.search(r"offload: the optimizer's moments in %s/dtrain-optim-\S+ " % re.escape(nvme),
+                    out) and re.search(r"disk under \S+: sequential write \d+ MB/s, read \d+ "
+                                       r"MB/s", out),
+          "the start-up says where the moments live and what the disk moved")
+    check(re.search(r"\| I/O [0-9.]+ ms exposed, [0-9.]+ MB \|", out) and
+          all("io_ms" in e and e["io_bytes"] > 0 for e in run[4]),
+          "the step line and the log carry each step's I/O")
+    peak = out.split("peak memory per rank")[1]
+    rows = re.findall(r"^  rank \d+ +\S+ x\S+ +\S+ x\S+ +([0-9.]+) x([0-9.]+)", peak, re.M)
+    check(rows and all(abs(float(r[1]) - 1) <= 0.02 for r in rows) and
+          "optimizer moments on NVMe" in peak,
+          "optimizer memory per rank is the stream's buffers as planned (%s)" % rows)
+
+
+def resume(dtrain, tmp, nvme):
+    args = ["--nproc", "2", "--zero-stage", "3"]
+    off = ["--offload-optimizer", "nvme", "--nvme-path", nvme]
+    full = train(dtrain, tmp, "r_full", args)
+    out = os.path.join(tmp, "ck")
+    shutil.rmtree(out, ignore_errors=True)
+    train(dtrain, tmp, "r_first", args + off + ["--out", out, "--save-every", "3"], steps=3)
+    ck = os.path.join(out, "ckpt-00000003")
+    again = train(dtrain, tmp, "r_again", args + off + ["--resume", ck])
+    check(again[0] == full[0][3:] and same_bits(again[1], full[1]),
+          "offloaded stage 3: saved at step 3 and resumed offloaded, the uninterrupted "
+          "in-memory run's bits")
+    mem = train(dtrain, tmp, "r_mem", args + ["--resume", ck])
+    check(mem[0] == full[0][3:] and same_bits(mem[1], full[1]),
+          "the offloaded run's checkpoint resumed in memory: the same bits")
+
+
+def fsize_limit(limit):
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def faults(dtrain, tmp, nvme):
+    base = ["train", "--data", os.path.join(tmp, "data.txt")] + MODEL + [
+        "--steps", "2", "--offload-optimizer", "nvme"]
+    missing = os.path.join(tmp, "no_such_dir")
+    expect_refused(dtrain, base, [(["--nvme-path", missing], missing + ": no such directory")])
+    # Not writable: a read-only directory, or for root (whom modes do not
+    # stop) /proc, where no file can be created.
+    ro = "/proc"
+    if os.geteuid() != 0:
+        ro = os.path.join(tmp, "ro")
+        os.makedirs(ro, exist_ok=True)
+        os.chmod(ro, 0o555)
+    expect_refused(dtrain, base, [(["--nvme-path", ro], "--nvme-path %s: cannot create" % ro)])
+    r = subprocess.run([dtrain] + base + ["--nvme-path", nvme], capture_output=True, text=True,
+                       timeout=120, preexec_fn=fsize_limit(4096))
+    msg = r.stdout + r.stderr
+    check(r.returncode != 0 and "cannot size" in msg and re.search(r"to the \d+ bytes", msg),
+          "a disk too small for the state (file size limit 4096): refused at start naming "
+          "the bytes (exit %d: %s)" % (r.returncode, msg.strip().splitlines()[-1:]))
+    deleted(dtrain, tmp, nvme)
+
+
+def deleted(dtrain, tmp, nvme):
+    """The file deleted under a running job: the run stops naming it, and
+    the last checkpoint is whole and resumes."""
+    out = os.path.join(tmp, "ckdel")
+    shutil.rmtree(out, ignore_errors=True)
+    args = ["train", "--data", os.path.join(tmp, "data.txt")] + MODEL + [
+        "--steps", "100000", "--batch-size", "2", "--threads", "1", "--offload-optimizer",
+        "nvme", "--nvme-path", nvme, "--out", out, "--save-every", "2", "--print-every", "1"]
+    p = subprocess.Popen([dtrain] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    ckpt_seen = False
+    for line in p.stdout:
+        if line.startswith("checkpoint "):
+            ckpt_seen = True
+            for f in os.listdir(nvme):
+                os.unlink(os.path.join(nvme, f))
+            break
+    rest = p.stdout.read()
+    rc = p.wait(timeout=60)
+    check(ckpt_seen and rc != 0 and "was deleted or replaced under the running job" in rest and
+          nvme in rest, "the state file deleted under a running job: the run stops naming it "
+          "(exit %d: %s)" % (rc, rest.strip().splitlines()[-1:]))
+    r = subprocess.run([dtrain, "train", "--data", os.path.join(tmp, "data.txt")] + MODEL + [
+        "--steps", "5", "--batch-size", "2", "--threads", "1", "--resume", out],
+        capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0 and "resumed from" in r.stdout,
+          "the last checkpoint before it resumes (exit %d)" % r.returncode)
+
+
+def main():
+    dtrain, quick = sys.argv[1], "--quick" in sys.argv
+    tmp = tempfile.mkdtemp(prefix="dtrain_offload_")
+    nvme = os.path.join(tmp, "nvme")
+    os.makedirs(nvme)
+    try:
+        write_words(os.path.join(tmp, "data.txt"), 17)
+        t0 = time.time()
+        exactness(dtrain, tmp, nvme, quick)
+        if not quick:
+            resume(dtrain, tmp, nvme)
+            faults(dtrain, tmp, nvme)
+        print("took %.0f s" % (time.time() - t0))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    finish()
+
+
+if __name__ == "__main__":
+    main()
