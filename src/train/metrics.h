@@ -20,6 +20,7 @@ typedef struct {
     unsigned long long bytes_sent; /* by this rank in the step */
     int offload;          /* the optimizer state streams from a file: I/O shown */
     double io_ms;         /* the optimizer step's I/O not hidden behind its update */
+    double io_wall_ms;    /* the optimizer step's stream, start to end */
     unsigned long long io_bytes; /* read and written by the step */
 } dt_step_stats;
 

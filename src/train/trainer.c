@@ -107,7 +107,7 @@ static int run_loop(dt_run *t)
         s.bytes_sent = bytes;
         if (t->opt.store) {
             s.offload = 1;
-            dt_opt_store_last_step(t->opt.store, &bytes, &s.io_ms);
+            dt_opt_store_last_step(t->opt.store, &bytes, &s.io_ms, &s.io_wall_ms);
             s.io_bytes = bytes;
         }
         t->last_loss = loss;

@@ -62,7 +62,7 @@ def report(run, nvme):
                     out) and re.search(r"disk under \S+: sequential write \d+ MB/s, read \d+ "
                                        r"MB/s", out),
           "the start-up says where the moments live and what the disk moved")
-    check(re.search(r"\| I/O [0-9.]+ ms exposed, [0-9.]+ MB \|", out) and
+    check(re.search(r"\| I/O [0-9.]+ ms exposed, [0-9.]+ MB at [0-9]+ MB/s \|", out) and
           all("io_ms" in e and e["io_bytes"] > 0 for e in run[4]),
           "the step line and the log carry each step's I/O")
     peak = out.split("peak memory per rank")[1]
