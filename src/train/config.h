@@ -91,6 +91,8 @@ typedef struct dt_train_config {
     char comm_algo[160]; /* forced collective algorithms: "allreduce=ring,allgather=bruck" */
     int pp;              /* pipeline stages (--pipeline-model-parallel-size); 1 = none */
     int tp;              /* tensor-parallel ranks per group (--tensor-model-parallel-size); 1 = none */
+    int zero_qwz;          /* stage 3: ZeRO++ qwZ (zero_quantized_weights) */
+    int zero_quant_block;  /* qwZ: values per scale */
     char offload_optimizer[8]; /* none | cpu | nvme (zero_optimization.offload_optimizer) */
     char nvme_path[DT_CONFIG_PATH]; /* where nvme offload's files go */
     int offload_buffers;   /* offload_optimizer.buffer_count: chunk buffers */

@@ -38,6 +38,8 @@ static const struct {
     {"cp", DT_AGREE_VALUE},
     {"sequence-parallel", DT_AGREE_VALUE},
     {"offload-optimizer", DT_AGREE_VALUE},
+    {"zero-quantized-weights", DT_AGREE_VALUE},
+    {"zero-quant-block", DT_AGREE_VALUE},
     {"nvme-path", DT_AGREE_SET},
     {"offload-buffers", DT_AGREE_FREE},
     {"aio-block-size", DT_AGREE_FREE},

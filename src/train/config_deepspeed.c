@@ -38,6 +38,7 @@
  *     refused (no loss scaling yet); with fp16 off its other keys change
  *     nothing and are accepted.
  *   zero_optimization.stage -> zero_stage (dt_cfg_check_zero);
+ *     zero_quantized_weights -> zero_qwz (qwZ);
  *     offload_optimizer {device none|cpu|nvme, nvme_path, buffer_count} ->
  *     offload_optimizer, nvme_path, offload_buffers (pin_memory, fast_init
  *     accepted); aio.block_size, aio.queue_depth -> aio_block_size,
@@ -249,8 +250,9 @@ static int zero_other(ds_ctx *x, const ds_key *k, const char *key, const cJSON *
     (void)k, (void)j;
     return fail(x, key, "is not supported: dtrain's ZeRO reads stage, reduce_bucket_size (the "
                 "DDP bucket at stage 0), overlap_comm, stage3_prefetch_bucket_size, "
-                "stage3_max_live_parameters, stage3_param_persistence_threshold and "
-                "offload_optimizer (offload_param and quantized ZeRO++ do not exist yet); "
+                "stage3_max_live_parameters, stage3_param_persistence_threshold, "
+                "offload_optimizer and zero_quantized_weights (offload_param, hpZ and qgZ do "
+                "not exist yet); "
                 "remove it");
 }
 
@@ -373,6 +375,7 @@ static const ds_key zero_keys[] = {
     OPTION("stage3_max_live_parameters", zero_max_live, NULL),
     OPTION("stage3_param_persistence_threshold", zero_persist, NULL),
     OWN("offload_optimizer", offload_optimizer, own_offload, NULL),
+    OPTION("zero_quantized_weights", zero_qwz, NULL),
     NOOP("overlap_comm", "true",
          "dtrain's DDP always overlaps each bucket's all-reduce with the rest of backward; "
          "leave it out or write true"),

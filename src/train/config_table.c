@@ -101,6 +101,10 @@ const dt_cfg_opt dt_cfg_options[] = {
         "ZeRO-3: 0 keeps layers gathered for backward"),
     OPT(G_RUN, "zero-prefetch-elems", NULL, T_DBL, zero_prefetch_elems, 0, 1e15, "ELEMS", NULL,
         0, "ZeRO-3: prefetch up to this many parameters"),
+    OPT(G_RUN, "zero-quantized-weights", NULL, T_BOOL, zero_qwz, 0, 1, "[=0|1]", NULL, O_OPTVAL,
+        "ZeRO++ qwZ: stage 3 gathers parameters as int8 blocks"),
+    OPT(G_RUN, "zero-quant-block", NULL, T_INT, zero_quant_block, 16, 1 << 20, "N", NULL, 0,
+        "qwZ: values per fp32 scale"),
     OPT(G_RUN, "offload-optimizer", NULL, T_CHOICE, offload_optimizer, 0, 0, "none|cpu|nvme",
         NULL, 0, "ZeRO-Infinity: optimizer state in memory, or in a file"),
     OPT(G_RUN, "nvme-path", NULL, T_STR, nvme_path, 0, 0, "DIR", NULL, 0,
@@ -285,6 +289,7 @@ void dt_config_defaults(dt_train_config *c)
     c->pp = 1;
     c->tp = 1;
     c->cp = 1;
+    c->zero_quant_block = 256;
     strcpy(c->offload_optimizer, "none");
     c->offload_buffers = 4;
     c->aio_block_size = 1L << 20;
@@ -341,11 +346,19 @@ int dt_cfg_check_zero(const dt_train_config *c, char *err, size_t n)
                                     offsetof(dt_train_config, zero_reshard),
                                     offsetof(dt_train_config, zero_prefetch_elems),
                                     offsetof(dt_train_config, zero_max_live),
-                                    offsetof(dt_train_config, zero_persist)};
+                                    offsetof(dt_train_config, zero_persist),
+                                    offsetof(dt_train_config, zero_qwz),
+                                    offsetof(dt_train_config, zero_quant_block)};
     if (DT_CONFIG_GIVEN(c, zero_prefetch) && DT_CONFIG_GIVEN(c, zero_prefetch_elems))
         return dt_strf(err, n, "--zero-prefetch counts layers, --zero-prefetch-elems "
                        "(stage3_prefetch_bucket_size) parameters: give one of them"), -1;
     if (dt_cfg_check_offload(c, err, n)) return -1;
+    if (DT_CONFIG_GIVEN(c, zero_quant_block) && !c->zero_qwz)
+        return dt_strf(err, n, "--zero-quant-block sizes qwZ's blocks: add "
+                       "--zero-quantized-weights"), -1;
+    if (c->zero_qwz && !strcmp(c->dtype, "bf16"))
+        return dt_strf(err, n, "--zero-quantized-weights with --dtype bf16: qwZ quantizes the "
+                       "fp32 gathers only, for now; use --dtype fp32, or drop it"), -1;
     for (size_t i = 0; c->zero_stage < 3 && i < sizeof stage3 / sizeof stage3[0]; i++)
         if (dt_config_given_at(c, stage3[i]))
             return dt_strf(err, n, "--%s applies to --zero-stage 3 (parameters sharded); this "

@@ -264,6 +264,7 @@ static void zero_destroy(void *self)
         dt_zero_grads_free(z);
         for (int s = 0; s < z->nseg; s++)
             if (z->seg[s].ag) dt_wait(z->seg[s].ag);
+        for (int s = 0; s < z->nseg; s++) free(z->seg[s].qbuf);
     }
     if (z->m) {
         size_t bytes = z->m->n_floats * sizeof(float), esz = dt_zero_esz(z);

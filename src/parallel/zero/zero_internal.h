@@ -21,6 +21,8 @@ typedef struct {
     dt_wire wire;      /* what reduce-scatter works on: the gradients, or their copy in o.wire's type */
     dt_request *ag;    /* its parameters' gather, in flight (stage 3, or 1-2 after the update) */
     int gathered;      /* stage 3: the window holds it (or a gather is on its way) */
+    int quantized;     /* qwZ: what the window holds was sent as int8 */
+    unsigned char *qbuf; /* qwZ: every rank's int8 piece and scales, on their way */
     int grads_held;    /* stages 2-3: its gradient window is accounted */
     int persistent;    /* stage 3: small enough to stay gathered */
 } zero_seg;

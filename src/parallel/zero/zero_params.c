@@ -7,6 +7,7 @@
  * params16 (half the bytes to gather), and the pieces this rank updates are
  * fp32 master weights, rounded into the working copy after each update.
  * See zero.h. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -14,6 +15,7 @@
 #include "core/timer.h"
 #include "core/window.h"
 #include "kernels/cast.h"
+#include "kernels/quant.h"
 #include "parallel/zero/zero_internal.h"
 
 #define seg_lo dt_zero_seg_lo
@@ -70,16 +72,70 @@ float *dt_zero_params_of(const zero *z, int s)
     return z->shard_p ? z->shard_p + p->at : z->m->params + p->lo;
 }
 
-/* Stage 3: segment s of the working parameters, gathered into the window. */
-static int gather(zero *z, int s)
+/* qwZ: one rank's piece of segment s as sent: its int8 values, then its
+ * blocks' fp32 scales (at a 4-byte boundary). */
+static size_t packet_bytes(const zero *z, int s, size_t *scales_at)
+{
+    size_t p = z->map.piece[s];
+    *scales_at = (p + 3) / 4 * 4;
+    return *scales_at + dt_quant_blocks(p, (size_t)z->o.quant_block) * sizeof(float);
+}
+
+/* qwZ: this rank's piece quantized into its slot of an all-gather of every
+ * rank's, which wait_gather dequantizes into the window. */
+static int gather_int8(zero *z, int s)
 {
     zero_seg *g = &z->seg[s];
-    if (g->gathered) return 0;
+    size_t at, len = packet_bytes(z, s, &at), p = z->map.piece[s];
+    if (!(g->qbuf = malloc(len * (size_t)z->n)))
+        return dt_strf(z->m->error, sizeof z->m->error, "ZeRO++ qwZ: out of memory"), -1;
+    dt_mem_account(DT_MEM_COMM, (long long)(len * (size_t)z->n));
+    unsigned char *mine = g->qbuf + len * (size_t)z->me;
+    dt_quant_int8((int8_t *)mine, (float *)(mine + at), z->shard_p + z->map.mine[s].at, p,
+                  (size_t)z->o.quant_block);
+    return dt_iallgather(z->comm, mine, g->qbuf, len, DT_U8, &g->ag);
+}
+
+/* Every rank's piece of segment s from the int8 gather into the window:
+ * every rank holds the same dequantized values, its own piece's too. */
+static void dequantize(zero *z, int s)
+{
+    zero_seg *g = &z->seg[s];
+    size_t at, len = packet_bytes(z, s, &at), p = z->map.piece[s];
+    float *w = (float *)working_at(z, seg_lo(z, s));
+    for (int r = 0; r < z->n; r++) {
+        const unsigned char *in = g->qbuf + len * (size_t)r;
+        dt_dequant_int8(w + (size_t)r * p, (const int8_t *)in, (const float *)(in + at), p,
+                        (size_t)z->o.quant_block);
+    }
+    free(g->qbuf);
+    g->qbuf = NULL;
+    dt_mem_account(DT_MEM_COMM, -(long long)(len * (size_t)z->n));
+}
+
+/* Stage 3: segment s of the working parameters, gathered into the window;
+ * with qwZ in int8 unless exact (the final weights, the replica check),
+ * and an int8 copy already there is gathered again exactly. */
+static int wait_gather(zero *z, int s);
+
+static int gather(zero *z, int s, int exact)
+{
+    zero_seg *g = &z->seg[s];
+    const int int8 = z->o.quant_weights && !exact;
+    if (g->gathered && !(exact && g->quantized)) return 0;
+    if (g->gathered) { /* an int8 copy: its window stays accounted */
+        if (wait_gather(z, s)) return -1;
+        g->gathered = 0;
+        z->live -= seg_len(z, s);
+        dt_mem_account(DT_MEM_PARAMS, -(long long)(seg_len(z, s) * dt_zero_esz(z)));
+    }
     dt_zero_note(z, "gather", s);
-    int rc = dt_iallgather(z->comm, piece_to_send(z, s), working_at(z, seg_lo(z, s)),
-                           z->map.piece[s], working_type(z), &g->ag);
+    int rc = int8 ? gather_int8(z, s)
+                  : dt_iallgather(z->comm, piece_to_send(z, s), working_at(z, seg_lo(z, s)),
+                                  z->map.piece[s], working_type(z), &g->ag);
     if (rc) return dt_zero_fail(z, rc, "parameter gather");
     g->gathered = 1;
+    g->quantized = int8;
     z->live += seg_len(z, s);
     dt_mem_account(DT_MEM_PARAMS, (long long)(seg_len(z, s) * dt_zero_esz(z)));
     return 0;
@@ -94,8 +150,14 @@ static int wait_gather(zero *z, int s)
     g->ag = NULL;
     z->wait_ms += (double)(dt_now_ns() - t0) * 1e-6; /* compute stood still */
     if (rc) return dt_zero_fail(z, rc, "parameter gather");
-    /* The working type's bytes (the fp32 master weights' gather: half of them). */
-    dt_zero_trace(z, "allgather", start, end, seg_len(z, s) * dt_zero_esz(z));
+    size_t at, bytes = seg_len(z, s) * dt_zero_esz(z);
+    if (g->qbuf) {
+        bytes = packet_bytes(z, s, &at) * (size_t)z->n;
+        dequantize(z, s);
+    }
+    /* The working type's bytes (the fp32 master weights' gather: half of
+     * them), or qwZ's int8 and scales. */
+    dt_zero_trace(z, "allgather", start, end, bytes);
     return 0;
 }
 
@@ -128,7 +190,7 @@ static int prefetch(zero *z, int s, int use)
          k++, t = next_use(z, t, use)) {
         if (z->seg[t].gathered) continue;
         if (z->o.max_live_floats && z->live + seg_len(z, t) > z->o.max_live_floats) break;
-        if (gather(z, t)) return -1;
+        if (gather(z, t, 0)) return -1;
     }
     return 0;
 }
@@ -157,7 +219,7 @@ static int need(zero *z, int s, int use)
     }
     if (z->o.stage < 3 || use == DT_USE_INIT) return 0;
     if (use == DT_USE_FORWARD && s == z->L + 1) z->in_head = 1;
-    if (gather(z, s) || prefetch(z, s, use) || wait_gather(z, s)) return -1;
+    if (gather(z, s, 0) || prefetch(z, s, use) || wait_gather(z, s)) return -1;
     dt_zero_note(z, use == DT_USE_FORWARD ? "forward" : "backward", s);
     return 0;
 }
@@ -229,12 +291,12 @@ int dt_zero_params_refresh(zero *z)
     }
     for (int s = 0; s < z->nseg; s++) {
         if (release(z, s, 1)) return -1;
-        if (z->seg[s].persistent && gather(z, s)) return -1;
+        if (z->seg[s].persistent && gather(z, s, 0)) return -1;
     }
     return 0;
 }
 
-int dt_zero_gather_one(zero *z, int s) { return gather(z, s) || wait_gather(z, s) ? -1 : 0; }
+int dt_zero_gather_one(zero *z, int s) { return gather(z, s, 1) || wait_gather(z, s) ? -1 : 0; }
 
 void dt_zero_release_one(zero *z, int s) { release(z, s, 0); }
 
@@ -273,7 +335,7 @@ int dt_zero_gather_all(zero *z)
     if (z->mixed) return gather_master(z);
     if (z->o.stage < 3) return 0;
     for (int s = 0; s < z->nseg; s++)
-        if (gather(z, s)) return -1;
+        if (gather(z, s, 1)) return -1;
     for (int s = 0; s < z->nseg; s++)
         if (wait_gather(z, s)) return -1;
     return 0;
