@@ -59,12 +59,16 @@ static size_t largest_layer(const dt_gpt *layout)
  * and mixed precision's fp32 masters, which stay. */
 static void offload_optim(dt_mem_plan *p, const dt_gpt *layout, int N)
 {
-    const int moments = optim_bytes(p->o.opt, p->o.momentum, DT_PREC_F32);
-    const double share = (double)p->psi / N;
     size_t n = (layout->n_floats + (size_t)N - 1) / (size_t)N;
+    dt_mem_plan_offload(p, p->o.offload, (double)p->psi / N, n);
+}
+
+void dt_mem_plan_offload(dt_mem_plan *p, const dt_offload_opts *o, double share, size_t n)
+{
+    const int moments = optim_bytes(p->o.opt, p->o.momentum, DT_PREC_F32);
     p->nvme = moments * share;
     p->bytes[DT_MEM_OPTIM] = (p->optim_bytes - moments) * share +
-                             (double)dt_offload_buffer_bytes(p->o.offload, moments / 4, n);
+                             (double)dt_offload_buffer_bytes(o, moments / 4, n);
 }
 
 int dt_mem_plan_make(const dt_gpt *layout, const dt_mem_plan_opts *o, dt_mem_plan *p, char *err,

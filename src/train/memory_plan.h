@@ -83,6 +83,10 @@ int dt_mem_plan_make(const dt_gpt *layout, const dt_mem_plan_opts *o, dt_mem_pla
 int dt_mem_plan_from_config(const dt_gpt *layout, const dt_train_config *c, int ranks,
                             dt_mem_plan *p, char *err, size_t errlen);
 
+/* The optimizer's moments on NVMe (o): of `share` parameters (the rank's),
+ * whose state is n floats; memory holds the stream's buffers. */
+void dt_mem_plan_offload(dt_mem_plan *p, const dt_offload_opts *o, double share, size_t n);
+
 /* Model state by the formula: params + grads + optim. */
 double dt_mem_plan_state(const dt_mem_plan *p);
 

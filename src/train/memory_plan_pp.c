@@ -30,10 +30,16 @@ int dt_mem_plan_held(const dt_gpt *layout, const dt_train_config *c, int ranks,
     p->bytes[DT_MEM_PARAMS] = p->param_bytes * psi;
     p->bytes[DT_MEM_GRADS] = p->grad_bytes * psi;
     p->bytes[DT_MEM_OPTIM] = p->optim_bytes * psi / (zero ? ranks : 1);
+    if (p->nvme > 0) {
+        dt_offload_opts off = dt_config_offload_opts(c);
+        dt_mem_plan_offload(p, &off, psi / (zero ? ranks : 1),
+                            (size_t)(held->floats / (size_t)(zero ? ranks : 1)));
+    }
     p->bytes[DT_MEM_ACTS] = held->acts;
     term(p->formula[DT_MEM_PARAMS], sizeof p->formula[0], p->param_bytes, 0);
     term(p->formula[DT_MEM_GRADS], sizeof p->formula[0], p->grad_bytes, 0);
     term(p->formula[DT_MEM_OPTIM], sizeof p->formula[0], p->optim_bytes, zero);
+    if (p->nvme > 0) dt_strf(p->formula[DT_MEM_OPTIM], sizeof p->formula[0], "NVMe buffers");
     dt_strf(p->formula[DT_MEM_ACTS], sizeof p->formula[0], "slots + shared");
     p->window_params = 0;
     p->window_widened = p->o.prec == DT_PREC_BF16 ? (double)held->in_use * sizeof(float) : 0;
