@@ -81,16 +81,17 @@ void dt_opt_store_last_step(const dt_opt_store *s, uint64_t *bytes, double *wait
     *wall_ms = s->last_wall_ms;
 }
 
-/* O_DIRECT where the file system has it (tmpfs has not: then buffered). */
-static int open_new(dt_opt_store *s)
+/* A new file at path, O_DIRECT where the file system has it (tmpfs has
+ * not: then buffered, *direct 0). The descriptor, or -1 with errno. */
+static int open_new(const char *path, int *direct)
 {
-    s->direct = 1;
-    s->fd = open(s->path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_DIRECT, 0600);
-    if (s->fd < 0 && errno == EINVAL) {
-        s->direct = 0;
-        s->fd = open(s->path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    *direct = 1;
+    int fd = open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_DIRECT, 0600);
+    if (fd < 0 && errno == EINVAL) {
+        *direct = 0;
+        fd = open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     }
-    return s->fd < 0 ? -1 : 0;
+    return fd;
 }
 
 /* The directory exists. */
@@ -122,7 +123,7 @@ static int check_room(const dt_opt_store *s, const char *dir, char *err, size_t 
  * says so before trying). */
 static int make_file(dt_opt_store *s, const char *dir, char *err, size_t n)
 {
-    if (open_new(s))
+    if ((s->fd = open_new(s->path, &s->direct)) < 0)
         return dt_strf(err, n, "--nvme-path %s: cannot create %s: %s", dir, s->path,
                        strerror(errno)), -1;
     int rc = check_room(s, dir, err, n) ? -1 : posix_fallocate(s->fd, 0, (off_t)s->bytes);
@@ -366,26 +367,27 @@ static int sweep(dt_aio *a, int fd, const char *path, int write, void *buf, size
 }
 
 int dt_disk_bandwidth(const char *dir, size_t bytes, double *write_bps, double *read_bps,
-                      char *err, size_t errlen)
+                      int *direct, char *err, size_t errlen)
 {
-    dt_opt_store probe = {.fd = -1};
-    dt_strf(probe.path, sizeof probe.path, "%s/dtrain-probe-%ld.bin", dir, (long)getpid());
+    char path[DT_PATH_MAX];
+    dt_strf(path, sizeof path, "%s/dtrain-probe-%ld.bin", dir, (long)getpid());
     const size_t len = 4u << 20;
     bytes = (bytes + len - 1) / len * len;
     void *buf = NULL;
     dt_aio *a = NULL;
-    if (open_new(&probe))
-        return dt_strf(err, errlen, "--nvme-path %s: cannot create %s: %s", dir, probe.path,
+    int fd = open_new(path, direct);
+    if (fd < 0)
+        return dt_strf(err, errlen, "--nvme-path %s: cannot create %s: %s", dir, path,
                        strerror(errno)), -1;
     int rc = posix_memalign(&buf, IO_ALIGN, len) ? -1 : 0;
     if (rc == 0) memset(buf, 0x5a, len);
     if (rc == 0) rc = dt_aio_open(&a, 8, 1u << 20, err, errlen);
     uint64_t t0 = dt_now_ns();
-    if (rc == 0 && (sweep(a, probe.fd, probe.path, 1, buf, len, bytes) || fsync(probe.fd)))
+    if (rc == 0 && (sweep(a, fd, path, 1, buf, len, bytes) || fsync(fd)))
         rc = -1;
     uint64_t t1 = dt_now_ns();
-    posix_fadvise(probe.fd, 0, 0, POSIX_FADV_DONTNEED);
-    if (rc == 0 && sweep(a, probe.fd, probe.path, 0, buf, len, bytes)) rc = -1;
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    if (rc == 0 && sweep(a, fd, path, 0, buf, len, bytes)) rc = -1;
     uint64_t t2 = dt_now_ns();
     if (rc && a) dt_strf(err, errlen, "measuring the disk: %s", dt_aio_error(a));
     else if (rc) dt_strf(err, errlen, "measuring the disk: out of memory");
@@ -393,7 +395,7 @@ int dt_disk_bandwidth(const char *dir, size_t bytes, double *write_bps, double *
     *read_bps = (double)bytes / ((double)(t2 - t1) * 1e-9);
     dt_aio_close(a);
     free(buf);
-    close(probe.fd);
-    unlink(probe.path);
+    close(fd);
+    unlink(path);
     return rc;
 }

@@ -80,8 +80,9 @@ int dt_opt_store_map(dt_opt_store *s, float **states, char *err, size_t errlen);
 int dt_opt_store_unmap(dt_opt_store *s, int written, char *err, size_t errlen);
 
 /* The disk under dir: sequential write and read bandwidth (bytes/s) of a
- * temporary file of `bytes` with O_DIRECT. 0, or -1 with err. */
+ * temporary file of `bytes`, with O_DIRECT where the file system has it
+ * (*direct says). 0, or -1 with err. */
 int dt_disk_bandwidth(const char *dir, size_t bytes, double *write_bps, double *read_bps,
-                      char *err, size_t errlen);
+                      int *direct, char *err, size_t errlen);
 
 #endif

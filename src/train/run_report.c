@@ -148,10 +148,12 @@ static int print_offload(dt_run *t)
             c->aio_queue_depth);
     if (t->r.rank != 0) return 0;
     double w, r;
+    int direct;
     const size_t probe = 256u << 20;
-    if (dt_disk_bandwidth(c->nvme_path, probe, &w, &r, ERR(t))) return -1;
+    if (dt_disk_bandwidth(c->nvme_path, probe, &w, &r, &direct, ERR(t))) return -1;
     fprintf(t->out, "disk under %s: sequential write %.0f MB/s, read %.0f MB/s (%zu MiB "
-            "measured, O_DIRECT)\n", c->nvme_path, w / 1e6, r / 1e6, probe >> 20);
+            "measured, %s)\n", c->nvme_path, w / 1e6, r / 1e6, probe >> 20,
+            direct ? "O_DIRECT" : "buffered: the file system has no O_DIRECT");
     return 0;
 }
 

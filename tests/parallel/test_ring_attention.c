@@ -11,6 +11,7 @@
 #include "kernels/attention.h"
 #include "kernels/threads.h"
 #include "parallel/context/ring_attention.h"
+#include "rank_test.h"
 
 typedef struct {
     int B, T, C, NH;
@@ -19,16 +20,17 @@ typedef struct {
 
 static double *my_rows(const float *full, size_t w, const dt_ring_attention *ra)
 {
-    return take_rows(full, w, ra->B, ra->T, ra->Tl, &ra->mine);
+    return take_rows(full, w, ra->split.B, ra->split.T, ra->split.Tl, &ra->split.mine);
 }
 
 /* The same for lse-shaped [B, NH, T] arrays: rows of B * NH. */
 static double *take_lse(const float *full, const dt_ring_attention *ra)
 {
-    double *y = dalloc((size_t)ra->B * ra->NH * ra->Tl);
-    for (int bh = 0; bh < ra->B * ra->NH; bh++)
-        for (int i = 0; i < ra->Tl; i++)
-            y[(size_t)bh * ra->Tl + i] = full[(size_t)bh * ra->T + position(&ra->mine, i)];
+    const dt_seq_split *sp = &ra->split;
+    double *y = dalloc((size_t)sp->B * sp->NH * sp->Tl);
+    for (int bh = 0; bh < sp->B * sp->NH; bh++)
+        for (int i = 0; i < sp->Tl; i++)
+            y[(size_t)bh * sp->Tl + i] = full[(size_t)bh * sp->T + position(&sp->mine, i)];
     return y;
 }
 
@@ -69,7 +71,7 @@ static void run_case(dt_comm *comm, const config *c)
         free(qkv), free(dout), free(want_out), free(want_lse), free(want_dqkv);
         return;
     }
-    size_t rows = (size_t)c->B * ra.Tl, C = c->C, nlse = rows * c->NH;
+    size_t rows = (size_t)c->B * ra.split.Tl, C = c->C, nlse = rows * c->NH;
     double *my_qkv = my_rows(qkv, 3 * C, &ra), *my_dout = my_rows(dout, C, &ra);
     double *w_out = my_rows(want_out, C, &ra), *w_lse = take_lse(want_lse, &ra);
     double *w_dqkv = my_rows(want_dqkv, 3 * C, &ra);
@@ -124,7 +126,7 @@ static void check_mismatch(dt_comm *comm, int rank, int N)
     int B = rank == 0 ? 2 : 1, T = 2 * N * 2, C = 4, NH = 2;
     dt_ring_attention ra;
     CHECK(dt_ring_attention_init(&ra, comm, B, T, C, NH, DT_SHARD_ZIGZAG) == 0, "%s", ra.error);
-    size_t rows = (size_t)B * ra.Tl;
+    size_t rows = (size_t)B * ra.split.Tl;
     float *qkv = calloc(rows * 3 * C, sizeof(float)), *out = malloc(rows * C * sizeof(float));
     float *lse = malloc(rows * NH * sizeof(float));
     int rc = dt_ring_attention_forward(&ra, out, lse, qkv);
@@ -135,14 +137,9 @@ static void check_mismatch(dt_comm *comm, int rank, int N)
 
 int main(void)
 {
-    dt_comm *comm;
-    if (dt_comm_init(&comm)) {
-        fprintf(stderr, "comm init: %s\n", dt_last_error());
-        return 1;
-    }
-    int rank = dt_comm_rank(comm), N = dt_comm_size(comm);
-    dt_kernels_set_threads(1);
-    check_set_label("rank %d of %d: ", rank, N);
+    int rank, N;
+    dt_comm *comm = rank_test_start(&rank, &N);
+    if (!comm) return 1;
     for (int k = 0; k < 2; k++) {
         dt_shard_kind kind = k ? DT_SHARD_ZIGZAG : DT_SHARD_CONTIGUOUS;
         config small = {.B = 2, .T = 2 * N * 7, .C = 15, .NH = 3, .kind = kind};

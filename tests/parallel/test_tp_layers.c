@@ -25,6 +25,7 @@
 #include "kernels/threads.h"
 #include "model/gpt.h"
 #include "parallel/tensor/tp.h"
+#include "rank_test.h"
 
 enum { B = 2, T = 7, SP_B = 3, SP_T = 8 };
 static const dt_gpt_config CFG = {.n_layer = 2, .n_head = 12, .n_embd = 60, .vocab_size = 23,
@@ -199,14 +200,9 @@ static void refusals(void)
 
 int main(void)
 {
-    dt_comm *comm;
-    if (dt_comm_init(&comm)) {
-        fprintf(stderr, "comm init: %s\n", dt_last_error());
-        return 1;
-    }
-    int rank = dt_comm_rank(comm), N = dt_comm_size(comm);
-    dt_kernels_set_threads(1);
-    check_set_label("rank %d of %d: ", rank, N);
+    int rank, N;
+    dt_comm *comm = rank_test_start(&rank, &N);
+    if (!comm) return 1;
     dt_gpt probe;
     char err[256];
     dt_gpt_create_layout(&probe, &CFG, DT_PREC_F32, err, sizeof err);

@@ -13,6 +13,7 @@
 #include "kernels/attention.h"
 #include "kernels/threads.h"
 #include "parallel/context/ulysses.h"
+#include "rank_test.h"
 
 typedef struct {
     int B, T, NH, HS;
@@ -21,17 +22,17 @@ typedef struct {
 
 static double *my_rows(const float *full, size_t w, const dt_ulysses *u)
 {
-    return take_rows(full, w, u->B, u->T, u->Tl, &u->mine);
+    return take_rows(full, w, u->split.B, u->split.T, u->split.Tl, &u->split.mine);
 }
 
 /* The rank's heads [B, NH/N, T] of a full lse [B, NH, T], in double. */
 static double *my_heads_lse(const float *full, const dt_ulysses *u)
 {
-    size_t nh = (size_t)u->NH / u->nranks, T = (size_t)u->T;
-    double *y = dalloc((size_t)u->B * nh * T);
-    for (size_t b = 0; b < (size_t)u->B; b++)
+    size_t nh = (size_t)u->split.NH / u->split.nranks, T = (size_t)u->split.T;
+    double *y = dalloc((size_t)u->split.B * nh * T);
+    for (size_t b = 0; b < (size_t)u->split.B; b++)
         for (size_t h = 0; h < nh; h++) {
-            const float *f = full + (b * u->NH + u->rank * nh + h) * T;
+            const float *f = full + (b * u->split.NH + u->split.rank * nh + h) * T;
             for (size_t t = 0; t < T; t++) y[(b * nh + h) * T + t] = f[t];
         }
     return y;
@@ -76,22 +77,24 @@ static void free_reference(reference *r)
  * [B, Tl, 3C], out and dout of [B, Tl, C]. */
 static void check_bytes(const dt_ulysses *u)
 {
-    size_t N = (size_t)u->nranks, local = (size_t)u->B * u->Tl * u->C;
+    size_t N = (size_t)u->split.nranks, local = (size_t)u->split.B * u->split.Tl * u->split.C;
     size_t want = (N - 1) * (2 * 3 * local + 2 * local) / N * sizeof(float);
     CHECK(u->bytes_sent == want, "%sbytes sent %zu, want %zu (B=%d T=%d C=%d)", check_label,
-          u->bytes_sent, want, u->B, u->T, u->C);
+          u->bytes_sent, want, u->split.B, u->split.T, u->split.C);
 }
 
 /* forward and backward on this rank's rows, checked against r. */
 static void check_against(dt_ulysses *u, const reference *r, const config *c)
 {
-    size_t rows = (size_t)u->B * u->Tl, C = (size_t)u->C;
+    size_t rows = (size_t)u->split.B * u->split.Tl, C = (size_t)u->split.C;
     double *in_qkv = my_rows(r->qkv, 3 * C, u), *in_dout = my_rows(r->dout, C, u);
     double *w_out = my_rows(r->out, C, u), *w_dqkv = my_rows(r->dqkv, 3 * C, u);
     double *w_lse = my_heads_lse(r->lse, u);
     float *qkv = narrow(in_qkv, rows * 3 * C), *dout = narrow(in_dout, rows * C);
     float *out = malloc(rows * C * sizeof(float)), *dqkv = malloc(rows * 3 * C * sizeof(float));
-    size_t nsaved = dt_ulysses_saved_floats(u), nlse = (size_t)u->B * (u->NH / u->nranks) * u->T;
+    const dt_seq_split *sp = &u->split;
+    size_t nsaved = dt_ulysses_saved_floats(u);
+    size_t nlse = (size_t)sp->B * (sp->NH / sp->nranks) * sp->T;
     float *saved = malloc(nsaved * sizeof(float));
     int rc = dt_ulysses_forward(u, out, qkv, saved);
     CHECK(rc == 0, "forward: %s", u->error);
@@ -176,7 +179,7 @@ static void check_mismatch(dt_comm *comm, int rank, int N)
     int B = rank == 0 ? 2 : 1, T = 2 * N * 2, NH = N, C = 2 * NH;
     dt_ulysses u;
     CHECK(dt_ulysses_init(&u, comm, B, T, C, NH, DT_SHARD_ZIGZAG) == 0, "%s", u.error);
-    size_t rows = (size_t)B * u.Tl;
+    size_t rows = (size_t)B * u.split.Tl;
     float *qkv = calloc(rows * 3 * C, sizeof(float)), *out = malloc(rows * C * sizeof(float));
     float *saved = malloc(dt_ulysses_saved_floats(&u) * sizeof(float));
     int rc = dt_ulysses_forward(&u, out, qkv, saved);
@@ -187,14 +190,9 @@ static void check_mismatch(dt_comm *comm, int rank, int N)
 
 int main(void)
 {
-    dt_comm *comm;
-    if (dt_comm_init(&comm)) {
-        fprintf(stderr, "comm init: %s\n", dt_last_error());
-        return 1;
-    }
-    int rank = dt_comm_rank(comm), N = dt_comm_size(comm);
-    dt_kernels_set_threads(1);
-    check_set_label("rank %d of %d: ", rank, N);
+    int rank, N;
+    dt_comm *comm = rank_test_start(&rank, &N);
+    if (!comm) return 1;
     for (int k = 0; k < 2; k++) {
         dt_shard_kind kind = k ? DT_SHARD_ZIGZAG : DT_SHARD_CONTIGUOUS;
         int odd = k ? 2 * N * 7 : N * 7; /* 7 positions a chunk */

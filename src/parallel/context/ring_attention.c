@@ -20,35 +20,33 @@ int dt_ring_attention_init(dt_ring_attention *ra, dt_comm *cp, int B, int T, int
                            dt_shard_kind kind)
 {
     memset(ra, 0, sizeof *ra);
-    int N = dt_comm_size(cp);
-    if (dt_seq_shard_check("ring attention", B, T, C, NH, N, kind, ra->error, sizeof ra->error))
-        return -1;
-    *ra = (dt_ring_attention){.comm = cp, .rank = dt_comm_rank(cp), .nranks = N, .B = B,
-                              .T = T, .C = C, .NH = NH, .kind = kind, .Tl = T / N};
-    dt_seq_shard(&ra->mine, T, ra->rank, N, kind);
-    return 0;
+    return dt_seq_split_init(&ra->split, "ring attention", cp, B, T, C, NH, kind, ra->error,
+                             sizeof ra->error);
 }
 
 /* The positions of the block that rank `owner` started with. */
 static dt_seq_rows rows_of(const dt_ring_attention *ra, int owner)
 {
     dt_seq_rows rows;
-    dt_seq_shard(&rows, ra->T, owner, ra->nranks, ra->kind);
+    dt_seq_shard(&rows, ra->split.T, owner, ra->split.nranks, ra->split.kind);
     return rows;
 }
 
-static int next_rank(const dt_ring_attention *ra) { return (ra->rank + 1) % ra->nranks; }
+static int next_rank(const dt_ring_attention *ra)
+{
+    return (ra->split.rank + 1) % ra->split.nranks;
+}
 static int prev_rank(const dt_ring_attention *ra)
 {
-    return (ra->rank + ra->nranks - 1) % ra->nranks;
+    return (ra->split.rank + ra->split.nranks - 1) % ra->split.nranks;
 }
 
 static int post(ring *g, int slot, float *buf, int step)
 {
     dt_ring_attention *ra = g->ra;
     int send = slot == KV_SEND || slot == G_SEND;
-    int rc = send ? dt_isend(ra->comm, buf, g->n, DT_F32, next_rank(ra), &g->req[slot])
-                  : dt_irecv(ra->comm, buf, g->n, DT_F32, prev_rank(ra), &g->req[slot]);
+    int rc = send ? dt_isend(ra->split.comm, buf, g->n, DT_F32, next_rank(ra), &g->req[slot])
+                  : dt_irecv(ra->split.comm, buf, g->n, DT_F32, prev_rank(ra), &g->req[slot]);
     if (rc) {
         g->req[slot] = NULL;
         if (g->failed < 0) g->failed = step;
@@ -73,7 +71,7 @@ static int drain(ring *g, const char *what)
     for (int s = 0; s < NREQ; s++) finish_req(g, s, g->failed);
     if (g->failed < 0) return 0;
     snprintf(g->ra->error, sizeof g->ra->error, "ring attention %s, hop %d of %d: %s", what,
-             g->failed, g->ra->nranks, dt_comm_error(g->ra->comm));
+             g->failed, g->ra->split.nranks, dt_comm_error(g->ra->split.comm));
     return -1;
 }
 
@@ -93,7 +91,7 @@ static float *alloc_or_fail(dt_ring_attention *ra, size_t n)
 
 int dt_ring_attention_forward(dt_ring_attention *ra, float *out, float *lse, const float *qkv)
 {
-    size_t rows = (size_t)ra->B * ra->Tl, C = ra->C, nlse = rows * ra->NH;
+    size_t rows = (size_t)ra->split.B * ra->split.Tl, C = ra->split.C, nlse = rows * ra->split.NH;
     ring g = {.ra = ra, .n = rows * 2 * C, .failed = -1};
     float *kv = alloc_or_fail(ra, 2 * g.n), *part = kv ? alloc_or_fail(ra, rows * C + nlse) : NULL;
     if (!part) {
@@ -104,15 +102,16 @@ int dt_ring_attention_forward(dt_ring_attention *ra, float *out, float *lse, con
     pack_kv(buf[0], qkv, rows, C);
     memset(out, 0, rows * C * sizeof *out);
     for (size_t i = 0; i < nlse; i++) lse[i] = -INFINITY;
-    int N = ra->nranks;
+    const dt_seq_split *sp = &ra->split;
+    int N = sp->nranks;
     for (int s = 0; s < N && g.failed < 0; s++) {
         float *cur = buf[s & 1];
         /* The next block is on its way while this one is computed on. */
         if (s < N - 1 && post(&g, KV_SEND, cur, s) == 0) post(&g, KV_RECV, buf[~s & 1], s);
-        dt_seq_rows src = rows_of(ra, (ra->rank - s + N) % N);
-        if (dt_attention_block_forward(part, part_lse, qkv, 3 * C, cur, cur + C, 2 * C, &ra->mine,
-                                       &src, ra->B, ra->C, ra->NH))
-            dt_attention_merge(out, lse, part, part_lse, ra->B, ra->Tl, ra->C, ra->NH);
+        dt_seq_rows src = rows_of(ra, (sp->rank - s + N) % N);
+        if (dt_attention_block_forward(part, part_lse, qkv, 3 * C, cur, cur + C, 2 * C, &sp->mine,
+                                       &src, sp->B, sp->C, sp->NH))
+            dt_attention_merge(out, lse, part, part_lse, sp->B, sp->Tl, sp->C, sp->NH);
         finish_req(&g, KV_SEND, s);
         finish_req(&g, KV_RECV, s);
     }
@@ -136,15 +135,16 @@ static void backward_hop(ring *g, bwd_bufs *w, int s, float *dqkv, const float *
                          const float *qkv, const float *lse)
 {
     dt_ring_attention *ra = g->ra;
-    int N = ra->nranks;
-    size_t C = ra->C;
+    int N = ra->split.nranks;
+    size_t C = ra->split.C;
     float *cur = w->kv[s & 1], *grad = w->grad[s & 1];
     if (s > 0) post(g, G_RECV, grad, s);
     if (s < N - 1 && post(g, KV_SEND, cur, s) == 0) post(g, KV_RECV, w->kv[~s & 1], s);
     memset(w->acc, 0, g->n * sizeof(float));
-    dt_seq_rows src = rows_of(ra, (ra->rank - s + N) % N);
+    const dt_seq_split *sp = &ra->split;
+    dt_seq_rows src = rows_of(ra, (sp->rank - s + N) % N);
     dt_attention_block_backward(dqkv, w->acc, w->acc + C, dout, lse, w->D, qkv, 3 * C, cur,
-                                cur + C, 2 * C, &ra->mine, &src, ra->B, ra->C, ra->NH);
+                                cur + C, 2 * C, &sp->mine, &src, sp->B, sp->C, sp->NH);
     if (s == 0) memset(grad, 0, g->n * sizeof(float));
     if (finish_req(g, G_RECV, s)) return;
     for (size_t i = 0; i < g->n; i++) grad[i] += w->acc[i];
@@ -157,15 +157,15 @@ static void backward_hop(ring *g, bwd_bufs *w, int s, float *dqkv, const float *
 int dt_ring_attention_backward(dt_ring_attention *ra, float *dqkv, const float *dout,
                                const float *qkv, const float *out, const float *lse)
 {
-    size_t rows = (size_t)ra->B * ra->Tl, C = ra->C, n = rows * 2 * C;
+    size_t rows = (size_t)ra->split.B * ra->split.Tl, C = ra->split.C, n = rows * 2 * C;
     ring g = {.ra = ra, .n = n, .failed = -1};
-    float *mem = alloc_or_fail(ra, 5 * n + rows * ra->NH);
+    float *mem = alloc_or_fail(ra, 5 * n + rows * ra->split.NH);
     if (!mem) return -1;
     bwd_bufs w = {{mem, mem + n}, {mem + 2 * n, mem + 3 * n}, mem + 4 * n, mem + 5 * n};
     pack_kv(w.kv[0], qkv, rows, C);
     memset(dqkv, 0, rows * 3 * C * sizeof *dqkv);
-    dt_attention_row_dots(w.D, dout, out, ra->B, ra->Tl, ra->C, ra->NH);
-    int N = ra->nranks;
+    dt_attention_row_dots(w.D, dout, out, ra->split.B, ra->split.Tl, ra->split.C, ra->split.NH);
+    int N = ra->split.nranks;
     for (int s = 0; s < N && g.failed < 0; s++) backward_hop(&g, &w, s, dqkv, dout, qkv, lse);
     /* The last hop brings this rank's own rows' dk, dv home. */
     float *mine = w.grad[N > 1 ? N & 1 : 0];

@@ -20,14 +20,10 @@ static int refuse_heads(dt_ulysses *u, int NH, int N)
 int dt_ulysses_init(dt_ulysses *u, dt_comm *cp, int B, int T, int C, int NH, dt_shard_kind kind)
 {
     memset(u, 0, sizeof *u);
-    int N = dt_comm_size(cp);
-    if (dt_seq_shard_check("ulysses attention", B, T, C, NH, N, kind, u->error,
-                           sizeof u->error))
+    if (dt_seq_split_init(&u->split, "ulysses attention", cp, B, T, C, NH, kind, u->error,
+                          sizeof u->error))
         return -1;
-    if (NH % N) return refuse_heads(u, NH, N);
-    *u = (dt_ulysses){.comm = cp, .rank = dt_comm_rank(cp), .nranks = N, .B = B, .T = T,
-                      .C = C, .NH = NH, .kind = kind, .Tl = T / N};
-    dt_seq_shard(&u->mine, T, u->rank, N, kind);
+    if (NH % u->split.nranks) return refuse_heads(u, NH, u->split.nranks);
     return 0;
 }
 
@@ -35,12 +31,12 @@ int dt_ulysses_init(dt_ulysses *u, dt_comm *cp, int B, int T, int C, int NH, dt_
  * rank's sequence-sharded [B, Tl, parts * C] one. */
 static size_t head_floats(const dt_ulysses *u, int parts)
 {
-    return (size_t)u->B * u->T * parts * (u->C / u->nranks);
+    return (size_t)u->split.B * u->split.T * parts * (u->split.C / u->split.nranks);
 }
 
 size_t dt_ulysses_saved_floats(const dt_ulysses *u)
 {
-    return head_floats(u, 4) + (size_t)u->B * (u->NH / u->nranks) * u->T;
+    return head_floats(u, 4) + (size_t)u->split.B * (u->split.NH / u->split.nranks) * u->split.T;
 }
 
 /*
@@ -56,7 +52,8 @@ size_t dt_ulysses_saved_floats(const dt_ulysses *u)
 static void seq_layout(const dt_ulysses *u, float *dst, const float *src, int parts,
                        int into_blocks)
 {
-    size_t N = (size_t)u->nranks, C = (size_t)u->C, Cn = C / N, rows = (size_t)u->B * u->Tl;
+    const dt_seq_split *sp = &u->split;
+    size_t N = (size_t)sp->nranks, C = (size_t)sp->C, Cn = C / N, rows = (size_t)sp->B * sp->Tl;
     for (size_t d = 0; d < N; d++)
         for (size_t row = 0; row < rows; row++)
             for (size_t g = 0; g < (size_t)parts; g++) {
@@ -74,13 +71,14 @@ static void seq_layout(const dt_ulysses *u, float *dst, const float *src, int pa
 static void head_layout(const dt_ulysses *u, float *dst, const float *src, int parts,
                         int into_blocks)
 {
-    size_t w = (size_t)parts * (u->C / u->nranks), Tl = (size_t)u->Tl, T = (size_t)u->T;
-    for (int s = 0; s < u->nranks; s++) {
+    const dt_seq_split *sp = &u->split;
+    size_t w = (size_t)parts * (sp->C / sp->nranks), Tl = (size_t)sp->Tl, T = (size_t)sp->T;
+    for (int s = 0; s < u->split.nranks; s++) {
         dt_seq_rows pos;
-        dt_seq_shard(&pos, u->T, s, u->nranks, u->kind);
-        for (size_t b = 0; b < (size_t)u->B; b++)
+        dt_seq_shard(&pos, u->split.T, s, u->split.nranks, u->split.kind);
+        for (size_t b = 0; b < (size_t)u->split.B; b++)
             for (int c = 0, i = 0; c < pos.count; i += pos.len[c], c++) {
-                size_t blk = (((size_t)s * u->B + b) * Tl + i) * w;
+                size_t blk = (((size_t)s * u->split.B + b) * Tl + i) * w;
                 size_t head = (b * T + pos.begin[c]) * w, n = pos.len[c] * w;
                 if (into_blocks)
                     memcpy(dst + blk, src + head, n * sizeof *dst);
@@ -94,13 +92,13 @@ static void head_layout(const dt_ulysses *u, float *dst, const float *src, int p
  * rank keeps is copied, not sent. */
 static int exchange(dt_ulysses *u, const float *send, float *recv, int parts, const char *what)
 {
-    size_t count = head_floats(u, parts) / u->nranks;
-    if (dt_alltoall(u->comm, send, recv, count, DT_F32)) {
+    size_t count = head_floats(u, parts) / u->split.nranks;
+    if (dt_alltoall(u->split.comm, send, recv, count, DT_F32)) {
         snprintf(u->error, sizeof u->error, "ulysses attention %s all-to-all: %s", what,
-                 dt_comm_error(u->comm));
+                 dt_comm_error(u->split.comm));
         return -1;
     }
-    u->bytes_sent += (size_t)(u->nranks - 1) * count * sizeof *send;
+    u->bytes_sent += (size_t)(u->split.nranks - 1) * count * sizeof *send;
     return 0;
 }
 
@@ -114,7 +112,7 @@ static float *alloc_or_fail(dt_ulysses *u, size_t n)
 int dt_ulysses_forward(dt_ulysses *u, float *out, const float *qkv, float *saved)
 {
     size_t n = head_floats(u, 3);
-    int N = u->nranks;
+    int N = u->split.nranks;
     float *send = alloc_or_fail(u, 2 * n), *recv = send + n;
     if (!send) return -1;
     float *qkv_h = saved, *out_h = qkv_h + n, *lse_h = out_h + head_floats(u, 1);
@@ -123,7 +121,8 @@ int dt_ulysses_forward(dt_ulysses *u, float *out, const float *qkv, float *saved
     int rc = exchange(u, send, recv, 3, "forward qkv");
     if (rc == 0) {
         head_layout(u, qkv_h, recv, 3, 0);
-        dt_attention_forward(out_h, lse_h, qkv_h, u->B, u->T, u->C / N, u->NH / N);
+        const dt_seq_split *sp = &u->split;
+        dt_attention_forward(out_h, lse_h, qkv_h, sp->B, sp->T, sp->C / N, sp->NH / N);
         head_layout(u, send, out_h, 1, 1);
         rc = exchange(u, send, recv, 1, "forward out");
     }
@@ -135,7 +134,7 @@ int dt_ulysses_forward(dt_ulysses *u, float *out, const float *qkv, float *saved
 int dt_ulysses_backward(dt_ulysses *u, float *dqkv, const float *dout, const float *saved)
 {
     size_t n = head_floats(u, 3);
-    int N = u->nranks;
+    int N = u->split.nranks;
     float *send = alloc_or_fail(u, 2 * n + head_floats(u, 1));
     if (!send) return -1;
     /* dqkv_h is as big as recv, and recv is free again once dout_h is
@@ -146,8 +145,9 @@ int dt_ulysses_backward(dt_ulysses *u, float *dqkv, const float *dout, const flo
     int rc = exchange(u, send, recv, 1, "backward dout");
     if (rc == 0) {
         head_layout(u, dout_h, recv, 1, 0);
-        dt_attention_backward(dqkv_h, dout_h, qkv_h, out_h, lse_h, u->B, u->T, u->C / N,
-                              u->NH / N);
+        const dt_seq_split *sp = &u->split;
+        dt_attention_backward(dqkv_h, dout_h, qkv_h, out_h, lse_h, sp->B, sp->T, sp->C / N,
+                              sp->NH / N);
         head_layout(u, send, dqkv_h, 3, 1);
         rc = exchange(u, send, recv, 3, "backward dqkv");
     }

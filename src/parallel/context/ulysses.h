@@ -35,14 +35,10 @@
 
 #include "dtrain/comm.h"
 #include "kernels/attention_ring.h"
+#include "parallel/context/seq_split.h"
 
 typedef struct {
-    dt_comm *comm;
-    int rank, nranks;
-    int B, T, C, NH;
-    dt_shard_kind kind;
-    int Tl;            /* rows per sequence on every rank: T / N */
-    dt_seq_rows mine;  /* this rank's positions */
+    dt_seq_split split; /* the group, the sizes, this rank's positions */
     size_t bytes_sent; /* by the last forward and the backward after it */
     char error[256];
 } dt_ulysses;
