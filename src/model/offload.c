@@ -22,7 +22,7 @@
 #include "core/timer.h"
 
 #define IO_ALIGN 4096
-#define MAX_STATES 2
+#define MAX_STATES 3 /* two moments and the parameters */
 #define MAX_BUFFERS 16
 
 struct dt_opt_store {
@@ -31,6 +31,7 @@ struct dt_opt_store {
     dev_t dev;
     ino_t ino;
     int nstates;
+    int pstate;              /* the parameters' state buffer, or -1 (not offloaded) */
     size_t n, chunk, padded; /* floats: the state's, a chunk's, a region's */
     uint64_t bytes;          /* the file's */
     int nbuf;
@@ -40,6 +41,7 @@ struct dt_opt_store {
     float *map;
     uint64_t last_bytes;
     double last_wait_ms, last_wall_ms;
+    uint64_t param_bytes_read; /* by dt_opt_store_read_params, since the store opened */
 };
 
 dt_offload_opts dt_offload_defaults(const char *dir)
@@ -149,12 +151,14 @@ static int make_file(dt_opt_store *s, const char *dir, char *err, size_t n)
 }
 
 int dt_opt_store_create(dt_opt_store **out, const dt_offload_opts *o, const char *tag,
-                        int nstates, size_t n, char *err, size_t errlen)
+                        int nstates, int with_params, size_t n, char *err, size_t errlen)
 {
     dt_opt_store *s = calloc(1, sizeof *s);
     if (!s) return dt_strf(err, errlen, "offload: out of memory"), -1;
     s->fd = -1;
+    nstates += with_params != 0;
     s->nstates = nstates < MAX_STATES ? nstates : MAX_STATES;
+    s->pstate = with_params ? s->nstates - 1 : -1;
     s->n = n;
     s->chunk = chunk_floats(o, n);
     s->padded = (n + s->chunk - 1) / s->chunk * s->chunk;
@@ -278,10 +282,11 @@ static void update_chunk(dt_opt_store *s, size_t c, int slot, const dt_opt_span 
         size_t lo = a > c0 ? a : c0, hi = b < c1 ? b : c1;
         if (lo < hi) {
             size_t k = lo - a;
-            dt_opt_span piece = {sp[i].params + k, dt_gbuf_at(sp[i].grads, k), lo,
-                                 sp[i].lo + k, sp[i].lo + k + (hi - lo)};
             float *states[MAX_STATES];
             for (int st = 0; st < s->nstates; st++) states[st] = slot_state(s, slot, st) + (lo - c0);
+            float *params = s->pstate >= 0 ? states[s->pstate] : sp[i].params + k;
+            dt_opt_span piece = {params, dt_gbuf_at(sp[i].grads, k), lo, sp[i].lo + k,
+                                 sp[i].lo + k + (hi - lo)};
             update(ctx, &piece, states);
         }
         if (b > c1) break; /* the span goes on into the next chunk */
@@ -324,6 +329,54 @@ int dt_opt_store_step(dt_opt_store *s, const dt_opt_span *sp, int n, dt_opt_piec
     s->last_wall_ms = (double)(dt_now_ns() - t0) * 1e-6;
     if (rc) dt_strf(err, errlen, "offload: %s", dt_aio_error(s->aio));
     return rc;
+}
+
+int dt_opt_store_has_params(const dt_opt_store *s) { return s->pstate >= 0; }
+
+/* A piece of the parameters' region: whole 4096-byte blocks (O_DIRECT's
+ * unit) in an aligned buffer; ZeRO's pieces are whole norm blocks. */
+static int piece_ok(const dt_opt_store *s, size_t at, size_t n, const void *buf, char *err,
+                    size_t errlen)
+{
+    if (s->pstate < 0 || at + n > s->n || at % 1024 || n % 1024 || (uintptr_t)buf % IO_ALIGN)
+        return dt_strf(err, errlen, "offload: parameters [%zu, %zu) of %s are not whole "
+                       "aligned blocks of its %zu (a bug)", at, at + n, s->path, s->n), -1;
+    return 0;
+}
+
+static uint64_t param_offset(const dt_opt_store *s, size_t at)
+{
+    return ((uint64_t)s->pstate * s->padded + at) * sizeof(float);
+}
+
+int dt_opt_store_read_params(dt_opt_store *s, size_t at, size_t n, float *buf, char *err,
+                             size_t errlen)
+{
+    if (piece_ok(s, at, n, buf, err, errlen) || check_file(s, err, errlen)) return -1;
+    int t = dt_aio_read(s->aio, s->fd, s->path, buf, n * sizeof(float), param_offset(s, at));
+    if (t < 0) dt_strf(err, errlen, "offload: %s", dt_aio_error(s->aio));
+    else s->param_bytes_read += n * sizeof(float);
+    return t;
+}
+
+int dt_opt_store_write_params(dt_opt_store *s, size_t at, size_t n, const float *buf,
+                              char *err, size_t errlen)
+{
+    if (piece_ok(s, at, n, buf, err, errlen)) return -1;
+    int t = dt_aio_write(s->aio, s->fd, s->path, buf, n * sizeof(float), param_offset(s, at));
+    return dt_opt_store_wait(s, t, err, errlen);
+}
+
+int dt_opt_store_wait(dt_opt_store *s, int ticket, char *err, size_t errlen)
+{
+    if (ticket >= 0 && dt_aio_wait(s->aio, ticket) == 0) return 0;
+    return dt_strf(err, errlen, "offload: %s", dt_aio_error(s->aio)), -1;
+}
+
+void dt_opt_store_totals(const dt_opt_store *s, uint64_t *param_bytes_read, uint64_t *wait_ns)
+{
+    *param_bytes_read = s->param_bytes_read;
+    *wait_ns = dt_aio_wait_ns(s->aio);
 }
 
 int dt_opt_store_map(dt_opt_store *s, float **states, char *err, size_t errlen)

@@ -4,7 +4,8 @@
  * chunk k+1 (and further ahead, buffer_count - 2 chunks), update chunk k,
  * write chunk k-1, all at once, on io_uring with O_DIRECT (core/aio.h).
  *
- * The file holds each state buffer (exp_avg, then exp_avg_sq) as a region
+ * The file holds each state buffer (exp_avg, exp_avg_sq, then with
+ * offload_param the parameters' pieces) as a region
  * of n floats rounded up to whole chunks, chunk c of state s at byte
  * (s * padded + c * chunk) * 4; it is created with the job, sized up front
  * (a disk too small fails at start, naming the bytes), and removed when
@@ -41,11 +42,12 @@ size_t dt_offload_buffer_bytes(const dt_offload_opts *o, int nstates, size_t n);
 
 typedef struct dt_opt_store dt_opt_store;
 
-/* A file for `nstates` state buffers of n floats each, named for `tag` (a
- * job and rank), sized up front. 0, or -1 with err naming the path and,
- * for a disk that is too small, the bytes needed and free. */
+/* A file for `nstates` state buffers of n floats each, and with_params:
+ * one more for the parameters themselves (ZeRO-3's offload_param), named
+ * for `tag` (a job and rank), sized up front. 0, or -1 with err naming the
+ * path and, for a disk that is too small, the bytes needed and free. */
 int dt_opt_store_create(dt_opt_store **s, const dt_offload_opts *o, const char *tag,
-                        int nstates, size_t n, char *err, size_t errlen);
+                        int nstates, int with_params, size_t n, char *err, size_t errlen);
 /* Closes and removes the file. */
 void dt_opt_store_destroy(dt_opt_store *s);
 const char *dt_opt_store_path(const dt_opt_store *s);
@@ -61,6 +63,22 @@ typedef struct {
     dt_gbuf grads;
     size_t at, lo, hi;
 } dt_opt_span;
+
+/* With the parameters in the file: a span's params pointer is not read,
+ * the update gets them streamed as its last state, and these move pieces
+ * of them (floats [at, at + n), multiples of 1024, through a 4096-byte
+ * aligned buffer) on the store's engine: a read queued for later (its
+ * ticket, waited for with dt_opt_store_wait), or a write done now. -1
+ * with err on failure. */
+int dt_opt_store_has_params(const dt_opt_store *s);
+int dt_opt_store_read_params(dt_opt_store *s, size_t at, size_t n, float *buf, char *err,
+                             size_t errlen);
+int dt_opt_store_write_params(dt_opt_store *s, size_t at, size_t n, const float *buf,
+                              char *err, size_t errlen);
+int dt_opt_store_wait(dt_opt_store *s, int ticket, char *err, size_t errlen);
+/* Since the store opened: the parameters' bytes read, and the
+ * nanoseconds its engine has spent blocked in waits (the stream's too). */
+void dt_opt_store_totals(const dt_opt_store *s, uint64_t *param_bytes_read, uint64_t *wait_ns);
 
 /* Updates a step's spans (ascending in `at`, not overlapping) through
  * the file; `update` is called for each piece with the piece's state in

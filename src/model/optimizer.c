@@ -66,28 +66,30 @@ void dt_optimizer_free(dt_optimizer *o)
 
 int dt_optimizer_init_offload(dt_optimizer *o, dt_opt_kind kind, size_t n, double beta1,
                               double beta2, double eps, double weight_decay, double momentum,
-                              const dt_offload_opts *opts, const char *tag, char *err,
-                              size_t errlen)
+                              const dt_offload_opts *opts, int with_params, const char *tag,
+                              char *err, size_t errlen)
 {
     int states = setup(o, kind, n, beta1, beta2, eps, weight_decay, momentum);
-    if (states == 0 || n == 0) return 0;
-    return dt_opt_store_create(&o->store, opts, tag, states, n, err, errlen);
+    if ((states == 0 && !with_params) || n == 0) return 0;
+    o->nmoments = states;
+    return dt_opt_store_create(&o->store, opts, tag, states, with_params, n, err, errlen);
 }
 
 int dt_optimizer_state_map(dt_optimizer *o, char *err, size_t errlen)
 {
     if (!o->store) return 0;
-    float *states[2] = {NULL, NULL};
+    float *states[3] = {NULL, NULL, NULL};
     if (dt_opt_store_map(o->store, states, err, errlen)) return -1;
-    o->m = states[0];
-    o->v = states[1];
+    o->m = o->nmoments > 0 ? states[0] : NULL;
+    o->v = o->nmoments > 1 ? states[1] : NULL;
+    o->params = dt_opt_store_has_params(o->store) ? states[o->nmoments] : NULL;
     return 0;
 }
 
 int dt_optimizer_state_unmap(dt_optimizer *o, int written, char *err, size_t errlen)
 {
     if (!o->store) return 0;
-    o->m = o->v = NULL;
+    o->m = o->v = o->params = NULL;
     return dt_opt_store_unmap(o->store, written, err, errlen);
 }
 

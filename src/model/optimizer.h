@@ -22,6 +22,8 @@ typedef struct {
                        state offloaded, NULL but while mapped (dt_optimizer_state_map) */
     long t;         /* optimizer steps taken */
     dt_opt_store *store; /* the moments on NVMe (model/offload.h); NULL: in memory */
+    int nmoments;   /* offloaded: the moments' state buffers in the store */
+    float *params;  /* the parameters, where the store holds them too: NULL but while mapped */
 } dt_optimizer;
 
 /* Parses "adamw", "adam" or "sgd"; -1 when unknown. */
@@ -33,14 +35,16 @@ int dt_optimizer_init(dt_optimizer *o, dt_opt_kind kind, size_t n, double beta1,
                       double eps, double weight_decay, double momentum);
 void dt_optimizer_free(dt_optimizer *o);
 /* The same state in a file under opts->dir (ZeRO-Infinity's NVMe offload),
- * tag naming this job and rank; only the store's buffers in memory. A
- * kind without state (SGD without momentum) needs no file. 0, or -1 with
+ * tag naming this job and rank; only the store's buffers in memory; with
+ * with_params the n parameters live there too (offload_param), and the
+ * update streams them. A kind without state (SGD without momentum) needs
+ * no file unless it holds the parameters. 0, or -1 with
  * err (the path, and the bytes for a disk that is too small). */
 int dt_optimizer_init_offload(dt_optimizer *o, dt_opt_kind kind, size_t n, double beta1,
                               double beta2, double eps, double weight_decay, double momentum,
-                              const dt_offload_opts *opts, const char *tag, char *err,
-                              size_t errlen);
-/* The state buffers (o->m, o->v) readable and writable as memory for a
+                              const dt_offload_opts *opts, int with_params, const char *tag,
+                              char *err, size_t errlen);
+/* The state buffers (o->m, o->v, and o->params where held) readable and writable as memory for a
  * checkpoint: offloaded, a mapping of the file until unmap (written: the
  * values changed); in memory, nothing to do. 0, or -1 with err. */
 int dt_optimizer_state_map(dt_optimizer *o, char *err, size_t errlen);

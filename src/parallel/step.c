@@ -61,8 +61,15 @@ const dt_flat_ranges *dt_strategy_updates(const dt_strategy *S)
     return S->shard ? S->shard : S->held;
 }
 
+float *dt_strategy_pieces(const dt_strategy *S)
+{
+    return S->params_in_store ? S->rank->opt->params : S->shard_params;
+}
+
+/* NULL for pieces in the optimizer's store: its stream brings them. */
 float *dt_strategy_params_at(const dt_strategy *S, const dt_flat_range *q)
 {
+    if (S->params_in_store) return NULL;
     return S->shard_params ? S->shard_params + q->at : S->rank->model->params + q->lo;
 }
 
@@ -169,7 +176,7 @@ int dt_step_local_update(dt_strategy *S, double lr, float coef)
     }
     dt_optimizer_begin_step(r->opt);
     int rc = dt_optimizer_update_spans(r->opt, m, spans, n, lr, coef, r->err, sizeof r->err);
-    for (int i = 0; rc == 0 && !S->shard_params && i < n; i++)
+    for (int i = 0; rc == 0 && !S->shard_params && !S->params_in_store && i < n; i++)
         dt_gpt_sync_working(m, spans[i].lo, spans[i].hi);
     free(spans);
     return rc;

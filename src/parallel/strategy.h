@@ -195,6 +195,8 @@ typedef struct dt_strategy {
                                   * (a pipeline stage's layers); NULL: all of it */
     float *shard_params;    /* this rank's pieces of the parameters, where no layer keeps them
                              * whole in the model (ZeRO-3), indexed by shard's `at` */
+    int params_in_store;    /* ZeRO-3's offload_param: those pieces live in the optimizer's
+                             * NVMe store (opt->params while mapped), not in shard_params */
     dt_gbuf shard_grads;    /* this rank's pieces of the gradients, where the model's buffer
                              * does not keep them (ZeRO-2), indexed by shard's `at` */
     /* The gradients this rank alone counts in the norm among the ranks of
@@ -272,6 +274,10 @@ const dt_flat_ranges *dt_strategy_updates(const dt_strategy *S);
 /* Where the parameters and gradients of range q of those sit: the
  * strategy's pieces (by `at`), or the model's buffers (by `lo`). */
 float *dt_strategy_params_at(const dt_strategy *S, const dt_flat_range *q);
+/* This rank's own pieces of the parameters as memory, indexed by shard's
+ * `at`: shard_params, or with params_in_store the optimizer's mapping
+ * (NULL unless mapped); NULL where the model holds them in place. */
+float *dt_strategy_pieces(const dt_strategy *S);
 dt_gbuf dt_strategy_grads_at(const dt_strategy *S, const dt_flat_range *q);
 /* Registers a group over which the norm's block sums are added (a layer
  * that splits the gradients among its ranks). 0, or -1 when full. */

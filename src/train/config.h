@@ -94,8 +94,10 @@ typedef struct dt_train_config {
     int zero_qwz;          /* stage 3: ZeRO++ qwZ (zero_quantized_weights) */
     int zero_quant_block;  /* qwZ: values per scale */
     char offload_optimizer[8]; /* none | cpu | nvme (zero_optimization.offload_optimizer) */
+    char offload_param[8];     /* none | cpu | nvme (zero_optimization.offload_param) */
     char nvme_path[DT_CONFIG_PATH]; /* where nvme offload's files go */
     int offload_buffers;   /* offload_optimizer.buffer_count: chunk buffers */
+    double sub_group_size; /* zero_optimization.sub_group_size: floats per chunk of a state */
     long aio_block_size;   /* aio.block_size: bytes per request */
     int aio_queue_depth;   /* aio.queue_depth: requests in flight */
     int sequence_parallel; /* with tp: Megatron's --sequence-parallel */

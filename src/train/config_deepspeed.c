@@ -41,7 +41,10 @@
  *     zero_quantized_weights -> zero_qwz (qwZ);
  *     offload_optimizer {device none|cpu|nvme, nvme_path, buffer_count} ->
  *     offload_optimizer, nvme_path, offload_buffers (pin_memory, fast_init
- *     accepted); aio.block_size, aio.queue_depth -> aio_block_size,
+ *     accepted); offload_param {device, nvme_path} -> offload_param,
+ *     nvme_path (pin_memory accepted; its swap-buffer keys refused);
+ *     sub_group_size -> sub_group_size (the offload stream's chunk);
+ *     aio.block_size, aio.queue_depth -> aio_block_size,
  *     aio_queue_depth (single_submit false, overlap_events true,
  *     thread_count 1 accepted);
  *   pipeline.stages -> pp; pipeline.partition "uniform" | "parameters" ->
@@ -251,9 +254,39 @@ static int zero_other(ds_ctx *x, const ds_key *k, const char *key, const cJSON *
     return fail(x, key, "is not supported: dtrain's ZeRO reads stage, reduce_bucket_size (the "
                 "DDP bucket at stage 0), overlap_comm, stage3_prefetch_bucket_size, "
                 "stage3_max_live_parameters, stage3_param_persistence_threshold, "
-                "offload_optimizer and zero_quantized_weights (offload_param, hpZ and qgZ do "
+                "offload_optimizer, offload_param, sub_group_size and zero_quantized_weights "
+                "(hpZ and qgZ do "
                 "not exist yet); "
                 "remove it");
+}
+
+/* An offload section's keys: each a configuration field, or accepted and
+ * changing nothing (0), or refused with why (`no`). */
+typedef struct {
+    const char *name;
+    size_t off;
+    const char *no;
+} offload_key;
+
+static int own_offload_keys(ds_ctx *x, const char *key, const cJSON *j, const offload_key *keys,
+                            size_t nkeys, const char *names)
+{
+    if (!cJSON_IsObject(j)) return fail(x, key, "expected an object {\"device\": ...}");
+    for (const cJSON *it = j->child; it; it = it->next) {
+        char sub[160];
+        snprintf(sub, sizeof sub, "%s.%s", key, it->string);
+        size_t i = 0;
+        while (i < nkeys && strcmp(keys[i].name, it->string)) i++;
+        if (i == nkeys) {
+            char why[200];
+            snprintf(why, sizeof why, "is not a key dtrain reads (%s)", names);
+            return fail(x, sub, why);
+        }
+        if (keys[i].no) return fail(x, sub, keys[i].no);
+        if (!keys[i].off && !cJSON_IsBool(it)) return fail(x, sub, "expected a boolean");
+        if (keys[i].off && set_option(x, keys[i].off, sub, it)) return -1;
+    }
+    return 0;
 }
 
 /* zero_optimization.offload_optimizer: {device, nvme_path, buffer_count}
@@ -263,27 +296,35 @@ static int zero_other(ds_ctx *x, const ds_key *k, const char *key, const cJSON *
 static int own_offload(ds_ctx *x, const ds_key *k, const char *key, const cJSON *j)
 {
     (void)k;
-    if (!cJSON_IsObject(j)) return fail(x, key, "expected an object {\"device\": ...}");
-    static const struct {
-        const char *name;
-        size_t off; /* 0: accepted, changes nothing */
-    } keys[] = {{"device", offsetof(dt_train_config, offload_optimizer)},
-                {"nvme_path", offsetof(dt_train_config, nvme_path)},
-                {"buffer_count", offsetof(dt_train_config, offload_buffers)},
-                {"pin_memory", 0},
-                {"fast_init", 0}};
-    for (const cJSON *it = j->child; it; it = it->next) {
-        char sub[160];
-        snprintf(sub, sizeof sub, "%s.%s", key, it->string);
-        size_t i = 0;
-        while (i < sizeof keys / sizeof keys[0] && strcmp(keys[i].name, it->string)) i++;
-        if (i == sizeof keys / sizeof keys[0])
-            return fail(x, sub, "is not a key dtrain reads (device, nvme_path, buffer_count, "
-                        "pin_memory, fast_init)");
-        if (!keys[i].off && !cJSON_IsBool(it)) return fail(x, sub, "expected a boolean");
-        if (keys[i].off && set_option(x, keys[i].off, sub, it)) return -1;
-    }
-    return 0;
+    static const offload_key keys[] = {
+        {"device", offsetof(dt_train_config, offload_optimizer), NULL},
+        {"nvme_path", offsetof(dt_train_config, nvme_path), NULL},
+        {"buffer_count", offsetof(dt_train_config, offload_buffers), NULL},
+        {"pin_memory", 0, NULL},
+        {"fast_init", 0, NULL}};
+    return own_offload_keys(x, key, j, keys, sizeof keys / sizeof keys[0],
+                            "device, nvme_path, buffer_count, pin_memory, fast_init");
+}
+
+/* zero_optimization.offload_param: {device, nvme_path} -> offload_param,
+ * nvme_path (one path for both sections). DeepSpeed's swap buffers do not
+ * exist here: each piece has its own buffer, read one segment ahead of its
+ * gather, and stage3_max_live_parameters bounds what is gathered. */
+static int own_offload_param(ds_ctx *x, const ds_key *k, const char *key, const cJSON *j)
+{
+    (void)k;
+    static const char no_pool[] = "is not supported: dtrain reads each piece into a buffer of "
+                                  "its own just ahead of its gather (bounded by "
+                                  "stage3_max_live_parameters); remove it";
+    static const offload_key keys[] = {
+        {"device", offsetof(dt_train_config, offload_param), NULL},
+        {"nvme_path", offsetof(dt_train_config, nvme_path), NULL},
+        {"pin_memory", 0, NULL},
+        {"buffer_count", 0, no_pool},
+        {"buffer_size", 0, no_pool},
+        {"max_in_cpu", 0, no_pool}};
+    return own_offload_keys(x, key, j, keys, sizeof keys / sizeof keys[0],
+                            "device, nvme_path, pin_memory");
 }
 
 /* fp16 is off (on is refused): its loss-scaling settings change nothing. */
@@ -375,6 +416,8 @@ static const ds_key zero_keys[] = {
     OPTION("stage3_max_live_parameters", zero_max_live, NULL),
     OPTION("stage3_param_persistence_threshold", zero_persist, NULL),
     OWN("offload_optimizer", offload_optimizer, own_offload, NULL),
+    OWN("offload_param", offload_param, own_offload_param, NULL),
+    OPTION("sub_group_size", sub_group_size, NULL),
     OPTION("zero_quantized_weights", zero_qwz, NULL),
     NOOP("overlap_comm", "true",
          "dtrain's DDP always overlaps each bucket's all-reduce with the rest of backward; "

@@ -107,10 +107,14 @@ const dt_cfg_opt dt_cfg_options[] = {
         "qwZ: values per fp32 scale"),
     OPT(G_RUN, "offload-optimizer", NULL, T_CHOICE, offload_optimizer, 0, 0, "none|cpu|nvme",
         NULL, 0, "ZeRO-Infinity: optimizer state in memory, or in a file"),
+    OPT(G_RUN, "offload-param", NULL, T_CHOICE, offload_param, 0, 0, "none|cpu|nvme", NULL, 0,
+        "ZeRO-Infinity: stage 3's parameter pieces in memory, or a file"),
     OPT(G_RUN, "nvme-path", NULL, T_STR, nvme_path, 0, 0, "DIR", NULL, 0,
-        "directory of --offload-optimizer nvme's files"),
+        "directory of nvme offload's files"),
     OPT(G_RUN, "offload-buffers", NULL, T_INT, offload_buffers, 3, 16, "N", NULL, 0,
         "nvme offload: chunk buffers (reads ahead N - 2 chunks)"),
+    OPT(G_RUN, "sub-group-size", NULL, T_DBL, sub_group_size, 1024, 1e12, "ELEMS", NULL, 0,
+        "nvme offload: elements per streamed chunk of a state"),
     OPT(G_RUN, "aio-block-size", NULL, T_LONG, aio_block_size, 4096, 1L << 30, "BYTES", NULL, 0,
         "nvme offload: bytes per I/O request (a multiple of 4096)"),
     OPT(G_RUN, "aio-queue-depth", NULL, T_INT, aio_queue_depth, 1, 1024, "N", NULL, 0,
@@ -291,7 +295,9 @@ void dt_config_defaults(dt_train_config *c)
     c->cp = 1;
     c->zero_quant_block = 256;
     strcpy(c->offload_optimizer, "none");
+    strcpy(c->offload_param, "none");
     c->offload_buffers = 4;
+    c->sub_group_size = 4 << 20;
     c->aio_block_size = 1L << 20;
     c->aio_queue_depth = 8;
     strcpy(c->cp_algo, "ring");
@@ -348,7 +354,8 @@ int dt_cfg_check_zero(const dt_train_config *c, char *err, size_t n)
                                     offsetof(dt_train_config, zero_max_live),
                                     offsetof(dt_train_config, zero_persist),
                                     offsetof(dt_train_config, zero_qwz),
-                                    offsetof(dt_train_config, zero_quant_block)};
+                                    offsetof(dt_train_config, zero_quant_block),
+                                    offsetof(dt_train_config, offload_param)};
     if (DT_CONFIG_GIVEN(c, zero_prefetch) && DT_CONFIG_GIVEN(c, zero_prefetch_elems))
         return dt_strf(err, n, "--zero-prefetch counts layers, --zero-prefetch-elems "
                        "(stage3_prefetch_bucket_size) parameters: give one of them"), -1;
@@ -368,22 +375,28 @@ int dt_cfg_check_zero(const dt_train_config *c, char *err, size_t n)
 }
 
 /* NVMe offload's settings need it; its path needs it; it streams the
- * default update, which the parameter server's servers do not run. */
+ * default update, which the parameter server's servers do not run. The
+ * parameters on NVMe stream through the optimizer's file. */
 int dt_cfg_check_offload(const dt_train_config *c, char *err, size_t n)
 {
-    int nvme = !strcmp(c->offload_optimizer, "nvme");
+    int nvme = !strcmp(c->offload_optimizer, "nvme") || !strcmp(c->offload_param, "nvme");
     static const size_t nvme_only[] = {offsetof(dt_train_config, nvme_path),
                                        offsetof(dt_train_config, offload_buffers),
+                                       offsetof(dt_train_config, sub_group_size),
                                        offsetof(dt_train_config, aio_block_size),
                                        offsetof(dt_train_config, aio_queue_depth)};
+    if (!strcmp(c->offload_param, "nvme") && strcmp(c->offload_optimizer, "nvme"))
+        return dt_strf(err, n, "--offload-param nvme: the update streams the parameters "
+                       "through the optimizer's file; add --offload-optimizer nvme"), -1;
     for (size_t i = 0; !nvme && i < sizeof nvme_only / sizeof nvme_only[0]; i++)
         if (dt_config_given_at(c, nvme_only[i]))
             return dt_strf(err, n, "--%s applies to --offload-optimizer nvme; this run has %s",
                            dt_cfg_options[dt_cfg_opt_at(nvme_only[i])].flag,
                            c->offload_optimizer), -1;
     if (nvme && !c->nvme_path[0])
-        return dt_strf(err, n, "--offload-optimizer nvme needs --nvme-path DIR (nvme_path): "
-                       "the directory its files go to"), -1;
+        return dt_strf(err, n, "--offload-%s nvme needs --nvme-path DIR (nvme_path): "
+                       "the directory its files go to",
+                       strcmp(c->offload_optimizer, "nvme") ? "param" : "optimizer"), -1;
     if (nvme && c->aio_block_size % 4096)
         return dt_strf(err, n, "--aio-block-size %ld: a multiple of 4096 bytes (direct I/O "
                        "moves whole pages), e.g. %ld", c->aio_block_size,
@@ -392,6 +405,9 @@ int dt_cfg_check_offload(const dt_train_config *c, char *err, size_t n)
         return dt_strf(err, n, "--offload-optimizer %s streams the optimizer of --strategy "
                        "ddp (and its ZeRO stages); --strategy %s updates elsewhere",
                        c->offload_optimizer, c->strategy), -1;
+    if (!strcmp(c->offload_param, "nvme") && !strcmp(c->dtype, "bf16"))
+        return dt_strf(err, n, "--offload-param nvme keeps fp32 pieces on the disk; with "
+                       "--dtype bf16 use --offload-param cpu, or --dtype fp32"), -1;
     return 0;
 }
 
@@ -399,6 +415,7 @@ dt_offload_opts dt_config_offload_opts(const dt_train_config *c)
 {
     dt_offload_opts o = dt_offload_defaults(c->nvme_path);
     o.buffers = c->offload_buffers;
+    o.chunk_floats = (size_t)c->sub_group_size;
     o.block_bytes = (size_t)c->aio_block_size;
     o.depth = (unsigned)c->aio_queue_depth;
     return o;

@@ -2,6 +2,7 @@
  * beside what the ranks hold. See memory_plan.h. */
 #include "train/memory_plan.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "core/str.h"
@@ -66,9 +67,10 @@ static void offload_optim(dt_mem_plan *p, const dt_gpt *layout, int N)
 void dt_mem_plan_offload(dt_mem_plan *p, const dt_offload_opts *o, double share, size_t n)
 {
     const int moments = optim_bytes(p->o.opt, p->o.momentum, DT_PREC_F32);
+    const int states = moments / 4 + (p->o.offload_params && p->o.zero_stage >= 3);
     p->nvme = moments * share;
     p->bytes[DT_MEM_OPTIM] = (p->optim_bytes - moments) * share +
-                             (double)dt_offload_buffer_bytes(o, moments / 4, n);
+                             (double)dt_offload_buffer_bytes(o, states, n);
 }
 
 int dt_mem_plan_make(const dt_gpt *layout, const dt_mem_plan_opts *o, dt_mem_plan *p, char *err,
@@ -115,6 +117,14 @@ int dt_mem_plan_make(const dt_gpt *layout, const dt_mem_plan_opts *o, dt_mem_pla
         p->window_grads = (head > emb + layer ? head : emb + layer) * sizeof(float);
     }
     if (shard_params) p->window_params = (lead > head ? lead : head) * p->param_bytes;
+    if (shard_params && o->offload_params) {
+        /* Each piece is read into its own buffer a segment ahead of its
+         * gather: the segments gathered ahead and one more. */
+        double seg = emb > layer ? emb : layer;
+        p->nvme_params = p->param_bytes * psi / N;
+        p->bytes[DT_MEM_PARAMS] = (o->prefetch + 2) * ceil(seg / N) * p->param_bytes;
+        dt_strf(p->formula[DT_MEM_PARAMS], sizeof p->formula[0], "read-ahead pieces");
+    }
     if (o->prec == DT_PREC_BF16) p->window_widened = (layer > head ? layer : head) * sizeof(float);
     return 0;
 }
@@ -130,6 +140,7 @@ int dt_mem_plan_from_config(const dt_gpt *layout, const dt_train_config *c, int 
                           .prefetch = c->zero_prefetch};
     dt_offload_opts off = dt_config_offload_opts(c);
     if (strcmp(c->offload_optimizer, "nvme") == 0) o.offload = &off;
+    o.offload_params = strcmp(c->offload_param, "nvme") == 0;
     if (dt_opt_kind_parse(c->optimizer, &o.opt))
         return dt_strf(err, errlen, "optimizer '%s': adamw, adam or sgd", c->optimizer), -1;
     return dt_mem_plan_make(layout, &o, p, err, errlen);
@@ -148,7 +159,7 @@ static void state_formula(const dt_mem_plan *p, char *buf, size_t n)
     const int optim = p->nvme > 0 ? p->optim_bytes - optim_bytes(p->o.opt, p->o.momentum,
                                                                  DT_PREC_F32)
                                   : p->optim_bytes;
-    const int b[3] = {p->param_bytes, p->grad_bytes, optim};
+    const int b[3] = {p->nvme_params > 0 ? 0 : p->param_bytes, p->grad_bytes, optim};
     for (int k = 0; k < 3; k++) {
         int sharded = stage >= 3 - k; /* optim from stage 1, grads 2, params 3 */
         if (sharded) split += b[k];
@@ -158,12 +169,12 @@ static void state_formula(const dt_mem_plan *p, char *buf, size_t n)
     if (whole) dt_strf(a, sizeof a, "%d Psi", whole);
     if (split) dt_strf(s, sizeof s, "%d Psi / N", split);
     dt_strf(buf, n, "%s%s%s%s", a, whole && split ? " + " : "", s,
-            p->nvme > 0 ? " + buffers" : "");
-    if (!whole && !split) dt_strf(buf, n, p->nvme > 0 ? "buffers" : "0");
+            p->nvme + p->nvme_params > 0 ? " + buffers" : "");
+    if (!whole && !split) dt_strf(buf, n, p->nvme + p->nvme_params > 0 ? "buffers" : "0");
 }
 
 #define MIB(x) ((double)(x) / 1048576.0)
-#define COL "%-19s"
+#define COL "%-18s " /* a space after the widest: "4 Psi / N + buffers" */
 
 static const dt_mem_kind shown[] = {DT_MEM_PARAMS, DT_MEM_GRADS, DT_MEM_OPTIM};
 
@@ -224,6 +235,10 @@ void dt_mem_plan_print(FILE *f, const dt_mem_plan *p, const char *title,
                 "--nvme-path; memory holds the buffers they stream through\n", MIB(p->nvme),
                 optim_bytes(p->o.opt, p->o.momentum, DT_PREC_F32),
                 p->o.zero_stage >= 1 ? " / N" : "");
+    if (p->nvme_params > 0)
+        fprintf(f, "  parameter pieces on NVMe: %.1f MiB per rank (%d Psi / N), in the same "
+                "files; each is read just ahead of its gather\n", MIB(p->nvme_params),
+                p->param_bytes);
     const char *sep = "  transient, beyond the formula: ";
     if (p->window_grads > 0) {
         fprintf(f, "%sfp32 gradients during backward (the embeddings', %s), at most %.1f MiB",

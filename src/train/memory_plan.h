@@ -57,6 +57,7 @@ typedef struct {
     int B, T;          /* the micro-batch */
     int prefetch;      /* stage 3: segments gathered ahead of the one in use */
     const dt_offload_opts *offload; /* the optimizer state on NVMe; NULL: in memory */
+    int offload_params; /* stage 3: the parameters' pieces on NVMe too (offload_param) */
 } dt_mem_plan_opts;
 
 typedef struct {
@@ -70,6 +71,7 @@ typedef struct {
     double window_params, window_grads; /* transient bounds above the formula */
     double window_widened; /* mixed precision: fp32 copies of the segments in use */
     double nvme;           /* offload: the optimizer state's bytes in the rank's file */
+    double nvme_params;    /* offload_param: the parameters' pieces' bytes there */
 } dt_mem_plan;
 
 /* The plan for a model's layout (dt_gpt_create_layout is enough). 0, or -1

@@ -70,6 +70,8 @@ void dt_print_step(FILE *f, const dt_step_stats *s)
         fprintf(f, " | I/O %.1f ms exposed, %.1f MB at %.0f MB/s", s->io_ms,
                 (double)s->io_bytes / 1e6,
                 s->io_wall_ms > 0 ? (double)s->io_bytes / 1e3 / s->io_wall_ms : 0.0);
+    if (s->io_param_bytes)
+        fprintf(f, " + %.1f MB of parameters read", (double)s->io_param_bytes / 1e6);
     fprintf(f, " | ETA %s\n", eta);
     fflush(f);
 }
@@ -107,6 +109,7 @@ int dt_log_json_step(FILE *f, const dt_step_stats *s)
         failed |= json_number(f, "io_ms", s->io_ms, 0) < 0;
         failed |= json_number(f, "io_wall_ms", s->io_wall_ms, 0) < 0;
         failed |= fprintf(f, "\"io_bytes\":%llu,", s->io_bytes) < 0;
+        failed |= fprintf(f, "\"io_param_bytes\":%llu,", s->io_param_bytes) < 0;
     }
     failed |= json_number(f, "grad_norm", s->grad_norm, s->mfu < 0) < 0;
     if (s->mfu >= 0) failed |= json_number(f, "mfu", s->mfu, 1) < 0;

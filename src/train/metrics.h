@@ -19,9 +19,11 @@ typedef struct {
     double comm_ms;       /* communication not hidden behind compute */
     unsigned long long bytes_sent; /* by this rank in the step */
     int offload;          /* the optimizer state streams from a file: I/O shown */
-    double io_ms;         /* the optimizer step's I/O not hidden behind its update */
+    double io_ms;         /* the step's I/O not hidden behind compute (the optimizer's
+                           * stream, offload_param's reads) */
     double io_wall_ms;    /* the optimizer step's stream, start to end */
-    unsigned long long io_bytes; /* read and written by the step */
+    unsigned long long io_bytes; /* read and written by the stream */
+    unsigned long long io_param_bytes; /* offload_param: the parameters' pieces read */
 } dt_step_stats;
 
 /* The peak FLOP/s of `threads` threads in fp32 or bf16 (train/peak.h:

@@ -129,20 +129,21 @@ static int print_memory(dt_run *t, const char *title, int peak)
 
 int dt_run_print_memory(dt_run *t, const char *title) { return print_memory(t, title, 1); }
 
-/* Where the optimizer state lives, and (rank 0) what the disk under
+/* Where the optimizer state (and parameters) live, and (rank 0) what the disk under
  * --nvme-path moves, measured now. */
 static int print_offload(dt_run *t)
 {
     const dt_train_config *c = t->cfg;
-    if (!strcmp(c->offload_optimizer, "cpu")) {
-        fprintf(t->out, "offload: --offload-optimizer cpu keeps the optimizer state in host "
-                "memory, which is where it already is: this machine has no accelerator\n");
-        return 0;
-    }
+    if (!strcmp(c->offload_optimizer, "cpu") || !strcmp(c->offload_param, "cpu"))
+        fprintf(t->out, "offload: --offload-%s cpu keeps the %s in host memory, which is where "
+                "it already is: this machine has no accelerator\n",
+                strcmp(c->offload_optimizer, "cpu") ? "param" : "optimizer",
+                strcmp(c->offload_optimizer, "cpu") ? "parameters" : "optimizer state");
     const dt_opt_store *s = t->opt.store;
     if (!s) return 0;
-    fprintf(t->out, "offload: the optimizer's moments in %s (%.1f MiB on rank %d), streamed "
-            "through %.1f MiB of buffers (aio block %ld, depth %d)\n", dt_opt_store_path(s),
+    fprintf(t->out, "offload: the optimizer's moments%s in %s (%.1f MiB on rank %d), streamed "
+            "through %.1f MiB of buffers (aio block %ld, depth %d)\n",
+            dt_opt_store_has_params(s) ? " and the parameters' pieces" : "", dt_opt_store_path(s),
             (double)dt_opt_store_file_bytes(s) / 1048576.0, t->r.rank,
             (double)dt_opt_store_buffer_bytes(s) / 1048576.0, c->aio_block_size,
             c->aio_queue_depth);

@@ -91,7 +91,8 @@ static int init_optimizer(dt_run *t, size_t lo, size_t hi)
         char tag[64];
         snprintf(tag, sizeof tag, "%ld-rank%d", (long)getpid(), t->r.rank);
         if (dt_optimizer_init_offload(&t->opt, kind, hi - lo, c->beta1, c->beta2, c->eps,
-                                      c->weight_decay, c->momentum, &o, tag, ERR(t)))
+                                      c->weight_decay, c->momentum, &o, t->S.params_in_store,
+                                      tag, ERR(t)))
             return -1;
     } else if (dt_optimizer_init(&t->opt, kind, hi - lo, c->beta1, c->beta2, c->eps,
                                  c->weight_decay, c->momentum)) {
@@ -165,9 +166,10 @@ static int load_state(dt_run *t, const char *dir, dt_ckpt_state *st)
 {
     const dt_flat_ranges *mine = dt_strategy_updates(&t->S);
     if (!mine) return load_ranges(t, dir, NULL, t->model.params, &t->opt, st);
-    if (t->S.shard_params) {
+    float *pieces = dt_strategy_pieces(&t->S);
+    if (pieces) {
         t->r.pieces_filled = 1;
-        return load_ranges(t, dir, mine, t->S.shard_params, &t->opt, st);
+        return load_ranges(t, dir, mine, pieces, &t->opt, st);
     }
     if (t->S.held ? load_held_params(t, dir, st)
                   : load_ranges(t, dir, NULL, t->model.params, NULL, st))
@@ -213,14 +215,15 @@ static int resume(dt_run *t, const char *dir)
 static int load_init(dt_run *t)
 {
     const char *path = t->cfg->init;
-    const dt_flat_ranges *keep = t->S.shard_params ? t->S.shard : t->S.held;
-    float *dst = t->S.shard_params ? t->S.shard_params : t->model.params;
+    float *pieces = dt_strategy_pieces(&t->S);
+    const dt_flat_ranges *keep = pieces ? t->S.shard : t->S.held;
+    float *dst = pieces ? pieces : t->model.params;
     if (!keep && !t->S.in_whole) return dt_weights_load(&t->model, path, ERR(t));
-    t->r.pieces_filled = t->S.shard_params != NULL;
+    t->r.pieces_filled = pieces != NULL;
     /* Ranges of the rank's own layout, read by `at` (a stage's in place). */
     dt_flat_range *flat = NULL, *tmp;
     dt_flat_ranges own, in_file;
-    if (keep && !t->S.shard_params) {
+    if (keep && !pieces) {
         if (!(flat = malloc((size_t)keep->n * sizeof *flat)))
             return dt_strf(ERR(t), "--init: out of memory"), -1;
         for (int i = 0; i < keep->n; i++)
@@ -244,7 +247,14 @@ static int starting_weights(dt_run *t, const char *resume_dir)
     /* Validation data too short for one sequence would fail only at the end. */
     if (t->val && c->eval_batches > 0 && dt_dataset_check(t->val, t->r.T, ERR(t))) return -1;
     if (resume_dir) return resume(t, resume_dir);
-    if (c->init[0]) return load_init(t);
+    if (c->init[0]) { /* pieces in the optimizer's store are filled through its mapping */
+        if (dt_optimizer_state_map(&t->opt, ERR(t))) return -1;
+        int rc = load_init(t);
+        char why[256];
+        if (dt_optimizer_state_unmap(&t->opt, rc == 0, why, sizeof why) && rc == 0)
+            return dt_strf(ERR(t), "%s", why), -1;
+        return rc;
+    }
     dt_gpt_init_weights(&t->model, c->seed);
     return 0;
 }
@@ -299,7 +309,7 @@ int dt_run_setup_model(dt_run *t, const char *resume_dir)
 static int save_sharded(dt_run *t, const dt_flat_ranges *mine, const dt_ckpt_state *st,
                         char *path, size_t n)
 {
-    float *params = t->S.shard_params, *copy = NULL;
+    float *params = dt_strategy_pieces(&t->S), *copy = NULL;
     if (!params) {
         if (!(copy = malloc(mine->len * sizeof(float))))
             return dt_strf(ERR(t), "checkpoint: out of memory for this rank's pieces"), -1;

@@ -86,7 +86,8 @@ static int run_loop(dt_run *t)
     long averaged = -1;
     int stop = 0;
     while (t->step < c->steps && !(stop = stop_requested(t))) {
-        uint64_t t0 = dt_now_ns();
+        uint64_t t0 = dt_now_ns(), read0 = 0, wait0 = 0, read1, wait1;
+        if (t->opt.store) dt_opt_store_totals(t->opt.store, &read0, &wait0);
         double loss = 0, norm = 0;
         if (train_step(t, &loss, &norm)) return -1;
         uint64_t t1 = dt_now_ns();
@@ -107,8 +108,12 @@ static int run_loop(dt_run *t)
         s.bytes_sent = bytes;
         if (t->opt.store) {
             s.offload = 1;
-            dt_opt_store_last_step(t->opt.store, &bytes, &s.io_ms, &s.io_wall_ms);
+            double stream_wait;
+            dt_opt_store_last_step(t->opt.store, &bytes, &stream_wait, &s.io_wall_ms);
+            dt_opt_store_totals(t->opt.store, &read1, &wait1);
             s.io_bytes = bytes;
+            s.io_param_bytes = read1 - read0;
+            s.io_ms = (double)(wait1 - wait0) * 1e-6; /* the stream's waits and the reads' */
         }
         t->last_loss = loss;
         t->step++;

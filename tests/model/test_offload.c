@@ -74,7 +74,7 @@ static void run(dt_opt_kind kind, int buffers)
     o.buffers = buffers;
     o.block_bytes = 4096;
     o.depth = 4;
-    CHECK(dt_optimizer_init_offload(&nv, kind, n, 0.9, 0.95, 1e-8, 0.1, mom, &o, "unit", err,
+    CHECK(dt_optimizer_init_offload(&nv, kind, n, 0.9, 0.95, 1e-8, 0.1, mom, &o, 0, "unit", err,
                                     sizeof err) == 0 && nv.store, "offloaded: %s", err);
     char path[512];
     snprintf(path, sizeof path, "%s", dt_opt_store_path(nv.store));
@@ -113,16 +113,68 @@ static void run(dt_opt_kind kind, int buffers)
     dt_gpt_destroy(&m);
 }
 
+/* offload_param: the parameters as the store's last state. Pieces written
+ * into it and read back are the same bits; the stream updates them where
+ * a span gives no params pointer, to the in-memory update's bits. */
+static void params_in_store(void)
+{
+    char err[512] = "";
+    dt_gpt m;
+    dt_gpt_config cfg = {L, NH, C, V, BLOCK};
+    CHECK(dt_gpt_create_layout(&m, &cfg, DT_PREC_F32, err, sizeof err) == 0, "layout: %s", err);
+    size_t n = m.n_floats / 1024 * 1024; /* whole blocks: the store's unit */
+    float *p_mem = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float)), *back = NULL;
+    CHECK(posix_memalign((void **)&back, 4096, n * sizeof(float)) == 0, "buffer");
+    fill(p_mem, n, 3);
+    fill(g, n, 4);
+    memcpy(back, p_mem, n * sizeof(float));
+    dt_optimizer mem, nv;
+    CHECK(dt_optimizer_init(&mem, DT_OPT_ADAMW, n, 0.9, 0.95, 1e-8, 0.1, 0) == 0, "in memory");
+    dt_offload_opts o = dt_offload_defaults(dir);
+    o.chunk_floats = 2048;
+    CHECK(dt_optimizer_init_offload(&nv, DT_OPT_ADAMW, n, 0.9, 0.95, 1e-8, 0.1, 0, &o, 1, "p",
+                                    err, sizeof err) == 0 && nv.store, "store: %s", err);
+    CHECK(dt_opt_store_write_params(nv.store, 0, n, back, err, sizeof err) == 0, "write: %s",
+          err);
+    dt_opt_span sm = {p_mem, dt_gbuf_f32(g), 0, 0, n}, sn = {NULL, dt_gbuf_f32(g), 0, 0, n};
+    for (int step = 0; step < 2; step++) {
+        dt_optimizer_begin_step(&mem);
+        dt_optimizer_begin_step(&nv);
+        CHECK(dt_optimizer_update_spans(&mem, &m, &sm, 1, 1e-2, 1.0f, err, sizeof err) == 0 &&
+                  dt_optimizer_update_spans(&nv, &m, &sn, 1, 1e-2, 1.0f, err, sizeof err) == 0,
+              "step %d: %s", step, err);
+    }
+    memset(back, 0, n * sizeof(float));
+    int t1 = dt_opt_store_read_params(nv.store, 1024, n - 1024, back + 1024, err, sizeof err);
+    int t0 = dt_opt_store_read_params(nv.store, 0, 1024, back, err, sizeof err);
+    CHECK(t0 >= 0 && t1 >= 0 && dt_opt_store_wait(nv.store, t1, err, sizeof err) == 0 &&
+              dt_opt_store_wait(nv.store, t0, err, sizeof err) == 0,
+          "two reads in flight: %s", err);
+    CHECK(memcmp(back, p_mem, n * sizeof(float)) == 0,
+          "parameters streamed through the store are the in-memory update's bits");
+    CHECK(dt_optimizer_state_map(&nv, err, sizeof err) == 0 && nv.params &&
+              memcmp(nv.params, p_mem, n * sizeof(float)) == 0,
+          "and the mapping shows them: %s", err);
+    dt_optimizer_state_unmap(&nv, 0, err, sizeof err);
+    CHECK(dt_opt_store_read_params(nv.store, 100, 1024, back, err, sizeof err) < 0 &&
+              strstr(err, "not whole aligned blocks"),
+          "a piece off the 4096-byte grid is refused: %s", err);
+    dt_optimizer_free(&mem);
+    dt_optimizer_free(&nv);
+    free(p_mem), free(g), free(back);
+    dt_gpt_destroy(&m);
+}
+
 static void faults(void)
 {
     char err[512] = "", path[512];
     dt_offload_opts o = dt_offload_defaults("/nonexistent/dtrain");
     dt_opt_store *s = NULL;
-    CHECK(dt_opt_store_create(&s, &o, "f", 2, 1000, err, sizeof err) != 0 &&
+    CHECK(dt_opt_store_create(&s, &o, "f", 2, 0, 1000, err, sizeof err) != 0 &&
               strstr(err, "/nonexistent/dtrain") && strstr(err, "no such directory"),
           "a missing directory is refused, naming it: %s", err);
     o = dt_offload_defaults(dir);
-    CHECK(dt_opt_store_create(&s, &o, "f", 2, (size_t)1 << 60, err, sizeof err) != 0 &&
+    CHECK(dt_opt_store_create(&s, &o, "f", 2, 0, (size_t)1 << 60, err, sizeof err) != 0 &&
               strstr(err, "needs 9223372036854775808 bytes") && strstr(err, "free"),
           "a disk too small is refused at creation, naming the bytes: %s", err);
     o.chunk_floats = 1024;
@@ -133,7 +185,7 @@ static void faults(void)
     dt_gpt_create_layout(&m, &cfg, DT_PREC_F32, err, sizeof err);
     dt_opt_span sp = {params, dt_gbuf_f32(grads), 0, 0, 2048};
     dt_optimizer opt;
-    CHECK(dt_optimizer_init_offload(&opt, DT_OPT_ADAMW, 2048, 0.9, 0.95, 1e-8, 0, 0, &o, "t",
+    CHECK(dt_optimizer_init_offload(&opt, DT_OPT_ADAMW, 2048, 0.9, 0.95, 1e-8, 0, 0, &o, 0, "t",
                                     err, sizeof err) == 0, "store: %s", err);
     snprintf(path, sizeof path, "%s", dt_opt_store_path(opt.store));
     CHECK(truncate(path, 4096) == 0, "truncating %s", path);
@@ -143,7 +195,7 @@ static void faults(void)
               strstr(err, "made it 16384") && strstr(err, "truncated"),
           "a file truncated under the store stops the step, naming it and the bytes: %s", err);
     dt_optimizer_free(&opt);
-    CHECK(dt_optimizer_init_offload(&opt, DT_OPT_ADAMW, 2048, 0.9, 0.95, 1e-8, 0, 0, &o, "d",
+    CHECK(dt_optimizer_init_offload(&opt, DT_OPT_ADAMW, 2048, 0.9, 0.95, 1e-8, 0, 0, &o, 0, "d",
                                     err, sizeof err) == 0, "store: %s", err);
     snprintf(path, sizeof path, "%s", dt_opt_store_path(opt.store));
     CHECK(unlink(path) == 0, "deleting %s", path);
@@ -161,6 +213,7 @@ int main(void)
     run(DT_OPT_ADAMW, 3);
     run(DT_OPT_ADAMW, 5);
     run(DT_OPT_SGD, 3);
+    params_in_store();
     faults();
     rmdir(dir);
     return finish("test_offload");

@@ -13,6 +13,10 @@ in memory) ends in the uninterrupted run's bits.
 Memory: each rank's optimizer memory is the stream's buffers as planned
 (x1.00), and the start-up says where the moments live and what the disk
 moved. The step line and the JSON log carry the step's I/O.
+Offload_param: stage 3 with the parameters' pieces on NVMe too, the same
+bits at 1, 2 and 3 ranks and through a resume. A memory cap: 2 ranks of a
+57M-parameter model in a cgroup capped below the in-memory run's need
+train with both offloaded; in memory the cap kills them.
 Faults: --nvme-path missing, not writable, too small for the state
 (RLIMIT_FSIZE below its bytes): refused at start naming the path and the
 bytes; the file deleted under a running job: the run stops naming it, and
@@ -54,6 +58,15 @@ def exactness(dtrain, tmp, nvme, quick):
                   (what, os.listdir(nvme)))
             if ranks == 2 and stage == 1:
                 report(off, nvme)
+            if stage < 3:
+                continue
+            both = train(dtrain, tmp, "np%d" % ranks, base + [
+                "--offload-optimizer", "nvme", "--offload-param", "nvme", "--nvme-path", nvme])
+            check(both[0] == mem[0] and same_bits(both[1], mem[1]),
+                  "%s with the parameters offloaded too: the in-memory run's bits" % what)
+            check(not os.listdir(nvme), "%s, parameters offloaded: the files are gone" % what)
+            if ranks == 2:
+                report_params(both)
 
 
 def report(run, nvme):
@@ -72,6 +85,21 @@ def report(run, nvme):
           "optimizer memory per rank is the stream's buffers as planned (%s)" % rows)
 
 
+def report_params(run):
+    out = run[2]
+    check("the optimizer's moments and the parameters' pieces in" in out and
+          re.search(r"\+ [0-9.]+ MB of parameters read \|", out) and
+          all(e["io_param_bytes"] > 0 for e in run[4]),
+          "offload_param: the start-up says the pieces are in the file, and each step line "
+          "and log entry the parameters read")
+    peak = out.split("peak memory per rank")[1]
+    rows = re.findall(r"^  rank \d+ +\S+ x\S+ +\S+ x\S+ +([0-9.]+) x([0-9.]+)", peak, re.M)
+    check(rows and all(abs(float(r[1]) - 1) <= 0.02 for r in rows) and
+          "parameter pieces on NVMe" in peak,
+          "offload_param: optimizer memory is the stream's three-state buffers as planned (%s)"
+          % rows)
+
+
 def resume(dtrain, tmp, nvme):
     args = ["--nproc", "2", "--zero-stage", "3"]
     off = ["--offload-optimizer", "nvme", "--nvme-path", nvme]
@@ -87,6 +115,97 @@ def resume(dtrain, tmp, nvme):
     mem = train(dtrain, tmp, "r_mem", args + ["--resume", ck])
     check(mem[0] == full[0][3:] and same_bits(mem[1], full[1]),
           "the offloaded run's checkpoint resumed in memory: the same bits")
+    # The parameters offloaded too: saved from the file, and loaded into it.
+    both = off + ["--offload-param", "nvme"]
+    shutil.rmtree(out, ignore_errors=True)
+    train(dtrain, tmp, "p_first", args + both + ["--out", out, "--save-every", "3"], steps=3)
+    again = train(dtrain, tmp, "p_again", args + both + ["--resume", ck])
+    check(again[0] == full[0][3:] and same_bits(again[1], full[1]),
+          "parameters offloaded: saved at step 3 and resumed offloaded, the uninterrupted "
+          "in-memory run's bits")
+    mem = train(dtrain, tmp, "p_mem", args + ["--resume", ck])
+    check(mem[0] == full[0][3:] and same_bits(mem[1], full[1]),
+          "parameters offloaded: the checkpoint resumed in memory, the same bits")
+
+
+CAP_MODEL = ["--n-layer", "8", "--n-head", "12", "--n-embd", "768", "--block-size", "32"]
+
+
+def memory_cgroup(limit):
+    """A memory cgroup (v1, or v2 where the controller is enabled) capped
+    at `limit` bytes: its directory, or None where none can be made."""
+    name = "dtrain_test_%d" % os.getpid()
+    tries = [("/sys/fs/cgroup/memory", ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]),
+             ("/sys/fs/cgroup", ["memory.max", "memory.swap.max"])]
+    for root, files in tries:
+        d = os.path.join(root, name)
+        try:
+            os.mkdir(d)
+        except OSError:
+            continue
+        try:
+            with open(os.path.join(d, files[0]), "w") as f:
+                f.write(str(limit))
+        except OSError:
+            os.rmdir(d)
+            continue
+        try:  # no swapping out of the cap either, where swap is accounted
+            with open(os.path.join(d, files[1]), "w") as f:
+                f.write(str(limit) if files[1].startswith("memory.memsw") else "0")
+        except OSError:
+            pass
+        return d
+    return None
+
+
+def run_in(cgroup, args):
+    def enter():
+        with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+    return subprocess.run(args, capture_output=True, text=True, timeout=300,
+                          preexec_fn=enter if cgroup else None)
+
+
+def peak_rss(out):
+    peak = out.split("peak memory per rank")[-1]
+    return [float(x) for x in re.findall(r"peak RSS ([0-9.]+)", peak)]
+
+
+def memory_cap(dtrain, tmp, nvme):
+    """A model whose stage-3 state does not fit under a memory cap trains
+    under it with the optimizer and the parameters on NVMe: 2 ranks in one
+    cgroup capped between the offloaded run's need and the in-memory run's,
+    which the cap kills. Without a cgroup to make, the measured peaks."""
+    args = [dtrain, "train", "--data", os.path.join(tmp, "data.txt")] + CAP_MODEL + [
+        "--nproc", "2", "--zero-stage", "3", "--batch-size", "1", "--steps", "3", "--lr",
+        "3e-4", "--threads", "1", "--eval-batches", "1", "--print-every", "1"]
+    off = ["--offload-optimizer", "nvme", "--offload-param", "nvme", "--nvme-path", nvme,
+           "--sub-group-size", "262144"]
+    # Stage 3 at 2 ranks holds 16 Psi / 2 = 453 MB a rank in memory, and
+    # with both offloaded the 4 Psi / 2 gradients, windows and buffers.
+    cap = 2 * 430 << 20
+    cg = memory_cgroup(cap)
+    try:
+        r = run_in(cg, args + off)
+        losses = [float(x) for x in re.findall(r"^step \d+/3 \| loss ([0-9.]+)", r.stdout, re.M)]
+        rss = peak_rss(r.stdout)
+        check(r.returncode == 0 and len(losses) == 3 and len(rss) == 2,
+              "both offloaded, 2 ranks of a 57M-parameter model train %s (exit %d, rss %s: %s)" %
+              ("under a %d MiB cgroup cap" % (cap >> 20) if cg else "(no memory cgroup here)",
+               r.returncode, rss, (r.stdout + r.stderr).strip().splitlines()[-1:]))
+        m = run_in(cg, args)
+        if cg:
+            check(m.returncode != 0,
+                  "in memory, the same run does not fit under the cap (exit %d)" % m.returncode)
+            m = run_in(None, args)
+        mem_rss = peak_rss(m.stdout)
+        check(m.returncode == 0 and len(mem_rss) == 2 and rss and
+              max(rss) < 0.7 * min(mem_rss) and sum(rss) < cap / 1048576.0 < sum(mem_rss),
+              "each offloaded rank's peak RSS (%s MiB) under 0.7 of the in-memory run's (%s); "
+              "the cap between their sums" % (rss, mem_rss))
+    finally:
+        if cg:
+            os.rmdir(cg)
 
 
 def fsize_limit(limit):
@@ -158,6 +277,7 @@ def main():
         exactness(dtrain, tmp, nvme, quick)
         if not quick:
             resume(dtrain, tmp, nvme)
+            memory_cap(dtrain, tmp, nvme)
             faults(dtrain, tmp, nvme)
         print("took %.0f s" % (time.time() - t0))
     finally:

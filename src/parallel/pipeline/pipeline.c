@@ -244,7 +244,7 @@ static int pp_start(void *self, dt_rank *r)
     pipeline *P = self;
     for (int s = 0; s < dt_gpt_segments(P->m); s++)
         if (!held_segment(P, P->m, s)) drop_segment(P, s);
-    if (P->win_p && !P->S->shard_params) {
+    if (P->win_p && !P->S->shard_params && !P->S->params_in_store) {
         P->acct_p = (long long)(P->held.len * 4);
         dt_mem_account(P->m->mixed ? DT_MEM_OPTIM : DT_MEM_PARAMS, P->acct_p);
     }

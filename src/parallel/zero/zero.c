@@ -101,7 +101,15 @@ static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
     }
     /* fp32 pieces: stage 3's parameters, or mixed precision's master
      * weights (optimizer state, K = 12 counts them) at every stage. */
-    if (z->o.stage >= 3 || z->mixed) {
+    if (z->o.offload_params) { /* the pieces live in the optimizer's store */
+        if (z->o.stage < 3 || z->mixed)
+            return dt_strf(z->S->rank->err, sizeof z->S->rank->err, "offload_param holds "
+                           "stage 3's fp32 pieces; this run has stage %d%s", z->o.stage,
+                           z->mixed ? " and bf16" : ""), -1;
+        if (window((void **)&layout->params, bytes, &z->window_p))
+            return out_of_memory(z, "the parameter window");
+        z->S->params_in_store = 1;
+    } else if (z->o.stage >= 3 || z->mixed) {
         z->shard_p = dt_alloc(z->map.len * sizeof(float), z->mixed ? DT_MEM_OPTIM : DT_MEM_PARAMS);
         if (!z->shard_p || window((void **)&layout->params, bytes, &z->window_p))
             return out_of_memory(z, "the parameter shard");
@@ -131,7 +139,8 @@ static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
 static int zero_start(void *self, dt_rank *r)
 {
     zero *z = self;
-    if (!z->shard_p) {
+    if (z->error) return failed(z, "setup"); /* the initialisation's */
+    if (!dt_zero_keeps_pieces(z)) {
         float *p = z->m->params;
         for (int s = 0; s < z->nseg; s++) {
             size_t lo = dt_zero_seg_lo(z, s);
@@ -144,7 +153,8 @@ static int zero_start(void *self, dt_rank *r)
     /* A checkpoint or --init filled the pieces themselves (else the
      * initialisation did, piece by piece, or they are in the window). */
     if (!z->inited && !r->pieces_filled) {
-        for (int s = 0; s < z->nseg; s++) dt_zero_keep_piece(z, s);
+        for (int s = 0; s < z->nseg; s++)
+            if (dt_zero_keep_piece(z, s)) return failed(z, "setup");
         dt_window_drop(z->m->params, 0, z->m->n_floats * sizeof(float));
     }
     if (z->mixed && dt_zero_params_refresh(z)) return failed(z, "setup");
@@ -262,6 +272,7 @@ static void zero_destroy(void *self)
     zero *z = self;
     if (z->seg) {
         dt_zero_grads_free(z);
+        dt_zero_free_pieces(z);
         for (int s = 0; s < z->nseg; s++)
             if (z->seg[s].ag) dt_wait(z->seg[s].ag);
         for (int s = 0; s < z->nseg; s++) free(z->seg[s].qbuf);

@@ -25,6 +25,8 @@ typedef struct {
     unsigned char *qbuf; /* qwZ: every rank's int8 piece and scales, on their way */
     int grads_held;    /* stages 2-3: its gradient window is accounted */
     int persistent;    /* stage 3: small enough to stay gathered */
+    float *pbuf;       /* offload_param: its piece, read from the store for a gather */
+    int rd;            /* and the read's ticket while in flight, else -1 */
 } zero_seg;
 
 typedef struct zero {
@@ -106,7 +108,6 @@ void dt_zero_grads_free(zero *z);
 /* zero_params.c */
 int dt_zero_param_need(void *ctx, int s, int use);
 void dt_zero_param_done(void *ctx, int s, int use);
-float *dt_zero_params_of(const zero *z, int s); /* this rank's fp32 piece, where the update writes it */
 /* The working parameters, what forward reads and the gathers fill: the
  * model's params (fp32), or params16 (mixed); and their element size. */
 void *dt_zero_working(const zero *z);
@@ -129,8 +130,15 @@ int dt_zero_fail(zero *z, int rc, const char *what);
  * account of `kind`. */
 void dt_zero_drop_segment(zero *z, void *window, size_t esz, int s, dt_mem_kind kind,
                           int accounted);
+/* Whether this rank keeps fp32 pieces of its own (stage 3, mixed
+ * precision's masters): in shard_p, or in the optimizer's store. */
+static inline int dt_zero_keeps_pieces(const zero *z) { return z->shard_p || z->o.offload_params; }
 /* This rank's piece of segment s, from the fp32 parameter window into its
- * shard (stage 3, or mixed precision). */
-void dt_zero_keep_piece(zero *z, int s);
+ * shard, or the store (offload_param). 0, or -1 with z->error. */
+int dt_zero_keep_piece(zero *z, int s);
+/* offload_param: every piece read ahead let go (before the update
+ * changes them), then the next forward's first read. */
+int dt_zero_reread_pieces(zero *z);
+void dt_zero_free_pieces(zero *z);
 
 #endif

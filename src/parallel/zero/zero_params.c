@@ -6,9 +6,13 @@
  * With mixed precision the working parameters are the model's bf16
  * params16 (half the bytes to gather), and the pieces this rank updates are
  * fp32 master weights, rounded into the working copy after each update.
- * See zero.h. */
+ * With offload_param a stage-3 rank's pieces live in the optimizer's NVMe
+ * store: each is read into a buffer of its own one segment ahead of its
+ * gather, and let go when the gather is done. See zero.h. */
 #include <stdlib.h>
 #include <string.h>
+
+#include "model/optimizer.h"
 
 #include "core/alloc.h"
 #include "core/str.h"
@@ -29,10 +33,98 @@ void dt_zero_drop_segment(zero *z, void *window, size_t esz, int s, dt_mem_kind 
     if (accounted) dt_mem_account(kind, -(long long)n);
 }
 
-void dt_zero_keep_piece(zero *z, int s)
+/* offload_param: the optimizer's store, which holds the pieces (NULL once
+ * the optimizer is gone: its engine finished every read then). */
+static dt_opt_store *store_of(const zero *z)
+{
+    dt_optimizer *o = z->S->rank->opt;
+    return o ? o->store : NULL;
+}
+
+static int io_failed(zero *z)
+{
+    if (!z->error) {
+        z->error = -1;
+        dt_strf(z->errmsg, sizeof z->errmsg, "%s", z->m->error);
+    }
+    return -1;
+}
+
+int dt_zero_keep_piece(zero *z, int s)
 {
     const dt_flat_range *p = &z->map.mine[s];
-    memcpy(z->shard_p + p->at, z->m->params + p->lo, (p->hi - p->lo) * sizeof(float));
+    if (!z->o.offload_params) {
+        memcpy(z->shard_p + p->at, z->m->params + p->lo, (p->hi - p->lo) * sizeof(float));
+        return 0;
+    }
+    if (p->hi == p->lo) return 0;
+    if (dt_opt_store_write_params(store_of(z), p->at, p->hi - p->lo, z->m->params + p->lo,
+                                  z->m->error, sizeof z->m->error))
+        return io_failed(z);
+    return 0;
+}
+
+/* offload_param: segment s's piece read from the store into a buffer of
+ * its own, queued now and waited for when its gather starts. */
+static int read_piece(zero *z, int s)
+{
+    zero_seg *g = &z->seg[s];
+    if (!z->o.offload_params || g->pbuf || !dt_zero_has(z, s)) return 0;
+    size_t bytes = z->map.piece[s] * sizeof(float);
+    if (posix_memalign((void **)&g->pbuf, 4096, bytes)) {
+        g->pbuf = NULL;
+        dt_strf(z->m->error, sizeof z->m->error, "offload_param: out of memory for %zu bytes",
+                bytes);
+        return io_failed(z);
+    }
+    dt_mem_account(DT_MEM_PARAMS, (long long)bytes);
+    g->rd = dt_opt_store_read_params(store_of(z), z->map.mine[s].at, z->map.piece[s], g->pbuf,
+                                     z->m->error, sizeof z->m->error);
+    return g->rd < 0 ? io_failed(z) : 0;
+}
+
+/* Its piece here: read (now, if no read was queued) and waited for. */
+static int piece_ready(zero *z, int s)
+{
+    zero_seg *g = &z->seg[s];
+    if (!z->o.offload_params) return 0;
+    if (read_piece(z, s)) return -1;
+    if (g->rd < 0) return 0;
+    int rc = dt_opt_store_wait(store_of(z), g->rd, z->m->error, sizeof z->m->error);
+    g->rd = -1;
+    return rc ? io_failed(z) : 0;
+}
+
+static void free_piece(zero *z, int s)
+{
+    zero_seg *g = &z->seg[s];
+    if (!g->pbuf) return;
+    dt_opt_store *st = store_of(z);
+    if (g->rd >= 0 && st) dt_opt_store_wait(st, g->rd, z->m->error, sizeof z->m->error);
+    g->rd = -1;
+    free(g->pbuf);
+    g->pbuf = NULL;
+    dt_mem_account(DT_MEM_PARAMS, -(long long)(z->map.piece[s] * sizeof(float)));
+}
+
+void dt_zero_free_pieces(zero *z)
+{
+    for (int s = 0; s < z->nseg; s++) free_piece(z, s);
+}
+
+/* After the update wrote the pieces: what was read before is stale. The
+ * next forward starts at segment 0: its read goes now. */
+int dt_zero_reread_pieces(zero *z)
+{
+    if (!z->o.offload_params) return 0;
+    dt_zero_free_pieces(z);
+    return read_piece(z, 0);
+}
+
+/* This rank's fp32 piece of segment s: in the shard, or read from the store. */
+static const float *piece_f32(const zero *z, int s)
+{
+    return z->shard_p ? z->shard_p + z->map.mine[s].at : z->seg[s].pbuf;
 }
 
 void *dt_zero_working(const zero *z)
@@ -53,7 +145,7 @@ static const void *piece_to_send(const zero *z, int s)
 {
     const dt_flat_range *p = &z->map.mine[s];
     if (z->o.stage < 3) return working_at(z, p->lo);
-    return z->mixed ? (const void *)(z->shard16 + p->at) : (const void *)(z->shard_p + p->at);
+    return z->mixed ? (const void *)(z->shard16 + p->at) : (const void *)piece_f32(z, s);
 }
 
 int dt_zero_fail(zero *z, int rc, const char *what)
@@ -64,12 +156,6 @@ int dt_zero_fail(zero *z, int rc, const char *what)
         dt_strf(z->m->error, sizeof z->m->error, "%s", z->errmsg);
     }
     return -1;
-}
-
-float *dt_zero_params_of(const zero *z, int s)
-{
-    const dt_flat_range *p = &z->map.mine[s];
-    return z->shard_p ? z->shard_p + p->at : z->m->params + p->lo;
 }
 
 /* qwZ: one rank's piece of segment s as sent: its int8 values, then its
@@ -91,8 +177,9 @@ static int gather_int8(zero *z, int s)
         return dt_strf(z->m->error, sizeof z->m->error, "ZeRO++ qwZ: out of memory"), -1;
     dt_mem_account(DT_MEM_COMM, (long long)(len * (size_t)z->n));
     unsigned char *mine = g->qbuf + len * (size_t)z->me;
-    dt_quant_int8((int8_t *)mine, (float *)(mine + at), z->shard_p + z->map.mine[s].at, p,
+    dt_quant_int8((int8_t *)mine, (float *)(mine + at), piece_f32(z, s), p,
                   (size_t)z->o.quant_block);
+    free_piece(z, s);
     return dt_iallgather(z->comm, mine, g->qbuf, len, DT_U8, &g->ag);
 }
 
@@ -130,6 +217,7 @@ static int gather(zero *z, int s, int exact)
         dt_mem_account(DT_MEM_PARAMS, -(long long)(seg_len(z, s) * dt_zero_esz(z)));
     }
     dt_zero_note(z, "gather", s);
+    if (piece_ready(z, s)) return -1;
     int rc = int8 ? gather_int8(z, s)
                   : dt_iallgather(z->comm, piece_to_send(z, s), working_at(z, seg_lo(z, s)),
                                   z->map.piece[s], working_type(z), &g->ag);
@@ -150,6 +238,7 @@ static int wait_gather(zero *z, int s)
     g->ag = NULL;
     z->wait_ms += (double)(dt_now_ns() - t0) * 1e-6; /* compute stood still */
     if (rc) return dt_zero_fail(z, rc, "parameter gather");
+    free_piece(z, s);
     size_t at, bytes = seg_len(z, s) * dt_zero_esz(z);
     if (g->qbuf) {
         bytes = packet_bytes(z, s, &at) * (size_t)z->n;
@@ -186,13 +275,15 @@ static int prefetch(zero *z, int s, int use)
 {
     /* At the head, forward's next use is backward's first: already here. */
     if (use == DT_USE_FORWARD && s == 0 && z->in_head) return 0;
-    for (int k = 0, t = next_use(z, s, use); k < z->o.prefetch && t >= 0;
-         k++, t = next_use(z, t, use)) {
+    int k = 0, t = next_use(z, s, use);
+    for (; k < z->o.prefetch && t >= 0; k++, t = next_use(z, t, use)) {
         if (z->seg[t].gathered) continue;
         if (z->o.max_live_floats && z->live + seg_len(z, t) > z->o.max_live_floats) break;
         if (gather(z, t, 0)) return -1;
     }
-    return 0;
+    /* offload_param: the piece of the next segment to gather comes off
+     * the disk while this one computes. */
+    return t >= 0 && !z->seg[t].gathered ? read_piece(z, t) : 0;
 }
 
 static void hold_grads(zero *z, int s)
@@ -213,7 +304,7 @@ static int need(zero *z, int s, int use)
 {
     if (z->error) return -1;
     if (use == DT_USE_BACKWARD) hold_grads(z, s);
-    if (use == DT_USE_INIT && z->shard_p) {
+    if (use == DT_USE_INIT && dt_zero_keeps_pieces(z)) {
         dt_mem_account(DT_MEM_PARAMS, (long long)init_bytes(z, s));
         return 0;
     }
@@ -227,9 +318,9 @@ static int need(zero *z, int s, int use)
 static void done(zero *z, int s, int use)
 {
     if (z->error) return;
-    if (use == DT_USE_INIT && z->shard_p) {
+    if (use == DT_USE_INIT && dt_zero_keeps_pieces(z)) {
         /* Keep this rank's piece of the initial values; let the rest go. */
-        dt_zero_keep_piece(z, s);
+        if (dt_zero_keep_piece(z, s)) return;
         dt_zero_drop_segment(z, z->m->params, sizeof(float), s, DT_MEM_PARAMS, 0);
         if (z->window16) dt_zero_drop_segment(z, z->m->params16, sizeof(uint16_t), s, DT_MEM_PARAMS, 0);
         dt_mem_account(DT_MEM_PARAMS, -(long long)init_bytes(z, s));
@@ -289,6 +380,7 @@ int dt_zero_params_refresh(zero *z)
             if (wait_gather(z, s)) return -1;
         return 0;
     }
+    if (dt_zero_reread_pieces(z)) return -1;
     for (int s = 0; s < z->nseg; s++) {
         if (release(z, s, 1)) return -1;
         if (z->seg[s].persistent && gather(z, s, 0)) return -1;
