@@ -156,6 +156,8 @@ int dt_test(dt_request *req, int *done);
 /* Payload bytes this rank has sent on c so far (headers not counted), for
  * measuring what a strategy moves per step. */
 uint64_t dt_comm_bytes_sent(const dt_comm *c);
+/* Of them, the bytes sent to ranks on other hosts (over the network). */
+uint64_t dt_comm_bytes_sent_off_host(const dt_comm *c);
 
 /* dt_wait that also gives when the progress thread started and finished
  * the operation (CLOCK_MONOTONIC, ns), for overlap studies. */

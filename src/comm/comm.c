@@ -287,6 +287,11 @@ void dt_comm_destroy(dt_comm *c)
 int dt_comm_rank(const dt_comm *c) { return c ? c->rank : -1; }
 int dt_comm_size(const dt_comm *c) { return c ? c->size : -1; }
 uint64_t dt_comm_bytes_sent(const dt_comm *c) { return c ? atomic_load(&c->bytes_sent) : 0; }
+
+uint64_t dt_comm_bytes_sent_off_host(const dt_comm *c)
+{
+    return c ? atomic_load(&c->bytes_off_host) : 0;
+}
 int dt_comm_local_rank(const dt_comm *c) { return c ? c->local_rank : -1; }
 int dt_comm_local_size(const dt_comm *c) { return c ? c->local_size : -1; }
 const char *dt_comm_transport(const dt_comm *c) { return c ? c->transport_name : "none"; }

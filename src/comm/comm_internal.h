@@ -219,6 +219,7 @@ struct dt_comm {
     char transport_name[16]; /* "shm+tcp", ... (transport/transport.c) */
     uint64_t seq;          /* sequence number of the next collective */
     _Atomic uint64_t bytes_sent; /* payload bytes this rank has sent (dt_comm_bytes_sent) */
+    _Atomic uint64_t bytes_off_host; /* of them, to ranks on other hosts */
     uint64_t *p2p_send_seq; /* [size] per-peer counters for send/recv */
     uint64_t *p2p_recv_seq;
     dt_coll_args cur;     /* the collective being run */

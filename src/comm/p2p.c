@@ -68,7 +68,11 @@ static int progress_pass(dt_comm *c, dt_p2p *ops, unsigned char *done, int n, in
         if (rc == 1) {
             done[i] = 1;
             *progressed = 1;
-            if (is_send(&ops[i])) atomic_fetch_add(&c->bytes_sent, ops[i].bytes);
+            if (is_send(&ops[i])) {
+                atomic_fetch_add(&c->bytes_sent, ops[i].bytes);
+                if (c->host_of[ops[i].peer] != c->host_of[c->rank])
+                    atomic_fetch_add(&c->bytes_off_host, ops[i].bytes);
+            }
         } else {
             pending++;
         }

@@ -41,6 +41,7 @@ static const struct {
     {"offload-param", DT_AGREE_VALUE},
     {"zero-quantized-weights", DT_AGREE_VALUE},
     {"zero-quant-block", DT_AGREE_VALUE},
+    {"zero-hpz-partition-size", DT_AGREE_VALUE},
     {"nvme-path", DT_AGREE_SET},
     {"offload-buffers", DT_AGREE_FREE},
     {"sub-group-size", DT_AGREE_FREE},

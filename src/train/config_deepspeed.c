@@ -39,6 +39,7 @@
  *     nothing and are accepted.
  *   zero_optimization.stage -> zero_stage (dt_cfg_check_zero);
  *     zero_quantized_weights -> zero_qwz (qwZ);
+ *     zero_hpz_partition_size -> zero_hpz (hpZ);
  *     offload_optimizer {device none|cpu|nvme, nvme_path, buffer_count} ->
  *     offload_optimizer, nvme_path, offload_buffers (pin_memory, fast_init
  *     accepted); offload_param {device, nvme_path} -> offload_param,
@@ -254,8 +255,8 @@ static int zero_other(ds_ctx *x, const ds_key *k, const char *key, const cJSON *
     return fail(x, key, "is not supported: dtrain's ZeRO reads stage, reduce_bucket_size (the "
                 "DDP bucket at stage 0), overlap_comm, stage3_prefetch_bucket_size, "
                 "stage3_max_live_parameters, stage3_param_persistence_threshold, "
-                "offload_optimizer, offload_param, sub_group_size and zero_quantized_weights "
-                "(hpZ and qgZ do "
+                "offload_optimizer, offload_param, sub_group_size, zero_quantized_weights and "
+                "zero_hpz_partition_size (qgZ does "
                 "not exist yet); "
                 "remove it");
 }
@@ -419,6 +420,7 @@ static const ds_key zero_keys[] = {
     OWN("offload_param", offload_param, own_offload_param, NULL),
     OPTION("sub_group_size", sub_group_size, NULL),
     OPTION("zero_quantized_weights", zero_qwz, NULL),
+    OPTION("zero_hpz_partition_size", zero_hpz, NULL),
     NOOP("overlap_comm", "true",
          "dtrain's DDP always overlaps each bucket's all-reduce with the rest of backward; "
          "leave it out or write true"),

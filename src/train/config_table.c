@@ -105,6 +105,8 @@ const dt_cfg_opt dt_cfg_options[] = {
         "ZeRO++ qwZ: stage 3 gathers parameters as int8 blocks"),
     OPT(G_RUN, "zero-quant-block", NULL, T_INT, zero_quant_block, 16, 1 << 20, "N", NULL, 0,
         "qwZ: values per fp32 scale"),
+    OPT(G_RUN, "zero-hpz-partition-size", NULL, T_INT, zero_hpz, 1, 1 << 16, "K", NULL, 0,
+        "ZeRO++ hpZ: 2nd parameter copy over K ranks (a host)"),
     OPT(G_RUN, "offload-optimizer", NULL, T_CHOICE, offload_optimizer, 0, 0, "none|cpu|nvme",
         NULL, 0, "ZeRO-Infinity: optimizer state in memory, or in a file"),
     OPT(G_RUN, "offload-param", NULL, T_CHOICE, offload_param, 0, 0, "none|cpu|nvme", NULL, 0,
@@ -294,6 +296,7 @@ void dt_config_defaults(dt_train_config *c)
     c->tp = 1;
     c->cp = 1;
     c->zero_quant_block = 256;
+    c->zero_hpz = 1;
     strcpy(c->offload_optimizer, "none");
     strcpy(c->offload_param, "none");
     c->offload_buffers = 4;
@@ -355,7 +358,8 @@ int dt_cfg_check_zero(const dt_train_config *c, char *err, size_t n)
                                     offsetof(dt_train_config, zero_persist),
                                     offsetof(dt_train_config, zero_qwz),
                                     offsetof(dt_train_config, zero_quant_block),
-                                    offsetof(dt_train_config, offload_param)};
+                                    offsetof(dt_train_config, offload_param),
+                                    offsetof(dt_train_config, zero_hpz)};
     if (DT_CONFIG_GIVEN(c, zero_prefetch) && DT_CONFIG_GIVEN(c, zero_prefetch_elems))
         return dt_strf(err, n, "--zero-prefetch counts layers, --zero-prefetch-elems "
                        "(stage3_prefetch_bucket_size) parameters: give one of them"), -1;

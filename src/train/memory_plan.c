@@ -117,6 +117,11 @@ int dt_mem_plan_make(const dt_gpt *layout, const dt_mem_plan_opts *o, dt_mem_pla
         p->window_grads = (head > emb + layer ? head : emb + layer) * sizeof(float);
     }
     if (shard_params) p->window_params = (lead > head ? lead : head) * p->param_bytes;
+    if (shard_params && o->hpz > 1) { /* hpZ's secondary partition */
+        p->bytes[DT_MEM_PARAMS] += p->param_bytes * psi / o->hpz;
+        dt_strf(p->formula[DT_MEM_PARAMS], sizeof p->formula[0], "%dPsi/N + %dPsi/hpZ",
+                p->param_bytes, p->param_bytes);
+    }
     if (shard_params && o->offload_params) {
         /* Each piece is read into its own buffer a segment ahead of its
          * gather: the segments gathered ahead and one more. */
@@ -141,6 +146,7 @@ int dt_mem_plan_from_config(const dt_gpt *layout, const dt_train_config *c, int 
     dt_offload_opts off = dt_config_offload_opts(c);
     if (strcmp(c->offload_optimizer, "nvme") == 0) o.offload = &off;
     o.offload_params = strcmp(c->offload_param, "nvme") == 0;
+    o.hpz = c->zero_hpz;
     if (dt_opt_kind_parse(c->optimizer, &o.opt))
         return dt_strf(err, errlen, "optimizer '%s': adamw, adam or sgd", c->optimizer), -1;
     return dt_mem_plan_make(layout, &o, p, err, errlen);
@@ -171,6 +177,7 @@ static void state_formula(const dt_mem_plan *p, char *buf, size_t n)
     dt_strf(buf, n, "%s%s%s%s", a, whole && split ? " + " : "", s,
             p->nvme + p->nvme_params > 0 ? " + buffers" : "");
     if (!whole && !split) dt_strf(buf, n, p->nvme + p->nvme_params > 0 ? "buffers" : "0");
+    if (p->o.hpz > 1 && stage >= 3) dt_strf(buf + strlen(buf), n - strlen(buf), " + hpZ");
 }
 
 #define MIB(x) ((double)(x) / 1048576.0)

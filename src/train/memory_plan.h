@@ -58,6 +58,7 @@ typedef struct {
     int prefetch;      /* stage 3: segments gathered ahead of the one in use */
     const dt_offload_opts *offload; /* the optimizer state on NVMe; NULL: in memory */
     int offload_params; /* stage 3: the parameters' pieces on NVMe too (offload_param) */
+    int hpz;            /* stage 3: hpZ's group size K (a second copy, P Psi / K); 1: none */
 } dt_mem_plan_opts;
 
 typedef struct {

@@ -1,5 +1,7 @@
-"""ZeRO++ qwZ (--zero-quantized-weights): stage 3 gathers the parameters as
-int8 blocks with one fp32 scale each, against plain stage 3.
+"""ZeRO++ against plain stage 3: qwZ (--zero-quantized-weights) gathers the
+parameters as int8 blocks with one fp32 scale each; hpZ
+(--zero-hpz-partition-size) keeps a second copy of them sharded inside each
+host, which backward gathers from.
 
   test_zeropp.py DTRAIN
 
@@ -11,6 +13,15 @@ parameter gather of step 1 (the --trace timeline's allgather events) moves
 (N - 1) / N of the gathers' difference. Every rank's weights the same bits
 (each dequantizes the same bytes). Bad input: qwZ below stage 3, with
 bf16, and --zero-quant-block without it.
+
+hpZ, 4 ranks on 2 fake hosts (DTRAIN_HOSTNAME), groups of 2, 6 steps: the
+losses and weights plain stage 3's bits (backward gathers the values
+forward gathered), with qwZ qwZ's bits; from the links' counters
+(DTRAIN_ZERO_EVENTS), hpZ's gathers send 0 bytes off the host, and the
+data-parallel group sends less by exactly the backward gathers' bytes:
+(N - 1) / N of each segment there against (K - 1) / K in the host, 1.5x
+hpZ's bytes at N = 4, K = 2. A group size that does not divide the ranks is
+refused.
 """
 import json
 import os
@@ -22,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
 from checks import check, finish  # noqa: E402
-from dtrain_run import expect_refused  # noqa: E402
+from dtrain_run import expect_refused, same_bits, train_small, write_words  # noqa: E402
 from markov import K, make_chain, entropy_rate, sample  # noqa: E402
 
 STEPS = 800
@@ -51,11 +62,60 @@ def train(dtrain, tmp, name, extra):
     return val, sent[1], gathers, r.stdout
 
 
+def traffic(path, steps):
+    """Per step: the data-parallel group's bytes and those off the host,
+    hpZ's bytes and those off the host (rank 0's DTRAIN_ZERO_EVENTS)."""
+    rows = [l.split() for l in open(path + ".0") if l.split()[1:2] == ["traffic"]]
+    return [tuple(int(x) for x in (r[2], r[3], r[5], r[6])) for r in rows][:steps]
+
+
+def hpz(dtrain, tmp):
+    write_words(os.path.join(tmp, "data.txt"), 5)
+    model = ["--n-layer", "2", "--n-head", "4", "--n-embd", "48", "--block-size", "16"]
+    base = ["--nproc", "4", "--zero-stage", "3", "--batch-size", "2"]
+    env = dict(os.environ)
+    runs = {}
+    try:
+        os.environ["DTRAIN_HOSTNAME"] = "hostA,hostA,hostB,hostB"
+        for name, extra in (("plain", []), ("hpz", ["--zero-hpz-partition-size", "2"]),
+                            ("qwz", ["--zero-quantized-weights"]),
+                            ("both", ["--zero-quantized-weights", "--zero-hpz-partition-size",
+                                      "2"])):
+            os.environ["DTRAIN_ZERO_EVENTS"] = os.path.join(tmp, name + ".ev")
+            got = train_small(dtrain, tmp, name, model, base + extra, 6, 3e-3)
+            runs[name] = got + (traffic(os.path.join(tmp, name + ".ev"), 6),)
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+    p, h = runs["plain"], runs["hpz"]
+    check(h[0] == p[0] and same_bits(h[1], p[1]),
+          "hpZ: 6 steps at 4 ranks, the losses and weights plain stage 3's bits")
+    check(runs["both"][0] == runs["qwz"][0] and same_bits(runs["both"][1], runs["qwz"][1]),
+          "hpZ with qwZ: qwZ's bits (backward uses forward's dequantized values)")
+    check("hpZ: backward gathers over 2 ranks (shm)" in h[2] and "bit-identical" in h[2],
+          "the banner names hpZ's groups and their transport; replicas identical")
+    off = [t[3] for t in h[5]]
+    check(len(off) == 6 and all(t[2] > 0 for t in h[5]) and off == [0] * 6,
+          "hpZ's gathers sent %s bytes a step, %s of them off the host" %
+          ([t[2] for t in h[5]], off))
+    ok = all(pt[0] - ht[0] == ht[2] * 3 // 2 and ht[2] % 2 == 0
+             for pt, ht in zip(p[5], h[5]))
+    check(len(p[5]) == 6 and ok and all(ht[1] < pt[1] for pt, ht in zip(p[5], h[5])),
+          "the data-parallel group sends 1.5x hpZ's bytes less a step (%s -> %s, hpZ %s), "
+          "and less off the host (%s -> %s)" % (p[5][0][0], h[5][0][0], h[5][0][2],
+                                                p[5][0][1], h[5][0][1]))
+    expect_refused(dtrain, ["train", "--data", os.path.join(tmp, "data.txt")] + model + [
+        "--steps", "1", "--nproc", "4", "--zero-stage", "3"],
+        [(["--zero-hpz-partition-size", "3"], "use a divisor of 4")])
+
+
 def main():
     dtrain = sys.argv[1]
     rng = np.random.default_rng(2024)
     P = make_chain(rng)
     H = entropy_rate(P)
+    with tempfile.TemporaryDirectory() as tmp:
+        hpz(dtrain, tmp)
     with tempfile.TemporaryDirectory() as tmp:
         open(os.path.join(tmp, "train.txt"), "wb").write(sample(P, 200000, rng))
         open(os.path.join(tmp, "val.txt"), "wb").write(sample(P, 40000, rng))

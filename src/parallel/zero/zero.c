@@ -67,6 +67,17 @@ static int own_pieces(zero *z, dt_share *share)
     return 0;
 }
 
+/* hpZ: this rank's secondary pieces, 1/K of each segment it holds. */
+static int secondary_partition(zero *z)
+{
+    for (int s = 0; s < z->nseg; s++) {
+        z->seg[s].sec_at = z->sec_len;
+        if (dt_zero_has(z, s)) z->sec_len += dt_zero_seg_len(z, s) / (size_t)z->hpz_k;
+    }
+    z->sec = dt_alloc(z->sec_len * dt_zero_esz(z), DT_MEM_PARAMS);
+    return z->sec || z->sec_len == 0 ? 0 : -1;
+}
+
 /* The buffers this stage does not hold whole become windows; the
  * optimizer's state covers this rank's pieces. */
 static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
@@ -122,6 +133,7 @@ static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
     }
     for (int s = 0; s < z->nseg && z->o.stage >= 3; s++)
         z->seg[s].persistent = dt_zero_seg_len(z, s) <= z->o.persist_floats;
+    if (z->hpz_comm && secondary_partition(z)) return out_of_memory(z, "hpZ's secondary pieces");
     z->prev_need = layout->param_need;
     z->prev_done = layout->param_done;
     z->prev_ctx = layout->param_ctx;
@@ -167,6 +179,9 @@ static int zero_begin_step(void *self, long step)
     dt_zero_drop_all(z); /* what an evaluation or a save gathered */
     z->step = step;
     z->bytes_at_begin = dt_comm_bytes_sent(z->comm);
+    z->off_host_at_begin = dt_comm_bytes_sent_off_host(z->comm);
+    z->hpz_at_begin = dt_comm_bytes_sent(z->hpz_comm);
+    z->hpz_off_at_begin = dt_comm_bytes_sent_off_host(z->hpz_comm);
     z->wait_ms = 0; /* from here: the gathers' and reduce-scatters' waits of this step */
     return z->error ? failed(z, "step") : 0;
 }
@@ -192,7 +207,15 @@ static int zero_after_update(void *self)
 {
     zero *z = self;
     int rc = dt_zero_params_refresh(z); /* its waits count in wait_ms */
-    z->bytes_sent = dt_comm_bytes_sent(z->comm) - z->bytes_at_begin;
+    uint64_t hpz = dt_comm_bytes_sent(z->hpz_comm) - z->hpz_at_begin;
+    z->bytes_sent = dt_comm_bytes_sent(z->comm) - z->bytes_at_begin + hpz;
+    if (z->events) /* what went where, from the links' counters */
+        fprintf(z->events, "%ld traffic %llu %llu hpz %llu %llu\n", z->step,
+                (unsigned long long)(dt_comm_bytes_sent(z->comm) - z->bytes_at_begin),
+                (unsigned long long)(dt_comm_bytes_sent_off_host(z->comm) - z->off_host_at_begin),
+                (unsigned long long)hpz,
+                (unsigned long long)(dt_comm_bytes_sent_off_host(z->hpz_comm) -
+                                     z->hpz_off_at_begin));
     return rc ? failed(z, "parameter all-gather") : 0;
 }
 
@@ -264,6 +287,9 @@ static void zero_describe(void *self, FILE *f)
     if (z->o.stage >= 3)
         fprintf(f, ", prefetch %d, reshard after forward %s", z->o.prefetch,
                 z->o.reshard_after_forward ? "yes" : "no");
+    if (z->hpz_comm)
+        fprintf(f, ", hpZ: backward gathers over %d ranks (%s)", z->hpz_k,
+                dt_comm_transport(z->hpz_comm));
     fprintf(f, ")");
 }
 
@@ -288,6 +314,8 @@ static void zero_destroy(void *self)
         z->m->grad_ready = NULL;
     }
     if (z->events) fclose(z->events);
+    if (z->hpz_comm) dt_comm_destroy(z->hpz_comm);
+    dt_free(z->sec);
     if (z->owns_comm) dt_comm_destroy(z->comm);
     free(z->list);
     free(z->owned_list);
@@ -315,6 +343,24 @@ static void zero_destroy(void *self)
     .describe = zero_describe, .destroy = zero_destroy
 static const dt_strategy_ops zero_ops = {ZERO_OPS};
 static const dt_strategy_ops zero3_ops = {ZERO_OPS, .eval_group = zero_eval_group};
+
+/* hpZ's groups: K consecutive ranks of the data-parallel group, which the
+ * launcher places on one host. */
+static int hpz_group(zero *z, dt_rank *r)
+{
+    int k = z->o.hpz;
+    if (z->o.stage < 3 || z->n % k)
+        return dt_strf(r->err, sizeof r->err, "zero_hpz_partition_size %d: hpZ splits stage "
+                       "3's %d data-parallel ranks into groups of that many; use a divisor of "
+                       "%d (the ranks of a host)%s", k, z->n, z->n,
+                       z->o.stage < 3 ? ", with --zero-stage 3" : ""), -1;
+    if (dt_comm_split(z->comm, z->me / k, z->me, &z->hpz_comm))
+        return dt_strf(r->err, sizeof r->err, "hpZ: forming groups of %d: %s", k,
+                       dt_comm_error(z->comm)), -1;
+    z->hpz_k = k;
+    z->hpz_me = z->me % k;
+    return 0;
+}
 
 int dt_zero_strategy_on(dt_strategy *S, dt_comm *group, int owns, const dt_zero_opts *o)
 {
@@ -344,6 +390,7 @@ int dt_zero_strategy_on(dt_strategy *S, dt_comm *group, int owns, const dt_zero_
             goto fail;
         }
     }
+    if (o->hpz > 1 && hpz_group(z, r)) goto fail;
     if (dt_strategy_add_norm_group(S, group)) {
         dt_strf(r->err, sizeof r->err, "ZeRO: too many layers split the gradients");
         goto fail;
@@ -353,6 +400,7 @@ int dt_zero_strategy_on(dt_strategy *S, dt_comm *group, int owns, const dt_zero_
     S->dp_size = z->n;
     return dt_strategy_add(S, o->stage >= 3 ? &zero3_ops : &zero_ops, z);
 fail:
+    if (z && z->hpz_comm) dt_comm_destroy(z->hpz_comm);
     if (owns) dt_comm_destroy(group);
     free(z);
     return -1;

@@ -45,6 +45,9 @@ typedef struct {
     dt_dtype wire;       /* gradients reduce-scattered in DT_F32 or DT_BF16 (parallel/wire.h) */
     int quant_weights;   /* stage 3, fp32: ZeRO++'s qwZ, the parameters' gathers in int8 */
     int quant_block;     /* qwZ: values per fp32 scale */
+    int hpz;             /* stage 3: ZeRO++'s hpZ, a second copy of the parameters sharded over
+                          * groups of this many consecutive ranks (a host's), which backward
+                          * gathers from; 1 = none */
     int offload_params;  /* stage 3, fp32: the pieces live in the optimizer's NVMe store, each
                           * read just ahead of its gather (ZeRO-Infinity's offload_param) */
 } dt_zero_opts;

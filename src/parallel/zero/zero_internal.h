@@ -25,6 +25,10 @@ typedef struct {
     unsigned char *qbuf; /* qwZ: every rank's int8 piece and scales, on their way */
     int grads_held;    /* stages 2-3: its gradient window is accounted */
     int persistent;    /* stage 3: small enough to stay gathered */
+    size_t sec_at;     /* hpZ: where its secondary piece starts in z->sec (floats) */
+    int sec_valid;     /* hpZ: that piece holds the current parameters */
+    int sec_quantized; /* hpZ: and they came from a qwZ (int8) gather */
+    int from_sec;      /* hpZ: the gather in flight is the secondary one */
     float *pbuf;       /* offload_param: its piece, read from the store for a gather */
     int rd;            /* and the read's ticket while in flight, else -1 */
 } zero_seg;
@@ -64,6 +68,15 @@ typedef struct zero {
     int error;       /* a failure inside a model hook (reported at the step's end) */
     char errmsg[256];
     size_t live;     /* stage 3: floats gathered now */
+    int backward;    /* stage 3: the layer being needed is for backward */
+    /* hpZ: the group of consecutive ranks that hold the secondary
+     * partition, this rank's pieces of it (the working type), and the
+     * group's bytes at the step's start. */
+    dt_comm *hpz_comm;
+    int hpz_k, hpz_me;
+    void *sec;
+    size_t sec_len;
+    uint64_t hpz_at_begin, off_host_at_begin, hpz_off_at_begin;
     FILE *events;    /* DTRAIN_ZERO_EVENTS: when each gather, reduce-scatter and layer ran */
     long step;
     /* The last step's figures. */

@@ -205,6 +205,42 @@ static void dequantize(zero *z, int s)
  * and an int8 copy already there is gathered again exactly. */
 static int wait_gather(zero *z, int s);
 
+/* hpZ: this rank's piece of segment s in the secondary partition. */
+static char *sec_piece(const zero *z, int s)
+{
+    return (char *)z->sec + z->seg[s].sec_at * dt_zero_esz(z);
+}
+
+static size_t sec_count(const zero *z, int s) { return seg_len(z, s) / (size_t)z->hpz_k; }
+
+/* hpZ: backward's gather of segment s from the group's secondary pieces,
+ * over the ranks of one host. */
+static int gather_secondary(zero *z, int s)
+{
+    zero_seg *g = &z->seg[s];
+    int rc = dt_iallgather(z->hpz_comm, sec_piece(z, s), working_at(z, seg_lo(z, s)),
+                           sec_count(z, s), working_type(z), &g->ag);
+    if (rc) return dt_zero_fail(z, rc, "hpZ parameter gather");
+    g->gathered = 1;
+    g->from_sec = 1;
+    g->quantized = g->sec_quantized;
+    z->live += seg_len(z, s);
+    dt_mem_account(DT_MEM_PARAMS, (long long)(seg_len(z, s) * dt_zero_esz(z)));
+    return 0;
+}
+
+/* hpZ: after a primary gather, this rank's secondary piece of it kept,
+ * for backward (until the next update). */
+static void keep_secondary(zero *z, int s)
+{
+    zero_seg *g = &z->seg[s];
+    if (!z->sec || g->from_sec || g->sec_valid) return;
+    size_t n = sec_count(z, s), esz = dt_zero_esz(z);
+    memcpy(sec_piece(z, s), working_at(z, seg_lo(z, s) + (size_t)z->hpz_me * n), n * esz);
+    g->sec_valid = 1;
+    g->sec_quantized = g->quantized;
+}
+
 static int gather(zero *z, int s, int exact)
 {
     zero_seg *g = &z->seg[s];
@@ -217,6 +253,7 @@ static int gather(zero *z, int s, int exact)
         dt_mem_account(DT_MEM_PARAMS, -(long long)(seg_len(z, s) * dt_zero_esz(z)));
     }
     dt_zero_note(z, "gather", s);
+    if (z->backward && g->sec_valid && !exact) return gather_secondary(z, s);
     if (piece_ready(z, s)) return -1;
     int rc = int8 ? gather_int8(z, s)
                   : dt_iallgather(z->comm, piece_to_send(z, s), working_at(z, seg_lo(z, s)),
@@ -246,7 +283,9 @@ static int wait_gather(zero *z, int s)
     }
     /* The working type's bytes (the fp32 master weights' gather: half of
      * them), or qwZ's int8 and scales. */
-    dt_zero_trace(z, "allgather", start, end, bytes);
+    dt_zero_trace(z, g->from_sec ? "allgather_hpz" : "allgather", start, end, bytes);
+    keep_secondary(z, s);
+    g->from_sec = 0;
     return 0;
 }
 
@@ -309,6 +348,7 @@ static int need(zero *z, int s, int use)
         return 0;
     }
     if (z->o.stage < 3 || use == DT_USE_INIT) return 0;
+    z->backward = use == DT_USE_BACKWARD;
     if (use == DT_USE_FORWARD && s == z->L + 1) z->in_head = 1;
     if (gather(z, s, 0) || prefetch(z, s, use) || wait_gather(z, s)) return -1;
     dt_zero_note(z, use == DT_USE_FORWARD ? "forward" : "backward", s);
@@ -382,6 +422,7 @@ int dt_zero_params_refresh(zero *z)
     }
     if (dt_zero_reread_pieces(z)) return -1;
     for (int s = 0; s < z->nseg; s++) {
+        z->seg[s].sec_valid = 0; /* hpZ: the next primary gather refills it */
         if (release(z, s, 1)) return -1;
         if (z->seg[s].persistent && gather(z, s, 0)) return -1;
     }
