@@ -101,31 +101,22 @@ def report_params(run):
 
 
 def resume(dtrain, tmp, nvme):
+    """Saved at step 3 offloaded (the optimizer, then the parameters too),
+    resumed offloaded and in memory: the uninterrupted in-memory run's bits."""
     args = ["--nproc", "2", "--zero-stage", "3"]
-    off = ["--offload-optimizer", "nvme", "--nvme-path", nvme]
     full = train(dtrain, tmp, "r_full", args)
     out = os.path.join(tmp, "ck")
-    shutil.rmtree(out, ignore_errors=True)
-    train(dtrain, tmp, "r_first", args + off + ["--out", out, "--save-every", "3"], steps=3)
     ck = os.path.join(out, "ckpt-00000003")
-    again = train(dtrain, tmp, "r_again", args + off + ["--resume", ck])
-    check(again[0] == full[0][3:] and same_bits(again[1], full[1]),
-          "offloaded stage 3: saved at step 3 and resumed offloaded, the uninterrupted "
-          "in-memory run's bits")
-    mem = train(dtrain, tmp, "r_mem", args + ["--resume", ck])
-    check(mem[0] == full[0][3:] and same_bits(mem[1], full[1]),
-          "the offloaded run's checkpoint resumed in memory: the same bits")
-    # The parameters offloaded too: saved from the file, and loaded into it.
-    both = off + ["--offload-param", "nvme"]
-    shutil.rmtree(out, ignore_errors=True)
-    train(dtrain, tmp, "p_first", args + both + ["--out", out, "--save-every", "3"], steps=3)
-    again = train(dtrain, tmp, "p_again", args + both + ["--resume", ck])
-    check(again[0] == full[0][3:] and same_bits(again[1], full[1]),
-          "parameters offloaded: saved at step 3 and resumed offloaded, the uninterrupted "
-          "in-memory run's bits")
-    mem = train(dtrain, tmp, "p_mem", args + ["--resume", ck])
-    check(mem[0] == full[0][3:] and same_bits(mem[1], full[1]),
-          "parameters offloaded: the checkpoint resumed in memory, the same bits")
+    off = ["--offload-optimizer", "nvme", "--nvme-path", nvme]
+    for what, kept in (("the optimizer offloaded", off),
+                       ("the parameters offloaded too", off + ["--offload-param", "nvme"])):
+        shutil.rmtree(out, ignore_errors=True)
+        train(dtrain, tmp, "r_first", args + kept + ["--out", out, "--save-every", "3"], steps=3)
+        for how, extra in (("offloaded", kept), ("in memory", [])):
+            got = train(dtrain, tmp, "r_again", args + extra + ["--resume", ck])
+            check(got[0] == full[0][3:] and same_bits(got[1], full[1]),
+                  "stage 3, %s: saved at step 3 and resumed %s, the uninterrupted in-memory "
+                  "run's bits" % (what, how))
 
 
 CAP_MODEL = ["--n-layer", "8", "--n-head", "12", "--n-embd", "768", "--block-size", "32"]
