@@ -40,7 +40,7 @@ struct dt_opt_store {
     size_t *chunks, cap;     /* a step's chunk indices */
     float *map;
     uint64_t last_bytes;
-    double last_wait_ms, last_wall_ms;
+    double last_wall_ms;
     uint64_t param_bytes_read; /* by dt_opt_store_read_params, since the store opened */
 };
 
@@ -75,11 +75,9 @@ size_t dt_opt_store_buffer_bytes(const dt_opt_store *s)
     return (size_t)s->nbuf * (size_t)s->nstates * s->chunk * sizeof(float);
 }
 
-void dt_opt_store_last_step(const dt_opt_store *s, uint64_t *bytes, double *wait_ms,
-                            double *wall_ms)
+void dt_opt_store_last_step(const dt_opt_store *s, uint64_t *bytes, double *wall_ms)
 {
     *bytes = s->last_bytes;
-    *wait_ms = s->last_wait_ms;
     *wall_ms = s->last_wall_ms;
 }
 
@@ -304,7 +302,7 @@ int dt_opt_store_step(dt_opt_store *s, const dt_opt_span *sp, int n, dt_opt_piec
     memset(rd, -1, sizeof rd);
     memset(wr, -1, sizeof wr);
     const int nb = s->nbuf, ahead = nb - 2;
-    uint64_t w0 = dt_aio_wait_ns(s->aio), t0 = dt_now_ns();
+    uint64_t t0 = dt_now_ns();
     int rc = 0, next = 0;
     /* Chunk j goes to slot j % nb once the write of chunk j - nb from that
      * slot is done; chunk i is updated while chunks up to i + ahead are
@@ -325,7 +323,6 @@ int dt_opt_store_step(dt_opt_store *s, const dt_opt_span *sp, int n, dt_opt_piec
     }
     if (dt_aio_drain(s->aio)) rc = -1;
     s->last_bytes = 2ull * nc * (uint64_t)s->nstates * s->chunk * sizeof(float);
-    s->last_wait_ms = (double)(dt_aio_wait_ns(s->aio) - w0) * 1e-6;
     s->last_wall_ms = (double)(dt_now_ns() - t0) * 1e-6;
     if (rc) dt_strf(err, errlen, "offload: %s", dt_aio_error(s->aio));
     return rc;

@@ -86,10 +86,9 @@ void dt_opt_store_totals(const dt_opt_store *s, uint64_t *param_bytes_read, uint
 typedef void (*dt_opt_piece_fn)(void *ctx, const dt_opt_span *piece, float *const *states);
 int dt_opt_store_step(dt_opt_store *s, const dt_opt_span *spans, int n, dt_opt_piece_fn update,
                       void *ctx, char *err, size_t errlen);
-/* The last step's: bytes read and written, ms blocked waiting for the
- * disk (the I/O the update did not hide), and the stream's wall ms. */
-void dt_opt_store_last_step(const dt_opt_store *s, uint64_t *bytes, double *wait_ms,
-                            double *wall_ms);
+/* The last step's stream: bytes read and written, and its wall ms (the
+ * I/O it did not hide is in dt_opt_store_totals' waits). */
+void dt_opt_store_last_step(const dt_opt_store *s, uint64_t *bytes, double *wall_ms);
 
 /* The state buffers as memory (states[s], n floats each), for a
  * checkpoint to read or fill; dt_opt_store_unmap after (written: the

@@ -108,8 +108,7 @@ static int run_loop(dt_run *t)
         s.bytes_sent = bytes;
         if (t->opt.store) {
             s.offload = 1;
-            double stream_wait;
-            dt_opt_store_last_step(t->opt.store, &bytes, &stream_wait, &s.io_wall_ms);
+            dt_opt_store_last_step(t->opt.store, &bytes, &s.io_wall_ms);
             dt_opt_store_totals(t->opt.store, &read1, &wait1);
             s.io_bytes = bytes;
             s.io_param_bytes = read1 - read0;

@@ -149,9 +149,8 @@ static inline int dt_zero_keeps_pieces(const zero *z) { return z->shard_p || z->
 /* This rank's piece of segment s, from the fp32 parameter window into its
  * shard, or the store (offload_param). 0, or -1 with z->error. */
 int dt_zero_keep_piece(zero *z, int s);
-/* offload_param: every piece read ahead let go (before the update
- * changes them), then the next forward's first read. */
-int dt_zero_reread_pieces(zero *z);
+/* offload_param: every piece read ahead let go (the store still reading
+ * into it waited for first). */
 void dt_zero_free_pieces(zero *z);
 
 #endif

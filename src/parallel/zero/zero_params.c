@@ -114,7 +114,7 @@ void dt_zero_free_pieces(zero *z)
 
 /* After the update wrote the pieces: what was read before is stale. The
  * next forward starts at segment 0: its read goes now. */
-int dt_zero_reread_pieces(zero *z)
+static int reread_pieces(zero *z)
 {
     if (!z->o.offload_params) return 0;
     dt_zero_free_pieces(z);
@@ -420,7 +420,7 @@ int dt_zero_params_refresh(zero *z)
             if (wait_gather(z, s)) return -1;
         return 0;
     }
-    if (dt_zero_reread_pieces(z)) return -1;
+    if (reread_pieces(z)) return -1;
     for (int s = 0; s < z->nseg; s++) {
         z->seg[s].sec_valid = 0; /* hpZ: the next primary gather refills it */
         if (release(z, s, 1)) return -1;
