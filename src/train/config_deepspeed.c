@@ -421,6 +421,7 @@ static const ds_key zero_keys[] = {
     OPTION("sub_group_size", sub_group_size, NULL),
     OPTION("zero_quantized_weights", zero_qwz, NULL),
     OPTION("zero_hpz_partition_size", zero_hpz, NULL),
+    OPTION("zero_quantized_gradients", zero_qgz, NULL),
     NOOP("overlap_comm", "true",
          "dtrain's DDP always overlaps each bucket's all-reduce with the rest of backward; "
          "leave it out or write true"),

@@ -103,6 +103,8 @@ const dt_cfg_opt dt_cfg_options[] = {
         0, "ZeRO-3: prefetch up to this many parameters"),
     OPT(G_RUN, "zero-quantized-weights", NULL, T_BOOL, zero_qwz, 0, 1, "[=0|1]", NULL, O_OPTVAL,
         "ZeRO++ qwZ: stage 3 gathers parameters as int8 blocks"),
+    OPT(G_RUN, "zero-quantized-gradients", NULL, T_BOOL, zero_qgz, 0, 1, "[=0|1]", NULL,
+        O_OPTVAL, "ZeRO++ qgZ: int8 gradient reduce-scatter (all-to-all)"),
     OPT(G_RUN, "zero-quant-block", NULL, T_INT, zero_quant_block, 16, 1 << 20, "N", NULL, 0,
         "qwZ: values per fp32 scale"),
     OPT(G_RUN, "zero-hpz-partition-size", NULL, T_INT, zero_hpz, 1, 1 << 16, "K", NULL, 0,
@@ -359,14 +361,15 @@ int dt_cfg_check_zero(const dt_train_config *c, char *err, size_t n)
                                     offsetof(dt_train_config, zero_qwz),
                                     offsetof(dt_train_config, zero_quant_block),
                                     offsetof(dt_train_config, offload_param),
-                                    offsetof(dt_train_config, zero_hpz)};
+                                    offsetof(dt_train_config, zero_hpz),
+                                    offsetof(dt_train_config, zero_qgz)};
     if (DT_CONFIG_GIVEN(c, zero_prefetch) && DT_CONFIG_GIVEN(c, zero_prefetch_elems))
         return dt_strf(err, n, "--zero-prefetch counts layers, --zero-prefetch-elems "
                        "(stage3_prefetch_bucket_size) parameters: give one of them"), -1;
     if (dt_cfg_check_offload(c, err, n)) return -1;
-    if (DT_CONFIG_GIVEN(c, zero_quant_block) && !c->zero_qwz)
-        return dt_strf(err, n, "--zero-quant-block sizes qwZ's blocks: add "
-                       "--zero-quantized-weights"), -1;
+    if (DT_CONFIG_GIVEN(c, zero_quant_block) && !c->zero_qwz && !c->zero_qgz)
+        return dt_strf(err, n, "--zero-quant-block sizes qwZ's and qgZ's blocks: add "
+                       "--zero-quantized-weights or --zero-quantized-gradients"), -1;
     if (c->zero_qwz && !strcmp(c->dtype, "bf16"))
         return dt_strf(err, n, "--zero-quantized-weights with --dtype bf16: qwZ quantizes the "
                        "fp32 gathers only, for now; use --dtype fp32, or drop it"), -1;

@@ -83,6 +83,8 @@ static const opt_row opt_rows[] = {
     {"zero-quantized-weights", "1", "--zero-stage 3", NULL},
     {"zero-quantized-weights", "1", "--zero-stage 2", "applies to --zero-stage 3"},
     {"zero-quantized-weights", "1", "--zero-stage 3 --dtype bf16", "fp32 gathers only"},
+    {"zero-quantized-gradients", "1", "--zero-stage 3", NULL},
+    {"zero-quantized-gradients", "1", "--zero-stage 2", "applies to --zero-stage 3"},
     {"zero-hpz-partition-size", "2", "--zero-stage 3", NULL},
     {"zero-hpz-partition-size", "2", "--zero-stage 2", "applies to --zero-stage 3"},
     {"zero-quant-block", "64", "--zero-stage 3 --zero-quantized-weights", NULL},
@@ -381,6 +383,8 @@ static const ds_row ds_rows[] = {
     {"zero_optimization.sub_group_size", "{}",
      ZERO("\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/tmp\"}, "
           "\"sub_group_size\": 1e6"), 'C', NULL},
+    {"zero_optimization.zero_quantized_gradients", "{}",
+     ZERO("\"stage\": 3, \"zero_quantized_gradients\": true"), 'C', NULL},
     {"zero_optimization.zero_hpz_partition_size", "{}",
      ZERO("\"stage\": 3, \"zero_hpz_partition_size\": 2"), 'C', NULL},
     {"zero_optimization.zero_quantized_weights", "{}",

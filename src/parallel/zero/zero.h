@@ -44,7 +44,9 @@ typedef struct {
     size_t max_live_floats; /* stage 3: prefetch stops at this many gathered floats (0: no limit) */
     dt_dtype wire;       /* gradients reduce-scattered in DT_F32 or DT_BF16 (parallel/wire.h) */
     int quant_weights;   /* stage 3, fp32: ZeRO++'s qwZ, the parameters' gathers in int8 */
-    int quant_block;     /* qwZ: values per fp32 scale */
+    int quant_block;     /* qwZ, qgZ: values per fp32 scale */
+    int quant_grads;     /* stage 3: ZeRO++'s qgZ, gradients reduce-scattered as int8 blocks
+                          * through an all-to-all */
     int hpz;             /* stage 3: ZeRO++'s hpZ, a second copy of the parameters sharded over
                           * groups of this many consecutive ranks (a host's), which backward
                           * gathers from; 1 = none */

@@ -23,6 +23,8 @@ typedef struct {
     int gathered;      /* stage 3: the window holds it (or a gather is on its way) */
     int quantized;     /* qwZ: what the window holds was sent as int8 */
     unsigned char *qbuf; /* qwZ: every rank's int8 piece and scales, on their way */
+    unsigned char *qsend; /* qgZ: its gradients as one int8 packet per rank, and those */
+    unsigned char *qrecv; /* received: every rank's packet of this rank's piece */
     int grads_held;    /* stages 2-3: its gradient window is accounted */
     int persistent;    /* stage 3: small enough to stay gathered */
     size_t sec_at;     /* hpZ: where its secondary piece starts in z->sec (floats) */
@@ -110,6 +112,16 @@ static inline size_t dt_zero_seg_lo(const zero *z, int s) { return dt_gpt_segmen
 static inline size_t dt_zero_seg_len(const zero *z, int s)
 {
     return dt_gpt_segment_start(z->m, s + 1) - dt_gpt_segment_start(z->m, s);
+}
+
+/* ZeRO++ (qwZ, qgZ): one rank's piece of segment s as sent: its int8
+ * values, then its blocks' fp32 scales (at a 4-byte boundary). */
+static inline size_t dt_zero_packet_bytes(const zero *z, int s, size_t *scales_at)
+{
+    size_t p = z->map.piece[s];
+    *scales_at = (p + 3) / 4 * 4;
+    size_t blocks = (p + (size_t)z->o.quant_block - 1) / (size_t)z->o.quant_block;
+    return *scales_at + blocks * sizeof(float);
 }
 
 /* zero_grads.c */

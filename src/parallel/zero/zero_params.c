@@ -158,14 +158,7 @@ int dt_zero_fail(zero *z, int rc, const char *what)
     return -1;
 }
 
-/* qwZ: one rank's piece of segment s as sent: its int8 values, then its
- * blocks' fp32 scales (at a 4-byte boundary). */
-static size_t packet_bytes(const zero *z, int s, size_t *scales_at)
-{
-    size_t p = z->map.piece[s];
-    *scales_at = (p + 3) / 4 * 4;
-    return *scales_at + dt_quant_blocks(p, (size_t)z->o.quant_block) * sizeof(float);
-}
+#define packet_bytes dt_zero_packet_bytes
 
 /* qwZ: this rank's piece quantized into its slot of an all-gather of every
  * rank's, which wait_gather dequantizes into the window. */
