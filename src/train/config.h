@@ -94,6 +94,7 @@ typedef struct dt_train_config {
     int zero_qwz;          /* stage 3: ZeRO++ qwZ (zero_quantized_weights) */
     int zero_quant_block;  /* qwZ, qgZ: values per scale */
     int zero_qgz;          /* stage 3: ZeRO++ qgZ (zero_quantized_gradients) */
+    int zero_qgz_bits;     /* qgZ: 8 or 4 */
     int zero_hpz;          /* stage 3: ZeRO++ hpZ's group size (zero_hpz_partition_size); 1 = off */
     char offload_optimizer[8]; /* none | cpu | nvme (zero_optimization.offload_optimizer) */
     char offload_param[8];     /* none | cpu | nvme (zero_optimization.offload_param) */

@@ -43,6 +43,7 @@ static const struct {
     {"zero-quant-block", DT_AGREE_VALUE},
     {"zero-hpz-partition-size", DT_AGREE_VALUE},
     {"zero-quantized-gradients", DT_AGREE_VALUE},
+    {"zero-qgz-bits", DT_AGREE_VALUE},
     {"nvme-path", DT_AGREE_SET},
     {"offload-buffers", DT_AGREE_FREE},
     {"sub-group-size", DT_AGREE_FREE},

@@ -255,10 +255,8 @@ static int zero_other(ds_ctx *x, const ds_key *k, const char *key, const cJSON *
     return fail(x, key, "is not supported: dtrain's ZeRO reads stage, reduce_bucket_size (the "
                 "DDP bucket at stage 0), overlap_comm, stage3_prefetch_bucket_size, "
                 "stage3_max_live_parameters, stage3_param_persistence_threshold, "
-                "offload_optimizer, offload_param, sub_group_size, zero_quantized_weights and "
-                "zero_hpz_partition_size (qgZ does "
-                "not exist yet); "
-                "remove it");
+                "offload_optimizer, offload_param, sub_group_size, zero_quantized_weights, "
+                "zero_hpz_partition_size and zero_quantized_gradients; remove it");
 }
 
 /* An offload section's keys: each a configuration field, or accepted and

@@ -104,7 +104,9 @@ const dt_cfg_opt dt_cfg_options[] = {
     OPT(G_RUN, "zero-quantized-weights", NULL, T_BOOL, zero_qwz, 0, 1, "[=0|1]", NULL, O_OPTVAL,
         "ZeRO++ qwZ: stage 3 gathers parameters as int8 blocks"),
     OPT(G_RUN, "zero-quantized-gradients", NULL, T_BOOL, zero_qgz, 0, 1, "[=0|1]", NULL,
-        O_OPTVAL, "ZeRO++ qgZ: int8 gradient reduce-scatter (all-to-all)"),
+        O_OPTVAL, "ZeRO++ qgZ: quantized gradient reduce-scatter (all-to-alls)"),
+    OPT(G_RUN, "zero-qgz-bits", NULL, T_INT, zero_qgz_bits, 4, 8, "8|4", NULL, 0,
+        "qgZ: bits a gradient value (DeepSpeed's qgZ sends 4)"),
     OPT(G_RUN, "zero-quant-block", NULL, T_INT, zero_quant_block, 16, 1 << 20, "N", NULL, 0,
         "qwZ: values per fp32 scale"),
     OPT(G_RUN, "zero-hpz-partition-size", NULL, T_INT, zero_hpz, 1, 1 << 16, "K", NULL, 0,
@@ -298,6 +300,7 @@ void dt_config_defaults(dt_train_config *c)
     c->tp = 1;
     c->cp = 1;
     c->zero_quant_block = 256;
+    c->zero_qgz_bits = 8;
     c->zero_hpz = 1;
     strcpy(c->offload_optimizer, "none");
     strcpy(c->offload_param, "none");
@@ -362,7 +365,8 @@ int dt_cfg_check_zero(const dt_train_config *c, char *err, size_t n)
                                     offsetof(dt_train_config, zero_quant_block),
                                     offsetof(dt_train_config, offload_param),
                                     offsetof(dt_train_config, zero_hpz),
-                                    offsetof(dt_train_config, zero_qgz)};
+                                    offsetof(dt_train_config, zero_qgz),
+                                    offsetof(dt_train_config, zero_qgz_bits)};
     if (DT_CONFIG_GIVEN(c, zero_prefetch) && DT_CONFIG_GIVEN(c, zero_prefetch_elems))
         return dt_strf(err, n, "--zero-prefetch counts layers, --zero-prefetch-elems "
                        "(stage3_prefetch_bucket_size) parameters: give one of them"), -1;
@@ -370,6 +374,19 @@ int dt_cfg_check_zero(const dt_train_config *c, char *err, size_t n)
     if (DT_CONFIG_GIVEN(c, zero_quant_block) && !c->zero_qwz && !c->zero_qgz)
         return dt_strf(err, n, "--zero-quant-block sizes qwZ's and qgZ's blocks: add "
                        "--zero-quantized-weights or --zero-quantized-gradients"), -1;
+    if (c->zero_qgz_bits != 8 && c->zero_qgz_bits != 4)
+        return dt_strf(err, n, "--zero-qgz-bits %d: qgZ sends 8- or 4-bit values; use 8 or 4",
+                       c->zero_qgz_bits), -1;
+    if (DT_CONFIG_GIVEN(c, zero_qgz_bits) && !c->zero_qgz)
+        return dt_strf(err, n, "--zero-qgz-bits sizes qgZ's values: add "
+                       "--zero-quantized-gradients"), -1;
+    if (c->zero_qgz && strcmp(c->grad_accum_dtype, "fp32"))
+        return dt_strf(err, n, "--zero-quantized-gradients quantizes fp32 gradients: use "
+                       "--grad-accum-dtype fp32 with it"), -1;
+    if (c->zero_qgz && DT_CONFIG_GIVEN(c, comm_dtype) && strcmp(c->comm_dtype, "auto"))
+        return dt_strf(err, n, "--comm-dtype %s with --zero-quantized-gradients: qgZ sends "
+                       "its own %d-bit blocks; drop --comm-dtype", c->comm_dtype,
+                       c->zero_qgz_bits), -1;
     if (c->zero_qwz && !strcmp(c->dtype, "bf16"))
         return dt_strf(err, n, "--zero-quantized-weights with --dtype bf16: qwZ quantizes the "
                        "fp32 gathers only, for now; use --dtype fp32, or drop it"), -1;

@@ -173,6 +173,12 @@ static int zero_start(void *self, dt_rank *r)
     return 0;
 }
 
+/* What qgZ's two groups sent (by `count`: all bytes, or those off the host). */
+static uint64_t qgz_bytes(const zero *z, uint64_t (*count)(const dt_comm *))
+{
+    return count(z->qgz_local) + count(z->qgz_cross);
+}
+
 static int zero_begin_step(void *self, long step)
 {
     zero *z = self;
@@ -182,6 +188,8 @@ static int zero_begin_step(void *self, long step)
     z->off_host_at_begin = dt_comm_bytes_sent_off_host(z->comm);
     z->hpz_at_begin = dt_comm_bytes_sent(z->hpz_comm);
     z->hpz_off_at_begin = dt_comm_bytes_sent_off_host(z->hpz_comm);
+    z->qgz_at_begin = qgz_bytes(z, dt_comm_bytes_sent);
+    z->qgz_off_at_begin = qgz_bytes(z, dt_comm_bytes_sent_off_host);
     z->wait_ms = 0; /* from here: the gathers' and reduce-scatters' waits of this step */
     return z->error ? failed(z, "step") : 0;
 }
@@ -208,14 +216,18 @@ static int zero_after_update(void *self)
     zero *z = self;
     int rc = dt_zero_params_refresh(z); /* its waits count in wait_ms */
     uint64_t hpz = dt_comm_bytes_sent(z->hpz_comm) - z->hpz_at_begin;
-    z->bytes_sent = dt_comm_bytes_sent(z->comm) - z->bytes_at_begin + hpz;
+    uint64_t qgz = qgz_bytes(z, dt_comm_bytes_sent) - z->qgz_at_begin;
+    z->bytes_sent = dt_comm_bytes_sent(z->comm) - z->bytes_at_begin + hpz + qgz;
     if (z->events) /* what went where, from the links' counters */
-        fprintf(z->events, "%ld traffic %llu %llu hpz %llu %llu\n", z->step,
+        fprintf(z->events, "%ld traffic %llu %llu hpz %llu %llu qgz %llu %llu\n", z->step,
                 (unsigned long long)(dt_comm_bytes_sent(z->comm) - z->bytes_at_begin),
                 (unsigned long long)(dt_comm_bytes_sent_off_host(z->comm) - z->off_host_at_begin),
                 (unsigned long long)hpz,
                 (unsigned long long)(dt_comm_bytes_sent_off_host(z->hpz_comm) -
-                                     z->hpz_off_at_begin));
+                                     z->hpz_off_at_begin),
+                (unsigned long long)qgz,
+                (unsigned long long)(qgz_bytes(z, dt_comm_bytes_sent_off_host) -
+                                     z->qgz_off_at_begin));
     return rc ? failed(z, "parameter all-gather") : 0;
 }
 
@@ -281,9 +293,16 @@ static void zero_describe(void *self, FILE *f)
     int accum16 = z->shard_g.bf16 || z->m->accum16;
     dt_strategy_describe_blocks(z->S, f, z->map.n);
     fprintf(f, "ZeRO-%d over %s, pieces of %.1f M parameters, gradients "
-            "accumulated in %s, reduce-scattered in %s", z->o.stage,
-            dt_comm_transport(z->comm), (double)z->map.len / 1e6, accum16 ? "bf16" : "fp32",
-            z->o.wire == DT_BF16 ? "bf16" : "fp32");
+            "accumulated in %s, reduce-scattered in ", z->o.stage,
+            dt_comm_transport(z->comm), (double)z->map.len / 1e6, accum16 ? "bf16" : "fp32");
+    if (!z->o.quant_grads)
+        fprintf(f, "%s", z->o.wire == DT_BF16 ? "bf16" : "fp32");
+    else if (z->qgz_local) /* qgZ */
+        fprintf(f, "int%d blocks of %d by all-to-alls over %d ranks (%s), then %d hosts (%s)",
+                z->o.grad_bits, z->o.quant_block, z->qgz_k, dt_comm_transport(z->qgz_local),
+                z->qgz_h, dt_comm_transport(z->qgz_cross));
+    else
+        fprintf(f, "int%d blocks of %d by one all-to-all", z->o.grad_bits, z->o.quant_block);
     if (z->o.stage >= 3)
         fprintf(f, ", prefetch %d, reshard after forward %s", z->o.prefetch,
                 z->o.reshard_after_forward ? "yes" : "no");
@@ -315,6 +334,7 @@ static void zero_destroy(void *self)
     }
     if (z->events) fclose(z->events);
     if (z->hpz_comm) dt_comm_destroy(z->hpz_comm);
+    dt_zero_qgz_free(z);
     dt_free(z->sec);
     if (z->owns_comm) dt_comm_destroy(z->comm);
     free(z->list);
@@ -391,6 +411,12 @@ int dt_zero_strategy_on(dt_strategy *S, dt_comm *group, int owns, const dt_zero_
         }
     }
     if (o->hpz > 1 && hpz_group(z, r)) goto fail;
+    if (o->quant_grads && o->stage < 3) {
+        dt_strf(r->err, sizeof r->err, "qgZ quantizes stage 3's gradient reduce-scatter: use "
+                "--zero-stage 3");
+        goto fail;
+    }
+    if (o->quant_grads && dt_zero_qgz_setup(z, r->err, sizeof r->err)) goto fail;
     if (dt_strategy_add_norm_group(S, group)) {
         dt_strf(r->err, sizeof r->err, "ZeRO: too many layers split the gradients");
         goto fail;
@@ -401,6 +427,7 @@ int dt_zero_strategy_on(dt_strategy *S, dt_comm *group, int owns, const dt_zero_
     return dt_strategy_add(S, o->stage >= 3 ? &zero3_ops : &zero_ops, z);
 fail:
     if (z && z->hpz_comm) dt_comm_destroy(z->hpz_comm);
+    if (z) dt_zero_qgz_free(z);
     if (owns) dt_comm_destroy(group);
     free(z);
     return -1;

@@ -45,8 +45,9 @@ typedef struct {
     dt_dtype wire;       /* gradients reduce-scattered in DT_F32 or DT_BF16 (parallel/wire.h) */
     int quant_weights;   /* stage 3, fp32: ZeRO++'s qwZ, the parameters' gathers in int8 */
     int quant_block;     /* qwZ, qgZ: values per fp32 scale */
-    int quant_grads;     /* stage 3: ZeRO++'s qgZ, gradients reduce-scattered as int8 blocks
-                          * through an all-to-all */
+    int quant_grads;     /* stage 3: ZeRO++'s qgZ, gradients reduce-scattered as quantized
+                          * blocks through all-to-alls, in the host then across hosts */
+    int grad_bits;       /* qgZ: 8 or 4 bits a value */
     int hpz;             /* stage 3: ZeRO++'s hpZ, a second copy of the parameters sharded over
                           * groups of this many consecutive ranks (a host's), which backward
                           * gathers from; 1 = none */

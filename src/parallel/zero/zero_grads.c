@@ -10,7 +10,6 @@
 #include "core/str.h"
 #include "core/timer.h"
 #include "core/window.h"
-#include "kernels/quant.h"
 #include "parallel/zero/zero_internal.h"
 
 static int segment_at(const zero *z, size_t lo)
@@ -20,48 +19,28 @@ static int segment_at(const zero *z, size_t lo)
     return -1;
 }
 
-/* qgZ: segment s's gradients g as one int8 packet per rank (packet r:
- * rank r's piece), all-to-all: each rank receives every rank's packet of
- * its own piece. */
-static int qgz_start(zero *z, int s, const float *g)
+int dt_zero_wait(zero *z, dt_request **r, const char *name, size_t bytes)
 {
-    zero_seg *q = &z->seg[s];
-    size_t at, len = dt_zero_packet_bytes(z, s, &at), p = z->map.piece[s], n = (size_t)z->n;
-    q->qsend = malloc(len * n);
-    q->qrecv = malloc(len * n);
-    if (!q->qsend || !q->qrecv) {
-        free(q->qsend), free(q->qrecv);
-        q->qsend = q->qrecv = NULL;
-        return -1;
-    }
-    dt_mem_account(DT_MEM_COMM, (long long)(2 * len * n));
-    for (size_t r = 0; r < n; r++)
-        dt_quant_int8((int8_t *)(q->qsend + r * len), (float *)(q->qsend + r * len + at),
-                      g + r * p, p, (size_t)z->o.quant_block);
-    return dt_ialltoall(z->comm, q->qsend, q->qrecv, len, DT_U8, &q->rs);
+    uint64_t t0 = dt_now_ns(), start = 0, end = 0;
+    int rc = dt_wait_timed(*r, &start, &end);
+    *r = NULL;
+    z->wait_ms += (double)(dt_now_ns() - t0) * 1e-6; /* compute stood still */
+    if (rc == 0) dt_zero_trace(z, name, start, end, bytes);
+    return rc;
 }
 
-/* qgZ: the received packets dequantized and averaged, summed in rank
- * order (the same on every run), into out (this rank's piece). */
-static int qgz_finish(zero *z, int s, float *out)
+/* The reduced piece, back from a copy in the wire's type. */
+static int wait_reduce_scatter(zero *z, int s)
 {
-    zero_seg *q = &z->seg[s];
-    size_t at, len = dt_zero_packet_bytes(z, s, &at), p = z->map.piece[s], n = (size_t)z->n;
-    float *tmp = malloc(p * sizeof(float));
-    if (tmp) {
-        for (size_t r = 0; r < n; r++) {
-            const unsigned char *in = q->qrecv + r * len;
-            dt_dequant_int8(r ? tmp : out, (const int8_t *)in, (const float *)(in + at), p,
-                            (size_t)z->o.quant_block);
-            for (size_t i = 0; r && i < p; i++) out[i] += tmp[i];
-        }
-        for (size_t i = 0; i < p; i++) out[i] /= (float)n;
-    }
-    free(tmp);
-    free(q->qsend), free(q->qrecv);
-    q->qsend = q->qrecv = NULL;
-    dt_mem_account(DT_MEM_COMM, -(long long)(2 * len * n));
-    return tmp ? 0 : -1;
+    zero_seg *g = &z->seg[s];
+    const dt_flat_range *p = &z->map.mine[s];
+    int rc = dt_zero_wait(z, &g->rs, "reduce_scatter",
+                          dt_zero_seg_len(z, s) * dt_dtype_size(z->o.wire));
+    if (rc == 0)
+        dt_wire_result(&g->wire, p->lo - dt_zero_seg_lo(z, s),
+                       dt_gbuf_at(dt_gpt_grads(z->m), p->lo), p->hi - p->lo);
+    dt_wire_close(&g->wire);
+    return rc ? dt_zero_fail(z, rc, "gradient reduce-scatter") : 0;
 }
 
 /* Waits for segment s's reduce-scatter; stages 2-3 fold the piece into the
@@ -71,24 +50,10 @@ static int fold(zero *z, int s, int micro)
 {
     zero_seg *g = &z->seg[s];
     if (!g->rs) return 0;
-    uint64_t t0 = dt_now_ns(), start = 0, end = 0;
-    int rc = dt_wait_timed(g->rs, &start, &end);
-    g->rs = NULL;
-    z->wait_ms += (double)(dt_now_ns() - t0) * 1e-6; /* compute stood still */
-    if (rc == 0)
-        dt_zero_trace(z, g->qsend ? "alltoall_qgz" : "reduce_scatter", start, end,
-                      g->qsend ? dt_zero_packet_bytes(z, s, &(size_t){0}) * (size_t)z->n
-                               : dt_zero_seg_len(z, s) * dt_dtype_size(z->o.wire));
     const dt_flat_range *p = &z->map.mine[s];
     size_t n = p->hi - p->lo;
-    if (g->qsend) { /* qgZ: this rank's piece, from every rank's int8 packet */
-        if (rc == 0 && qgz_finish(z, s, z->m->grads + p->lo)) rc = -1;
-    } else if (rc == 0) { /* the reduced piece, back from a copy in the wire's type */
-        dt_wire_result(&g->wire, p->lo - dt_zero_seg_lo(z, s),
-                       dt_gbuf_at(dt_gpt_grads(z->m), p->lo), n);
-    }
-    dt_wire_close(&g->wire);
-    if (rc) return dt_zero_fail(z, rc, "gradient reduce-scatter");
+    if (g->qsend ? dt_zero_qgz_finish(z, s, z->m->grads + p->lo) : wait_reduce_scatter(z, s))
+        return -1;
     if (z->o.stage < 2) return 0;
     dt_gbuf_accumulate(dt_gbuf_at(z->shard_g, p->at), z->m->grads + p->lo, n, micro == 0);
     /* Accounted from the segment's backward (hold_grads) to here. */
@@ -109,8 +74,7 @@ static void on_grad_ready(void *ctx, size_t lo, size_t hi)
     zero_seg *g = &z->seg[s];
     dt_zero_note(z, "reduce_scatter", s);
     if (z->o.quant_grads) { /* stage 3's gradients are fp32 in the window */
-        int rc = qgz_start(z, s, z->m->grads + lo);
-        if (rc) dt_zero_fail(z, rc, "qgZ gradient all-to-all");
+        dt_zero_qgz_start(z, s, z->m->grads + lo);
         return;
     }
     /* Stage 1 with bf16 accumulation reduces the model's bf16 sums; the

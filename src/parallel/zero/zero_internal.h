@@ -1,6 +1,7 @@
 /* ZeRO's state, shared by its files: zero.c (the strategy's hooks),
  * zero_grads.c (the gradients' reduce-scatter during backward),
- * zero_params.c (the parameters' gathers). Private to parallel/zero. */
+ * zero_qgz.c (ZeRO++'s quantized one), zero_params.c (the parameters'
+ * gathers). Private to parallel/zero. */
 #ifndef DT_PARALLEL_ZERO_INTERNAL_H
 #define DT_PARALLEL_ZERO_INTERNAL_H
 
@@ -10,6 +11,7 @@
 #include "core/alloc.h"
 #include "core/timer.h"
 #include "core/trace.h"
+#include "kernels/quant.h"
 
 #include "parallel/strategy.h"
 #include "parallel/wire.h"
@@ -23,8 +25,8 @@ typedef struct {
     int gathered;      /* stage 3: the window holds it (or a gather is on its way) */
     int quantized;     /* qwZ: what the window holds was sent as int8 */
     unsigned char *qbuf; /* qwZ: every rank's int8 piece and scales, on their way */
-    unsigned char *qsend; /* qgZ: its gradients as one int8 packet per rank, and those */
-    unsigned char *qrecv; /* received: every rank's packet of this rank's piece */
+    unsigned char *qsend; /* qgZ: its gradients as quantized packets, N of them, and */
+    unsigned char *qrecv; /* those of hop 1 received (zero_qgz.c) */
     int grads_held;    /* stages 2-3: its gradient window is accounted */
     int persistent;    /* stage 3: small enough to stay gathered */
     size_t sec_at;     /* hpZ: where its secondary piece starts in z->sec (floats) */
@@ -79,6 +81,12 @@ typedef struct zero {
     void *sec;
     size_t sec_len;
     uint64_t hpz_at_begin, off_host_at_begin, hpz_off_at_begin;
+    /* qgZ: the groups of its two hops, the host's ranks and the ranks of
+     * this local index (NULL: one hop over comm), K and H (N and 1 then),
+     * and the groups' bytes at the step's start, all and off the host. */
+    dt_comm *qgz_local, *qgz_cross;
+    int qgz_k, qgz_h;
+    uint64_t qgz_at_begin, qgz_off_at_begin;
     FILE *events;    /* DTRAIN_ZERO_EVENTS: when each gather, reduce-scatter and layer ran */
     long step;
     /* The last step's figures. */
@@ -114,14 +122,11 @@ static inline size_t dt_zero_seg_len(const zero *z, int s)
     return dt_gpt_segment_start(z->m, s + 1) - dt_gpt_segment_start(z->m, s);
 }
 
-/* ZeRO++ (qwZ, qgZ): one rank's piece of segment s as sent: its int8
- * values, then its blocks' fp32 scales (at a 4-byte boundary). */
-static inline size_t dt_zero_packet_bytes(const zero *z, int s, size_t *scales_at)
+/* ZeRO++ (qwZ, qgZ): the bytes of one rank's piece of segment s as a
+ * packet of `bits`-bit values and block scales (kernels/quant.h). */
+static inline size_t dt_zero_packet_bytes(const zero *z, int s, int bits)
 {
-    size_t p = z->map.piece[s];
-    *scales_at = (p + 3) / 4 * 4;
-    size_t blocks = (p + (size_t)z->o.quant_block - 1) / (size_t)z->o.quant_block;
-    return *scales_at + blocks * sizeof(float);
+    return dt_quant_packet_bytes(z->map.piece[s], (size_t)z->o.quant_block, bits);
 }
 
 /* zero_grads.c */
@@ -129,6 +134,17 @@ void dt_zero_grads_hook(zero *z); /* before each backward */
 int dt_zero_grads_finish(zero *z); /* waits for every reduce-scatter, folds it in */
 dt_gbuf dt_zero_grads_of(const zero *z, int s); /* this rank's piece of segment s */
 void dt_zero_grads_free(zero *z);
+/* Waits for *r (its time counts as exposed), traces it as `name` moving
+ * `bytes`; *r = NULL. The request's return code. */
+int dt_zero_wait(zero *z, dt_request **r, const char *name, size_t bytes);
+
+/* zero_qgz.c: the groups of the two hops, or one hop (err: why not). */
+int dt_zero_qgz_setup(zero *z, char *err, size_t n);
+void dt_zero_qgz_free(zero *z);
+/* Segment s's gradients g (the whole segment) quantized and on their way;
+ * then this rank's averaged piece into out. 0, or -1 with z->error. */
+int dt_zero_qgz_start(zero *z, int s, const float *g);
+int dt_zero_qgz_finish(zero *z, int s, float *out);
 
 /* zero_params.c */
 int dt_zero_param_need(void *ctx, int s, int use);
@@ -149,7 +165,10 @@ int dt_zero_gather_all(zero *z);
 int dt_zero_gather_one(zero *z, int s);
 void dt_zero_release_one(zero *z, int s);
 void dt_zero_drop_all(zero *z);
+/* A failure of z's group (or of c) while doing `what`, kept in z->error
+ * and the model's message; -1. */
 int dt_zero_fail(zero *z, int rc, const char *what);
+int dt_zero_fail_on(zero *z, dt_comm *c, int rc, const char *what);
 /* Gives segment s of a window (the model's params, params16 or grads, of
  * esz-byte elements) back; when it was accounted, takes its bytes off the
  * account of `kind`. */

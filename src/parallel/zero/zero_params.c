@@ -19,7 +19,6 @@
 #include "core/timer.h"
 #include "core/window.h"
 #include "kernels/cast.h"
-#include "kernels/quant.h"
 #include "parallel/zero/zero_internal.h"
 
 #define seg_lo dt_zero_seg_lo
@@ -150,28 +149,30 @@ static const void *piece_to_send(const zero *z, int s)
 
 int dt_zero_fail(zero *z, int rc, const char *what)
 {
+    return dt_zero_fail_on(z, z->comm, rc, what);
+}
+
+int dt_zero_fail_on(zero *z, dt_comm *c, int rc, const char *what)
+{
     if (!z->error) {
         z->error = rc ? rc : -1;
-        dt_strf(z->errmsg, sizeof z->errmsg, "%s: %s", what, dt_comm_error(z->comm));
+        dt_strf(z->errmsg, sizeof z->errmsg, "%s: %s", what, dt_comm_error(c));
         dt_strf(z->m->error, sizeof z->m->error, "%s", z->errmsg);
     }
     return -1;
 }
-
-#define packet_bytes dt_zero_packet_bytes
 
 /* qwZ: this rank's piece quantized into its slot of an all-gather of every
  * rank's, which wait_gather dequantizes into the window. */
 static int gather_int8(zero *z, int s)
 {
     zero_seg *g = &z->seg[s];
-    size_t at, len = packet_bytes(z, s, &at), p = z->map.piece[s];
+    size_t len = dt_zero_packet_bytes(z, s, 8), p = z->map.piece[s];
     if (!(g->qbuf = malloc(len * (size_t)z->n)))
         return dt_strf(z->m->error, sizeof z->m->error, "ZeRO++ qwZ: out of memory"), -1;
     dt_mem_account(DT_MEM_COMM, (long long)(len * (size_t)z->n));
     unsigned char *mine = g->qbuf + len * (size_t)z->me;
-    dt_quant_int8((int8_t *)mine, (float *)(mine + at), piece_f32(z, s), p,
-                  (size_t)z->o.quant_block);
+    dt_quant_pack(mine, piece_f32(z, s), p, (size_t)z->o.quant_block, 8);
     free_piece(z, s);
     return dt_iallgather(z->comm, mine, g->qbuf, len, DT_U8, &g->ag);
 }
@@ -181,13 +182,11 @@ static int gather_int8(zero *z, int s)
 static void dequantize(zero *z, int s)
 {
     zero_seg *g = &z->seg[s];
-    size_t at, len = packet_bytes(z, s, &at), p = z->map.piece[s];
+    size_t len = dt_zero_packet_bytes(z, s, 8), p = z->map.piece[s];
     float *w = (float *)working_at(z, seg_lo(z, s));
-    for (int r = 0; r < z->n; r++) {
-        const unsigned char *in = g->qbuf + len * (size_t)r;
-        dt_dequant_int8(w + (size_t)r * p, (const int8_t *)in, (const float *)(in + at), p,
-                        (size_t)z->o.quant_block);
-    }
+    for (int r = 0; r < z->n; r++)
+        dt_quant_unpack(w + (size_t)r * p, g->qbuf + len * (size_t)r, p,
+                        (size_t)z->o.quant_block, 8);
     free(g->qbuf);
     g->qbuf = NULL;
     dt_mem_account(DT_MEM_COMM, -(long long)(len * (size_t)z->n));
@@ -269,9 +268,9 @@ static int wait_gather(zero *z, int s)
     z->wait_ms += (double)(dt_now_ns() - t0) * 1e-6; /* compute stood still */
     if (rc) return dt_zero_fail(z, rc, "parameter gather");
     free_piece(z, s);
-    size_t at, bytes = seg_len(z, s) * dt_zero_esz(z);
+    size_t bytes = seg_len(z, s) * dt_zero_esz(z);
     if (g->qbuf) {
-        bytes = packet_bytes(z, s, &at) * (size_t)z->n;
+        bytes = dt_zero_packet_bytes(z, s, 8) * (size_t)z->n;
         dequantize(z, s);
     }
     /* The working type's bytes (the fp32 master weights' gather: half of
