@@ -387,9 +387,6 @@ int dt_cfg_check_zero(const dt_train_config *c, char *err, size_t n)
         return dt_strf(err, n, "--comm-dtype %s with --zero-quantized-gradients: qgZ sends "
                        "its own %d-bit blocks; drop --comm-dtype", c->comm_dtype,
                        c->zero_qgz_bits), -1;
-    if (c->zero_qwz && !strcmp(c->dtype, "bf16"))
-        return dt_strf(err, n, "--zero-quantized-weights with --dtype bf16: qwZ quantizes the "
-                       "fp32 gathers only, for now; use --dtype fp32, or drop it"), -1;
     for (size_t i = 0; c->zero_stage < 3 && i < sizeof stage3 / sizeof stage3[0]; i++)
         if (dt_config_given_at(c, stage3[i]))
             return dt_strf(err, n, "--%s applies to --zero-stage 3 (parameters sharded); this "

@@ -82,7 +82,7 @@ static const opt_row opt_rows[] = {
     {"sequence-parallel", "1", "", "add --tp 2 or more"},
     {"zero-quantized-weights", "1", "--zero-stage 3", NULL},
     {"zero-quantized-weights", "1", "--zero-stage 2", "applies to --zero-stage 3"},
-    {"zero-quantized-weights", "1", "--zero-stage 3 --dtype bf16", "fp32 gathers only"},
+    {"zero-quantized-weights", "1", "--zero-stage 3 --dtype bf16", NULL},
     {"zero-quantized-gradients", "1", "--zero-stage 3", NULL},
     {"zero-quantized-gradients", "1", "--zero-stage 2", "applies to --zero-stage 3"},
     {"zero-quantized-gradients", "1", "--zero-stage 3 --grad-accum-dtype bf16 --dtype bf16",
