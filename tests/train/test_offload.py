@@ -14,7 +14,8 @@ Memory: each rank's optimizer memory is the stream's buffers as planned
 (x1.00), and the start-up says where the moments live and what the disk
 moved. The step line and the JSON log carry the step's I/O.
 Offload_param: stage 3 with the parameters' pieces on NVMe too, the same
-bits at 1, 2 and 3 ranks and through a resume. A memory cap: 2 ranks of a
+bits at 1, 2 and 3 ranks (at 2, also streamed in chunks of 1024 floats,
+several a piece) and through a resume. A memory cap: 2 ranks of a
 57M-parameter model in a cgroup capped below the in-memory run's need
 train with both offloaded; in memory the cap kills them.
 Faults: --nvme-path missing, not writable, too small for the state
@@ -67,6 +68,13 @@ def exactness(dtrain, tmp, nvme, quick):
             check(not os.listdir(nvme), "%s, parameters offloaded: the files are gone" % what)
             if ranks == 2:
                 report_params(both)
+                # Chunks of 1024 floats: every piece streams in several.
+                small = train(dtrain, tmp, "nc%d" % ranks, base + [
+                    "--offload-optimizer", "nvme", "--offload-param", "nvme", "--nvme-path",
+                    nvme, "--sub-group-size", "1024"])
+                check(small[0] == mem[0] and same_bits(small[1], mem[1]),
+                      "%s, both offloaded in chunks of 1024 (several a piece): the in-memory "
+                      "run's bits" % what)
 
 
 def report(run, nvme):
