@@ -108,7 +108,7 @@ const dt_cfg_opt dt_cfg_options[] = {
     OPT(G_RUN, "zero-qgz-bits", NULL, T_INT, zero_qgz_bits, 4, 8, "8|4", NULL, 0,
         "qgZ: bits a gradient value (DeepSpeed's qgZ sends 4)"),
     OPT(G_RUN, "zero-quant-block", NULL, T_INT, zero_quant_block, 16, 1 << 20, "N", NULL, 0,
-        "qwZ: values per fp32 scale"),
+        "qwZ, qgZ: values per fp32 scale"),
     OPT(G_RUN, "zero-hpz-partition-size", NULL, T_INT, zero_hpz, 1, 1 << 16, "K", NULL, 0,
         "ZeRO++ hpZ: 2nd parameter copy over K ranks (a host)"),
     OPT(G_RUN, "offload-optimizer", NULL, T_CHOICE, offload_optimizer, 0, 0, "none|cpu|nvme",
