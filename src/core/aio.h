@@ -10,7 +10,9 @@
  * lengths must suit the descriptor (O_DIRECT: 4096-byte aligned). A short
  * transfer is an error that names the file, the offset and the bytes (a
  * file truncated under a running job), never silently zero-filled. One
- * thread drives an engine. */
+ * thread calls an engine; the engine's own I/O thread reaps completions
+ * and submits the queue's next blocks, so transfers progress while the
+ * caller computes, between its calls. */
 #ifndef DT_CORE_AIO_H
 #define DT_CORE_AIO_H
 

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,16 @@ struct dt_opt_store {
     uint64_t last_bytes;
     double last_wall_ms;
     uint64_t param_bytes_read; /* by dt_opt_store_read_params, since the store opened */
+    /* The open stream (dt_opt_store_begin .. _end): a copy of its spans,
+     * its chunks (chunks[0, nc)), the next to update and the next span,
+     * the reads and writes in flight by slot, and when it began. */
+    int open, nspans, next;
+    dt_opt_span *spans;
+    size_t nc, i;
+    dt_opt_piece_fn update;
+    void *ctx;
+    int rd[MAX_BUFFERS][MAX_STATES], wr[MAX_BUFFERS][MAX_STATES];
+    uint64_t t0;
 };
 
 dt_offload_opts dt_offload_defaults(const char *dir)
@@ -184,7 +195,7 @@ void dt_opt_store_destroy(dt_opt_store *s)
 {
     if (!s) return;
     if (s->map) munmap(s->map, s->bytes);
-    if (s->aio) dt_aio_close(s->aio);
+    if (s->aio) dt_aio_drain(s->aio), dt_aio_close(s->aio); /* an open stream's I/O */
     if (s->buf) {
         free(s->buf);
         dt_mem_account(DT_MEM_OPTIM, -(long long)dt_opt_store_buffer_bytes(s));
@@ -194,6 +205,7 @@ void dt_opt_store_destroy(dt_opt_store *s)
         unlink(s->path);
     }
     free(s->chunks);
+    free(s->spans);
     free(s);
 }
 
@@ -292,40 +304,75 @@ static void update_chunk(dt_opt_store *s, size_t c, int slot, const dt_opt_span 
     }
 }
 
-int dt_opt_store_step(dt_opt_store *s, const dt_opt_span *sp, int n, dt_opt_piece_fn update,
-                      void *ctx, char *err, size_t errlen)
+/* Fails the open stream: its I/O drained, the stream closed. */
+static int stream_fail(dt_opt_store *s, char *err, size_t errlen)
 {
-    size_t nc;
-    if (check_file(s, err, errlen)) return -1;
-    if (list_chunks(s, sp, n, &nc)) return dt_strf(err, errlen, "offload: out of memory"), -1;
-    int rd[MAX_BUFFERS][MAX_STATES], wr[MAX_BUFFERS][MAX_STATES];
-    memset(rd, -1, sizeof rd);
-    memset(wr, -1, sizeof wr);
-    const int nb = s->nbuf, ahead = nb - 2;
-    uint64_t t0 = dt_now_ns();
-    int rc = 0, next = 0;
+    dt_aio_drain(s->aio);
+    s->open = 0;
+    return dt_strf(err, errlen, "offload: %s", dt_aio_error(s->aio)), -1;
+}
+
+int dt_opt_store_begin(dt_opt_store *s, const dt_opt_span *sp, int n, dt_opt_piece_fn update,
+                       void *ctx, char *err, size_t errlen)
+{
+    if (dt_opt_store_end(s, err, errlen) || check_file(s, err, errlen)) return -1;
+    dt_opt_span *copy = realloc(s->spans, (size_t)(n > 0 ? n : 1) * sizeof *copy);
+    if (!copy || list_chunks(s, sp, n, &s->nc)) {
+        if (copy) s->spans = copy;
+        return dt_strf(err, errlen, "offload: out of memory"), -1;
+    }
+    s->spans = copy;
+    memcpy(s->spans, sp, (size_t)n * sizeof *sp);
+    s->nspans = n, s->next = 0, s->i = 0;
+    s->update = update, s->ctx = ctx;
+    memset(s->rd, -1, sizeof s->rd);
+    memset(s->wr, -1, sizeof s->wr);
+    s->t0 = dt_now_ns();
+    s->open = 1;
     /* Chunk j goes to slot j % nb once the write of chunk j - nb from that
      * slot is done; chunk i is updated while chunks up to i + ahead are
      * read and chunk i - 1 is written. */
-    for (size_t j = 0; rc == 0 && j < nc && j < (size_t)ahead; j++)
-        rc = transfer(s, 0, s->chunks[j], (int)(j % nb), rd[j % nb]);
-    for (size_t i = 0; rc == 0 && i < nc; i++) {
-        size_t j = i + (size_t)ahead;
+    const int nb = s->nbuf, ahead = nb - 2;
+    for (size_t j = 0; j < s->nc && j < (size_t)ahead; j++)
+        if (transfer(s, 0, s->chunks[j], (int)(j % nb), s->rd[j % nb]))
+            return stream_fail(s, err, errlen);
+    return 0;
+}
+
+int dt_opt_store_advance(dt_opt_store *s, size_t upto, char *err, size_t errlen)
+{
+    const int nb = s->nbuf, ahead = nb - 2;
+    for (; s->open && s->i < s->nc && s->chunks[s->i] * s->chunk < upto; s->i++) {
+        size_t i = s->i, j = i + (size_t)ahead;
         int slot = (int)(i % nb);
-        if (j < nc && (finish(s, wr[j % nb]) || transfer(s, 0, s->chunks[j], (int)(j % nb),
-                                                          rd[j % nb])))
-            rc = -1;
-        if (rc == 0 && finish(s, rd[slot])) rc = -1;
-        if (rc == 0) {
-            update_chunk(s, s->chunks[i], slot, sp, n, &next, update, ctx);
-            rc = transfer(s, 1, s->chunks[i], slot, wr[slot]);
-        }
+        if (j < s->nc && (finish(s, s->wr[j % nb]) ||
+                          transfer(s, 0, s->chunks[j], (int)(j % nb), s->rd[j % nb])))
+            return stream_fail(s, err, errlen);
+        if (finish(s, s->rd[slot])) return stream_fail(s, err, errlen);
+        update_chunk(s, s->chunks[i], slot, s->spans, s->nspans, &s->next, s->update, s->ctx);
+        if (transfer(s, 1, s->chunks[i], slot, s->wr[slot])) return stream_fail(s, err, errlen);
     }
-    if (dt_aio_drain(s->aio)) rc = -1;
-    s->last_bytes = 2ull * nc * (uint64_t)s->nstates * s->chunk * sizeof(float);
-    s->last_wall_ms = (double)(dt_now_ns() - t0) * 1e-6;
-    if (rc) dt_strf(err, errlen, "offload: %s", dt_aio_error(s->aio));
-    return rc;
+    return 0;
+}
+
+int dt_opt_store_end(dt_opt_store *s, char *err, size_t errlen)
+{
+    if (!s->open) return 0;
+    if (dt_opt_store_advance(s, SIZE_MAX, err, errlen)) return -1;
+    if (dt_aio_drain(s->aio)) return stream_fail(s, err, errlen);
+    s->open = 0;
+    s->last_bytes = 2ull * s->nc * (uint64_t)s->nstates * s->chunk * sizeof(float);
+    s->last_wall_ms = (double)(dt_now_ns() - s->t0) * 1e-6;
+    return 0;
+}
+
+int dt_opt_store_pending(const dt_opt_store *s) { return s->open; }
+
+int dt_opt_store_step(dt_opt_store *s, const dt_opt_span *sp, int n, dt_opt_piece_fn update,
+                      void *ctx, char *err, size_t errlen)
+{
+    if (dt_opt_store_begin(s, sp, n, update, ctx, err, errlen)) return -1;
+    return dt_opt_store_end(s, err, errlen);
 }
 
 int dt_opt_store_has_params(const dt_opt_store *s) { return s->pstate >= 0; }
@@ -349,7 +396,9 @@ static uint64_t param_offset(const dt_opt_store *s, size_t at)
 int dt_opt_store_read_params(dt_opt_store *s, size_t at, size_t n, float *buf, char *err,
                              size_t errlen)
 {
-    if (piece_ok(s, at, n, buf, err, errlen) || check_file(s, err, errlen)) return -1;
+    if (piece_ok(s, at, n, buf, err, errlen) || dt_opt_store_end(s, err, errlen) ||
+        check_file(s, err, errlen))
+        return -1;
     int t = dt_aio_read(s->aio, s->fd, s->path, buf, n * sizeof(float), param_offset(s, at));
     if (t < 0) dt_strf(err, errlen, "offload: %s", dt_aio_error(s->aio));
     else s->param_bytes_read += n * sizeof(float);
@@ -378,7 +427,7 @@ void dt_opt_store_totals(const dt_opt_store *s, uint64_t *param_bytes_read, uint
 
 int dt_opt_store_map(dt_opt_store *s, float **states, char *err, size_t errlen)
 {
-    if (check_file(s, err, errlen)) return -1;
+    if (dt_opt_store_end(s, err, errlen) || check_file(s, err, errlen)) return -1;
     posix_fadvise(s->fd, 0, 0, POSIX_FADV_DONTNEED); /* nothing cached from before */
     void *p = mmap(NULL, s->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
     if (p == MAP_FAILED)

@@ -86,8 +86,21 @@ void dt_opt_store_totals(const dt_opt_store *s, uint64_t *param_bytes_read, uint
 typedef void (*dt_opt_piece_fn)(void *ctx, const dt_opt_span *piece, float *const *states);
 int dt_opt_store_step(dt_opt_store *s, const dt_opt_span *spans, int n, dt_opt_piece_fn update,
                       void *ctx, char *err, size_t errlen);
-/* The last step's stream: bytes read and written, and its wall ms (the
- * I/O it did not hide is in dt_opt_store_totals' waits). */
+/* The same stream in parts, so that compute can run between them: begin
+ * copies the spans and starts the first reads (ctx and the spans' buffers
+ * must stay valid until the end); advance updates every chunk that starts
+ * below state float `upto`, keeping the next reads in flight and the
+ * writes behind; end does the rest and waits for the disk. Any other call
+ * that reads or maps the state ends an open stream first. step = begin,
+ * end. 0, or -1 with err (the stream closed). */
+int dt_opt_store_begin(dt_opt_store *s, const dt_opt_span *spans, int n, dt_opt_piece_fn update,
+                       void *ctx, char *err, size_t errlen);
+int dt_opt_store_advance(dt_opt_store *s, size_t upto, char *err, size_t errlen);
+int dt_opt_store_end(dt_opt_store *s, char *err, size_t errlen);
+int dt_opt_store_pending(const dt_opt_store *s);
+/* The last stream that ended: bytes read and written, and its wall ms
+ * from begin to end (the I/O it did not hide is in dt_opt_store_totals'
+ * waits). */
 void dt_opt_store_last_step(const dt_opt_store *s, uint64_t *bytes, double *wall_ms);
 
 /* The state buffers as memory (states[s], n floats each), for a

@@ -2,6 +2,7 @@
 #include "model/optimizer.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 #include <strings.h>
 
@@ -177,6 +178,29 @@ int dt_optimizer_update_spans(dt_optimizer *o, const dt_gpt *m, const dt_opt_spa
     }
     piece_ctx c = {o, m, lr, grad_scale};
     return dt_opt_store_step(o->store, spans, n, update_piece, &c, err, errlen);
+}
+
+/* The deferred stream's pieces: the arguments kept in the optimizer. */
+static void update_pending(void *ctx, const dt_opt_span *p, float *const *states)
+{
+    dt_optimizer *o = ctx;
+    piece_ctx c = {o, o->pending_model, o->pending_lr, o->pending_scale};
+    update_piece(&c, p, states);
+}
+
+int dt_optimizer_defer_spans(dt_optimizer *o, const dt_gpt *m, const dt_opt_span *spans, int n,
+                             double lr, float grad_scale, char *err, size_t errlen)
+{
+    if (!o->store) return dt_optimizer_update_spans(o, m, spans, n, lr, grad_scale, err, errlen);
+    o->pending_model = m, o->pending_lr = lr, o->pending_scale = grad_scale;
+    return dt_opt_store_begin(o->store, spans, n, update_pending, o, err, errlen);
+}
+
+int dt_optimizer_settle(dt_optimizer *o, size_t upto, char *err, size_t errlen)
+{
+    if (!o || !o->store || !dt_opt_store_pending(o->store)) return 0;
+    return upto == SIZE_MAX ? dt_opt_store_end(o->store, err, errlen)
+                            : dt_opt_store_advance(o->store, upto, err, errlen);
 }
 
 void dt_optimizer_step(dt_optimizer *o, const dt_gpt *m, float *params, dt_gbuf grads,

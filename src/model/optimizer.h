@@ -24,6 +24,10 @@ typedef struct {
     dt_opt_store *store; /* the moments on NVMe (model/offload.h); NULL: in memory */
     int nmoments;   /* offloaded: the moments' state buffers in the store */
     float *params;  /* the parameters, where the store holds them too: NULL but while mapped */
+    /* A deferred update's arguments, kept for the stream (dt_optimizer_defer_spans). */
+    const dt_gpt *pending_model;
+    double pending_lr;
+    float pending_scale;
 } dt_optimizer;
 
 /* Parses "adamw", "adam" or "sgd"; -1 when unknown. */
@@ -70,6 +74,15 @@ void dt_optimizer_update(dt_optimizer *o, const dt_gpt *m, float *params, dt_gbu
  * through the offload file. 0, or -1 with err (offload's I/O). */
 int dt_optimizer_update_spans(dt_optimizer *o, const dt_gpt *m, const dt_opt_span *spans,
                               int n, double lr, float grad_scale, char *err, size_t errlen);
+/* Offloaded: the same update started but not done (the store's stream
+ * begun); dt_optimizer_settle then updates the state below float `upto`
+ * (SIZE_MAX: all of it), waiting for its reads. The arithmetic is the
+ * same, so the results are the same bits; what changes is when the disk
+ * waits fall (behind compute that runs between the calls). In memory
+ * (no store) defer is update_spans. 0, or -1 with err. */
+int dt_optimizer_defer_spans(dt_optimizer *o, const dt_gpt *m, const dt_opt_span *spans, int n,
+                             double lr, float grad_scale, char *err, size_t errlen);
+int dt_optimizer_settle(dt_optimizer *o, size_t upto, char *err, size_t errlen);
 
 /* The gradient norm in fixed blocks: each segment of the layout is cut into
  * blocks of DT_NORM_BLOCK floats from its start, each block summed by

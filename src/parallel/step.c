@@ -175,7 +175,9 @@ int dt_step_local_update(dt_strategy *S, double lr, float coef)
                                  q->lo, q->hi};
     }
     dt_optimizer_begin_step(r->opt);
-    int rc = dt_optimizer_update_spans(r->opt, m, spans, n, lr, coef, r->err, sizeof r->err);
+    int rc = S->defer_update
+                 ? dt_optimizer_defer_spans(r->opt, m, spans, n, lr, coef, r->err, sizeof r->err)
+                 : dt_optimizer_update_spans(r->opt, m, spans, n, lr, coef, r->err, sizeof r->err);
     for (int i = 0; rc == 0 && !S->shard_params && !S->params_in_store && i < n; i++)
         dt_gpt_sync_working(m, spans[i].lo, spans[i].hi);
     free(spans);

@@ -195,6 +195,9 @@ typedef struct dt_strategy {
                                   * (a pipeline stage's layers); NULL: all of it */
     float *shard_params;    /* this rank's pieces of the parameters, where no layer keeps them
                              * whole in the model (ZeRO-3), indexed by shard's `at` */
+    int defer_update;       /* ZeRO-3 with the optimizer offloaded (--offload-overlap): the
+                             * update only begins the store's stream; the layer settles
+                             * each piece before it reads it (dt_optimizer_defer_spans) */
     int params_in_store;    /* ZeRO-3's offload_param: those pieces live in the optimizer's
                              * NVMe store (opt->params while mapped), not in shard_params */
     dt_gbuf shard_grads;    /* this rank's pieces of the gradients, where the model's buffer

@@ -98,6 +98,8 @@ typedef struct dt_train_config {
     int zero_hpz;          /* stage 3: ZeRO++ hpZ's group size (zero_hpz_partition_size); 1 = off */
     char offload_optimizer[8]; /* none | cpu | nvme (zero_optimization.offload_optimizer) */
     char offload_param[8];     /* none | cpu | nvme (zero_optimization.offload_param) */
+    int offload_overlap;       /* stage 3, optimizer on NVMe: updates deferred into the next
+                                * forward, segment by segment */
     char nvme_path[DT_CONFIG_PATH]; /* where nvme offload's files go */
     int offload_buffers;   /* offload_optimizer.buffer_count: chunk buffers */
     double sub_group_size; /* zero_optimization.sub_group_size: floats per chunk of a state */

@@ -45,6 +45,7 @@ static const struct {
     {"zero-quantized-gradients", DT_AGREE_VALUE},
     {"zero-qgz-bits", DT_AGREE_VALUE},
     {"nvme-path", DT_AGREE_SET},
+    {"offload-overlap", DT_AGREE_VALUE},
     {"offload-buffers", DT_AGREE_FREE},
     {"sub-group-size", DT_AGREE_FREE},
     {"aio-block-size", DT_AGREE_FREE},

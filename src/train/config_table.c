@@ -115,6 +115,8 @@ const dt_cfg_opt dt_cfg_options[] = {
         NULL, 0, "ZeRO-Infinity: optimizer state in memory, or in a file"),
     OPT(G_RUN, "offload-param", NULL, T_CHOICE, offload_param, 0, 0, "none|cpu|nvme", NULL, 0,
         "ZeRO-Infinity: stage 3's parameter pieces in memory, or a file"),
+    OPT(G_RUN, "offload-overlap", NULL, T_BOOL, offload_overlap, 0, 1, "[=0|1]", NULL, O_OPTVAL,
+        "ZeRO-3 nvme: each update deferred into its layer's next gather"),
     OPT(G_RUN, "nvme-path", NULL, T_STR, nvme_path, 0, 0, "DIR", NULL, 0,
         "directory of nvme offload's files"),
     OPT(G_RUN, "offload-buffers", NULL, T_INT, offload_buffers, 3, 16, "N", NULL, 0,
@@ -301,6 +303,7 @@ void dt_config_defaults(dt_train_config *c)
     c->cp = 1;
     c->zero_quant_block = 256;
     c->zero_qgz_bits = 8;
+    c->offload_overlap = 1;
     c->zero_hpz = 1;
     strcpy(c->offload_optimizer, "none");
     strcpy(c->offload_param, "none");
@@ -405,7 +408,8 @@ int dt_cfg_check_offload(const dt_train_config *c, char *err, size_t n)
                                        offsetof(dt_train_config, offload_buffers),
                                        offsetof(dt_train_config, sub_group_size),
                                        offsetof(dt_train_config, aio_block_size),
-                                       offsetof(dt_train_config, aio_queue_depth)};
+                                       offsetof(dt_train_config, aio_queue_depth),
+                                       offsetof(dt_train_config, offload_overlap)};
     if (!strcmp(c->offload_param, "nvme") && strcmp(c->offload_optimizer, "nvme"))
         return dt_strf(err, n, "--offload-param nvme: the update streams the parameters "
                        "through the optimizer's file; add --offload-optimizer nvme"), -1;
@@ -426,6 +430,14 @@ int dt_cfg_check_offload(const dt_train_config *c, char *err, size_t n)
         return dt_strf(err, n, "--offload-optimizer %s streams the optimizer of --strategy "
                        "ddp (and its ZeRO stages); --strategy %s updates elsewhere",
                        c->offload_optimizer, c->strategy), -1;
+    if (DT_CONFIG_GIVEN(c, offload_overlap) && c->offload_overlap && c->zero_stage < 3)
+        return dt_strf(err, n, "--offload-overlap defers stage 3's updates into the next "
+                       "forward; this run has stage %d", c->zero_stage), -1;
+    if (DT_CONFIG_GIVEN(c, offload_overlap) && c->offload_overlap &&
+        !strcmp(c->offload_param, "nvme"))
+        return dt_strf(err, n, "--offload-overlap with --offload-param nvme: the pieces are "
+                       "read from the file ahead of their update, so that run updates after "
+                       "backward; drop --offload-overlap"), -1;
     if (!strcmp(c->offload_param, "nvme") && !strcmp(c->dtype, "bf16"))
         return dt_strf(err, n, "--offload-param nvme keeps fp32 pieces on the disk; with "
                        "--dtype bf16 use --offload-param cpu, or --dtype fp32"), -1;

@@ -277,7 +277,9 @@ dt_parallel_opts dt_config_parallel_opts(const dt_train_config *c)
                                        .offload_params = !strcmp(c->offload_param, "nvme"),
                                        .hpz = c->zero_hpz,
                                        .quant_grads = c->zero_qgz,
-                                       .grad_bits = c->zero_qgz_bits},
+                                       .grad_bits = c->zero_qgz_bits,
+                                       .defer_update = c->offload_overlap &&
+                                                       !strcmp(c->offload_optimizer, "nvme")},
                               .devices = c->devices,
                               .servers = c->servers,
                               .ps_async = strcmp(c->ps_mode, "async") == 0,

@@ -147,6 +147,10 @@ static int print_offload(dt_run *t)
             (double)dt_opt_store_file_bytes(s) / 1048576.0, t->r.rank,
             (double)dt_opt_store_buffer_bytes(s) / 1048576.0, c->aio_block_size,
             c->aio_queue_depth);
+    fprintf(t->out, "offload: the update %s\n", t->S.defer_update
+            ? "streams each layer's pieces just before its next gather, in the next forward, "
+              "so the disk reads while the layers before it compute (--offload-overlap)"
+            : "streams every piece after backward");
     if (t->r.rank != 0) return 0;
     double w, r;
     int direct;

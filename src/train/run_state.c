@@ -1,6 +1,7 @@
 /* What a rank holds and its state: data, the model and optimizer the
  * strategy gives it, the starting weights (initialisation, --init, or a
  * checkpoint), and checkpoints of the run. See run.h. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -309,6 +310,8 @@ int dt_run_setup_model(dt_run *t, const char *resume_dir)
 static int save_sharded(dt_run *t, const dt_flat_ranges *mine, const dt_ckpt_state *st,
                         char *path, size_t n)
 {
+    /* A deferred update (--offload-overlap) finished first. */
+    if (dt_optimizer_settle(&t->opt, SIZE_MAX, ERR(t))) return -1;
     float *params = dt_strategy_pieces(&t->S), *copy = NULL;
     if (!params) {
         if (!(copy = malloc(mine->len * sizeof(float))))

@@ -89,6 +89,12 @@ static const opt_row opt_rows[] = {
      "--grad-accum-dtype fp32"},
     {"zero-quantized-gradients", "1", "--zero-stage 3 --comm-dtype bf16", "drop --comm-dtype"},
     {"zero-qgz-bits", "4", "--zero-stage 3 --zero-quantized-gradients", NULL},
+    {"offload-overlap", "0", "--zero-stage 3 --offload-optimizer nvme --nvme-path /tmp", NULL},
+    {"offload-overlap", "1", "--zero-stage 2 --offload-optimizer nvme --nvme-path /tmp",
+     "this run has stage 2"},
+    {"offload-overlap", "1", "--zero-stage 3 --offload-optimizer nvme --offload-param nvme "
+     "--nvme-path /tmp", "drop --offload-overlap"},
+    {"offload-overlap", "0", "--zero-stage 3", "applies to --offload-optimizer nvme"},
     {"zero-qgz-bits", "6", "--zero-stage 3 --zero-quantized-gradients", "use 8 or 4"},
     {"zero-qgz-bits", "4", "--zero-stage 3", "add --zero-quantized-gradients"},
     {"zero-hpz-partition-size", "2", "--zero-stage 3", NULL},

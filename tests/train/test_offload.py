@@ -7,7 +7,10 @@ end, against the same run with the state in memory.
 
 Exactness: ZeRO stages 1, 2 and 3 at 1, 2 and 3 ranks (5 steps, AdamW,
 clipping): every logged loss and the final weights the same bits as the
-in-memory run's; the files gone after the run. Resume: stage 3 at 2 ranks
+in-memory run's; the files gone after the run. Stage 3 defers each
+layer's update into the next forward (the log shows the first stream
+ending in the second step); with --offload-overlap 0, and with bf16
+deferred, the same bits too. Resume: stage 3 at 2 ranks
 saves at step 3 with the state offloaded, and resuming it (offloaded, and
 in memory) ends in the uninterrupted run's bits.
 Memory: each rank's optimizer memory is the stream's buffers as planned
@@ -59,6 +62,8 @@ def exactness(dtrain, tmp, nvme, quick):
                   (what, os.listdir(nvme)))
             if ranks == 2 and stage == 1:
                 report(off, nvme)
+            if ranks == 2 and stage == 3:
+                deferred(dtrain, tmp, nvme, off, mem, base)
             if stage < 3:
                 continue
             both = train(dtrain, tmp, "np%d" % ranks, base + [
@@ -75,6 +80,30 @@ def exactness(dtrain, tmp, nvme, quick):
                 check(small[0] == mem[0] and same_bits(small[1], mem[1]),
                       "%s, both offloaded in chunks of 1024 (several a piece): the in-memory "
                       "run's bits" % what)
+
+
+def deferred(dtrain, tmp, nvme, off, mem, base):
+    """Stage 3 defers each layer's update into the next forward: the first
+    step's stream ends in the second (the log's I/O bytes 0, then the
+    stream's), the start-up says so; with --offload-overlap 0 the update
+    runs after backward (every step's bytes its own), and both modes, and
+    bf16 deferred, are the in-memory runs' bits."""
+    io = [e["io_bytes"] for e in off[4]]
+    check("streams each layer's pieces just before its next gather" in off[2] and
+          len(io) == STEPS and io[0] == 0 and all(b > 0 for b in io[1:]),
+          "stage 3: the update deferred into the next forward (I/O bytes by step %s)" % io)
+    alone = train(dtrain, tmp, "alone", base + ["--offload-optimizer", "nvme", "--nvme-path",
+                                                 nvme, "--offload-overlap", "0"])
+    io = [e["io_bytes"] for e in alone[4]]
+    check("streams every piece after backward" in alone[2] and all(b > 0 for b in io) and
+          alone[0] == mem[0] and same_bits(alone[1], mem[1]),
+          "--offload-overlap 0: the update after backward (I/O bytes by step %s), the "
+          "in-memory run's bits" % io)
+    m16 = train(dtrain, tmp, "m16", base + ["--dtype", "bf16"])
+    o16 = train(dtrain, tmp, "o16", base + ["--dtype", "bf16", "--offload-optimizer", "nvme",
+                                            "--nvme-path", nvme])
+    check(o16[0] == m16[0] and same_bits(o16[1], m16[1]),
+          "stage 3 with --dtype bf16, deferred: the in-memory run's bits")
 
 
 def report(run, nvme):

@@ -422,6 +422,7 @@ int dt_zero_strategy_on(dt_strategy *S, dt_comm *group, int owns, const dt_zero_
         goto fail;
     }
     S->lockstep = r->world;
+    S->defer_update = o->stage >= 3 && o->defer_update && !o->offload_params;
     S->dp_index = z->me;
     S->dp_size = z->n;
     return dt_strategy_add(S, o->stage >= 3 ? &zero3_ops : &zero_ops, z);

@@ -48,6 +48,8 @@ typedef struct {
     int quant_grads;     /* stage 3: ZeRO++'s qgZ, gradients reduce-scattered as quantized
                           * blocks through all-to-alls, in the host then across hosts */
     int grad_bits;       /* qgZ: 8 or 4 bits a value */
+    int defer_update;    /* stage 3, optimizer on NVMe: each piece's update runs just before
+                          * its next gather, its disk reads behind the layers before it */
     int hpz;             /* stage 3: ZeRO++'s hpZ, a second copy of the parameters sharded over
                           * groups of this many consecutive ranks (a host's), which backward
                           * gathers from; 1 = none */

@@ -92,6 +92,9 @@ static void on_grad_ready(void *ctx, size_t lo, size_t hi)
 
 void dt_zero_grads_hook(zero *z)
 {
+    /* A deferred update reads the gradient pieces this backward folds
+     * into: what forward did not settle is settled now. */
+    if (z->micro == 0 && dt_zero_settle_all(z)) return;
     /* The previous micro-batch's last reduce-scatters ran during this
      * forward; fold them before this backward writes the windows again. */
     for (int s = 0; s < z->nseg && z->micro > 0; s++)

@@ -29,6 +29,7 @@ typedef struct {
     unsigned char *qrecv; /* those of hop 1 received (zero_qgz.c) */
     int grads_held;    /* stages 2-3: its gradient window is accounted */
     int persistent;    /* stage 3: small enough to stay gathered */
+    int stale;         /* a deferred update has not reached its piece yet */
     size_t sec_at;     /* hpZ: where its secondary piece starts in z->sec (floats) */
     int sec_valid;     /* hpZ: that piece holds the current parameters */
     int sec_quantized; /* hpZ: and they came from a qwZ (int8) gather */
@@ -163,6 +164,9 @@ int dt_zero_params_refresh(zero *z);
  * all of that let go. */
 int dt_zero_gather_all(zero *z);
 int dt_zero_gather_one(zero *z, int s);
+/* A deferred update (--offload-overlap) finished for every piece: before
+ * the gradient pieces are written again. 0, or -1 with z->error. */
+int dt_zero_settle_all(zero *z);
 void dt_zero_release_one(zero *z, int s);
 void dt_zero_drop_all(zero *z);
 /* A failure of z's group (or of c) while doing `what`, kept in z->error

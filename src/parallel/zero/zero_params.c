@@ -120,6 +120,30 @@ static int reread_pieces(zero *z)
     return read_piece(z, 0);
 }
 
+/* A deferred update (--offload-overlap): segment s's piece brought up to
+ * date before anything reads it, the stream advanced past it while the
+ * reads of the next ones stay in flight, and with mixed precision its
+ * bf16 copy rounded. */
+static int settle(zero *z, int s)
+{
+    zero_seg *g = &z->seg[s];
+    if (!g->stale) return 0;
+    const dt_flat_range *p = &z->map.mine[s];
+    if (dt_optimizer_settle(z->S->rank->opt, p->at + (p->hi - p->lo), z->m->error,
+                            sizeof z->m->error))
+        return io_failed(z);
+    g->stale = 0;
+    if (z->mixed) dt_cast_f32_to_bf16(z->shard16 + p->at, z->shard_p + p->at, p->hi - p->lo);
+    return 0;
+}
+
+int dt_zero_settle_all(zero *z)
+{
+    for (int s = z->nseg - 1; s >= 0; s--) /* the last first: the stream ends at once */
+        if (settle(z, s)) return -1;
+    return 0;
+}
+
 /* This rank's fp32 piece of segment s: in the shard, or read from the store. */
 static const float *piece_f32(const zero *z, int s)
 {
@@ -255,7 +279,7 @@ static int gather(zero *z, int s, int exact)
     }
     dt_zero_note(z, "gather", s);
     if (z->backward && g->sec_valid && !exact) return gather_secondary(z, s);
-    if (piece_ready(z, s)) return -1;
+    if (settle(z, s) || piece_ready(z, s)) return -1;
     int rc = int8 ? gather_int8(z, s)
                   : dt_iallgather(z->comm, piece_to_send(z, s), working_at(z, seg_lo(z, s)),
                                   z->map.piece[s], working_type(z), &g->ag);
@@ -403,6 +427,7 @@ void dt_zero_param_done(void *ctx, int s, int use)
 static void round_pieces(zero *z)
 {
     for (int s = 0; z->mixed && s < z->nseg; s++) {
+        if (z->seg[s].stale) continue; /* rounded when settled */
         const dt_flat_range *p = &z->map.mine[s];
         uint16_t *dst = z->o.stage >= 3 ? z->shard16 + p->at : z->m->params16 + p->lo;
         dt_cast_f32_to_bf16(dst, z->shard_p + p->at, p->hi - p->lo);
@@ -411,6 +436,9 @@ static void round_pieces(zero *z)
 
 int dt_zero_params_refresh(zero *z)
 {
+    dt_optimizer *o = z->S->rank->opt;
+    int deferred = o && o->store && dt_opt_store_pending(o->store);
+    for (int s = 0; s < z->nseg; s++) z->seg[s].stale = deferred && dt_zero_has(z, s);
     round_pieces(z);
     if (z->o.stage < 3) {
         for (int s = 0; s < z->nseg; s++) {
@@ -428,7 +456,9 @@ int dt_zero_params_refresh(zero *z)
     for (int s = 0; s < z->nseg; s++) {
         z->seg[s].sec_valid = 0; /* hpZ: the next primary gather refills it */
         if (release(z, s, 1)) return -1;
-        if (z->seg[s].persistent && gather(z, s, 0)) return -1;
+        /* Deferred, a persistent segment waits for its first need: the
+         * stream reaches it in order (the final LayerNorm is last). */
+        if (z->seg[s].persistent && !z->seg[s].stale && gather(z, s, 0)) return -1;
     }
     return 0;
 }
@@ -469,6 +499,7 @@ static int gather_master(zero *z)
 
 int dt_zero_gather_all(zero *z)
 {
+    if (dt_zero_settle_all(z)) return -1;
     if (z->mixed) return gather_master(z);
     if (z->o.stage < 3) return 0;
     for (int s = 0; s < z->nseg; s++)
