@@ -101,15 +101,17 @@ void dt_aio_close(dt_aio *a)
     if (!a) return;
     dt_aio_drain(a);
     pthread_mutex_lock(&a->mu);
-    struct io_uring_sqe *s = a->broken ? NULL : io_uring_get_sqe(&a->ring);
+    struct io_uring_sqe *s = NULL;
+    /* After the drain nothing is in flight: a slot frees once the queue
+     * is handed to the kernel. */
+    while (!a->broken && !(s = io_uring_get_sqe(&a->ring))) io_uring_submit(&a->ring);
     if (s) {
         io_uring_prep_nop(s);
         io_uring_sqe_set_data64(s, STOP_TAG);
         io_uring_submit(&a->ring);
     }
     pthread_mutex_unlock(&a->mu);
-    if (s || a->broken) pthread_join(a->thread, NULL);
-    else pthread_detach(a->thread); /* no room to tell it (cannot happen after a drain) */
+    pthread_join(a->thread, NULL);
     pthread_mutex_destroy(&a->mu);
     pthread_cond_destroy(&a->done);
     io_uring_queue_exit(&a->ring);

@@ -2,6 +2,9 @@
 #include "kernels/quant.h"
 
 #include <math.h>
+#include <string.h>
+
+#include "kernels/cast.h"
 
 size_t dt_quant_blocks(size_t n, size_t block) { return (n + block - 1) / block; }
 
@@ -77,27 +80,41 @@ void dt_quant_pack(void *packet, const float *x, size_t n, size_t block, int bit
         dt_quant_int8(packet, scales, x, n, block);
 }
 
-/* out = (add ? out : 0) + the packet's values. */
-static void unpack(float *out, const void *packet, size_t n, size_t block, int bits, int add)
+enum { SET, ADD, BF16 };
+
+/* The packet's values into out: set or added (fp32), or rounded to bf16;
+ * a block at a time, through a buffer that stays in L1. */
+static void unpack(void *out, const void *packet, size_t n, size_t block, int bits, int mode)
 {
     const float *scales = (const float *)((const char *)packet + scales_at(n, bits));
     const int8_t *q8 = packet;
     const uint8_t *q4 = packet;
+    float v[256];
     for (size_t b = 0, lo = 0; lo < n; b++, lo += block) {
         size_t hi = lo + block < n ? lo + block : n;
-        for (size_t i = lo; i < hi; i++) {
-            float v = (float)(bits == 4 ? int4_at(q4, i) : q8[i]) * scales[b];
-            out[i] = add ? out[i] + v : v;
+        for (size_t c = lo; c < hi; c += 256) {
+            size_t m = hi - c < 256 ? hi - c : 256;
+            for (size_t k = 0; k < m; k++)
+                v[k] = (float)(bits == 4 ? int4_at(q4, c + k) : q8[c + k]) * scales[b];
+            float *f = (float *)out + c;
+            if (mode == BF16) dt_cast_f32_to_bf16((uint16_t *)out + c, v, m);
+            else if (mode == ADD) for (size_t k = 0; k < m; k++) f[k] += v[k];
+            else memcpy(f, v, m * sizeof(float));
         }
     }
 }
 
 void dt_quant_unpack(float *out, const void *packet, size_t n, size_t block, int bits)
 {
-    unpack(out, packet, n, block, bits, 0);
+    unpack(out, packet, n, block, bits, SET);
 }
 
 void dt_quant_unpack_add(float *acc, const void *packet, size_t n, size_t block, int bits)
 {
-    unpack(acc, packet, n, block, bits, 1);
+    unpack(acc, packet, n, block, bits, ADD);
+}
+
+void dt_quant_unpack_bf16(uint16_t *out, const void *packet, size_t n, size_t block, int bits)
+{
+    unpack(out, packet, n, block, bits, BF16);
 }

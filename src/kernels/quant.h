@@ -25,5 +25,8 @@ void dt_quant_pack(void *packet, const float *x, size_t n, size_t block, int bit
 void dt_quant_unpack(float *out, const void *packet, size_t n, size_t block, int bits);
 /* acc[i] += the packet's value i: a reduction's step without a copy. */
 void dt_quant_unpack_add(float *acc, const void *packet, size_t n, size_t block, int bits);
+/* The packet's values rounded to bf16 (nearest even): qwZ's gathers into
+ * a bf16 window, without an fp32 copy. */
+void dt_quant_unpack_bf16(uint16_t *out, const void *packet, size_t n, size_t block, int bits);
 
 #endif

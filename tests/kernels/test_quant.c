@@ -3,11 +3,13 @@
  * within half its block's scale (max |x| / 127 / 2) of its value; scales
  * the blocks' max |x| / 127 exactly; a block's largest magnitude exact to
  * rounding; an all-zero block zeros with scale 0; a last block shorter
- * than the others; values of both signs and magnitudes 1e-6 to 1e3. */
+ * than the others; values of both signs and magnitudes 1e-6 to 1e3. The
+ * packets' bf16 unpacking: the bits of unpack followed by a bf16 cast. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "check.h"
+#include "kernels/cast.h"
 #include "kernels/quant.h"
 
 static void run(size_t n, size_t block)
@@ -64,6 +66,14 @@ static void packet(size_t n, size_t block, int bits)
     dt_quant_pack(buf, x, n, block, bits);
     dt_quant_unpack(y, buf, n, block, bits);
     dt_quant_unpack_add(acc, buf, n, block, bits);
+    uint16_t *h = malloc(n * sizeof *h), *want = malloc(n * sizeof *want);
+    dt_quant_unpack_bf16(h, buf, n, block, bits);
+    dt_cast_f32_to_bf16(want, y, n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += h[i] != want[i];
+    CHECK(bad == 0, "%d bits: unpack_bf16 differs from unpack then a bf16 cast at %zu of %zu",
+          bits, bad, n);
+    free(h), free(want);
     const float *sc = (const float *)((const char *)buf + at);
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * block, hi = lo + block < n ? lo + block : n;

@@ -173,10 +173,18 @@ static int zero_start(void *self, dt_rank *r)
     return 0;
 }
 
-/* What qgZ's two groups sent (by `count`: all bytes, or those off the host). */
-static uint64_t qgz_bytes(const zero *z, uint64_t (*count)(const dt_comm *))
+/* The bytes a traffic group's communicators have sent, all and off the
+ * host: the data-parallel group, hpZ's, qgZ's two (absent ones count 0). */
+static zero_bytes group_sent(const zero *z, int group)
 {
-    return count(z->qgz_local) + count(z->qgz_cross);
+    dt_comm *const c[ZERO_GROUPS][2] = {{z->comm, NULL}, {z->hpz_comm, NULL},
+                                        {z->qgz_local, z->qgz_cross}};
+    zero_bytes b = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        b.all += dt_comm_bytes_sent(c[group][i]);
+        b.off += dt_comm_bytes_sent_off_host(c[group][i]);
+    }
+    return b;
 }
 
 static int zero_begin_step(void *self, long step)
@@ -184,12 +192,7 @@ static int zero_begin_step(void *self, long step)
     zero *z = self;
     dt_zero_drop_all(z); /* what an evaluation or a save gathered */
     z->step = step;
-    z->bytes_at_begin = dt_comm_bytes_sent(z->comm);
-    z->off_host_at_begin = dt_comm_bytes_sent_off_host(z->comm);
-    z->hpz_at_begin = dt_comm_bytes_sent(z->hpz_comm);
-    z->hpz_off_at_begin = dt_comm_bytes_sent_off_host(z->hpz_comm);
-    z->qgz_at_begin = qgz_bytes(z, dt_comm_bytes_sent);
-    z->qgz_off_at_begin = qgz_bytes(z, dt_comm_bytes_sent_off_host);
+    for (int g = 0; g < ZERO_GROUPS; g++) z->at_begin[g] = group_sent(z, g);
     z->wait_ms = 0; /* from here: the gathers' and reduce-scatters' waits of this step */
     return z->error ? failed(z, "step") : 0;
 }
@@ -215,19 +218,18 @@ static int zero_after_update(void *self)
 {
     zero *z = self;
     int rc = dt_zero_params_refresh(z); /* its waits count in wait_ms */
-    uint64_t hpz = dt_comm_bytes_sent(z->hpz_comm) - z->hpz_at_begin;
-    uint64_t qgz = qgz_bytes(z, dt_comm_bytes_sent) - z->qgz_at_begin;
-    z->bytes_sent = dt_comm_bytes_sent(z->comm) - z->bytes_at_begin + hpz + qgz;
+    zero_bytes d[ZERO_GROUPS];
+    z->bytes_sent = 0;
+    for (int g = 0; g < ZERO_GROUPS; g++) {
+        zero_bytes now = group_sent(z, g);
+        d[g] = (zero_bytes){now.all - z->at_begin[g].all, now.off - z->at_begin[g].off};
+        z->bytes_sent += d[g].all;
+    }
     if (z->events) /* what went where, from the links' counters */
         fprintf(z->events, "%ld traffic %llu %llu hpz %llu %llu qgz %llu %llu\n", z->step,
-                (unsigned long long)(dt_comm_bytes_sent(z->comm) - z->bytes_at_begin),
-                (unsigned long long)(dt_comm_bytes_sent_off_host(z->comm) - z->off_host_at_begin),
-                (unsigned long long)hpz,
-                (unsigned long long)(dt_comm_bytes_sent_off_host(z->hpz_comm) -
-                                     z->hpz_off_at_begin),
-                (unsigned long long)qgz,
-                (unsigned long long)(qgz_bytes(z, dt_comm_bytes_sent_off_host) -
-                                     z->qgz_off_at_begin));
+                (unsigned long long)d[0].all, (unsigned long long)d[0].off,
+                (unsigned long long)d[1].all, (unsigned long long)d[1].off,
+                (unsigned long long)d[2].all, (unsigned long long)d[2].off);
     return rc ? failed(z, "parameter all-gather") : 0;
 }
 

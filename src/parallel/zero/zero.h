@@ -43,7 +43,7 @@ typedef struct {
     size_t persist_floats; /* stage 3: segments up to this size stay gathered */
     size_t max_live_floats; /* stage 3: prefetch stops at this many gathered floats (0: no limit) */
     dt_dtype wire;       /* gradients reduce-scattered in DT_F32 or DT_BF16 (parallel/wire.h) */
-    int quant_weights;   /* stage 3, fp32: ZeRO++'s qwZ, the parameters' gathers in int8 */
+    int quant_weights;   /* stage 3: ZeRO++'s qwZ, the parameters' gathers in int8 */
     int quant_block;     /* qwZ, qgZ: values per fp32 scale */
     int quant_grads;     /* stage 3: ZeRO++'s qgZ, gradients reduce-scattered as quantized
                           * blocks through all-to-alls, in the host then across hosts */

@@ -38,6 +38,12 @@ typedef struct {
     int rd;            /* and the read's ticket while in flight, else -1 */
 } zero_seg;
 
+/* Bytes a group of communicators sent: all, and those to other hosts. */
+typedef struct {
+    uint64_t all, off;
+} zero_bytes;
+#define ZERO_GROUPS 3 /* the data-parallel group, hpZ's, qgZ's */
+
 typedef struct zero {
     dt_strategy *S;
     dt_comm *comm;
@@ -75,24 +81,22 @@ typedef struct zero {
     size_t live;     /* stage 3: floats gathered now */
     int backward;    /* stage 3: the layer being needed is for backward */
     /* hpZ: the group of consecutive ranks that hold the secondary
-     * partition, this rank's pieces of it (the working type), and the
-     * group's bytes at the step's start. */
+     * partition, and this rank's pieces of it (the working type). */
     dt_comm *hpz_comm;
     int hpz_k, hpz_me;
     void *sec;
     size_t sec_len;
-    uint64_t hpz_at_begin, off_host_at_begin, hpz_off_at_begin;
     /* qgZ: the groups of its two hops, the host's ranks and the ranks of
-     * this local index (NULL: one hop over comm), K and H (N and 1 then),
-     * and the groups' bytes at the step's start, all and off the host. */
+     * this local index (NULL: one hop over comm), K and H (N and 1 then). */
     dt_comm *qgz_local, *qgz_cross;
     int qgz_k, qgz_h;
-    uint64_t qgz_at_begin, qgz_off_at_begin;
+    /* Each traffic group's bytes (data-parallel, hpZ, qgZ) at the step's start. */
+    zero_bytes at_begin[ZERO_GROUPS];
     FILE *events;    /* DTRAIN_ZERO_EVENTS: when each gather, reduce-scatter and layer ran */
     long step;
     /* The last step's figures. */
     double wait_ms;
-    uint64_t bytes_at_begin, bytes_sent;
+    uint64_t bytes_sent;
 } zero;
 
 /* One line per event, "step event segment ns", for the tests that check

@@ -204,25 +204,20 @@ static int gather_int8(zero *z, int s)
 
 /* Every rank's piece of segment s from the int8 gather into the window:
  * every rank holds the same dequantized values, its own piece's too
- * (with mixed precision rounded to the bf16 window through one piece of
- * fp32 scratch). 0, or -1 out of memory. */
-static int dequantize(zero *z, int s)
+ * (with mixed precision rounded once, into the bf16 window). */
+static void dequantize(zero *z, int s)
 {
     zero_seg *g = &z->seg[s];
-    size_t len = dt_zero_packet_bytes(z, s, 8), p = z->map.piece[s];
-    float *scratch = z->mixed ? malloc(p * sizeof(float)) : NULL;
-    if (z->mixed && !scratch) return -1;
+    size_t len = dt_zero_packet_bytes(z, s, 8), p = z->map.piece[s], B = (size_t)z->o.quant_block;
     for (int r = 0; r < z->n; r++) {
         void *w = working_at(z, seg_lo(z, s) + (size_t)r * p);
-        dt_quant_unpack(z->mixed ? scratch : w, g->qbuf + len * (size_t)r, p,
-                        (size_t)z->o.quant_block, 8);
-        if (z->mixed) dt_cast_f32_to_bf16(w, scratch, p);
+        const unsigned char *in = g->qbuf + len * (size_t)r;
+        if (z->mixed) dt_quant_unpack_bf16(w, in, p, B, 8);
+        else dt_quant_unpack(w, in, p, B, 8);
     }
-    free(scratch);
     free(g->qbuf);
     g->qbuf = NULL;
     dt_mem_account(DT_MEM_COMM, -(long long)(len * (size_t)z->n));
-    return 0;
 }
 
 /* Stage 3: segment s of the working parameters, gathered into the window;
@@ -304,10 +299,7 @@ static int wait_gather(zero *z, int s)
     size_t bytes = seg_len(z, s) * dt_zero_esz(z);
     if (g->qbuf) {
         bytes = dt_zero_packet_bytes(z, s, 8) * (size_t)z->n;
-        if (dequantize(z, s)) {
-            dt_strf(z->m->error, sizeof z->m->error, "ZeRO++ qwZ: out of memory dequantizing");
-            return -1;
-        }
+        dequantize(z, s);
     }
     /* The working type's bytes (the fp32 master weights' gather: half of
      * them), or qwZ's int8 and scales. */
