@@ -91,6 +91,11 @@ int dt_comm_size(const dt_comm *c);
 /* Rank among the communicator's members on this host, and their number. */
 int dt_comm_local_rank(const dt_comm *c);
 int dt_comm_local_size(const dt_comm *c);
+/* The host of member `rank` as the lowest member on it (equal for members
+ * that share memory), or -1; and this process's host name (the stand-in
+ * DTRAIN_HOSTNAME gives, where set), for banners. */
+int dt_comm_host_of(const dt_comm *c, int rank);
+const char *dt_comm_hostname(const dt_comm *c);
 /* Collective over c: ranks with the same colour form a new communicator,
  * ordered by key then old rank. DT_UNDEFINED gives *out = NULL. */
 int dt_comm_split(dt_comm *c, int color, int key, dt_comm **out);

@@ -15,6 +15,7 @@
 #include "parallel/context/cp.h"
 #include "parallel/tensor/tp.h"
 #include "train/memory_plan.h"
+#include "train/memory_plan_mesh.h"
 #include "train/memory_plan_pp.h"
 #include "train/model_source.h"
 #include "train/trainer.h"
@@ -107,56 +108,18 @@ static int resolve_model(dt_train_config *c, dt_gpt_config *mc, char *err, size_
     return rc;
 }
 
-/* Each tensor-parallel rank's plan: its slices and the whole tensors,
- * its rows of the sequences under context parallelism, replicated (DDP)
- * or with the optimizer state split (ZeRO-1) over the cp x dp ranks that
- * hold the same slice. */
-static int print_mesh_tables(dt_gpt *layout, dt_train_config *c, int dp, int quiet, char *err,
-                             size_t n)
-{
-    const int T = c->seq_len ? c->seq_len : layout->cfg.block_size;
-    dt_shard_kind kind;
-    int widths;
-    dt_cp_algo_shape(c->cp_algo, &kind, &widths);
-    char who[48];
-    snprintf(who, sizeof who, "--cp %d --cp-algo %s", c->cp, c->cp_algo);
-    if (c->cp > 1 && dt_seq_shard_check(who, c->batch_size, T, layout->cfg.n_embd,
-                                        layout->cfg.n_head, c->cp, kind, err, n))
-        return -1;
-    if (dt_gpt_set_cp(layout, 0, c->cp, kind, widths))
-        return dt_strf(err, n, "%s", layout->error), -1;
-    layout->tp.sp = c->sequence_parallel; /* dt_tp_rank_mem's slices keep it */
-    for (int q = 0; q < c->tp; q++) {
-        dt_rank_mem held;
-        dt_mem_plan plan;
-        if (dt_tp_rank_mem(layout, q, c->tp, c->batch_size, T, &held, err, n) ||
-            dt_mem_plan_held(layout, c, c->cp * dp, &held, &plan, err, n))
-            return -1;
-        if (quiet) continue;
-        if (q == 0)
-            printf("memory per rank: tp %d x cp %d x dp %d, each rank %s, %s; params %s | "
-                   "grads %s | optim %s\n", c->tp, c->cp, dp,
-                   c->tp > 1 ? "its slices of the matrices and the whole LayerNorms, wpe and "
-                   "row-parallel biases" : "the whole model",
-                   c->cp > 1 ? "its rows of each sequence" : "whole sequences",
-                   plan.formula[DT_MEM_PARAMS], plan.formula[DT_MEM_GRADS],
-                   plan.formula[DT_MEM_OPTIM]);
-        double state = plan.bytes[DT_MEM_PARAMS] + plan.bytes[DT_MEM_GRADS] +
-                       plan.bytes[DT_MEM_OPTIM];
-        printf("  tp rank %d: Psi_q = %zu | params %.1f MiB | grads %.1f MiB | optim %.1f MiB | "
-               "acts %.1f MiB | state + acts %.1f MiB\n", q, plan.psi,
-               plan.bytes[DT_MEM_PARAMS] / 1048576.0, plan.bytes[DT_MEM_GRADS] / 1048576.0,
-               plan.bytes[DT_MEM_OPTIM] / 1048576.0, plan.bytes[DT_MEM_ACTS] / 1048576.0,
-               (state + plan.bytes[DT_MEM_ACTS]) / 1048576.0);
-    }
-    return 0;
-}
-
-/* The plan's tables: each stage's of a pipeline, each tensor-parallel
- * rank's, else the ZeRO formulas' for every rank. */
+/* The plan's tables: each (stage, tensor slice)'s of a mesh, each
+ * stage's of a pipeline, else the ZeRO formulas' for every rank. */
 static int print_tables(dt_gpt *layout, dt_train_config *c, int world, int dp, int quiet,
                         char *err, size_t n)
 {
+    if (c->tp > 1 || c->cp > 1) { /* the mesh: a row per stage and tensor slice */
+        dt_mem_plan_mesh m;
+        if (dt_mem_plan_mesh_from_config(layout, c, world, &m, err, n)) return -1;
+        if (!quiet) dt_mem_plan_mesh_print(stdout, &m);
+        dt_mem_plan_mesh_free(&m);
+        return 0;
+    }
     if (c->pp > 1) {
         dt_mem_plan_pp pp;
         int rc = dt_mem_plan_pp_from_config(layout, c, world, &pp, err, n);
@@ -164,7 +127,6 @@ static int print_tables(dt_gpt *layout, dt_train_config *c, int world, int dp, i
         dt_mem_plan_pp_free(&pp);
         return rc;
     }
-    if (c->tp > 1 || c->cp > 1) return print_mesh_tables(layout, c, dp, quiet, err, n);
     dt_mem_plan plan;
     if (dt_mem_plan_from_config(layout, c, dp, &plan, err, n)) return -1;
     if (!quiet) dt_mem_plan_print(stdout, &plan, "memory per rank", NULL, 0);
@@ -273,6 +235,18 @@ static int refuse(const char *msg)
     return CLI_EXIT_USAGE;
 }
 
+/* Without --nproc, a mesh whose every size is given (--dp with --tp, --cp,
+ * --pp, as flags or in a --config) starts their product of ranks; -1
+ * otherwise (one process, or the launcher's ranks). */
+static long mesh_ranks(int argc, char **argv)
+{
+    dt_train_config c;
+    char err[1024];
+    dt_config_defaults(&c);
+    if (dt_config_parse_args(&c, argc, argv, err, sizeof err) != 0 || c.dp < 1) return -1;
+    return (long)c.dp * c.tp * c.cp * c.pp;
+}
+
 int cli_train(int argc, char **argv)
 {
     long nproc = take_nproc(&argc, argv);
@@ -282,6 +256,7 @@ int cli_train(int argc, char **argv)
     }
     if (wants_dry_run(argc, argv)) return dry_run(nproc, argc, argv);
     const char *world = getenv("WORLD_SIZE");
+    if (nproc < 0 && !world) nproc = mesh_ranks(argc, argv);
     if (nproc > 1 && !world) return relaunch(nproc, argc, argv);
     char err[1024];
     if (nproc > 0 && world && atol(world) != nproc) {

@@ -294,6 +294,11 @@ uint64_t dt_comm_bytes_sent_off_host(const dt_comm *c)
 }
 int dt_comm_local_rank(const dt_comm *c) { return c ? c->local_rank : -1; }
 int dt_comm_local_size(const dt_comm *c) { return c ? c->local_size : -1; }
+int dt_comm_host_of(const dt_comm *c, int rank)
+{
+    return c && c->host_of && rank >= 0 && rank < c->size ? c->host_of[rank] : -1;
+}
+const char *dt_comm_hostname(const dt_comm *c) { return c ? c->job->hostname : "none"; }
 const char *dt_comm_transport(const dt_comm *c) { return c ? c->transport_name : "none"; }
 
 const char *dt_comm_error(const dt_comm *c)

@@ -737,17 +737,19 @@ static int embed_forward(dt_gpt *m, const int32_t *tokens, int b, int t)
 }
 
 /* Context parallelism: this rank's rows of b whole sequences of t, into
- * m->cp's tokens and targets (either may be NULL). */
-static int pick_rows(dt_gpt *m, const int32_t *tokens, const int32_t *targets, int b, int t)
+ * slot k's tokens and targets in m->cp (either may be NULL). */
+static int pick_rows(dt_gpt *m, int k, const int32_t *tokens, const int32_t *targets, int b,
+                     int t)
 {
     dt_seq_rows *rows = &m->cp.rows;
+    const size_t slot = (size_t)k * (size_t)m->B * (size_t)dt_gpt_rows(m, m->T);
     if (dt_seq_shard(rows, t, m->cp.rank, m->cp.size, m->cp.kind))
         return dt_strf(m->error, sizeof m->error, "model: sequences of %d do not split over "
                        "%d ranks of context parallelism", t, m->cp.size), -1;
     const int tl = dt_seq_rows_total(rows);
     for (int bi = 0; bi < b; bi++)
         for (int c = 0, off = 0; c < rows->count; off += rows->len[c++]) {
-            size_t from = (size_t)bi * t + rows->begin[c], to = (size_t)bi * tl + off;
+            size_t from = (size_t)bi * t + rows->begin[c], to = slot + (size_t)bi * tl + off;
             size_t bytes = (size_t)rows->len[c] * sizeof(int32_t);
             if (tokens) memcpy(m->cp.tokens + to, tokens + from, bytes);
             if (targets) memcpy(m->cp.targets + to, targets + from, bytes);
@@ -792,11 +794,13 @@ double dt_gpt_forward_slot(dt_gpt *m, int k, const int32_t *tokens, const int32_
     const int32_t *rows_tokens = tokens, *rows_targets = targets;
     st->tokens = tokens; /* the caller's: backward checks it gets the same */
     if (m->cp.size > 1) {
-        if (pick_rows(m, tokens, targets, b, t)) return -1;
-        rows_tokens = m->cp.tokens;
-        rows_targets = targets ? m->cp.targets : NULL;
+        const size_t slot = (size_t)k * (size_t)m->B * (size_t)dt_gpt_rows(m, m->T);
+        if (pick_rows(m, k, tokens, targets, b, t)) return -1;
+        rows_tokens = m->cp.tokens + slot;
+        rows_targets = targets ? m->cp.targets + slot : NULL;
         t = dt_gpt_rows(m, t);
     }
+    st->row_tokens = rows_tokens;
     const int N = b * t;
     dt_gpt_bind_slot(m, k);
     m->rebuilt_layer = -1;
@@ -1023,8 +1027,7 @@ static void embed_grad_run(dt_gpt *m, const void *arg, size_t row, int pos, int 
 
 static int embed_backward(dt_gpt *m, const float *d, const dt_gpt_slot *st)
 {
-    embed_rows g = {NULL, rows_gathered(m, d, st->b * st->t, "wte backward"),
-                    m->cp.size > 1 ? m->cp.tokens : st->tokens};
+    embed_rows g = {NULL, rows_gathered(m, d, st->b * st->t, "wte backward"), st->row_tokens};
     if (!g.d) return -1;
     grads_open(m, 0);
     each_run(m, st->b, st->t, embed_grad_run, &g);

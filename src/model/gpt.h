@@ -111,7 +111,8 @@ typedef struct {
                     char *err, size_t errlen);
     void *ctx;
     dt_seq_rows rows;           /* the positions of the last forward's rows */
-    int32_t *tokens, *targets;  /* [b, t / size]: its tokens and targets */
+    int32_t *tokens, *targets;  /* [slots][B, T / size]: each slot's tokens and targets (a
+                                 * pipeline stage holds several micro-batches at once) */
 } dt_gpt_cp;
 
 /* Pointers to one layer's tensors inside a flat buffer (parameters or
@@ -178,6 +179,8 @@ typedef struct {
     dt_gpt_part part;
     float *base;                    /* its piece of the arena */
     const int32_t *tokens, *targets; /* of its forward (the caller keeps them) */
+    const int32_t *row_tokens;      /* this rank's rows of tokens (context parallelism's
+                                       pick, in m->cp; else tokens) */
     int b, t;                       /* its forward's shape; 0: no forward pending */
     int weights_pending;            /* its input's gradient is done, its weights' not */
     int input_grad_apart;           /* its last backward left the input's gradient in
@@ -319,6 +322,11 @@ int dt_gpt_rows(const dt_gpt *m, int t);
  * ascending. Writes up to cap ranges to out (out may be NULL to count);
  * returns how many there are. */
 int dt_gpt_tp_ranges(const dt_gpt *m, const dt_gpt *whole, dt_flat_range *out, int cap);
+/* The layout (no buffers) of rank q of tp ranks of tensor parallelism
+ * with like's configuration, precision, padding, recompute mode, sequence
+ * and context parallelism: what another rank of like's group holds.
+ * 0, or -1 with a message. */
+int dt_gpt_peer_layout(const dt_gpt *like, int q, int tp, dt_gpt *lay, char *err, size_t n);
 /* Mixed precision for a layout with bf16 products and no buffers yet (see
  * dt_gpt.mixed). 0, or -1 with m->error. */
 int dt_gpt_set_mixed(dt_gpt *m);
@@ -360,6 +368,10 @@ void dt_gpt_bind_slot(dt_gpt *m, int k);
  * dt_gpt_backward_slot of a part without the embeddings the input buffer
  * holds the input's gradient (what a stage sends back). */
 float *dt_gpt_slot_input(dt_gpt *m, int k);
+/* Floats of a stage's input or output on this rank for b sequences of t:
+ * its rows of them (context parallelism), 1/tp of those with sequence
+ * parallelism, n_embd wide. What a pipeline's stages exchange. */
+size_t dt_gpt_boundary_floats(const dt_gpt *m, int b, int t);
 const float *dt_gpt_slot_output(dt_gpt *m, int k);
 
 /* Activation bytes of one layer for a micro-batch of B sequences of T

@@ -157,6 +157,11 @@ void dt_gpt_bind_slot(dt_gpt *m, int k)
     m->slot = k;
 }
 
+size_t dt_gpt_boundary_floats(const dt_gpt *m, int b, int t)
+{
+    return region_rows(m, (size_t)b * (size_t)dt_gpt_rows(m, t)) * (size_t)m->cfg.n_embd;
+}
+
 float *dt_gpt_slot_input(dt_gpt *m, int k)
 {
     dt_gpt_bind_slot(m, k);
@@ -226,8 +231,8 @@ int dt_gpt_alloc_slots(dt_gpt *m, int B, int T, int n, const dt_gpt_part *parts)
     m->slots = calloc((size_t)n, sizeof *m->slots);
     m->acts_mem = dt_alloc(total * sizeof(float), DT_MEM_ACTS);
     if (m->cp.size > 1) { /* the rows' tokens and targets, picked at each forward */
-        m->cp.tokens = malloc(N * sizeof *m->cp.tokens);
-        m->cp.targets = malloc(N * sizeof *m->cp.targets);
+        m->cp.tokens = malloc((size_t)n * N * sizeof *m->cp.tokens);
+        m->cp.targets = malloc((size_t)n * N * sizeof *m->cp.targets);
     }
     if (!m->layer_acts || !m->slots || !m->acts_mem ||
         (m->cp.size > 1 && (!m->cp.tokens || !m->cp.targets))) {

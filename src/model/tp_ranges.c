@@ -1,7 +1,26 @@
 /* Where a tensor-parallel rank's slices sit in the whole model's layout:
  * the ranges that let checkpoints, weights files and the initialisation
- * treat a rank's flat buffer as a shard of the whole one. See gpt.h. */
+ * treat a rank's flat buffer as a shard of the whole one; and another
+ * rank's layout, for the memory plans of the ranks and the gathering of
+ * the whole parameters. See gpt.h. */
 #include "model/gpt.h"
+
+#include "core/str.h"
+
+int dt_gpt_peer_layout(const dt_gpt *like, int q, int tp, dt_gpt *lay, char *err, size_t n)
+{
+    if (dt_gpt_create_layout(lay, &like->cfg, like->prec, err, n)) return -1;
+    lay->recompute = like->recompute;
+    const dt_gpt_cp *cp = &like->cp;
+    if (dt_gpt_pad_segments(lay, like->seg_align) == 0 && dt_gpt_set_tp(lay, q, tp) == 0 &&
+        dt_gpt_set_cp(lay, cp->rank, cp->size, cp->kind, cp->saved_widths) == 0) {
+        lay->tp.sp = like->tp.sp && tp > 1;
+        return 0;
+    }
+    dt_strf(err, n, "%s", lay->error);
+    dt_gpt_destroy(lay);
+    return -1;
+}
 
 /* Ranges are merged where one continues the last (a slice of whole rows
  * is one range), so the count and the writing share one pass. */

@@ -1,4 +1,4 @@
-/* The tp x cp x dp grid and the layers that run on it. See mesh.h. */
+/* The tp x cp x dp x pp grid and the layers that run on it. See mesh.h. */
 #include "parallel/mesh.h"
 
 #include <stdlib.h>
@@ -6,46 +6,69 @@
 
 #include "core/str.h"
 #include "parallel/context/cp.h"
+#include "parallel/pipeline/pipeline.h"
 #include "parallel/tensor/tp.h"
 
 typedef struct {
     dt_mesh g;
+    dt_strategy *S;
     int owns_replicas; /* no data-parallel layer took them */
+    char (*hosts)[DT_MESH_HOST_NAME]; /* [world] each rank's host name, for the banner */
 } mesh_layer;
 
 int dt_mesh_replica_index(const dt_mesh *g) { return g->cp_i + g->cp * g->dp_i; }
 
+void dt_mesh_coords(const dt_mesh *g, int r, int at[4])
+{
+    at[0] = r % g->tp;
+    at[1] = r / g->tp % g->cp;
+    at[2] = r / (g->tp * g->cp) % g->dp;
+    at[3] = r / (g->tp * g->cp * g->dp);
+}
+
+/* "--tp 2 --pp 2": the sizes that split the model or the sequence. */
 static const char *what_splits(const dt_parallel_opts *o, char *buf, size_t n)
 {
-    if (o->tp > 1 && o->cp > 1) snprintf(buf, n, "--tp %d --cp %d", o->tp, o->cp);
-    else if (o->tp > 1) snprintf(buf, n, "--tp %d", o->tp);
-    else snprintf(buf, n, "--cp %d", o->cp);
+    size_t k = 0;
+    buf[0] = '\0';
+    const char *name[] = {"--tp", "--cp", "--pp"};
+    const int size[] = {o->tp, o->cp, o->pp};
+    for (int i = 0; i < 3 && k < n; i++)
+        if (size[i] > 1) k += (size_t)snprintf(buf + k, n - k, "%s%s %d", k ? " " : "", name[i],
+                                               size[i]);
     return buf;
+}
+
+static int check_sizes(const dt_parallel_opts *o, int world, char *err, size_t errlen)
+{
+    char who[64];
+    const int k = o->tp * o->cp * o->pp;
+    if (o->dp > 0 && o->dp * k != world)
+        return dt_strf(err, errlen, "--dp %d with %s makes %d ranks (tp x cp x dp x pp); this "
+                       "job has %d: start --nproc %d, or leave --dp out to take the ranks / %d",
+                       o->dp, what_splits(o, who, sizeof who), o->dp * k, world, o->dp * k,
+                       k), -1;
+    if (world % k == 0) return 0;
+    char ok[64];
+    if (world < k) snprintf(ok, sizeof ok, "%d", k);
+    else snprintf(ok, sizeof ok, "%d or %d", world / k * k, (world / k + 1) * k);
+    return dt_strf(err, errlen, "%s needs a rank count that %d divides (ranks = tp x cp x "
+                   "data-parallel x pp); this job has %d: start --nproc %s",
+                   what_splits(o, who, sizeof who), k, world, ok), -1;
 }
 
 int dt_mesh_check(const dt_parallel_opts *o, int world, int *dp, char *err, size_t errlen)
 {
-    char who[48];
-    const int k = o->tp * o->cp;
-    what_splits(o, who, sizeof who);
-    if (world % k) {
-        char ok[64];
-        if (world < k) snprintf(ok, sizeof ok, "%d", k);
-        else snprintf(ok, sizeof ok, "%d or %d", world / k * k, (world / k + 1) * k);
-        return dt_strf(err, errlen, "%s needs a rank count that %d divides (ranks = %s"
-                       "data-parallel); this job has %d: start --nproc %s", who, k,
-                       o->tp > 1 && o->cp > 1 ? "tp x cp x " : o->tp > 1 ? "tp x " : "cp x ",
-                       world, ok), -1;
+    if (check_sizes(o, world, err, errlen)) return -1;
+    if (o->pp > 1) {
+        int per_stage;
+        if (dt_pp_check(o, world, o->accum, &per_stage, err, errlen)) return -1;
+        if ((o->tp > 1 || o->cp > 1) && o->pp_partition && !strcmp(o->pp_partition, "cost"))
+            return dt_strf(err, errlen, "--pp-partition cost with --tp or --cp: the layers are "
+                           "timed on one rank alone, and a split layer's forward needs its "
+                           "whole group; use --pp-partition uniform or params"), -1;
     }
-    if (o->pp > 1)
-        return dt_strf(err, errlen, "%s with --pp %d: pipeline parallelism together with tensor "
-                       "or context parallelism is not built yet; use one of them", who,
-                       o->pp), -1;
-    if (o->zero.stage > 1)
-        return dt_strf(err, errlen, "%s with --zero-stage %d: ZeRO shards the state of tensor "
-                       "or context parallelism only at stage 1 for now; use --zero-stage 1, "
-                       "or 0", who, o->zero.stage), -1;
-    *dp = world / k;
+    *dp = world / (o->tp * o->cp * o->pp);
     return 0;
 }
 
@@ -54,27 +77,59 @@ static int split(dt_comm *world, int color, int key, int size, dt_comm **out)
     dt_comm *c = NULL;
     if (dt_comm_split(world, color, key, &c)) return -1;
     if (size > 1) *out = c;
-    else dt_comm_destroy(c);
+    else if (c) dt_comm_destroy(c);
     return 0;
 }
 
 /* Every rank takes part in every split, so the calls match across the job. */
 static int form_groups(dt_mesh *g, dt_comm *world, char *err, size_t n)
 {
-    const int r = dt_comm_rank(world);
-    g->tp_i = r % g->tp;
-    g->cp_i = r / g->tp % g->cp;
-    g->dp_i = r / (g->tp * g->cp);
-    if (split(world, g->cp_i + g->cp * g->dp_i, g->tp_i, g->tp, &g->tp_group) ||
-        split(world, g->tp_i + g->tp * g->dp_i, g->cp_i, g->cp, &g->cp_group) ||
-        split(world, g->tp_i + g->tp * g->cp_i, g->dp_i, g->dp, &g->dp_group) ||
-        split(world, g->tp_i, dt_mesh_replica_index(g), g->cp * g->dp, &g->replicas))
-        return dt_strf(err, n, "forming the tp x cp x dp groups: %s", dt_comm_error(world)), -1;
+    const int r = dt_comm_rank(world), tp = g->tp, inner = g->tp * g->cp * g->dp;
+    int at[4];
+    dt_mesh_coords(g, r, at);
+    g->tp_i = at[0], g->cp_i = at[1], g->dp_i = at[2], g->pp_i = at[3];
+    const int rep = dt_mesh_replica_index(g), end = g->pp_i == 0 || g->pp_i == g->pp - 1;
+    if (split(world, r / tp, g->tp_i, tp, &g->tp_group) ||
+        split(world, g->tp_i + tp * (g->dp_i + g->dp * g->pp_i), g->cp_i, g->cp, &g->cp_group) ||
+        split(world, g->tp_i + tp * (g->cp_i + g->cp * g->pp_i), g->dp_i, g->dp, &g->dp_group) ||
+        split(world, r % inner, g->pp_i, g->pp, &g->pp_group) ||
+        split(world, g->tp_i + tp * g->pp_i, rep, g->cp * g->dp, &g->replicas) ||
+        split(world, g->pp > 1 && end ? r % inner : DT_UNDEFINED, g->pp_i, 2, &g->tied) ||
+        split(world, rep == 0 ? 0 : DT_UNDEFINED, r, tp * g->pp, &g->writers))
+        return dt_strf(err, n, "forming the mesh's groups: %s", dt_comm_error(world)), -1;
+    return 0;
+}
+
+/* Each rank's host name, for the banner (collective). */
+static int gather_hosts(mesh_layer *M, dt_comm *world, char *err, size_t n)
+{
+    int size = dt_comm_size(world);
+    char me[DT_MESH_HOST_NAME] = {0};
+    dt_strf(me, sizeof me, "%s", dt_comm_hostname(world));
+    if (!(M->hosts = calloc((size_t)size, sizeof *M->hosts)))
+        return dt_strf(err, n, "mesh: out of memory"), -1;
+    if (dt_allgather(world, me, M->hosts, DT_MESH_HOST_NAME, DT_U8))
+        return dt_strf(err, n, "mesh: the ranks' hosts: %s", dt_comm_error(world)), -1;
+    return 0;
+}
+
+/* Planning last: who writes a checkpoint's shards. A ZeRO layer decided
+ * already where it split the state (every rank writes its pieces); else
+ * replica 0 writes what the layers above left it to own (a stage's
+ * ranges, a tensor-parallel rank's slices), all such ranks together. */
+static int mesh_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
+{
+    mesh_layer *M = self;
+    dt_strategy *S = M->S;
+    (void)r, (void)layout, (void)share;
+    if (S->shard || !S->owned || dt_mesh_replica_index(&M->g) != 0) return 0;
+    S->saves = S->owned;
+    S->save_group = M->g.writers;
     return 0;
 }
 
 /* The blocks of the batch evaluate different batches; the rest of a block
- * (its slices, its rows) evaluates the same ones with it. */
+ * (its slices, its rows, its stages) evaluates the same ones with it. */
 static int mesh_eval_group(void *self, int final, dt_comm **group)
 {
     mesh_layer *M = self;
@@ -83,29 +138,46 @@ static int mesh_eval_group(void *self, int final, dt_comm **group)
     return 1;
 }
 
-static void mesh_describe(void *self, FILE *f)
-{
-    mesh_layer *M = self;
-    fprintf(f, "\n  mesh: tp %d x cp %d x dp %d, this rank (tp %d, cp %d, dp %d)", M->g.tp,
-            M->g.cp, M->g.dp, M->g.tp_i, M->g.cp_i, M->g.dp_i);
-}
-
 static void mesh_destroy(void *self)
 {
     mesh_layer *M = self;
-    dt_comm *own[] = {M->g.tp_group, M->g.cp_group, M->g.dp_group,
-                      M->owns_replicas ? M->g.replicas : NULL};
+    dt_comm *own[] = {M->g.tp_group, M->g.cp_group, M->g.dp_group, M->g.pp_group, M->g.tied,
+                      M->g.writers, M->owns_replicas ? M->g.replicas : NULL};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
         if (own[i]) dt_comm_destroy(own[i]);
+    free(M->hosts);
     free(M);
+}
+
+static void mesh_describe(void *self, FILE *f)
+{
+    mesh_layer *M = self;
+    dt_mesh_print(&M->g, M->hosts[0], f);
 }
 
 static const dt_strategy_ops mesh_ops = {
     .name = "mesh",
+    .plan = mesh_plan,
     .eval_group = mesh_eval_group,
-    .describe = mesh_describe,
+    .describe_lines = mesh_describe,
     .destroy = mesh_destroy,
 };
+
+/* DDP or ZeRO over the replicas (it owns their group from here on), then
+ * the layers that split the model, bottom to top. The trainer's teardown
+ * destroys what was added when one fails. */
+static int add_layers(dt_strategy *S, mesh_layer *M, const dt_parallel_opts *o)
+{
+    dt_mesh *g = &M->g;
+    if (g->replicas) {
+        M->owns_replicas = 0;
+        if (dt_data_parallel_on(S, g->replicas, o)) return -1;
+    }
+    if (g->cp > 1 && dt_cp_layer(S, g, o)) return -1;
+    if (g->pp > 1 && dt_pp_layer(S, g, o)) return -1;
+    if (g->tp > 1 && dt_tp_layer(S, g, o->sp)) return -1;
+    return 0;
+}
 
 int dt_mesh_strategy(dt_strategy *S, const dt_parallel_opts *o)
 {
@@ -114,21 +186,17 @@ int dt_mesh_strategy(dt_strategy *S, const dt_parallel_opts *o)
     if (dt_mesh_check(o, r->size, &dp, r->err, sizeof r->err)) return -1;
     mesh_layer *M = calloc(1, sizeof *M);
     if (!M) return dt_strf(r->err, sizeof r->err, "mesh: out of memory"), -1;
-    M->g = (dt_mesh){.tp = o->tp, .cp = o->cp, .dp = dp};
-    if (form_groups(&M->g, r->world, r->err, sizeof r->err)) return mesh_destroy(M), -1;
-    /* DDP or ZeRO-1 over the ranks that hold the same parameters; it owns
-     * their group from here on. */
-    if (M->g.replicas && dt_data_parallel_on(S, M->g.replicas, o)) {
-        M->g.replicas = NULL;
+    M->S = S;
+    M->owns_replicas = 1;
+    M->g = (dt_mesh){.tp = o->tp, .cp = o->cp, .dp = dp, .pp = o->pp};
+    if (form_groups(&M->g, r->world, r->err, sizeof r->err) ||
+        gather_hosts(M, r->world, r->err, sizeof r->err))
         return mesh_destroy(M), -1;
-    }
-    if ((M->g.cp > 1 && dt_cp_layer(S, &M->g, o)) || (M->g.tp > 1 && dt_tp_layer(S, &M->g, o->sp)))
-        return mesh_destroy(M), -1;
+    if (dt_strategy_add(S, &mesh_ops, M) || add_layers(S, M, o)) return -1;
     S->lockstep = r->world;
     S->writes_checkpoints = r->rank == 0;
     S->dp_index = M->g.dp_i;
     S->dp_size = dp;
-    S->block_ranks = o->tp * o->cp;
-    if (dt_strategy_add(S, &mesh_ops, M)) return mesh_destroy(M), -1;
+    S->block_ranks = o->tp * o->cp * o->pp;
     return 0;
 }

@@ -6,21 +6,25 @@
 #include <unistd.h>
 
 #include "core/str.h"
-#include "parallel/pipeline/pipeline.h"
 #include "parallel/mesh.h"
+
+/* A job that splits the model or the sequence runs on the mesh. */
+static int on_mesh(const dt_parallel_opts *o) { return o->tp > 1 || o->cp > 1 || o->pp > 1; }
 
 static int ddp_size(const dt_parallel_opts *o, int world, int *dp, char *err, size_t n)
 {
-    if (o->tp > 1 || o->cp > 1) return dt_mesh_check(o, world, dp, err, n);
-    if (o->pp > 1) return dt_pp_check(o, world, o->accum, dp, err, n);
+    if (on_mesh(o)) return dt_mesh_check(o, world, dp, err, n);
+    if (o->dp > 0 && o->dp != world)
+        return dt_strf(err, n, "--dp %d, but this job has %d ranks (with no --tp, --cp or "
+                       "--pp every rank is data-parallel): start --nproc %d, or leave --dp "
+                       "out", o->dp, world, o->dp), -1;
     *dp = world;
     return 0;
 }
 
 static int ddp_build(dt_strategy *S, const dt_parallel_opts *o)
 {
-    if (o->tp > 1 || o->cp > 1) return dt_mesh_strategy(S, o); /* DDP over replicas, if any */
-    if (o->pp > 1) return dt_pp_strategy(S, o); /* DDP within each stage, if any */
+    if (on_mesh(o)) return dt_mesh_strategy(S, o); /* DDP or ZeRO over the replicas, if any */
     if (S->rank->size == 1) return 0; /* one process shares nothing */
     if (o->zero.stage == 0) return dt_ddp_strategy(S, o->bucket_bytes, o->grad_wire);
     dt_zero_opts z = o->zero;

@@ -22,7 +22,8 @@ typedef struct {
     int staleness;         /* ps async: steps a worker may lead the slowest */
     const char *compress;  /* ps: what workers push ("none", "topk:R", "int8") */
     const char *optimizer; /* the optimizer's name, for advice about pairings */
-    int pp;                /* ddp: pipeline stages (1: none); data parallelism over world / pp */
+    int pp;                /* ddp: pipeline stages (1: none) */
+    int dp;                /* ddp: data-parallel size asked for (0: the ranks / (tp cp pp)) */
     int tp;                /* ddp: tensor-parallel ranks per group (1: none) */
     int sp;                /* ddp with tp: sequence parallelism */
     int cp;                /* ddp: context-parallel ranks per group (1: none) */

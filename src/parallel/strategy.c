@@ -18,7 +18,6 @@ static const struct {
     {"compute the gradient norm", offsetof(dt_strategy_ops, grad_norm)},
     {"update the parameters", offsetof(dt_strategy_ops, update)},
     {"serve instead of training", offsetof(dt_strategy_ops, serve)},
-    {"choose the evaluation group", offsetof(dt_strategy_ops, eval_group)},
     {"evaluate a batch", offsetof(dt_strategy_ops, eval_loss)},
 };
 
@@ -181,22 +180,34 @@ int dt_strategy_serve(dt_strategy *S)
     return i >= 0 ? S->layer[i].ops->serve(S->layer[i].self) : 0;
 }
 
+/* Each layer may narrow the group; once a layer says alone, no other
+ * widens it again. */
 int dt_strategy_eval_group(dt_strategy *S, int final, dt_comm **group)
 {
-    int i = OWNER(S, eval_group);
     *group = S->lockstep;
-    return i >= 0 ? S->layer[i].ops->eval_group(S->layer[i].self, final, group) : 1;
+    int alone = 0;
+    for (int i = 0; i < S->nlayers; i++) {
+        if (!S->layer[i].ops->eval_group) continue;
+        dt_comm *g = *group;
+        if (!S->layer[i].ops->eval_group(S->layer[i].self, final, &g)) return 0;
+        alone |= g == NULL;
+        *group = alone ? NULL : g;
+    }
+    return 1;
 }
 
 int dt_strategy_eval_loss(dt_strategy *S, const int32_t *inputs, const int32_t *targets, int b,
                           double *loss)
 {
     int i = OWNER(S, eval_loss);
-    if (i >= 0) return S->layer[i].ops->eval_loss(S->layer[i].self, inputs, targets, b, loss);
     dt_rank *r = S->rank;
-    *loss = dt_gpt_forward(r->model, inputs, targets, b, r->T);
-    if (*loss >= 0) return 0;
-    return dt_strf(r->err, sizeof r->err, "%s", r->model->error), -1;
+    if (i >= 0) {
+        if (S->layer[i].ops->eval_loss(S->layer[i].self, inputs, targets, b, loss)) return -1;
+    } else if ((*loss = dt_gpt_forward(r->model, inputs, targets, b, r->T)) < 0) {
+        return dt_strf(r->err, sizeof r->err, "%s", r->model->error), -1;
+    }
+    EACH(S, eval_reduce, loss);
+    return 0;
 }
 
 int dt_strategy_before_save(dt_strategy *S)
@@ -239,6 +250,8 @@ void dt_strategy_describe(dt_strategy *S, FILE *f)
 {
     for (int i = 0; i < S->nlayers; i++)
         if (S->layer[i].ops->describe) S->layer[i].ops->describe(S->layer[i].self, f);
+    for (int i = 0; i < S->nlayers; i++)
+        if (S->layer[i].ops->describe_lines) S->layer[i].ops->describe_lines(S->layer[i].self, f);
 }
 
 void dt_strategy_describe_blocks(const dt_strategy *S, FILE *f, int n)

@@ -46,7 +46,7 @@
 #include "model/ranges.h"
 #include "model/optimizer.h"
 
-#define DT_STRATEGY_MAX_LAYERS 4
+#define DT_STRATEGY_MAX_LAYERS 6
 
 /* What the trainer hands the strategies of a rank. The trainer owns it and
  * every buffer it points to; hooks write their failure messages to err. */
@@ -145,13 +145,20 @@ typedef struct dt_strategy_ops {
     /* Owner: a rank that serves the others instead of training (returns
      * when they are done). */
     int (*serve)(void *self);
-    /* Which ranks evaluate, and together: *group (NULL: alone); returns 0
-     * when this rank sits the evaluation out. final: the one at the end. */
+    /* Which ranks evaluate, and together: the ranks of *group split the
+     * validation batches among them (it starts as the lockstep group). A
+     * layer may narrow it, NULL meaning alone (every rank runs every batch:
+     * ZeRO-3's gathers need all of its ranks in each forward); NULL from
+     * any layer stands. Returns 0 when this rank sits the evaluation out.
+     * final: the one at the end. */
     int (*eval_group)(void *self, int final, dt_comm **group);
     /* Owner: the mean loss of one validation batch (default: the model's
      * forward; a pipeline passes it through its stages). */
     int (*eval_loss)(void *self, const int32_t *inputs, const int32_t *targets, int b,
                      double *loss);
+    /* After eval_loss, on every layer: the loss of the whole batch from this
+     * rank's part (context parallelism averages its rows' means). */
+    int (*eval_reduce)(void *self, double *loss);
     /* Before a checkpoint, on every rank (the writer gathers what it needs). */
     int (*before_save)(void *self);
     /* Before the whole parameters are read from the model (the final
@@ -164,9 +171,11 @@ typedef struct dt_strategy_ops {
     int (*release)(void *self);
     /* Whether the ranks' parameters agree: 1 yes, 0 no, < 0 error. */
     int (*replicas_identical)(void *self, uint64_t *hash);
-    /* Appends to the trainer's "batch:" line (" x 2 ranks (DDP ...)"); may
-     * add lines of its own after it, each started with a newline. */
+    /* Appends to the trainer's "batch:" line (" x 2 ranks (DDP ...)"). */
     void (*describe)(void *self, FILE *f);
+    /* Lines of its own, after every layer's part of the batch line, each
+     * started with a newline ("\n  tensor parallel: ..."). */
+    void (*describe_lines)(void *self, FILE *f);
     /* A label for rank r in the memory table ("server"), or leaves buf. */
     void (*rank_label)(void *self, int r, char *buf, size_t n);
     /* What rank r holds by this layer's plan (pure arithmetic, any rank's):

@@ -90,6 +90,7 @@ typedef struct dt_train_config {
     char compress[24]; /* ps: what workers push: none | topk:R | int8 */
     char comm_algo[160]; /* forced collective algorithms: "allreduce=ring,allgather=bruck" */
     int pp;              /* pipeline stages (--pipeline-model-parallel-size); 1 = none */
+    int dp;              /* data-parallel size; 0 = the ranks / (tp cp pp) */
     int tp;              /* tensor-parallel ranks per group (--tensor-model-parallel-size); 1 = none */
     int zero_qwz;          /* stage 3: ZeRO++ qwZ (zero_quantized_weights) */
     int zero_quant_block;  /* qwZ, qgZ: values per scale */

@@ -35,6 +35,7 @@ static const struct {
     {"strategy", DT_AGREE_VALUE},
     {"pp", DT_AGREE_VALUE},
     {"tp", DT_AGREE_VALUE},
+    {"dp", DT_AGREE_VALUE},
     {"cp", DT_AGREE_VALUE},
     {"sequence-parallel", DT_AGREE_VALUE},
     {"offload-optimizer", DT_AGREE_VALUE},

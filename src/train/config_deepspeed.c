@@ -49,7 +49,8 @@
  *     aio_queue_depth (single_submit false, overlap_events true,
  *     thread_count 1 accepted);
  *   pipeline.stages -> pp; pipeline.partition "uniform" | "parameters" ->
- *     pp_partition uniform | params;
+ *     pp_partition uniform | params; tensor_parallel.autotp_size -> tp;
+ *     sequence_parallel_size (DeepSpeed-Ulysses) -> cp with cp_algo ulysses;
  *     stage3_prefetch_bucket_size, stage3_max_live_parameters and
  *     stage3_param_persistence_threshold (elements) -> zero_prefetch_elems,
  *     zero_max_live, zero_persist; reduce_bucket_size (in elements, DeepSpeed's
@@ -445,6 +446,17 @@ static const ds_key pipeline_keys[] = {
          "layer; leave it out or write 0"),
 };
 
+/* DeepSpeed's AutoTP training section: the tensor-parallel size. */
+static const ds_key tensor_parallel_keys[] = {OPTION("autotp_size", tp, NULL)};
+
+/* DeepSpeed's sequence_parallel_size is DeepSpeed-Ulysses: context
+ * parallelism by all-to-all to heads (a --cp-algo flag still wins). */
+static int own_ulysses(ds_ctx *x, const ds_key *k, const char *key, const cJSON *j)
+{
+    if (set_option(x, k->off, key, j)) return -1;
+    return x->c->cp > 1 ? store_text(x, offsetof(dt_train_config, cp_algo), key, "ulysses") : 0;
+}
+
 static const ds_key aio_keys[] = {
     OPTION("block_size", aio_block_size, NULL),
     OPTION("queue_depth", aio_queue_depth, NULL),
@@ -460,8 +472,9 @@ static const ds_key data_types_keys[] = {OPTION("grad_accum_dtype", grad_accum_d
 
 static const ds_key checkpointing_keys[] = {
     NOOP("partition_activations", "off",
-         "it splits checkpoints across model-parallel ranks, and dtrain has no model "
-         "parallelism (each rank keeps its own layers' inputs); leave it out or write false"),
+         "it splits the kept layer inputs across the tensor-parallel ranks; dtrain's "
+         "--sequence-parallel (with --tp) does that for the residual rows; leave it out or "
+         "write false"),
     NOOP("cpu_checkpointing", "off",
          "it moves partitioned checkpoints to host memory; dtrain's activations are in host "
          "memory already and not partitioned; leave it out or write false"),
@@ -487,12 +500,14 @@ static const ds_section sections[] = {
     {"data_types", 1, 0, KEYS(data_types_keys), NULL, NULL, NULL},
     {"aio", 1, 0, KEYS(aio_keys), NULL, NULL, NULL},
     {"pipeline", 1, 0, KEYS(pipeline_keys), NULL, NULL, NULL},
+    {"tensor_parallel", 1, 0, KEYS(tensor_parallel_keys), NULL, NULL, NULL},
     {"activation_checkpointing", 1, 0, KEYS(checkpointing_keys), checkpointing_begin, NULL,
      NULL},
 };
 
 /* Top-level keys that are no section (the options' aliases aside). */
 static const ds_key root_keys[] = {
+    OWN("sequence_parallel_size", cp, own_ulysses, NULL),
     NOOP("wall_clock_breakdown", "false",
          "a breakdown of each step's time is not supported yet; the step line shows the step's "
          "time and, with DDP, the communication backward did not hide"),

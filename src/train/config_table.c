@@ -148,9 +148,11 @@ const dt_cfg_opt dt_cfg_options[] = {
     OPT(G_RUN, "comm-algo", NULL, T_STR, comm_algo, 0, 0, "COLL=ALGO,...", hook_comm_algo, 0,
         "force collective algorithms (default auto: cost model)"),
     OPT(G_RUN, "pp", NULL, T_INT, pp, 1, 64, "N", NULL, 0,
-        "pipeline stages (consecutive layers); ranks = pp x data-parallel"),
+        "pipeline stages (consecutive layers); ranks = tp x cp x dp x pp"),
     OPT(G_RUN, "tp", NULL, T_INT, tp, 1, 64, "N", NULL, 0,
         "tensor parallel ranks: each holds a slice of every matrix"),
+    OPT(G_RUN, "dp", NULL, T_INT, dp, 0, 65536, "N", NULL, 0,
+        "data-parallel size with --tp/--cp/--pp; 0 = ranks / (tp cp pp)"),
     OPT(G_RUN, "sequence-parallel", NULL, T_BOOL, sequence_parallel, 0, 1, "[=0|1]", NULL,
         O_OPTVAL, "with --tp: LayerNorm and residual rows split over the tp group"),
     OPT(G_RUN, "cp", NULL, T_INT, cp, 1, 64, "N", NULL, 0,
@@ -210,12 +212,33 @@ int dt_config_given_at(const dt_train_config *c, size_t field_offset)
     return i >= 0 && c->given[i];
 }
 
-int dt_cfg_find_flag(const char *name, size_t len)
+/* Megatron-LM's names for the mesh's sizes, so that its launch lines work
+ * as they are. */
+static const struct {
+    const char *megatron, *flag;
+} megatron_flags[] = {
+    {"tensor-model-parallel-size", "tp"},
+    {"pipeline-model-parallel-size", "pp"},
+    {"context-parallel-size", "cp"},
+    {"virtual-pipeline-model-parallel-size", "pp-virtual"},
+};
+
+static int flag_index(const char *name, size_t len)
 {
     for (int i = 0; i < dt_cfg_noptions; i++)
         if (strlen(dt_cfg_options[i].flag) == len && !strncmp(dt_cfg_options[i].flag, name, len))
             return i;
     return -1;
+}
+
+int dt_cfg_find_flag(const char *name, size_t len)
+{
+    int i = flag_index(name, len);
+    for (size_t k = 0; i < 0 && k < sizeof megatron_flags / sizeof megatron_flags[0]; k++)
+        if (strlen(megatron_flags[k].megatron) == len &&
+            !strncmp(megatron_flags[k].megatron, name, len))
+            i = flag_index(megatron_flags[k].flag, strlen(megatron_flags[k].flag));
+    return i;
 }
 
 /* The JSON key of an option: its flag with '-' as '_'. */

@@ -142,6 +142,10 @@ static int check_pipeline(const dt_train_config *c, char *err, size_t n)
         return dt_strf(err, n, "--tp %d splits the model over the ranks of --strategy ddp "
                        "(with data parallelism over equal slices); --strategy %s cannot split "
                        "it", c->tp, c->strategy), -1;
+    if (c->dp > 0 && strcmp(c->strategy, "ddp") != 0)
+        return dt_strf(err, n, "--dp sets the data-parallel size of --strategy ddp (beside "
+                       "--tp, --cp and --pp); --strategy %s sizes its groups itself",
+                       c->strategy), -1;
     if (c->cp > 1 && strcmp(c->strategy, "ddp") != 0)
         return dt_strf(err, n, "--cp %d splits the sequences over the ranks of --strategy ddp "
                        "(with data parallelism over the rest); --strategy %s cannot split them",
@@ -287,12 +291,17 @@ dt_parallel_opts dt_config_parallel_opts(const dt_train_config *c)
                               .compress = c->compress,
                               .optimizer = c->optimizer,
                               .pp = c->pp,
+                              .dp = c->dp,
                               .tp = c->tp,
                               .cp = c->cp,
                               .sp = c->sequence_parallel,
                               .cp_algo = c->cp_algo,
                               .accum = c->grad_accum,
-                              .pp_virtual = c->pp_virtual,
+                              /* interleaved without --pp-virtual: two
+                               * chunks a rank, its smallest real case */
+                              .pp_virtual = !strcmp(c->pp_schedule, "interleaved") &&
+                                                    !DT_CONFIG_GIVEN(c, pp_virtual)
+                                                ? 2 : c->pp_virtual,
                               .pp_schedule = c->pp_schedule,
                               .pp_partition = c->pp_partition};
 }

@@ -79,7 +79,7 @@ int dt_mem_plan_make(const dt_gpt *layout, const dt_mem_plan_opts *o, dt_mem_pla
     memset(p, 0, sizeof *p);
     if (check_opts(layout, o, err, errlen)) return -1;
     p->o = *o;
-    p->psi = dt_gpt_param_count(&layout->cfg);
+    p->psi = o->psi ? o->psi : dt_gpt_param_count(&layout->cfg);
     p->param_bytes = o->prec == DT_PREC_BF16 ? 2 : 4;
     p->grad_bytes = o->prec == DT_PREC_BF16 && o->grads_bf16 ? 2 : 4;
     p->optim_bytes = optim_bytes(o->opt, o->momentum, o->prec);
@@ -137,7 +137,13 @@ int dt_mem_plan_make(const dt_gpt *layout, const dt_mem_plan_opts *o, dt_mem_pla
 int dt_mem_plan_from_config(const dt_gpt *layout, const dt_train_config *c, int ranks,
                             dt_mem_plan *p, char *err, size_t errlen)
 {
-    dt_mem_plan_opts o = {.zero_stage = c->zero_stage, .ranks = ranks,
+    return dt_mem_plan_from_config_psi(layout, c, ranks, 0, p, err, errlen);
+}
+
+int dt_mem_plan_from_config_psi(const dt_gpt *layout, const dt_train_config *c, int ranks,
+                                size_t psi, dt_mem_plan *p, char *err, size_t errlen)
+{
+    dt_mem_plan_opts o = {.zero_stage = c->zero_stage, .ranks = ranks, .psi = psi,
                           .prec = strcmp(c->dtype, "bf16") == 0 ? DT_PREC_BF16 : DT_PREC_F32,
                           .grads_bf16 = strcmp(c->grad_accum_dtype, "bf16") == 0,
                           .momentum = c->momentum, .B = c->batch_size,

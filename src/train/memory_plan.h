@@ -59,6 +59,8 @@ typedef struct {
     const dt_offload_opts *offload; /* the optimizer state on NVMe; NULL: in memory */
     int offload_params; /* stage 3: the parameters' pieces on NVMe too (offload_param) */
     int hpz;            /* stage 3: hpZ's group size K (a second copy, P Psi / K); 1: none */
+    size_t psi;         /* the floats this rank's model holds (a tensor-parallel rank's
+                         * slices, padding included); 0: the model's parameters */
 } dt_mem_plan_opts;
 
 typedef struct {
@@ -85,6 +87,9 @@ int dt_mem_plan_make(const dt_gpt *layout, const dt_mem_plan_opts *o, dt_mem_pla
  * data-parallel ranks, then the plan. 0 or -1 with a message. */
 int dt_mem_plan_from_config(const dt_gpt *layout, const dt_train_config *c, int ranks,
                             dt_mem_plan *p, char *err, size_t errlen);
+/* The same for a rank whose model holds `psi` floats (its slices). */
+int dt_mem_plan_from_config_psi(const dt_gpt *layout, const dt_train_config *c, int ranks,
+                                size_t psi, dt_mem_plan *p, char *err, size_t errlen);
 
 /* The optimizer's moments on NVMe (o): of `share` parameters (the rank's),
  * whose state is n floats; memory holds the stream's buffers. */

@@ -18,11 +18,16 @@ static void term(char *buf, size_t n, int bytes, int sharded)
 int dt_mem_plan_held(const dt_gpt *layout, const dt_train_config *c, int ranks,
                      const dt_rank_mem *held, dt_mem_plan *p, char *err, size_t errlen)
 {
+    /* ZeRO-2 and -3 shard what the rank holds like the whole model (they
+     * run where no pipeline splits it: the rank's layout is its slices). */
+    if (c->zero_stage > 1) {
+        if (dt_mem_plan_from_config_psi(layout, c, ranks, held->floats, p, err, errlen))
+            return -1;
+        p->bytes[DT_MEM_ACTS] = held->acts;
+        return 0;
+    }
     /* A stage's data-parallel copies replicate it (DDP), or split its
      * optimizer state (ZeRO-1): stage 0's or 1's P, G, K. */
-    if (c->zero_stage > 1)
-        return dt_strf(err, errlen, "ZeRO stage %d within a pipeline stage: not planned (it "
-                       "does not run: stage 1 does)", c->zero_stage), -1;
     if (dt_mem_plan_from_config(layout, c, ranks, p, err, errlen)) return -1;
     const double psi = (double)held->floats;
     const int zero = c->zero_stage == 1 && ranks > 1;

@@ -39,11 +39,13 @@
 #include "parallel/pipeline/stage.h"
 #include "train/memory_plan.h"
 
-/* The plan of a rank that holds `held->floats` of the layout whole (a
- * pipeline stage): memory_plan.h's P, G and K over them (psi = Psi_q),
- * its activations as given, the transient windows of its segments in use.
- * ranks: the data-parallel copies, for the heading. 0, or -1 with err
- * (ZeRO, which would shard the stage, is not planned). */
+/* The plan of a rank that holds `held->floats` of the layout (a pipeline
+ * stage, a tensor-parallel rank's slices): memory_plan.h's P, G and K
+ * over them (psi = Psi_q), divided by `ranks` as the ZeRO stage says (the
+ * optimizer state at stage 1; gradients, parameters and their transient
+ * windows at 2 and 3, as for the whole model, layout being the rank's
+ * own), its activations as given, the transient windows of its segments
+ * in use. 0, or -1 with err. */
 int dt_mem_plan_held(const dt_gpt *layout, const dt_train_config *c, int ranks,
                      const dt_rank_mem *held, dt_mem_plan *p, char *err, size_t errlen);
 

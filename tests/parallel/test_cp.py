@@ -19,8 +19,8 @@ ring attention are 1/N of one process's (within 2%), as planned (x1.00 of
 the plan for every rank); Ulysses keeps more (its head-sharded copies).
 Checkpoints: cp 2 resumed at cp 2 bit for bit, in one process within 1e-5.
 Bad input: a sequence length that zig-zag cannot cut, Ulysses with heads
-that do not split, a rank count cp does not divide, --cp with --pp, with
-ZeRO-2, with --strategy ps; --cp-algo without --cp.
+that do not split, a rank count cp does not divide, a --dp that does not
+make the rank count, --cp with --strategy ps; --cp-algo without --cp.
 """
 import os
 import re
@@ -132,9 +132,8 @@ def bad_input(dtrain, tmp):
         (["--block-size", "16", "--nproc", "4", "--tp", "2", "--cp", "4", "--cp-algo",
           "ulysses"], "--tp 2 --cp 4 needs a rank count that 8 divides"),
         (["--block-size", "16", "--nproc", "3", "--cp", "2"], "start --nproc 2 or 4"),
-        (["--block-size", "16", "--nproc", "4", "--cp", "2", "--pp", "2"], "not built yet"),
-        (["--block-size", "16", "--nproc", "2", "--cp", "2", "--zero-stage", "2"],
-         "use --zero-stage 1, or 0"),
+        (["--block-size", "16", "--nproc", "4", "--cp", "2", "--dp", "3"],
+         "--dp 3 with --cp 2 makes 6 ranks"),
         (["--block-size", "16", "--nproc", "3", "--cp", "2", "--strategy", "ps"],
          "cannot split them"),
         (["--block-size", "16", "--cp-algo", "ulysses"], "add --cp 2 or more"),

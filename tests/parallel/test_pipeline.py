@@ -330,7 +330,7 @@ def bad_input(dtrain, tmp):
     base = ["train", "--data", os.path.join(tmp, "data.txt"), "--n-layer", "4", "--n-head", "2",
             "--n-embd", "32", "--block-size", "32", "--steps", "1", "--threads", "1"]
     expect_refused(dtrain, base, [
-        (["--nproc", "3", "--pp", "2"], "does not divide the job's 3 ranks"),
+        (["--nproc", "3", "--pp", "2"], "--pp 2 needs a rank count that 2 divides"),
         (["--nproc", "2", "--pp", "2", "--n-layer", "1"], "need at least 2 layers"),
         (["--nproc", "2", "--pp", "2", "--pp-schedule", "interleaved", "--pp-virtual", "2",
           "--grad-accum", "3"], "not a multiple of p = 2"),

@@ -31,8 +31,9 @@ Checkpoints: tp 2 writes one shard per slice; resumed at tp 2 bit for
 bit; resumed in one process and at tp 4 within 1e-5; a one-process
 checkpoint resumed at tp 2 within 1e-5. --init from a weights file gives
 one process's run (with SGD) within the tolerances above.
-Bad input: heads not divisible, a rank count tp does not divide, --tp with
---pp, with ZeRO-2, with --strategy ps.
+Bad input: heads not divisible, a rank count tp does not divide, --tp
+--pp with --pp-partition cost (timed on one rank) and with ZeRO-2 (refused
+inside a pipeline), with --strategy ps.
 """
 import os
 import re
@@ -168,8 +169,10 @@ def bad_input(dtrain, tmp):
     expect_refused(dtrain, base, [
         (["--nproc", "3", "--tp", "3"], "heads"),
         (["--nproc", "3", "--tp", "2"], "--tp 2 needs a rank count"),
-        (["--nproc", "4", "--tp", "2", "--pp", "2"], "not built yet"),
-        (["--nproc", "2", "--tp", "2", "--zero-stage", "2"], "use --zero-stage 1, or 0"),
+        (["--nproc", "4", "--tp", "2", "--pp", "2", "--pp-partition", "cost"],
+         "a split layer's forward needs its whole group"),
+        (["--nproc", "4", "--tp", "2", "--pp", "2", "--zero-stage", "2"],
+         "use --zero-stage 1, or 0"),
         (["--nproc", "3", "--tp", "2", "--strategy", "ps"], "cannot split it"),
         (["--nproc", "4", "--tp", "4", "--sequence-parallel", "--batch-size", "1",
           "--block-size", "18"], "the 18 rows of a micro-batch (B x T) do not split over 4"),

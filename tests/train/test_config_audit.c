@@ -78,6 +78,8 @@ static const opt_row opt_rows[] = {
     {"pp", "2", "--strategy ps", "cannot hold stages"},
     {"tp", "2", "", NULL},
     {"tp", "2", "--strategy ps", "cannot split it"},
+    {"dp", "1", "", NULL},
+    {"dp", "2", "--strategy ps", "--dp sets the data-parallel size of --strategy ddp"},
     {"sequence-parallel", "1", "--tp 2", NULL},
     {"sequence-parallel", "1", "", "add --tp 2 or more"},
     {"zero-quantized-weights", "1", "--zero-stage 3", NULL},
@@ -353,6 +355,9 @@ static const ds_row ds_rows[] = {
     {"fp16.enabled", "{}", "{\"fp16\": {\"enabled\": false, \"loss_scale\": 0}}", 'N', NULL},
 
     {"pipeline.stages", "{}", "{\"pipeline\": {\"stages\": 2}}", 'C', NULL},
+    {"tensor_parallel.autotp_size", "{}", "{\"tensor_parallel\": {\"autotp_size\": 2}}", 'C',
+     NULL},
+    {"sequence_parallel_size", "{}", "{\"sequence_parallel_size\": 2}", 'C', NULL},
     {"pipeline.partition", "{\"pipeline\": {\"stages\": 2}}",
      "{\"pipeline\": {\"stages\": 2, \"partition\": \"parameters\"}}", 'C', NULL},
     {"pipeline.partition", "{}", "{\"pipeline\": {\"partition\": \"best\"}}", 'R',

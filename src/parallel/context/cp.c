@@ -121,13 +121,11 @@ static void cp_traffic(void *self, double *comm_ms, uint64_t *bytes)
 
 /* A batch's loss is the mean over all its tokens: the group's rows'
  * means, averaged (every rank holds as many rows). */
-static int cp_eval_loss(void *self, const int32_t *inputs, const int32_t *targets, int b,
-                        double *loss)
+static int cp_eval_reduce(void *self, double *loss)
 {
     cp_layer *L = self;
     dt_rank *r = L->S->rank;
-    double l = dt_gpt_forward(r->model, inputs, targets, b, r->T);
-    if (l < 0) return dt_strf(r->err, sizeof r->err, "%s", r->model->error), -1;
+    double l = *loss;
     if (dt_allreduce(L->cp, &l, &l, 1, DT_F64, DT_SUM))
         return dt_strf(r->err, sizeof r->err, "context parallelism: evaluation: %s",
                        dt_comm_error(L->cp)), -1;
@@ -168,8 +166,8 @@ static const dt_strategy_ops cp_ops = {
     .relayout = cp_relayout,
     .begin_step = cp_begin_step,
     .traffic = cp_traffic,
-    .eval_loss = cp_eval_loss,
-    .describe = cp_describe,
+    .eval_reduce = cp_eval_reduce,
+    .describe_lines = cp_describe,
     .mem_plan = cp_mem_plan,
     .destroy = cp_destroy,
 };

@@ -82,7 +82,7 @@ int dt_pp_exec_init(dt_pp_exec *x, dt_comm *comm, const dt_pp_schedule *s, const
     x->me = dt_comm_rank(comm);
     x->p = s->p, x->V = s->V, x->S = s->p * s->V, x->M = s->M;
     x->model = m;
-    x->B = B, x->T = T, x->C = m->cfg.n_embd;
+    x->B = B, x->T = T, x->msg = dt_gpt_boundary_floats(m, B, T);
     x->nslots = m->nslots;
     for (int k = 0, c = 0; k < m->nslots; k++) { /* the model's slots, chunk by chunk */
         while (c < x->V && m->slots[k].part.l0 != cut[c * x->p + x->me]) c++;
@@ -96,7 +96,7 @@ int dt_pp_exec_init(dt_pp_exec *x, dt_comm *comm, const dt_pp_schedule *s, const
     /* Activations too: what each slot's micro-batch holds beside the model's. */
     x->tokens = dt_alloc(ns * N * sizeof *x->tokens, DT_MEM_ACTS);
     x->targets = dt_alloc(ns * N * sizeof *x->targets, DT_MEM_ACTS);
-    x->dout = dt_alloc(ns * N * x->C * sizeof *x->dout, DT_MEM_ACTS);
+    x->dout = dt_alloc(ns * x->msg * sizeof *x->dout, DT_MEM_ACTS);
     x->sreq = calloc(ns, sizeof *x->sreq);
     x->sent = calloc(ns, sizeof *x->sent);
     x->sent_ns = calloc(ns, sizeof *x->sent_ns);
@@ -151,7 +151,7 @@ static void trace(const dt_pp_exec *x, dt_trace_lane lane, const char *name,
     ta.layer_hi = x->cut[a->stage + 1] - 1;
     if (lane == DT_TRACE_COMM) {
         ta.peer = a->peer;
-        ta.bytes = (long long)x->B * x->T * x->C * (long long)sizeof(float);
+        ta.bytes = (long long)(x->msg * sizeof(float));
     }
     dt_trace_add(lane, name, t0, t1, &ta);
 }
@@ -194,7 +194,7 @@ static int recv_wait(dt_pp_exec *x, const dt_pp_action *a, void *buf)
 {
     dt_request *req;
     uint64_t t0 = dt_now_ns();
-    size_t n = (size_t)x->B * x->T * x->C;
+    size_t n = x->msg;
     if (dt_irecv(x->comm, buf, n, DT_F32, a->peer, &req) || dt_wait(req))
         return comm_failed(x, a->op == DT_PP_RECV_F ? "receiving the activation"
                                                     : "receiving the gradient", a);
@@ -208,7 +208,7 @@ static int recv_wait(dt_pp_exec *x, const dt_pp_action *a, void *buf)
 
 static int send(dt_pp_exec *x, const dt_pp_action *a, int k, const void *buf)
 {
-    size_t n = (size_t)x->B * x->T * x->C;
+    size_t n = x->msg;
     /* A middle stage sends twice from a slot: its activation has arrived
      * (the gradient coming back proves it), so this wait ends at once. */
     if (wait_send(x, k)) return comm_failed(x, "completing a send", &x->sent[k]);
@@ -255,7 +255,7 @@ static int backward(dt_pp_exec *x, step_ctx *s, const dt_pp_action *a, int k, in
     dt_bwd_part what = a->op == DT_PP_I ? DT_BWD_INPUT
                        : a->op == DT_PP_W ? DT_BWD_WEIGHTS : DT_BWD_WHOLE;
     if (what != DT_BWD_INPUT) dt_strategy_before_backward(s->S, a->micro, last);
-    const float *d_out = a->stage == x->S - 1 ? NULL : x->dout + (size_t)k * x->B * x->T * x->C;
+    const float *d_out = a->stage == x->S - 1 ? NULL : x->dout + (size_t)k * x->msg;
     uint64_t t0 = dt_trace_now();
     if (dt_gpt_backward_part(x->model, k, d_out, s->scale, what))
         return dt_strf(x->err, sizeof x->err, "%s", x->model->error), -1;
@@ -268,7 +268,7 @@ static int run(dt_pp_exec *x, step_ctx *s, int i)
     const dt_pp_action *a = &x->sched->acts[x->me][i];
     int k = slot_for(x, a);
     if (k < 0) return -1;
-    size_t NC = (size_t)x->B * x->T * x->C;
+    size_t NC = x->msg;
     int rc = 0;
     switch (a->op) {
     case DT_PP_RECV_F: rc = recv_wait(x, a, dt_gpt_slot_input(x->model, k)); break;
@@ -300,7 +300,8 @@ int dt_pp_exec_step(dt_pp_exec *x, dt_strategy *S, uint64_t first, double *loss_
 {
     step_ctx s = {.S = S,
                   .mine = first + (uint64_t)S->dp_index * (uint64_t)x->B * (uint64_t)x->M,
-                  .scale = 1.0f / ((float)x->B * (float)x->T * (float)x->M)};
+                  .scale = 1.0f / ((float)x->B * (float)dt_gpt_rows(x->model, x->T) *
+                                   (float)x->M)};
     for (int i = 0; i < x->V * x->M; i++) x->slot_of[i] = -1;
     memset(x->slot_busy, 0, (size_t)x->nslots);
     x->wait_ms = 0;
@@ -316,7 +317,7 @@ int dt_pp_exec_step(dt_pp_exec *x, dt_strategy *S, uint64_t first, double *loss_
 int dt_pp_exec_forward(dt_pp_exec *x, const int32_t *tokens, const int32_t *targets, int b,
                        double *loss)
 {
-    size_t n = (size_t)b * x->T * x->C;
+    size_t n = dt_gpt_boundary_floats(x->model, b, x->T);
     *loss = 0;
     for (int c = 0; c < x->V; c++) {
         int k = c * x->p + x->me, slot = x->slot_base[c];

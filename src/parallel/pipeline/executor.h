@@ -20,13 +20,15 @@ typedef struct {
     const int *cut;               /* [S + 1]: the first layer of each stage */
     int me, p, V, S, M;           /* this rank in the group; ranks, chunks, stages, micro-batches */
     dt_gpt *model;
-    int B, T, C;
+    int B, T;
+    size_t msg;                   /* floats of an activation or its gradient between stages:
+                                   * this rank's rows (dt_gpt_boundary_floats) */
     int nslots;
     int slot_base[64], slot_count[64]; /* per chunk of this rank (V <= 64) */
     int *slot_of;                 /* [V * M]: the slot holding (chunk, micro), or -1 */
     unsigned char *slot_busy;     /* [nslots] */
     int32_t *tokens, *targets;    /* [nslots][B * T] */
-    float *dout;                  /* [nslots][B * T * C]: the output's gradient, received */
+    float *dout;                  /* [nslots][msg]: the output's gradient, received */
     dt_request **sreq;            /* [nslots]: a send from the slot still in flight */
     dt_pp_action *sent;           /* [nslots]: what it carries, for the trace */
     uint64_t *sent_ns;            /* [nslots]: when it was posted */

@@ -19,7 +19,8 @@
 
 typedef struct {
     dt_strategy *S;
-    dt_comm *pp, *tied, *dp; /* pp and tied owned; dp is DDP's or ZeRO's (NULL: no data parallelism) */
+    dt_comm *pp, *tied;      /* the mesh's pipeline group and first-and-last-stage pair */
+    dt_mesh g;               /* the sizes and this rank's place (the groups stay the mesh's) */
     int p, me, V, nstages, M;
     dt_pp_kind kind;
     dt_pp_part_kind part;
@@ -29,10 +30,10 @@ typedef struct {
     int *cut;                /* [nstages + 1] */
     dt_flat_range range[DT_PP_MAX_RANGES];
     dt_flat_ranges held;
-    dt_flat_range own_range[DT_PP_MAX_RANGES];
-    dt_flat_ranges owned;    /* held, less the tied copy on the last stage: the norm's and a
-                              * checkpoint's (written from dp index 0) */
-    int dpi;                 /* this rank's data-parallel index */
+    dt_flat_range own_range[DT_PP_MAX_RANGES], *own_within;
+    dt_flat_ranges owned;    /* held, less the tied copy on the last stage, within what the
+                              * layers above own: the norm's and a checkpoint's */
+    int rep;                 /* this rank's replica index: 0 gathers the final weights */
     dt_gpt_part *parts;      /* the activation slots' parts */
     dt_pp_exec x;
     dt_gpt *m;
@@ -124,20 +125,23 @@ static int held_segment(const pipeline *P, const dt_gpt *m, int s)
 
 /* What this rank alone counts in the norm and writes of a checkpoint:
  * its stage's ranges, the tied embedding on stage 0 only (the last
- * stage's copy is the same bits). A checkpoint's shards come from the
- * first rank of each data-parallel group, over the pipeline group of
- * those ranks (ZeRO below splits that further). Loading fills every
- * rank's held ranges, from any layout. */
-static void plan_owned(pipeline *P)
+ * stage's copy is the same bits), within what a layer above owns (a
+ * tensor-parallel rank's slices). Loading fills every rank's held ranges,
+ * from any layout. */
+static int plan_owned(pipeline *P)
 {
+    dt_strategy *S = P->S;
     int n = 0;
     for (int i = 0; i < P->held.n; i++)
         if (P->me == 0 || P->range[i].lo != 0) P->own_range[n++] = P->range[i];
     P->owned = (dt_flat_ranges){n, P->own_range, P->held.len};
-    P->S->owned = &P->owned;
-    if (P->dpi != 0) return;
-    P->S->saves = &P->owned;
-    P->S->save_group = P->pp;
+    if (S->owned) {
+        if (!(P->own_within = malloc((size_t)(n + S->owned->n) * sizeof *P->own_within)))
+            return -1;
+        P->owned = dt_flat_ranges_within(&P->owned, S->owned, P->own_within);
+    }
+    S->owned = &P->owned;
+    return 0;
 }
 
 /* ---- plan and start ------------------------------------------------------- */
@@ -172,8 +176,15 @@ static int partition(pipeline *P, dt_rank *r, const dt_gpt *m)
         return dt_strf(r->err, sizeof r->err, "pipeline: out of memory"), -1;
     if (P->part == DT_PP_PART_COST && P->nstages <= m->cfg.n_layer && measured_costs(P, r, m))
         return -1;
-    return dt_pp_cut(m, P->nstages, P->part, P->kind == DT_PP_INTERLEAVED,
-                     P->measured ? &P->costs : NULL, P->cut, r->err, sizeof r->err);
+    /* Cut by the whole model's counts: a tensor-parallel rank's slices are
+     * not all alike (the last vocabulary slice is shorter), and every rank
+     * of a stage must cut the same layers. */
+    dt_gpt whole;
+    if (dt_gpt_peer_layout(m, 0, 1, &whole, r->err, sizeof r->err)) return -1;
+    int rc = dt_pp_cut(&whole, P->nstages, P->part, P->kind == DT_PP_INTERLEAVED,
+                       P->measured ? &P->costs : NULL, P->cut, r->err, sizeof r->err);
+    dt_gpt_destroy(&whole);
+    return rc;
 }
 
 static int make_window(void **buf, size_t bytes, size_t held, dt_mem_kind kind)
@@ -224,7 +235,7 @@ static int pp_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
     if (partition(P, r, layout)) return -1;
     P->held = dt_pp_held_ranges(layout, P->cut, P->p, P->V, P->me, P->range);
     P->S->held = &P->held;
-    plan_owned(P);
+    if (plan_owned(P)) return dt_strf(r->err, sizeof r->err, "pipeline: out of memory"), -1;
     if (windows(P, layout, r->err, sizeof r->err)) return -1;
     layout->param_done = on_param_done;
     layout->param_ctx = P;
@@ -302,15 +313,6 @@ static void pp_traffic(void *self, double *comm_ms, uint64_t *bytes)
 
 /* ---- around the loop ------------------------------------------------------ */
 
-/* Each data-parallel group evaluates its share of the batches; the stages
- * of a pipeline evaluate the same ones together. */
-static int pp_eval_group(void *self, int final, dt_comm **group)
-{
-    (void)final;
-    *group = ((pipeline *)self)->dp;
-    return 1;
-}
-
 static int pp_eval_loss(void *self, const int32_t *inputs, const int32_t *targets, int b,
                         double *loss)
 {
@@ -319,12 +321,13 @@ static int pp_eval_loss(void *self, const int32_t *inputs, const int32_t *target
     return dt_strf(P->S->rank->err, sizeof P->S->rank->err, "%s", P->x.err), -1;
 }
 
-/* The whole parameters onto the first stage of the first data-parallel
- * group (the writer), range by range from each stage. */
+/* The whole parameters (of this rank's layout: a tensor-parallel rank's
+ * slices) onto the first stage of replica 0, range by range from each
+ * stage. */
 static int pp_gather_params(void *self)
 {
     pipeline *P = self;
-    if (P->S->dp_index != 0) return 0;
+    if (P->rep != 0) return 0;
     dt_flat_range buf[DT_PP_MAX_RANGES];
     for (int q = 1; q < P->p; q++) {
         if (P->me != 0 && P->me != q) continue;
@@ -357,8 +360,7 @@ static int pp_replicas(void *self, uint64_t *hash)
     return same < 0 ? fail(P, "comparing the tied embedding", P->tied) : same;
 }
 
-/* The batch line's pipeline; with --pp-partition cost, a line of its own
- * after it with the measured costs and the stages they gave. */
+/* The batch line's pipeline. */
 static void pp_describe(void *self, FILE *f)
 {
     pipeline *P = self;
@@ -367,6 +369,12 @@ static void pp_describe(void *self, FILE *f)
     for (int k = 0; k < P->nstages; k++)
         fprintf(f, "%s%d-%d", k ? " | " : " ", P->cut[k], P->cut[k + 1] - 1);
     fprintf(f, ")");
+}
+
+/* With --pp-partition cost, the measured costs and the stages they gave. */
+static void pp_describe_lines(void *self, FILE *f)
+{
+    pipeline *P = self;
     if (P->part != DT_PP_PART_COST || !P->measured) return;
     fprintf(f, "\npipeline partition cost: embed %.4g ms, layer %.4g ms, head %.4g ms "
             "(forward + backward of a micro-batch, measured on rank 0) -> stages",
@@ -379,7 +387,9 @@ static void pp_describe(void *self, FILE *f)
 static void pp_rank_label(void *self, int rank, char *buf, size_t n)
 {
     pipeline *P = self;
-    int dp = P->S->dp_size, q = rank / dp, cap = P->V * P->M + 1;
+    int at[4];
+    dt_mesh_coords(&P->g, rank, at);
+    int q = at[3], cap = P->V * P->M + 1;
     dt_strf(buf, n, "stage%s %d", P->V > 1 ? "s" : "", q);
     for (int c = 1; c < P->V; c++)
         dt_strf(buf + strlen(buf), n - strlen(buf), ",%d", c * P->p + q);
@@ -390,16 +400,27 @@ static void pp_rank_label(void *self, int rank, char *buf, size_t n)
 }
 
 /* Rank r's stage by the arithmetic the plan prints (stage.h): what it
- * holds is what pp_plan laid out, for the memory table. */
+ * holds is what pp_plan laid out, for the memory table; of its own
+ * layout (a tensor-parallel rank's slices), with ZeRO-1's state split
+ * over the ranks that hold the same stage. */
 static int pp_mem_plan(void *self, int rank, dt_rank_mem *out)
 {
     pipeline *P = self;
     dt_rank *r = P->S->rank;
     dt_pp_stage_mem m;
-    if (dt_pp_stage_memory(P->m, &P->sched, P->cut, rank / P->S->dp_size, r->B, r->T, &m))
-        return 0;
+    dt_gpt peer;
+    int at[4], rc;
+    dt_mesh_coords(&P->g, rank, at);
+    if (at[0] == P->g.tp_i) {
+        rc = dt_pp_stage_memory(P->m, &P->sched, P->cut, at[3], r->B, r->T, &m);
+    } else {
+        if (dt_gpt_peer_layout(P->m, at[0], P->g.tp, &peer, r->err, sizeof r->err)) return 0;
+        rc = dt_pp_stage_memory(&peer, &P->sched, P->cut, at[3], r->B, r->T, &m);
+        dt_gpt_destroy(&peer);
+    }
+    if (rc) return 0;
     *out = (dt_rank_mem){.floats = m.floats, .in_use = m.in_use, .grads_open = m.grads_open,
-                         .acts = m.acts};
+                         .acts = m.acts, .copies = P->g.cp * P->g.dp};
     return 1;
 }
 
@@ -421,8 +442,7 @@ static void pp_destroy(void *self)
     if (P->win_g16) dt_mem_account(DT_MEM_GRADS, -(long long)(h * 2)),
                     dt_window_free(m->grads16, nf * 2), m->grads16 = NULL;
     if (m && m->param_ctx == P) m->param_done = NULL;
-    if (P->tied) dt_comm_destroy(P->tied);
-    if (P->pp) dt_comm_destroy(P->pp);
+    free(P->own_within);
     free(P->cut);
     free(P->parts);
     free(P);
@@ -435,11 +455,11 @@ static const dt_strategy_ops pp_ops = {
     .grads = pp_grads,
     .end_grads = pp_end_grads,
     .traffic = pp_traffic,
-    .eval_group = pp_eval_group,
     .eval_loss = pp_eval_loss,
     .gather_params = pp_gather_params,
     .replicas_identical = pp_replicas,
     .describe = pp_describe,
+    .describe_lines = pp_describe_lines,
     .rank_label = pp_rank_label,
     .mem_plan = pp_mem_plan,
     .destroy = pp_destroy,
@@ -447,43 +467,27 @@ static const dt_strategy_ops pp_ops = {
 
 /* ---- building ------------------------------------------------------------- */
 
-/* The groups: a pipeline per data-parallel index, a data-parallel group per
- * stage, and the tied embedding's pair (first and last stage). Collective. */
-static int split_groups(pipeline *P, dt_comm *world, int dp, dt_comm **dp_comm, char *err,
-                        size_t n)
-{
-    int rank = dt_comm_rank(world), stage = rank / dp, dpi = rank % dp;
-    int end = stage == 0 || stage == P->p - 1;
-    *dp_comm = NULL;
-    if (dt_comm_split(world, dpi, stage, &P->pp) ||
-        dt_comm_split(world, end ? dpi : DT_UNDEFINED, stage, &P->tied) ||
-        (dp > 1 && dt_comm_split(world, stage, dpi, dp_comm)))
-        return dt_strf(err, n, "pipeline: forming the groups: %s", dt_comm_error(world)), -1;
-    P->me = stage;
-    P->dpi = dpi;
-    return 0;
-}
-
-int dt_pp_strategy(dt_strategy *S, const dt_parallel_opts *o)
+int dt_pp_layer(dt_strategy *S, const dt_mesh *g, const dt_parallel_opts *o)
 {
     dt_rank *r = S->rank;
-    int dp;
+    int per_stage;
     pipeline *P = calloc(1, sizeof *P);
     if (!P) return dt_strf(r->err, sizeof r->err, "pipeline: out of memory"), -1;
-    if (check(o, r->size, r->accum, &dp, &P->sched, r->err, sizeof r->err)) return free(P), -1;
+    if (check(o, r->size, r->accum, &per_stage, &P->sched, r->err, sizeof r->err))
+        return free(P), -1;
     P->S = S;
+    P->g = *g;
+    P->pp = g->pp_group;
+    P->tied = g->tied;
+    P->me = g->pp_i;
+    P->rep = dt_mesh_replica_index(g);
     P->p = o->pp;
     P->M = r->accum;
     dt_pp_part_parse(o->pp_partition, &P->part);
     P->kind = P->sched.kind;
     P->V = P->sched.V;
     P->nstages = P->p * P->V;
-    if (split_groups(P, r->world, dp, &P->dp, r->err, sizeof r->err)) return pp_destroy(P), -1;
-    if (P->dp && dt_data_parallel_on(S, P->dp, o)) return pp_destroy(P), -1;
     if (dt_strategy_add_norm_group(S, P->pp))
         return pp_destroy(P), dt_strf(r->err, sizeof r->err, "pipeline: too many layers"), -1;
-    S->lockstep = r->world;
-    S->writes_checkpoints = r->rank == 0;
-    S->block_ranks = o->pp;
     return dt_strategy_add(S, &pp_ops, P);
 }

@@ -85,8 +85,10 @@ int dt_pp_stage_memory(const dt_gpt *layout, const dt_pp_schedule *s, const int 
     probe.split_backward = s->kind == DT_PP_ZB1P;
     out->model_floats = dt_gpt_slots_floats(&probe, B, T, out->slots, parts);
     free(parts);
-    const size_t N = (size_t)B * T, C = (size_t)layout->cfg.n_embd;
-    out->exec_bytes = (size_t)out->slots * (2 * N * sizeof(int32_t) + N * C * sizeof(float));
+    /* Whole sequences' tokens and targets; the received gradient is this
+     * rank's rows (executor.c). */
+    const size_t N = (size_t)B * T, msg = dt_gpt_boundary_floats(layout, B, T);
+    out->exec_bytes = (size_t)out->slots * (2 * N * sizeof(int32_t) + msg * sizeof(float));
     out->acts = (double)out->model_floats * sizeof(float) + (double)out->exec_bytes;
     return 0;
 }

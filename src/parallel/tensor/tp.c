@@ -15,13 +15,13 @@ typedef struct {
     dt_strategy *S;
     dt_comm *tp;      /* the mesh's tp_group */
     int me, size;
-    int rep;          /* the replica group's index: 0 writes and gathers */
+    int gathers;      /* the writer's group (rank 0's): gathers the whole parameters */
     int replicated;   /* other groups hold the same slices */
     int copies;       /* ranks that hold each slice: cp x dp */
     int sp;           /* sequence parallelism */
     dt_gpt *m;        /* the rank's layout, from relayout on */
     dt_gpt whole;     /* the whole model's layout; parameters on the writer, gathered */
-    dt_flat_range *map, *own, all;
+    dt_flat_range *map, *own, *own_within, all;
     dt_flat_ranges in_whole, owned, saves;
     uint64_t bytes0;  /* the group's transport counter at the step's start */
     double ms;        /* in the model's reduces, in the last step */
@@ -77,11 +77,13 @@ static int tp_relayout(void *self, dt_rank *r, dt_gpt *layout)
     return 0;
 }
 
-/* What this rank alone counts in the norm: its slices, and on the group's
- * first rank the whole tensors too (every rank holds their same bits). */
+/* What this rank alone counts in the norm and writes of a checkpoint: its
+ * slices, and on the group's first rank the whole tensors too (every rank
+ * holds their same bits), within what a layer above owns. */
 static int plan_owned(tp_layer *L)
 {
     const dt_gpt *m = L->m;
+    dt_strategy *S = L->S;
     int n = 0;
     if (!(L->own = malloc((size_t)(m->n_tensors + 1) * sizeof *L->own))) return -1;
     if (L->me == 0) L->own[n++] = (dt_flat_range){0, m->n_floats, 0};
@@ -92,10 +94,12 @@ static int plan_owned(tp_layer *L)
         else L->own[n++] = (dt_flat_range){t->offset, t->offset + t->numel, t->offset};
     }
     L->owned = (dt_flat_ranges){n, L->own, m->n_floats};
-    L->S->owned = &L->owned;
-    if (L->rep != 0) return 0;
-    L->S->saves = &L->owned;
-    L->S->save_group = L->tp;
+    if (S->owned) {
+        if (!(L->own_within = malloc((size_t)(n + S->owned->n) * sizeof *L->own_within)))
+            return -1;
+        L->owned = dt_flat_ranges_within(&L->owned, S->owned, L->own_within);
+    }
+    S->owned = &L->owned;
     return 0;
 }
 
@@ -132,23 +136,6 @@ static void tp_traffic(void *self, double *comm_ms, uint64_t *bytes)
     *bytes += dt_comm_bytes_sent(L->tp) - L->bytes0; /* the norm's sums too */
 }
 
-/* Rank q of tp's layout: like's configuration, padding, recompute mode
- * and context parallelism, q's slices. */
-static int slice_layout(const dt_gpt *like, int q, int tp, dt_gpt *lay, char *err, size_t n)
-{
-    if (dt_gpt_create_layout(lay, &like->cfg, like->prec, err, n)) return -1;
-    lay->recompute = like->recompute;
-    const dt_gpt_cp *cp = &like->cp;
-    if (dt_gpt_pad_segments(lay, like->seg_align) == 0 && dt_gpt_set_tp(lay, q, tp) == 0 &&
-        dt_gpt_set_cp(lay, cp->rank, cp->size, cp->kind, cp->saved_widths) == 0) {
-        lay->tp.sp = like->tp.sp && tp > 1;
-        return 0;
-    }
-    dt_strf(err, n, "%s", lay->error);
-    dt_gpt_destroy(lay);
-    return -1;
-}
-
 /* A slice's parameters (local, in lay's layout) into the whole ones. */
 static int place_slice(tp_layer *L, const dt_gpt *lay, const float *local)
 {
@@ -168,7 +155,7 @@ static int receive_slice(tp_layer *L, int q)
 {
     dt_gpt lay;
     dt_rank *r = L->S->rank;
-    if (slice_layout(L->m, q, L->size, &lay, r->err, sizeof r->err)) return -1;
+    if (dt_gpt_peer_layout(L->m, q, L->size, &lay, r->err, sizeof r->err)) return -1;
     float *buf = malloc(lay.n_floats * sizeof(float));
     int rc = !buf ? failed(L, "gathering the parameters", NULL)
              : dt_recv(L->tp, buf, lay.n_floats, DT_F32, q)
@@ -179,13 +166,14 @@ static int receive_slice(tp_layer *L, int q)
     return rc;
 }
 
-/* The whole parameters on the writer (the first rank of the first
- * data-parallel block's group), from every slice of its group. */
+/* The whole parameters on the writer (rank 0), from every slice of its
+ * group (each whole in its own layout by now: the layers below gathered
+ * their parts). */
 static int tp_gather_params(void *self)
 {
     tp_layer *L = self;
     const dt_gpt *m = L->m;
-    if (L->rep != 0) return 0;
+    if (!L->gathers) return 0;
     if (L->me != 0)
         return dt_send(L->tp, m->params, m->n_floats, DT_F32, 0)
                    ? failed(L, "gathering the parameters", L->tp) : 0;
@@ -235,7 +223,7 @@ int dt_tp_rank_mem(const dt_gpt *layout, int q, int tp, int B, int T, dt_rank_me
                    char *err, size_t errlen)
 {
     dt_gpt lay;
-    if (slice_layout(layout, q, tp, &lay, err, errlen)) return -1;
+    if (dt_gpt_peer_layout(layout, q, tp, &lay, err, errlen)) return -1;
     const int nl = lay.cfg.n_layer;
     size_t most = seg_len(&lay, 0) + seg_len(&lay, nl + 1);
     for (int l = 0; l < nl; l++)
@@ -246,10 +234,13 @@ int dt_tp_rank_mem(const dt_gpt *layout, int q, int tp, int B, int T, dt_rank_me
     return 0;
 }
 
+/* A rank's slices, where no layer below holds a part of them (a pipeline
+ * stage's layers: its plan is the finer one). */
 static int tp_mem_plan(void *self, int q, dt_rank_mem *out)
 {
     tp_layer *L = self;
     dt_rank *r = L->S->rank;
+    if (L->S->held) return 0;
     if (dt_tp_rank_mem(L->m, q % L->size, L->size, r->B, r->T, out, r->err, sizeof r->err))
         return 0;
     out->copies = L->copies;
@@ -262,6 +253,7 @@ static void tp_destroy(void *self)
     if (L->whole.tensors) dt_gpt_destroy(&L->whole);
     free(L->map);
     free(L->own);
+    free(L->own_within);
     free(L);
 }
 
@@ -273,7 +265,7 @@ static const dt_strategy_ops tp_ops = {
     .traffic = tp_traffic,
     .gather_params = tp_gather_params,
     .replicas_identical = tp_replicas,
-    .describe = tp_describe,
+    .describe_lines = tp_describe,
     .mem_plan = tp_mem_plan,
     .destroy = tp_destroy,
 };
@@ -287,7 +279,7 @@ int dt_tp_layer(dt_strategy *S, const dt_mesh *g, int sp)
     L->tp = g->tp_group;
     L->me = g->tp_i;
     L->size = g->tp;
-    L->rep = dt_mesh_replica_index(g);
+    L->gathers = g->cp_i == 0 && g->dp_i == 0 && g->pp_i == 0;
     L->replicated = g->replicas != NULL;
     L->copies = g->cp * g->dp;
     L->sp = sp;
