@@ -21,5 +21,6 @@ int cli_train(int argc, char **argv);
 int cli_sample(int argc, char **argv);
 int cli_plan(int argc, char **argv);
 int cli_trace(int argc, char **argv);
+int cli_simulate(int argc, char **argv);
 
 #endif

@@ -19,6 +19,7 @@ static const struct cli_command commands[] = {
     {"ckpt", cli_ckpt, "checkpoints: `ckpt info` prints a layout, `ckpt consolidate` the whole model"},
     {"data", cli_data, "prepare training data: `data prepare` makes llm.c token shards"},
     {"plan", cli_plan, "draw a pipeline schedule (--pp, --grad-accum, --pp-schedule) without training"},
+    {"simulate", cli_simulate, "a DDP step or one collective on up to 10^6 simulated ranks"},
     {"trace", cli_trace, "timelines: `trace summary FILE` prints each rank's busy, communication and idle fractions"},
 };
 

@@ -11,19 +11,17 @@
  * reduced. A rank's time is the sum of its steps; the collective's, that
  * of its slowest rank (the root of a parameter server, a fold partner).
  * Contention between links that share a memory system or a NIC is not
- * modelled; calibration measures one pair at a time.
+ * modelled; calibration measures one pair at a time. `dtrain simulate`
+ * models it: with a hook (dry.h) the same dry runs record each rank's
+ * steps instead of costing them, and src/sim plays them over shared links.
  */
 #include <stdint.h>
 #include <string.h>
 
 #include "comm/algo/algorithms.h"
+#include "comm/cost/dry.h"
 #include "comm/reduce_ops.h"
 #include "comm/topo.h"
-
-struct dt_dry_run {
-    const dt_cost_model *m;
-    double seconds;
-};
 
 /* Where a dry run's buffers "are": never dereferenced. */
 #define FAKE_SEND ((const void *)(uintptr_t)(1ull << 44))
@@ -36,8 +34,21 @@ static const dt_link_cost *link_cost(const dt_comm *c, int peer)
     return &c->dry->m->link[dt_topo_link(c, c->rank, peer)];
 }
 
+/* Local work's seconds: summed, or handed to the recorder. */
+static void add_local(struct dt_dry_run *d, double seconds)
+{
+    if (d->hook)
+        d->hook->local(d->hook->arg, seconds);
+    else
+        d->seconds += seconds;
+}
+
 int dt_dry_step(dt_comm *c, const dt_p2p *ops, int n)
 {
+    if (c->dry->hook) {
+        c->dry->hook->step(c->dry->hook->arg, ops, n);
+        return 0;
+    }
     double out = 0, in = 0, reduce = 0;
     for (int i = 0; i < n; i++) {
         const dt_link_cost *l = link_cost(c, ops[i].peer);
@@ -63,7 +74,7 @@ void *dt_dry_scratch(dt_comm *c, size_t bytes)
 void dt_local_copy(dt_comm *c, void *dst, const void *src, size_t bytes)
 {
     if (c->dry) {
-        c->dry->seconds += c->dry->m->copy * (double)bytes;
+        add_local(c->dry, c->dry->m->copy * (double)bytes);
         return;
     }
     if (dst != src && bytes) memmove(dst, src, bytes);
@@ -72,7 +83,8 @@ void dt_local_copy(dt_comm *c, void *dst, const void *src, size_t bytes)
 void dt_local_reduce(dt_comm *c, void *dst, const void *a, const void *b, size_t n)
 {
     if (c->dry) {
-        c->dry->seconds += link_cost(c, c->rank)->gamma * (double)(n * dt_dtype_size(c->cur.dtype));
+        double bytes = (double)(n * dt_dtype_size(c->cur.dtype));
+        add_local(c->dry, link_cost(c, c->rank)->gamma * bytes);
         return;
     }
     dt_reduce_elems(c->cur.dtype, c->cur.op, dst, a, b, n);
@@ -95,26 +107,32 @@ static int sample_ranks(int p, int *out, int cap)
     return n;
 }
 
+int dt_dry_run_rank(const dt_comm *like, const dt_algo *al, const dt_coll_args *a, int rank,
+                    struct dt_dry_run *d)
+{
+    static _Thread_local dt_comm stand_in; /* big; one per thread, reused */
+    dt_comm *f = &stand_in;
+    memset(f, 0, sizeof *f);
+    f->job = like->job;
+    f->size = like->size;
+    f->rank = rank;
+    f->host_of = like->host_of;
+    f->nhosts = like->nhosts;
+    f->cur = *a;
+    f->dry = d;
+    return al->run(f, FAKE_SEND, FAKE_RECV, dt_algo_arg_n(a), a->root);
+}
+
 double dt_cost_predict(dt_comm *c, const dt_algo *al, const dt_coll_args *a)
 {
     if (al->flags & DT_ALGO_NEEDS_MPI) return -1; /* MPI's insides are not ours to cost */
     if (c->size == 1) return 0;
-    static _Thread_local dt_comm stand_in; /* big; one per thread, reused */
     int ranks[64];
     int n = sample_ranks(c->size, ranks, 64);
     double worst = 0;
     for (int i = 0; i < n; i++) {
-        dt_comm *f = &stand_in;
-        memset(f, 0, sizeof *f);
-        struct dt_dry_run d = {&c->job->model, 0};
-        f->job = c->job;
-        f->size = c->size;
-        f->rank = ranks[i];
-        f->host_of = c->host_of;
-        f->nhosts = c->nhosts;
-        f->cur = *a;
-        f->dry = &d;
-        if (al->run(f, FAKE_SEND, FAKE_RECV, dt_algo_arg_n(a), a->root) < 0)
+        struct dt_dry_run d = {&c->job->model, 0, NULL};
+        if (dt_dry_run_rank(c, al, a, ranks[i], &d) < 0)
             return -1; /* it could not run here: not a candidate */
         if (d.seconds > worst) worst = d.seconds;
     }

@@ -1,0 +1,302 @@
+/*
+ * `dtrain simulate`: a training step or one collective on a simulated
+ * cluster of up to a million ranks, on this one process (src/sim).
+ *
+ *   dtrain simulate --collective KIND --bytes N --ranks P [...]
+ *   dtrain simulate --ddp [--model NAME | sizes] --ranks P [...]
+ *
+ * The model's sizes go through the trainer's own option table (presets
+ * included), so `--model gpt2` means here what it means to `dtrain train`.
+ */
+#include "cli/cli.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/simulate.h"
+#include "core/parse.h"
+#include "sim/links.h"
+#include "sim/trace.h"
+#include "train/config.h"
+
+typedef struct {
+    const char *collective, *algo, *links, *trace;
+    int ddp;
+    long ranks, per_host, nics, trace_ranks;
+    long long bytes;
+    double bucket_mb, flops, mem_GBps;
+    char *model_argv[32]; /* "simulate", then the model's flags and values */
+    int model_argc;
+} sim_opts;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dtrain simulate --collective KIND --bytes N --ranks P [options]\n"
+            "       dtrain simulate --ddp [--model NAME] --ranks P [options]\n"
+            "\n"
+            "Simulates, on this one process, ranks exchanging messages over a network of\n"
+            "alpha-beta links: each rank's port into its host, each host's NIC, both\n"
+            "directions apart; messages sharing a link share its bandwidth. Collectives run\n"
+            "the real algorithms' schedules (those of `dtrain bench comm`).\n"
+            "\n"
+            "  --ranks P             ranks, 1..1048576 (required)\n"
+            "  --ranks-per-node K    ranks on each host; P must be a multiple (default 1)\n"
+            "  --nics-per-node N     NICs per host, rank r on NIC r %% N (default 1)\n"
+            "  --link-model M        builtin (default), a preset, or a model file:\n");
+    dt_sim_links_help(f);
+    fprintf(f,
+            "  --algo NAME|auto      the collective's algorithm (default auto: the cost\n"
+            "                        model's cheapest, as a real run picks)\n"
+            "\n"
+            "One collective:\n"
+            "  --collective KIND     allreduce|reduce_scatter|allgather|broadcast|alltoall\n"
+            "  --bytes N             bytes, K/M/G suffixes (powers of 1024); for allgather,\n"
+            "                        reduce_scatter and alltoall all ranks' data together\n"
+            "\n"
+            "A DDP training step (forward, backward with bucketed all-reduces, optimizer):\n"
+            "  --ddp\n"
+            "  --model NAME          tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl (default gpt2)\n"
+            "  --n-layer, --n-head, --n-embd, --vocab-size (--vocab), --block-size,\n"
+            "  --seq-len, --batch-size N   sizes, as `dtrain train` takes them (batch 8)\n"
+            "  --bucket-mb X         DDP's bucket cap in MiB (default 25)\n"
+            "  --flops-per-s F       sustained compute rate per rank (default 1e14)\n"
+            "  --mem-GBps B          memory bandwidth for the optimizer (default 1500)\n"
+            "  --trace FILE          Perfetto / Chrome trace of the step\n"
+            "  --trace-ranks N       most ranks in the trace; above, a sample (default 64)\n"
+            "\n"
+            "examples:\n"
+            "  dtrain simulate --collective allreduce --bytes 256M --ranks 64 "
+            "--ranks-per-node 8 --link-model nvlink-ib\n"
+            "  dtrain simulate --ddp --model gpt2 --ranks 10000 --ranks-per-node 8 "
+            "--link-model nvlink-ib --trace step.json\n");
+}
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("dtrain simulate: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\nRun 'dtrain simulate --help' for usage.\n", stderr);
+    return CLI_EXIT_USAGE;
+}
+
+/* "4096", "256K", "1M", "2G" (powers of 1024). */
+static int parse_bytes(const char *s, long long *out)
+{
+    char num[64];
+    size_t n = strlen(s);
+    long long unit = 1;
+    if (n == 0 || n >= sizeof num) return -1;
+    memcpy(num, s, n + 1);
+    const char *units = "KMG";
+    const char *u = strchr(units, num[n - 1]);
+    if (u && num[n - 1]) {
+        for (const char *k = units; k <= u; k++) unit *= 1024;
+        num[n - 1] = '\0';
+    }
+    long long v;
+    if (dt_parse_integral(num, 1, (1ll << 50) / unit, &v)) return -1;
+    *out = v * unit;
+    return 0;
+}
+
+static const char *const model_flags[] = {"--model", "--n-layer", "--n-head", "--n-embd",
+                                          "--vocab-size", "--block-size", "--seq-len",
+                                          "--batch-size"};
+
+/* A flag of the model's, kept for the trainer's option table. */
+static int model_flag(sim_opts *o, const char *a, const char *v)
+{
+    if (!strcmp(a, "--vocab")) a = "--vocab-size";
+    for (size_t i = 0; i < sizeof model_flags / sizeof model_flags[0]; i++)
+        if (!strcmp(a, model_flags[i]) && o->model_argc + 2 < 32) {
+            o->model_argv[o->model_argc++] = (char *)model_flags[i];
+            o->model_argv[o->model_argc++] = (char *)v;
+            return 1;
+        }
+    return 0;
+}
+
+static int number(const char *a, const char *v, sim_opts *o)
+{
+    struct { const char *flag; long *out; long lo, hi; } ints[] = {
+        {"--ranks", &o->ranks, 1, 1 << 20}, {"--ranks-per-node", &o->per_host, 1, 1 << 20},
+        {"--nics-per-node", &o->nics, 1, 1 << 20}, {"--trace-ranks", &o->trace_ranks, 1, 4096}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (!strcmp(a, ints[i].flag)) {
+            if (dt_parse_long(v, ints[i].lo, ints[i].hi, ints[i].out) == 0) return 1;
+            return usage_error("%s takes a whole number in %ld..%ld, not '%s'", a, ints[i].lo,
+                               ints[i].hi, v), -1;
+        }
+    struct { const char *flag; double *out; } dbls[] = {
+        {"--bucket-mb", &o->bucket_mb}, {"--flops-per-s", &o->flops}, {"--mem-GBps", &o->mem_GBps}};
+    for (size_t i = 0; i < sizeof dbls / sizeof dbls[0]; i++)
+        if (!strcmp(a, dbls[i].flag)) {
+            if (dt_parse_double(v, 1e-9, 1e30, dbls[i].out) == 0) return 1;
+            return usage_error("%s takes a positive number, not '%s'", a, v), -1;
+        }
+    if (!strcmp(a, "--bytes")) {
+        if (parse_bytes(v, &o->bytes) == 0) return 1;
+        return usage_error("--bytes takes a size such as 4096, 64K, 256M or 1G, not '%s'", v), -1;
+    }
+    return 0;
+}
+
+static int text(const char *a, const char *v, sim_opts *o)
+{
+    struct { const char *flag; const char **out; } strs[] = {
+        {"--collective", &o->collective}, {"--algo", &o->algo}, {"--link-model", &o->links},
+        {"--trace", &o->trace}};
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
+        if (!strcmp(a, strs[i].flag)) {
+            *strs[i].out = v;
+            return 1;
+        }
+    return model_flag(o, a, v);
+}
+
+/* 0, 1 after --help, or CLI_EXIT_USAGE (message printed). */
+static int parse(int argc, char **argv, sim_opts *o)
+{
+    *o = (sim_opts){.links = "builtin", .per_host = 1, .nics = 1, .trace_ranks = 64,
+                    .bucket_mb = 25, .flops = 1e14, .mem_GBps = 1500};
+    o->model_argv[o->model_argc++] = "simulate";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout), 1;
+        if (!strcmp(a, "--ddp")) {
+            o->ddp = 1;
+            continue;
+        }
+        if (strncmp(a, "--", 2)) return usage_error("unexpected argument '%s'", a);
+        if (!v) return usage_error("%s needs a value", a);
+        int rc = number(a, v, o);
+        if (rc == 0) rc = text(a, v, o);
+        if (rc < 0) return CLI_EXIT_USAGE;
+        if (rc == 0) return usage_error("unknown option %s", a);
+        i++;
+    }
+    if (!o->ranks) return usage_error("--ranks P is needed (how many ranks to simulate)");
+    if (o->ddp == !!o->collective)
+        return usage_error("give either --collective KIND (with --bytes N) or --ddp");
+    if (o->collective && !o->bytes) return usage_error("--collective needs --bytes N");
+    if (!o->ddp && (o->model_argc > 1 || o->trace))
+        return usage_error("--model, the sizes and --trace go with --ddp");
+    if (o->ddp && o->bytes) return usage_error("--bytes goes with --collective, not --ddp");
+    return 0;
+}
+
+static int setup(const sim_opts *o, dt_sim_world *w)
+{
+    dt_cost_model m;
+    char err[1024];
+    if (dt_sim_links(o->links, &m, err, sizeof err) ||
+        dt_sim_world_init(w, (int)o->ranks, (int)o->per_host, &m, err, sizeof err))
+        return usage_error("%s", err);
+    if (o->nics > o->per_host) {
+        dt_sim_world_free(w);
+        return usage_error("--nics-per-node %ld exceeds --ranks-per-node %ld: at most one NIC "
+                           "per rank", o->nics, o->per_host);
+    }
+    return 0;
+}
+
+static int run_collective(const sim_opts *o)
+{
+    dt_sim_world w;
+    dt_coll_kind k;
+    char err[1024];
+    if (dt_sim_coll_kind(o->collective, &k, err, sizeof err)) return usage_error("%s", err);
+    int rc = setup(o, &w);
+    if (rc) return rc;
+    dt_sim_bench b;
+    rc = dt_sim_bench_coll(&w, (int)o->nics, o->collective, o->algo, (size_t)o->bytes, &b, err,
+                           sizeof err);
+    if (rc == 0) sim_report_collective(stdout, &w, (int)o->nics, o->collective, &b);
+    dt_sim_world_free(&w);
+    if (rc) return strstr(err, "--algo") ? usage_error("%s", err)
+                                         : (fprintf(stderr, "dtrain simulate: %s\n", err), 1);
+    return 0;
+}
+
+/* The model's sizes through the trainer's options (its presets). */
+static int model_config(sim_opts *o, dt_sim_ddp_opts *d)
+{
+    dt_train_config c;
+    char err[512];
+    int has_model = 0;
+    for (int i = 1; i < o->model_argc; i += 2) has_model |= !strcmp(o->model_argv[i], "--model");
+    if (!has_model && o->model_argc + 2 < 32) {
+        o->model_argv[o->model_argc++] = "--model";
+        o->model_argv[o->model_argc++] = "gpt2";
+    }
+    dt_config_defaults(&c);
+    if (dt_config_parse_args(&c, o->model_argc, o->model_argv, err, sizeof err))
+        return usage_error("%s", err);
+    d->cfg = (dt_gpt_config){c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.block_size};
+    d->batch = c.batch_size;
+    d->seq = c.seq_len ? c.seq_len : c.block_size;
+    if (d->cfg.vocab_size < 1)
+        return usage_error("the model needs a vocabulary: give --vocab-size N (the tiny preset "
+                           "takes its vocabulary from the training data)");
+    if (d->seq > d->cfg.block_size)
+        return usage_error("--seq-len %d exceeds the block size %d", d->seq, d->cfg.block_size);
+    if (dt_gpt_config_check(&d->cfg, err, sizeof err)) return usage_error("%s", err);
+    return 0;
+}
+
+static int write_trace(const sim_opts *o, const dt_sim_trace *t, int ranks)
+{
+    char err[1200];
+    if (dt_sim_trace_write(t, o->trace, err, sizeof err)) {
+        fprintf(stderr, "dtrain simulate: %s\n", err);
+        return 1;
+    }
+    printf("trace          %s: %d rank%s", o->trace, dt_sim_trace_kept(t),
+           dt_sim_trace_kept(t) == 1 ? "" : "s");
+    if (dt_sim_trace_kept(t) < ranks)
+        printf(" of %d (a sample: the first and last hosts' and a stride between; "
+               "--trace-ranks N for more)", ranks);
+    printf("\n");
+    return 0;
+}
+
+static int run_ddp(sim_opts *o)
+{
+    dt_sim_ddp_opts d = {.flops_per_s = o->flops, .mem_GBps = o->mem_GBps, .algo = o->algo,
+                         .bucket_bytes = (size_t)(o->bucket_mb * 1048576.0),
+                         .nics = (int)o->nics};
+    int rc = model_config(o, &d);
+    dt_sim_world w;
+    if (rc || (rc = setup(o, &w))) return rc;
+    dt_sim_trace *t = o->trace ? dt_sim_trace_new(w.ranks, w.per_host, (int)o->trace_ranks) : NULL;
+    dt_sim_ddp out;
+    char err[1024];
+    if (o->trace && !t) {
+        rc = 1;
+        snprintf(err, sizeof err, "out of memory for the trace");
+    } else {
+        rc = dt_sim_ddp_run(&w, &d, t ? dt_sim_trace_span : NULL, t, &out, err, sizeof err);
+    }
+    if (rc == 0) sim_report_ddp(stdout, &w, &d, &out);
+    if (rc == 0 && t) rc = write_trace(o, t, w.ranks);
+    else if (rc) rc = strstr(err, "--algo") ? usage_error("%s", err)
+                                            : (fprintf(stderr, "dtrain simulate: %s\n", err), 1);
+    dt_sim_trace_free(t);
+    dt_sim_world_free(&w);
+    return rc;
+}
+
+int cli_simulate(int argc, char **argv)
+{
+    sim_opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc == 1 ? 0 : rc;
+    return o.ddp ? run_ddp(&o) : run_collective(&o);
+}

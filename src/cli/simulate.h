@@ -1,0 +1,17 @@
+/* `dtrain simulate`'s parts (simulate.c parses and runs, simulate_report.c
+ * prints). */
+#ifndef DT_CLI_SIMULATE_H
+#define DT_CLI_SIMULATE_H
+
+#include <stdio.h>
+
+#include "sim/bench.h"
+#include "sim/ddp.h"
+#include "sim/world.h"
+
+void sim_report_collective(FILE *f, const dt_sim_world *w, int nics, const char *kind,
+                           const dt_sim_bench *b);
+void sim_report_ddp(FILE *f, const dt_sim_world *w, const dt_sim_ddp_opts *o,
+                    const dt_sim_ddp *d);
+
+#endif

@@ -1,0 +1,62 @@
+/* What `dtrain simulate` prints (simulate.h). */
+#include "cli/simulate.h"
+
+static void put_setup(FILE *f, const dt_sim_world *w, int nics)
+{
+    const dt_cost_model *m = &w->job.model;
+    fprintf(f, "ranks          %d (%d hosts of %d, %d NIC%s each)\n", w->ranks, w->hosts,
+            w->per_host, nics, nics == 1 ? "" : "s");
+    fprintf(f, "links          %s: within a host %.2f us, %.1f GB/s; across %.2f us, "
+            "%.1f GB/s\n", m->source, m->link[DT_LINK_SHM].alpha * 1e6,
+            1e-9 / m->link[DT_LINK_SHM].beta, m->link[DT_LINK_TCP].alpha * 1e6,
+            1e-9 / m->link[DT_LINK_TCP].beta);
+}
+
+void sim_report_collective(FILE *f, const dt_sim_world *w, int nics, const char *kind,
+                           const dt_sim_bench *b)
+{
+    put_setup(f, w, nics);
+    fprintf(f, "collective     %s of %zu bytes\n", kind, b->bytes);
+    fprintf(f, "algorithm      %s\n", b->algo);
+    fprintf(f, "simulated      %.3f us\n", b->seconds * 1e6);
+    fprintf(f, "predicted      %.3f us (cost model, no contention: %.2fx the simulated)\n",
+            b->predicted * 1e6, b->seconds > 0 ? b->predicted / b->seconds : 0);
+    fprintf(f, "simulator      %zu steps recorded in %.1f MiB (%.2f s), %lld messages played "
+            "(%.2f s)\n", b->steps, (double)b->sched_bytes / 1048576.0, b->record_s,
+            b->messages, b->run_s);
+}
+
+static void put_split(FILE *f, const char *who, const dt_sim_rank_stats *s, double step)
+{
+    fprintf(f, "  %-12s compute %9.3f ms (%4.1f%%)  exposed comm %9.3f ms (%4.1f%%)  "
+            "idle %9.3f ms (%4.1f%%)\n", who, s->compute * 1e3, 100 * s->compute / step,
+            s->exposed * 1e3, 100 * s->exposed / step, s->idle * 1e3, 100 * s->idle / step);
+}
+
+void sim_report_ddp(FILE *f, const dt_sim_world *w, const dt_sim_ddp_opts *o,
+                    const dt_sim_ddp *d)
+{
+    const dt_gpt_config *c = &o->cfg;
+    put_setup(f, w, o->nics);
+    fprintf(f, "model          GPT L%d H%d C%d V%d: %zu parameters (%.1f MiB of fp32 "
+            "gradients)\n", c->n_layer, c->n_head, c->n_embd, c->vocab_size, d->params,
+            (double)d->params * 4 / 1048576.0);
+    fprintf(f, "batch          %d x %d tokens per rank at %.3g FLOP/s\n", o->batch, o->seq,
+            o->flops_per_s);
+    fprintf(f, "buckets        %d of up to %.1f MiB, all-reduce by %s\n", d->nbuckets,
+            (double)o->bucket_bytes / 1048576.0, d->algos);
+    fprintf(f, "compute        forward %.3f ms, backward %.3f ms, optimizer %.3f ms\n",
+            d->forward_s * 1e3, d->backward_s * 1e3, d->optimizer_s * 1e3);
+    fprintf(f, "all-reduces    %.3f ms predicted in all (cost model, one after another, no "
+            "contention)\n", d->comm_predicted_s * 1e3);
+    double compute = d->forward_s + d->backward_s + d->optimizer_s;
+    fprintf(f, "step           %.3f ms simulated (compute alone %.3f ms; compute then the "
+            "predicted all-reduces %.3f ms)\n", d->step_s * 1e3, compute * 1e3,
+            (compute + d->comm_predicted_s) * 1e3);
+    char who[32];
+    snprintf(who, sizeof who, "rank %d", d->slowest_rank);
+    put_split(f, who, &d->slowest, d->step_s);
+    put_split(f, "mean rank", &d->mean, d->step_s);
+    fprintf(f, "simulator      %.2f s recording, %.2f s running %lld messages (%lld events)\n",
+            d->record_s, d->run_s, d->messages, d->events);
+}

@@ -1,0 +1,231 @@
+/* Recording collectives' per-rank schedules by dry runs (coll.h). */
+#include "sim/coll.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/cost/dry.h"
+
+static const dt_coll_kind kinds[] = {DT_COLL_ALLREDUCE, DT_COLL_REDUCE_SCATTER,
+                                     DT_COLL_ALLGATHER, DT_COLL_BROADCAST, DT_COLL_ALLTOALL};
+#define NKINDS ((int)(sizeof kinds / sizeof kinds[0]))
+
+int dt_sim_coll_kind(const char *name, dt_coll_kind *k, char *err, size_t len)
+{
+    for (int i = 0; i < NKINDS; i++)
+        if (!strcmp(dt_coll_name(kinds[i]), name)) {
+            *k = kinds[i];
+            return 0;
+        }
+    snprintf(err, len, "--collective '%s' is not one of allreduce, reduce_scatter, allgather, "
+             "broadcast, alltoall", name);
+    return -1;
+}
+
+/* ---- the recorder: a dry run's hook ------------------------------------ */
+
+typedef struct {
+    unsigned char *buf;
+    size_t len, cap;
+    int rank;
+    int full; /* DT_SIM_SCHED_MAX reached, or no memory */
+    size_t steps;
+} recorder;
+
+static void put_bytes(recorder *r, const void *p, size_t n)
+{
+    if (r->full) return;
+    if (r->len + n > r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 4096;
+        while (cap < r->len + n) cap *= 2;
+        unsigned char *b = cap > DT_SIM_SCHED_MAX ? NULL : realloc(r->buf, cap);
+        if (!b) {
+            r->full = 1;
+            return;
+        }
+        r->buf = b;
+        r->cap = cap;
+    }
+    memcpy(r->buf + r->len, p, n);
+    r->len += n;
+}
+
+static void put_varint(recorder *r, uint64_t v)
+{
+    unsigned char b[10];
+    int n = 0;
+    do {
+        b[n] = (unsigned char)(v & 0x7f);
+        v >>= 7;
+        if (v) b[n] |= 0x80;
+        n++;
+    } while (v);
+    put_bytes(r, b, (size_t)n);
+}
+
+static uint64_t zigzag(int64_t v) { return v < 0 ? ((uint64_t)(-v) << 1) - 1 : (uint64_t)v << 1; }
+static int64_t unzigzag(uint64_t v) { return v & 1 ? -(int64_t)((v + 1) >> 1) : (int64_t)(v >> 1); }
+
+static void rec_step(void *arg, const dt_p2p *ops, int n)
+{
+    recorder *r = arg;
+    if (n <= 0) return; /* nothing to wait for: the step takes no time */
+    put_varint(r, (uint64_t)n << 1);
+    for (int i = 0; i < n; i++) {
+        put_varint(r, zigzag((int64_t)ops[i].peer - r->rank) << 2 | (uint64_t)ops[i].kind);
+        put_varint(r, ops[i].bytes);
+    }
+    r->steps++;
+}
+
+static void rec_local(void *arg, double seconds)
+{
+    recorder *r = arg;
+    if (!(seconds > 0)) return;
+    put_varint(r, 1);
+    put_bytes(r, &seconds, sizeof seconds);
+}
+
+/* ---- recording ------------------------------------------------------------ */
+
+/* Bytes of one element of a call in the nccl-tests sense: all ranks' data
+ * for all-gather, reduce-scatter and all-to-all. */
+static size_t unit_bytes(dt_coll_kind kind, int p)
+{
+    size_t per = sizeof(float);
+    if (kind == DT_COLL_ALLGATHER || kind == DT_COLL_REDUCE_SCATTER || kind == DT_COLL_ALLTOALL)
+        per *= (size_t)p;
+    return per;
+}
+
+/* The call for `bytes` of fp32 data; at least one element, so that every
+ * rank has something to send. */
+static dt_coll_args call_for(dt_coll_kind kind, size_t bytes, int p)
+{
+    size_t per = unit_bytes(kind, p);
+    size_t count = bytes / per ? bytes / per : 1;
+    return (dt_coll_args){.kind = kind, .count = count, .dtype = DT_F32, .op = DT_SUM,
+                          .root = 0, .algo = DT_ALGO_AUTO};
+}
+
+static int choose(dt_sim_world *w, dt_coll_args *a, const char *algo, const dt_algo **out,
+                  char *err, size_t len)
+{
+    if (!algo || !strcmp(algo, "auto")) {
+        if (dt_algo_pick(&w->comm, a, out) == 0) return 0;
+        snprintf(err, len, "no %s algorithm can run on %d ranks", dt_coll_name(a->kind),
+                 w->ranks);
+        return -1;
+    }
+    int i = dt_algo_find(a->kind, algo);
+    if (i < 0 || !dt_algo_usable(&w->comm, &dt_algo_table[i], err, len)) {
+        const char *names[32];
+        int n = dt_comm_algo_names(dt_coll_name(a->kind), names, 32);
+        size_t o = (size_t)snprintf(err, len, "--algo '%s' is not one of the %s algorithms the "
+                                    "simulator can run (choices: auto", algo,
+                                    dt_coll_name(a->kind));
+        for (int k = 0; k < n && o < len; k++)
+            if (strcmp(names[k], "mpi")) o += (size_t)snprintf(err + o, len - o, ", %s", names[k]);
+        if (o < len) snprintf(err + o, len - o, ")");
+        return -1;
+    }
+    *out = &dt_algo_table[i];
+    return 0;
+}
+
+static int record_ranks(dt_sim_sched *s, dt_sim_world *w, const dt_algo *al, const dt_coll_args *a,
+                        char *err, size_t len)
+{
+    recorder r = {0};
+    dt_dry_hook hook = {rec_step, rec_local, &r};
+    for (int k = 0; k < w->ranks && !r.full; k++) {
+        struct dt_dry_run d = {&w->job.model, 0, &hook};
+        s->start[k] = r.len;
+        r.rank = k;
+        if (dt_dry_run_rank(&w->comm, al, a, k, &d) < 0) {
+            free(r.buf);
+            snprintf(err, len, "%s %s cannot run on %d ranks here", dt_coll_name(a->kind),
+                     al->name, w->ranks);
+            return -1;
+        }
+    }
+    if (r.full) {
+        free(r.buf);
+        snprintf(err, len, "the schedule of %s %s over %d ranks needs more than %llu GiB; "
+                 "use fewer ranks or an algorithm with fewer steps (--algo auto)",
+                 dt_coll_name(a->kind), al->name, w->ranks, DT_SIM_SCHED_MAX >> 30);
+        return -1;
+    }
+    s->start[w->ranks] = r.len;
+    s->code = r.buf;
+    s->steps = r.steps;
+    return 0;
+}
+
+int dt_sim_sched_record(dt_sim_sched *s, dt_sim_world *w, dt_coll_kind kind, const char *algo,
+                        size_t bytes, char *err, size_t len)
+{
+    memset(s, 0, sizeof *s);
+    dt_coll_args a = call_for(kind, bytes, w->ranks);
+    const dt_algo *al;
+    if (choose(w, &a, algo, &al, err, len)) return -1;
+    s->kind = kind;
+    s->size = w->ranks;
+    s->bytes = a.count * unit_bytes(kind, w->ranks);
+    snprintf(s->algo, sizeof s->algo, "%s", al->name);
+    snprintf(s->label, sizeof s->label, "%s %s", dt_coll_name(kind), al->name);
+    s->predicted = dt_cost_predict(&w->comm, al, &a);
+    s->start = malloc(((size_t)w->ranks + 1) * sizeof *s->start);
+    if (!s->start) {
+        snprintf(err, len, "out of memory for %d ranks' schedules", w->ranks);
+        return -1;
+    }
+    if (record_ranks(s, w, al, &a, err, len)) {
+        dt_sim_sched_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+void dt_sim_sched_free(dt_sim_sched *s)
+{
+    free(s->code);
+    free(s->start);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- reading back ------------------------------------------------------------ */
+
+static uint64_t get_varint(dt_sim_cursor *c)
+{
+    uint64_t v = 0;
+    for (int shift = 0; c->p < c->end; shift += 7) {
+        unsigned char b = *c->p++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) break;
+    }
+    return v;
+}
+
+int dt_sim_cursor_next(dt_sim_cursor *c, dt_sim_entry *e)
+{
+    if (c->p >= c->end) return 0;
+    uint64_t h = get_varint(c);
+    e->local = (int)(h & 1);
+    e->nops = (int)(h >> 1);
+    e->seconds = 0;
+    if (e->local) {
+        memcpy(&e->seconds, c->p, sizeof e->seconds);
+        c->p += sizeof e->seconds;
+    }
+    return 1;
+}
+
+void dt_sim_cursor_op(dt_sim_cursor *c, dt_sim_op_rec *op)
+{
+    uint64_t v = get_varint(c);
+    op->kind = (int)(v & 3);
+    op->peer = c->rank + (int)unzigzag(v >> 2);
+    op->bytes = (size_t)get_varint(c);
+}

@@ -1,0 +1,33 @@
+/*
+ * The simulated job as the communication layer sees it: a stand-in world
+ * communicator of `ranks` members, `per_host` to a host (ranks r*K ..
+ * r*K + K-1 on host r), whose job holds the cost model. Handing it to the
+ * real code keeps the simulator honest: the link between two ranks is
+ * dt_topo_link's, auto's choice is dt_algo_pick's, the analytic
+ * prediction is dt_cost_predict's, and the algorithms run dry on it
+ * (sim/coll.c). Nothing in it is ever connected.
+ */
+#ifndef DT_SIM_WORLD_H
+#define DT_SIM_WORLD_H
+
+#include <stddef.h>
+
+#include "comm/comm_internal.h"
+
+typedef struct {
+    dt_job job;   /* model only; never connected */
+    dt_comm comm; /* the stand-in world */
+    int ranks, per_host, hosts;
+} dt_sim_world;
+
+/* 0, or -1 with a message saying what would work (ranks not a multiple of
+ * per_host, too many ranks). The model is copied. */
+int dt_sim_world_init(dt_sim_world *w, int ranks, int per_host, const dt_cost_model *m,
+                      char *err, size_t len);
+void dt_sim_world_free(dt_sim_world *w);
+
+/* The link between ranks a and b, and its cost (alpha, beta, gamma). */
+dt_link_kind dt_sim_world_link(const dt_sim_world *w, int a, int b);
+const dt_link_cost *dt_sim_world_cost(const dt_sim_world *w, int a, int b);
+
+#endif
