@@ -20,6 +20,7 @@ int cli_ckpt(int argc, char **argv);
 int cli_train(int argc, char **argv);
 int cli_sample(int argc, char **argv);
 int cli_plan(int argc, char **argv);
+int cli_plan_layouts(int argc, char **argv);
 int cli_trace(int argc, char **argv);
 int cli_simulate(int argc, char **argv);
 

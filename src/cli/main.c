@@ -18,8 +18,8 @@ static const struct cli_command commands[] = {
     {"bench", cli_bench, "benchmarks: `bench comm` times collectives, `bench peak` the CPU's peak FLOP/s"},
     {"ckpt", cli_ckpt, "checkpoints: `ckpt info` prints a layout, `ckpt consolidate` the whole model"},
     {"data", cli_data, "prepare training data: `data prepare` makes llm.c token shards"},
-    {"plan", cli_plan, "draw a pipeline schedule (--pp, --grad-accum, --pp-schedule) without training"},
-    {"simulate", cli_simulate, "a DDP step or one collective on up to 10^6 simulated ranks"},
+    {"plan", cli_plan, "which layout (tp, cp, dp, pp, ZeRO, schedule) fits a model on a cluster and is fastest; or draw a pipeline schedule"},
+    {"simulate", cli_simulate, "a DDP step or one collective over a simulated network of up to 10^6 ranks"},
     {"trace", cli_trace, "timelines: `trace summary FILE` prints each rank's busy, communication and idle fractions"},
 };
 

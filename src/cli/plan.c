@@ -45,8 +45,21 @@ static int usage_error(const char *msg, const char *arg)
     return CLI_EXIT_USAGE;
 }
 
+/* The layout form when any of its flags is there (cli/plan_layouts.c). */
+static int wants_layouts(int argc, char **argv)
+{
+    static const char *flags[] = {"--global-batch", "--nodes", "--ranks-per-node",
+                                  "--mem-per-rank", "--model", "--link-model", "--n-layer",
+                                  "--tflops"};
+    for (int i = 1; i < argc; i++)
+        for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
+            if (!strcmp(argv[i], flags[k])) return 1;
+    return 0;
+}
+
 int cli_plan(int argc, char **argv)
 {
+    if (wants_layouts(argc, argv)) return cli_plan_layouts(argc, argv);
     long p = 0, M = 0, V = 0;
     dt_pp_kind kind = DT_PP_1F1B;
     for (int i = 1; i < argc; i++) {
@@ -67,7 +80,8 @@ int cli_plan(int argc, char **argv)
             if (dt_parse_long(v, 1, 1 << 20, &M))
                 return usage_error("--grad-accum takes a count >= 1, not ", v);
         } else if (!strcmp(a, "--pp-virtual")) {
-            if (dt_parse_long(v, 1, 32767, &V)) return usage_error("--pp-virtual takes >= 1, not ", v);
+            if (dt_parse_long(v, 1, 32767, &V))
+                return usage_error("--pp-virtual takes >= 1, not ", v);
         } else if (!strcmp(a, "--pp-schedule")) {
             if (dt_pp_kind_parse(v, &kind))
                 return usage_error("--pp-schedule is one of naive|gpipe|1f1b|interleaved|zb1p, "

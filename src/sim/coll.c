@@ -188,6 +188,17 @@ int dt_sim_sched_record(dt_sim_sched *s, dt_sim_world *w, dt_coll_kind kind, con
     return 0;
 }
 
+double dt_sim_coll_predict(dt_sim_world *w, dt_coll_kind kind, size_t bytes, const char **algo)
+{
+    dt_coll_args a = call_for(kind, bytes, w->ranks);
+    const dt_algo *al;
+    char err[256];
+    if (w->ranks < 2) return 0;
+    if (choose(w, &a, NULL, &al, err, sizeof err)) return -1;
+    if (algo) *algo = al->name;
+    return dt_cost_predict(&w->comm, al, &a);
+}
+
 void dt_sim_sched_free(dt_sim_sched *s)
 {
     free(s->code);

@@ -59,6 +59,12 @@ int dt_sim_sched_record(dt_sim_sched *s, dt_sim_world *w, dt_coll_kind kind, con
                         size_t bytes, char *err, size_t len);
 void dt_sim_sched_free(dt_sim_sched *s);
 
+/* The cost model's seconds for that collective by auto's choice (its name
+ * in *algo, may be NULL), without simulating: the slowest rank's steps
+ * summed, no contention (dt_cost_predict). 0 on one rank; -1 when no
+ * algorithm runs there. What `dtrain plan` weighs layouts by. */
+double dt_sim_coll_predict(dt_sim_world *w, dt_coll_kind kind, size_t bytes, const char **algo);
+
 /* Reading a rank's entries back. */
 typedef struct {
     const unsigned char *p, *end;

@@ -68,27 +68,32 @@ int dt_mem_plan_mesh_begin(dt_mem_plan_mesh_ctx *x, dt_gpt *layout, const dt_tra
 }
 
 /* What (stage q, tp rank t) holds: its slice layout, of which a pipeline
- * stage's part; then the bytes by kind. */
+ * stage's part. */
+int dt_mem_plan_mesh_held(dt_mem_plan_mesh_ctx *x, int q, int t, dt_rank_mem *held,
+                          int *in_flight, char *err, size_t n)
+{
+    const dt_train_config *c = x->c;
+    *in_flight = 0;
+    if (!x->cut) return dt_tp_rank_mem(x->layout, t, c->tp, c->batch_size, x->T, held, err, n);
+    dt_gpt peer;
+    dt_pp_stage_mem sm;
+    if (dt_gpt_peer_layout(x->layout, t, c->tp, &peer, err, n)) return -1;
+    int rc = dt_pp_stage_memory(&peer, &x->sched, x->cut, q, c->batch_size, x->T, &sm);
+    dt_gpt_destroy(&peer);
+    if (rc) return dt_strf(err, n, "pipeline stage %d: out of memory for its plan", q), -1;
+    *held = (dt_rank_mem){.floats = sm.floats, .in_use = sm.in_use, .grads_open = sm.grads_open,
+                          .acts = sm.acts};
+    *in_flight = sm.slots;
+    return 0;
+}
+
 int dt_mem_plan_mesh_place(dt_mem_plan_mesh_ctx *x, int q, int t, dt_mesh_rank_plan *out,
                            char *err, size_t n)
 {
-    const dt_train_config *c = x->c;
     dt_rank_mem held;
     *out = (dt_mesh_rank_plan){.stage = q, .tp_rank = t};
-    if (!x->cut) {
-        if (dt_tp_rank_mem(x->layout, t, c->tp, c->batch_size, x->T, &held, err, n)) return -1;
-    } else {
-        dt_gpt peer;
-        dt_pp_stage_mem sm;
-        if (dt_gpt_peer_layout(x->layout, t, c->tp, &peer, err, n)) return -1;
-        int rc = dt_pp_stage_memory(&peer, &x->sched, x->cut, q, c->batch_size, x->T, &sm);
-        dt_gpt_destroy(&peer);
-        if (rc) return dt_strf(err, n, "pipeline stage %d: out of memory for its plan", q), -1;
-        held = (dt_rank_mem){.floats = sm.floats, .in_use = sm.in_use,
-                             .grads_open = sm.grads_open, .acts = sm.acts};
-        out->in_flight = sm.slots;
-    }
-    return dt_mem_plan_held(x->layout, c, x->cp * x->dp, &held, &out->plan, err, n);
+    if (dt_mem_plan_mesh_held(x, q, t, &held, &out->in_flight, err, n)) return -1;
+    return dt_mem_plan_held(x->layout, x->c, x->cp * x->dp, &held, &out->plan, err, n);
 }
 
 void dt_mem_plan_mesh_end(dt_mem_plan_mesh_ctx *x)

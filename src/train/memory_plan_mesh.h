@@ -38,6 +38,10 @@ int dt_mem_plan_mesh_begin(dt_mem_plan_mesh_ctx *x, dt_gpt *layout, const dt_tra
                            int world, char *err, size_t errlen);
 int dt_mem_plan_mesh_place(dt_mem_plan_mesh_ctx *x, int stage, int tp_rank,
                            dt_mesh_rank_plan *out, char *err, size_t errlen);
+/* What the place holds before the ZeRO stage divides it (dt_mem_plan_held
+ * turns it into bytes), and its micro-batches in flight. */
+int dt_mem_plan_mesh_held(dt_mem_plan_mesh_ctx *x, int stage, int tp_rank, dt_rank_mem *held,
+                          int *in_flight, char *err, size_t errlen);
 void dt_mem_plan_mesh_end(dt_mem_plan_mesh_ctx *x);
 
 /* The plans of a validated configuration over `world` ranks. layout is

@@ -1,0 +1,273 @@
+/*
+ * `dtrain plan` for a model on a cluster: which layout (tp, cp, dp, pp,
+ * ZeRO, micro-batches, schedule, recomputation) fits and is fastest, and
+ * why (src/plan/plan.h).
+ *
+ *   dtrain plan --model gpt2-xl --global-batch 512 --nodes 8 --ranks-per-node 8 \
+ *       --mem-per-rank 80 --link-model nvlink-ib
+ *
+ * The compute rate is stated (--tflops), a GPU preset's (half the bf16
+ * dense peak of the class the link preset names), or measured here: a
+ * layer of the model forward and backward at one sequence on the cores a
+ * rank of this host would get.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "core/parse.h"
+#include "core/str.h"
+#include "kernels/threads.h"
+#include "parallel/pipeline/partition_cost.h"
+#include "plan/plan.h"
+#include "sim/links.h"
+#include "train/config.h"
+
+typedef struct {
+    long nodes, per_node, batch, top;
+    long tp, cp, pp, zero, micro; /* pinned; -1: free */
+    int rc, sched;
+    double mem_gib, tflops;
+    const char *links;
+    int json, fp32;
+    char *model_argv[32];
+    int model_argc;
+} plan_opts;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dtrain plan --global-batch N --nodes N --ranks-per-node K --mem-per-rank GiB\n"
+            "                   [--model NAME | --n-layer L --n-head H --n-embd C --vocab-size V]\n"
+            "                   [--seq-len T] [--link-model M] [--tflops X] [--fp32] [--top K]\n"
+            "                   [--json]\n"
+            "       dtrain plan --pp N --grad-accum M [--pp-schedule KIND] [--pp-virtual V]\n"
+            "\n"
+            "The first form weighs every layout of the model on the cluster: tensor (tp),\n"
+            "context (cp), data (dp) and pipeline (pp) parallel sizes, the ZeRO stage, the\n"
+            "micro-batch and their count, the pipeline schedule and recomputation. Memory per\n"
+            "rank by kind comes from the code that prints a run's memory table; step time from\n"
+            "the compute rate and the cost model of the collectives over the real schedules.\n"
+            "It prints the best layouts with their breakdown, why the others were dropped, and\n"
+            "the courses' rule applied to the case. The second form draws a pipeline schedule.\n"
+            "\n"
+            "  --global-batch N     sequences a step, over all ranks (required)\n"
+            "  --nodes N            hosts (required)\n"
+            "  --ranks-per-node K   ranks a host; tensor parallelism stays inside one (required)\n"
+            "  --mem-per-rank GiB   memory a rank may use (required)\n"
+            "  --model NAME         tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl|bench (default\n"
+            "                       gpt2), or the sizes; --seq-len T (default the block size)\n"
+            "  --link-model M       builtin (default: this machine's calibration), a file from\n"
+            "                       `dtrain bench comm --calibrate`, or a preset:\n");
+    dt_sim_links_help(f);
+    fprintf(f,
+            "  --tflops X           sustained TFLOP/s of a rank's matrix products (default:\n"
+            "                       half of a preset's GPU peak, or measured on this host)\n"
+            "  --fp32               plan fp32 training (default: bf16 mixed precision)\n"
+            "  --top K              layouts printed (default 5)\n"
+            "  --tp N, --cp N, --pp N, --zero-stage S, --micro-batch B, --recompute MODE,\n"
+            "  --pp-schedule KIND   weigh only layouts with these\n"
+            "  --json               the result as JSON\n"
+            "\n"
+            "example:\n"
+            "  dtrain plan --model gpt2-xl --global-batch 512 --nodes 8 --ranks-per-node 8 \\\n"
+            "      --mem-per-rank 80 --link-model nvlink-ib\n");
+}
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "dtrain plan: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nRun 'dtrain plan --help' for usage.\n");
+    return CLI_EXIT_USAGE;
+}
+
+static int is_model_flag(const char *a)
+{
+    static const char *flags[] = {"--model", "--n-layer", "--n-head", "--n-embd", "--vocab-size",
+                                  "--block-size", "--seq-len"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (!strcmp(a, flags[i])) return 1;
+    return 0;
+}
+
+static int parse_long(const char *flag, const char *v, long lo, long hi, long *out)
+{
+    if (dt_parse_long(v, lo, hi, out) == 0) return 0;
+    char msg[128];
+    dt_strf(msg, sizeof msg, "%s takes %ld..%ld, not %%s", flag, lo, hi);
+    return usage_error(msg, v);
+}
+
+/* --tp, --cp, --pp, --zero-stage, --micro-batch, --recompute, --pp-schedule:
+ * only layouts with those. 1 when a is one of them (0 or the usage exit
+ * in *rc), else 0. */
+static int parse_pin(plan_opts *o, const char *a, const char *v, int *rc)
+{
+    static const char *const rcs[] = {"none", "selective", "full"};
+    const char *names[] = {"--tp", "--cp", "--pp", "--zero-stage", "--micro-batch"};
+    long *at[] = {&o->tp, &o->cp, &o->pp, &o->zero, &o->micro};
+    const long hi[] = {4096, 4096, 64, 3, 1L << 20};
+    for (int i = 0; i < 5; i++)
+        if (!strcmp(a, names[i])) return *rc = parse_long(a, v, i == 3 ? 0 : 1, hi[i], at[i]), 1;
+    if (!strcmp(a, "--recompute")) {
+        for (o->rc = 0; o->rc < 3 && strcmp(v, rcs[o->rc]); o->rc++) {}
+        *rc = o->rc < 3 ? 0 : usage_error("--recompute is none|selective|full, not %s", v);
+        return 1;
+    }
+    if (!strcmp(a, "--pp-schedule")) {
+        dt_pp_kind k;
+        int ok = dt_pp_kind_parse(v, &k) == 0 &&
+                 (k == DT_PP_1F1B || k == DT_PP_ZB1P || k == DT_PP_INTERLEAVED);
+        o->sched = ok ? (int)k : -1;
+        *rc = ok ? 0 : usage_error("--pp-schedule weighs 1f1b|zb1p|interleaved, not %s", v);
+        return 1;
+    }
+    return 0;
+}
+
+static int parse_value(plan_opts *o, const char *a, const char *v)
+{
+    int rc;
+    if (parse_pin(o, a, v, &rc)) return rc;
+    if (!strcmp(a, "--global-batch")) return parse_long(a, v, 1, 1L << 30, &o->batch);
+    if (!strcmp(a, "--nodes")) return parse_long(a, v, 1, 1 << 20, &o->nodes);
+    if (!strcmp(a, "--ranks-per-node")) return parse_long(a, v, 1, 4096, &o->per_node);
+    if (!strcmp(a, "--top")) return parse_long(a, v, 1, 1000, &o->top);
+    if (!strcmp(a, "--link-model")) return o->links = v, 0;
+    if (!strcmp(a, "--mem-per-rank") || !strcmp(a, "--tflops")) {
+        double *d = !strcmp(a, "--tflops") ? &o->tflops : &o->mem_gib;
+        if (dt_parse_double(v, 1e-6, 1e9, d)) return usage_error("%s wants a positive number", a);
+        return 0;
+    }
+    return usage_error("unknown option %s", a);
+}
+
+static int parse(int argc, char **argv, plan_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->top = 5;
+    o->tp = o->cp = o->pp = o->zero = o->micro = -1;
+    o->rc = o->sched = -1;
+    o->links = "builtin";
+    o->model_argv[o->model_argc++] = "plan";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout), 1;
+        if (!strcmp(a, "--json")) { o->json = 1; continue; }
+        if (!strcmp(a, "--fp32")) { o->fp32 = 1; continue; }
+        if (!v) return usage_error("%s needs a value", a);
+        if (is_model_flag(a)) {
+            if (o->model_argc + 2 >= 32) return usage_error("too many model options%s", "");
+            o->model_argv[o->model_argc++] = argv[i];
+            o->model_argv[o->model_argc++] = argv[++i];
+            continue;
+        }
+        int rc = parse_value(o, a, v);
+        if (rc) return rc;
+        i++;
+    }
+    const char *missing = !o->batch ? "--global-batch" : !o->nodes ? "--nodes"
+                          : !o->per_node ? "--ranks-per-node" : !o->mem_gib ? "--mem-per-rank"
+                          : NULL;
+    if (missing)
+        return usage_error("the cluster and batch need %s (every one of --global-batch, "
+                           "--nodes, --ranks-per-node and --mem-per-rank)", missing);
+    return 0;
+}
+
+/* The model's sizes through the trainer's option table (its presets). */
+static int model_of(plan_opts *o, dt_plan_input *in)
+{
+    dt_train_config c;
+    char err[512];
+    int named = 0;
+    for (int i = 1; i < o->model_argc; i += 2) named |= !strcmp(o->model_argv[i], "--model");
+    if (!named) {
+        o->model_argv[o->model_argc++] = "--model";
+        o->model_argv[o->model_argc++] = "gpt2";
+    }
+    dt_config_defaults(&c);
+    if (dt_config_parse_args(&c, o->model_argc, o->model_argv, err, sizeof err))
+        return usage_error("%s", err);
+    in->model = (dt_gpt_config){c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.block_size};
+    dt_strf(in->model_name, sizeof in->model_name, "%s", c.model);
+    in->T = c.seq_len ? c.seq_len : c.block_size;
+    if (in->model.vocab_size < 1)
+        return usage_error("the model needs a vocabulary: give --vocab-size N%s", "");
+    if (in->T > c.block_size) return usage_error("--seq-len exceeds the block size%s", "");
+    if (dt_gpt_config_check(&in->model, err, sizeof err)) return usage_error("%s", err);
+    return 0;
+}
+
+/* A layer forward and backward at one sequence, on the cores a rank of
+ * this host gets: FLOP/s of the products as the kernels run them here. */
+static int measure_compute(const plan_opts *o, dt_plan_input *in)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = cores / o->per_node > 0 ? (int)(cores / o->per_node) : 1;
+    dt_gpt like;
+    dt_pp_costs k;
+    char err[512];
+    if (dt_gpt_create_layout(&like, &in->model, in->bf16 ? DT_PREC_BF16 : DT_PREC_F32, err,
+                             sizeof err))
+        return fprintf(stderr, "dtrain plan: %s\n", err), 1;
+    dt_kernels_set_threads(threads);
+    int rc = dt_pp_measure_costs(&like, 1, in->T, &k, err, sizeof err);
+    dt_gpt_destroy(&like);
+    if (rc || k.layer_ms <= 0)
+        return fprintf(stderr, "dtrain plan: measuring a layer: %s\n", rc ? err : "no time"), 1;
+    const double C = in->model.n_embd, T = in->T;
+    in->flops = T * (6 * 12 * C * C + 6 * T * C) / (k.layer_ms * 1e-3);
+    /* More ranks than cores: they take turns, each at its share. */
+    const double share = o->per_node > cores ? (double)cores / (double)o->per_node : 1.0;
+    in->flops *= share;
+    dt_strf(in->flops_source, sizeof in->flops_source, "measured: a layer at one sequence on "
+            "%d thread%s%s", threads, threads > 1 ? "s" : "",
+            share < 1 ? "; oversubscribed: the host's ranks share its cores" : "");
+    return 0;
+}
+
+static int cluster_of(const plan_opts *o, dt_plan_input *in)
+{
+    char err[512];
+    in->nodes = (int)o->nodes;
+    in->per_node = (int)o->per_node;
+    in->batch = o->batch;
+    in->mem = o->mem_gib * 1024.0 * 1024.0 * 1024.0;
+    in->bf16 = !o->fp32;
+    in->pin.tp = (int)o->tp, in->pin.cp = (int)o->cp, in->pin.pp = (int)o->pp;
+    in->pin.zero = (int)o->zero, in->pin.B = (int)o->micro;
+    in->pin.rc = o->rc, in->pin.sched = o->sched;
+    if (dt_sim_links(o->links, &in->links, err, sizeof err)) return usage_error("%s", err);
+    int gpu = dt_plan_gpu(o->links, &in->flops, &in->opt_Bps, in->flops_source,
+                          sizeof in->flops_source);
+    if (!gpu) in->opt_Bps = in->links.copy > 0 ? 2.0 / in->links.copy : 10e9;
+    if (o->tflops > 0) {
+        in->flops = o->tflops * 1e12;
+        dt_strf(in->flops_source, sizeof in->flops_source, "stated");
+        return 0;
+    }
+    return gpu ? 0 : measure_compute(o, in);
+}
+
+int cli_plan_layouts(int argc, char **argv)
+{
+    plan_opts o;
+    dt_plan_input in;
+    dt_plan_result r;
+    char err[1024];
+    memset(&in, 0, sizeof in);
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc == 1 ? 0 : rc;
+    if ((rc = model_of(&o, &in)) || (rc = cluster_of(&o, &in))) return rc;
+    if (dt_plan_run(&in, &r, err, sizeof err)) {
+        fprintf(stderr, "dtrain plan: %s\n", err);
+        return strstr(err, "no layout") ? CLI_EXIT_USAGE : 1;
+    }
+    if (o.json) rc = dt_plan_print_json(stdout, &in, &r, (int)o.top);
+    else dt_plan_print(stdout, &in, &r, (int)o.top);
+    dt_plan_result_free(&r);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,122 @@
+/* `dtrain plan`: which layout should train this model on this cluster.
+ *
+ * It enumerates layouts (tp, cp, dp, pp, the ZeRO stage, the micro-batch
+ * and their count, the pipeline schedule, recomputation: layouts.c),
+ * predicts each one's memory per rank by kind with the code that prints a
+ * run's start-up table (train/memory_plan_mesh.h: memory.c) and its step
+ * time from the compute rate and the cost model of the collectives over
+ * the real schedules (the pipeline's action lists simulated in time, each
+ * collective's algorithm run dry on a stand-in of its group: step_time.c),
+ * drops what does not fit with the reason, and ranks the rest (report.c),
+ * with the courses' rule ("a layer does not fit: tensor parallelism; the
+ * model does not fit: pipeline; else data parallelism") applied to the
+ * case as the explanation (rule.c).
+ *
+ * Nothing is allocated at the model's size and no rank is started: it is
+ * arithmetic over layouts (tensor tables) and dry runs. */
+#ifndef DT_PLAN_PLAN_H
+#define DT_PLAN_PLAN_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "comm/cost/model.h"
+#include "core/alloc.h"
+#include "model/gpt.h"
+#include "parallel/pipeline/schedule.h"
+
+typedef struct {
+    dt_gpt_config model;
+    char model_name[32];
+    int T;                /* sequence length */
+    long batch;           /* global batch, in sequences */
+    int nodes, per_node;  /* ranks = nodes x per_node, per_node to a host */
+    double mem;           /* bytes of memory per rank */
+    dt_cost_model links;  /* the collectives' cost model: shm within a host, tcp between */
+    double flops;         /* sustained FLOP/s of a rank's matrix products */
+    char flops_source[96];/* where that figure comes from */
+    double opt_Bps;       /* bytes/s a rank's optimizer streams its state at */
+    int bf16;             /* mixed precision: bf16 weights and activations, fp32 masters */
+    int max_tp;           /* 0: the ranks of a host */
+    /* Sizes and modes the user fixed (--tp, --zero-stage ...): only
+     * layouts with them are weighed; -1: free. */
+    struct {
+        int tp, cp, pp, zero, B, rc, sched;
+    } pin;
+} dt_plan_input;
+
+/* One layout: sizes, the batch's shape and the modes. */
+typedef struct {
+    int tp, cp, dp, pp, V;  /* V: model chunks per rank (interleaved) */
+    int B, M;               /* micro-batch sequences, micro-batches per step */
+    int zero;               /* 0-3 */
+    int sp;                 /* sequence parallelism (with tp) */
+    dt_pp_kind sched;       /* with pp > 1 */
+    dt_recompute rc;
+} dt_plan_layout;
+
+/* Its predictions. */
+typedef struct {
+    dt_plan_layout l;
+    double mem[DT_MEM_KIND_COUNT]; /* bytes by kind, of the rank that holds the most */
+    double mem_total;              /* its model state and activations */
+    size_t psi;                    /* floats of the model that rank holds (its stage's, its
+                                    * slices), before ZeRO divides them */
+    /* seconds a step: the products (with the pipeline's bubble), the
+     * exposed communication of each kind, the optimizer, the sum */
+    double compute, bubble, tp_s, cp_s, pp_s, dp_s, opt_s, step;
+    double tokens_per_s;
+    int fits;
+    char why[200]; /* why it was dropped */
+} dt_plan_row;
+
+typedef struct {
+    dt_plan_row *rows; /* fitting first, fastest first; then the dropped */
+    int n, nfit;
+    long considered;   /* layouts enumerated */
+    double seconds;    /* the planner's own time */
+} dt_plan_result;
+
+/* The layouts of in (layouts.c): every combination whose sizes divide,
+ * the heads, layers, sequence and batch as a run would require. *out is
+ * malloc'd. 0, or -1 with err. */
+int dt_plan_layouts(const dt_plan_input *in, dt_plan_layout **out, int *n, char *err,
+                    size_t errlen);
+
+/* What the planner works out once and asks again (plan_internal.h): the
+ * collectives' seconds, the schedules' makespans, the last layout's
+ * holdings. */
+typedef struct dt_plan_memo dt_plan_memo;
+int dt_plan_memo_open(dt_plan_memo **c, const dt_plan_input *in, char *err, size_t errlen);
+void dt_plan_memo_close(dt_plan_memo *c);
+
+/* Memory per rank of layout l (memory.c): fills row's mem, mem_total, psi
+ * and fits (against in->mem, with why). 0, or -1 with err. */
+int dt_plan_memory(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layout *l,
+                   dt_plan_row *row, char *err, size_t errlen);
+
+/* Step time of layout l (step_time.c): row's seconds and tokens_per_s
+ * (row->psi from dt_plan_memory first). 0, or -1 with err. */
+int dt_plan_time(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layout *l,
+                 dt_plan_row *row, char *err, size_t errlen);
+
+/* The compute of link preset `links`'s GPU class (gpu.c): half its bf16
+ * dense peak and half its memory rate, with where they come from; 1, or 0
+ * when the name is no GPU preset (then nothing is written). */
+int dt_plan_gpu(const char *links, double *flops, double *opt_Bps, char *source, size_t n);
+
+/* All of it: 0, or -1 with err. */
+int dt_plan_run(const dt_plan_input *in, dt_plan_result *out, char *err, size_t errlen);
+void dt_plan_result_free(dt_plan_result *r);
+
+/* "tp 2 x cp 1 x dp 4 x pp 2, ZeRO-1, micro-batch 2 x 8, 1f1b, recompute none". */
+void dt_plan_layout_name(const dt_plan_layout *l, char *buf, size_t n);
+
+/* The report (report.c): the best `top` with their breakdown, a count of
+ * the dropped by reason with an example each, and the rule (rule.c). */
+void dt_plan_print(FILE *f, const dt_plan_input *in, const dt_plan_result *r, int top);
+int dt_plan_print_json(FILE *f, const dt_plan_input *in, const dt_plan_result *r, int top);
+/* The courses' rule on this case, a few lines. */
+void dt_plan_rule(FILE *f, const dt_plan_input *in, const dt_plan_result *r);
+
+#endif

@@ -1,0 +1,57 @@
+/* What the planner's files share (plan.h is the interface). */
+#ifndef DT_PLAN_PLAN_INTERNAL_H
+#define DT_PLAN_PLAN_INTERNAL_H
+
+#include <stddef.h>
+
+#include "comm/comm_internal.h"
+#include "plan/plan.h"
+#include "train/memory_plan_pp.h"
+
+/* The planner's memory of answers it worked out once: collectives'
+ * seconds by (kind, ranks, per host, bytes), and pipeline schedules'
+ * makespans in units of a forward by (kind, p, V, M, backward / forward). */
+typedef struct {
+    int kind, ranks, per_host;
+    size_t bytes;
+    double seconds;
+} dt_plan_answer;
+
+typedef struct {
+    int kind, p, V, M;
+    double bwd, makespan;
+} dt_plan_span;
+
+/* The places of a layout that hold the most, before the ZeRO stage
+ * divides their state: the layouts that differ only in the stage (the
+ * innermost loop of the enumeration) share them. */
+#define DT_PLAN_PLACES 4
+typedef struct {
+    dt_plan_layout key; /* zero = 0 */
+    int have, n;
+    dt_gpt layout;      /* the whole model's, with the key's rows */
+    int stage[DT_PLAN_PLACES], tp_rank[DT_PLAN_PLACES];
+    dt_rank_mem held[DT_PLAN_PLACES];
+} dt_plan_places;
+
+struct dt_plan_memo {
+    dt_cost_model links;
+    dt_plan_answer *cache;
+    int n;
+    dt_plan_span *spans;
+    int nspans, capspans;
+    dt_plan_places places;
+};
+
+/* Seconds of collective `kind` of `bytes` (fp32 data; all ranks' together
+ * for an all-gather or a reduce-scatter) over a group of `ranks` with
+ * `per_host` of them to a host (comm_time.c); 0 on one rank, -1 when no
+ * algorithm runs there. */
+double dt_plan_coll(dt_plan_memo *c, dt_coll_kind kind, int ranks, int per_host, size_t bytes);
+/* One message of `bytes` within a host or between hosts. */
+double dt_plan_p2p(const dt_plan_memo *c, int same_host, size_t bytes);
+/* Members of a group of `size` ranks `stride` apart on one host of
+ * per_node ranks (Megatron's placement fills hosts in rank order). */
+int dt_plan_group_per_host(int per_node, int stride, int size);
+
+#endif

@@ -1,0 +1,150 @@
+/* A layout's step time for `dtrain plan`, from the products' FLOPs at the
+ * rank's sustained rate and the cost model's seconds for what the mesh
+ * moves. See plan.h; docs/plan.md gives the formulas.
+ *
+ * A micro-batch's forward on a rank (one chunk of a pipeline's stages) is
+ * its share of the products, B T / (tp cp) tokens at the chunk's FLOPs a
+ * token, plus what cannot overlap it: tensor parallelism's two reduces a
+ * layer (the activations, fp32 as dtrain moves them) and context
+ * parallelism's exchange beyond its attention. Backward is twice the
+ * forward's products and the same reduces (full recomputation adds the
+ * layers' forward again). The pipeline's schedule, simulated with those
+ * costs, gives the compute with its bubble; each stage boundary's message
+ * is paid once filling and once draining. Data parallelism's reduction
+ * overlaps the last micro-batch's backward; what is left shows, and so do
+ * ZeRO-1/2's all-gather after the update and ZeRO-3's gathers beyond the
+ * compute they hide behind. The optimizer streams 28 bytes a parameter
+ * it updates (AdamW reads the parameter, its gradient and two moments and
+ * writes three) at the rank's memory rate; selective recomputation's
+ * element-wise work streams at that rate too. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/str.h"
+#include "plan/plan.h"
+#include "plan/plan_internal.h"
+
+#define OPT_BYTES_PER_PARAM 28.0
+
+/* The schedule's makespan in units of a chunk's forward, B the backward
+ * (I = W = B / 2 for zb1p); remembered. -1 when it does not build. */
+static double makespan(dt_plan_memo *c, dt_pp_kind kind, int p, int V, int M, double bwd)
+{
+    for (int i = 0; i < c->nspans; i++) {
+        const dt_plan_span *s = &c->spans[i];
+        if (s->kind == (int)kind && s->p == p && s->V == V && s->M == M && s->bwd == bwd)
+            return s->makespan;
+    }
+    dt_pp_schedule s;
+    dt_pp_sim sim;
+    char err[256];
+    const double cost[4] = {1, bwd, bwd / 2, bwd / 2};
+    if (dt_pp_schedule_build(&s, kind, p, V, M, err, sizeof err)) return -1;
+    double span = dt_pp_schedule_simulate(&s, cost, &sim, err, sizeof err) ? -1 : sim.makespan;
+    if (span >= 0) dt_pp_sim_free(&sim);
+    dt_pp_schedule_free(&s);
+    if (c->nspans == c->capspans) {
+        int cap = c->capspans ? 2 * c->capspans : 64;
+        dt_plan_span *v = realloc(c->spans, (size_t)cap * sizeof *v);
+        if (!v) return span;
+        c->spans = v, c->capspans = cap;
+    }
+    c->spans[c->nspans++] = (dt_plan_span){(int)kind, p, V, M, bwd, span};
+    return span;
+}
+
+typedef struct {
+    double fwd, bwd;     /* seconds of a chunk's forward and backward, products only */
+    double tp_f, tp_b;   /* tensor parallelism's reduces in them */
+    double cp_f, cp_b;   /* context parallelism's exchange beyond its attention */
+} chunk_cost;
+
+/* The chunk that costs most: the last one, with its layers and the head. */
+static void chunk_of(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layout *l,
+                     chunk_cost *k)
+{
+    const dt_gpt_config *m = &in->model;
+    const double C = m->n_embd, T = in->T, V = m->vocab_size;
+    const int stages = l->pp * l->V;
+    const double layers = (double)((m->n_layer + stages - 1) / stages);
+    const double tokens = (double)l->B * T / (l->tp * l->cp);
+    const double layer_tok = 6 * 12 * C * C + 6 * T * C, head_tok = 6 * V * C;
+    const double flops = tokens * (layers * layer_tok + head_tok);
+    k->fwd = flops / 3 / in->flops;
+    k->bwd = 2 * flops / 3 / in->flops;
+    if (l->rc == DT_RECOMPUTE_FULL) k->bwd += tokens * layers * layer_tok / 3 / in->flops;
+    /* selective: the LayerNorms and GELU again, memory-bound: each reads
+     * and writes its rows (C, C and 4 C floats) */
+    if (l->rc == DT_RECOMPUTE_SELECTIVE)
+        k->bwd += layers * 2 * 6 * C * sizeof(float) * tokens * l->tp / in->opt_Bps;
+    /* tp: two reduces of the micro-batch's rows a layer, each way */
+    const size_t act = (size_t)l->B * (size_t)(T / l->cp) * (size_t)C * sizeof(float);
+    double ar = dt_plan_coll(c, DT_COLL_ALLREDUCE, l->tp,
+                             dt_plan_group_per_host(in->per_node, 1, l->tp), act);
+    k->tp_f = 2 * layers * ar * (l->rc == DT_RECOMPUTE_FULL ? 2 : 1);
+    k->tp_b = 2 * layers * ar;
+    /* cp: a ring of cp - 1 exchanges of the rank's k and v (backward: and
+     * their gradients), hidden behind attention's products as far as they go */
+    const int cp_near = l->tp * l->cp <= in->per_node;
+    double kv = l->cp > 1 ? (l->cp - 1) * dt_plan_p2p(c, cp_near, 2 * act / (size_t)l->tp) : 0;
+    double attn = tokens * layers * 2 * T * C / in->flops; /* forward attention products */
+    k->cp_f = kv * layers > attn ? kv * layers - attn : 0;
+    k->cp_b = 2 * kv * layers > 2 * attn ? 2 * kv * layers - 2 * attn : 0;
+}
+
+/* Data parallelism's reduction of the rank's gradients over the replicas
+ * (cp x dp ranks, tp apart), and ZeRO's gathers: what shows beyond the
+ * backward it overlaps (`hide` seconds). */
+static double data_parallel(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layout *l,
+                            size_t psi, double hide, double compute)
+{
+    const int n = l->cp * l->dp, near = dt_plan_group_per_host(in->per_node, l->tp, n);
+    const size_t grads = psi * (in->bf16 ? 2 : 4), params = psi * (in->bf16 ? 2 : 4);
+    if (n < 2) return 0;
+    double rs = dt_plan_coll(c, DT_COLL_REDUCE_SCATTER, n, near, grads);
+    double ag = dt_plan_coll(c, DT_COLL_ALLGATHER, n, near, params);
+    if (l->zero == 0) {
+        double ar = dt_plan_coll(c, DT_COLL_ALLREDUCE, n, near, grads);
+        return ar > hide ? ar - hide : 0;
+    }
+    if (l->zero < 3) return (rs > hide ? rs - hide : 0) + ag;
+    /* stage 3: gathers before forward and backward, the reduce-scatter in
+     * backward, behind the compute but for the first layer's gather */
+    double all = 2 * ag + rs, first = ag / (in->model.n_layer + 1);
+    return (all > compute ? all - compute : 0) + first;
+}
+
+int dt_plan_time(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layout *l,
+                 dt_plan_row *row, char *err, size_t errlen)
+{
+    chunk_cost k;
+    chunk_of(in, c, l, &k);
+    const double F = k.fwd + k.tp_f + k.cp_f, Bw = k.bwd + k.tp_b + k.cp_b;
+    double span;
+    if (l->pp > 1) {
+        span = makespan(c, l->sched, l->pp, l->V, l->M, Bw / F);
+        if (span < 0)
+            return dt_strf(err, errlen, "plan: the %s schedule of p %d, V %d, M %d does not "
+                           "build", dt_pp_kind_name(l->sched), l->pp, l->V, l->M), -1;
+        span *= F;
+    } else {
+        span = l->M * (F + Bw);
+    }
+    /* a stage boundary's message, paid filling and draining */
+    const int stride = l->tp * l->cp * l->dp;
+    const size_t msg = (size_t)l->B * (size_t)(in->T / l->cp) * (size_t)in->model.n_embd *
+                       sizeof(float) / (size_t)(l->sp ? l->tp : 1);
+    row->pp_s = l->pp > 1 ? 2.0 * (l->pp * l->V - 1) *
+                                dt_plan_p2p(c, stride < in->per_node, msg) : 0;
+    row->tp_s = l->M * (k.tp_f + k.tp_b) * l->V;
+    row->cp_s = l->M * (k.cp_f + k.cp_b) * l->V;
+    row->compute = l->M * (k.fwd + k.bwd) * l->V;
+    row->bubble = span - row->compute - row->tp_s - row->cp_s;
+    if (row->bubble < 0) row->bubble = 0;
+    row->dp_s = data_parallel(in, c, l, row->psi, k.bwd * l->V, span);
+    const size_t updated = l->zero > 0 ? row->psi / (size_t)(l->cp * l->dp) : row->psi;
+    row->opt_s = OPT_BYTES_PER_PARAM * (double)updated / in->opt_Bps;
+    row->step = span + row->pp_s + row->dp_s + row->opt_s;
+    row->tokens_per_s = (double)in->batch * in->T / row->step;
+    return 0;
+}
