@@ -18,8 +18,6 @@
 #include "cli/cli.h"
 #include "core/parse.h"
 #include "core/str.h"
-#include "kernels/threads.h"
-#include "parallel/pipeline/partition_cost.h"
 #include "plan/plan.h"
 #include "sim/links.h"
 #include "train/config.h"
@@ -201,26 +199,15 @@ static int model_of(plan_opts *o, dt_plan_input *in)
     return 0;
 }
 
-/* A layer forward and backward at one sequence, on the cores a rank of
- * this host gets: FLOP/s of the products as the kernels run them here. */
+/* The rate measured on the cores a rank of this host gets; shared when
+ * the host's ranks outnumber its cores. */
 static int measure_compute(const plan_opts *o, dt_plan_input *in)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = cores / o->per_node > 0 ? (int)(cores / o->per_node) : 1;
-    dt_gpt like;
-    dt_pp_costs k;
     char err[512];
-    if (dt_gpt_create_layout(&like, &in->model, in->bf16 ? DT_PREC_BF16 : DT_PREC_F32, err,
-                             sizeof err))
+    if (dt_plan_measure_flops(&in->model, in->T, in->bf16, threads, &in->flops, err, sizeof err))
         return fprintf(stderr, "dtrain plan: %s\n", err), 1;
-    dt_kernels_set_threads(threads);
-    int rc = dt_pp_measure_costs(&like, 1, in->T, &k, err, sizeof err);
-    dt_gpt_destroy(&like);
-    if (rc || k.layer_ms <= 0)
-        return fprintf(stderr, "dtrain plan: measuring a layer: %s\n", rc ? err : "no time"), 1;
-    const double C = in->model.n_embd, T = in->T;
-    in->flops = T * (6 * 12 * C * C + 6 * T * C) / (k.layer_ms * 1e-3);
-    /* More ranks than cores: they take turns, each at its share. */
     const double share = o->per_node > cores ? (double)cores / (double)o->per_node : 1.0;
     in->flops *= share;
     dt_strf(in->flops_source, sizeof in->flops_source, "measured: a layer at one sequence on "

@@ -235,13 +235,18 @@ static int refuse(const char *msg)
     return CLI_EXIT_USAGE;
 }
 
-/* Without --nproc, a mesh whose every size is given (--dp with --tp, --cp,
- * --pp, as flags or in a --config) starts their product of ranks; -1
- * otherwise (one process, or the launcher's ranks). */
+/* Without --nproc, a mesh whose every size is given (the --dp flag, with
+ * --tp, --cp, --pp) starts their product of ranks; -1 otherwise (one
+ * process, or the launcher's ranks). Only with the flag: parsing reads the
+ * --config files, and one may be a stream (a pipe) that can be read once. */
 static long mesh_ranks(int argc, char **argv)
 {
     dt_train_config c;
     char err[1024];
+    int given = 0;
+    for (int i = 1; i < argc; i++)
+        given |= !strcmp(argv[i], "--dp") || !strncmp(argv[i], "--dp=", 5);
+    if (!given) return -1;
     dt_config_defaults(&c);
     if (dt_config_parse_args(&c, argc, argv, err, sizeof err) != 0 || c.dp < 1) return -1;
     return (long)c.dp * c.tp * c.cp * c.pp;

@@ -100,10 +100,16 @@ int dt_plan_memory(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layou
 int dt_plan_time(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layout *l,
                  dt_plan_row *row, char *err, size_t errlen);
 
-/* The compute of link preset `links`'s GPU class (gpu.c): half its bf16
+/* The compute of link preset `links`'s GPU class (compute.c): half its bf16
  * dense peak and half its memory rate, with where they come from; 1, or 0
  * when the name is no GPU preset (then nothing is written). */
 int dt_plan_gpu(const char *links, double *flops, double *opt_Bps, char *source, size_t n);
+
+/* The sustained FLOP/s of one layer forward and backward at one sequence
+ * of T on `threads` threads here (compute.c; kernels/ as a run uses them):
+ * what this host's ranks compute at. 0, or -1 with err. */
+int dt_plan_measure_flops(const dt_gpt_config *m, int T, int bf16, int threads, double *flops,
+                          char *err, size_t n);
 
 /* All of it: 0, or -1 with err. */
 int dt_plan_run(const dt_plan_input *in, dt_plan_result *out, char *err, size_t errlen);

@@ -1,0 +1,53 @@
+/* The compute a rank brings: measured here, or for a cluster nobody here
+ * can measure, a link preset's GPU class: the vendor's dense bf16 peak
+ * and memory bandwidth, of which a plan assumes half sustained (large
+ * transformer runs report 40-60% of peak in their matrix products; the
+ * optimizer streams its state at about half the memory's peak). A
+ * --tflops figure replaces the compute. See plan.h. */
+#include <string.h>
+
+#include "core/str.h"
+#include "kernels/threads.h"
+#include "parallel/pipeline/partition_cost.h"
+#include "plan/plan.h"
+
+typedef struct {
+    const char *links, *gpu;
+    double peak_tflops, mem_TBps;
+} gpu_class;
+
+static const gpu_class classes[] = {
+    {"nvlink-ib", "A100 SXM", 312, 2.0},  /* bf16 dense 312 TFLOP/s, HBM2e 2.0 TB/s */
+    {"nvlink-ndr", "H100 SXM", 989, 3.35}, /* bf16 dense 989 TFLOP/s, HBM3 3.35 TB/s */
+    {"pcie-eth", "A100 PCIe", 312, 1.9},  /* bf16 dense 312 TFLOP/s, HBM2e 1.9 TB/s */
+};
+
+int dt_plan_gpu(const char *links, double *flops, double *opt_Bps, char *source, size_t n)
+{
+    for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++) {
+        const gpu_class *g = &classes[i];
+        if (strcmp(links, g->links)) continue;
+        *flops = 0.5 * g->peak_tflops * 1e12;
+        *opt_Bps = 0.5 * g->mem_TBps * 1e12;
+        dt_strf(source, n, "assumed: half of the %s's %.0f TFLOP/s bf16 dense peak", g->gpu,
+                g->peak_tflops);
+        return 1;
+    }
+    return 0;
+}
+
+int dt_plan_measure_flops(const dt_gpt_config *m, int T, int bf16, int threads, double *flops,
+                          char *err, size_t n)
+{
+    dt_gpt like;
+    dt_pp_costs k;
+    if (dt_gpt_create_layout(&like, m, bf16 ? DT_PREC_BF16 : DT_PREC_F32, err, n)) return -1;
+    dt_kernels_set_threads(threads);
+    int rc = dt_pp_measure_costs(&like, 1, T, &k, err, n);
+    dt_gpt_destroy(&like);
+    if (rc) return -1;
+    if (k.layer_ms <= 0) return dt_strf(err, n, "measuring a layer: it took no time"), -1;
+    const double C = m->n_embd;
+    *flops = (double)T * (6 * 12 * C * C + 6.0 * T * C) / (k.layer_ms * 1e-3);
+    return 0;
+}
