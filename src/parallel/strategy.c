@@ -102,6 +102,17 @@ int dt_strategy_plan(dt_strategy *S, dt_gpt *layout, dt_share *share)
     return 0;
 }
 
+int dt_strategy_own(dt_strategy *S, dt_flat_ranges *mine, dt_flat_range **buf)
+{
+    *buf = NULL;
+    if (S->owned) {
+        if (!(*buf = malloc((size_t)(mine->n + S->owned->n) * sizeof **buf))) return -1;
+        *mine = dt_flat_ranges_within(mine, S->owned, *buf);
+    }
+    S->owned = mine;
+    return 0;
+}
+
 int dt_strategy_add_norm_group(dt_strategy *S, dt_comm *group)
 {
     if (S->n_norm_groups == DT_STRATEGY_MAX_LAYERS) return -1;

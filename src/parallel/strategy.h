@@ -291,6 +291,10 @@ float *dt_strategy_params_at(const dt_strategy *S, const dt_flat_range *q);
  * (NULL unless mapped); NULL where the model holds them in place. */
 float *dt_strategy_pieces(const dt_strategy *S);
 dt_gbuf dt_strategy_grads_at(const dt_strategy *S, const dt_flat_range *q);
+/* A layer's plan narrows what the rank owns: *mine within S->owned, where
+ * a layer above set it (*buf, malloc'd, holds the intersection; the caller
+ * frees it), then S->owned = mine. 0, or -1 out of memory. */
+int dt_strategy_own(dt_strategy *S, dt_flat_ranges *mine, dt_flat_range **buf);
 /* Registers a group over which the norm's block sums are added (a layer
  * that splits the gradients among its ranks). 0, or -1 when full. */
 int dt_strategy_add_norm_group(dt_strategy *S, dt_comm *group);

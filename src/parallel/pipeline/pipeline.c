@@ -130,18 +130,11 @@ static int held_segment(const pipeline *P, const dt_gpt *m, int s)
  * from any layout. */
 static int plan_owned(pipeline *P)
 {
-    dt_strategy *S = P->S;
     int n = 0;
     for (int i = 0; i < P->held.n; i++)
         if (P->me == 0 || P->range[i].lo != 0) P->own_range[n++] = P->range[i];
     P->owned = (dt_flat_ranges){n, P->own_range, P->held.len};
-    if (S->owned) {
-        if (!(P->own_within = malloc((size_t)(n + S->owned->n) * sizeof *P->own_within)))
-            return -1;
-        P->owned = dt_flat_ranges_within(&P->owned, S->owned, P->own_within);
-    }
-    S->owned = &P->owned;
-    return 0;
+    return dt_strategy_own(P->S, &P->owned, &P->own_within);
 }
 
 /* ---- plan and start ------------------------------------------------------- */

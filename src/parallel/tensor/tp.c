@@ -83,7 +83,6 @@ static int tp_relayout(void *self, dt_rank *r, dt_gpt *layout)
 static int plan_owned(tp_layer *L)
 {
     const dt_gpt *m = L->m;
-    dt_strategy *S = L->S;
     int n = 0;
     if (!(L->own = malloc((size_t)(m->n_tensors + 1) * sizeof *L->own))) return -1;
     if (L->me == 0) L->own[n++] = (dt_flat_range){0, m->n_floats, 0};
@@ -94,13 +93,7 @@ static int plan_owned(tp_layer *L)
         else L->own[n++] = (dt_flat_range){t->offset, t->offset + t->numel, t->offset};
     }
     L->owned = (dt_flat_ranges){n, L->own, m->n_floats};
-    if (S->owned) {
-        if (!(L->own_within = malloc((size_t)(n + S->owned->n) * sizeof *L->own_within)))
-            return -1;
-        L->owned = dt_flat_ranges_within(&L->owned, S->owned, L->own_within);
-    }
-    S->owned = &L->owned;
-    return 0;
+    return dt_strategy_own(L->S, &L->owned, &L->own_within);
 }
 
 static int tp_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
