@@ -97,6 +97,8 @@ def measured(a, data, tmp, name, ranks, sizes, zero, micro, sched):
         "--print-every", "1000000", "--log-json", log, "--shuffle", "0"]
     if sched:
         cmd += ["--pp-schedule", sched]
+    if tp > 1:
+        cmd += ["--sequence-parallel"]  # the plan's layouts split the rows with tp
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit("%s failed:\n%s" % (" ".join(cmd), (r.stdout + r.stderr)[-2000:]))

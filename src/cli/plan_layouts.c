@@ -199,8 +199,8 @@ static int model_of(plan_opts *o, dt_plan_input *in)
     return 0;
 }
 
-/* The rate measured on the cores a rank of this host gets; shared when
- * the host's ranks outnumber its cores. */
+/* The rate measured on the cores a rank of this host gets; with more
+ * ranks than cores they take turns (step_time.c). */
 static int measure_compute(const plan_opts *o, dt_plan_input *in)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -208,11 +208,10 @@ static int measure_compute(const plan_opts *o, dt_plan_input *in)
     char err[512];
     if (dt_plan_measure_flops(&in->model, in->T, in->bf16, threads, &in->flops, err, sizeof err))
         return fprintf(stderr, "dtrain plan: %s\n", err), 1;
-    const double share = o->per_node > cores ? (double)cores / (double)o->per_node : 1.0;
-    in->flops *= share;
+    if (o->per_node > cores) in->cores = (int)cores;
     dt_strf(in->flops_source, sizeof in->flops_source, "measured: a layer at one sequence on "
             "%d thread%s%s", threads, threads > 1 ? "s" : "",
-            share < 1 ? "; oversubscribed: the host's ranks share its cores" : "");
+            in->cores ? "; oversubscribed: the host's ranks take turns on its cores" : "");
     return 0;
 }
 

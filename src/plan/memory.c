@@ -33,7 +33,15 @@ static void config_of(const dt_plan_input *in, const dt_plan_layout *l, dt_train
     }
 }
 
-static double total(const dt_mem_plan *p) { return dt_mem_plan_state(p) + p->bytes[DT_MEM_ACTS]; }
+/* What the rank holds at its peak: the plan's state and activations, and
+ * the transient windows beyond them (ZeRO's gathered layers and their
+ * fp32 gradients in backward, mixed precision's widened segments), which
+ * a run's peak counts too. */
+static double total(const dt_mem_plan *p)
+{
+    return dt_mem_plan_state(p) + p->bytes[DT_MEM_ACTS] + p->window_params + p->window_grads +
+           p->window_widened;
+}
 
 /* The places that hold the most: the first stage (the embeddings, the
  * most micro-batches in flight) and the last (the head, its logits), at

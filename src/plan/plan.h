@@ -33,7 +33,9 @@ typedef struct {
     int nodes, per_node;  /* ranks = nodes x per_node, per_node to a host */
     double mem;           /* bytes of memory per rank */
     dt_cost_model links;  /* the collectives' cost model: shm within a host, tcp between */
-    double flops;         /* sustained FLOP/s of a rank's matrix products */
+    double flops;         /* sustained FLOP/s of a rank's matrix products, on its own */
+    int cores;            /* > 0: a host's per_node ranks take turns on this many cores
+                           * (oversubscribed: more ranks than cores); 0: each its own */
     char flops_source[96];/* where that figure comes from */
     double opt_Bps;       /* bytes/s a rank's optimizer streams its state at */
     int bf16;             /* mixed precision: bf16 weights and activations, fp32 masters */

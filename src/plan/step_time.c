@@ -16,7 +16,8 @@
  * compute they hide behind. The optimizer streams 28 bytes a parameter
  * it updates (AdamW reads the parameter, its gradient and two moments and
  * writes three) at the rank's memory rate; selective recomputation's
- * element-wise work streams at that rate too. */
+ * element-wise work streams at that rate too. With more ranks on a host
+ * than cores, the compute is at least the host's work over its cores. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,6 +131,11 @@ int dt_plan_time(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layout 
     } else {
         span = l->M * (F + Bw);
     }
+    /* More ranks than cores: the host's cores run every rank's work in
+     * turn, and a rank idle in the bubble hands its core to another. */
+    const double busy = l->M * (F + Bw) * l->V;
+    if (in->cores > 0 && in->per_node > in->cores && busy * in->per_node / in->cores > span)
+        span = busy * in->per_node / in->cores;
     /* a stage boundary's message, paid filling and draining */
     const int stride = l->tp * l->cp * l->dp;
     const size_t msg = (size_t)l->B * (size_t)(in->T / l->cp) * (size_t)in->model.n_embd *
