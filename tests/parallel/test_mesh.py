@@ -9,7 +9,7 @@ Equivalence (5 steps, AdamW with weight decay, clipping at 1, 2 layers, 4
 heads, sequences of 16, a global batch of 4 sequences): dp 2 x pp 2 x tp 2,
 pp 2 x tp 2 x cp 2, dp 2 x pp 2 with ZeRO-1, dp 4 x tp 2 with ZeRO-3 and
 dp 2 x cp 2 x tp 2 with sequence parallelism, at 8 ranks (dp 2 x pp 2 at
-4); pp 2 x tp 2 with sequence parallelism under zb1p (split backward), and
+4); tp 2 x cp 2 with ZeRO-3 and dp 2 x tp 2 with ZeRO-2; pp 2 x tp 2 with sequence parallelism under zb1p (split backward), and
 pp 2 x cp 2 interleaved (V = 2, 4 layers, against its own one process):
 every logged loss within 1e-6
 relative of one process's, the final weights within 1e-5 (the worst
@@ -77,6 +77,9 @@ def equivalence(dtrain, tmp, quick):
                                     "--batch-size", "1", "--eval-batches", "4"]),
             ("dp 2 x cp 2 x tp 2 sp", ["--nproc", "8", "--tp", "2", "--cp", "2",
                                        "--sequence-parallel"] + HALF),
+            ("tp 2 x cp 2 ZeRO-3", ["--nproc", "4", "--tp", "2", "--cp", "2", "--zero-stage",
+                                    "3"] + ONE),
+            ("dp 2 x tp 2 ZeRO-2", ["--nproc", "4", "--tp", "2", "--zero-stage", "2"] + HALF),
         ]
     outs = {}
     for name, args in layouts:
