@@ -4,9 +4,11 @@
  *
  *   dtrain simulate --collective KIND --bytes N --ranks P [...]
  *   dtrain simulate --ddp [--model NAME | sizes] --ranks P [...]
+ *   dtrain simulate --layout --tp T --cp C --pp P [...] --ranks P [...]
  *
- * The model's sizes go through the trainer's own option table (presets
- * included), so `--model gpt2` means here what it means to `dtrain train`.
+ * The model's sizes and the layout's flags go through the trainer's own
+ * option table (presets included), so `--model gpt2 --tp 2` means here
+ * what it means to `dtrain train`.
  */
 #include "cli/cli.h"
 
@@ -14,20 +16,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/simulate.h"
 #include "core/parse.h"
+#include "plan/plan.h"
 #include "sim/links.h"
 #include "sim/trace.h"
 #include "train/config.h"
 
 typedef struct {
     const char *collective, *algo, *links, *trace;
-    int ddp;
+    int ddp, layout, measure, mem_given, layout_flags;
     long ranks, per_host, nics, trace_ranks;
     long long bytes;
     double bucket_mb, flops, mem_GBps;
-    char *model_argv[32]; /* "simulate", then the model's flags and values */
+    char *model_argv[48]; /* "simulate", then the model's and layout's flags and values */
     int model_argc;
 } sim_opts;
 
@@ -64,14 +68,31 @@ static void usage(FILE *f)
             "  --bucket-mb X         DDP's bucket cap in MiB (default 25)\n"
             "  --flops-per-s F       sustained compute rate per rank (default 1e14)\n"
             "  --mem-GBps B          memory bandwidth for the optimizer (default 1500)\n"
+            "  --flops-per-s measure the rate measured here (a layer on this host's cores\n"
+            "                        shared by its --ranks-per-node ranks); the optimizer\n"
+            "                        then streams at the link model's copy rate unless\n"
+            "                        --mem-GBps is given\n"
             "  --trace FILE          Perfetto / Chrome trace of the step\n"
             "  --trace-ranks N       most ranks in the trace; above, a sample (default 64)\n"
+            "\n"
+            "A step of a layout (ranks = tp x cp x dp x pp in Megatron's order; the real\n"
+            "pipeline schedule, tensor parallelism's reduces, DDP or ZeRO over the replicas):\n"
+            "  --layout              and the model's flags and --bucket-mb as above\n"
+            "  --tp T, --cp C, --pp P, --dp D   the mesh (D: ranks / (T C P) when left out)\n"
+            "  --batch-size B (--micro-batch B), --grad-accum M   a rank's micro-batches\n"
+            "  --pp-schedule S       1f1b (default), gpipe, zb1p, interleaved, naive\n"
+            "  --pp-virtual V        interleaved: chunks per pipeline rank\n"
+            "  --zero-stage Z        0 (DDP, default), 1, 2, 3\n"
+            "  --zero-prefetch N     ZeRO-3: layers gathered ahead (default 1)\n"
+            "  --sequence-parallel   boundary activations split over tp\n"
             "\n"
             "examples:\n"
             "  dtrain simulate --collective allreduce --bytes 256M --ranks 64 "
             "--ranks-per-node 8 --link-model nvlink-ib\n"
             "  dtrain simulate --ddp --model gpt2 --ranks 10000 --ranks-per-node 8 "
-            "--link-model nvlink-ib --trace step.json\n");
+            "--link-model nvlink-ib --trace step.json\n"
+            "  dtrain simulate --layout --model gpt2 --tp 4 --pp 4 --grad-accum 8 "
+            "--ranks 10000 --ranks-per-node 8 --link-model nvlink-ib\n");
 }
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -106,18 +127,26 @@ static int parse_bytes(const char *s, long long *out)
     return 0;
 }
 
+/* Flags read by the trainer's option table; from layout_first on, the
+ * layout's (refused in the other modes). */
 static const char *const model_flags[] = {"--model", "--n-layer", "--n-head", "--n-embd",
                                           "--vocab-size", "--block-size", "--seq-len",
-                                          "--batch-size"};
+                                          "--batch-size", "--tp", "--cp", "--dp", "--pp",
+                                          "--grad-accum", "--pp-schedule", "--pp-virtual",
+                                          "--zero-stage", "--zero-prefetch"};
+enum { layout_first = 8 };
 
-/* A flag of the model's, kept for the trainer's option table. */
+/* A flag of the model's or the layout's, kept for the trainer's option
+ * table. */
 static int model_flag(sim_opts *o, const char *a, const char *v)
 {
     if (!strcmp(a, "--vocab")) a = "--vocab-size";
+    if (!strcmp(a, "--micro-batch")) a = "--batch-size";
     for (size_t i = 0; i < sizeof model_flags / sizeof model_flags[0]; i++)
-        if (!strcmp(a, model_flags[i]) && o->model_argc + 2 < 32) {
+        if (!strcmp(a, model_flags[i]) && o->model_argc + 2 < 48) {
             o->model_argv[o->model_argc++] = (char *)model_flags[i];
             o->model_argv[o->model_argc++] = (char *)v;
+            o->layout_flags |= i >= layout_first;
             return 1;
         }
     return 0;
@@ -138,6 +167,8 @@ static int number(const char *a, const char *v, sim_opts *o)
         {"--bucket-mb", &o->bucket_mb}, {"--flops-per-s", &o->flops}, {"--mem-GBps", &o->mem_GBps}};
     for (size_t i = 0; i < sizeof dbls / sizeof dbls[0]; i++)
         if (!strcmp(a, dbls[i].flag)) {
+            o->mem_given |= dbls[i].out == &o->mem_GBps;
+            if (dbls[i].out == &o->flops && !strcmp(v, "measure")) return o->measure = 1;
             if (dt_parse_double(v, 1e-9, 1e30, dbls[i].out) == 0) return 1;
             return usage_error("%s takes a positive number, not '%s'", a, v), -1;
         }
@@ -170,8 +201,13 @@ static int parse(int argc, char **argv, sim_opts *o)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout), 1;
-        if (!strcmp(a, "--ddp")) {
-            o->ddp = 1;
+        if (!strcmp(a, "--ddp") || !strcmp(a, "--layout")) {
+            *(a[2] == 'd' ? &o->ddp : &o->layout) = 1;
+            continue;
+        }
+        if (!strcmp(a, "--sequence-parallel") && o->model_argc + 1 < 48) {
+            o->model_argv[o->model_argc++] = "--sequence-parallel=1";
+            o->layout_flags = 1;
             continue;
         }
         if (strncmp(a, "--", 2)) return usage_error("unexpected argument '%s'", a);
@@ -183,12 +219,17 @@ static int parse(int argc, char **argv, sim_opts *o)
         i++;
     }
     if (!o->ranks) return usage_error("--ranks P is needed (how many ranks to simulate)");
-    if (o->ddp == !!o->collective)
-        return usage_error("give either --collective KIND (with --bytes N) or --ddp");
+    if (o->ddp + o->layout + !!o->collective != 1)
+        return usage_error("give one of --collective KIND (with --bytes N), --ddp or --layout");
     if (o->collective && !o->bytes) return usage_error("--collective needs --bytes N");
-    if (!o->ddp && (o->model_argc > 1 || o->trace))
-        return usage_error("--model, the sizes and --trace go with --ddp");
-    if (o->ddp && o->bytes) return usage_error("--bytes goes with --collective, not --ddp");
+    if (o->collective && (o->model_argc > 1 || o->trace))
+        return usage_error("--model, the sizes and --trace go with --ddp or --layout");
+    if (!o->collective && o->bytes)
+        return usage_error("--bytes goes with --collective, not --ddp or --layout");
+    if (o->layout_flags && !o->layout)
+        return usage_error("--tp, --cp, --dp, --pp, --grad-accum, --pp-schedule, --pp-virtual, "
+                           "--zero-stage, --zero-prefetch and --sequence-parallel go with "
+                           "--layout");
     return 0;
 }
 
@@ -225,29 +266,48 @@ static int run_collective(const sim_opts *o)
     return 0;
 }
 
-/* The model's sizes through the trainer's options (its presets). */
-static int model_config(sim_opts *o, dt_sim_ddp_opts *d)
+/* The model's sizes and the layout's flags through the trainer's options
+ * (its presets); cfg and T checked. */
+static int model_config(sim_opts *o, dt_train_config *c, dt_gpt_config *cfg, int *T)
 {
-    dt_train_config c;
     char err[512];
     int has_model = 0;
-    for (int i = 1; i < o->model_argc; i += 2) has_model |= !strcmp(o->model_argv[i], "--model");
-    if (!has_model && o->model_argc + 2 < 32) {
+    for (int i = 1; i < o->model_argc; i++) has_model |= !strcmp(o->model_argv[i], "--model");
+    if (!has_model && o->model_argc + 2 < 48) {
         o->model_argv[o->model_argc++] = "--model";
         o->model_argv[o->model_argc++] = "gpt2";
     }
-    dt_config_defaults(&c);
-    if (dt_config_parse_args(&c, o->model_argc, o->model_argv, err, sizeof err))
+    dt_config_defaults(c);
+    if (dt_config_parse_args(c, o->model_argc, o->model_argv, err, sizeof err))
         return usage_error("%s", err);
-    d->cfg = (dt_gpt_config){c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.block_size};
-    d->batch = c.batch_size;
-    d->seq = c.seq_len ? c.seq_len : c.block_size;
-    if (d->cfg.vocab_size < 1)
+    *cfg = (dt_gpt_config){c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->block_size};
+    *T = c->seq_len ? c->seq_len : c->block_size;
+    if (cfg->vocab_size < 1)
         return usage_error("the model needs a vocabulary: give --vocab-size N (the tiny preset "
                            "takes its vocabulary from the training data)");
-    if (d->seq > d->cfg.block_size)
-        return usage_error("--seq-len %d exceeds the block size %d", d->seq, d->cfg.block_size);
-    if (dt_gpt_config_check(&d->cfg, err, sizeof err)) return usage_error("%s", err);
+    if (*T > cfg->block_size)
+        return usage_error("--seq-len %d exceeds the block size %d", *T, cfg->block_size);
+    if (dt_gpt_config_check(cfg, err, sizeof err)) return usage_error("%s", err);
+    return 0;
+}
+
+/* --flops-per-s measure: a layer's rate on the cores a rank of a host gets
+ * (shared when the host's ranks outnumber its cores), and unless given,
+ * the optimizer's memory rate from the link model's copy rate. */
+static int measure(sim_opts *o, const dt_gpt_config *cfg, int T, const dt_sim_world *w)
+{
+    if (!o->measure) return 0;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = cores / o->per_host > 0 ? (int)(cores / o->per_host) : 1;
+    char err[512];
+    if (dt_plan_measure_flops(cfg, T, 0, threads, &o->flops, err, sizeof err))
+        return fprintf(stderr, "dtrain simulate: %s\n", err), 1;
+    if (o->per_host > cores) o->flops *= (double)cores / (double)o->per_host;
+    const double copy = w->job.model.copy;
+    if (!o->mem_given && copy > 0) o->mem_GBps = 2.0 / copy / 1e9;
+    printf("compute        measured: %.3g FLOP/s a rank (a layer on %d thread%s%s)\n", o->flops,
+           threads, threads > 1 ? "s" : "",
+           o->per_host > cores ? ", the host's cores shared by its ranks" : "");
     return 0;
 }
 
@@ -267,14 +327,26 @@ static int write_trace(const sim_opts *o, const dt_sim_trace *t, int ranks)
     return 0;
 }
 
+/* A failed run: exit 2 for what the user can change (an algorithm), 1
+ * otherwise. */
+static int failed(const char *err)
+{
+    if (strstr(err, "--algo")) return usage_error("%s", err);
+    fprintf(stderr, "dtrain simulate: %s\n", err);
+    return 1;
+}
+
 static int run_ddp(sim_opts *o)
 {
-    dt_sim_ddp_opts d = {.flops_per_s = o->flops, .mem_GBps = o->mem_GBps, .algo = o->algo,
-                         .bucket_bytes = (size_t)(o->bucket_mb * 1048576.0),
+    dt_sim_ddp_opts d = {.algo = o->algo, .bucket_bytes = (size_t)(o->bucket_mb * 1048576.0),
                          .nics = (int)o->nics};
-    int rc = model_config(o, &d);
+    dt_train_config c;
+    int rc = model_config(o, &c, &d.cfg, &d.seq);
+    d.batch = c.batch_size;
     dt_sim_world w;
     if (rc || (rc = setup(o, &w))) return rc;
+    if ((rc = measure(o, &d.cfg, d.seq, &w))) return dt_sim_world_free(&w), rc;
+    d.flops_per_s = o->flops, d.mem_GBps = o->mem_GBps;
     dt_sim_trace *t = o->trace ? dt_sim_trace_new(w.ranks, w.per_host, (int)o->trace_ranks) : NULL;
     dt_sim_ddp out;
     char err[1024];
@@ -286,8 +358,51 @@ static int run_ddp(sim_opts *o)
     }
     if (rc == 0) sim_report_ddp(stdout, &w, &d, &out);
     if (rc == 0 && t) rc = write_trace(o, t, w.ranks);
-    else if (rc) rc = strstr(err, "--algo") ? usage_error("%s", err)
-                                            : (fprintf(stderr, "dtrain simulate: %s\n", err), 1);
+    else if (rc) rc = failed(err);
+    dt_sim_trace_free(t);
+    dt_sim_world_free(&w);
+    return rc;
+}
+
+/* The layout's options from the trainer's configuration. */
+static int layout_opts(sim_opts *o, dt_sim_layout_opts *l)
+{
+    dt_train_config c;
+    *l = (dt_sim_layout_opts){.algo = o->algo, .nics = (int)o->nics,
+                              .bucket_bytes = (size_t)(o->bucket_mb * 1048576.0)};
+    int rc = model_config(o, &c, &l->cfg, &l->seq);
+    if (rc) return rc;
+    l->tp = c.tp, l->cp = c.cp, l->dp = c.dp, l->pp = c.pp, l->V = c.pp_virtual;
+    l->micro = c.batch_size, l->accum = c.grad_accum, l->sp = c.sequence_parallel;
+    l->zero = c.zero_stage, l->prefetch = c.zero_prefetch;
+    if (dt_pp_kind_parse(c.pp_schedule, &l->sched))
+        return usage_error("--pp-schedule '%s' is not one of 1f1b, gpipe, zb1p, interleaved, "
+                           "naive", c.pp_schedule);
+    char err[1024];
+    if (dt_sim_layout_check(l, (int)o->ranks, err, sizeof err)) return usage_error("%s", err);
+    return 0;
+}
+
+static int run_layout(sim_opts *o)
+{
+    dt_sim_layout_opts l;
+    int rc = layout_opts(o, &l);
+    dt_sim_world w;
+    if (rc || (rc = setup(o, &w))) return rc;
+    if ((rc = measure(o, &l.cfg, l.seq, &w))) return dt_sim_world_free(&w), rc;
+    l.flops_per_s = o->flops, l.mem_GBps = o->mem_GBps;
+    dt_sim_trace *t = o->trace ? dt_sim_trace_new(w.ranks, w.per_host, (int)o->trace_ranks) : NULL;
+    dt_sim_layout out;
+    char err[1024];
+    if (o->trace && !t) {
+        rc = 1;
+        snprintf(err, sizeof err, "out of memory for the trace");
+    } else {
+        rc = dt_sim_layout_run(&w, &l, t ? dt_sim_trace_span : NULL, t, &out, err, sizeof err);
+    }
+    if (rc == 0) sim_report_layout(stdout, &w, &l, &out);
+    if (rc == 0 && t) rc = write_trace(o, t, w.ranks);
+    else if (rc) rc = failed(err);
     dt_sim_trace_free(t);
     dt_sim_world_free(&w);
     return rc;
@@ -298,5 +413,6 @@ int cli_simulate(int argc, char **argv)
     sim_opts o;
     int rc = parse(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
+    if (o.layout) return run_layout(&o);
     return o.ddp ? run_ddp(&o) : run_collective(&o);
 }

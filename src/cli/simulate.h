@@ -7,11 +7,14 @@
 
 #include "sim/bench.h"
 #include "sim/ddp.h"
+#include "sim/layout.h"
 #include "sim/world.h"
 
 void sim_report_collective(FILE *f, const dt_sim_world *w, int nics, const char *kind,
                            const dt_sim_bench *b);
 void sim_report_ddp(FILE *f, const dt_sim_world *w, const dt_sim_ddp_opts *o,
                     const dt_sim_ddp *d);
+void sim_report_layout(FILE *f, const dt_sim_world *w, const dt_sim_layout_opts *o,
+                       const dt_sim_layout *l);
 
 #endif

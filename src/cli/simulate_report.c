@@ -60,3 +60,55 @@ void sim_report_ddp(FILE *f, const dt_sim_world *w, const dt_sim_ddp_opts *o,
     fprintf(f, "simulator      %.2f s recording, %.2f s running %lld messages (%lld events)\n",
             d->record_s, d->run_s, d->messages, d->events);
 }
+
+static void put_layout(FILE *f, const dt_sim_layout_opts *o, const dt_sim_layout *l)
+{
+    fprintf(f, "layout         tp %d x cp %d x dp %d x pp %d", o->tp, o->cp, o->dp, o->pp);
+    if (o->pp > 1) {
+        fprintf(f, ", %s", dt_pp_kind_name(o->sched));
+        if (o->V > 1) fprintf(f, " of %d chunks a rank", o->V);
+    }
+    if (o->zero == 0)
+        fprintf(f, ", DDP (buckets of up to %.1f MiB)", (double)o->bucket_bytes / 1048576.0);
+    else
+        fprintf(f, ", ZeRO-%d%s", o->zero, o->zero == 3 && o->prefetch ? " (prefetch)" : "");
+    fprintf(f, "%s\n", o->sp ? ", sequence parallel" : "");
+    fprintf(f, "batch          %d micro-batch%s of %d x %d tokens a rank at %.3g FLOP/s\n",
+            o->accum, o->accum == 1 ? "" : "es", o->micro, o->seq, o->flops_per_s);
+    fprintf(f, "compute        the heaviest stage's forward %.3f ms, backward %.3f ms a "
+            "micro-batch; optimizer %.3f ms\n", l->fwd_s * 1e3, l->bwd_s * 1e3,
+            l->optimizer_s * 1e3);
+    fprintf(f, "collectives    %s (%d recorded)\n", l->algos[0] ? l->algos : "none", l->colls);
+}
+
+/* Exposed communication by kind, and the idle share (the bubble). */
+static void put_kinds(FILE *f, const char *who, const dt_sim_rank_stats *s)
+{
+    fprintf(f, "  %-12s exposed: tp %.3f ms, pipeline %.3f ms, gradients %.3f ms, gathers "
+            "%.3f ms\n", who, s->exposed_cls[DT_SIM_CLS_TP] * 1e3,
+            s->exposed_cls[DT_SIM_CLS_PP] * 1e3, s->exposed_cls[DT_SIM_CLS_GRADS] * 1e3,
+            s->exposed_cls[DT_SIM_CLS_GATHER] * 1e3);
+}
+
+void sim_report_layout(FILE *f, const dt_sim_world *w, const dt_sim_layout_opts *o,
+                       const dt_sim_layout *l)
+{
+    const dt_gpt_config *c = &o->cfg;
+    put_setup(f, w, o->nics);
+    fprintf(f, "model          GPT L%d H%d C%d V%d: %zu parameters, a rank holds up to %zu\n",
+            c->n_layer, c->n_head, c->n_embd, c->vocab_size, l->params, l->params_rank);
+    put_layout(f, o, l);
+    fprintf(f, "step           %.3f ms simulated (the busiest rank computes %.3f ms of it)\n",
+            l->step_s * 1e3, l->compute_s * 1e3);
+    if (o->pp > 1)
+        fprintf(f, "pipeline       %d stages; bubble %.3f of the time by the formula (uniform "
+                "stages, free messages), idle %.3f on the mean rank\n", l->stages,
+                l->bubble_formula, l->mean.idle / l->step_s);
+    char who[32];
+    snprintf(who, sizeof who, "rank %d", l->slowest_rank);
+    put_split(f, who, &l->slowest, l->step_s);
+    put_split(f, "mean rank", &l->mean, l->step_s);
+    put_kinds(f, "mean rank", &l->mean);
+    fprintf(f, "simulator      %.2f s setting up, %.2f s running %lld messages (%lld events)\n",
+            l->record_s, l->run_s, l->messages, l->events);
+}

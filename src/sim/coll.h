@@ -19,10 +19,10 @@
  *   step:  varint (n << 1), then n ops: varint (zigzag(peer - rank) << 2
  *          | dt_p2p_kind), varint bytes
  *   local: varint 1, then the seconds as 8 bytes (a double)
- * Groups other than the whole world (tensor- or pipeline-parallel
- * subgroups) are for later: record on a stand-in world of the group's
- * members (its host map taken from theirs) and map member indices to
- * ranks where the engine posts the ops.
+ * Groups other than the whole world (tensor-parallel groups, a stage's
+ * replicas) record on a stand-in world of the group's members, its host
+ * map taken from theirs (sim/group.h); the engine maps member indices to
+ * ranks where it posts the ops.
  */
 #ifndef DT_SIM_COLL_H
 #define DT_SIM_COLL_H

@@ -23,10 +23,19 @@ typedef struct {
     const dt_sim_prog *prog;
     int pc, state, wait_on, pending;
     int coll; /* the collective under way, -1 none */
+    int cls;  /* its class, or the receive's */
+    const dt_sim_sched *sched; /* the collective's recording for this rank */
+    const int *members;        /* its group's ranks by member index; NULL: the world */
     dt_sim_cursor cur;
     const char *label;
     double t_begin, reduce_free;
 } stream;
+
+/* A collective the programs run: over the world, or over groups. */
+typedef struct {
+    const dt_sim_sched *world;
+    const dt_sim_group_coll *groups;
+} coll_entry;
 
 typedef struct {
     int stream; /* index of the waiting stream; -1 for a nonblocking send */
@@ -41,6 +50,7 @@ typedef struct {
 
 typedef struct {
     int ncompute, ncomm, streams_left;
+    int ncls[DT_SIM_CLASSES];
     double last;
     dt_sim_rank_stats st;
 } rank_state;
@@ -54,7 +64,7 @@ struct dt_sim_engine {
     stream *st;           /* [ranks * S] */
     unsigned char *fired; /* [ranks * nevents] */
     rank_state *rk;       /* [ranks] */
-    const dt_sim_sched **coll;
+    coll_entry *coll;
     int ncoll, coll_alloc;
     post *post;
     int npost, post_alloc, free_post;
@@ -110,29 +120,33 @@ static void pool_give(void *items, int *free_head, int i, size_t size, size_t li
 
 /* ---- accounting ------------------------------------------------------------ */
 
-static void account(dt_sim_engine *e, int rank, int dcompute, int dcomm)
+/* Time since the last change goes to compute, exposed communication
+ * (split among the classes under way) or idle; then the counts change:
+ * dcomm communications of class cls. */
+static void account(dt_sim_engine *e, int rank, int dcompute, int dcomm, int cls)
 {
     rank_state *r = &e->rk[rank];
     double dt = e->now - r->last;
-    if (r->ncompute)
+    if (r->ncompute) {
         r->st.compute += dt;
-    else if (r->ncomm)
+    } else if (r->ncomm) {
         r->st.exposed += dt;
-    else
+        int active = 0;
+        for (int k = 0; k < DT_SIM_CLASSES; k++) active += r->ncls[k] > 0;
+        for (int k = 0; k < DT_SIM_CLASSES; k++)
+            if (r->ncls[k] > 0) r->st.exposed_cls[k] += dt / active;
+    } else {
         r->st.idle += dt;
+    }
     r->last = e->now;
     r->ncompute += dcompute;
     r->ncomm += dcomm;
+    r->ncls[cls] += dcomm;
 }
 
 static void emit(dt_sim_engine *e, int si, dt_trace_lane lane, const char *name, double bytes)
 {
     if (e->span) e->span(e->span_ctx, si / e->S, lane, name, e->st[si].t_begin, e->now, bytes);
-}
-
-static dt_trace_lane lane_of(const dt_sim_engine *e, int si)
-{
-    return si % e->S == 0 ? DT_TRACE_COMPUTE : DT_TRACE_COMM;
 }
 
 /* ---- messages ----------------------------------------------------------------- */
@@ -147,6 +161,11 @@ static void begin_xfer(dt_sim_engine *e, int sp, int rp)
     const post *s = &e->post[sp];
     e->xf[x] = (xfer){sp, rp, s->rank, s->peer, -1, s->bytes};
     e->messages++;
+    int rs = e->post[rp].stream;
+    if (rs >= 0 && e->st[rs].coll < 0) { /* a program's receive: the wait is over */
+        e->st[rs].t_begin = e->now;
+        account(e, rs / e->S, 0, 1, e->st[rs].cls);
+    }
     push(e, e->now + dt_sim_world_cost(e->w, s->rank, s->peer)->alpha, EV_START, x, 0);
 }
 
@@ -180,8 +199,8 @@ static void post_done(dt_sim_engine *e, int p)
     if (--s->pending > 0) return;
     s->state = S_READY;
     if (s->coll < 0) { /* a RECV of the program */
-        emit(e, si, lane_of(e, si), s->label, -1);
-        account(e, si / e->S, 0, -1);
+        emit(e, si, DT_TRACE_COMM, s->label, -1);
+        account(e, si / e->S, 0, -1, s->cls);
     }
     advance(e, si);
 }
@@ -245,17 +264,38 @@ static int coll_next(dt_sim_engine *e, int si)
     for (int i = 0; i < en.nops; i++) {
         dt_sim_op_rec op;
         dt_sim_cursor_op(&s->cur, &op);
-        post_op(e, si, si / e->S, op.peer, op.kind, (double)op.bytes, 2 * s->coll);
+        int peer = s->members ? s->members[op.peer] : op.peer;
+        post_op(e, si, si / e->S, peer, op.kind, (double)op.bytes, 2 * s->coll);
     }
     return 0;
 }
 
 static void coll_end(dt_sim_engine *e, int si)
 {
-    const dt_sim_sched *c = e->coll[e->st[si].coll];
-    emit(e, si, lane_of(e, si), c->label, (double)c->bytes);
-    account(e, si / e->S, 0, -1);
+    const dt_sim_sched *c = e->st[si].sched;
+    emit(e, si, DT_TRACE_COMM, c->label, (double)c->bytes);
+    account(e, si / e->S, 0, -1, e->st[si].cls);
     e->st[si].coll = -1;
+}
+
+/* Stream si of `rank` enters collective id: its recording and, over
+ * groups, its member index and its group's ranks. */
+static void coll_begin(dt_sim_engine *e, int si, int rank, int id)
+{
+    stream *s = &e->st[si];
+    const coll_entry *c = &e->coll[id];
+    s->coll = id;
+    if (c->world) {
+        s->sched = c->world;
+        s->members = NULL;
+        s->cur = dt_sim_cursor_at(s->sched, rank);
+        return;
+    }
+    const dt_sim_groups *g = c->groups->g;
+    int pos = g->pos[rank], grp = pos / g->n;
+    s->sched = &c->groups->by_shape[g->shape[grp]];
+    s->members = g->members + (size_t)grp * (size_t)g->n;
+    s->cur = dt_sim_cursor_at(s->sched, pos - grp * g->n);
 }
 
 static void stream_end(dt_sim_engine *e, int si)
@@ -263,7 +303,7 @@ static void stream_end(dt_sim_engine *e, int si)
     int rank = si / e->S;
     e->st[si].state = S_DONE;
     if (--e->rk[rank].streams_left == 0) {
-        account(e, rank, 0, 0);
+        account(e, rank, 0, 0, 0);
         e->rk[rank].st.finish = e->now;
         if (e->now > e->makespan) e->makespan = e->now;
     }
@@ -280,25 +320,25 @@ static int start_op(dt_sim_engine *e, int si, const dt_sim_op *op)
         s->state = S_COMPUTE;
         s->label = op->label;
         s->t_begin = e->now;
-        account(e, rank, 1, 0);
+        account(e, rank, 1, 0, 0);
         push(e, e->now + op->amount, EV_WAKE, si, 0);
         return 0;
     case DT_SIM_COLL:
-        s->coll = op->arg;
-        s->cur = dt_sim_cursor_at(e->coll[op->arg], rank);
+        coll_begin(e, si, rank, op->arg);
+        s->cls = op->cls;
         s->t_begin = e->now;
-        account(e, rank, 0, 1);
+        account(e, rank, 0, 1, s->cls);
         return 1;
     case DT_SIM_SEND:
-        post_op(e, -1, rank, op->arg, DT_P2P_SEND, op->amount, 2 * op->chan + 1);
+        post_op(e, -1, rank, rank + op->arg, DT_P2P_SEND, op->amount, 2 * op->chan + 1);
         return 1;
     case DT_SIM_RECV:
         s->state = S_OPS;
         s->pending = 1;
         s->label = op->label;
-        s->t_begin = e->now;
-        account(e, rank, 0, 1);
-        post_op(e, si, rank, op->arg, DT_P2P_RECV, op->amount, 2 * op->chan + 1);
+        s->cls = op->cls;
+        s->t_begin = e->now; /* accounted from when the message starts (begin_xfer) */
+        post_op(e, si, rank, rank + op->arg, DT_P2P_RECV, op->amount, 2 * op->chan + 1);
         return 0;
     case DT_SIM_SIGNAL:
         fire(e, rank, op->arg);
@@ -335,7 +375,7 @@ static void wake(dt_sim_engine *e, int si)
     stream *s = &e->st[si];
     if (s->state == S_COMPUTE) {
         emit(e, si, DT_TRACE_COMPUTE, s->label, -1);
-        account(e, si / e->S, -1, 0);
+        account(e, si / e->S, -1, 0, 0);
     }
     s->state = S_READY;
     advance(e, si);
@@ -373,8 +413,8 @@ static void describe_stuck(const dt_sim_engine *e, char *err, size_t len)
         int rank = si / e->S, k = si % e->S;
         if (s->coll >= 0)
             snprintf(err, len, "deadlock: rank %d stream %d is stuck in %s at operation %d "
-                     "(a peer never posted the matching step)", rank, k,
-                     e->coll[s->coll]->label, s->pc - 1);
+                     "(a peer never posted the matching step)", rank, k, s->sched->label,
+                     s->pc - 1);
         else if (s->state == S_SIGNAL)
             snprintf(err, len, "deadlock: rank %d stream %d waits at operation %d for event %d, "
                      "which no stream of the rank signals", rank, k, s->pc - 1, s->wait_on);
@@ -458,18 +498,32 @@ void dt_sim_engine_free(dt_sim_engine *e)
     free(e);
 }
 
-int dt_sim_engine_add_coll(dt_sim_engine *e, const dt_sim_sched *s)
+static int add_entry(dt_sim_engine *e, coll_entry entry)
 {
-    if (s->size != e->w->ranks || e->ncoll >= (1 << 22)) return -1;
+    if (e->ncoll >= (1 << 22)) return -1;
     if (e->ncoll == e->coll_alloc) {
         int a = e->coll_alloc ? 2 * e->coll_alloc : 16;
-        const dt_sim_sched **c = realloc(e->coll, (size_t)a * sizeof *c);
+        coll_entry *c = realloc(e->coll, (size_t)a * sizeof *c);
         if (!c) return -1;
         e->coll = c;
         e->coll_alloc = a;
     }
-    e->coll[e->ncoll] = s;
+    e->coll[e->ncoll] = entry;
     return e->ncoll++;
+}
+
+int dt_sim_engine_add_coll(dt_sim_engine *e, const dt_sim_sched *s)
+{
+    if (s->size != e->w->ranks) return -1;
+    return add_entry(e, (coll_entry){s, NULL});
+}
+
+int dt_sim_engine_add_group_coll(dt_sim_engine *e, const dt_sim_group_coll *c)
+{
+    if (c->g->n * c->g->ngroups != e->w->ranks) return -1;
+    for (int k = 0; k < c->g->nshapes; k++)
+        if (c->by_shape[k].size != c->g->n) return -1;
+    return add_entry(e, (coll_entry){NULL, c});
 }
 
 void dt_sim_engine_program(dt_sim_engine *e, int rank, int k, const dt_sim_prog *p)

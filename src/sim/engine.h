@@ -6,15 +6,18 @@
  * collective thread); each stream runs a program, a list of operations in
  * order:
  *   COMPUTE  busy for `amount` seconds (label: the trace's name);
- *   COLL     this rank's part of a recorded collective (sim/coll.h): its
+ *   COLL     this rank's part of a recorded collective (sim/coll.h), over
+ *            the world or over groups of ranks (sim/group.h): its
  *            steps one after another, each step's sends and receives
  *            proceeding at once and the step ending when all are done; a
  *            receive-reduce adds gamma x bytes after its data arrived (one
  *            reduction at a time per stream), local copies and reductions
  *            take their recorded seconds;
- *   SEND     a nonblocking send of `amount` bytes to rank `arg` on channel
- *            `chan`: posted, and the stream goes on;
- *   RECV     a blocking receive from rank `arg` on channel `chan`;
+ *   SEND     a nonblocking send of `amount` bytes on channel `chan` to the
+ *            rank `arg` away (rank + arg: relative, so that the ranks of
+ *            a pipeline stage can share one program): posted, and the
+ *            stream goes on;
+ *   RECV     a blocking receive from the rank `arg` away on channel `chan`;
  *   SIGNAL   marks event `arg` of this rank as happened;
  *   WAIT     waits until event `arg` of this rank has happened.
  * SIGNAL and WAIT are the dependencies between a rank's streams: a
@@ -33,11 +36,11 @@
  *
  * A pipeline schedule (parallel/pipeline/schedule.h) maps onto this
  * directly: rank r's action list becomes a program of its compute stream,
- * F/B/I/W as COMPUTE, SEND_F/SEND_B as SEND and RECV_F/RECV_B as RECV, on
- * channel 0 for activations and 1 for gradients (each pair's messages of
- * one kind are sent and received in the same order, so FIFO matching
- * pairs them right); its data-parallel all-reduces go to a comm stream
- * behind SIGNALs, as DDP's do here (sim/ddp.c).
+ * F/B/I/W as COMPUTE, SEND_F/SEND_B as SEND and RECV_F/RECV_B as RECV, a
+ * channel per stage boundary and direction (a boundary's messages are
+ * sent and received in micro-batch order, so FIFO matching pairs them
+ * right); its data-parallel reductions go to a comm stream behind
+ * SIGNALs (sim/ddp.c, sim/layout.c).
  *
  * Programs are not copied: ranks that run the same program (every rank of
  * a DDP step) can share one, and it must outlive the run. Likewise the
@@ -51,6 +54,7 @@
 
 #include "core/trace.h"
 #include "sim/coll.h"
+#include "sim/group.h"
 #include "sim/world.h"
 
 typedef enum {
@@ -62,10 +66,16 @@ typedef enum {
     DT_SIM_WAIT
 } dt_sim_op_kind;
 
+/* Exposed communication is told apart in this many classes (what each
+ * stands for is the program builder's: tensor-parallel reduces, pipeline
+ * messages, gradient reductions...). */
+#define DT_SIM_CLASSES 4
+
 typedef struct {
     int kind;          /* dt_sim_op_kind */
-    int arg;           /* COLL: collective id; SEND/RECV: peer; SIGNAL/WAIT: event */
+    int arg;           /* COLL: collective id; SEND/RECV: peer - rank; SIGNAL/WAIT: event */
     int chan;          /* SEND/RECV: channel */
+    int cls;           /* COLL, RECV: the class its exposed time counts in */
     double amount;     /* COMPUTE: seconds; SEND/RECV: bytes */
     const char *label; /* COMPUTE, RECV: name in the trace (kept by pointer) */
 } dt_sim_op;
@@ -80,25 +90,36 @@ int dt_sim_prog_add(dt_sim_prog *p, dt_sim_op op);
 void dt_sim_prog_free(dt_sim_prog *p);
 static inline dt_sim_op dt_sim_compute(double seconds, const char *label)
 {
-    return (dt_sim_op){DT_SIM_COMPUTE, 0, 0, seconds, label};
+    return (dt_sim_op){DT_SIM_COMPUTE, 0, 0, 0, seconds, label};
 }
-static inline dt_sim_op dt_sim_coll(int id) { return (dt_sim_op){DT_SIM_COLL, id, 0, 0, NULL}; }
-static inline dt_sim_op dt_sim_signal(int ev) { return (dt_sim_op){DT_SIM_SIGNAL, ev, 0, 0, NULL}; }
-static inline dt_sim_op dt_sim_wait(int ev) { return (dt_sim_op){DT_SIM_WAIT, ev, 0, 0, NULL}; }
+static inline dt_sim_op dt_sim_coll(int id) { return (dt_sim_op){DT_SIM_COLL, id, 0, 0, 0, NULL}; }
+static inline dt_sim_op dt_sim_coll_as(int id, int cls)
+{
+    return (dt_sim_op){DT_SIM_COLL, id, 0, cls, 0, NULL};
+}
+static inline dt_sim_op dt_sim_signal(int ev)
+{
+    return (dt_sim_op){DT_SIM_SIGNAL, ev, 0, 0, 0, NULL};
+}
+static inline dt_sim_op dt_sim_wait(int ev) { return (dt_sim_op){DT_SIM_WAIT, ev, 0, 0, 0, NULL}; }
 static inline dt_sim_op dt_sim_send(int peer, double bytes, int chan)
 {
-    return (dt_sim_op){DT_SIM_SEND, peer, chan, bytes, NULL};
+    return (dt_sim_op){DT_SIM_SEND, peer, chan, 0, bytes, NULL};
 }
 static inline dt_sim_op dt_sim_recv(int peer, double bytes, int chan, const char *label)
 {
-    return (dt_sim_op){DT_SIM_RECV, peer, chan, bytes, label};
+    return (dt_sim_op){DT_SIM_RECV, peer, chan, 0, bytes, label};
 }
 
 /* What a rank did over the run: compute (any stream computing), exposed
- * communication (a collective or a receive under way and nothing
- * computing), idle (neither, up to the end of the whole run). */
+ * communication (a collective under way, or a receive whose sender has
+ * sent, and nothing computing), idle (neither, up to the end of the whole
+ * run: a receive still waiting for its sender to send is idle, the
+ * pipeline's bubble). Exposed time is split among the classes under way
+ * (exposed_cls sums to exposed). */
 typedef struct {
     double compute, exposed, idle, finish;
+    double exposed_cls[DT_SIM_CLASSES];
 } dt_sim_rank_stats;
 
 /* A span for the timeline: rank's `lane` was busy with `name` over
@@ -109,15 +130,21 @@ typedef void (*dt_sim_span_fn)(void *ctx, int rank, dt_trace_lane lane, const ch
 typedef struct dt_sim_engine dt_sim_engine;
 
 /* An engine over world w (kept by pointer), nics NICs per host, `streams`
- * streams per rank (stream 0 drawn on the compute lane, the others on the
- * communication lane) and `events` SIGNAL/WAIT events per rank. NULL with
- * a message on failure. */
+ * streams per rank and `events` SIGNAL/WAIT events per rank. On the
+ * timeline, computing is drawn on the compute lane and collectives and
+ * receives on the communication lane, whatever their stream. NULL with a
+ * message on failure. */
 dt_sim_engine *dt_sim_engine_new(const dt_sim_world *w, int nics, int streams, int events,
                                  char *err, size_t len);
 void dt_sim_engine_free(dt_sim_engine *e);
 /* A collective the programs may run: its id, or -1 (it must span the
  * world). */
 int dt_sim_engine_add_coll(dt_sim_engine *e, const dt_sim_sched *s);
+/* A collective over groups (sim/group.h; kept by pointer): a rank running
+ * it plays its group's shape's recording as its member index, with the
+ * members' ranks as peers. Its id, or -1 (the groups are not of this
+ * world). */
+int dt_sim_engine_add_group_coll(dt_sim_engine *e, const dt_sim_group_coll *c);
 void dt_sim_engine_program(dt_sim_engine *e, int rank, int stream, const dt_sim_prog *p);
 void dt_sim_engine_on_span(dt_sim_engine *e, dt_sim_span_fn fn, void *ctx);
 /* Runs every program to its end. 0, or -1 with a message: out of memory,

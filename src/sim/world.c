@@ -45,6 +45,27 @@ int dt_sim_world_init(dt_sim_world *w, int ranks, int per_host, const dt_cost_mo
     return 0;
 }
 
+int dt_sim_world_init_group(dt_sim_world *w, int n, const int *host_of, const dt_cost_model *m,
+                            char *err, size_t len)
+{
+    if (dt_sim_world_init(w, n, 1, m, err, len)) return -1;
+    int *count = calloc((size_t)n, sizeof *count), hosts = 0, most = 0;
+    if (!count) {
+        dt_sim_world_free(w);
+        return snprintf(err, len, "out of memory for a group of %d", n), -1;
+    }
+    for (int i = 0; i < n; i++) {
+        int h = host_of[i] >= 0 && host_of[i] < n ? host_of[i] : i;
+        w->comm.host_of[i] = h;
+        hosts += count[h]++ == 0;
+        if (count[h] > most) most = count[h];
+    }
+    free(count);
+    w->hosts = w->comm.nhosts = hosts;
+    w->per_host = w->comm.local_size = most;
+    return 0;
+}
+
 void dt_sim_world_free(dt_sim_world *w)
 {
     free(w->comm.host_of);

@@ -24,6 +24,14 @@ typedef struct {
  * per_host, too many ranks). The model is copied. */
 int dt_sim_world_init(dt_sim_world *w, int ranks, int per_host, const dt_cost_model *m,
                       char *err, size_t len);
+/* A stand-in world for a group of n ranks (a tensor-parallel group, the
+ * replicas of a stage), to record a collective over it: member i on host
+ * host_of[i], a number in 0..n-1 equal for members sharing a host (the
+ * first member on that host, say), so the algorithms see the group's own
+ * mix of links. per_host is the most members on one host. 0, or -1 with a
+ * message. */
+int dt_sim_world_init_group(dt_sim_world *w, int n, const int *host_of, const dt_cost_model *m,
+                            char *err, size_t len);
 void dt_sim_world_free(dt_sim_world *w);
 
 /* The link between ranks a and b, and its cost (alpha, beta, gamma). */

@@ -35,6 +35,21 @@ names = {e["name"] for e in d["traceEvents"] if e["ph"] == "X"}
 assert {"forward", "backward", "optimizer", "step"} <= names, names
 PY
 
+check "a layout's step with a trace"
+"$DTRAIN" simulate --layout --model gpt2 --tp 2 --pp 2 --grad-accum 4 --batch-size 2 \
+    --zero-stage 1 --ranks 16 --ranks-per-node 8 --link-model nvlink-ib \
+    --trace "$TMP/layout.json" >"$TMP/layout" 2>&1
+expect_contains "$TMP/layout" "tp 2 x cp 1 x dp 4 x pp 2, 1f1b, ZeRO-1" "the layout"
+expect_contains "$TMP/layout" "bubble 0.200 of the time by the formula" "the bubble formula"
+expect_contains "$TMP/layout" "exposed: tp" "exposed communication by kind"
+python3 - "$TMP/layout.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+names = {e["name"] for e in d["traceEvents"] if e["ph"] == "X"}
+assert {"forward", "backward", "optimizer", "receive activation"} <= names, names
+assert any(n.startswith("allreduce") for n in names), names
+PY
+
 bad() { # want-text args...
     local want=$1 rc=0
     shift
@@ -51,6 +66,14 @@ bad "not one of allreduce, reduce_scatter" --collective allsum --bytes 1M --rank
 bad "(choices: auto, ring, rhd" --collective allreduce --bytes 1M --ranks 4 --algo fastest
 bad "--bytes goes with --collective" --ddp --bytes 1M --ranks 4
 bad "--ranks P is needed" --collective allreduce --bytes 1M
-bad "give either --collective KIND" --ranks 4
+bad "give one of --collective KIND" --ranks 4
 bad "--bytes takes a size" --collective allreduce --bytes 1X --ranks 4
+L="--layout --model gpt2"
+bad "not a multiple of tp x cp x pp = 4 (try --ranks 8)" $L --tp 2 --pp 2 --ranks 6
+bad "--tp 5 does not divide the 12 heads (try --tp 4)" $L --tp 5 --ranks 5
+bad "13 stages (pp 13 x 1 chunks) for 12 layers" $L --pp 13 --ranks 13
+bad "--pp-virtual 2 needs --pp-schedule interleaved" $L --pp 2 --pp-virtual 2 --ranks 2
+bad "--pp-schedule" $L --pp 2 --pp-schedule fastest --ranks 2
+bad "--dp 3: tp x cp x dp x pp = 6, not the 8 ranks (--dp 4 fits)" $L --pp 2 --dp 3 --ranks 8
+bad "go with --layout" --ddp --tp 2 --ranks 2
 echo "test_simulate: ok"
