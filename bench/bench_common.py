@@ -21,6 +21,7 @@ import random
 import re
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYLIB = os.path.join(ROOT, "tests", "pylib")
@@ -45,6 +46,28 @@ def parse_args(flags=()):
     ap.add_argument("--no-install", action="store_true",
                     help="do not run scripts/deps.sh (stop if PyTorch's BLAS is not fair)")
     return ap.parse_args()
+
+
+def busy_share(seconds=0.5):
+    """The share of the CPUs in use over `seconds` (/proc/stat)."""
+    def sample():
+        v = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+        return sum(v), v[3] + v[4]
+    t0, i0 = sample()
+    time.sleep(seconds)
+    t1, i1 = sample()
+    return 1.0 - (i1 - i0) / max(1, t1 - t0)
+
+
+def quiet(limit_s=60):
+    """Waits for the machine to be idle (under 10% busy), at most limit_s:
+    the share seen first, for the table (a timing taken beside other load
+    measures the load)."""
+    first = busy_share()
+    end, now = time.time() + limit_s, first
+    while now > 0.10 and time.time() < end:
+        now = busy_share(2.0)
+    return first
 
 
 def write_corpus(path, ntokens):

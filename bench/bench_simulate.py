@@ -29,7 +29,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_common as bc  # noqa: E402
@@ -54,27 +53,6 @@ def args():
     ap.add_argument("--scale", action="store_true",
                     help="only the simulator's all-reduces from 16 to 4096 ranks")
     return ap.parse_args()
-
-
-def busy_share(seconds=0.5):
-    """The share of the CPUs in use over `seconds` (/proc/stat)."""
-    def sample():
-        v = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-        return sum(v), v[3] + v[4]
-    t0, i0 = sample()
-    time.sleep(seconds)
-    t1, i1 = sample()
-    return 1.0 - (i1 - i0) / max(1, t1 - t0)
-
-
-def quiet(limit_s=60):
-    """Waits for the machine to be idle (under 10% busy): the share seen
-    first."""
-    first = busy_share()
-    end, now = time.time() + limit_s, first
-    while now > 0.10 and time.time() < end:
-        now = busy_share(2.0)
-    return first
 
 
 def run(cmd):
@@ -147,7 +125,7 @@ def main():
             for n in [int(x) for x in a.ranks.split(",")]:
                 if n % width:
                     continue
-                load = quiet()
+                load = bc.quiet()
                 ms = measured(a, data, tmp, n, flags)
                 sim, rate, split = simulated(a, links, n, flags)
                 ratio = sim / ms

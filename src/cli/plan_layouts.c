@@ -209,6 +209,7 @@ static int measure_compute(const plan_opts *o, dt_plan_input *in)
     if (dt_plan_measure_flops(&in->model, in->T, in->bf16, threads, &in->flops, err, sizeof err))
         return fprintf(stderr, "dtrain plan: %s\n", err), 1;
     if (o->per_node > cores) in->cores = (int)cores;
+    in->cpu_comm = o->per_node * threads >= cores;
     dt_strf(in->flops_source, sizeof in->flops_source, "measured: a layer at one sequence on "
             "%d thread%s%s", threads, threads > 1 ? "s" : "",
             in->cores ? "; oversubscribed: the host's ranks take turns on its cores" : "");

@@ -28,6 +28,7 @@
 typedef struct {
     const char *collective, *algo, *links, *trace;
     int ddp, layout, measure, mem_given, layout_flags;
+    int cpu_comm; /* measured here with every core computing (dt_sim_layout_opts) */
     long ranks, per_host, nics, trace_ranks;
     long long bytes;
     double bucket_mb, flops, mem_GBps;
@@ -293,7 +294,8 @@ static int model_config(sim_opts *o, dt_train_config *c, dt_gpt_config *cfg, int
 
 /* --flops-per-s measure: a layer's rate on the cores a rank of a host gets
  * (shared when the host's ranks outnumber its cores), and unless given,
- * the optimizer's memory rate from the link model's copy rate. */
+ * the optimizer's memory rate from the link model's copy rate. With no
+ * core to spare, the collectives are CPU work taking turns with compute. */
 static int measure(sim_opts *o, const dt_gpt_config *cfg, int T, const dt_sim_world *w)
 {
     if (!o->measure) return 0;
@@ -303,11 +305,14 @@ static int measure(sim_opts *o, const dt_gpt_config *cfg, int T, const dt_sim_wo
     if (dt_plan_measure_flops(cfg, T, 0, threads, &o->flops, err, sizeof err))
         return fprintf(stderr, "dtrain simulate: %s\n", err), 1;
     if (o->per_host > cores) o->flops *= (double)cores / (double)o->per_host;
+    /* Every core computes: the collectives' copies take turns with it. */
+    o->cpu_comm = o->per_host * threads >= cores;
     const double copy = w->job.model.copy;
     if (!o->mem_given && copy > 0) o->mem_GBps = 2.0 / copy / 1e9;
-    printf("compute        measured: %.3g FLOP/s a rank (a layer on %d thread%s%s)\n", o->flops,
-           threads, threads > 1 ? "s" : "",
-           o->per_host > cores ? ", the host's cores shared by its ranks" : "");
+    printf("compute        measured: %.3g FLOP/s a rank (a layer on %d thread%s%s%s)\n",
+           o->flops, threads, threads > 1 ? "s" : "",
+           o->per_host > cores ? ", the host's cores shared by its ranks" : "",
+           o->cpu_comm ? "; no core to spare: collectives take turns with compute" : "");
     return 0;
 }
 
@@ -390,7 +395,7 @@ static int run_layout(sim_opts *o)
     dt_sim_world w;
     if (rc || (rc = setup(o, &w))) return rc;
     if ((rc = measure(o, &l.cfg, l.seq, &w))) return dt_sim_world_free(&w), rc;
-    l.flops_per_s = o->flops, l.mem_GBps = o->mem_GBps;
+    l.flops_per_s = o->flops, l.mem_GBps = o->mem_GBps, l.cpu_comm = o->cpu_comm;
     dt_sim_trace *t = o->trace ? dt_sim_trace_new(w.ranks, w.per_host, (int)o->trace_ranks) : NULL;
     dt_sim_layout out;
     char err[1024];

@@ -36,6 +36,8 @@ typedef struct {
     double flops;         /* sustained FLOP/s of a rank's matrix products, on its own */
     int cores;            /* > 0: a host's per_node ranks take turns on this many cores
                            * (oversubscribed: more ranks than cores); 0: each its own */
+    int cpu_comm;         /* the collectives run on the ranks' own cores (a CPU host with
+                           * none to spare): they add to the compute, not hide behind it */
     char flops_source[96];/* where that figure comes from */
     double opt_Bps;       /* bytes/s a rank's optimizer streams its state at */
     int bf16;             /* mixed precision: bf16 weights and activations, fp32 masters */

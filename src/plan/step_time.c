@@ -17,7 +17,8 @@
  * it updates (AdamW reads the parameter, its gradient and two moments and
  * writes three) at the rank's memory rate; selective recomputation's
  * element-wise work streams at that rate too. With more ranks on a host
- * than cores, the compute is at least the host's work over its cores. */
+ * than cores, the compute is at least the host's work over its cores;
+ * with no core to spare, the collectives take turns with the compute. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,6 +103,7 @@ static double data_parallel(const dt_plan_input *in, dt_plan_memo *c, const dt_p
     const int n = l->cp * l->dp, near = dt_plan_group_per_host(in->per_node, l->tp, n);
     const size_t grads = psi * (in->bf16 ? 2 : 4), params = psi * (in->bf16 ? 2 : 4);
     if (n < 2) return 0;
+    if (in->cpu_comm) hide = compute = 0; /* no core to hide behind */
     double rs = dt_plan_coll(c, DT_COLL_REDUCE_SCATTER, n, near, grads);
     double ag = dt_plan_coll(c, DT_COLL_ALLGATHER, n, near, params);
     if (l->zero == 0) {

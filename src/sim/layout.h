@@ -63,6 +63,9 @@ typedef struct {
     size_t bucket_bytes;      /* DDP's bucket cap */
     const char *algo;         /* the collectives' algorithm; NULL or "auto": auto's choice */
     int nics;                 /* per host */
+    int cpu_comm;             /* the collectives run on the rank's own cores (a CPU host with
+                               * no core to spare: shared memory moves bytes with the CPU),
+                               * so they take turns with its compute instead of overlapping */
 } dt_sim_layout_opts;
 
 typedef struct {

@@ -53,7 +53,8 @@ static void compute(bld *b, double sec, const char *label)
     b->L->busy[b->r] += sec;
 }
 
-/* A collective for the comm stream, issued now: its done event. */
+/* A collective for the comm stream, issued now: its done event. On a CPU
+ * host with no spare core it runs on the compute stream, in turn. */
 static int issue(bld *b, int over, dt_coll_kind kind, size_t bytes, int cls)
 {
     int id = lay_coll_id(b->L, over, kind, bytes, b->err, b->len);
@@ -62,6 +63,11 @@ static int issue(bld *b, int over, dt_coll_kind kind, size_t bytes, int cls)
         return 0;
     }
     int go = b->ev++, done = b->ev++;
+    if (b->L->o->cpu_comm) {
+        add(b, b->cp, dt_sim_coll_as(id, cls));
+        add(b, b->cp, dt_sim_signal(done));
+        return done;
+    }
     add(b, b->cp, dt_sim_signal(go));
     add(b, b->cm, dt_sim_wait(go));
     add(b, b->cm, dt_sim_coll_as(id, cls));
