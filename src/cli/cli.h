@@ -9,6 +9,10 @@
 #define DTRAIN_VERSION "0.1.0-dev"
 #endif
 
+#include <stddef.h>
+
+#include "train/config.h"
+
 /* Exit status for a command line that cannot be run as written. */
 #define CLI_EXIT_USAGE 2
 
@@ -23,5 +27,12 @@ int cli_plan(int argc, char **argv);
 int cli_plan_layouts(int argc, char **argv);
 int cli_trace(int argc, char **argv);
 int cli_simulate(int argc, char **argv);
+
+/* The sizes of a model given by the trainer's flags in argv[1..*argc)
+ * (argv[0] the command; "--model gpt2" appended, room permitting, when no
+ * --model is there): the parsed configuration, the model, the sequence
+ * length. 0, or -1 with err (cli/model_flags.c). */
+int cli_model_options(char **argv, int *argc, int cap, dt_train_config *c, dt_gpt_config *cfg,
+                      int *T, char *err, size_t n);
 
 #endif

@@ -180,22 +180,10 @@ static int model_of(plan_opts *o, dt_plan_input *in)
 {
     dt_train_config c;
     char err[512];
-    int named = 0;
-    for (int i = 1; i < o->model_argc; i += 2) named |= !strcmp(o->model_argv[i], "--model");
-    if (!named) {
-        o->model_argv[o->model_argc++] = "--model";
-        o->model_argv[o->model_argc++] = "gpt2";
-    }
-    dt_config_defaults(&c);
-    if (dt_config_parse_args(&c, o->model_argc, o->model_argv, err, sizeof err))
+    if (cli_model_options(o->model_argv, &o->model_argc, 32, &c, &in->model, &in->T, err,
+                          sizeof err))
         return usage_error("%s", err);
-    in->model = (dt_gpt_config){c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.block_size};
     dt_strf(in->model_name, sizeof in->model_name, "%s", c.model);
-    in->T = c.seq_len ? c.seq_len : c.block_size;
-    if (in->model.vocab_size < 1)
-        return usage_error("the model needs a vocabulary: give --vocab-size N%s", "");
-    if (in->T > c.block_size) return usage_error("--seq-len exceeds the block size%s", "");
-    if (dt_gpt_config_check(&in->model, err, sizeof err)) return usage_error("%s", err);
     return 0;
 }
 

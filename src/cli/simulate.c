@@ -272,23 +272,8 @@ static int run_collective(const sim_opts *o)
 static int model_config(sim_opts *o, dt_train_config *c, dt_gpt_config *cfg, int *T)
 {
     char err[512];
-    int has_model = 0;
-    for (int i = 1; i < o->model_argc; i++) has_model |= !strcmp(o->model_argv[i], "--model");
-    if (!has_model && o->model_argc + 2 < 48) {
-        o->model_argv[o->model_argc++] = "--model";
-        o->model_argv[o->model_argc++] = "gpt2";
-    }
-    dt_config_defaults(c);
-    if (dt_config_parse_args(c, o->model_argc, o->model_argv, err, sizeof err))
+    if (cli_model_options(o->model_argv, &o->model_argc, 48, c, cfg, T, err, sizeof err))
         return usage_error("%s", err);
-    *cfg = (dt_gpt_config){c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->block_size};
-    *T = c->seq_len ? c->seq_len : c->block_size;
-    if (cfg->vocab_size < 1)
-        return usage_error("the model needs a vocabulary: give --vocab-size N (the tiny preset "
-                           "takes its vocabulary from the training data)");
-    if (*T > cfg->block_size)
-        return usage_error("--seq-len %d exceeds the block size %d", *T, cfg->block_size);
-    if (dt_gpt_config_check(cfg, err, sizeof err)) return usage_error("%s", err);
     return 0;
 }
 

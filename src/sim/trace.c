@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/atomic_file.h"
+#include "core/trace_json.h"
 
 #define NAME_LEN 40
 
@@ -82,39 +83,14 @@ void dt_sim_trace_span(void *ctx, int rank, dt_trace_lane lane, const char *name
 
 /* ---- the file ----------------------------------------------------------------- */
 
-static const char *const lane_names[DT_TRACE_LANES] = {"compute", "communication", "steps"};
-static const char *const lane_cats[DT_TRACE_LANES] = {"compute", "comm", "step"};
-
-/* The separator before an element of traceEvents (none before the first). */
-static void next(FILE *f, int *first)
-{
-    if (!*first) fputs(",\n", f);
-    *first = 0;
-}
-
-static void put_metadata(FILE *f, int rank, int *first)
-{
-    next(f, first);
-    fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
-               "\"args\":{\"name\":\"rank %d\"}}", rank, rank);
-    next(f, first);
-    fprintf(f, "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
-               "\"args\":{\"sort_index\":%d}}", rank, rank);
-    for (int l = 0; l < DT_TRACE_LANES; l++) {
-        next(f, first);
-        fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
-                   "\"args\":{\"name\":\"%s\"}}", rank, l, lane_names[l]);
-    }
-}
-
 /* Names are the simulator's own literals and algorithm names: no quotes
  * or control characters to escape. */
 static void put_span(FILE *f, const span *s, int step, int *first)
 {
-    next(f, first);
+    dt_trace_json_next(f, first);
     fprintf(f, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
-               "\"ts\":%.3f,\"dur\":%.3f", s->name, lane_cats[s->lane], s->rank, s->lane,
-            s->t0 * 1e6, (s->t1 - s->t0) * 1e6);
+               "\"ts\":%.3f,\"dur\":%.3f", s->name, dt_trace_lane_cats[s->lane], s->rank,
+            s->lane, s->t0 * 1e6, (s->t1 - s->t0) * 1e6);
     if (step)
         fputs(",\"args\":{\"step\":0}", f);
     else if (s->bytes >= 0)
@@ -154,7 +130,7 @@ static int render(const dt_sim_trace *t, char **buf, size_t *len)
     int first = 1;
     fputs("{\"traceEvents\":[\n", f);
     for (int r = 0; r < t->ranks; r++)
-        if (t->slot[r] >= 0) put_metadata(f, r, &first);
+        if (t->slot[r] >= 0) dt_trace_json_rank(f, r, &first);
     for (size_t i = 0; i < t->n; i++) put_span(f, &t->sp[i], 0, &first);
     put_steps(f, t, &first);
     fputs("\n],\n\"displayTimeUnit\":\"ms\",\n", f);

@@ -16,6 +16,7 @@
 #include "core/str.h"
 #include "core/timer.h"
 #include "core/trace.h"
+#include "core/trace_json.h"
 
 #define SYNC_ROUNDS 8
 #define NAME_MAX_LEN 32
@@ -194,31 +195,6 @@ static void put_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
-static const char *const lane_names[DT_TRACE_LANES] = {"compute", "communication", "steps"};
-static const char *const lane_cats[DT_TRACE_LANES] = {"compute", "comm", "step"};
-
-/* The separator before an element of traceEvents (none before the first). */
-static void next(FILE *f, int *first)
-{
-    if (!*first) fputs(",\n", f);
-    *first = 0;
-}
-
-static void put_metadata(FILE *f, int rank, int *first)
-{
-    next(f, first);
-    fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
-               "\"args\":{\"name\":\"rank %d\"}}", rank, rank);
-    next(f, first);
-    fprintf(f, "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
-               "\"args\":{\"sort_index\":%d}}", rank, rank);
-    for (int l = 0; l < DT_TRACE_LANES; l++) {
-        next(f, first);
-        fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
-                   "\"args\":{\"name\":\"%s\"}}", rank, l, lane_names[l]);
-    }
-}
-
 /* Only the fields that are present. */
 static void put_args(FILE *f, const wire_event *e)
 {
@@ -246,11 +222,11 @@ static void put_args(FILE *f, const wire_event *e)
 static void put_event(FILE *f, int rank, const wire_event *e, long long t0, int *first)
 {
     int lane = e->lane >= 0 && e->lane < DT_TRACE_LANES ? e->lane : 0;
-    next(f, first);
+    dt_trace_json_next(f, first);
     fputs("{\"name\":", f);
     put_str(f, e->name);
     fprintf(f, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f",
-            lane_cats[lane], rank, lane, (double)(e->start_ns - t0) * 1e-3,
+            dt_trace_lane_cats[lane], rank, lane, (double)(e->start_ns - t0) * 1e-3,
             (double)(e->end_ns - e->start_ns) * 1e-3);
     put_args(f, e);
     fputc('}', f);
@@ -287,7 +263,7 @@ static int render(const job_events *j, char **buf, size_t *len)
     long long t0 = job_t0(j);
     int first = 1;
     fputs("{\"traceEvents\":[\n", f);
-    for (int r = 0; r < j->ranks; r++) put_metadata(f, r, &first);
+    for (int r = 0; r < j->ranks; r++) dt_trace_json_rank(f, r, &first);
     for (int r = 0; r < j->ranks; r++)
         for (long long i = 0; i < j->head[r].n; i++) put_event(f, r, &j->ev[r][i], t0, &first);
     fputs("\n],\n\"displayTimeUnit\":\"ms\",\n", f);
