@@ -16,9 +16,10 @@ static void print_case(FILE *f, const dt_plan_input *in, const dt_plan_result *r
 {
     const dt_gpt_config *m = &in->model;
     const dt_link_cost *a = &in->links.link[DT_LINK_SHM], *b = &in->links.link[DT_LINK_TCP];
-    fprintf(f, "model    %s%s%d layers, %d heads, %d embd, vocab %d: %.3g B parameters, %s\n",
+    const double psi = (double)dt_gpt_param_count(m);
+    fprintf(f, "model    %s%s%d layers, %d heads, %d embd, vocab %d: %.3g %s parameters, %s\n",
             in->model_name, in->model_name[0] ? ": " : "", m->n_layer, m->n_head, m->n_embd,
-            m->vocab_size, (double)dt_gpt_param_count(m) / 1e9,
+            m->vocab_size, psi >= 1e9 ? psi / 1e9 : psi / 1e6, psi >= 1e9 ? "B" : "M",
             in->bf16 ? "bf16 mixed precision (2 + 2 + 12 bytes a parameter)" : "fp32 (16 bytes "
             "a parameter with AdamW)");
     fprintf(f, "batch    %ld sequences of %d tokens a step\n", in->batch, in->T);

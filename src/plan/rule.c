@@ -70,8 +70,9 @@ void dt_plan_rule(FILE *f, const dt_plan_input *in, const dt_plan_result *r)
     if (layer > in->mem) {
         why = 't';
     } else {
-        fprintf(f, "  the model's state: %.3g B parameters x %.0f bytes = %.1f GiB: %s\n",
-                (double)dt_gpt_param_count(m) / 1e9, K, GIB(model),
+        const double psi = (double)dt_gpt_param_count(m);
+        fprintf(f, "  the model's state: %.3g %s parameters x %.0f bytes = %.1f GiB: %s\n",
+                psi >= 1e9 ? psi / 1e9 : psi / 1e6, psi >= 1e9 ? "B" : "M", K, GIB(model),
                 model <= in->mem ? "fits (activations aside)" : "does not fit");
         why = model > in->mem ? 'p' : 'd';
     }
