@@ -6,12 +6,10 @@
  * their gradients, overlapping the rest of backward; the optimizer runs
  * once the last bucket is reduced.
  *
- * Compute is modelled from FLOPs at a sustained rate: dt_gpt_flops_per_token
- * split into the head (6 V C a token: what it gives with no layers) and
- * equal layers, a third forward and two thirds backward; the embeddings'
- * backward is taken as free. The optimizer (AdamW) is memory-bound: 28
- * bytes a parameter (reads parameter, gradient, two moments; writes three)
- * at mem_GBps. Gradients travel in fp32.
+ * It is the layout step (layout.h) of data parallelism alone, tp = cp =
+ * pp = 1 without ZeRO, which models the compute and the optimizer; this
+ * header keeps DDP's own figures (its buckets, their predicted all-reduces
+ * one after another) for `dtrain simulate --ddp`'s report.
  */
 #ifndef DT_SIM_DDP_H
 #define DT_SIM_DDP_H
@@ -35,7 +33,7 @@ typedef struct {
 typedef struct {
     size_t params;
     int nbuckets;
-    char algos[64];         /* the all-reduce algorithms that ran, e.g. "rhd" */
+    char algos[128];        /* the all-reduce algorithms that ran, e.g. "rhd" */
     double forward_s, backward_s, optimizer_s; /* one rank's compute */
     double comm_predicted_s;  /* every bucket's all-reduce by the cost model, summed */
     double step_s;            /* simulated */

@@ -173,7 +173,10 @@ static int setup(lay *L, char *err, size_t len)
     L->busy = calloc(p, sizeof *L->busy);
     L->opt_s = calloc(p, sizeof *L->opt_s);
     L->held = calloc(p, sizeof *L->held);
-    if (!L->cut || !L->compute || !L->comm || !L->events || !L->busy || !L->opt_s || !L->held)
+    L->dp_n = calloc(p, sizeof *L->dp_n);
+    L->dp_pred = calloc(p, sizeof *L->dp_pred);
+    if (!L->cut || !L->compute || !L->comm || !L->events || !L->busy || !L->opt_s || !L->held ||
+        !L->dp_n || !L->dp_pred)
         return snprintf(err, len, "out of memory"), -1;
     if (dt_pp_cut_uniform(L->L, L->S, L->cut, err, len) || segments(L, err, len) ||
         schedule(L, err, len))
@@ -193,6 +196,7 @@ static void teardown(lay *L)
     for (int r = 0; L->comm && r < L->o->pp; r++) dt_sim_prog_free(&L->comm[r]);
     free(L->compute), free(L->comm), free(L->events), free(L->busy), free(L->opt_s);
     free(L->held), free(L->cut), free(L->seg_bytes), free(L->solo);
+    free(L->dp_n), free(L->dp_pred);
     if (L->o->pp > 1) dt_pp_schedule_free(&L->sch);
     dt_sim_groups_free(&L->groups[LAY_TP]);
     dt_sim_groups_free(&L->groups[LAY_REPLICAS]);
@@ -230,6 +234,8 @@ static void summarize(const lay *L, const dt_sim_engine *e, dt_sim_layout *out)
         if (L->busy[r] > L->busy[busiest]) busiest = r;
     out->compute_s = L->busy[busiest];
     out->optimizer_s = L->opt_s[busiest];
+    out->dp_colls = L->dp_n[busiest];
+    out->dp_predicted_s = L->dp_pred[busiest];
     out->colls = L->ncoll;
     name_algos(L, out);
     long long changes;

@@ -72,6 +72,9 @@ typedef struct {
     size_t params;            /* the model's */
     size_t params_rank;       /* the most a rank holds (its tp slice of its stages) */
     int stages, colls;        /* pipeline stages; distinct collectives recorded */
+    int dp_colls;             /* data-parallel collectives the busiest rank issues a step
+                                 (DDP's buckets, ZeRO's per segment) */
+    double dp_predicted_s;    /* their seconds by the cost model, one after another */
     char algos[128];          /* "tp allreduce ring; dp allreduce rhd", ... */
     double fwd_s, bwd_s;      /* the busiest chunk's forward and backward of a micro-batch,
                                  products only */

@@ -36,6 +36,8 @@ typedef struct {
     double *busy;                /* [pp] seconds each computes */
     double *opt_s;               /* [pp] of it, the optimizer */
     size_t *held;                /* [pp] parameters each holds (its tp slice) */
+    int *dp_n;                   /* [pp] data-parallel collectives each issues a step */
+    double *dp_pred;             /* [pp] their seconds by the cost model, summed */
 } lay;
 
 /* The collective `kind` of `bytes` over group `over` (recorded on first

@@ -63,6 +63,10 @@ static int issue(bld *b, int over, dt_coll_kind kind, size_t bytes, int cls)
         return 0;
     }
     int go = b->ev++, done = b->ev++;
+    if (over == LAY_REPLICAS) {
+        b->L->dp_n[b->r]++;
+        b->L->dp_pred[b->r] += b->L->coll[id].c.by_shape[0].predicted;
+    }
     if (b->L->o->cpu_comm) {
         add(b, b->cp, dt_sim_coll_as(id, cls));
         add(b, b->cp, dt_sim_signal(done));
