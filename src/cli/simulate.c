@@ -326,34 +326,6 @@ static int failed(const char *err)
     return 1;
 }
 
-static int run_ddp(sim_opts *o)
-{
-    dt_sim_ddp_opts d = {.algo = o->algo, .bucket_bytes = (size_t)(o->bucket_mb * 1048576.0),
-                         .nics = (int)o->nics};
-    dt_train_config c;
-    int rc = model_config(o, &c, &d.cfg, &d.seq);
-    d.batch = c.batch_size;
-    dt_sim_world w;
-    if (rc || (rc = setup(o, &w))) return rc;
-    if ((rc = measure(o, &d.cfg, d.seq, &w))) return dt_sim_world_free(&w), rc;
-    d.flops_per_s = o->flops, d.mem_GBps = o->mem_GBps;
-    dt_sim_trace *t = o->trace ? dt_sim_trace_new(w.ranks, w.per_host, (int)o->trace_ranks) : NULL;
-    dt_sim_ddp out;
-    char err[1024];
-    if (o->trace && !t) {
-        rc = 1;
-        snprintf(err, sizeof err, "out of memory for the trace");
-    } else {
-        rc = dt_sim_ddp_run(&w, &d, t ? dt_sim_trace_span : NULL, t, &out, err, sizeof err);
-    }
-    if (rc == 0) sim_report_ddp(stdout, &w, &d, &out);
-    if (rc == 0 && t) rc = write_trace(o, t, w.ranks);
-    else if (rc) rc = failed(err);
-    dt_sim_trace_free(t);
-    dt_sim_world_free(&w);
-    return rc;
-}
-
 /* The layout's options from the trainer's configuration. */
 static int layout_opts(sim_opts *o, dt_sim_layout_opts *l)
 {
@@ -373,7 +345,9 @@ static int layout_opts(sim_opts *o, dt_sim_layout_opts *l)
     return 0;
 }
 
-static int run_layout(sim_opts *o)
+/* A step: the layout's, or with --ddp data parallelism alone (its
+ * defaults, tp = cp = pp = 1 and no ZeRO) with DDP's own report. */
+static int run_step(sim_opts *o)
 {
     dt_sim_layout_opts l;
     int rc = layout_opts(o, &l);
@@ -390,7 +364,8 @@ static int run_layout(sim_opts *o)
     } else {
         rc = dt_sim_layout_run(&w, &l, t ? dt_sim_trace_span : NULL, t, &out, err, sizeof err);
     }
-    if (rc == 0) sim_report_layout(stdout, &w, &l, &out);
+    if (rc == 0 && o->ddp) sim_report_ddp(stdout, &w, &l, &out);
+    else if (rc == 0) sim_report_layout(stdout, &w, &l, &out);
     if (rc == 0 && t) rc = write_trace(o, t, w.ranks);
     else if (rc) rc = failed(err);
     dt_sim_trace_free(t);
@@ -403,6 +378,5 @@ int cli_simulate(int argc, char **argv)
     sim_opts o;
     int rc = parse(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
-    if (o.layout) return run_layout(&o);
-    return o.ddp ? run_ddp(&o) : run_collective(&o);
+    return o.layout || o.ddp ? run_step(&o) : run_collective(&o);
 }

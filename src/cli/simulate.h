@@ -6,14 +6,14 @@
 #include <stdio.h>
 
 #include "sim/bench.h"
-#include "sim/ddp.h"
 #include "sim/layout.h"
 #include "sim/world.h"
 
 void sim_report_collective(FILE *f, const dt_sim_world *w, int nics, const char *kind,
                            const dt_sim_bench *b);
-void sim_report_ddp(FILE *f, const dt_sim_world *w, const dt_sim_ddp_opts *o,
-                    const dt_sim_ddp *d);
+/* --ddp's: DDP's buckets and their predicted all-reduces beside the step. */
+void sim_report_ddp(FILE *f, const dt_sim_world *w, const dt_sim_layout_opts *o,
+                    const dt_sim_layout *d);
 void sim_report_layout(FILE *f, const dt_sim_world *w, const dt_sim_layout_opts *o,
                        const dt_sim_layout *l);
 

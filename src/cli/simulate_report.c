@@ -33,26 +33,26 @@ static void put_split(FILE *f, const char *who, const dt_sim_rank_stats *s, doub
             s->exposed * 1e3, 100 * s->exposed / step, s->idle * 1e3, 100 * s->idle / step);
 }
 
-void sim_report_ddp(FILE *f, const dt_sim_world *w, const dt_sim_ddp_opts *o,
-                    const dt_sim_ddp *d)
+void sim_report_ddp(FILE *f, const dt_sim_world *w, const dt_sim_layout_opts *o,
+                    const dt_sim_layout *d)
 {
     const dt_gpt_config *c = &o->cfg;
     put_setup(f, w, o->nics);
     fprintf(f, "model          GPT L%d H%d C%d V%d: %zu parameters (%.1f MiB of fp32 "
             "gradients)\n", c->n_layer, c->n_head, c->n_embd, c->vocab_size, d->params,
             (double)d->params * 4 / 1048576.0);
-    fprintf(f, "batch          %d x %d tokens per rank at %.3g FLOP/s\n", o->batch, o->seq,
+    fprintf(f, "batch          %d x %d tokens per rank at %.3g FLOP/s\n", o->micro, o->seq,
             o->flops_per_s);
-    fprintf(f, "buckets        %d of up to %.1f MiB, all-reduce by %s\n", d->nbuckets,
+    fprintf(f, "buckets        %d of up to %.1f MiB, all-reduce by %s\n", d->dp_colls,
             (double)o->bucket_bytes / 1048576.0, d->algos);
     fprintf(f, "compute        forward %.3f ms, backward %.3f ms, optimizer %.3f ms\n",
-            d->forward_s * 1e3, d->backward_s * 1e3, d->optimizer_s * 1e3);
+            d->fwd_s * 1e3, d->bwd_s * 1e3, d->optimizer_s * 1e3);
     fprintf(f, "all-reduces    %.3f ms predicted in all (cost model, one after another, no "
-            "contention)\n", d->comm_predicted_s * 1e3);
-    double compute = d->forward_s + d->backward_s + d->optimizer_s;
+            "contention)\n", d->dp_predicted_s * 1e3);
+    double compute = d->fwd_s + d->bwd_s + d->optimizer_s;
     fprintf(f, "step           %.3f ms simulated (compute alone %.3f ms; compute then the "
             "predicted all-reduces %.3f ms)\n", d->step_s * 1e3, compute * 1e3,
-            (compute + d->comm_predicted_s) * 1e3);
+            (compute + d->dp_predicted_s) * 1e3);
     char who[32];
     snprintf(who, sizeof who, "rank %d", d->slowest_rank);
     put_split(f, who, &d->slowest, d->step_s);

@@ -40,7 +40,7 @@
  * channel per stage boundary and direction (a boundary's messages are
  * sent and received in micro-batch order, so FIFO matching pairs them
  * right); its data-parallel reductions go to a comm stream behind
- * SIGNALs (sim/ddp.c, sim/layout.c).
+ * SIGNALs (sim/layout_prog.c).
  *
  * Programs are not copied: ranks that run the same program (every rank of
  * a DDP step) can share one, and it must outlive the run. Likewise the
