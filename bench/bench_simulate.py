@@ -5,7 +5,8 @@ micro-batch, one thread per rank). For each: `dtrain train` for a few
 steps (the mean of the logged step times after the first --skip), then
 `dtrain simulate` of the same layout with the compute rate measured here
 just before (`--flops-per-s measure`: a layer timed on the cores a rank
-gets, shared when the ranks outnumber the cores) and this machine's link
+gets; when the ranks outnumber the cores, on one core, with the cores
+shared among the ranks computing at each instant) and this machine's link
 model (the built-in one, or with --calibrate one measured first by `dtrain
 bench comm --calibrate`). Prints simulated against measured, the ratio,
 and the simulator's breakdown; the target is a ratio within 0.75..1.25.
@@ -13,8 +14,8 @@ and the simulator's breakdown; the target is a ratio within 0.75..1.25.
   python3 bench/bench_simulate.py [--dtrain build/dtrain] [--steps 6] [--skip 2]
                                   [--ranks 2,4,8] [--calibrate]
 
-Runs with more ranks than cores are marked "over": the ranks take turns on
-the cores. Other work on the machine slows the real runs and not the
+Runs with more ranks than cores are marked "over": the ranks share the
+cores. Other work on the machine slows the real runs and not the
 simulation, so before each case the script waits (up to a minute) for the
 CPUs to be idle and prints, as "busy", the share of them that other
 processes were using at the start.

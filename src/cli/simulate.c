@@ -29,6 +29,7 @@ typedef struct {
     const char *collective, *algo, *links, *trace;
     int ddp, layout, measure, mem_given, layout_flags;
     int cpu_comm; /* measured here with every core computing (dt_sim_layout_opts) */
+    double cpu_share; /* measured here on a host with more ranks than cores */
     long ranks, per_host, nics, trace_ranks;
     long long bytes;
     double bucket_mb, flops, mem_GBps;
@@ -70,7 +71,9 @@ static void usage(FILE *f)
             "  --flops-per-s F       sustained compute rate per rank (default 1e14)\n"
             "  --mem-GBps B          memory bandwidth for the optimizer (default 1500)\n"
             "  --flops-per-s measure the rate measured here (a layer on this host's cores\n"
-            "                        shared by its --ranks-per-node ranks); the optimizer\n"
+            "                        split among its --ranks-per-node ranks; more ranks\n"
+            "                        than cores share them, among those computing at each\n"
+            "                        instant); the optimizer\n"
             "                        then streams at the link model's copy rate unless\n"
             "                        --mem-GBps is given\n"
             "  --trace FILE          Perfetto / Chrome trace of the step\n"
@@ -289,14 +292,17 @@ static int measure(sim_opts *o, const dt_gpt_config *cfg, int T, const dt_sim_wo
     char err[512];
     if (dt_plan_measure_flops(cfg, T, 0, threads, &o->flops, err, sizeof err))
         return fprintf(stderr, "dtrain simulate: %s\n", err), 1;
-    if (o->per_host > cores) o->flops *= (double)cores / (double)o->per_host;
+    /* More ranks than cores: each computes at a core's rate while the
+     * host's cores go round the ranks computing at the instant. */
+    if (o->per_host > cores) o->cpu_share = (double)cores;
     /* Every core computes: the collectives' copies take turns with it. */
     o->cpu_comm = o->per_host * threads >= cores;
     const double copy = w->job.model.copy;
     if (!o->mem_given && copy > 0) o->mem_GBps = 2.0 / copy / 1e9;
     printf("compute        measured: %.3g FLOP/s a rank (a layer on %d thread%s%s%s)\n",
            o->flops, threads, threads > 1 ? "s" : "",
-           o->per_host > cores ? ", the host's cores shared by its ranks" : "",
+           o->per_host > cores ? "; the host's cores shared among its ranks computing at "
+                                 "each instant" : "",
            o->cpu_comm ? "; no core to spare: collectives take turns with compute" : "");
     return 0;
 }
@@ -355,6 +361,7 @@ static int run_step(sim_opts *o)
     if (rc || (rc = setup(o, &w))) return rc;
     if ((rc = measure(o, &l.cfg, l.seq, &w))) return dt_sim_world_free(&w), rc;
     l.flops_per_s = o->flops, l.mem_GBps = o->mem_GBps, l.cpu_comm = o->cpu_comm;
+    l.cpu_share = o->cpu_share;
     dt_sim_trace *t = o->trace ? dt_sim_trace_new(w.ranks, w.per_host, (int)o->trace_ranks) : NULL;
     dt_sim_layout out;
     char err[1024];

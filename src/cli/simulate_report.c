@@ -98,8 +98,9 @@ void sim_report_layout(FILE *f, const dt_sim_world *w, const dt_sim_layout_opts 
     fprintf(f, "model          GPT L%d H%d C%d V%d: %zu parameters, a rank holds up to %zu\n",
             c->n_layer, c->n_head, c->n_embd, c->vocab_size, l->params, l->params_rank);
     put_layout(f, o, l);
-    fprintf(f, "step           %.3f ms simulated (the busiest rank computes %.3f ms of it)\n",
-            l->step_s * 1e3, l->compute_s * 1e3);
+    fprintf(f, "step           %.3f ms simulated (the busiest rank computes %.3f ms of it%s)\n",
+            l->step_s * 1e3, l->compute_s * 1e3,
+            o->cpu_share > 0 ? " at a core's full rate; shared, its compute takes longer" : "");
     if (o->pp > 1)
         fprintf(f, "pipeline       %d stages; bubble %.3f of the time by the formula (uniform "
                 "stages, free messages), idle %.3f on the mean rank\n", l->stages,

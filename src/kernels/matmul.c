@@ -89,7 +89,7 @@ uint16_t *dt_matmul_bf16_buffer(size_t elems)
 {
     dt_mm_workspace *ws = workspace();
     size_t bytes = elems * sizeof(uint16_t);
-    return ws && !dt_mm_reserve((void **)&ws->shared16, &ws->shared16_bytes, bytes) ? ws->shared16
+    return ws && !dt_mm_reserve((void **)&ws->shared16, &ws->shared16_bytes, bytes, DT_MEM_ACTS) ? ws->shared16
                                                                                      : NULL;
 }
 
@@ -99,7 +99,7 @@ int dt_matmul_bf16_native(void) { return dt_mm_bf16_native(); }
 static int round_operand(uint16_t **buf, size_t *have, const float *src, int rows, int cols,
                          int ld)
 {
-    if (dt_mm_reserve((void **)buf, have, (size_t)rows * cols * sizeof(uint16_t))) return -1;
+    if (dt_mm_reserve((void **)buf, have, (size_t)rows * cols * sizeof(uint16_t), DT_MEM_ACTS)) return -1;
     dt_matmul_round_bf16(*buf, src, rows, cols, ld);
     return cols;
 }
@@ -111,7 +111,7 @@ static int round_operand(uint16_t **buf, size_t *have, const float *src, int row
 static int emulate_operand(float **buf, size_t *have, const float *src, const uint16_t *src16,
                            int rows, int cols, int ld)
 {
-    if (dt_mm_reserve((void **)buf, have, (size_t)rows * cols * sizeof(float))) return -1;
+    if (dt_mm_reserve((void **)buf, have, (size_t)rows * cols * sizeof(float), DT_MEM_ACTS)) return -1;
     int nt = (size_t)rows * cols >= ROUND_PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;
     float *dst = *buf;
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -223,7 +223,9 @@ int dt_matmul_solve(const dt_matmul_problem *p)
     dt_mm_plan plan;
     dnnl_status_t s = dt_mm_plan_for(&k, &plan);
     if (s != dnnl_success) return fail(p, "creating the oneDNN matmul: %s", dnnl_status2str(s));
-    if (dt_mm_reserve(&ws->scratch, &ws->scratch_bytes, plan.scratch_bytes)) {
+    /* oneDNN's own scratchpad (its size depends on the CPU's kernels: none
+     * with AVX2, tens of KiB with AVX-512): kernel memory, not activations. */
+    if (dt_mm_reserve(&ws->scratch, &ws->scratch_bytes, plan.scratch_bytes, DT_MEM_OTHER)) {
         dt_mm_plan_release(&plan);
         return fail(p, "out of memory for a %zu-byte scratchpad", plan.scratch_bytes);
     }

@@ -41,11 +41,11 @@ dt_mm_workspace *dt_mm_thread_workspace(dnnl_engine_t engine)
     return ws;
 }
 
-int dt_mm_reserve(void **buf, size_t *have, size_t bytes)
+int dt_mm_reserve(void **buf, size_t *have, size_t bytes, dt_mem_kind kind)
 {
     if (*have >= bytes) return 0;
     dt_free(*buf);
-    *buf = dt_alloc(bytes, DT_MEM_ACTS);
+    *buf = dt_alloc(bytes, kind);
     *have = *buf ? bytes : 0;
     return *buf ? 0 : -1;
 }

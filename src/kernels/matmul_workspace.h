@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/alloc.h"
+
 typedef struct {
     dnnl_stream_t stream;
     void *scratch;
@@ -20,8 +22,8 @@ typedef struct {
 /* The calling thread's workspace, created on first use; NULL when memory or
  * the stream cannot be had. */
 dt_mm_workspace *dt_mm_thread_workspace(dnnl_engine_t engine);
-/* Grows *buf (holding *have bytes) to at least `bytes`, contents not kept;
- * 0, or -1 when out of memory. */
-int dt_mm_reserve(void **buf, size_t *have, size_t bytes);
+/* Grows *buf (holding *have bytes) to at least `bytes`, contents not kept,
+ * accounted as `kind`; 0, or -1 when out of memory. */
+int dt_mm_reserve(void **buf, size_t *have, size_t bytes, dt_mem_kind kind);
 
 #endif

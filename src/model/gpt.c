@@ -267,7 +267,8 @@ void dt_gpt_sync_working(dt_gpt *m, size_t lo, size_t hi)
 int dt_gpt_alloc_params(dt_gpt *m)
 {
     /* Reserved here, not in dt_gpt_set_mixed: padding may still grow the layout. */
-    if (m->mixed && !m->wparams && !(m->wparams = dt_window_reserve(m->n_floats * sizeof(float))))
+    if (m->mixed && !m->wparams &&
+        !(m->wparams = dt_window_reserve_pooled(m->n_floats * sizeof(float))))
         return dt_strf(m->error, sizeof m->error, "model: no address space for the widened "
                        "parameters (%.1f MiB)", (double)m->n_floats * 4 / 1048576.0), -1;
     if (m->mixed && !m->params16 &&
@@ -391,6 +392,7 @@ static int need(dt_gpt *m, int segment, int use)
     size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
     if (use == DT_USE_BACKWARD) grads_open(m, segment);
     if (!m->mixed || use == DT_USE_INIT || m->widened[segment]) return 0;
+    dt_window_bring(m->wparams, lo * sizeof(float), hi * sizeof(float), 0);
     dt_cast_bf16_to_f32(m->wparams + lo, m->params16 + lo, hi - lo);
     dt_mem_account(DT_MEM_PARAMS, (long long)((hi - lo) * sizeof(float)));
     m->widened[segment] = 1;

@@ -38,7 +38,7 @@ typedef struct {
                            * (oversubscribed: more ranks than cores); 0: each its own */
     int cpu_comm;         /* the collectives run on the ranks' own cores (a CPU host with
                            * none to spare): they add to the compute, not hide behind it */
-    char flops_source[96];/* where that figure comes from */
+    char flops_source[160]; /* where that figure comes from */
     double opt_Bps;       /* bytes/s a rank's optimizer streams its state at */
     int bf16;             /* mixed precision: bf16 weights and activations, fp32 masters */
     int max_tp;           /* 0: the ranks of a host */
@@ -66,9 +66,11 @@ typedef struct {
     double mem_total;              /* its model state and activations */
     size_t psi;                    /* floats of the model that rank holds (its stage's, its
                                     * slices), before ZeRO divides them */
-    /* seconds a step: the products (with the pipeline's bubble), the
-     * exposed communication of each kind, the optimizer, the sum */
-    double compute, bubble, tp_s, cp_s, pp_s, dp_s, opt_s, step;
+    /* seconds a step: the products, the pipeline's bubble or, on a host
+     * with more ranks than cores, the wait for a core (the bubble's idle
+     * ranks then hand theirs over), the exposed communication of each
+     * kind, the optimizer, the sum */
+    double compute, bubble, cores_s, tp_s, cp_s, pp_s, dp_s, opt_s, step;
     double tokens_per_s;
     int fits;
     char why[200]; /* why it was dropped */

@@ -43,10 +43,12 @@ static void print_row(FILE *f, int i, const dt_plan_row *w)
 
 static void print_breakdown(FILE *f, const dt_plan_row *w)
 {
-    fprintf(f, "      step %.1f ms = compute %.1f + bubble %.1f + tp %.1f + cp %.1f + pipeline "
+    char cores[48] = "";
+    if (w->cores_s > 0) dt_strf(cores, sizeof cores, " + waiting for a core %.1f", MS(w->cores_s));
+    fprintf(f, "      step %.1f ms = compute %.1f + bubble %.1f%s + tp %.1f + cp %.1f + pipeline "
             "messages %.1f + data parallel %.1f + optimizer %.1f ms\n", MS(w->step),
-            MS(w->compute), MS(w->bubble), MS(w->tp_s), MS(w->cp_s), MS(w->pp_s), MS(w->dp_s),
-            MS(w->opt_s));
+            MS(w->compute), MS(w->bubble), cores, MS(w->tp_s), MS(w->cp_s), MS(w->pp_s),
+            MS(w->dp_s), MS(w->opt_s));
     fprintf(f, "      memory of the rank that holds the most: params %.2f | grads %.2f | optim "
             "%.2f | acts %.2f GiB\n", GIB(w->mem[DT_MEM_PARAMS]), GIB(w->mem[DT_MEM_GRADS]),
             GIB(w->mem[DT_MEM_OPTIM]), GIB(w->mem[DT_MEM_ACTS]));
@@ -101,10 +103,10 @@ static cJSON *row_json(const dt_plan_row *w)
         cJSON_AddNumberToObject(o, keys[i], vals[i]);
     cJSON_AddStringToObject(o, "schedule", w->l.pp > 1 ? dt_pp_kind_name(w->l.sched) : "none");
     cJSON_AddStringToObject(o, "recompute", rc[w->l.rc]);
-    const char *t[] = {"step_s", "compute_s", "bubble_s", "tp_s", "cp_s", "pp_s", "dp_s",
-                       "optimizer_s", "tokens_per_s", "memory_bytes"};
-    const double tv[] = {w->step, w->compute, w->bubble, w->tp_s, w->cp_s, w->pp_s, w->dp_s,
-                         w->opt_s, w->tokens_per_s, w->mem_total};
+    const char *t[] = {"step_s", "compute_s", "bubble_s", "cores_s", "tp_s", "cp_s", "pp_s",
+                       "dp_s", "optimizer_s", "tokens_per_s", "memory_bytes"};
+    const double tv[] = {w->step, w->compute, w->bubble, w->cores_s, w->tp_s, w->cp_s,
+                         w->pp_s, w->dp_s, w->opt_s, w->tokens_per_s, w->mem_total};
     for (size_t i = 0; i < sizeof tv / sizeof tv[0]; i++) cJSON_AddNumberToObject(o, t[i], tv[i]);
     const char *mk[] = {"params", "grads", "optim", "acts"};
     cJSON *mem = cJSON_AddObjectToObject(o, "memory_by_kind");

@@ -38,16 +38,16 @@ static const dt_plan_row *best_of(const dt_plan_result *r, char kind)
 static void why_faster(FILE *f, const dt_plan_row *rule, const dt_plan_row *best)
 {
     static const char *what[] = {"the products (at the slowest stage's pace)",
-                                 "the pipeline's bubble",
+                                 "the pipeline's bubble", "the wait for a shared core",
                                  "tensor parallelism's reduces", "context parallelism's exchange",
                                  "the stage boundaries' messages",
                                  "data parallelism's reductions and gathers", "the optimizer"};
-    const double a[] = {rule->compute, rule->bubble, rule->tp_s, rule->cp_s, rule->pp_s,
-                        rule->dp_s, rule->opt_s};
-    const double b[] = {best->compute, best->bubble, best->tp_s, best->cp_s, best->pp_s,
-                        best->dp_s, best->opt_s};
+    const double a[] = {rule->compute, rule->bubble, rule->cores_s, rule->tp_s, rule->cp_s,
+                        rule->pp_s, rule->dp_s, rule->opt_s};
+    const double b[] = {best->compute, best->bubble, best->cores_s, best->tp_s, best->cp_s,
+                        best->pp_s, best->dp_s, best->opt_s};
     int k = 0;
-    for (int i = 1; i < 7; i++)
+    for (int i = 1; i < 8; i++)
         if (a[i] - b[i] > a[k] - b[k]) k = i;
     fprintf(f, "  the rule asks what fits, not what is fastest: most of the difference is %s, "
             "%.1f ms a step against %.1f\n", what[k], a[k] * 1e3, b[k] * 1e3);

@@ -136,8 +136,9 @@ int dt_plan_time(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layout 
     /* More ranks than cores: the host's cores run every rank's work in
      * turn, and a rank idle in the bubble hands its core to another. */
     const double busy = l->M * (F + Bw) * l->V;
-    if (in->cores > 0 && in->per_node > in->cores && busy * in->per_node / in->cores > span)
-        span = busy * in->per_node / in->cores;
+    const int shared = in->cores > 0 && in->per_node > in->cores &&
+                       busy * in->per_node / in->cores > span;
+    if (shared) span = busy * in->per_node / in->cores;
     /* a stage boundary's message, paid filling and draining */
     const int stride = l->tp * l->cp * l->dp;
     const size_t msg = (size_t)l->B * (size_t)(in->T / l->cp) * (size_t)in->model.n_embd *
@@ -147,8 +148,10 @@ int dt_plan_time(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layout 
     row->tp_s = l->M * (k.tp_f + k.tp_b) * l->V;
     row->cp_s = l->M * (k.cp_f + k.cp_b) * l->V;
     row->compute = l->M * (k.fwd + k.bwd) * l->V;
-    row->bubble = span - row->compute - row->tp_s - row->cp_s;
-    if (row->bubble < 0) row->bubble = 0;
+    double idle = span - row->compute - row->tp_s - row->cp_s;
+    if (idle < 0) idle = 0;
+    row->bubble = shared ? 0 : idle;
+    row->cores_s = shared ? idle : 0;
     row->dp_s = data_parallel(in, c, l, row->psi, k.bwd * l->V, span);
     const size_t updated = l->zero > 0 ? row->psi / (size_t)(l->cp * l->dp) : row->psi;
     row->opt_s = OPT_BYTES_PER_PARAM * (double)updated / in->opt_Bps;

@@ -321,7 +321,13 @@ static int start_op(dt_sim_engine *e, int si, const dt_sim_op *op)
         s->label = op->label;
         s->t_begin = e->now;
         account(e, rank, 1, 0, 0);
-        push(e, e->now + op->amount, EV_WAKE, si, 0);
+        if (!e->net.cpu_base) {
+            push(e, e->now + op->amount, EV_WAKE, si, 0);
+        } else if (op->amount <= 0) {
+            push(e, e->now, EV_WAKE, si, 0);
+        } else if (dt_sim_net_add_work(&e->net, rank, op->amount, e->now, si) < 0) {
+            e->oom = 1;
+        }
         return 0;
     case DT_SIM_COLL:
         coll_begin(e, si, rank, op->arg);
@@ -395,9 +401,10 @@ static void handle(dt_sim_engine *e, const dt_sim_event *ev)
     case EV_END:
         if (!dt_sim_net_current(&e->net, ev->id, dt_sim_event_version(ev)))
             break; /* its rate changed since */
-        int x = e->net.flow[ev->id].owner;
+        int x = e->net.flow[ev->id].owner, work = e->net.flow[ev->id].work;
         dt_sim_net_remove(&e->net, ev->id);
-        xfer_done(e, x);
+        if (work) wake(e, x); /* a stream's shared compute ran out */
+        else xfer_done(e, x);
         break;
     default: /* EV_REDUCED */
         post_done(e, ev->id);
@@ -529,6 +536,11 @@ int dt_sim_engine_add_group_coll(dt_sim_engine *e, const dt_sim_group_coll *c)
 void dt_sim_engine_program(dt_sim_engine *e, int rank, int k, const dt_sim_prog *p)
 {
     e->st[rank * e->S + k].prog = p;
+}
+
+int dt_sim_engine_share_cpu(dt_sim_engine *e, double ranks_worth)
+{
+    return dt_sim_net_share_cpu(&e->net, ranks_worth);
 }
 
 void dt_sim_engine_on_span(dt_sim_engine *e, dt_sim_span_fn fn, void *ctx)

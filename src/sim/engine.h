@@ -147,6 +147,12 @@ int dt_sim_engine_add_coll(dt_sim_engine *e, const dt_sim_sched *s);
 int dt_sim_engine_add_group_coll(dt_sim_engine *e, const dt_sim_group_coll *c);
 void dt_sim_engine_program(dt_sim_engine *e, int rank, int stream, const dt_sim_prog *p);
 void dt_sim_engine_on_span(dt_sim_engine *e, dt_sim_span_fn fn, void *ctx);
+/* Compute as processor sharing (sim/net.h): a host has `ranks_worth`
+ * ranks' full rates of cores, shared among its ranks computing at each
+ * instant; an op's amount is its seconds at the rank's full rate. Without
+ * it each rank computes on cores of its own. Before run; 0, or -1 out of
+ * memory. */
+int dt_sim_engine_share_cpu(dt_sim_engine *e, double ranks_worth);
 /* Runs every program to its end. 0, or -1 with a message: out of memory,
  * or a deadlock (naming a rank that is stuck and on what). */
 int dt_sim_engine_run(dt_sim_engine *e, char *err, size_t len);

@@ -251,6 +251,8 @@ static int run_engine(lay *L, dt_sim_span_fn span, void *ctx, dt_sim_layout *out
     dt_sim_engine *e = dt_sim_engine_new(L->w, L->o->nics, 2, events, err, len);
     if (!e) return -1;
     int rc = 0;
+    if (L->o->cpu_share > 0 && dt_sim_engine_share_cpu(e, L->o->cpu_share))
+        rc = -1, snprintf(err, len, "out of memory for the hosts' cores");
     for (int i = 0; rc == 0 && i < L->ncoll; i++)
         if (dt_sim_engine_add_group_coll(e, &L->coll[i].c) != i)
             rc = -1, snprintf(err, len, "out of memory for the collectives");

@@ -66,6 +66,9 @@ typedef struct {
     int cpu_comm;             /* the collectives run on the rank's own cores (a CPU host with
                                * no core to spare: shared memory moves bytes with the CPU),
                                * so they take turns with its compute instead of overlapping */
+    double cpu_share;         /* > 0: a host's cores are worth this many ranks' full rates
+                               * (flops_per_s), shared among the ranks computing at each
+                               * instant (an oversubscribed CPU host); 0: cores of their own */
 } dt_sim_layout_opts;
 
 typedef struct {

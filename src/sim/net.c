@@ -96,16 +96,47 @@ static int new_flow(dt_sim_net *n)
     return n->nflow++;
 }
 
-int dt_sim_net_add(dt_sim_net *n, int src, int dst, double bytes, double now, int owner)
+static int flow_over(dt_sim_net *n, int a, int b, double amount, double now, int owner, int work)
 {
     int f = new_flow(n);
     if (f < 0) return -1;
     dt_sim_flow *fl = &n->flow[f];
-    fl->remaining = bytes;
+    fl->remaining = amount;
     fl->rate = 0;
     fl->last = now;
     fl->stamp = n->stamp;
     fl->owner = owner;
+    fl->work = work;
+    if (join(n, f, 0, a) || join(n, f, 1, b)) return -1;
+    n->started += !work;
+    return f;
+}
+
+int dt_sim_net_share_cpu(dt_sim_net *n, double ranks_worth)
+{
+    const dt_sim_world *w = n->w;
+    int base = n->nlinks, total = base + w->ranks + w->hosts;
+    dt_sim_link *link = realloc(n->link, (size_t)total * sizeof *link);
+    if (!link) return -1;
+    n->link = link;
+    int *dirty = realloc(n->dirty, (size_t)total * sizeof *dirty);
+    if (!dirty) return -1;
+    n->dirty = dirty;
+    memset(link + base, 0, (size_t)(total - base) * sizeof *link);
+    for (int i = base; i < total; i++) link[i].cap = i < base + w->ranks ? 1.0 : ranks_worth;
+    n->nlinks = total;
+    n->cpu_base = base;
+    return 0;
+}
+
+int dt_sim_net_add_work(dt_sim_net *n, int rank, double seconds, double now, int owner)
+{
+    int host = n->cpu_base + n->w->ranks + n->w->comm.host_of[rank];
+    return flow_over(n, n->cpu_base + rank, host, seconds, now, owner, 1);
+}
+
+int dt_sim_net_add(dt_sim_net *n, int src, int dst, double bytes, double now, int owner)
+{
     int a, b;
     if (dt_sim_world_link(n->w, src, dst) == DT_LINK_SHM) {
         a = port_out(src), b = port_out(dst) + 1;
@@ -113,9 +144,7 @@ int dt_sim_net_add(dt_sim_net *n, int src, int dst, double bytes, double now, in
         int base = 2 * n->w->ranks;
         a = base + 2 * nic_of(n, src), b = base + 2 * nic_of(n, dst) + 1;
     }
-    if (join(n, f, 0, a) || join(n, f, 1, b)) return -1;
-    n->started++;
-    return f;
+    return flow_over(n, a, b, bytes, now, owner, 0);
 }
 
 void dt_sim_net_remove(dt_sim_net *n, int f)

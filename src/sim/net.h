@@ -25,6 +25,14 @@
  * of collectives: rings, butterflies, hosts' ranks all crossing their
  * NIC), and errs on the slow side otherwise.
  *
+ * Processor sharing (dt_sim_net_share_cpu): compute is a flow too, of
+ * seconds of one rank's work at its own full rate, crossing the rank's
+ * cores (capacity 1: it never runs faster than alone) and its host's
+ * (capacity: how many ranks' worth of cores the host has). A host whose
+ * ranks outnumber its cores so shares them among the ranks computing at
+ * the instant: a rank idle in a pipeline's bubble or waiting on a message
+ * hands its share to the others, as the operating system's scheduler does.
+ *
  * Changes at one instant are batched: adding and removing flows only marks
  * their links, and dt_sim_net_settle (called before time moves on)
  * recomputes each affected flow once and reports its new end time through
@@ -51,7 +59,8 @@ typedef struct {
     double remaining, rate, last; /* bytes left as of time `last`, at rate bytes/s */
     int link[DT_SIM_PATH], pos[DT_SIM_PATH]; /* links crossed; index in each one's flows */
     uint32_t version, stamp;
-    int owner; /* the engine's transfer; -1 when the slot is free */
+    int owner; /* the engine's transfer, or its stream for work; -1 when the slot is free */
+    int work;  /* compute (dt_sim_net_add_work), not a transfer */
     int next_free;
 } dt_sim_flow;
 
@@ -63,6 +72,7 @@ typedef struct {
     int nics; /* per host */
     dt_sim_link *link;
     int nlinks;
+    int cpu_base; /* the CPU links' first index (ranks', then hosts'); 0: no sharing */
     dt_sim_flow *flow;
     int nflow, flow_alloc, free_flow;
     int *dirty, ndirty;
@@ -80,6 +90,13 @@ void dt_sim_net_free(dt_sim_net *n);
 /* A flow of bytes > 0 from rank src to rank dst, from time now: its id, or
  * -1 out of memory. Its end is reported at the next settle. */
 int dt_sim_net_add(dt_sim_net *n, int src, int dst, double bytes, double now, int owner);
+/* From here on compute is shared work: each host has `ranks_worth` ranks'
+ * full rates of cores (its cores over a rank's threads). Before any flow;
+ * 0, or -1 out of memory. */
+int dt_sim_net_share_cpu(dt_sim_net *n, double ranks_worth);
+/* Work of `seconds` at rank's full rate, from now, for the engine's stream
+ * `owner`: its id, or -1 out of memory. */
+int dt_sim_net_add_work(dt_sim_net *n, int rank, double seconds, double now, int owner);
 /* The flow has ended (its end event came up): it leaves its links. */
 void dt_sim_net_remove(dt_sim_net *n, int flow);
 /* Brings every flow whose links changed up to date at `now`. */

@@ -7,6 +7,8 @@
 #include <sys/resource.h>
 
 #include "core/alloc.h"
+#include "core/str.h"
+#include "core/window.h"
 #include "train/peak.h"
 
 double dt_peak_flops(int threads, int bf16)
@@ -131,13 +133,21 @@ size_t dt_peak_rss(void)
     return (size_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
 }
 
-_Static_assert(DT_MEM_SNAPSHOT == DT_MEM_KIND_COUNT + 1, "one slot per kind, then RSS");
+_Static_assert(DT_MEM_SNAPSHOT == DT_MEM_KIND_COUNT + 2, "one slot per kind, RSS, pooled");
 
 void dt_memory_snapshot(unsigned long long snap[DT_MEM_SNAPSHOT], int peak)
 {
     for (int k = 0; k < DT_MEM_KIND_COUNT; k++)
         snap[k] = peak ? dt_mem_peak((dt_mem_kind)k) : dt_mem_current((dt_mem_kind)k);
-    snap[DT_MEM_KIND_COUNT] = dt_peak_rss();
+    snap[DT_MEM_SNAP_RSS] = dt_peak_rss();
+    snap[DT_MEM_SNAP_POOLED] = dt_window_pools_bytes();
+}
+
+void dt_memory_pooled_note(char *buf, size_t n, const unsigned long long snap[DT_MEM_SNAPSHOT])
+{
+    buf[0] = 0;
+    if (snap[DT_MEM_SNAP_POOLED])
+        dt_strf(buf, n, ", pooled windows %.1f", (double)snap[DT_MEM_SNAP_POOLED] / 1048576.0);
 }
 
 void dt_print_memory_snapshot(FILE *f, const char *title,
@@ -150,8 +160,10 @@ void dt_print_memory_snapshot(FILE *f, const char *title,
         total += mib;
         if (mib > 0) fprintf(f, " %s %.1f MiB |", dt_mem_kind_name((dt_mem_kind)k), mib);
     }
-    fprintf(f, " total %.1f MiB | peak RSS %.1f MiB\n", total,
-            (double)snap[DT_MEM_KIND_COUNT] / 1048576.0);
+    char pooled[64];
+    dt_memory_pooled_note(pooled, sizeof pooled, snap);
+    fprintf(f, " total %.1f MiB | peak RSS %.1f MiB%s\n", total,
+            (double)snap[DT_MEM_SNAP_RSS] / 1048576.0, pooled);
 }
 
 void dt_print_memory(FILE *f, const char *title)

@@ -53,8 +53,13 @@ int dt_log_json_eval(FILE *f, long step, double val_loss);
 void dt_print_memory(FILE *f, const char *title);
 /* The same as numbers, so ranks can send theirs to the one that prints:
  * bytes held per dt_mem_kind (now, or the most ever held), then the peak
- * resident set. */
-#define DT_MEM_SNAPSHOT 7
+ * resident set, then the bytes of the window pools (core/window.h): pages
+ * kept between uses, outside the resident set while idle. */
+#define DT_MEM_SNAPSHOT 8
+#define DT_MEM_SNAP_RSS DT_MEM_KIND_COUNT
+#define DT_MEM_SNAP_POOLED (DT_MEM_KIND_COUNT + 1)
+/* ", pooled windows 12.0 MiB" where a window pool holds pages, else "". */
+void dt_memory_pooled_note(char *buf, size_t n, const unsigned long long snap[DT_MEM_SNAPSHOT]);
 void dt_memory_snapshot(unsigned long long snap[DT_MEM_SNAPSHOT], int peak);
 void dt_print_memory_snapshot(FILE *f, const char *title,
                               const unsigned long long snap[DT_MEM_SNAPSHOT]);

@@ -45,12 +45,31 @@ static void on_interrupt(int sig) { stop_signal = sig; }
 /* The gradient norm is checked before the update (dt_strategy_step); the
  * weights after it, wherever it ran (a server's too: they come back), so
  * an update that overflowed never reaches a checkpoint. */
+/* Whether the parameters this rank holds are finite after the update: the
+ * model's (whole, or the ranges the layers left it), or where the model
+ * keeps none between uses (ZeRO-3), the rank's pieces; pieces in the
+ * optimizer's store are not read back for it. A window's dropped pages are
+ * not read: they would only fault in zeros. */
+static int updated_finite(const dt_run *t, char *why, size_t n)
+{
+    const dt_strategy *S = &t->S;
+    const dt_gpt *m = &t->model;
+    const dt_flat_ranges *r = S->shard_params || S->params_in_store ? S->shard : S->held;
+    if (!r) return dt_weights_check_finite(m, m->params, "", why, n);
+    for (int i = 0; i < r->n; i++) {
+        const float *x = dt_strategy_params_at(S, &r->r[i]);
+        if (x && dt_weights_check_finite_range(m, x, r->r[i].lo, r->r[i].hi, "", why, n))
+            return -1;
+    }
+    return 0;
+}
+
 static int train_step(dt_run *t, double *loss, double *norm)
 {
     double lr = dt_config_lr_at(t->cfg, t->step);
     if (dt_strategy_step(&t->S, t->step, t->seq_counter, lr, loss, norm)) return -1;
     char why[256];
-    if (dt_weights_check_finite(&t->model, t->model.params, "", why, sizeof why))
+    if (updated_finite(t, why, sizeof why))
         return dt_strf(ERR(t),
                        "step %ld: the update made the weights non-finite: %s; stopping (the last "
                        "checkpoint is untouched)",

@@ -124,17 +124,35 @@ static void describe(const dt_param_tensor *p, const char *prefix, float v, size
     dt_strf(err, errlen, "tensor %s%s holds %s at element %zu", prefix, p->name, value, k);
 }
 
+int dt_weights_check_finite_range(const dt_gpt *m, const float *x, size_t lo, size_t hi,
+                                  const char *prefix, char *err, size_t errlen)
+{
+    if (all_finite(x, hi - lo)) return 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dt_param_tensor *p = &m->tensors[i];
+        size_t a = p->offset > lo ? p->offset : lo, end = p->offset + p->numel;
+        size_t b = end < hi ? end : hi;
+        for (size_t k = a; k < b; k++)
+            if (!isfinite(x[k - lo])) {
+                describe(p, prefix, x[k - lo], k - p->offset, err, errlen);
+                return -1;
+            }
+    }
+    /* Padding between tensors (ZeRO's segments): no tensor to name. */
+    size_t k = 0;
+    while (isfinite(x[k])) k++;
+    dt_strf(err, errlen, "float %zu of the flat layout (padding) holds %g", lo + k, (double)x[k]);
+    return -1;
+}
+
 int dt_weights_check_finite(const dt_gpt *m, const float *flat, const char *prefix, char *err,
                             size_t errlen)
 {
     for (int i = 0; i < m->n_tensors; i++) {
         const dt_param_tensor *p = &m->tensors[i];
-        const float *x = flat + p->offset;
-        if (all_finite(x, p->numel)) continue;
-        size_t k = 0;
-        while (isfinite(x[k])) k++;
-        describe(p, prefix, x[k], k, err, errlen);
-        return -1;
+        if (dt_weights_check_finite_range(m, flat + p->offset, p->offset, p->offset + p->numel,
+                                          prefix, err, errlen))
+            return -1;
     }
     return 0;
 }

@@ -57,5 +57,9 @@ int dt_weights_find(const dt_gpt *m, const float *flat, int (*bad)(float), int *
  * weights go anywhere. */
 int dt_weights_check_finite(const dt_gpt *m, const float *flat, const char *prefix, char *err,
                             size_t errlen);
+/* The same over floats [lo, hi) of the flat layout only, held in x (x[0]
+ * is float lo): a rank that keeps part of the parameters checks that. */
+int dt_weights_check_finite_range(const dt_gpt *m, const float *x, size_t lo, size_t hi,
+                                  const char *prefix, char *err, size_t errlen);
 
 #endif

@@ -12,7 +12,12 @@
  *  - a dependency between streams (SIGNAL / WAIT), and a SEND / RECV
  *    pair on a channel, add up as written;
  *  - two ranks each waiting to receive from the other: a deadlock,
- *    reported naming a rank, not a hang.
+ *    reported naming a rank, not a hang;
+ *  - processor sharing: 3 ranks on a host with 2 ranks' worth of cores,
+ *    computing 1 ms each, end together at 1.5 ms; a rank that starts late
+ *    (its peer's message in between, a pipeline's bubble) leaves the
+ *    others a core each until it joins; a lone rank never goes faster
+ *    than its own full rate.
  */
 #include <math.h>
 #include <stdio.h>
@@ -163,6 +168,49 @@ static void deadlock(void)
     sim_close(&s);
 }
 
+/* Host of 3 ranks, cores worth 2. Rank 0 and 1 compute c; rank 2 first
+ * waits for a message of rank 0's (sent before its compute), then
+ * computes c. Until rank 2 joins (alpha + beta b), ranks 0 and 1 run at
+ * full rate; then three share 2 cores. */
+static void processor_sharing(void)
+{
+    const double c = 1e-3, b = 1e6;
+    sim s;
+    CHECK(sim_open(&s, 3, 3, 1) == 0 && dt_sim_engine_share_cpu(s.e, 2.0) == 0, "open: %s",
+          s.err);
+    for (int r = 0; r < 3; r++) dt_sim_prog_add(&s.prog[r][0], dt_sim_compute(c, "work"));
+    double t = sim_run(&s);
+    CHECK(close_to(t, 1.5 * c), "three ranks on two cores' worth: %.9g s, want %.9g", t,
+          1.5 * c);
+    CHECK(close_to(dt_sim_engine_stats(s.e, 0)->compute, 1.5 * c),
+          "rank 0 computes (slowed) for %.9g s, want %.9g", dt_sim_engine_stats(s.e, 0)->compute,
+          1.5 * c);
+    sim_close(&s);
+
+    CHECK(sim_open(&s, 3, 3, 1) == 0 && dt_sim_engine_share_cpu(s.e, 2.0) == 0, "open: %s",
+          s.err);
+    message(&s, 0, 2, b);
+    dt_sim_prog_add(&s.prog[2][1], dt_sim_signal(0));
+    dt_sim_prog_add(&s.prog[2][0], dt_sim_wait(0));
+    for (int r = 0; r < 3; r++) dt_sim_prog_add(&s.prog[r][0], dt_sim_compute(c, "work"));
+    double j = A_SHM + B_SHM * b; /* rank 2 joins */
+    /* Ranks 0 and 1 have c - j left at j, at 2/3 rate; rank 2 then has
+     * c - (c - j) = j left at full rate, after they end. */
+    double t01 = j + 1.5 * (c - j), t2 = t01 + (c - (c - j) * 1.0);
+    t = sim_run(&s);
+    CHECK(close_to(dt_sim_engine_stats(s.e, 0)->finish, t01),
+          "the early ranks end at %.9g s, want %.9g", dt_sim_engine_stats(s.e, 0)->finish, t01);
+    CHECK(close_to(t, t2), "the late rank ends at %.9g s, want %.9g", t, t2);
+    sim_close(&s);
+
+    CHECK(sim_open(&s, 1, 1, 1) == 0 && dt_sim_engine_share_cpu(s.e, 4.0) == 0, "open: %s",
+          s.err);
+    dt_sim_prog_add(&s.prog[0][0], dt_sim_compute(c, "work"));
+    t = sim_run(&s);
+    CHECK(close_to(t, c), "alone with cores to spare: %.9g s, want %.9g", t, c);
+    sim_close(&s);
+}
+
 int main(void)
 {
     one_message();
@@ -170,5 +218,6 @@ int main(void)
     joined_half_way();
     dependencies();
     deadlock();
+    processor_sharing();
     return finish("test_sim_net");
 }

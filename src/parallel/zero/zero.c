@@ -34,12 +34,13 @@ static int zero_relayout(void *self, dt_rank *r, dt_gpt *layout)
 }
 
 /* A buffer of the model as a window, unless a layer above made it one
- * already (a pipeline stage's): then it stays that layer's. */
+ * already (a pipeline stage's): then it stays that layer's. Its parts come
+ * and go every step, so their pages are pooled (core/window.h). */
 static int window(void **buf, size_t bytes, int *mine)
 {
     if (*buf) return 0;
     *mine = 1;
-    return (*buf = dt_window_reserve(bytes)) ? 0 : -1;
+    return (*buf = dt_window_reserve_pooled(bytes)) ? 0 : -1;
 }
 
 /* This rank's pieces (of the segments the layers above left it), and of
