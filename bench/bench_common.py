@@ -48,6 +48,17 @@ def parse_args(flags=()):
     return ap.parse_args()
 
 
+def calibrate_links(dtrain, tmp):
+    """This machine's link model, measured by `dtrain bench comm --calibrate`
+    at 2 ranks: the file's path, for --link-model."""
+    path = os.path.join(tmp, "links.json")
+    r = subprocess.run([dtrain, "bench", "comm", "--calibrate", path, "--nproc", "2"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("dtrain bench comm --calibrate failed:\n%s" % (r.stdout + r.stderr)[-3000:])
+    return path
+
+
 def busy_share(seconds=0.5):
     """The share of the CPUs in use over `seconds` (/proc/stat)."""
     def sample():

@@ -3,15 +3,16 @@ dozen layouts at 2 to 8 ranks, the plan's memory per rank (the rank that
 holds the most: model state and activations) and step time, beside what
 `dtrain train` of that layout accounted and measured, with the ratio.
 
-  python3 bench/bench_plan.py [--steps N] [--skip K] [--dtrain PATH]
+  python3 bench/bench_plan.py [--steps N] [--skip K] [--dtrain PATH] [--builtin-links]
 
 The model is a small GPT (4 layers, 4 heads, width 256, sequences of 128,
 vocabulary 256), fp32, one thread per rank, a global batch of 16
-sequences; the plan runs with this machine's link model (`builtin`) and
-the compute rate it measures here (a layer forward and backward on one
-core; with more ranks than cores, their share). Runs at 4 and 8 ranks on a
-machine with fewer cores are oversubscribed: the ranks take turns on the
-cores, which the plan models as a shared rate; the table marks them.
+sequences; the plan runs with this machine's link model, calibrated first
+by `dtrain bench comm --calibrate` (--builtin-links: the built-in one
+instead), and the compute rate it measures here (a layer forward and
+backward on one core). Runs at 4 and 8 ranks on a machine with fewer
+cores are oversubscribed: the ranks share the cores, which the plan
+models as the host's work over its cores; the table marks them.
 
 The issue's targets: memory within 10% of the measured peak and step time
 within 25% of the measured, for at least 10 layouts (13 here); the best predicted
@@ -52,10 +53,11 @@ LAYOUTS = [
 ]
 
 
-def plan_args(ranks, sizes, zero, micro, sched):
+def plan_args(links, ranks, sizes, zero, micro, sched):
     tp, cp, pp = sizes
     a = ["plan"] + MODEL + ["--global-batch", str(BATCH), "--nodes", "1", "--ranks-per-node",
-                            str(ranks), "--mem-per-rank", "64", "--fp32", "--tp", str(tp),
+                            str(ranks), "--mem-per-rank", "64", "--fp32", "--link-model", links,
+                            "--tp", str(tp),
                             "--cp", str(cp), "--pp", str(pp), "--zero-stage", str(zero),
                             "--micro-batch", str(micro), "--recompute", "none", "--json",
                             "--top", "1"]
@@ -63,7 +65,7 @@ def plan_args(ranks, sizes, zero, micro, sched):
 
 
 def predicted(a, ranks, sizes, zero, micro, sched):
-    r = subprocess.run([a.dtrain] + plan_args(ranks, sizes, zero, micro, sched),
+    r = subprocess.run([a.dtrain] + plan_args(a.links, ranks, sizes, zero, micro, sched),
                        capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit("dtrain plan failed:\n%s" % (r.stdout + r.stderr)[-2000:])
@@ -112,7 +114,8 @@ def plan_order(a, ranks):
     way), as (tp, cp, pp, zero, micro, schedule) keys."""
     r = subprocess.run([a.dtrain, "plan"] + MODEL + [
         "--global-batch", str(BATCH), "--nodes", "1", "--ranks-per-node", str(ranks),
-        "--mem-per-rank", "64", "--fp32", "--recompute", "none", "--json", "--top", "1000"],
+        "--mem-per-rank", "64", "--fp32", "--link-model", a.links, "--recompute", "none",
+        "--json", "--top", "1000"],
         capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit("dtrain plan failed:\n%s" % (r.stdout + r.stderr)[-2000:])
@@ -127,10 +130,13 @@ def predicted_best(a, ranks, group):
 
 
 def main():
-    a = bc.parse_args()
+    a = bc.parse_args((("--builtin-links", "the built-in link model, not one calibrated here"),))
     cores = os.cpu_count() or 1
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_plan_") as tmp:
+        a.links = "builtin" if a.builtin_links else bc.calibrate_links(a.dtrain, tmp)
+        print("link model: %s" % ("built-in" if a.builtin_links else
+                                  "calibrated here (dtrain bench comm --calibrate)"), flush=True)
         data = os.path.join(tmp, "data.txt")
         bc.write_corpus(data, 400000)
         for name, ranks, sizes, zero, micro, sched in LAYOUTS:
@@ -145,16 +151,16 @@ def main():
                       name, ranks, " (oversubscribed)" if ranks > cores else "",
                       rows[-1][2], ms, rows[-1][2] / ms, rows[-1][4], mib, rows[-1][4] / mib,
                       100 * busy), flush=True)
-    t_ok = sum(abs(r[2] / r[3] - 1) <= 0.25 for r in rows)
-    m_ok = sum(abs(r[4] / r[5] - 1) <= 0.10 for r in rows)
-    print("\nstep time within 25%%: %d of %d layouts; memory within 10%%: %d of %d" %
-          (t_ok, len(rows), m_ok, len(rows)))
-    for k in sorted({r[1] for r in rows}):
-        group = [r for r in rows if r[1] == k]
-        bp = predicted_best(a, k, group)
-        bm = min(group, key=lambda r: r[3])
-        print("at %d ranks: predicted best %s (measured %.0f ms), measured best %s (%.0f ms): "
-              "x%.2f" % (k, bp[0], bp[3], bm[0], bm[3], bp[3] / bm[3]))
+        t_ok = sum(abs(r[2] / r[3] - 1) <= 0.25 for r in rows)
+        m_ok = sum(abs(r[4] / r[5] - 1) <= 0.10 for r in rows)
+        print("\nstep time within 25%%: %d of %d layouts; memory within 10%%: %d of %d" %
+              (t_ok, len(rows), m_ok, len(rows)))
+        for k in sorted({r[1] for r in rows}):
+            group = [r for r in rows if r[1] == k]
+            bp = predicted_best(a, k, group)
+            bm = min(group, key=lambda r: r[3])
+            print("at %d ranks: predicted best %s (measured %.0f ms), measured best %s (%.0f ms): "
+                  "x%.2f" % (k, bp[0], bp[3], bm[0], bm[3], bp[3] / bm[3]))
 
 
 if __name__ == "__main__":

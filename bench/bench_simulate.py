@@ -85,12 +85,6 @@ def simulated(a, links, n, flags):
     return step, rate, [float(x) for x in split.groups()]
 
 
-def calibrate(a, tmp):
-    path = os.path.join(tmp, "links.json")
-    run([a.dtrain, "bench", "comm", "--calibrate", path, "--nproc", "2"])
-    return path
-
-
 def scale(a):
     """All-reduce times in the simulator alone, 16 to 4096 ranks."""
     def us(algo, size, p):
@@ -113,7 +107,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "data.txt")
         bc.write_corpus(data, 128 * 4 * 8 * (a.steps + 2))
-        links = calibrate(a, tmp) if a.calibrate else "builtin"
+        links = bc.calibrate_links(a.dtrain, tmp) if a.calibrate else "builtin"
         print("GPT L4 H4 C256 T128 V256, 4 x 128 tokens a rank a step, %d steps (mean of the "
               "last %d), one thread a rank, %d cores; links %s" % (
                   a.steps, a.steps - a.skip, cores,
