@@ -42,9 +42,6 @@ static void on_interrupt(int sig) { stop_signal = sig; }
 
 /* ---- one optimizer step --------------------------------------------------- */
 
-/* The gradient norm is checked before the update (dt_strategy_step); the
- * weights after it, wherever it ran (a server's too: they come back), so
- * an update that overflowed never reaches a checkpoint. */
 /* Whether the parameters this rank holds are finite after the update: the
  * model's (whole, or the ranges the layers left it), or where the model
  * keeps none between uses (ZeRO-3), the rank's pieces; pieces in the
@@ -64,6 +61,9 @@ static int updated_finite(const dt_run *t, char *why, size_t n)
     return 0;
 }
 
+/* The gradient norm is checked before the update (dt_strategy_step); the
+ * weights after it, wherever it ran (a server's too: they come back), so
+ * an update that overflowed never reaches a checkpoint. */
 static int train_step(dt_run *t, double *loss, double *norm)
 {
     double lr = dt_config_lr_at(t->cfg, t->step);

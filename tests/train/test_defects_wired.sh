@@ -2,7 +2,8 @@
 # What the trainer must do with the checks of checkpoint, weights and
 # metrics: one run per --out (dt_ckpt_lock), a failed --log-json write
 # stops the run (dt_log_json_step's errno), and an update that makes the
-# weights non-finite stops the run at that step (dt_weights_check_finite).
+# weights non-finite stops the run at that step (dt_weights_check_finite),
+# under ZeRO-3 too (each rank's pieces).
 #   test_defects_wired.sh DTRAIN
 set -uo pipefail
 dtrain=$1
@@ -50,6 +51,13 @@ expect_error "--log-json on a full disk" \
 expect_error "non-finite weights after the update" \
   "step 1: the update made the weights non-finite: tensor [a-z0-9_.]+ holds (nan|-?inf)" \
   "$dtrain" train "${common[@]}" --steps 3 --lr 1e300
+
+# 4. The same under ZeRO-3 at 2 ranks: the model keeps no parameters
+#    between uses, so each rank checks its own pieces (trainer.c
+#    updated_finite), naming the tensor and its element in the whole model.
+expect_error "non-finite pieces after a ZeRO-3 update" \
+  "step 1: the update made the weights non-finite: tensor [a-z0-9_.]+ holds (nan|-?inf) at element [0-9]+" \
+  "$dtrain" train "${common[@]}" --steps 3 --lr 1e300 --nproc 2 --zero-stage 3 --threads 1
 
 [ $fails -eq 0 ] || { echo "$fails case(s) failed"; exit 1; }
 echo "ok: the trainer locks --out, stops on a failed --log-json write and on non-finite weights"
