@@ -104,16 +104,19 @@ static int anonymous(char *at, size_t n)
 }
 
 /* Gives back the slots mapped inside [a, b); a slot that only overlaps
- * is retired, its pages aliased nowhere again. */
+ * is retired, its pages aliased nowhere again. Should the fresh mapping be
+ * refused (the kernel's map count), the range keeps its slots' pages,
+ * zeroed, and they are retired too: never handed to another part. */
 static void pool_drop(pool *p, char *a, char *b)
 {
+    int remapped = anonymous(a, (size_t)(b - a)) == 0;
+    if (!remapped) memset(a, 0, (size_t)(b - a));
     for (int i = 0; i < p->n; i++) {
         slot *s = &p->s[i];
         if (!s->at || s->at >= b || s->at + s->used <= a) continue;
-        if (s->at < a || s->at + s->used > b) s->retired = 1;
+        if (!remapped || s->at < a || s->at + s->used > b) s->retired = 1;
         s->at = NULL;
     }
-    anonymous(a, (size_t)(b - a));
 }
 
 /* The smallest free slot of at least n bytes and at most a quarter more
