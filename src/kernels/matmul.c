@@ -89,8 +89,9 @@ uint16_t *dt_matmul_bf16_buffer(size_t elems)
 {
     dt_mm_workspace *ws = workspace();
     size_t bytes = elems * sizeof(uint16_t);
-    return ws && !dt_mm_reserve((void **)&ws->shared16, &ws->shared16_bytes, bytes, DT_MEM_ACTS) ? ws->shared16
-                                                                                     : NULL;
+    if (!ws || dt_mm_reserve((void **)&ws->shared16, &ws->shared16_bytes, bytes, DT_MEM_ACTS))
+        return NULL;
+    return ws->shared16;
 }
 
 int dt_matmul_bf16_native(void) { return dt_mm_bf16_native(); }
@@ -99,7 +100,8 @@ int dt_matmul_bf16_native(void) { return dt_mm_bf16_native(); }
 static int round_operand(uint16_t **buf, size_t *have, const float *src, int rows, int cols,
                          int ld)
 {
-    if (dt_mm_reserve((void **)buf, have, (size_t)rows * cols * sizeof(uint16_t), DT_MEM_ACTS)) return -1;
+    size_t bytes = (size_t)rows * cols * sizeof(uint16_t);
+    if (dt_mm_reserve((void **)buf, have, bytes, DT_MEM_ACTS)) return -1;
     dt_matmul_round_bf16(*buf, src, rows, cols, ld);
     return cols;
 }
@@ -111,7 +113,8 @@ static int round_operand(uint16_t **buf, size_t *have, const float *src, int row
 static int emulate_operand(float **buf, size_t *have, const float *src, const uint16_t *src16,
                            int rows, int cols, int ld)
 {
-    if (dt_mm_reserve((void **)buf, have, (size_t)rows * cols * sizeof(float), DT_MEM_ACTS)) return -1;
+    size_t bytes = (size_t)rows * cols * sizeof(float);
+    if (dt_mm_reserve((void **)buf, have, bytes, DT_MEM_ACTS)) return -1;
     int nt = (size_t)rows * cols >= ROUND_PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;
     float *dst = *buf;
 #pragma omp parallel for schedule(static) num_threads(nt)

@@ -273,8 +273,8 @@ static int gather(zero *z, int s, int exact)
         dt_mem_account(DT_MEM_PARAMS, -(long long)(seg_len(z, s) * dt_zero_esz(z)));
     }
     dt_zero_note(z, "gather", s);
-    size_t esz = dt_zero_esz(z);
-    dt_window_bring(dt_zero_working(z), seg_lo(z, s) * esz, (seg_lo(z, s) + seg_len(z, s)) * esz, 0);
+    size_t esz = dt_zero_esz(z), lo = seg_lo(z, s) * esz;
+    dt_window_bring(dt_zero_working(z), lo, lo + seg_len(z, s) * esz, 0);
     if (z->backward && g->sec_valid && !exact) return gather_secondary(z, s);
     if (settle(z, s) || piece_ready(z, s)) return -1;
     int rc = int8 ? gather_int8(z, s)
