@@ -22,6 +22,7 @@ static size_t rounded(size_t bytes)
 }
 
 static size_t page_down(size_t x) { return x / DT_PAGE_BYTES * DT_PAGE_BYTES; }
+static size_t page_up(size_t x) { return page_down(x + DT_PAGE_BYTES - 1); }
 
 void *dt_window_reserve(size_t bytes)
 {
@@ -165,7 +166,7 @@ static void pool_bring(pool *p, char *a, char *b, int zero)
 
 void dt_window_bring(void *w, size_t lo, size_t hi, int zero)
 {
-    size_t a = lo % DT_PAGE_BYTES ? rounded(lo) : lo, b = page_down(hi);
+    size_t a = page_up(lo), b = page_down(hi);
     if (b <= a) return;
     pthread_mutex_lock(&pools_lock);
     pool *p = pool_of(w);
@@ -209,7 +210,7 @@ void dt_window_free(void *w, size_t bytes)
 
 void dt_window_drop(void *w, size_t lo, size_t hi)
 {
-    size_t a = lo % DT_PAGE_BYTES ? rounded(lo) : lo, b = page_down(hi);
+    size_t a = page_up(lo), b = page_down(hi);
     if (b <= a) return;
     pthread_mutex_lock(&pools_lock);
     pool *p = pool_of(w);

@@ -143,11 +143,13 @@ void dt_memory_snapshot(unsigned long long snap[DT_MEM_SNAPSHOT], int peak)
     snap[DT_MEM_SNAP_POOLED] = dt_window_pools_bytes();
 }
 
-void dt_memory_pooled_note(char *buf, size_t n, const unsigned long long snap[DT_MEM_SNAPSHOT])
+void dt_memory_pooled_note(char *buf, size_t n, const unsigned long long snap[DT_MEM_SNAPSHOT],
+                           const char *unit)
 {
     buf[0] = 0;
     if (snap[DT_MEM_SNAP_POOLED])
-        dt_strf(buf, n, ", pooled windows %.1f", (double)snap[DT_MEM_SNAP_POOLED] / 1048576.0);
+        dt_strf(buf, n, ", pooled windows %.1f%s", (double)snap[DT_MEM_SNAP_POOLED] / 1048576.0,
+                unit);
 }
 
 void dt_print_memory_snapshot(FILE *f, const char *title,
@@ -161,7 +163,7 @@ void dt_print_memory_snapshot(FILE *f, const char *title,
         if (mib > 0) fprintf(f, " %s %.1f MiB |", dt_mem_kind_name((dt_mem_kind)k), mib);
     }
     char pooled[64];
-    dt_memory_pooled_note(pooled, sizeof pooled, snap);
+    dt_memory_pooled_note(pooled, sizeof pooled, snap, " MiB");
     fprintf(f, " total %.1f MiB | peak RSS %.1f MiB%s\n", total,
             (double)snap[DT_MEM_SNAP_RSS] / 1048576.0, pooled);
 }

@@ -58,8 +58,9 @@ void dt_print_memory(FILE *f, const char *title);
 #define DT_MEM_SNAPSHOT 8
 #define DT_MEM_SNAP_RSS DT_MEM_KIND_COUNT
 #define DT_MEM_SNAP_POOLED (DT_MEM_KIND_COUNT + 1)
-/* ", pooled windows 12.0 MiB" where a window pool holds pages, else "". */
-void dt_memory_pooled_note(char *buf, size_t n, const unsigned long long snap[DT_MEM_SNAPSHOT]);
+/* ", pooled windows 12.0" and `unit` where a window pool holds pages, else "". */
+void dt_memory_pooled_note(char *buf, size_t n, const unsigned long long snap[DT_MEM_SNAPSHOT],
+                           const char *unit);
 void dt_memory_snapshot(unsigned long long snap[DT_MEM_SNAPSHOT], int peak);
 void dt_print_memory_snapshot(FILE *f, const char *title,
                               const unsigned long long snap[DT_MEM_SNAPSHOT]);

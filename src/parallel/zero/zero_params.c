@@ -24,6 +24,14 @@
 #define seg_lo dt_zero_seg_lo
 #define seg_len dt_zero_seg_len
 
+/* Segment s of a window (elements of esz bytes) backed by the window's
+ * pool before it is written, zeroed when asked (core/window.h). */
+static void bring_segment(const zero *z, void *window, size_t esz, int s, int zeroed)
+{
+    size_t lo = seg_lo(z, s) * esz;
+    dt_window_bring(window, lo, lo + seg_len(z, s) * esz, zeroed);
+}
+
 void dt_zero_drop_segment(zero *z, void *window, size_t esz, int s, dt_mem_kind kind,
                           int accounted)
 {
@@ -273,8 +281,7 @@ static int gather(zero *z, int s, int exact)
         dt_mem_account(DT_MEM_PARAMS, -(long long)(seg_len(z, s) * dt_zero_esz(z)));
     }
     dt_zero_note(z, "gather", s);
-    size_t esz = dt_zero_esz(z), lo = seg_lo(z, s) * esz;
-    dt_window_bring(dt_zero_working(z), lo, lo + seg_len(z, s) * esz, 0);
+    bring_segment(z, dt_zero_working(z), dt_zero_esz(z), s, 0);
     if (z->backward && g->sec_valid && !exact) return gather_secondary(z, s);
     if (settle(z, s) || piece_ready(z, s)) return -1;
     int rc = int8 ? gather_int8(z, s)
@@ -352,8 +359,7 @@ static void hold_grads(zero *z, int s)
     if (z->o.stage < 2 || z->seg[s].grads_held) return;
     z->seg[s].grads_held = 1;
     /* Backward adds into the gradients: they start at zero. */
-    dt_window_bring(z->m->grads, seg_lo(z, s) * sizeof(float),
-                    (seg_lo(z, s) + seg_len(z, s)) * sizeof(float), 1);
+    bring_segment(z, z->m->grads, sizeof(float), s, 1);
     dt_mem_account(DT_MEM_GRADS, (long long)(seg_len(z, s) * sizeof(float)));
 }
 
