@@ -21,6 +21,7 @@ static void free_workspace(void *arg)
     dt_free(ws->shared16);
     dt_free(ws->a32);
     dt_free(ws->b32);
+    dt_free(ws->c32);
     dt_free(ws);
 }
 

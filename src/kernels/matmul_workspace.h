@@ -16,7 +16,8 @@ typedef struct {
     void *scratch;
     uint16_t *a16, *b16, *shared16; /* rounded A, B; an operand shared by callers */
     float *a32, *b32;               /* rounded A, B widened back (bf16 emulated) */
-    size_t scratch_bytes, a16_bytes, b16_bytes, shared16_bytes, a32_bytes, b32_bytes;
+    float *c32;                     /* a block of an accumulated sgemm product */
+    size_t scratch_bytes, a16_bytes, b16_bytes, shared16_bytes, a32_bytes, b32_bytes, c32_bytes;
 } dt_mm_workspace;
 
 /* The calling thread's workspace, created on first use; NULL when memory or

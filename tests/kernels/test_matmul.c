@@ -2,7 +2,8 @@
  * dt_matmul against a double-precision triple loop: every transpose
  * combination, padded leading dimensions, alpha and beta, odd and degenerate
  * sizes, fp32 and bf16 (whose reference multiplies the bf16-rounded inputs),
- * one and two threads, calls from two threads at once, a full plan table,
+ * one and two threads, accumulation that adds the whole product, calls
+ * from two threads at once, a full plan table,
  * and the errors.
  */
 #include <pthread.h>
@@ -141,6 +142,36 @@ static void check_repeatable(void)
     free(A), free(A2), free(B), free(C1), free(C2);
 }
 
+/* beta = 1 adds the whole product to C: C + (A @ B), bit for bit the sum of
+ * C and the beta = 0 product. DDP's weight gradients equal one process's
+ * with accumulation only if this holds (each rank forms its product alone,
+ * the all-reduce adds them). K = 900 spans several of a GEMM's K blocks,
+ * and M x N = 4300 x 1000 more than one block of rows; the variants are
+ * forward (no transpose), the weight gradient (A transposed) and B
+ * transposed with N > K. */
+static void check_accumulate_whole(void)
+{
+    int M = 4300, N = 1000, K = 900;
+    for (int variant = 0; variant < 3; variant++) {
+        int tA = variant == 1, tB = variant == 2, ldc = N + 5;
+        float *A = rnd_array((size_t)M * K, 1.0f), *B = rnd_array((size_t)K * N, 1.0f);
+        float *C = rnd_array((size_t)M * ldc, 1.0f), *C0 = fcopy(C, (size_t)M * ldc);
+        float *P = malloc((size_t)M * N * sizeof *P);
+        int lda = tA ? M : K, ldb = tB ? K : N, bad = 0;
+        CHECK(dt_matmul(DT_PREC_F32, tA, tB, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, P, N) == 0 &&
+                  dt_matmul(DT_PREC_F32, tA, tB, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc) == 0,
+              "dt_matmul failed: %s", dt_matmul_error());
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                float want = C0[(size_t)i * ldc + j] + P[(size_t)i * N + j];
+                bad += !bits_equal(&C[(size_t)i * ldc + j], &want, 1);
+            }
+        CHECK(bad == 0, "tA=%d tB=%d: %d of %d elements of C += A @ B are not C + (A @ B)", tA,
+              tB, bad, M * N);
+        free(A), free(B), free(C), free(C0), free(P);
+    }
+}
+
 typedef struct {
     int seed, errors;
 } worker_arg;
@@ -204,6 +235,7 @@ int main(void)
     check_degenerate();
     check_errors();
     check_repeatable();
+    check_accumulate_whole();
     check_concurrent_callers();
     check_many_shapes();
     return finish("test_matmul");
