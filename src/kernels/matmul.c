@@ -78,11 +78,12 @@ static int check_problem(const dt_matmul_problem *p)
 
 /* ---- bf16 operands ------------------------------------------------------ */
 
-#define ROUND_PARALLEL_MIN_ELEMS (1 << 15)
+/* below this many elements a pass over a matrix runs on one thread */
+#define PASS_PARALLEL_MIN_ELEMS (1 << 15)
 
 void dt_matmul_round_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld)
 {
-    int nt = (size_t)rows * cols >= ROUND_PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;
+    int nt = (size_t)rows * cols >= PASS_PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int r = 0; r < rows; r++) {
         uint16_t *out = dst + (size_t)r * cols;
@@ -128,7 +129,7 @@ static int emulate_operand(float **buf, size_t *have, const float *src, const ui
 {
     size_t bytes = (size_t)rows * cols * sizeof(float);
     if (dt_mm_reserve((void **)buf, have, bytes, DT_MEM_ACTS)) return -1;
-    int nt = (size_t)rows * cols >= ROUND_PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;
+    int nt = (size_t)rows * cols >= PASS_PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;
     float *dst = *buf;
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int r = 0; r < rows; r++) {
@@ -257,14 +258,20 @@ static int sgemm_solve(const dt_matmul_problem *p, dt_mm_workspace *ws)
     for (int m0 = 0; m0 < p->M && s == dnnl_success; m0 += block) {
         int rows = p->M - m0 < block ? p->M - m0 : block;
         float *C = p->C + (size_t)m0 * p->ldc;
+        int nt = (size_t)rows * p->N >= PASS_PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;
         if (p->beta == 0.0f) {
-            for (int i = 0; p->bias && i < rows; i++)
-                memcpy(C + (size_t)i * p->ldc, p->bias, (size_t)p->N * sizeof(float));
+            if (p->bias) {
+#pragma omp parallel for schedule(static) num_threads(nt)
+                for (int i = 0; i < rows; i++)
+                    memcpy(C + (size_t)i * p->ldc, p->bias, (size_t)p->N * sizeof(float));
+            }
             s = sgemm_rows(p, m0, rows, p->bias ? 1.0f : 0.0f, C, p->ldc);
             continue;
         }
         s = sgemm_rows(p, m0, rows, 0.0f, ws->c32, p->N);
-        for (int i = 0; i < rows && s == dnnl_success; i++) {
+        if (s != dnnl_success) break;
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (int i = 0; i < rows; i++) {
             float *c = C + (size_t)i * p->ldc;
             const float *d = ws->c32 + (size_t)i * p->N;
 #pragma omp simd
