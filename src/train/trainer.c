@@ -10,7 +10,6 @@
 #include "train/trainer.h"
 
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,15 +29,10 @@
 #include "train/metrics.h"
 #include "train/peak.h"
 #include "train/run.h"
+#include "train/stop_signals.h"
 #include "train/trace_file.h"
 #include "train/weights.h"
 
-/* The first SIGINT or SIGTERM asks the loop to stop after the current step
- * and save; the handler is installed with SA_RESETHAND, so a second one
- * kills the process at once. */
-static volatile sig_atomic_t stop_signal;
-
-static void on_interrupt(int sig) { stop_signal = sig; }
 
 /* ---- one optimizer step --------------------------------------------------- */
 
@@ -89,7 +83,7 @@ static int train_step(dt_run *t, double *loss, double *norm)
  * later, from their first collective, as if they had failed. */
 static int stop_requested(dt_run *t)
 {
-    int32_t sig = stop_signal;
+    int32_t sig = dt_stop_signals_pending();
     if (t->S.lockstep && dt_allreduce(t->S.lockstep, &sig, &sig, 1, DT_I32, DT_MAX) != 0)
         return dt_strf(ERR(t), "before step %ld, agreeing whether to stop: %s", t->step + 1,
                        dt_comm_error(t->S.lockstep)), -1;
@@ -346,12 +340,7 @@ int dt_train(dt_train_config *cfg, char *err, size_t errlen)
         return -1;
     }
     choose_output(&t);
-    stop_signal = 0;
-    struct sigaction sa = {0}, old_int, old_term;
-    sa.sa_handler = on_interrupt;
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
+    dt_stop_signals_start(); /* Ctrl-C: stop after the step, save (stop_signals.h) */
     int rc = setup(&t);
     if (rc == 0 && dt_strategy_serves(&t.S)) {
         rc = serve(&t);
@@ -363,8 +352,7 @@ int dt_train(dt_train_config *cfg, char *err, size_t errlen)
     if (rc) dt_strf(err, errlen, "%s", t.r.err);
     /* The other ranks may wait in a collective for this one: stop them. */
     if (rc && t.r.world) dt_comm_abort(t.r.world, t.r.err);
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
+    dt_stop_signals_end();
     teardown(&t);
     if (rc == 0 && t.stop) {
         dt_strf(err, errlen, "interrupted by signal %d", t.stop);
