@@ -17,11 +17,13 @@
  * speed (dt_matmul_bf16_native says which).
  *
  * Most fp32 products go to oneDNN's own sgemm instead of the matmul
- * primitive: measured at one thread on Zen 4, at the model's shapes, sgemm
- * runs forward and the weight gradients (inp^T @ dout) at 95-98% of peak
- * where the primitive reaches 91-94%, and with B transposed it is 4-5%
- * ahead when N > K (dout @ W^T into a wide layer) and 1-6% behind
- * otherwise, where the primitive stays. The rule depends only on the
+ * primitive: measured at one thread on an AVX-512 EPYC, at the model's
+ * shapes, sgemm runs forward and the weight gradients (inp^T @ dout) at
+ * 95-98% of peak where the primitive reaches 91-94%, and with B transposed
+ * it is 4-5% ahead when N > K (dout @ W^T into a wide layer) and 1-6%
+ * behind otherwise, where the primitive stays. (Its kernels move the stack
+ * pointer into the heap while they run: no signal handler may interrupt
+ * them, see train/stop_signals.h.) The rule depends only on the
  * problem, so every rank and every run multiplies a shape the same way.
  * sgemm folds beta C in with its first block of K, so an accumulating
  * product (dW +=) is formed whole in a scratch block and then added:
