@@ -23,9 +23,10 @@ static void usage(FILE *f)
             "usage: dtrain bench peak [--threads N]\n"
             "\n"
             "Times each register-only FMA loop this CPU runs (fp32 AVX2, fp32 AVX-512,\n"
-            "bf16 AVX512-BF16) on 1 thread and on N threads at once (default: the CPUs\n"
-            "this process may use), prints GFLOP/s per thread and for all threads, what\n"
-            "`dtrain train --threads N` measures MFU against, and the cached peaks.\n"
+            "bf16 AVX512-BF16, bf16 AMX tiles) on 1 thread and on N threads at once\n"
+            "(default: the CPUs this process may use), prints GFLOP/s per thread and\n"
+            "for all threads, what `dtrain train --threads N` measures MFU against,\n"
+            "and the cached peaks.\n"
             "\n"
             "  dtrain bench peak\n"
             "  dtrain bench peak --threads 4\n");

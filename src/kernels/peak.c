@@ -4,18 +4,30 @@
  * so a core with P pipes of latency Lc needs P * Lc independent chains to
  * stay full: 2 x 4 on Zen 3-5, 2 x 5 on Haswell-era Intel, 2 x 6 for
  * vdpbf16ps on Zen 4. AVX2 has 16 registers (12 chains + 2 operands);
- * AVX-512 has 32 (16 chains). */
+ * AVX-512 has 32 (16 chains).
+ *
+ * AMX (Sapphire Rapids and later Intel): one tdpbf16ps multiplies a 16 x 32
+ * bf16 tile by a 32 x 16 one into a 16 x 16 fp32 tile, 16384 FLOPs, one
+ * every 16 cycles on the core's one matrix unit, with a latency of about
+ * 50 cycles: 6 accumulator tiles (of the 8) keep it busy. oneDNN runs the
+ * bf16 products there when the CPU has it, so it is the bf16 peak. The
+ * kernel hands out the tile state only on request (arch_prctl), once per
+ * process; oneDNN asks the same. */
 #include "kernels/peak.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #define DT_PEAK_X86 1
 #endif
 
-enum { ACC_AVX2 = 12, ACC_AVX512 = 16 };
+enum { ACC_AVX2 = 12, ACC_AVX512 = 16, ACC_AMX = 6, AMX_LANES = 256 };
 
 #define REP12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 #define REP16(X) REP12(X) X(12) X(13) X(14) X(15)
@@ -102,6 +114,55 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) static double loop_bf16_
     return sum_floats(acc, ACC_AVX512 * 16);
 }
 
+/* AMX: the tile layout (palette 1): accumulators 0-5 are 16 rows of 16
+ * floats, tiles 6 and 7 16 rows of 32 bf16 (every row 64 bytes). Every
+ * operand element is bf16 0.5, so each tdpbf16ps adds 32 x 0.25 = 8 to every
+ * accumulator element. */
+#define TILE_LOAD(k) "tileloadd " #k "*1024(%[acc],%[stride],1), %%tmm" #k "\n\t"
+#define TILE_SAVE(k) "tilestored %%tmm" #k ", " #k "*1024(%[acc],%[stride],1)\n\t"
+#define TILE_DOT(k) "tdpbf16ps %%tmm7, %%tmm6, %%tmm" #k "\n\t"
+#define REP6(X) X(0) X(1) X(2) X(3) X(4) X(5)
+
+__attribute__((noinline)) static double loop_bf16_amx(long iters)
+{
+    static float acc[ACC_AMX * AMX_LANES] __attribute__((aligned(64)));
+    static uint16_t halves[16 * 32] __attribute__((aligned(64)));
+    unsigned char cfg[64] __attribute__((aligned(64))) = {0};
+    cfg[0] = 1; /* palette 1 */
+    for (int t = 0; t < 8; t++) {
+        cfg[16 + 2 * t] = 64; /* bytes per row (little-endian uint16) */
+        cfg[48 + t] = 16;     /* rows */
+    }
+    for (int i = 0; i < 16 * 32; i++) halves[i] = 0x3F00; /* bf16 0.5 */
+    start_values(acc, ACC_AMX, AMX_LANES);
+    long stride = 64;
+    if (iters > 0)
+        __asm__ volatile("ldtilecfg %[cfg]\n\t" REP6(TILE_LOAD)
+                         "tileloadd (%[ab],%[stride],1), %%tmm6\n\t"
+                         "tileloadd (%[ab],%[stride],1), %%tmm7\n\t" LOOP(REP6(TILE_DOT))
+                             REP6(TILE_SAVE) "tilerelease\n\t"
+                         : [n] "+r"(iters)
+                         : [acc] "r"(acc), [ab] "r"(halves), [stride] "r"(stride), [cfg] "m"(cfg)
+                         : "memory", "cc");
+    return sum_floats(acc, ACC_AMX * AMX_LANES);
+}
+
+/* Whether the CPU has AMX's bf16 tiles and the kernel lets this process
+ * use them (Linux 5.16 and later, on request). */
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+static int amx_usable;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void probe_amx(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
+    int tile = (d >> 24) & 1, bf16 = (d >> 22) & 1;
+    amx_usable = tile && bf16 && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM,
+                                         XFEATURE_XTILEDATA) == 0;
+}
+
 int dt_peak_loop_supported(dt_peak_loop l)
 {
     __builtin_cpu_init();
@@ -110,6 +171,7 @@ int dt_peak_loop_supported(dt_peak_loop l)
     case DT_PEAK_F32_AVX512: return __builtin_cpu_supports("avx512f") != 0;
     case DT_PEAK_BF16_AVX512:
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+    case DT_PEAK_BF16_AMX: pthread_once(&amx_once, probe_amx); return amx_usable;
     default: return 0;
     }
 }
@@ -121,6 +183,7 @@ double dt_peak_loop_run(dt_peak_loop l, long iters)
     case DT_PEAK_F32_AVX2: return loop_f32_avx2(iters);
     case DT_PEAK_F32_AVX512: return loop_f32_avx512(iters);
     case DT_PEAK_BF16_AVX512: return loop_bf16_avx512(iters);
+    case DT_PEAK_BF16_AMX: return loop_bf16_amx(iters);
     default: return 0;
     }
 }
@@ -157,11 +220,12 @@ void dt_cpu_identity(char *buf, size_t len)
     if (family == 0xf) family += (a >> 20) & 0xff;
     if (family == 0x6 || family >= 0xf) model += ((a >> 16) & 0xf) << 4;
     __builtin_cpu_init();
-    snprintf(buf, len, "%s, family %u model %u stepping %u,%s%s%s%s", brand, family, model,
+    snprintf(buf, len, "%s, family %u model %u stepping %u,%s%s%s%s%s", brand, family, model,
              stepping, __builtin_cpu_supports("avx2") ? " avx2" : "",
              __builtin_cpu_supports("fma") ? " fma" : "",
              __builtin_cpu_supports("avx512f") ? " avx512f" : "",
-             __builtin_cpu_supports("avx512bf16") ? " avx512bf16" : "");
+             __builtin_cpu_supports("avx512bf16") ? " avx512bf16" : "",
+             dt_peak_loop_supported(DT_PEAK_BF16_AMX) ? " amx-bf16" : "");
 }
 
 #else /* not x86-64: no loop, so MFU needs DTRAIN_PEAK_GFLOPS */
@@ -185,13 +249,15 @@ void dt_cpu_identity(char *buf, size_t len) { snprintf(buf, len, "unknown CPU, n
 
 static const struct {
     const char *id, *desc;
-    int bf16, accumulators, lanes, flops_per_lane;
+    int bf16, accumulators, lanes, products; /* bf16 products summed per lane and step */
 } loops[DT_PEAK_LOOPS] = {
-    [DT_PEAK_F32_AVX2] = {"f32-avx2", "fp32 AVX2 FMA loop", 0, ACC_AVX2, 8, 2},
-    [DT_PEAK_F32_AVX512] = {"f32-avx512", "fp32 AVX-512 FMA loop", 0, ACC_AVX512, 16, 2},
-    /* each float lane sums two bf16 products: 2 multiplies + 2 adds */
+    [DT_PEAK_F32_AVX2] = {"f32-avx2", "fp32 AVX2 FMA loop", 0, ACC_AVX2, 8, 1},
+    [DT_PEAK_F32_AVX512] = {"f32-avx512", "fp32 AVX-512 FMA loop", 0, ACC_AVX512, 16, 1},
+    /* each float lane sums two bf16 products */
     [DT_PEAK_BF16_AVX512] = {"bf16-avx512", "bf16 AVX512-BF16 dot-product loop", 1, ACC_AVX512,
-                             16, 4},
+                             16, 2},
+    /* each element of a 16 x 16 tile sums 32 */
+    [DT_PEAK_BF16_AMX] = {"bf16-amx", "bf16 AMX tile loop", 1, ACC_AMX, AMX_LANES, 32},
 };
 
 static int valid(dt_peak_loop l) { return (int)l >= 0 && l < DT_PEAK_LOOPS; }
@@ -201,9 +267,11 @@ const char *dt_peak_loop_desc(dt_peak_loop l) { return valid(l) ? loops[l].desc 
 int dt_peak_loop_is_bf16(dt_peak_loop l) { return valid(l) && loops[l].bf16; }
 int dt_peak_loop_accumulators(dt_peak_loop l) { return valid(l) ? loops[l].accumulators : 0; }
 int dt_peak_loop_lanes(dt_peak_loop l) { return valid(l) ? loops[l].lanes : 0; }
+int dt_peak_loop_products(dt_peak_loop l) { return valid(l) ? loops[l].products : 0; }
 
+/* A product and its addition: 2 FLOPs. */
 double dt_peak_loop_flops(dt_peak_loop l, long iters)
 {
     if (!valid(l)) return 0;
-    return (double)iters * loops[l].accumulators * loops[l].lanes * loops[l].flops_per_lane;
+    return (double)iters * loops[l].accumulators * loops[l].lanes * loops[l].products * 2;
 }

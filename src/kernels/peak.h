@@ -16,10 +16,12 @@ typedef enum {
     DT_PEAK_F32_AVX2,    /* vfmadd231ps on 8 floats (AVX2 + FMA) */
     DT_PEAK_F32_AVX512,  /* vfmadd231ps on 16 floats (AVX-512F) */
     DT_PEAK_BF16_AVX512, /* vdpbf16ps: 32 bf16 products summed into 16 floats */
+    DT_PEAK_BF16_AMX,    /* tdpbf16ps: a 16 x 32 by 32 x 16 bf16 tile product into fp32 */
     DT_PEAK_LOOPS
 } dt_peak_loop;
 
-/* 1 when this CPU and OS can run the loop. */
+/* 1 when this CPU and OS can run the loop (for AMX this asks the kernel
+ * for the tile state, once per process). */
 int dt_peak_loop_supported(dt_peak_loop l);
 /* A short name for files and options ("f32-avx512"), and one for people
  * ("fp32 AVX-512 FMA loop"). */
@@ -35,16 +37,20 @@ double dt_peak_loop_flops(dt_peak_loop l, long iters);
  * the arithmetic. The accumulators start at 0, 1, ..., A - 1 (the same in
  * every lane). Per iteration each does, in every lane:
  *   fp32:  acc = acc * 0.5 + 1
- *   bf16:  acc = acc + 0.5 * 0.5 + 0.5 * 0.5   (one pair of bf16 products)
- * dt_peak_loop_accumulators and dt_peak_loop_lanes say A and the lanes.
+ *   bf16:  acc = acc + 0.5 * 0.5 + ... (P bf16 products: 2 for vdpbf16ps,
+ *          32 for tdpbf16ps; all sums exact)
+ * dt_peak_loop_accumulators, dt_peak_loop_lanes and dt_peak_loop_products
+ * say A, the lanes (a tile's elements for AMX) and P.
  * Returns 0 for a loop the CPU cannot run (it is not run). */
 double dt_peak_loop_run(dt_peak_loop l, long iters);
 int dt_peak_loop_accumulators(dt_peak_loop l);
 int dt_peak_loop_lanes(dt_peak_loop l);
+int dt_peak_loop_products(dt_peak_loop l);
 
 /* This CPU, as the peak's cache key and description: the brand string,
  * family, model and stepping, and the loops' ISA extensions it has, e.g.
- * "AMD EPYC 9B45, family 26 model 17 stepping 0, avx2 fma avx512f avx512bf16". */
+ * "AMD EPYC 9B45, family 26 model 17 stepping 0, avx2 fma avx512f avx512bf16"
+ * (and " amx-bf16" where the tiles are usable). */
 void dt_cpu_identity(char *buf, size_t len);
 /* The brand string alone ("AMD EPYC 9B45"). */
 void dt_cpu_brand(char *buf, size_t len);

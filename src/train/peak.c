@@ -206,10 +206,12 @@ static int candidate_loops(int bf16, dt_peak_loop *out, int *bf16_in_fp32)
 {
     int n = 0;
     *bf16_in_fp32 = 0;
-    if (bf16 && dt_matmul_bf16_native() && dt_peak_loop_supported(DT_PEAK_BF16_AVX512)) {
-        out[n++] = DT_PEAK_BF16_AVX512;
-        return n;
-    }
+    /* oneDNN's bf16 kernels use the fastest unit the CPU has (AMX's tiles
+     * where present): the fastest bf16 loop bounds them. */
+    for (int l = 0; bf16 && dt_matmul_bf16_native() && l < DT_PEAK_LOOPS; l++)
+        if (dt_peak_loop_is_bf16((dt_peak_loop)l) && dt_peak_loop_supported((dt_peak_loop)l))
+            out[n++] = (dt_peak_loop)l;
+    if (n > 0) return n;
     *bf16_in_fp32 = bf16;
     for (int l = 0; l < DT_PEAK_LOOPS; l++)
         if (!dt_peak_loop_is_bf16((dt_peak_loop)l) && dt_peak_loop_supported((dt_peak_loop)l))

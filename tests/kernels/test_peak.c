@@ -16,8 +16,11 @@ static double expected(dt_peak_loop l, long iters)
     double total = 0;
     for (int k = 0; k < dt_peak_loop_accumulators(l); k++) {
         float x = (float)k;
-        for (long i = 0; i < iters; i++)
-            x = dt_peak_loop_is_bf16(l) ? x + 0.25f + 0.25f : fmaf(x, 0.5f, 1.0f);
+        for (long i = 0; i < iters; i++) {
+            if (!dt_peak_loop_is_bf16(l)) x = fmaf(x, 0.5f, 1.0f);
+            for (int p = 0; dt_peak_loop_is_bf16(l) && p < dt_peak_loop_products(l); p++)
+                x += 0.25f;
+        }
         total += (double)x * dt_peak_loop_lanes(l);
     }
     return total;
@@ -63,20 +66,28 @@ int main(void)
     CHECK(ran > 0 || cpuinfo_flag("avx2") == 0, "AVX2 is in /proc/cpuinfo, yet no loop runs");
 
     /* FLOPs of 10 iterations, by hand: accumulators x lanes x FLOPs per lane
-     * (an FMA is 2; vdpbf16ps sums two products per float lane: 4). */
+     * (an FMA is 2; vdpbf16ps sums two products per float lane: 4; an AMX
+     * tile element sums 32: 64, over 6 tiles of 16 x 16). */
     CHECK(dt_peak_loop_flops(DT_PEAK_F32_AVX2, 10) == 10.0 * 12 * 8 * 2, "avx2 flops");
     CHECK(dt_peak_loop_flops(DT_PEAK_F32_AVX512, 10) == 10.0 * 16 * 16 * 2, "avx512 flops");
     CHECK(dt_peak_loop_flops(DT_PEAK_BF16_AVX512, 10) == 10.0 * 16 * 16 * 4, "bf16 flops");
-    CHECK(dt_peak_loop_is_bf16(DT_PEAK_BF16_AVX512) && !dt_peak_loop_is_bf16(DT_PEAK_F32_AVX512),
+    CHECK(dt_peak_loop_flops(DT_PEAK_BF16_AMX, 10) == 10.0 * 6 * 256 * 64, "amx flops");
+    CHECK(dt_peak_loop_is_bf16(DT_PEAK_BF16_AVX512) && !dt_peak_loop_is_bf16(DT_PEAK_F32_AVX512) &&
+              dt_peak_loop_is_bf16(DT_PEAK_BF16_AMX),
           "dtypes");
 
     /* Detection against the kernel's view (cpuinfo spells avx512_bf16). */
     int avx2 = cpuinfo_flag("avx2"), fma = cpuinfo_flag("fma");
     int avx512 = cpuinfo_flag("avx512f"), bf16 = cpuinfo_flag("avx512_bf16");
+    int amx = cpuinfo_flag("amx_tile") == 1 && cpuinfo_flag("amx_bf16") == 1;
     if (avx2 >= 0) {
         CHECK(dt_peak_loop_supported(DT_PEAK_F32_AVX2) == (avx2 && fma), "avx2+fma detection");
         CHECK(dt_peak_loop_supported(DT_PEAK_F32_AVX512) == avx512, "avx512f detection");
         CHECK(dt_peak_loop_supported(DT_PEAK_BF16_AVX512) == (avx512 && bf16), "bf16 detection");
+        /* Usable tiles need the CPU's flags (and a kernel that grants them). */
+        CHECK(!dt_peak_loop_supported(DT_PEAK_BF16_AMX) || amx, "amx detection");
+        if (amx && !dt_peak_loop_supported(DT_PEAK_BF16_AMX))
+            printf("amx: the CPU has it, the kernel does not grant the tiles\n");
     }
     char id[256];
     dt_cpu_identity(id, sizeof id);

@@ -144,10 +144,14 @@ static void test_measured_and_cached(void)
     n = dt_peak_cache_read(path, cpu, e, DT_PEAK_CACHE_MAX, err, sizeof err);
     CHECK(n >= 1, "rewritten after corruption (%d, %s)", n, err);
 
-    /* bf16: the bf16 loop only where bf16 products run on a bf16 kernel. */
+    /* bf16: a bf16 loop only where bf16 products run on a bf16 kernel: AMX's
+     * tiles where they are usable (oneDNN multiplies there), else the
+     * vector dot-product loop. */
     CHECK(dt_peak_get(2, 1, &q, err, sizeof err) == 0, "%s", err);
-    if (dt_matmul_bf16_native() && dt_peak_loop_supported(DT_PEAK_BF16_AVX512))
-        CHECK(q.loop == DT_PEAK_BF16_AVX512 && !q.bf16_in_fp32, "native bf16: loop %d", (int)q.loop);
+    int amx = dt_peak_loop_supported(DT_PEAK_BF16_AMX);
+    if (dt_matmul_bf16_native() && (amx || dt_peak_loop_supported(DT_PEAK_BF16_AVX512)))
+        CHECK(q.loop == (amx ? DT_PEAK_BF16_AMX : DT_PEAK_BF16_AVX512) && !q.bf16_in_fp32,
+              "native bf16: loop %d", (int)q.loop);
     else
         CHECK(!dt_peak_loop_is_bf16(q.loop) && q.bf16_in_fp32, "bf16 in fp32: loop %d, flag %d",
               (int)q.loop, q.bf16_in_fp32);
