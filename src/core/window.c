@@ -167,11 +167,20 @@ static void pool_bring(pool *p, char *a, char *b, int zero)
 void dt_window_bring(void *w, size_t lo, size_t hi, int zero)
 {
     size_t a = page_up(lo), b = page_down(hi);
-    if (b <= a) return;
-    pthread_mutex_lock(&pools_lock);
-    pool *p = pool_of(w);
-    if (p) pool_bring(p, (char *)w + a, (char *)w + b, zero);
-    pthread_mutex_unlock(&pools_lock);
+    if (b > a) {
+        pthread_mutex_lock(&pools_lock);
+        pool *p = pool_of(w);
+        if (p) pool_bring(p, (char *)w + a, (char *)w + b, zero);
+        pthread_mutex_unlock(&pools_lock);
+    } else {
+        a = b = hi; /* no whole page inside: all of the part is edge */
+    }
+    /* The parts of pages at the edges were never given back: they hold
+     * what this part (or a use before) last wrote. */
+    if (zero && hi > lo) {
+        memset((char *)w + lo, 0, a - lo);
+        memset((char *)w + b, 0, hi - b);
+    }
 }
 
 size_t dt_window_pools_bytes(void)

@@ -26,7 +26,9 @@ void *dt_window_reserve_pooled(size_t bytes);
  * mapped and resident, before the part is written: they read as zeros when
  * `zero` is set, and as whatever they last held otherwise (what the part
  * held before is lost). On a plain window, or when the pool cannot grow,
- * it does nothing: the part then fills by faults, reading zeros. */
+ * it maps nothing: the part then fills by faults, reading zeros where its
+ * pages were dropped. With `zero` the bytes of the part in pages at its
+ * edges, which a drop leaves, are cleared too: all of [lo, hi) reads 0. */
 void dt_window_bring(void *w, size_t lo, size_t hi, int zero);
 /* The bytes of w's pool (0: a plain window). */
 size_t dt_window_pooled_bytes(const void *w);

@@ -257,7 +257,18 @@ dt_gbuf dt_gpt_grads(const dt_gpt *m)
     return m->accum16 ? (dt_gbuf){NULL, m->grads16} : dt_gbuf_f32(m->grads);
 }
 
-void dt_gpt_zero_grads(dt_gpt *m) { dt_gbuf_zero(dt_gpt_grads(m), m->n_floats); }
+void dt_gpt_grads_zeroed(dt_gpt *m, size_t lo, size_t hi)
+{
+    for (int s = 0; m->gzero && s < dt_gpt_segments(m); s++)
+        if (dt_gpt_segment_start(m, s) >= lo && dt_gpt_segment_start(m, s + 1) <= hi)
+            m->gzero[s] = 1;
+}
+
+void dt_gpt_zero_grads(dt_gpt *m)
+{
+    dt_gbuf_zero(dt_gpt_grads(m), m->n_floats);
+    dt_gpt_grads_zeroed(m, 0, m->n_floats);
+}
 
 void dt_gpt_sync_working(dt_gpt *m, size_t lo, size_t hi)
 {
@@ -305,14 +316,20 @@ void dt_gpt_destroy(dt_gpt *m)
     }
     dt_free(m->grads16);
     if (m->wparams) dt_window_free(m->wparams, m->n_floats * sizeof(float));
+    if (m->gapart) dt_window_free(m->gapart, m->n_floats * sizeof(float));
     free(m->widened);
     free(m->gwidened);
+    free(m->gzero);
+    free(m->gopen);
     dt_gpt_free_acts(m);
     memset(m, 0, sizeof *m);
 }
 
 int dt_gpt_alloc_grads(dt_gpt *m)
 {
+    size_t nseg = (size_t)dt_gpt_segments(m);
+    if ((!m->gzero && !(m->gzero = calloc(nseg, 1))) || (!m->gopen && !(m->gopen = calloc(nseg, 1))))
+        return dt_strf(m->error, sizeof m->error, "model: out of memory"), -1;
     if (m->accum16) {
         if (!m->grads && !(m->grads = dt_window_reserve(m->n_floats * sizeof(float))))
             return dt_strf(m->error, sizeof m->error, "model: no address space for the "
@@ -375,22 +392,41 @@ static float *weights(const dt_gpt *m) { return m->mixed ? m->wparams : m->param
 /* Around each use of a segment's parameters: the strategy's hooks (gpt.h),
  * and with mixed precision the widened copy of the working parameters,
  * held (and accounted) from just before the use to just after. */
-/* With bf16 accumulation: before a backward's first gradient of a segment
- * lands, its sum so far widened into the fp32 window. */
-static void grads_open(dt_gpt *m, int segment)
+/* Before a backward's first gradient of a segment lands: with bf16
+ * accumulation its sum so far widened into the fp32 window; with fp32
+ * accumulation onto a sum that is not zero, a zeroed window segment to
+ * form this micro-batch's gradient apart (dt_gpt.gapart). */
+static int grads_open(dt_gpt *m, int segment)
 {
-    if (!m->accum16 || m->gwidened[segment]) return;
     size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
-    dt_cast_bf16_to_f32(m->grads + lo, m->grads16 + lo, hi - lo);
+    if (m->accum16) {
+        if (m->gwidened[segment]) return 0;
+        dt_cast_bf16_to_f32(m->grads + lo, m->grads16 + lo, hi - lo);
+        m->gwidened[segment] = 1;
+    } else {
+        if (m->gzero[segment] || m->gopen[segment]) return 0;
+        if (!m->gapart && !(m->gapart = dt_window_reserve_pooled(m->n_floats * sizeof(float))))
+            return dt_strf(m->error, sizeof m->error, "model: no address space for a "
+                           "micro-batch's gradients (%.1f MiB)",
+                           (double)m->n_floats * 4 / 1048576.0), -1;
+        dt_window_bring(m->gapart, lo * sizeof(float), hi * sizeof(float), 1);
+        m->gopen[segment] = 1;
+    }
     dt_mem_account(DT_MEM_GRADS, (long long)((hi - lo) * sizeof(float)));
-    m->gwidened[segment] = 1;
+    return 0;
+}
+
+/* Where a segment's gradients are written: its window apart, or grads. */
+static float *grads_of(const dt_gpt *m, int segment)
+{
+    return m->gopen && m->gopen[segment] ? m->gapart : m->grads;
 }
 
 static int need(dt_gpt *m, int segment, int use)
 {
     if (m->param_need && m->param_need(m->param_ctx, segment, use)) return -1;
     size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
-    if (use == DT_USE_BACKWARD) grads_open(m, segment);
+    if (use == DT_USE_BACKWARD && grads_open(m, segment)) return -1;
     if (!m->mixed || use == DT_USE_INIT || m->widened[segment]) return 0;
     dt_window_bring(m->wparams, lo * sizeof(float), hi * sizeof(float), 0);
     dt_cast_bf16_to_f32(m->wparams + lo, m->params16 + lo, hi - lo);
@@ -419,16 +455,29 @@ static int segment_of(const dt_gpt *m, int tensor)
     return 1 + (tensor - 2) / LAYER_TENSORS;
 }
 
-/* With bf16 accumulation: a segment's fp32 window rounded back into
- * grads16 once this backward (or half) is through with it. */
+/* Once this backward (or half) is through with a segment: with bf16
+ * accumulation its fp32 window rounded back into grads16; a gradient
+ * formed apart added into grads, its window given back. Either way the
+ * accumulated sum is no longer known to be zero. */
 static void segment_close(dt_gpt *m, int segment)
 {
-    if (!m->accum16 || !m->gwidened[segment]) return;
     size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
-    dt_cast_f32_to_bf16(m->grads16 + lo, m->grads + lo, hi - lo);
-    dt_window_drop(m->grads, lo * sizeof(float), hi * sizeof(float));
+    float *win;
+    if (m->accum16 && m->gwidened[segment]) {
+        dt_cast_f32_to_bf16(m->grads16 + lo, m->grads + lo, hi - lo);
+        m->gwidened[segment] = 0;
+        win = m->grads;
+    } else if (!m->accum16 && m->gopen && m->gopen[segment]) {
+        dt_gbuf_accumulate(dt_gbuf_f32(m->grads + lo), m->gapart + lo, hi - lo, 0);
+        m->gopen[segment] = 0;
+        win = m->gapart;
+    } else {
+        if (m->gzero) m->gzero[segment] = 0;
+        return;
+    }
+    if (m->gzero) m->gzero[segment] = 0;
+    dt_window_drop(win, lo * sizeof(float), hi * sizeof(float));
     dt_mem_account(DT_MEM_GRADS, -(long long)((hi - lo) * sizeof(float)));
-    m->gwidened[segment] = 0;
 }
 
 /* The segment's gradient of this micro-batch is final. */
@@ -903,7 +952,7 @@ static int ln_backward(dt_gpt *m, float *gw, float *gb, const float *inp, const 
 static int layer_weights(dt_gpt *m, int l, const float *x, int b, int t)
 {
     const int C = m->cfg.n_embd, N = b * t, A = m->tp.attn, F = m->tp.mlp;
-    dt_gpt_layer g = dt_gpt_layer_view(m, m->grads, l);
+    dt_gpt_layer g = dt_gpt_layer_view(m, grads_of(m, 1 + l), l);
     const dt_gpt_layer_acts *a = &m->layer_acts[l];
     if (layer_rebuild(m, l, x, b, t)) return -1;
     if (product_weights(m, g.fcp_w, g.fcp_b, a->d_fcp, a->fc_gelu, N, F, C, "mlp.c_proj") ||
@@ -920,7 +969,7 @@ static int layer_backward(dt_gpt *m, int l, const float *x, int b, int t, dt_bwd
 {
     const int C = m->cfg.n_embd, N = b * t, A = m->tp.attn, F = m->tp.mlp;
     dt_gpt_layer w = dt_gpt_layer_view(m, weights(m), l);
-    dt_gpt_layer g = dt_gpt_layer_view(m, m->grads, l);
+    dt_gpt_layer g = dt_gpt_layer_view(m, grads_of(m, 1 + l), l);
     dt_gpt_layer_acts *a = &m->layer_acts[l];
     if (layer_rebuild(m, l, x, b, t)) return -1;
 
@@ -973,11 +1022,12 @@ static int head_backward(dt_gpt *m, const dt_gpt_slot *st, const float *lnf_in, 
     if (dt_matmul(m->prec, 0, 0, N, C, V, 1.0f, m->logits, V, WTE(m, weights(m)), C, 0.0f, m->d_c,
                   C) ||
         (what == DT_BWD_WHOLE && dt_matmul(m->prec, 1, 0, V, C, N, 1.0f, m->logits, V, m->lnf, C,
-                                           1.0f, WTE(m, m->grads), C)))
+                                           1.0f, WTE(m, grads_of(m, 0)), C)))
         return fail_matmul(m, "lm_head backward");
     memset(m->d_res, 0, (size_t)N * C * sizeof(float));
+    float *g_lnf = grads_of(m, L + 1);
     if (input_grad_sum(m, N, "lm_head backward") ||
-        ln_backward(m, LNF_W(m, m->grads), LNF_B(m, m->grads), lnf_in, LNF_W(m, weights(m)),
+        ln_backward(m, LNF_W(m, g_lnf), LNF_B(m, g_lnf), lnf_in, LNF_W(m, weights(m)),
                     m->lnf_mean, m->lnf_rstd, N, "ln_f backward"))
         return -1;
     done(m, 0, wte_use);
@@ -989,9 +1039,9 @@ static int head_backward(dt_gpt *m, const dt_gpt_slot *st, const float *lnf_in, 
 static int head_weights(dt_gpt *m, const dt_gpt_slot *st)
 {
     const int C = m->cfg.n_embd, V = m->tp.vocab, N = st->b * st->t;
-    grads_open(m, 0);
-    if (dt_matmul(m->prec, 1, 0, V, C, N, 1.0f, m->logits, V, m->lnf, C, 1.0f, WTE(m, m->grads),
-                  C))
+    if (grads_open(m, 0)) return -1;
+    if (dt_matmul(m->prec, 1, 0, V, C, N, 1.0f, m->logits, V, m->lnf, C, 1.0f,
+                  WTE(m, grads_of(m, 0)), C))
         return fail_matmul(m, "lm_head backward (weights)");
     return 0;
 }
@@ -1022,7 +1072,8 @@ static void embed_grad_run(dt_gpt *m, const void *arg, size_t row, int pos, int 
 {
     const embed_rows *g = arg;
     const int C = m->cfg.n_embd;
-    dt_embedding_backward_range(WTE(m, m->grads), WPE(m, m->grads) + (size_t)pos * C,
+    float *grads = grads_of(m, 0);
+    dt_embedding_backward_range(WTE(m, grads), WPE(m, grads) + (size_t)pos * C,
                                 g->d + row * C, g->tokens + row, nseq, len, C, m->tp.v0,
                                 m->tp.vocab);
 }
@@ -1030,8 +1081,7 @@ static void embed_grad_run(dt_gpt *m, const void *arg, size_t row, int pos, int 
 static int embed_backward(dt_gpt *m, const float *d, const dt_gpt_slot *st)
 {
     embed_rows g = {NULL, rows_gathered(m, d, st->b * st->t, "wte backward"), st->row_tokens};
-    if (!g.d) return -1;
-    grads_open(m, 0);
+    if (!g.d || grads_open(m, 0)) return -1;
     each_run(m, st->b, st->t, embed_grad_run, &g);
     segment_done(m, 0);
     return 0;
@@ -1085,7 +1135,7 @@ static int backward_weights(dt_gpt *m, dt_gpt_slot *st)
         /* The weights are read only to rebuild the layer. */
         const int rebuild = m->recompute != DT_RECOMPUTE_NONE;
         if (rebuild && need(m, 1 + l, DT_USE_BACKWARD)) return -1;
-        if (!rebuild) grads_open(m, 1 + l);
+        if (!rebuild && grads_open(m, 1 + l)) return -1;
         if (layer_weights(m, l, x, st->b, st->t)) return -1;
         if (rebuild) done(m, 1 + l, DT_USE_BACKWARD);
         segment_done(m, 1 + l);

@@ -226,6 +226,20 @@ typedef struct {
     uint16_t *grads16;
     unsigned char *gwidened; /* per segment: grads holds it now */
 
+    /* fp32 accumulation over micro-batches: a backward into a segment whose
+     * sum so far is not known to be zero forms that micro-batch's gradient
+     * apart, in the window gapart (zeroed), and adds it into grads when
+     * the segment is through, before grad_ready. So the accumulated sum is
+     * g1 + g2 + ..., each micro-batch's gradient whole and added once, in
+     * order: the sum data parallelism's reduction forms from the ranks'
+     * gradients, and one process with N micro-batches holds the bits of N
+     * ranks of one (a rank-order reduction). The whole tied embedding
+     * (head and input terms) is one micro-batch's gradient, so its window
+     * segment stays from the head's backward to the embeddings'. */
+    float *gapart;
+    unsigned char *gzero;  /* per segment: its accumulated gradient is all zeros */
+    unsigned char *gopen;  /* per segment: gapart holds this backward's gradient */
+
     /* Activations, sized for B x T once (dt_gpt_alloc_acts, or
      * dt_gpt_alloc_slots for several micro-batches in flight). The
      * pointers below are those of the bound slot. */
@@ -339,6 +353,10 @@ int dt_gpt_set_grads16(dt_gpt *m);
  * for a step's first micro-batch. */
 dt_gbuf dt_gpt_grads(const dt_gpt *m);
 void dt_gpt_zero_grads(dt_gpt *m);
+/* A strategy zeroed floats [lo, hi) of the accumulated gradients itself
+ * (or brought them as zeros): the segments wholly inside are known zero,
+ * so the next backward writes into them directly (see dt_gpt.gapart). */
+void dt_gpt_grads_zeroed(dt_gpt *m, size_t lo, size_t hi);
 /* params16 = bf16(params) over floats [lo, hi), rounding to nearest even:
  * after the master weights changed (initialisation, a load, an update). */
 void dt_gpt_sync_working(dt_gpt *m, size_t lo, size_t hi);

@@ -103,7 +103,8 @@ static void on_grad_ready(void *ctx, size_t lo, size_t hi)
         d->error = DT_ERR_NOMEM;
         return;
     }
-    int rc = dt_iallreduce(d->comm, b->wire.buf, b->wire.buf, n, d->wire, DT_AVG, &b->req);
+    /* Each rank's share is weighed already (dt_strategy.grad_ranks). */
+    int rc = dt_iallreduce(d->comm, b->wire.buf, b->wire.buf, n, d->wire, DT_SUM, &b->req);
     if (rc != 0) d->error = rc;
 }
 
@@ -288,6 +289,7 @@ int dt_ddp_strategy_on(dt_strategy *S, dt_comm *group, int owns, size_t bucket_b
     S->lockstep = r->world;
     S->dp_index = dt_comm_rank(group);
     S->dp_size = dt_comm_size(group);
+    S->grad_ranks *= dt_comm_size(group);
     return dt_strategy_add(S, &ddp_ops, L);
 }
 

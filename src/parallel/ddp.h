@@ -1,9 +1,10 @@
 /* Distributed data parallelism (PyTorch DDP's design): every rank holds the
  * whole model; gradients are grouped into buckets of contiguous segments in
  * the order backward finishes them (last layer first), and each bucket's
- * all-reduce (average) starts on the communicator's progress thread as soon
- * as its last segment is final, while backward goes on. The optimizer then
- * runs replicated on identical averaged gradients. */
+ * all-reduce (a sum of shares each rank weighed by 1 / the ranks' tokens,
+ * dt_strategy.grad_ranks: the mean) starts on the communicator's progress
+ * thread as soon as its last segment is final, while backward goes on. The
+ * optimizer then runs replicated on identical averaged gradients. */
 #ifndef DT_PARALLEL_DDP_H
 #define DT_PARALLEL_DDP_H
 

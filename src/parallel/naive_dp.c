@@ -37,7 +37,7 @@ static void run_device(dt_naive_dp *d, int dev)
     dt_gpt *m = device_model(d, dev);
     double sum = 0;
     d->failed[dev] = 0;
-    memset(m->grads, 0, m->n_floats * sizeof(float));
+    dt_gpt_zero_grads(m);
     for (int j = 0; j < d->accum; j++) {
         const int32_t *in = dt_naive_dp_inputs(d, dev, j);
         double loss = dt_gpt_forward(m, in, dt_naive_dp_targets(d, dev, j), d->B, d->T);

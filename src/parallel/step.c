@@ -25,11 +25,10 @@ int dt_step_local_grads(dt_strategy *S, uint64_t first, double *loss)
 {
     dt_rank *r = S->rank;
     dt_gpt *m = r->model;
-    /* Each token's loss weighs 1 / (tokens of this rank's share): the sum
-     * over micro-batches is the mean, and averaging over ranks the global
-     * one (context parallelism: the rank's rows of the sequences). */
-    const float grad_scale =
-        1.0f / ((float)r->B * (float)dt_gpt_rows(m, r->T) * (float)r->accum);
+    /* Each token's loss weighs 1 / (tokens of the ranks that sum their
+     * gradients): the sum over micro-batches and ranks is the mean (context
+     * parallelism: the rank's rows of the sequences). */
+    const float grad_scale = dt_strategy_grad_scale(S, r->B, dt_gpt_rows(m, r->T), r->accum);
     const uint64_t mine = first + (uint64_t)S->dp_index * (uint64_t)r->B * (uint64_t)r->accum;
     double sum = 0;
     if (!S->grads_kept_zero) dt_gpt_zero_grads(m);
@@ -54,6 +53,13 @@ int dt_step_local_grads(dt_strategy *S, uint64_t first, double *loss)
     }
     *loss = sum / r->accum;
     return 0;
+}
+
+float dt_strategy_grad_scale(const dt_strategy *S, int B, int rows, int micro)
+{
+    /* Products of small integers, exact in float: every layout that weighs
+     * the same tokens gets the same scale. */
+    return 1.0f / ((float)B * (float)rows * (float)micro * (float)S->grad_ranks);
 }
 
 const dt_flat_ranges *dt_strategy_updates(const dt_strategy *S)

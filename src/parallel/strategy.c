@@ -33,6 +33,7 @@ void dt_strategy_init(dt_strategy *S, dt_rank *r)
     memset(S, 0, sizeof *S);
     S->rank = r;
     S->dp_size = 1;
+    S->grad_ranks = 1;
     S->compute_streams = 1;
     S->block_ranks = 1;
     S->writes_checkpoints = r->rank == 0;

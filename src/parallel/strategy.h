@@ -199,6 +199,14 @@ typedef struct dt_strategy {
                              * pipeline's stages, a tp x cp group); MFU's peak counts them */
     int writes_checkpoints; /* this rank writes the job's checkpoints */
     int grads_kept_zero;    /* a layer leaves the gradients zero after each step (no memset) */
+    /* The ranks whose gradients are summed into each one's (a data-parallel
+     * layer's group; the product where layers nest); 1: none. Each rank
+     * weighs its tokens' losses by 1 / (the tokens of all of them,
+     * dt_strategy_grad_scale) and the layer sums: the mean is then formed
+     * before the reduction, as one process forms it over its micro-batches,
+     * so a rank-order sum over N ranks gives the bits of one process with N
+     * micro-batches whatever N (a division by N after the sum would not). */
+    int grad_ranks;
     const dt_flat_ranges *shard; /* the ranges this rank's optimizer state covers; NULL: all */
     const dt_flat_ranges *held;  /* the ranges of the flat layout this rank's model holds
                                   * (a pipeline stage's layers); NULL: all of it */
@@ -280,6 +288,10 @@ int dt_step_local_grads(dt_strategy *S, uint64_t first, double *loss);
  * micro-batches itself: DDP starts its reductions from it. */
 void dt_strategy_before_backward(dt_strategy *S, int micro, int last);
 int dt_step_local_norm(dt_strategy *S, double *norm);
+/* The weight of each token's loss in this rank's backward: 1 / (B x rows x
+ * micro x grad_ranks), rows being the rows of a sequence the rank's model
+ * computes (dt_gpt_rows) and micro the micro-batches it runs a step. */
+float dt_strategy_grad_scale(const dt_strategy *S, int B, int rows, int micro);
 /* The ranges this rank's optimizer updates: shard, else held, else NULL
  * (the whole layout). */
 const dt_flat_ranges *dt_strategy_updates(const dt_strategy *S);

@@ -109,11 +109,12 @@ int dt_mem_plan_make(const dt_gpt *layout, const dt_mem_plan_opts *o, dt_mem_pla
     double head = emb + (double)(layout->n_floats - dt_gpt_segment_start(layout, L + 1));
     double lead = layer * (o->prefetch + 1);
     /* Backward adds in fp32 whatever the accumulation's precision: ZeRO-2/3
-     * into their window, bf16 accumulation into a widened segment (the
+     * into their window, bf16 accumulation into a widened segment, fp32
+     * accumulation after the first micro-batch into a segment apart (the
      * embeddings' from the head on, with the segment in progress). */
     if (shard_grads) {
         p->window_grads = (emb + 2 * layer) * sizeof(float);
-    } else if (p->grad_bytes == 2) {
+    } else if (p->grad_bytes == 2 || o->accum > 1) {
         p->window_grads = (head > emb + layer ? head : emb + layer) * sizeof(float);
     }
     if (shard_params) p->window_params = (lead > head ? lead : head) * p->param_bytes;
@@ -147,6 +148,7 @@ int dt_mem_plan_from_config_psi(const dt_gpt *layout, const dt_train_config *c, 
                           .prec = strcmp(c->dtype, "bf16") == 0 ? DT_PREC_BF16 : DT_PREC_F32,
                           .grads_bf16 = strcmp(c->grad_accum_dtype, "bf16") == 0,
                           .momentum = c->momentum, .B = c->batch_size,
+                          .accum = c->grad_accum,
                           .T = c->seq_len ? c->seq_len : layout->cfg.block_size,
                           .prefetch = c->zero_prefetch};
     dt_offload_opts off = dt_config_offload_opts(c);
@@ -256,8 +258,8 @@ void dt_mem_plan_print(FILE *f, const dt_mem_plan *p, const char *title,
                 p->param_bytes);
     const char *sep = "  transient, beyond the formula: ";
     if (p->window_grads > 0) {
-        fprintf(f, "%sfp32 gradients during backward (the embeddings', %s), at most %.1f MiB",
-                sep, p->o.zero_stage >= 2 ? "two layers'" : "a layer's or ln_f's",
+        fprintf(f, "%sfp32 gradients of a micro-batch during backward (the embeddings', %s), "
+                "at most %.1f MiB", sep, p->o.zero_stage >= 2 ? "two layers'" : "a layer's or ln_f's",
                 MIB(p->window_grads));
         sep = "; ";
     }

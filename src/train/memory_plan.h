@@ -27,7 +27,9 @@
  * Not in the formula, reported beside it as bounds: stage 2 keeps a
  * gradient segment whole while backward produces it (up to the largest
  * segment of the layout, G bytes each); stage 3 also gathers the
- * parameters of up to prefetch + 1 segments at once (P bytes each); mixed
+ * parameters of up to prefetch + 1 segments at once (P bytes each); whole
+ * gradients accumulated over micro-batches (bf16, or fp32 beyond the first
+ * micro-batch) hold the segments backward has open in fp32 apart; mixed
  * precision widens the segments in use into fp32 (a layer, or at the head
  * the embeddings with the final norm, 4 bytes each). Real buffers are
  * padded (64-byte tensor alignment, equal shards), so a measured figure
@@ -55,6 +57,8 @@ typedef struct {
     dt_opt_kind opt;
     double momentum;   /* SGD: 0 keeps no state */
     int B, T;          /* the micro-batch */
+    int accum;         /* micro-batches a step: beyond one, fp32 accumulation forms each
+                        * later one's gradients apart (model/gpt.h), a segment at a time */
     int prefetch;      /* stage 3: segments gathered ahead of the one in use */
     const dt_offload_opts *offload; /* the optimizer state on NVMe; NULL: in memory */
     int offload_params; /* stage 3: the parameters' pieces on NVMe too (offload_param) */

@@ -48,7 +48,10 @@ int dt_mem_plan_held(const dt_gpt *layout, const dt_train_config *c, int ranks,
     dt_strf(p->formula[DT_MEM_ACTS], sizeof p->formula[0], "slots + shared");
     p->window_params = 0;
     p->window_widened = p->o.prec == DT_PREC_BF16 ? (double)held->in_use * sizeof(float) : 0;
-    p->window_grads = p->grad_bytes == 2 ? (double)held->grads_open * sizeof(float) : 0;
+    /* bf16 accumulation widens, fp32 accumulation forms a later micro-batch
+     * apart: the segments backward holds open, in fp32. */
+    p->window_grads = p->grad_bytes == 2 || c->grad_accum > 1
+                          ? (double)held->grads_open * sizeof(float) : 0;
     return 0;
 }
 

@@ -5,11 +5,18 @@ same global batch.
 
 The reference is one process with --grad-accum N (the same global batch,
 the same sequences in the same order with --shuffle 0). Against it, over 5
-steps with AdamW and with SGD, losses and final weights within 1e-5
-relative:
-  - DDP at 2, 3 and 4 ranks (--nproc N, batch B per rank);
+steps with AdamW and with SGD, every logged loss and the final weights
+hold the same bits where the ranks' gradients are summed in rank order,
+as the process sums its micro-batches (each rank weighs its tokens by the
+global batch's count, and a later micro-batch's gradient is formed apart
+and added once: model/gpt.h):
+  - DDP at 2 ranks (--nproc 2, batch B per rank; a + b = b + a, so any
+    algorithm), and at 3 and 4 ranks with the rank-order all-reduce
+    (--comm-algo allreduce=naive);
   - naive data parallelism at 2 and 3 devices (--strategy dp --devices N);
   - the synchronous parameter server with 2 workers and 1 or 2 servers.
+DDP at 3 and 4 ranks with the default (ring) all-reduce sums each chunk
+starting at another rank: losses and weights within 1e-5 relative.
 The multi-rank runs check themselves that every rank ends with
 bit-identical weights (they fail otherwise), and print it; the test checks
 the line. Traffic per step, from the JSON log: DDP's ring all-reduce sends
@@ -23,7 +30,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
 from checks import check, finish  # noqa: E402
-from dtrain_run import train_logged  # noqa: E402
+from dtrain_run import same_bits, train_logged  # noqa: E402
 
 
 
@@ -70,13 +77,17 @@ def reference(dtrain, tmp, n, extra):
 
 def compare(dtrain, tmp, how, n, opt):
     """how: (label, flags, multirank, bytes per step as a multiple of the
-    gradient bytes)."""
-    label, flags, multirank, traffic = how
+    gradient bytes, or None: not checked; the same bits as one process)."""
+    label, flags, multirank, traffic, exact = how
     extra = ["--optimizer", opt] + (["--momentum", "0.9", "--lr", "0.1"] if opt == "sgd" else [])
     ref, ref_w, _ = reference(dtrain, tmp, n, extra)
     got, got_w, out = train(dtrain, tmp, "%s%s" % (label.replace(" ", "_").replace(",", ""), opt),
                             flags + extra)
     what = "%s, %s" % (label, opt)
+    if exact:
+        check(len(got) == 5 and [e["loss"] for e in got] == [e["loss"] for e in ref],
+              "%s: every loss the bits of one process's" % what)
+        check(same_bits(got_w, ref_w), "%s: final weights the bits of one process's" % what)
     worst = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(got, ref))
     check(len(got) == 5 and worst < 1e-5,
           "%s: losses within 1e-5 of one process (worst %.1e)" % (what, worst))
@@ -90,6 +101,8 @@ def compare(dtrain, tmp, how, n, opt):
           % (what, "element-wise" if opt == "sgd" else "by tensor norm", e, k))
     if multirank:
         check("hold bit-identical weights" in out, "%s: replicas bit-identical" % what)
+    if traffic is None:
+        return
     grad_bytes = sum(t.numel() for t in ref_w.values()) * 4
     want = traffic * grad_bytes
     sent = [e["bytes_sent"] for e in got]
@@ -99,16 +112,21 @@ def compare(dtrain, tmp, how, n, opt):
 
 
 def strategies():
-    """(data-parallel size, (label, flags, multirank, traffic))."""
+    """(data-parallel size, (label, flags, multirank, traffic, exact))."""
     for n in (2, 3, 4):
         yield n, ("DDP %d ranks" % n, ["--nproc", str(n), "--bucket-mb", "0.01"], True,
-                  2 * (n - 1) / n)
+                  2 * (n - 1) / n, n == 2)
+    for n in (3, 4):
+        yield n, ("DDP %d ranks, rank-order all-reduce" % n,
+                  ["--nproc", str(n), "--bucket-mb", "0.01", "--comm-algo", "allreduce=naive"],
+                  True, None, True)
     for n in (2, 3):
         yield n, ("naive DP %d devices" % n, ["--strategy", "dp", "--devices", str(n)], False,
-                  2 * (n - 1))
+                  2 * (n - 1), True)
     for s in (1, 2):
         yield 2, ("PS sync, 2 workers, %d server%s" % (s, "s" if s > 1 else ""),
-                  ["--strategy", "ps", "--servers", str(s), "--nproc", str(2 + s)], True, 1.0)
+                  ["--strategy", "ps", "--servers", str(s), "--nproc", str(2 + s)], True, 1.0,
+                  True)
 
 
 def main():

@@ -300,8 +300,7 @@ int dt_pp_exec_step(dt_pp_exec *x, dt_strategy *S, uint64_t first, double *loss_
 {
     step_ctx s = {.S = S,
                   .mine = first + (uint64_t)S->dp_index * (uint64_t)x->B * (uint64_t)x->M,
-                  .scale = 1.0f / ((float)x->B * (float)dt_gpt_rows(x->model, x->T) *
-                                   (float)x->M)};
+                  .scale = dt_strategy_grad_scale(S, x->B, dt_gpt_rows(x->model, x->T), x->M)};
     for (int i = 0; i < x->V * x->M; i++) x->slot_of[i] = -1;
     memset(x->slot_busy, 0, (size_t)x->nslots);
     x->wait_ms = 0;

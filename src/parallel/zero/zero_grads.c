@@ -1,5 +1,6 @@
-/* ZeRO's gradients: each segment reduce-scattered (averaged) as backward
- * finishes it, so rank r ends with the mean of its pieces. Stage 1 does it
+/* ZeRO's gradients: each segment reduce-scattered (summed: each rank
+ * weighed its share, dt_strategy.grad_ranks) as backward finishes it, so
+ * rank r ends with the mean of its pieces. Stage 1 does it
  * on the step's last micro-batch only, in place in the whole gradient
  * buffer; stages 2-3 on every micro-batch, folding this rank's piece into
  * the shard and giving the window's pages back. See zero.h. */
@@ -85,7 +86,7 @@ static void on_grad_ready(void *ctx, size_t lo, size_t hi)
         return;
     }
     void *mine = dt_wire_at(&g->wire, z->map.mine[s].lo - lo);
-    int rc = dt_ireduce_scatter(z->comm, g->wire.buf, mine, z->map.piece[s], z->o.wire, DT_AVG,
+    int rc = dt_ireduce_scatter(z->comm, g->wire.buf, mine, z->map.piece[s], z->o.wire, DT_SUM,
                                 &g->rs);
     if (rc) dt_zero_fail(z, rc, "gradient reduce-scatter");
 }

@@ -360,6 +360,7 @@ static void hold_grads(zero *z, int s)
     z->seg[s].grads_held = 1;
     /* Backward adds into the gradients: they start at zero. */
     bring_segment(z, z->m->grads, sizeof(float), s, 1);
+    dt_gpt_grads_zeroed(z->m, seg_lo(z, s), seg_lo(z, s) + seg_len(z, s));
     dt_mem_account(DT_MEM_GRADS, (long long)(seg_len(z, s) * sizeof(float)));
 }
 

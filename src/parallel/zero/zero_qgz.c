@@ -7,7 +7,7 @@
  *   of this rank's local index, summed over the host into H partial sums.
  *   Hop 2, over the H ranks of local index j (one a host): partial sum h
  *   is requantized and sent to host h; the H sums that arrive add up to
- *   this rank's piece, averaged over N.
+ *   this rank's piece (the mean: each rank weighed its share before).
  * Per rank and segment, (K - 1) H packets stay in the host and H - 1
  * leave it: one per other host, where a single all-to-all sends K. On one
  * host (H = 1), at one rank a host (K = 1), or with ranks not in
@@ -134,6 +134,5 @@ int dt_zero_qgz_finish(zero *z, int s, float *out)
         free(partial);
         if (rc) return -1;
     }
-    for (size_t i = 0; i < p; i++) out[i] /= (float)z->n;
-    return 0;
+    return 0; /* the ranks' gradients were weighed before (dt_strategy.grad_ranks) */
 }
