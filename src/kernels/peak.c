@@ -125,8 +125,9 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) static double loop_bf16_
 
 __attribute__((noinline)) static double loop_bf16_amx(long iters)
 {
-    static float acc[ACC_AMX * AMX_LANES] __attribute__((aligned(64)));
-    static uint16_t halves[16 * 32] __attribute__((aligned(64)));
+    /* Each thread's own (the peak runs a loop on every thread at once). */
+    float acc[ACC_AMX * AMX_LANES] __attribute__((aligned(64)));
+    uint16_t halves[16 * 32] __attribute__((aligned(64)));
     unsigned char cfg[64] __attribute__((aligned(64))) = {0};
     cfg[0] = 1; /* palette 1 */
     for (int t = 0; t < 8; t++) {

@@ -328,7 +328,9 @@ void dt_gpt_destroy(dt_gpt *m)
 int dt_gpt_alloc_grads(dt_gpt *m)
 {
     size_t nseg = (size_t)dt_gpt_segments(m);
-    if ((!m->gzero && !(m->gzero = calloc(nseg, 1))) || (!m->gopen && !(m->gopen = calloc(nseg, 1))))
+    if (!m->gzero) m->gzero = calloc(nseg, 1);
+    if (!m->gopen) m->gopen = calloc(nseg, 1);
+    if (!m->gzero || !m->gopen)
         return dt_strf(m->error, sizeof m->error, "model: out of memory"), -1;
     if (m->accum16) {
         if (!m->grads && !(m->grads = dt_window_reserve(m->n_floats * sizeof(float))))
@@ -419,7 +421,7 @@ static int grads_open(dt_gpt *m, int segment)
 /* Where a segment's gradients are written: its window apart, or grads. */
 static float *grads_of(const dt_gpt *m, int segment)
 {
-    return m->gopen && m->gopen[segment] ? m->gapart : m->grads;
+    return m->gopen[segment] ? m->gapart : m->grads;
 }
 
 static int need(dt_gpt *m, int segment, int use)
@@ -462,20 +464,18 @@ static int segment_of(const dt_gpt *m, int tensor)
 static void segment_close(dt_gpt *m, int segment)
 {
     size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
-    float *win;
+    float *win = NULL;
+    m->gzero[segment] = 0;
     if (m->accum16 && m->gwidened[segment]) {
         dt_cast_f32_to_bf16(m->grads16 + lo, m->grads + lo, hi - lo);
         m->gwidened[segment] = 0;
         win = m->grads;
-    } else if (!m->accum16 && m->gopen && m->gopen[segment]) {
+    } else if (m->gopen[segment]) {
         dt_gbuf_accumulate(dt_gbuf_f32(m->grads + lo), m->gapart + lo, hi - lo, 0);
         m->gopen[segment] = 0;
         win = m->gapart;
-    } else {
-        if (m->gzero) m->gzero[segment] = 0;
-        return;
     }
-    if (m->gzero) m->gzero[segment] = 0;
+    if (!win) return;
     dt_window_drop(win, lo * sizeof(float), hi * sizeof(float));
     dt_mem_account(DT_MEM_GRADS, -(long long)((hi - lo) * sizeof(float)));
 }
@@ -1049,10 +1049,11 @@ static int head_weights(dt_gpt *m, const dt_gpt_slot *st)
 static int check_backward(dt_gpt *m, int k, const float *d_out, dt_bwd_part what)
 {
     const dt_gpt_slot *st = k >= 0 && k < m->nslots ? &m->slots[k] : NULL;
-    if (!m->grads || !st || !st->b ||
+    if (!m->grads || !m->gzero || !st || !st->b ||
         (what != DT_BWD_WEIGHTS && (st->part.l1 == m->cfg.n_layer ? !st->targets : !d_out)))
-        return dt_strf(m->error, sizeof m->error, "model: backward needs gradients, a forward "
-                       "in slot %d, and its targets or the output's gradient", k), -1;
+        return dt_strf(m->error, sizeof m->error, "model: backward needs gradients "
+                       "(dt_gpt_alloc_grads), a forward in slot %d, and its targets or the "
+                       "output's gradient", k), -1;
     if (what != DT_BWD_WHOLE && !m->acts_split)
         return dt_strf(m->error, sizeof m->error, "model: a split backward needs slots carved "
                        "with split_backward"), -1;

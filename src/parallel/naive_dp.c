@@ -236,8 +236,8 @@ static int ndp_grads(void *self, uint64_t first, double *loss)
                          sizeof r->err))
                 return -1;
     }
-    float scale = 1.0f / ((float)r->B * (float)r->T * (float)r->accum * (float)d->ndev);
-    return dt_naive_dp_step(d, scale, loss, r->err, sizeof r->err);
+    return dt_naive_dp_step(d, dt_strategy_grad_scale(L->S, r->B, r->T, r->accum), loss, r->err,
+                            sizeof r->err);
 }
 
 static void ndp_traffic(void *self, double *comm_ms, uint64_t *bytes)
@@ -278,6 +278,7 @@ int dt_naive_dp_strategy(dt_strategy *S, int devices)
     L->ndev = devices;
     S->dp_index = 0;
     S->dp_size = devices;
+    S->grad_ranks *= devices; /* the main device sums the devices' gradients */
     S->compute_streams = devices;
     return dt_strategy_add(S, &ndp_ops, L);
 }

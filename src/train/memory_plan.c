@@ -259,8 +259,8 @@ void dt_mem_plan_print(FILE *f, const dt_mem_plan *p, const char *title,
     const char *sep = "  transient, beyond the formula: ";
     if (p->window_grads > 0) {
         fprintf(f, "%sfp32 gradients of a micro-batch during backward (the embeddings', %s), "
-                "at most %.1f MiB", sep, p->o.zero_stage >= 2 ? "two layers'" : "a layer's or ln_f's",
-                MIB(p->window_grads));
+                "at most %.1f MiB", sep,
+                p->o.zero_stage >= 2 ? "two layers'" : "a layer's or ln_f's", MIB(p->window_grads));
         sep = "; ";
     }
     if (p->window_params > 0) {
