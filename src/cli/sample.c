@@ -197,7 +197,7 @@ static int generate(dt_gpt *m, const sample_args *a, char *err, size_t errlen)
             rc = -1;
             break;
         }
-        const float *logits = m->logits + (size_t)(t - 1) * V;
+        const float *logits = m->acts.logits + (size_t)(t - 1) * V;
         if (check_logits(logits, V, n, err, errlen) != 0) {
             rc = -1;
             break;

@@ -144,7 +144,7 @@ static int print_plan(dt_train_config *c, int world, int dp, int quiet, char *er
     if (dt_gpt_create_layout(&layout, &mc, prec, err, n)) return -1;
     /* The recompute mode, set on the layout as the trainer sets it, so
      * that the activations follow it. */
-    if (dt_recompute_parse(c->recompute, &layout.recompute)) {
+    if (dt_recompute_parse(c->recompute, &layout.acts.recompute)) {
         dt_gpt_destroy(&layout);
         return dt_strf(err, n, "unknown --recompute '%s'", c->recompute), -1;
     }

@@ -10,7 +10,7 @@
 int dt_gpt_peer_layout(const dt_gpt *like, int q, int tp, dt_gpt *lay, char *err, size_t n)
 {
     if (dt_gpt_create_layout(lay, &like->cfg, like->prec, err, n)) return -1;
-    lay->recompute = like->recompute;
+    lay->acts.recompute = like->acts.recompute;
     const dt_gpt_cp *cp = &like->cp;
     if (dt_gpt_pad_segments(lay, like->seg_align) == 0 && dt_gpt_set_tp(lay, q, tp) == 0 &&
         dt_gpt_set_cp(lay, cp->rank, cp->size, cp->kind, cp->saved_widths) == 0) {

@@ -38,14 +38,14 @@ int dt_ddp_init(dt_ddp *d, dt_comm *c, dt_gpt *m, size_t bucket_bytes,
         b->lo = lo;
         b->segments++;
     }
-    m->grad_ready = NULL;
-    m->grad_ready_ctx = d;
+    m->hooks.grad_ready = NULL;
+    m->hooks.grad_ctx = d;
     return 0;
 }
 
 void dt_ddp_free(dt_ddp *d)
 {
-    if (d->model && d->model->grad_ready_ctx == d) d->model->grad_ready = NULL;
+    if (d->model && d->model->hooks.grad_ctx == d) d->model->hooks.grad_ready = NULL;
     for (int i = 0; i < d->nbuckets; i++) {
         if (d->buckets[i].req && d->buckets[i].wire.copy) dt_wait(d->buckets[i].req); /* it reads the copy */
         dt_wire_close(&d->buckets[i].wire);
@@ -111,7 +111,7 @@ static void on_grad_ready(void *ctx, size_t lo, size_t hi)
 void dt_ddp_begin_backward(dt_ddp *d, int communicate)
 {
     d->communicate = communicate;
-    d->model->grad_ready = communicate ? on_grad_ready : NULL;
+    d->model->hooks.grad_ready = communicate ? on_grad_ready : NULL;
     if (!communicate || d->step_open) return;
     d->step_open = 1;
     d->error = 0;
@@ -120,7 +120,7 @@ void dt_ddp_begin_backward(dt_ddp *d, int communicate)
 
 int dt_ddp_finish(dt_ddp *d)
 {
-    d->model->grad_ready = NULL;
+    d->model->hooks.grad_ready = NULL;
     if (!d->step_open) return 0;
     d->step_open = 0;
     d->backward_end_ns = dt_now_ns();
@@ -250,7 +250,7 @@ static void ddp_describe(void *self, FILE *f)
     fprintf(f, "DDP over %s, %d buckets of ~%g MiB, gradients accumulated in %s, "
             "reduced in %s)", dt_comm_transport(L->d.comm),
             L->d.nbuckets, (double)L->bucket_bytes / 1048576.0,
-            L->d.model->accum16 ? "bf16" : "fp32", L->wire == DT_BF16 ? "bf16" : "fp32");
+            L->d.model->accum.bf16 ? "bf16" : "fp32", L->wire == DT_BF16 ? "bf16" : "fp32");
 }
 
 static void ddp_destroy(void *self)

@@ -85,7 +85,7 @@ static int create_replicas(dt_naive_dp *d, char *err, size_t errlen)
     for (int i = 0; i < d->ndev - 1; i++) {
         dt_gpt *r = &d->replicas[i];
         if (dt_gpt_create(r, &d->main->cfg, d->main->prec, err, errlen)) return -1;
-        r->recompute = d->main->recompute; /* each device keeps what the main one does */
+        r->acts.recompute = d->main->acts.recompute; /* each device keeps what the main one does */
         if (dt_gpt_alloc_grads(r) || dt_gpt_alloc_acts(r, d->B, d->T)) {
             dt_strf(err, errlen, "device %d: %s", i + 1, r->error);
             return -1;

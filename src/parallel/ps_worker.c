@@ -33,8 +33,8 @@ int dt_ps_worker_init(dt_ps_worker *w, dt_ps *ps, dt_gpt *m, char *err, size_t e
         if (!w->encoded || !w->residual) goto oom;
         memset(w->residual, 0, m->n_floats * sizeof(float));
     }
-    m->grad_ready = NULL;
-    m->grad_ready_ctx = w;
+    m->hooks.grad_ready = NULL;
+    m->hooks.grad_ctx = w;
     return 0;
 oom:
     dt_strf(err, errlen, "parameter server worker: out of memory for its push buffers");
@@ -44,7 +44,7 @@ oom:
 
 void dt_ps_worker_free(dt_ps_worker *w)
 {
-    if (w->model && w->model->grad_ready_ctx == w) w->model->grad_ready = NULL;
+    if (w->model && w->model->hooks.grad_ctx == w) w->model->hooks.grad_ready = NULL;
     free(w->pushes);
     free(w->enc_off);
     dt_free(w->encoded);
@@ -143,7 +143,7 @@ void dt_ps_worker_begin_backward(dt_ps_worker *w, int communicate)
     w->communicate = communicate;
     w->error = 0;
     w->next_piece = 0;
-    w->model->grad_ready = communicate ? on_grad_ready : NULL;
+    w->model->hooks.grad_ready = communicate ? on_grad_ready : NULL;
 }
 
 /* The norm each server clipped with (the same from all in synchronous
@@ -167,7 +167,7 @@ static int recv_update(dt_ps_worker *w)
 int dt_ps_worker_finish(dt_ps_worker *w)
 {
     dt_gpt *m = w->model;
-    m->grad_ready = NULL;
+    m->hooks.grad_ready = NULL;
     uint64_t t0 = dt_now_ns();
     int rc = w->error;
     if (rc == 0 && w->next_piece != w->ps->npieces) rc = DT_ERR_INVALID; /* a segment never reported */

@@ -61,7 +61,7 @@ static int places_of(const dt_plan_input *in, dt_plan_places *P, const dt_plan_l
         return -1;
     P->have = 1;
     P->key = key;
-    P->layout.recompute = l->rc;
+    P->layout.acts.recompute = l->rc;
     dt_mem_plan_mesh_ctx x;
     if (dt_mem_plan_mesh_begin(&x, &P->layout, c, l->tp * l->cp * l->dp * l->pp, err, n))
         return P->have = 0, dt_gpt_destroy(&P->layout), -1;

@@ -80,7 +80,7 @@ int dt_mem_plan_pp_from_config(const dt_gpt *layout, const dt_train_config *c, i
 {
     memset(p, 0, sizeof *p);
     p->psi = dt_gpt_param_count(&layout->cfg);
-    p->recompute = layout->recompute;
+    p->recompute = layout->acts.recompute;
     dt_parallel_opts o = dt_config_parallel_opts(c);
     if (dt_pp_part_parse(c->pp_partition, &p->part))
         return dt_strf(err, errlen, "--pp-partition %s: use uniform, params or cost",

@@ -175,11 +175,11 @@ int dt_run_print_header(dt_run *t)
             m->cfg.n_layer, m->cfg.n_head, m->cfg.n_embd, m->cfg.vocab_size, m->cfg.block_size,
             (double)m->n_params / 1e6, m->prec == DT_PREC_BF16 ? "bf16" : "fp32", emulated,
             t->threads);
-    if (m->acts_mem) { /* a rank that holds the model */
-        size_t shared, kept = dt_gpt_layer_act_bytes(m->recompute, t->r.B, t->r.T, m->cfg.n_embd,
+    if (m->acts.mem) { /* a rank that holds the model */
+        size_t shared, kept = dt_gpt_layer_act_bytes(m->acts.recompute, t->r.B, t->r.T, m->cfg.n_embd,
                                                      m->cfg.n_head, &shared);
         fprintf(t->out, "activations: recompute %s, %.1f MiB per layer x %d + %.1f MiB shared\n",
-                dt_recompute_name(m->recompute), (double)kept / 1048576.0, m->cfg.n_layer,
+                dt_recompute_name(m->acts.recompute), (double)kept / 1048576.0, m->cfg.n_layer,
                 (double)shared / 1048576.0);
     }
     fprintf(t->out, "data: %s, %llu tokens (%llu sequences of %d)", dt_dataset_name(t->train),

@@ -277,7 +277,7 @@ int dt_run_setup_model(dt_run *t, const char *resume_dir)
         return dt_strf(ERR(t), "%s", t->model.error), -1;
     /* Before plan: a strategy may read it (the pipeline's cost partition
      * times layers the way the run will run them). */
-    if (dt_recompute_parse(c->recompute, &t->model.recompute))
+    if (dt_recompute_parse(c->recompute, &t->model.acts.recompute))
         return dt_strf(ERR(t), "unknown --recompute '%s'", c->recompute), -1;
     dt_share share;
     if (dt_strategy_plan(&t->S, &t->model, &share)) return -1;

@@ -44,7 +44,7 @@ int main(int argc, char **argv)
     /* Keep the logits before backward turns them into their gradient. */
     size_t nl = n * (size_t)cfg.vocab_size;
     float *logits = malloc(nl * sizeof *logits);
-    memcpy(logits, m.logits, nl * sizeof *logits);
+    memcpy(logits, m.acts.logits, nl * sizeof *logits);
     if (dt_gpt_backward(&m, tok, B, T, 1.0f / (float)n)) return fail(m.error);
 
     /* The gradients under "grad." names, then logits and loss. */

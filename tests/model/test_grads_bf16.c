@@ -20,7 +20,8 @@ enum { L = 2, NH = 2, C = 32, V = 67, BLOCK = 16, B = 2, T = 16 };
 
 static int make(dt_gpt *m, int accum16)
 {
-    dt_gpt_config cfg = {L, NH, C, V, BLOCK};
+    dt_gpt_config cfg = {.n_layer = L, .n_head = NH, .n_embd = C,
+                         .vocab_size = V, .block_size = BLOCK};
     char err[256] = "";
     if (dt_gpt_create_layout(m, &cfg, DT_PREC_BF16, err, sizeof err) || dt_gpt_set_mixed(m) ||
         (accum16 && dt_gpt_set_grads16(m)) || dt_gpt_alloc_params(m) ||
@@ -60,7 +61,7 @@ static void test_accumulation(void)
         round_to_bf16(ref.grads, ref.n_floats);
     }
     float *got = malloc(a.n_floats * sizeof *got);
-    dt_cast_bf16_to_f32(got, a.grads16, a.n_floats);
+    dt_cast_bf16_to_f32(got, a.accum.grads16, a.n_floats);
     size_t diff = 0, nonzero = 0, first = 0;
     for (size_t i = a.n_floats; i-- > 0;) {
         if (memcmp(&got[i], &ref.grads[i], sizeof(float))) diff++, first = i;
@@ -77,7 +78,8 @@ static void test_accumulation(void)
 static void test_optimizer_reads(void)
 {
     dt_gpt m;
-    dt_gpt_config cfg = {L, NH, C, V, BLOCK};
+    dt_gpt_config cfg = {.n_layer = L, .n_head = NH, .n_embd = C,
+                         .vocab_size = V, .block_size = BLOCK};
     char err[256];
     if (dt_gpt_create(&m, &cfg, DT_PREC_F32, err, sizeof err)) {
         CHECK(0, "model: %s", err);

@@ -55,7 +55,8 @@ static void run(dt_opt_kind kind, int buffers)
 {
     dt_gpt m;
     char err[512] = "";
-    dt_gpt_config cfg = {L, NH, C, V, BLOCK};
+    dt_gpt_config cfg = {.n_layer = L, .n_head = NH, .n_embd = C,
+                         .vocab_size = V, .block_size = BLOCK};
     CHECK(dt_gpt_create_layout(&m, &cfg, DT_PREC_F32, err, sizeof err) == 0, "layout: %s", err);
     size_t nf = m.n_floats;
     float *p_mem = malloc(nf * sizeof(float)), *p_nv = malloc(nf * sizeof(float));
@@ -120,7 +121,8 @@ static void params_in_store(void)
 {
     char err[512] = "";
     dt_gpt m;
-    dt_gpt_config cfg = {L, NH, C, V, BLOCK};
+    dt_gpt_config cfg = {.n_layer = L, .n_head = NH, .n_embd = C,
+                         .vocab_size = V, .block_size = BLOCK};
     CHECK(dt_gpt_create_layout(&m, &cfg, DT_PREC_F32, err, sizeof err) == 0, "layout: %s", err);
     size_t n = m.n_floats / 1024 * 1024; /* whole blocks: the store's unit */
     float *p_mem = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float)), *back = NULL;
@@ -181,7 +183,8 @@ static void faults(void)
     float state[2048] = {0}, params[2048] = {0}, grads[2048] = {0};
     (void)state;
     dt_gpt m;
-    dt_gpt_config cfg = {L, NH, C, V, BLOCK};
+    dt_gpt_config cfg = {.n_layer = L, .n_head = NH, .n_embd = C,
+                         .vocab_size = V, .block_size = BLOCK};
     dt_gpt_create_layout(&m, &cfg, DT_PREC_F32, err, sizeof err);
     dt_opt_span sp = {params, dt_gbuf_f32(grads), 0, 0, 2048};
     dt_optimizer opt;

@@ -30,14 +30,15 @@ static void on_ready(void *ctx, size_t lo, size_t hi)
 
 static int make(dt_gpt *m, dt_recompute mode)
 {
-    dt_gpt_config cfg = {L, NH, C, V, BLOCK};
+    dt_gpt_config cfg = {.n_layer = L, .n_head = NH, .n_embd = C,
+                         .vocab_size = V, .block_size = BLOCK};
     char err[256] = "";
-    m->recompute = DT_RECOMPUTE_NONE;
+    m->acts.recompute = DT_RECOMPUTE_NONE;
     if (dt_gpt_create(m, &cfg, DT_PREC_F32, err, sizeof err) || dt_gpt_alloc_grads(m)) {
         CHECK(0, "model: %s %s", err, m->error);
         return -1;
     }
-    m->recompute = mode;
+    m->acts.recompute = mode;
     dt_gpt_init_weights(m, 5);
     return 0;
 }
@@ -79,10 +80,10 @@ static int run_parts(dt_gpt *m, const int32_t *tok, const int *cut, int nparts, 
     dt_gpt_part parts[3 * M];
     for (int j = 0; j < nparts; j++)
         for (int i = 0; i < M; i++) parts[j * M + i] = (dt_gpt_part){cut[j], cut[j + 1]};
-    m->split_backward = split;
+    m->acts.split_backward = split;
     if (dt_gpt_alloc_slots(m, B, T, nparts * M, parts)) { CHECK(0, "%s", m->error); return -1; }
-    m->grad_ready = on_ready;
-    m->grad_ready_ctx = m;
+    m->hooks.grad_ready = on_ready;
+    m->hooks.grad_ctx = m;
     for (int i = 0; i < M; i++) { /* every forward first: M micro-batches in flight */
         const int32_t *x = tok + (size_t)i * 2 * B * T;
         for (int j = 0; j < nparts; j++) {
@@ -118,7 +119,7 @@ static int run_parts(dt_gpt *m, const int32_t *tok, const int *cut, int nparts, 
     }
     free(d);
     if (split && run_weights(m, M - 1, nparts)) return -1;
-    m->grad_ready = NULL;
+    m->hooks.grad_ready = NULL;
     return 0;
 }
 
@@ -186,7 +187,7 @@ int main(void)
         CHECK(dt_gpt_forward_slot(&m, 0, tok, tok + B * T, B, T) >= 0, "%s", m.error);
         CHECK(dt_gpt_backward_part(&m, 0, NULL, 1.0f, DT_BWD_INPUT) == -1,
               "an input half ran on an arena carved without split_backward");
-        m.split_backward = 1;
+        m.acts.split_backward = 1;
         CHECK(dt_gpt_alloc_slots(&m, B, T, 1, &whole) == 0, "%s", m.error);
         CHECK(dt_gpt_forward_slot(&m, 0, tok, tok + B * T, B, T) >= 0, "%s", m.error);
         CHECK(dt_gpt_backward_part(&m, 0, NULL, 1.0f, DT_BWD_WEIGHTS) == -1,

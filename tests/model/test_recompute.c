@@ -37,7 +37,8 @@ static void fill_tokens(int32_t *tok, size_t n, uint64_t seed)
  * accumulated, in `mode`. 0 or -1. */
 static int run(dt_recompute mode, dt_precision prec, int B, int T, int b2, int t2, result *r)
 {
-    dt_gpt_config cfg = {L, NH, C, V, BLOCK};
+    dt_gpt_config cfg = {.n_layer = L, .n_head = NH, .n_embd = C,
+                         .vocab_size = V, .block_size = BLOCK};
     dt_gpt m;
     char err[256];
     if (dt_gpt_create(&m, &cfg, prec, err, sizeof err)) {
@@ -45,7 +46,7 @@ static int run(dt_recompute mode, dt_precision prec, int B, int T, int b2, int t
         return -1;
     }
     dt_gpt_init_weights(&m, 42);
-    m.recompute = mode;
+    m.acts.recompute = mode;
     int rc = -1;
     int32_t *tok = malloc(4 * (size_t)B * T * sizeof *tok);
     if (!tok || dt_gpt_alloc_grads(&m) || dt_gpt_alloc_acts(&m, B, T)) {
@@ -123,7 +124,8 @@ static void test_sizes(void)
     /* N = B T and the vocabulary multiples of 16: no buffer is padded and
      * the count is exact. */
     enum { V16 = 80 };
-    dt_gpt_config cfg = {L, NH, C, V16, BLOCK};
+    dt_gpt_config cfg = {.n_layer = L, .n_head = NH, .n_embd = C,
+                         .vocab_size = V16, .block_size = BLOCK};
     dt_gpt m;
     char err[256];
     if (dt_gpt_create_layout(&m, &cfg, DT_PREC_F32, err, sizeof err)) {
@@ -136,7 +138,7 @@ static void test_sizes(void)
         const size_t N = (size_t)B * T;
         size_t kept[3], shared[3];
         for (size_t k = 0; k < 3; k++) {
-            m.recompute = modes[k];
+            m.acts.recompute = modes[k];
             kept[k] = dt_gpt_layer_act_bytes(modes[k], B, T, C, NH, &shared[k]);
             size_t carved = dt_gpt_acts_floats(&m, B, T) * sizeof(float);
             size_t fixed = fixed_floats(N, V16) * sizeof(float);
@@ -167,11 +169,12 @@ static void test_per_layer_step(void)
     for (size_t k = 0; k < 3; k++) {
         size_t carved[2];
         for (int extra = 0; extra < 2; extra++) {
-            dt_gpt_config cfg = {L + extra, NH, C, V, BLOCK};
+            dt_gpt_config cfg = {.n_layer = L + extra, .n_head = NH, .n_embd = C,
+                                 .vocab_size = V, .block_size = BLOCK};
             dt_gpt m;
             char err[256];
             if (dt_gpt_create_layout(&m, &cfg, DT_PREC_F32, err, sizeof err)) return;
-            m.recompute = modes[k];
+            m.acts.recompute = modes[k];
             carved[extra] = dt_gpt_acts_floats(&m, 2, 16) * sizeof(float);
             dt_gpt_destroy(&m);
         }
@@ -190,17 +193,18 @@ static void test_names_and_realloc(void)
     CHECK(dt_recompute_parse("partial", &mode) == -1, "'partial' accepted");
     CHECK(dt_recompute_parse("", &mode) == -1, "'' accepted");
 
-    dt_gpt_config cfg = {L, NH, C, V, BLOCK};
+    dt_gpt_config cfg = {.n_layer = L, .n_head = NH, .n_embd = C,
+                         .vocab_size = V, .block_size = BLOCK};
     dt_gpt m;
     char err[256];
     if (dt_gpt_create(&m, &cfg, DT_PREC_F32, err, sizeof err)) return;
     CHECK(dt_gpt_alloc_acts(&m, 2, 16) == 0, "alloc: %s", m.error);
-    size_t none = m.acts_floats;
-    m.recompute = DT_RECOMPUTE_FULL;
+    size_t none = m.acts.floats;
+    m.acts.recompute = DT_RECOMPUTE_FULL;
     CHECK(dt_gpt_alloc_acts(&m, 2, 16) == 0, "realloc: %s", m.error);
-    CHECK(m.acts_floats == dt_gpt_acts_floats(&m, 2, 16) && m.acts_floats < none,
+    CHECK(m.acts.floats == dt_gpt_acts_floats(&m, 2, 16) && m.acts.floats < none,
           "the mode changed after allocation: arena %zu floats, full wants %zu (none %zu)",
-          m.acts_floats, dt_gpt_acts_floats(&m, 2, 16), none);
+          m.acts.floats, dt_gpt_acts_floats(&m, 2, 16), none);
     dt_gpt_destroy(&m);
 }
 

@@ -204,7 +204,7 @@ static int measure_like(const dt_gpt_config *cfg, int bf16, dt_recompute rec, in
 {
     dt_gpt like;
     if (dt_gpt_create_layout(&like, cfg, bf16 ? DT_PREC_BF16 : DT_PREC_F32, err, n)) return -1;
-    like.recompute = rec;
+    like.acts.recompute = rec;
     int rc = bf16 && (dt_gpt_set_mixed(&like) || dt_gpt_set_grads16(&like));
     if (rc) dt_strf(err, n, "%s", like.error);
     if (!rc) rc = dt_pp_measure_costs(&like, B, T, c, err, n);

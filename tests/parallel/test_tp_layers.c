@@ -68,7 +68,7 @@ static void build(dt_gpt *m, int rank, int size, dt_comm *comm, shape s)
     m->tp.sp = s.sp && size > 1;
     m->tp.reduce = dt_tp_reduce;
     m->tp.ctx = comm;
-    m->recompute = s.rc;
+    m->acts.recompute = s.rc;
     CHECK(dt_gpt_alloc_params(m) == 0 && dt_gpt_alloc_grads(m) == 0 &&
               dt_gpt_alloc_acts(m, s.b, s.t) == 0,
           "buffers: %s", m->error);
@@ -87,17 +87,17 @@ static void run(dt_gpt *part, dt_gpt *whole, const int32_t *tok, const int32_t *
     double lw = dt_gpt_forward(whole, tok, tgt, s.b, s.t);
     CHECK(lp >= 0 && fabs(lp - lw) <= 1e-6 * lw, "loss %.9g, unsplit %.9g (%s)", lp, lw,
           part->error);
-    compare(part->encoded, whole->encoded + r0 * C, R * C, "embeddings' output");
+    compare(part->acts.encoded, whole->acts.encoded + r0 * C, R * C, "embeddings' output");
     for (int l = 0; l < CFG.n_layer; l++) {
         char what[64];
         snprintf(what, sizeof what, "layer %d attention output (res2)", l);
         /* Full recomputation keeps res3 alone: res2 is the last layer's. */
-        if (part->recompute == DT_RECOMPUTE_NONE)
-            compare(part->layer_acts[l].res2, whole->layer_acts[l].res2 + r0 * C, R * C, what);
+        if (part->acts.recompute == DT_RECOMPUTE_NONE)
+            compare(dt_gpt_residual(part, l, 1), dt_gpt_residual(whole, l, 1) + r0 * C, R * C, what);
         snprintf(what, sizeof what, "layer %d MLP output (res3)", l);
-        compare(part->layer_acts[l].res3, whole->layer_acts[l].res3 + r0 * C, R * C, what);
+        compare(dt_gpt_residual(part, l, 3), dt_gpt_residual(whole, l, 3) + r0 * C, R * C, what);
     }
-    compare(part->losses, whole->losses, N, "per-token losses");
+    compare(part->acts.losses, whole->acts.losses, N, "per-token losses");
     CHECK(dt_gpt_backward(part, tok, s.b, s.t, 1.0f / (float)N) == 0, "backward: %s",
           part->error);
     CHECK(dt_gpt_backward(whole, tok, s.b, s.t, 1.0f / (float)N) == 0, "backward: %s",

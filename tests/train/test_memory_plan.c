@@ -25,7 +25,8 @@ static dt_mem_plan_opts opts(int stage, int ranks, dt_precision prec, dt_opt_kin
                               .momentum = momentum, .B = B, .T = T, .prefetch = 1};
 }
 
-static const dt_gpt_config gpt2 = {12, 12, 768, 50257, 1024};
+static const dt_gpt_config gpt2 = {.n_layer = 12, .n_head = 12, .n_embd = 768,
+                                   .vocab_size = 50257, .block_size = 1024};
 
 /* Bytes per rank (params, grads, optimizer) for Psi = 124,439,808:
  * 4 Psi = 497,759,232; 4 Psi / 2 = 248,879,616; 4 Psi / 4 = 124,439,808;
@@ -72,7 +73,8 @@ static void test_gpt2_fp32(void)
  * 16 (its bias) + 16 + 16 (ln_2) + 256 (c_fc.weight) + 32 (c_fc.bias) +
  * 256 (mlp.c_proj.weight) + 16 (its bias) = 928 floats, larger than the
  * embeddings' 128 + 64 = 192 and ln_f's 32. */
-static const dt_gpt_config small = {2, 2, 8, 16, 8};
+static const dt_gpt_config small = {.n_layer = 2, .n_head = 2, .n_embd = 8,
+                                    .vocab_size = 16, .block_size = 8};
 
 static void test_small_mixed_and_sgd(void)
 {

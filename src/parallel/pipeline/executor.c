@@ -83,9 +83,9 @@ int dt_pp_exec_init(dt_pp_exec *x, dt_comm *comm, const dt_pp_schedule *s, const
     x->p = s->p, x->V = s->V, x->S = s->p * s->V, x->M = s->M;
     x->model = m;
     x->B = B, x->T = T, x->msg = dt_gpt_boundary_floats(m, B, T);
-    x->nslots = m->nslots;
-    for (int k = 0, c = 0; k < m->nslots; k++) { /* the model's slots, chunk by chunk */
-        while (c < x->V && m->slots[k].part.l0 != cut[c * x->p + x->me]) c++;
+    x->nslots = m->acts.nslots;
+    for (int k = 0, c = 0; k < m->acts.nslots; k++) { /* the model's slots, chunk by chunk */
+        while (c < x->V && m->acts.slots[k].part.l0 != cut[c * x->p + x->me]) c++;
         if (c == x->V) return dt_strf(x->err, sizeof x->err, "pipeline: slot %d holds no "
                                       "stage of rank %d", k, x->me), -1;
         if (x->slot_count[c]++ == 0) x->slot_base[c] = k;

@@ -51,8 +51,8 @@ static int build(dt_gpt *m, const dt_gpt *like, int B, int T, char *err, size_t 
     dt_gpt_config cfg = like->cfg;
     cfg.n_layer = PARTS;
     if (dt_gpt_create_layout(m, &cfg, like->prec, err, errlen)) return -1;
-    m->recompute = like->recompute;
-    if ((like->mixed && dt_gpt_set_mixed(m)) || (like->accum16 && dt_gpt_set_grads16(m)) ||
+    m->acts.recompute = like->acts.recompute;
+    if ((like->mixed.on && dt_gpt_set_mixed(m)) || (like->accum.bf16 && dt_gpt_set_grads16(m)) ||
         dt_gpt_alloc_params(m) || dt_gpt_alloc_grads(m) ||
         dt_gpt_alloc_slots(m, B, T, PARTS, parts))
         return dt_strf(err, errlen, "%s", m->error), -1;

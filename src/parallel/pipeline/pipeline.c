@@ -195,13 +195,13 @@ static int windows(pipeline *P, dt_gpt *m, char *err, size_t n)
 {
     size_t nf = m->n_floats, h = P->held.len;
     int a = make_window((void **)&m->params, nf * 4, 0, DT_MEM_PARAMS);
-    int b = m->mixed ? make_window((void **)&m->params16, nf * 2, h * 2, DT_MEM_PARAMS) : 0;
-    int c = m->accum16 ? make_window((void **)&m->grads16, nf * 2, h * 2, DT_MEM_GRADS)
+    int b = m->mixed.on ? make_window((void **)&m->mixed.params16, nf * 2, h * 2, DT_MEM_PARAMS) : 0;
+    int c = m->accum.bf16 ? make_window((void **)&m->accum.grads16, nf * 2, h * 2, DT_MEM_GRADS)
                        : make_window((void **)&m->grads, nf * 4, h * 4, DT_MEM_GRADS);
     if (a < 0 || b < 0 || c < 0)
         return dt_strf(err, n, "pipeline: no address space for the model's windows"), -1;
     P->win_p = a, P->win_p16 = b;
-    P->win_g = m->accum16 ? 0 : c, P->win_g16 = m->accum16 ? c : 0;
+    P->win_g = m->accum.bf16 ? 0 : c, P->win_g16 = m->accum.bf16 ? c : 0;
     return 0;
 }
 
@@ -212,7 +212,7 @@ static void drop_segment(pipeline *P, int s)
     dt_gpt *m = P->m;
     size_t lo = dt_gpt_segment_start(m, s), hi = dt_gpt_segment_start(m, s + 1);
     dt_window_drop(m->params, lo * 4, hi * 4);
-    if (m->mixed) dt_window_drop(m->params16, lo * 2, hi * 2);
+    if (m->mixed.on) dt_window_drop(m->mixed.params16, lo * 2, hi * 2);
 }
 
 static void on_param_done(void *ctx, int segment, int use)
@@ -230,9 +230,9 @@ static int pp_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
     P->S->held = &P->held;
     if (plan_owned(P)) return dt_strf(r->err, sizeof r->err, "pipeline: out of memory"), -1;
     if (windows(P, layout, r->err, sizeof r->err)) return -1;
-    layout->param_done = on_param_done;
-    layout->param_ctx = P;
-    layout->split_backward = P->kind == DT_PP_ZB1P; /* its I and W halves */
+    layout->hooks.param_done = on_param_done;
+    layout->hooks.param_ctx = P;
+    layout->acts.split_backward = P->kind == DT_PP_ZB1P; /* its I and W halves */
     int cap = P->V * P->M + 1;
     if (!(P->parts = malloc((size_t)cap * sizeof *P->parts)))
         return dt_strf(r->err, sizeof r->err, "pipeline: out of memory"), -1;
@@ -250,7 +250,7 @@ static int pp_start(void *self, dt_rank *r)
         if (!held_segment(P, P->m, s)) drop_segment(P, s);
     if (P->win_p && !P->S->shard_params && !P->S->params_in_store) {
         P->acct_p = (long long)(P->held.len * 4);
-        dt_mem_account(P->m->mixed ? DT_MEM_OPTIM : DT_MEM_PARAMS, P->acct_p);
+        dt_mem_account(P->m->mixed.on ? DT_MEM_OPTIM : DT_MEM_PARAMS, P->acct_p);
     }
     if (dt_pp_exec_init(&P->x, P->pp, &P->sched, P->cut, P->m, r->B, r->T))
         return dt_strf(r->err, sizeof r->err, "%s", P->x.err), -1;
@@ -338,7 +338,7 @@ static int pp_gather_params(void *self)
     }
     if (P->me == 0 && !P->gathered) {
         P->gathered = (long long)((P->m->n_floats - P->held.len) * 4);
-        dt_mem_account(P->m->mixed ? DT_MEM_OPTIM : DT_MEM_PARAMS, P->gathered);
+        dt_mem_account(P->m->mixed.on ? DT_MEM_OPTIM : DT_MEM_PARAMS, P->gathered);
     }
     return 0;
 }
@@ -427,16 +427,16 @@ static void pp_destroy(void *self)
     dt_gpt *m = P->m;
     size_t nf = m ? m->n_floats : 0, h = P->held.len;
     if (P->win_p) {
-        dt_mem_account(m->mixed ? DT_MEM_OPTIM : DT_MEM_PARAMS, -P->acct_p - P->gathered);
+        dt_mem_account(m->mixed.on ? DT_MEM_OPTIM : DT_MEM_PARAMS, -P->acct_p - P->gathered);
         dt_window_free(m->params, nf * 4), m->params = NULL;
     }
     if (P->win_p16) dt_mem_account(DT_MEM_PARAMS, -(long long)(h * 2)),
-                    dt_window_free(m->params16, nf * 2), m->params16 = NULL;
+                    dt_window_free(m->mixed.params16, nf * 2), m->mixed.params16 = NULL;
     if (P->win_g) dt_mem_account(DT_MEM_GRADS, -(long long)(h * 4)),
                   dt_window_free(m->grads, nf * 4), m->grads = NULL;
     if (P->win_g16) dt_mem_account(DT_MEM_GRADS, -(long long)(h * 2)),
-                    dt_window_free(m->grads16, nf * 2), m->grads16 = NULL;
-    if (m && m->param_ctx == P) m->param_done = NULL;
+                    dt_window_free(m->accum.grads16, nf * 2), m->accum.grads16 = NULL;
+    if (m && m->hooks.param_ctx == P) m->hooks.param_done = NULL;
     free(P->own_within);
     free(P->cut);
     free(P->parts);

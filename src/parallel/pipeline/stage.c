@@ -82,7 +82,7 @@ int dt_pp_stage_memory(const dt_gpt *layout, const dt_pp_schedule *s, const int 
     /* The arena as the trainer carves it: zb1p's halves need their slots
      * carved with split_backward (pipeline.c sets it before they exist). */
     dt_gpt probe = *layout;
-    probe.split_backward = s->kind == DT_PP_ZB1P;
+    probe.acts.split_backward = s->kind == DT_PP_ZB1P;
     out->model_floats = dt_gpt_slots_floats(&probe, B, T, out->slots, parts);
     free(parts);
     /* Whole sequences' tokens and targets; the received gradient is this

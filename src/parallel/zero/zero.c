@@ -87,7 +87,7 @@ static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
     (void)r;
     z->m = layout;
     z->L = layout->cfg.n_layer;
-    z->mixed = layout->mixed;
+    z->mixed = layout->mixed.on;
     if (dt_shard_map_build(&z->map, layout, z->n, z->me, z->S->held))
         return out_of_memory(z, "the shard map");
     z->nseg = z->map.nseg;
@@ -102,8 +102,8 @@ static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
         /* The shard accumulates over micro-batches, in the precision the
          * model would have (bf16 with --grad-accum-dtype bf16); the model's
          * gradients are one micro-batch's, fp32, in a window. */
-        int accum16 = layout->accum16;
-        layout->accum16 = 0;
+        int accum16 = layout->accum.bf16;
+        layout->accum.bf16 = 0;
         void *g = dt_alloc(z->map.len * (accum16 ? sizeof(uint16_t) : sizeof(float)), DT_MEM_GRADS);
         z->shard_g = accum16 ? (dt_gbuf){NULL, g} : dt_gbuf_f32(g);
         if (!g || window((void **)&layout->grads, bytes, &z->window_g))
@@ -129,18 +129,18 @@ static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
     }
     if (z->o.stage >= 3 && z->mixed) { /* the bf16 pieces, gathered into a bf16 window */
         z->shard16 = dt_alloc(z->map.len * sizeof(uint16_t), DT_MEM_PARAMS);
-        if (!z->shard16 || window((void **)&layout->params16, layout->n_floats * 2, &z->window16))
+        if (!z->shard16 || window((void **)&layout->mixed.params16, layout->n_floats * 2, &z->window16))
             return out_of_memory(z, "the bf16 parameter shard");
     }
     for (int s = 0; s < z->nseg && z->o.stage >= 3; s++)
         z->seg[s].persistent = dt_zero_seg_len(z, s) <= z->o.persist_floats;
     if (z->hpz_comm && secondary_partition(z)) return out_of_memory(z, "hpZ's secondary pieces");
-    z->prev_need = layout->param_need;
-    z->prev_done = layout->param_done;
-    z->prev_ctx = layout->param_ctx;
-    layout->param_need = dt_zero_param_need;
-    layout->param_done = dt_zero_param_done;
-    layout->param_ctx = z;
+    z->prev_need = layout->hooks.param_need;
+    z->prev_done = layout->hooks.param_done;
+    z->prev_ctx = layout->hooks.param_ctx;
+    layout->hooks.param_need = dt_zero_param_need;
+    layout->hooks.param_done = dt_zero_param_done;
+    layout->hooks.param_ctx = z;
     return own_pieces(z, share);
 }
 
@@ -293,7 +293,7 @@ static int zero_replicas(void *self, uint64_t *hash)
 static void zero_describe(void *self, FILE *f)
 {
     zero *z = self;
-    int accum16 = z->shard_g.bf16 || z->m->accum16;
+    int accum16 = z->shard_g.bf16 || z->m->accum.bf16;
     dt_strategy_describe_blocks(z->S, f, z->map.n);
     fprintf(f, "ZeRO-%d over %s, pieces of %.1f M parameters, gradients "
             "accumulated in %s, reduce-scattered in ", z->o.stage,
@@ -330,10 +330,10 @@ static void zero_destroy(void *self)
         if (z->master_whole) dt_mem_account(DT_MEM_PARAMS, -(long long)(z->held_floats * 4));
         if (z->window_p) dt_window_free(z->m->params, bytes), z->m->params = NULL;
         if (z->window_g) dt_window_free(z->m->grads, bytes), z->m->grads = NULL;
-        if (z->window16) dt_window_free(z->m->params16, bytes / 2), z->m->params16 = NULL;
+        if (z->window16) dt_window_free(z->m->mixed.params16, bytes / 2), z->m->mixed.params16 = NULL;
         dt_mem_account(DT_MEM_PARAMS, -(long long)(z->live * esz));
-        if (z->m->param_ctx == z) z->m->param_need = NULL, z->m->param_done = NULL;
-        z->m->grad_ready = NULL;
+        if (z->m->hooks.param_ctx == z) z->m->hooks.param_need = NULL, z->m->hooks.param_done = NULL;
+        z->m->hooks.grad_ready = NULL;
     }
     if (z->events) fclose(z->events);
     if (z->hpz_comm) dt_comm_destroy(z->hpz_comm);

@@ -101,13 +101,13 @@ void dt_zero_grads_hook(zero *z)
     for (int s = 0; s < z->nseg && z->micro > 0; s++)
         if (fold(z, s, z->micro - 1)) break;
     int communicate = z->o.stage >= 2 || z->last;
-    z->m->grad_ready = communicate ? on_grad_ready : NULL;
-    z->m->grad_ready_ctx = z;
+    z->m->hooks.grad_ready = communicate ? on_grad_ready : NULL;
+    z->m->hooks.grad_ctx = z;
 }
 
 int dt_zero_grads_finish(zero *z)
 {
-    z->m->grad_ready = NULL;
+    z->m->hooks.grad_ready = NULL;
     for (int s = z->nseg - 1; s >= 0; s--)
         if (fold(z, s, z->micro) && !z->error) return -1;
     return z->error ? -1 : 0;

@@ -160,7 +160,7 @@ static const float *piece_f32(const zero *z, int s)
 
 void *dt_zero_working(const zero *z)
 {
-    return z->mixed ? (void *)z->m->params16 : (void *)z->m->params;
+    return z->mixed ? (void *)z->m->mixed.params16 : (void *)z->m->params;
 }
 
 static dt_dtype working_type(const zero *z) { return z->mixed ? DT_BF16 : DT_F32; }
@@ -394,7 +394,7 @@ static void done(zero *z, int s, int use)
         /* Keep this rank's piece of the initial values; let the rest go. */
         if (dt_zero_keep_piece(z, s)) return;
         dt_zero_drop_segment(z, z->m->params, sizeof(float), s, DT_MEM_PARAMS, 0);
-        if (z->window16) dt_zero_drop_segment(z, z->m->params16, sizeof(uint16_t), s, DT_MEM_PARAMS, 0);
+        if (z->window16) dt_zero_drop_segment(z, z->m->mixed.params16, sizeof(uint16_t), s, DT_MEM_PARAMS, 0);
         dt_mem_account(DT_MEM_PARAMS, -(long long)init_bytes(z, s));
         z->inited = 1;
         return;
@@ -433,7 +433,7 @@ static void round_pieces(zero *z)
     for (int s = 0; z->mixed && s < z->nseg; s++) {
         if (z->seg[s].stale) continue; /* rounded when settled */
         const dt_flat_range *p = &z->map.mine[s];
-        uint16_t *dst = z->o.stage >= 3 ? z->shard16 + p->at : z->m->params16 + p->lo;
+        uint16_t *dst = z->o.stage >= 3 ? z->shard16 + p->at : z->m->mixed.params16 + p->lo;
         dt_cast_f32_to_bf16(dst, z->shard_p + p->at, p->hi - p->lo);
     }
 }

@@ -1,0 +1,117 @@
+/* What the block kinds share: tensor parallelism's sums around the
+ * products (Megatron's f and g, and sequence parallelism's gathers and
+ * reduce-scatters between them), a norm's weight gradients under sequence
+ * parallelism, and the two halves of a product's backward. See
+ * model_internal.h. */
+#include <string.h>
+
+#include "core/str.h"
+#include "kernels/linear.h"
+#include "model/model_internal.h"
+
+int dt_model_fail_matmul(dt_gpt *m, const char *where)
+{
+    dt_strf(m->error, sizeof m->error, "model: %s: %s", where, dt_matmul_error());
+    return -1;
+}
+
+void dt_model_add_into(float *dst, const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dst[i] = a[i] + b[i];
+}
+
+int dt_model_tp_reduce(dt_gpt *m, void *buf, size_t n, dt_tp_op op, const char *where)
+{
+    char why[200];
+    if (m->tp.size == 1) return 0;
+    if (!m->tp.reduce)
+        return dt_strf(m->error, sizeof m->error, "model: %s: tensor parallelism without a "
+                       "group to reduce over", where), -1;
+    if (m->tp.reduce(m->tp.ctx, buf, n, op, why, sizeof why) == 0) return 0;
+    return dt_strf(m->error, sizeof m->error, "model: %s: %s", where, why), -1;
+}
+
+size_t dt_model_region_rows(const dt_gpt *m, size_t N)
+{
+    return m->tp.sp ? N / (size_t)m->tp.size : N;
+}
+
+size_t dt_model_region_first(const dt_gpt *m, size_t N)
+{
+    return m->tp.sp ? (size_t)m->tp.rank * dt_model_region_rows(m, N) : 0;
+}
+
+int dt_model_row_parallel(dt_gpt *m, float *out, const float *inp, const float *W,
+                          const float *bias, int N, int IN, const char *name)
+{
+    const int C = m->cfg.n_embd, split = m->tp.size > 1;
+    float *sum = m->tp.sp ? m->acts.d_c : out; /* [N, C]: not in use while a layer runs forward */
+    if (dt_linear_forward(m->prec, sum, inp, W, split ? NULL : bias, N, IN, C))
+        return dt_model_fail_matmul(m, name);
+    if (!split) return 0;
+    if (dt_model_tp_reduce(m, sum, (size_t)N * C,
+                           m->tp.sp ? DT_TP_SCATTER_SUM_F32 : DT_TP_SUM_F32, name))
+        return -1;
+    const size_t R = dt_model_region_rows(m, (size_t)N);
+    for (size_t i = 0; i < R; i++)
+        for (int j = 0; j < C; j++) out[i * C + j] = sum[i * C + j] + bias[j];
+    return 0;
+}
+
+int dt_model_rows_gather(dt_gpt *m, float *out, int N, const char *name)
+{
+    if (!m->tp.sp) return 0;
+    return dt_model_tp_reduce(m, out, (size_t)N * m->cfg.n_embd, DT_TP_GATHER_F32, name);
+}
+
+const float *dt_model_rows_gathered(dt_gpt *m, const float *d, int N, const char *name)
+{
+    if (!m->tp.sp) return d;
+    const size_t C = (size_t)m->cfg.n_embd, r0 = dt_model_region_first(m, (size_t)N);
+    float *full = m->acts.sp_full;
+    memcpy(full + r0 * C, d, dt_model_region_rows(m, (size_t)N) * C * sizeof(float));
+    return dt_model_tp_reduce(m, full, (size_t)N * C, DT_TP_GATHER_F32, name) ? NULL : full;
+}
+
+int dt_model_input_grad_sum(dt_gpt *m, int N, const char *name)
+{
+    return dt_model_tp_reduce(m, m->acts.d_c, (size_t)N * m->cfg.n_embd,
+                              m->tp.sp ? DT_TP_SCATTER_SUM_F32 : DT_TP_SUM_F32, name);
+}
+
+float *dt_model_norm_grads_begin(dt_gpt *m, size_t n)
+{
+    if (!m->tp.sp) return NULL;
+    memset(m->acts.sp_ln, 0, n * sizeof(float));
+    return m->acts.sp_ln;
+}
+
+int dt_model_norm_grads_end(dt_gpt *m, float *const *g, int k, size_t n, const char *name)
+{
+    const float *part = m->acts.sp_ln;
+    const size_t each = n / (size_t)k;
+    if (dt_model_tp_reduce(m, m->acts.sp_ln, n, DT_TP_SUM_F32, name)) return -1;
+    for (int i = 0; i < k; i++)
+        for (size_t j = 0; j < each; j++) g[i][j] += part[(size_t)i * each + j];
+    return 0;
+}
+
+int dt_model_product_backward(dt_gpt *m, dt_bwd_part what, float *dinp, float *dW, float *db,
+                              const float *dout, float *keep, const float *inp, const float *W,
+                              int N, int IN, int OUT, const char *name)
+{
+    const int whole = what == DT_BWD_WHOLE;
+    if (!whole) memcpy(keep, dout, (size_t)N * OUT * sizeof(float));
+    if (dt_linear_backward(m->prec, dinp, 0, whole ? dW : NULL, whole ? db : NULL, dout, inp, W,
+                           N, IN, OUT))
+        return dt_model_fail_matmul(m, name);
+    return 0;
+}
+
+int dt_model_product_weights(dt_gpt *m, float *dW, float *db, const float *dout,
+                             const float *inp, int N, int IN, int OUT, const char *name)
+{
+    if (dt_linear_backward(m->prec, NULL, 0, dW, db, dout, inp, NULL, N, IN, OUT))
+        return dt_model_fail_matmul(m, name);
+    return 0;
+}

@@ -1,0 +1,105 @@
+/* GPT-2's MLP as a block kind: c_fc (C -> 4C), GELU (tanh approximation),
+ * c_proj (4C -> C). Tensor parallelism (Megatron's): c_fc column-parallel
+ * (columns [r F, (r + 1) F) of 4C, F = 4C / tp), c_proj row-parallel (the
+ * same rows), its bias whole and added once.
+ * Buffers, N rows of the micro-batch (R between the products):
+ *   res [R, C]       the residual sum after it          PRODUCT
+ *   fc [N, F]        c_fc's output                      PRODUCT
+ *   gelu [N, F]      GELU's                             ELEMENTWISE
+ *   d_fcp [N, C], d_fc [N, F]                           SPLIT: the products'
+ *                    output gradients, from the input half to the weights'
+ *   dfc [N, F]       backward's scratch */
+#include "kernels/gelu.h"
+#include "model/model_internal.h"
+
+enum { RES, FC, GELU, D_FCP, D_FC, DFC, N_ACTS };
+enum { FC_W, FC_B, PROJ_W, PROJ_B };
+
+static int tensors(const dt_gpt_config *cfg, const dt_gpt_tp *tp, dt_tensor_spec *out)
+{
+    const int C = cfg->n_embd, split = tp && tp->size > 1;
+    const int r = split ? tp->rank : 0, F = split ? tp->mlp : 4 * C;
+    out[FC_W] = (dt_tensor_spec){"c_fc.weight", C, 4 * C, {0}, DT_INIT_NORMAL};
+    out[FC_B] = (dt_tensor_spec){"c_fc.bias", 4 * C, 0, {0}, DT_INIT_ZERO};
+    out[PROJ_W] = (dt_tensor_spec){"c_proj.weight", 4 * C, C, {0}, DT_INIT_RESIDUAL};
+    out[PROJ_B] = (dt_tensor_spec){"c_proj.bias", C, 0, {0}, DT_INIT_ZERO};
+    if (split) { /* this rank's columns of c_fc, the same rows of c_proj */
+        out[FC_W].slice = (dt_slice){0, C, 1, r * F, 0, F};
+        out[FC_B].slice = (dt_slice){0, 1, 1, r * F, 0, F};
+        out[PROJ_W].slice = (dt_slice){r * F, F, 1, 0, 0, C};
+    }
+    return 4;
+}
+
+static int acts(const dt_gpt *m, size_t N, size_t R, dt_act_spec *out)
+{
+    const size_t C = (size_t)m->cfg.n_embd, F = (size_t)m->tp.mlp;
+    out[RES] = (dt_act_spec){R * C, DT_ACT_PRODUCT};
+    out[FC] = (dt_act_spec){N * F, DT_ACT_PRODUCT};
+    out[GELU] = (dt_act_spec){N * F, DT_ACT_ELEMENTWISE};
+    out[D_FCP] = (dt_act_spec){N * C, DT_ACT_SPLIT};
+    out[D_FC] = (dt_act_spec){N * F, DT_ACT_SPLIT};
+    out[DFC] = (dt_act_spec){N * F, DT_ACT_SCRATCH};
+    return N_ACTS;
+}
+
+static int forward(dt_gpt *m, const dt_block_call *c, unsigned run)
+{
+    const int C = m->cfg.n_embd, F = m->tp.mlp, N = c->N;
+    if ((run & DT_RUN_PRODUCTS) &&
+        dt_linear_forward(m->prec, c->a[FC], c->x, c->w[FC_W], c->w[FC_B], N, C, F))
+        return dt_model_fail_matmul(m, "mlp.c_fc");
+    if (run & DT_RUN_ELEMENTWISE) dt_gelu_forward(c->a[GELU], c->a[FC], (size_t)N * F);
+    if (!(run & DT_RUN_OUTPUT)) return 0;
+    if (dt_model_row_parallel(m, c->a[RES], c->a[GELU], c->w[PROJ_W], c->w[PROJ_B], N, F,
+                              "mlp.c_proj"))
+        return -1;
+    dt_model_add_into(c->a[RES], c->a[RES], c->res, dt_model_region_rows(m, (size_t)N) * C);
+    return 0;
+}
+
+static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
+{
+    const int C = m->cfg.n_embd, F = m->tp.mlp, N = c->N;
+    const float *d_out = dt_model_rows_gathered(m, m->acts.d_res, N, "mlp.c_proj backward");
+    if (!d_out ||
+        dt_model_product_backward(m, what, c->a[DFC], c->g[PROJ_W], c->g[PROJ_B], d_out,
+                                  c->a[D_FCP], c->a[GELU], c->w[PROJ_W], N, F, C,
+                                  "mlp.c_proj backward"))
+        return -1;
+    dt_gelu_backward(c->a[DFC], c->a[FC], c->a[DFC], (size_t)N * F);
+    if (dt_model_product_backward(m, what, m->acts.d_c, c->g[FC_W], c->g[FC_B], c->a[DFC],
+                                  c->a[D_FC], c->x, c->w[FC_W], N, C, F, "mlp.c_fc backward"))
+        return -1;
+    return dt_model_input_grad_sum(m, N, "mlp.c_fc backward");
+}
+
+static int weights(dt_gpt *m, const dt_block_call *c)
+{
+    const int C = m->cfg.n_embd, F = m->tp.mlp, N = c->N;
+    if (dt_model_product_weights(m, c->g[PROJ_W], c->g[PROJ_B], c->a[D_FCP], c->a[GELU], N, F,
+                                 C, "mlp.c_proj") ||
+        dt_model_product_weights(m, c->g[FC_W], c->g[FC_B], c->a[D_FC], c->x, N, C, F,
+                                 "mlp.c_fc"))
+        return -1;
+    return 0;
+}
+
+/* 6 per weight of its two products, 8 C^2. */
+static double flops(const dt_gpt_config *cfg, int T)
+{
+    (void)T;
+    const double C = cfg->n_embd;
+    return 6.0 * 8.0 * C * C;
+}
+
+const dt_block_kind dt_block_mlp = {
+    .name = "mlp",
+    .role = DT_BLOCK_BRANCH,
+    .tensors = tensors,
+    .acts = acts,
+    .forward = forward,
+    .backward = backward,
+    .weights = weights,
+    .flops = flops,
+};

@@ -1,0 +1,135 @@
+/* The model's buffers: the parameters (and mixed precision's bf16 working
+ * copy), the gradients (fp32, or bf16 with an fp32 window), and freeing
+ * them. See gpt.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/str.h"
+#include "core/window.h"
+#include "kernels/cast.h"
+#include "model/model_internal.h"
+
+int dt_gpt_set_mixed(dt_gpt *m)
+{
+    if (m->prec != DT_PREC_BF16 || m->params || m->mixed.params16 || m->grads)
+        return dt_strf(m->error, sizeof m->error, "model: mixed precision needs bf16 products "
+                       "and a layout without buffers"), -1;
+    if (!(m->mixed.widened = calloc((size_t)dt_gpt_segments(m), 1)))
+        return dt_strf(m->error, sizeof m->error, "model: out of memory"), -1;
+    m->mixed.on = 1;
+    return 0;
+}
+
+int dt_gpt_set_grads16(dt_gpt *m)
+{
+    if (!m->mixed.on || m->grads || m->accum.grads16)
+        return dt_strf(m->error, sizeof m->error, "model: bf16 gradient accumulation needs "
+                       "mixed precision and a layout without gradients"), -1;
+    if (!(m->accum.widened = calloc((size_t)dt_gpt_segments(m), 1)))
+        return dt_strf(m->error, sizeof m->error, "model: out of memory"), -1;
+    m->accum.bf16 = 1;
+    return 0;
+}
+
+dt_gbuf dt_gpt_grads(const dt_gpt *m)
+{
+    return m->accum.bf16 ? (dt_gbuf){NULL, m->accum.grads16} : dt_gbuf_f32(m->grads);
+}
+
+void dt_gpt_grads_zeroed(dt_gpt *m, size_t lo, size_t hi)
+{
+    for (int s = 0; m->accum.zero && s < dt_gpt_segments(m); s++)
+        if (dt_gpt_segment_start(m, s) >= lo && dt_gpt_segment_start(m, s + 1) <= hi)
+            m->accum.zero[s] = 1;
+}
+
+void dt_gpt_zero_grads(dt_gpt *m)
+{
+    dt_gbuf_zero(dt_gpt_grads(m), m->n_floats);
+    dt_gpt_grads_zeroed(m, 0, m->n_floats);
+}
+
+void dt_gpt_sync_working(dt_gpt *m, size_t lo, size_t hi)
+{
+    if (m->mixed.on && hi > lo)
+        dt_cast_f32_to_bf16(m->mixed.params16 + lo, m->params + lo, hi - lo);
+}
+
+int dt_gpt_alloc_params(dt_gpt *m)
+{
+    /* Reserved here, not in dt_gpt_set_mixed: padding may still grow the layout. */
+    if (m->mixed.on && !m->mixed.wparams &&
+        !(m->mixed.wparams = dt_window_reserve_pooled(m->n_floats * sizeof(float))))
+        return dt_strf(m->error, sizeof m->error, "model: no address space for the widened "
+                       "parameters (%.1f MiB)", (double)m->n_floats * 4 / 1048576.0), -1;
+    if (m->mixed.on && !m->mixed.params16 &&
+        !(m->mixed.params16 = dt_alloc(m->n_floats * sizeof(uint16_t), DT_MEM_PARAMS)))
+        return dt_strf(m->error, sizeof m->error, "model: cannot allocate %zu bf16 parameters "
+                       "(%.1f MiB)", m->n_params, (double)m->n_floats * 2 / 1048576.0), -1;
+    if (m->params) return 0;
+    m->params = dt_alloc(m->n_floats * sizeof(float), m->mixed.on ? DT_MEM_OPTIM : DT_MEM_PARAMS);
+    if (m->params) return 0;
+    dt_strf(m->error, sizeof m->error, "model: cannot allocate %zu %sparameters (%.1f MiB)",
+            m->n_params, m->mixed.on ? "fp32 master " : "", (double)m->n_floats * 4 / 1048576.0);
+    return -1;
+}
+
+int dt_gpt_create(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec, char *err,
+                  size_t errlen)
+{
+    if (dt_gpt_create_layout(m, cfg, prec, err, errlen)) return -1;
+    if (dt_gpt_alloc_params(m) == 0) return 0;
+    dt_strf(err, errlen, "%s", m->error);
+    dt_gpt_destroy(m);
+    return -1;
+}
+
+void dt_gpt_destroy(dt_gpt *m)
+{
+    free(m->tensors);
+    dt_free(m->params);
+    dt_free(m->mixed.params16);
+    if (m->accum.bf16 && m->grads) {
+        dt_window_free(m->grads, m->n_floats * sizeof(float));
+    } else {
+        dt_free(m->grads);
+    }
+    dt_free(m->accum.grads16);
+    if (m->mixed.wparams) dt_window_free(m->mixed.wparams, m->n_floats * sizeof(float));
+    if (m->accum.apart) dt_window_free(m->accum.apart, m->n_floats * sizeof(float));
+    free(m->mixed.widened);
+    free(m->accum.widened);
+    free(m->accum.zero);
+    free(m->accum.open);
+    dt_gpt_free_acts(m);
+    memset(m, 0, sizeof *m);
+}
+
+int dt_gpt_alloc_grads(dt_gpt *m)
+{
+    size_t nseg = (size_t)dt_gpt_segments(m);
+    if (!m->accum.zero) m->accum.zero = calloc(nseg, 1);
+    if (!m->accum.open) m->accum.open = calloc(nseg, 1);
+    if (!m->accum.zero || !m->accum.open)
+        return dt_strf(m->error, sizeof m->error, "model: out of memory"), -1;
+    if (m->accum.bf16) {
+        if (!m->grads && !(m->grads = dt_window_reserve(m->n_floats * sizeof(float))))
+            return dt_strf(m->error, sizeof m->error, "model: no address space for the "
+                           "gradient window (%.1f MiB)", (double)m->n_floats * 4 / 1048576.0), -1;
+        if (!m->accum.grads16 &&
+            !(m->accum.grads16 = dt_alloc(m->n_floats * sizeof(uint16_t), DT_MEM_GRADS)))
+            return dt_strf(m->error, sizeof m->error, "model: cannot allocate bf16 gradients "
+                           "(%.1f MiB)", (double)m->n_floats * 2 / 1048576.0), -1;
+        return 0;
+    }
+    if (m->grads) return 0;
+    m->grads = dt_alloc(m->n_floats * sizeof(float), DT_MEM_GRADS);
+    if (!m->grads) {
+        dt_strf(m->error, sizeof m->error, "model: cannot allocate gradients (%.1f MiB)",
+                (double)m->n_floats * 4 / 1048576.0);
+        return -1;
+    }
+    return 0;
+}
+

@@ -1,0 +1,111 @@
+/* What the model's files and its block kinds share, and nothing outside
+ * model/ includes: the segment protocol's steps (segment.c), tensor
+ * parallelism's sums (tp_ops.c), the products' backward halves, and the
+ * driver of a layer's blocks (layer.c). */
+#ifndef DT_MODEL_INTERNAL_H
+#define DT_MODEL_INTERNAL_H
+
+#include "kernels/linear.h"
+#include "model/gpt.h"
+
+/* Tensors start on 64-byte boundaries so that every kernel sees aligned rows. */
+#define DT_TENSOR_ALIGN_FLOATS 16
+
+/* ---- segment.c: the protocol a strategy hooks (gpt.h: dt_gpt_hooks) ---- */
+
+/* What forward and backward read: the parameters, or their widened copy. */
+float *dt_model_weights(const dt_gpt *m);
+/* Where a segment's gradients are written now: its window apart, or grads. */
+float *dt_model_grads_of(const dt_gpt *m, int segment);
+/* Around each use of a segment's parameters: the strategy's hooks, the
+ * widened copy of mixed precision, and (backward) its gradients opened. */
+int dt_model_need(dt_gpt *m, int segment, int use);
+void dt_model_done(dt_gpt *m, int segment, int use);
+/* Before a backward's first gradient of a segment lands (gpt.h:
+ * dt_gpt_accum): its bf16 sum widened, or a zeroed window apart. */
+int dt_model_grads_open(dt_gpt *m, int segment);
+/* This backward (or half) is through with the segment: its window folded
+ * into the sum; report: the segment's gradient is final (grad_ready);
+ * done: both. */
+void dt_model_segment_close(dt_gpt *m, int segment);
+void dt_model_segment_report(dt_gpt *m, int segment);
+void dt_model_segment_done(dt_gpt *m, int segment);
+/* The segment tensor i belongs to, and the first tensor of layer l. */
+int dt_model_segment_of(const dt_gpt *m, int tensor);
+int dt_model_layer_tensor0(const dt_gpt *m, int l);
+
+/* ---- tp_ops.c: the sums tensor and sequence parallelism need ---------- */
+
+int dt_model_fail_matmul(dt_gpt *m, const char *where);
+/* buf over the tensor-parallel group (split.h); nothing unsplit. */
+int dt_model_tp_reduce(dt_gpt *m, void *buf, size_t n, dt_tp_op op, const char *where);
+/* Sequence parallelism's share of a micro-batch's N rows between the
+ * products: R rows from row `first`; all N without it. */
+size_t dt_model_region_rows(const dt_gpt *m, size_t N);
+size_t dt_model_region_first(const dt_gpt *m, size_t N);
+/* out [R, C] = inp [N, IN] @ W + bias for a row-parallel product: unsplit
+ * one product; split, this rank's partial product summed over the group
+ * (reduce-scattered to its rows with sequence parallelism), then the bias
+ * once. */
+int dt_model_row_parallel(dt_gpt *m, float *out, const float *inp, const float *W,
+                          const float *bias, int N, int IN, const char *name);
+/* A norm's output [N, C] whose region rows this rank wrote: with sequence
+ * parallelism the other rows gathered from the group (the column-parallel
+ * product after it reads every row). */
+int dt_model_rows_gather(dt_gpt *m, float *out, int N, const char *name);
+/* A region's gradient d [R, C] as every row's [N, C]: d itself, or with
+ * sequence parallelism gathered from the group into the scratch (a
+ * row-parallel product's backward reads every row). NULL on failure. */
+const float *dt_model_rows_gathered(dt_gpt *m, const float *d, int N, const char *name);
+/* The gradient of a column-parallel product's input, d_c [N, C]: the
+ * ranks' partial sums summed over the group, or with sequence parallelism
+ * reduce-scattered (this rank's rows at d_c's start). */
+int dt_model_input_grad_sum(dt_gpt *m, int N, const char *name);
+/* A norm's weight gradients under sequence parallelism are of this rank's
+ * rows alone: begin gives a zeroed buffer of n floats (n <= 2 C) for
+ * them; end sums it over the group and adds piece k (each n / k) into
+ * g[k]. Without sequence parallelism begin returns NULL: add directly. */
+float *dt_model_norm_grads_begin(dt_gpt *m, size_t n);
+int dt_model_norm_grads_end(dt_gpt *m, float *const *g, int k, size_t n, const char *name);
+void dt_model_add_into(float *dst, const float *a, const float *b, size_t n);
+
+/* One product's share of a backward: dinp = dout @ W^T, and dW, db. A
+ * split backward's input half leaves dW and db for later and keeps dout
+ * in `keep`; its weight half (dt_model_product_weights) takes it from
+ * there. */
+int dt_model_product_backward(dt_gpt *m, dt_bwd_part what, float *dinp, float *dW, float *db,
+                              const float *dout, float *keep, const float *inp, const float *W,
+                              int N, int IN, int OUT, const char *name);
+int dt_model_product_weights(dt_gpt *m, float *dW, float *db, const float *dout,
+                             const float *inp, int N, int IN, int OUT, const char *name);
+
+/* ---- layer.c: a layer's blocks in order ------------------------------- */
+
+/* Layer l's forward from x (its input, R rows) in the bound slot; rebuild:
+ * what the recompute mode did not keep, before its backward. */
+int dt_model_layer_forward(dt_gpt *m, int l, const float *x, int b, int t);
+int dt_model_layer_rebuild(dt_gpt *m, int l, const float *x, int b, int t);
+/* Layer l's backward from d(output) in d_res to d(input) in d_res: the
+ * whole, or its input half; and the weight half. */
+int dt_model_layer_backward(dt_gpt *m, int l, const float *x, int b, int t, dt_bwd_part what);
+int dt_model_layer_weights(dt_gpt *m, int l, const float *x, int b, int t);
+/* Layer l's output (the last branch's residual sum) in the bound slot. */
+float *dt_model_layer_output(const dt_gpt *m, int l);
+/* A call of block `blk` (tensors from `tensor0` of the layout) on w and g,
+ * the flat parameters and gradients it reads and adds to. */
+void dt_model_block_call(const dt_gpt *m, const dt_block *blk, int tensor0, float *w, float *g,
+                         dt_block_call *c);
+
+/* ---- embed.c, head.c: the parts before and after the layers ----------- */
+
+int dt_model_embed_forward(dt_gpt *m, const int32_t *tokens, int b, int t);
+int dt_model_embed_backward(dt_gpt *m, const float *d, const dt_gpt_slot *st);
+int dt_model_pick_rows(dt_gpt *m, int k, const int32_t *tokens, const int32_t *targets, int b,
+                       int t);
+int dt_model_head_forward(dt_gpt *m, const float *x, int N);
+double dt_model_head_loss(dt_gpt *m, const int32_t *targets, int N);
+int dt_model_head_backward(dt_gpt *m, const dt_gpt_slot *st, const float *lnf_in,
+                           float grad_scale, dt_bwd_part what);
+int dt_model_head_weights(dt_gpt *m, const dt_gpt_slot *st);
+
+#endif

@@ -1,0 +1,113 @@
+/* The segment protocol (gpt.h: dt_gpt_hooks, dt_gpt_accum): around each
+ * use of a segment's parameters, the strategy's hooks and mixed
+ * precision's widened copy; each segment's gradients opened before a
+ * backward writes them, folded into the sum after, and reported final.
+ * Every block kind's parameters and gradients pass through here, so a
+ * strategy that hooks a segment (ZeRO-3's gathers, DDP's buckets) never
+ * needs to know the kinds. */
+#include "core/alloc.h"
+#include "core/str.h"
+#include "core/window.h"
+#include "kernels/cast.h"
+#include "model/model_internal.h"
+
+/* What forward and backward read: the parameters, or their widened copy. */
+float *dt_model_weights(const dt_gpt *m) { return m->mixed.on ? m->mixed.wparams : m->params; }
+
+/* Before a backward's first gradient of a segment lands: with bf16
+ * accumulation its sum so far widened into the fp32 window; with fp32
+ * accumulation onto a sum that is not zero, a zeroed window segment to
+ * form this micro-batch's gradient apart (dt_gpt_accum). */
+int dt_model_grads_open(dt_gpt *m, int segment)
+{
+    size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
+    if (m->accum.bf16) {
+        if (m->accum.widened[segment]) return 0;
+        dt_cast_bf16_to_f32(m->grads + lo, m->accum.grads16 + lo, hi - lo);
+        m->accum.widened[segment] = 1;
+    } else {
+        if (m->accum.zero[segment] || m->accum.open[segment]) return 0;
+        if (!m->accum.apart &&
+            !(m->accum.apart = dt_window_reserve_pooled(m->n_floats * sizeof(float))))
+            return dt_strf(m->error, sizeof m->error, "model: no address space for a "
+                           "micro-batch's gradients (%.1f MiB)",
+                           (double)m->n_floats * 4 / 1048576.0), -1;
+        dt_window_bring(m->accum.apart, lo * sizeof(float), hi * sizeof(float), 1);
+        m->accum.open[segment] = 1;
+    }
+    dt_mem_account(DT_MEM_GRADS, (long long)((hi - lo) * sizeof(float)));
+    return 0;
+}
+
+/* Where a segment's gradients are written: its window apart, or grads. */
+float *dt_model_grads_of(const dt_gpt *m, int segment)
+{
+    return m->accum.open[segment] ? m->accum.apart : m->grads;
+}
+
+/* The strategy's hooks (gpt.h), and with mixed precision the widened copy
+ * of the working parameters, held (and accounted) from just before the use
+ * to just after. */
+int dt_model_need(dt_gpt *m, int segment, int use)
+{
+    if (m->hooks.param_need && m->hooks.param_need(m->hooks.param_ctx, segment, use))
+        return -1;
+    size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
+    if (use == DT_USE_BACKWARD && dt_model_grads_open(m, segment)) return -1;
+    if (!m->mixed.on || use == DT_USE_INIT || m->mixed.widened[segment]) return 0;
+    dt_window_bring(m->mixed.wparams, lo * sizeof(float), hi * sizeof(float), 0);
+    dt_cast_bf16_to_f32(m->mixed.wparams + lo, m->mixed.params16 + lo, hi - lo);
+    dt_mem_account(DT_MEM_PARAMS, (long long)((hi - lo) * sizeof(float)));
+    m->mixed.widened[segment] = 1;
+    return 0;
+}
+
+void dt_model_done(dt_gpt *m, int segment, int use)
+{
+    size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
+    if (m->mixed.on && use == DT_USE_INIT) dt_gpt_sync_working(m, lo, hi);
+    if (m->mixed.on && m->mixed.widened[segment]) {
+        dt_window_drop(m->mixed.wparams, lo * sizeof(float), hi * sizeof(float));
+        dt_mem_account(DT_MEM_PARAMS, -(long long)((hi - lo) * sizeof(float)));
+        m->mixed.widened[segment] = 0;
+    }
+    if (m->hooks.param_done) m->hooks.param_done(m->hooks.param_ctx, segment, use);
+}
+
+/* Once this backward (or half) is through with a segment: with bf16
+ * accumulation its fp32 window rounded back into grads16; a gradient
+ * formed apart added into grads, its window given back. Either way the
+ * accumulated sum is no longer known to be zero. */
+void dt_model_segment_close(dt_gpt *m, int segment)
+{
+    size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
+    float *win = NULL;
+    m->accum.zero[segment] = 0;
+    if (m->accum.bf16 && m->accum.widened[segment]) {
+        dt_cast_f32_to_bf16(m->accum.grads16 + lo, m->grads + lo, hi - lo);
+        m->accum.widened[segment] = 0;
+        win = m->grads;
+    } else if (m->accum.open[segment]) {
+        dt_gbuf_accumulate(dt_gbuf_f32(m->grads + lo), m->accum.apart + lo, hi - lo, 0);
+        m->accum.open[segment] = 0;
+        win = m->accum.apart;
+    }
+    if (!win) return;
+    dt_window_drop(win, lo * sizeof(float), hi * sizeof(float));
+    dt_mem_account(DT_MEM_GRADS, -(long long)((hi - lo) * sizeof(float)));
+}
+
+/* The segment's gradient of this micro-batch is final. */
+void dt_model_segment_report(dt_gpt *m, int segment)
+{
+    if (m->hooks.grad_ready)
+        m->hooks.grad_ready(m->hooks.grad_ctx, dt_gpt_segment_start(m, segment),
+                            dt_gpt_segment_start(m, segment + 1));
+}
+
+void dt_model_segment_done(dt_gpt *m, int segment)
+{
+    dt_model_segment_close(m, segment);
+    dt_model_segment_report(m, segment);
+}
+
