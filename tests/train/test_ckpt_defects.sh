@@ -2,13 +2,18 @@
 # Checkpoints that were hand-edited or damaged, and weights that are not
 # finite: `dtrain train --resume` and `dtrain sample` refuse each with a
 # message naming the file and what is wrong, and never resume into a wrong
-# run, save non-finite weights or print text from them.
+# run, save non-finite weights or print text from them. `dtrain ckpt info`
+# checks the files it reports on (a missing, truncated or foreign shard
+# fails it), a sharded checkpoint without its manifest is named as such,
+# and `dtrain ckpt consolidate` neither writes into the checkpoint it reads
+# nor reads one whose run is still training (its lock).
 #   test_ckpt_defects.sh DTRAIN
 set -uo pipefail
 dtrain=$1
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+bg=
+trap 'if [ -n "$bg" ]; then kill -9 "$bg"; fi 2>/dev/null; rm -rf "$tmp"' EXIT
 fails=0
 . "$here/helpers.sh"
 
@@ -139,6 +144,24 @@ if compgen -G "$tmp/blowup/ckpt-*" >/dev/null || [ -e "$tmp/blowup/latest" ]; th
   echo "FAIL: a checkpoint of non-finite weights was saved: $(ls -A "$tmp/blowup")"
   fails=$((fails + 1))
 fi
+
+# A sharded checkpoint (ZeRO-1, 2 ranks).
+for seed in 5; do
+  "$dtrain" train "${common[@]}" --seed $seed --steps 2 --nproc 2 --zero-stage 1 \
+    --out "$tmp/z$seed" >/dev/null || { echo "FAIL: the sharded run of seed $seed"; exit 1; }
+done
+zck=ckpt-00000002
+# copy NAME SRC: a fresh copy of run SRC at $tmp/NAME.
+copy() { rm -rf "${tmp:?}/$1"; cp -r "$tmp/$2" "$tmp/$1"; }
+
+# ---- a sharded checkpoint without its manifest ----------------------------
+copy znoman z5; rm "$tmp/znoman/$zck/manifest.json"
+noman="znoman/$zck/manifest.json is missing: .*znoman/$zck holds the shards of a sharded checkpoint \(shard-0000[01]-of-00002.safetensors"
+expect_error "no manifest: ckpt info of the run" "$noman" "$dtrain" ckpt info "$tmp/znoman"
+expect_error "no manifest: ckpt info of the checkpoint" "$noman" "$dtrain" ckpt info "$tmp/znoman/$zck"
+expect_error "no manifest: resume" "$noman" "${resume[@]}" "$tmp/znoman"
+expect_error "no manifest: consolidate" "$noman" \
+  "$dtrain" ckpt consolidate "$tmp/znoman" --out "$tmp/noman.safetensors"
 
 # ---- the good run still resumes -------------------------------------------
 expect_ok "the unedited run resumes" "${resume[@]}" "$tmp/base"
