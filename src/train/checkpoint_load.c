@@ -281,3 +281,46 @@ int dt_ckpt_load(const char *dir, dt_gpt *m, dt_optimizer *o, dt_ckpt_state *sta
     dt_flat_ranges whole = {1, &all, m->n_floats};
     return dt_ckpt_load_ranges(dir, m, &whole, m->params, o, state, err, errlen);
 }
+
+/* ---- checking without loading ------------------------------------------- */
+
+/* The buffers a whole-model checkpoint holds: the weights, and the moments
+ * its optimizer keeps (Adam's two; SGD's momentum when it saved one). */
+static void whole_buffers(const char *dir, const dt_ckpt_record *r, int want[DT_CKPT_NBUF])
+{
+    char path[DT_PATH_MAX + 32];
+    struct stat st;
+    dt_strf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    int adam = r->optimizer != DT_OPT_SGD;
+    want[DT_CKPT_PARAMS] = 1;
+    want[DT_CKPT_EXP_AVG] = adam || stat(path, &st) == 0;
+    want[DT_CKPT_EXP_AVG_SQ] = adam;
+}
+
+int dt_ckpt_check_files(const char *dir, int *nfiles, char *err, size_t errlen)
+{
+    dt_ckpt_record r;
+    dt_gpt_config cfg;
+    dt_gpt layout;
+    if (dt_ckpt_read_record(dir, &r, err, errlen) != 0 ||
+        dt_ckpt_model_config(dir, &cfg, err, errlen) != 0 ||
+        dt_gpt_create_layout(&layout, &cfg, DT_PREC_F32, err, errlen) != 0)
+        return -1;
+    /* A sharded checkpoint's shards are checked whole whatever is wanted. */
+    int want[DT_CKPT_NBUF] = {1, 0, 0};
+    if (!dt_ckpt_is_sharded(dir)) whole_buffers(dir, &r, want);
+    dt_flat_range all = {0, layout.n_floats, 0};
+    dt_flat_ranges whole = {1, &all, layout.n_floats};
+    dt_ckpt_piece *need = NULL;
+    int nneed;
+    dt_ckpt_manifest man = {0};
+    dt_ckpt_source src = {0};
+    int rc = dt_ckpt_pieces(&layout, &whole, &need, &nneed, err, errlen);
+    if (rc == 0) rc = open_source(dir, &layout, want, need, nneed, &man, &src, err, errlen);
+    *nfiles = src.nfiles;
+    dt_ckpt_source_close(&src);
+    dt_ckpt_manifest_free(&man);
+    free(need);
+    dt_gpt_destroy(&layout);
+    return rc;
+}

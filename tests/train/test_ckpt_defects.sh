@@ -145,14 +145,35 @@ if compgen -G "$tmp/blowup/ckpt-*" >/dev/null || [ -e "$tmp/blowup/latest" ]; th
   fails=$((fails + 1))
 fi
 
-# A sharded checkpoint (ZeRO-1, 2 ranks).
-for seed in 5; do
+# ---- ckpt info checks what it reports on (issue 12) -----------------------
+# A sharded checkpoint (ZeRO-1, 2 ranks), and one of another seed whose
+# shards have the same sizes but other bytes.
+for seed in 5 6; do
   "$dtrain" train "${common[@]}" --seed $seed --steps 2 --nproc 2 --zero-stage 1 \
     --out "$tmp/z$seed" >/dev/null || { echo "FAIL: the sharded run of seed $seed"; exit 1; }
 done
 zck=ckpt-00000002
+expect_ok "ckpt info of a sound sharded checkpoint" "$dtrain" ckpt info "$tmp/z5"
+grep -q "checked: 2 file(s)" "$tmp/out" || { echo "FAIL: info does not say what it checked:"; cat "$tmp/out"; fails=$((fails + 1)); }
+expect_ok "ckpt info of a sound whole-model checkpoint" "$dtrain" ckpt info "$tmp/base"
+grep -q "checked: 2 file(s)" "$tmp/out" || { echo "FAIL: info does not say what it checked:"; cat "$tmp/out"; fails=$((fails + 1)); }
 # copy NAME SRC: a fresh copy of run SRC at $tmp/NAME.
 copy() { rm -rf "${tmp:?}/$1"; cp -r "$tmp/$2" "$tmp/$1"; }
+copy zmiss z5; rm "$tmp/zmiss/$zck/shard-00001-of-00002.safetensors"
+expect_error "ckpt info: a missing shard" \
+  "zmiss/$zck/shard-00001-of-00002.safetensors: missing \(the manifest lists it as rank 1's shard\)" \
+  "$dtrain" ckpt info "$tmp/zmiss"
+copy ztrunc z5; truncate -s -100 "$tmp/ztrunc/$zck/shard-00000-of-00002.safetensors"
+expect_error "ckpt info: a truncated shard" \
+  "ztrunc/$zck/shard-00000-of-00002.safetensors: [0-9]+ bytes, the manifest says [0-9]+: the shard is truncated" \
+  "$dtrain" ckpt info "$tmp/ztrunc"
+copy zforeign z5; cp "$tmp/z6/$zck/shard-00001-of-00002.safetensors" "$tmp/zforeign/$zck/"
+expect_error "ckpt info: a shard of another run" \
+  "zforeign/$zck/shard-00001-of-00002.safetensors: checksum [0-9a-f]+, the manifest says [0-9a-f]+: the shard is damaged" \
+  "$dtrain" ckpt info "$tmp/zforeign"
+copy wmiss base; rm "$tmp/wmiss/ckpt-00000002/optimizer.safetensors"
+expect_error "ckpt info: a whole-model checkpoint without its optimizer file" \
+  "wmiss/ckpt-00000002/optimizer.safetensors: cannot open" "$dtrain" ckpt info "$tmp/wmiss"
 
 # ---- a sharded checkpoint without its manifest ----------------------------
 copy znoman z5; rm "$tmp/znoman/$zck/manifest.json"
