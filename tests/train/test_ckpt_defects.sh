@@ -184,6 +184,53 @@ expect_error "no manifest: resume" "$noman" "${resume[@]}" "$tmp/znoman"
 expect_error "no manifest: consolidate" "$noman" \
   "$dtrain" ckpt consolidate "$tmp/znoman" --out "$tmp/noman.safetensors"
 
+# ---- consolidate leaves the checkpoint it reads as it was ----------------
+# fingerprint DIR: every name and every file's bytes under DIR.
+fingerprint() { (cd "$1" && find . -print0 | sort -z | xargs -0 ls -ld --time-style=+ -- && find . -type f -print0 | sort -z | xargs -0 md5sum); }
+copy zout z5
+before=$(fingerprint "$tmp/zout")
+ln -s "zout/$zck" "$tmp/cklink"
+for out in "$tmp/zout/$zck/model.safetensors" "$tmp/zout/$zck/shard-00000-of-00002.safetensors" \
+           "$tmp/zout/$zck/../$zck/new.safetensors" "$tmp/cklink/new.safetensors"; do
+  expect_error "consolidate --out ${out#"$tmp"/}" \
+    "--out .*: inside the checkpoint it reads \(.*zout/$zck\); writing it would change what it reads" \
+    "$dtrain" ckpt consolidate "$tmp/zout" --out "$out"
+done
+for name in latest .lock; do
+  expect_error "consolidate --out the run's $name" "--out .*zout/$name: the .* of the run directory it reads" \
+    "$dtrain" ckpt consolidate "$tmp/zout" --out "$tmp/zout/$name"
+done
+ln -s "zout/$zck/manifest.json" "$tmp/manlink"
+expect_error "consolidate --out a link into the checkpoint" "--out .*manlink: inside the checkpoint it reads" \
+  "$dtrain" ckpt consolidate "$tmp/zout" --out "$tmp/manlink"
+[ "$(fingerprint "$tmp/zout")" = "$before" ] ||
+  { echo "FAIL: consolidate changed the checkpoint it read"; fails=$((fails + 1)); }
+expect_ok "consolidate --out beside the checkpoint" \
+  "$dtrain" ckpt consolidate "$tmp/zout" --out "$tmp/zout/consolidated.safetensors"
+
+# A run still training holds its directory's lock: consolidate waits for
+# it to end, whether it reads from that directory or writes into it.
+copy live base
+"$dtrain" train "${common[@]}" --steps 100000000 --save-every 1000000000 --resume \
+  --out "$tmp/live" >/dev/null 2>&1 &
+bg=$!
+for _ in $(seq 100); do grep -q "pid $bg " "$tmp/live/.lock" 2>/dev/null && break; sleep 0.1; done
+if ! grep -q "pid $bg " "$tmp/live/.lock" 2>/dev/null; then
+  echo "FAIL: the training run never took its lock"; fails=$((fails + 1))
+else
+  expect_error "consolidate from a run still training" \
+    "$tmp/live is in use by another dtrain run \(pid $bg on .*\): wait for it to finish" \
+    "$dtrain" ckpt consolidate "$tmp/live" --out "$tmp/live.safetensors"
+  expect_error "consolidate into a run still training" \
+    "$tmp/live is in use by another dtrain run \(pid $bg on .*\): wait for it to finish" \
+    "$dtrain" ckpt consolidate "$tmp/base" --out "$tmp/live/w.safetensors"
+fi
+kill -9 "$bg"; wait "$bg" 2>/dev/null; bg=
+[ ! -e "$tmp/live.safetensors" ] && [ ! -e "$tmp/live/w.safetensors" ] ||
+  { echo "FAIL: consolidate wrote while the run held its lock"; fails=$((fails + 1)); }
+expect_ok "consolidate once the run has ended" \
+  "$dtrain" ckpt consolidate "$tmp/live" --out "$tmp/live.safetensors"
+
 # ---- the good run still resumes -------------------------------------------
 expect_ok "the unedited run resumes" "${resume[@]}" "$tmp/base"
 grep -q "resumed from $tmp/base/ckpt-00000002 at step 2" "$tmp/out" \
