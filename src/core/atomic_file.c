@@ -16,16 +16,23 @@
 static atomic_uint tmp_counter;
 
 /* A device or a FIFO, opened as it is: no truncation (a device has no
- * length), no creation. */
+ * length), no creation. Opened without blocking, so that a FIFO nobody
+ * reads is an error rather than a wait without end; the writes block. */
 static int open_in_place(dt_afile *a, char *err, size_t errlen)
 {
     a->in_place = 1;
     a->tmp[0] = '\0';
-    a->fd = open(a->path, O_WRONLY | O_CLOEXEC);
+    a->fd = open(a->path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (a->fd < 0 && errno == ENXIO)
+        return dt_strf(err, errlen, "%s: a FIFO that no process reads; start its reader first",
+                       a->path),
+               -1;
     if (a->fd < 0)
         return dt_strf(err, errlen, "%s: cannot open: %s", a->path, strerror(errno)), -1;
     struct stat st;
-    if (fstat(a->fd, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) return 0;
+    if (fstat(a->fd, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) &&
+        fcntl(a->fd, F_SETFL, fcntl(a->fd, F_GETFL) & ~O_NONBLOCK) == 0)
+        return 0;
     dt_strf(err, errlen, "%s: replaced while it was opened; not writing it", a->path);
     close(a->fd);
     a->fd = -1;

@@ -1,12 +1,13 @@
 /* What an output path names survives its writer (core/atomic_file.h): a
  * character device stays the device it was (same major and minor) and
  * takes the bytes in place, /dev/full's error reaches the caller, a FIFO
- * passes the bytes to its reader, a chain of symbolic links (relative and
- * absolute) stays links and the file at its end is replaced, a dangling
- * link creates the file it names, and a directory, a block device or a
- * loop of links is refused with a message naming the path. Device nodes
- * are made with mknod in a temporary directory: the tests run as root, and
- * a mknod that is not permitted fails the test.
+ * passes the bytes to its reader (one without a reader is an error, not a
+ * hang), a chain of symbolic links (relative and absolute) stays links
+ * and the file at its end is replaced, a dangling link creates the file
+ * it names, and a directory, a block device or a loop of links is refused
+ * with a message naming the path. Device nodes are made with mknod in a
+ * temporary directory: the tests run as root, and a mknod that is not
+ * permitted fails the test.
  *
  *   test_atomic_file */
 #include <dirent.h>
@@ -111,6 +112,9 @@ static void test_fifo(void)
 {
     char err[512] = "", got[16] = "";
     CHECK(mkfifo(at("fifo"), 0666) == 0, "mkfifo: %s", strerror(errno));
+    /* Nobody reads it yet: an error, not a wait without end. */
+    CHECK_ERR(write_text(at("fifo"), "lost", err, sizeof err), err, at("fifo"),
+              "a FIFO that no process reads");
     int reader = open(at("fifo"), O_RDONLY | O_NONBLOCK);
     CHECK(reader >= 0, "cannot open the FIFO to read it");
     CHECK(write_text(at("fifo"), "piped", err, sizeof err) == 0, "%s", err);
