@@ -3,21 +3,28 @@
  *
  *   dtrain ckpt info DIR
  *       a checkpoint's layout: whole-model or sharded (stage, rank count,
- *       each shard's pieces), step, data position, model sizes.
+ *       each shard's pieces), step, data position, model sizes; its files
+ *       are checked first, as a load checks them.
  *   dtrain ckpt consolidate DIR --out FILE
  *       the whole model of a checkpoint of either kind, as one safetensors
  *       file with Hugging Face names (what --save-final writes); atomic.
+ *       FILE lies outside the checkpoint, and a run still training in the
+ *       directory read or written (its lock, ckpt_lock.h) refuses it.
  *
  * DIR is a checkpoint directory, or a run directory (its `latest`).
  */
 #include "cli/cli.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/atomic_file.h"
+#include "core/file.h"
+#include "core/str.h"
 #include "train/checkpoint.h"
+#include "train/ckpt_lock.h"
 #include "train/ckpt_shard.h"
 #include "train/weights.h"
 
@@ -29,10 +36,13 @@ static void ckpt_usage(FILE *f)
             "\n"
             "info         print a checkpoint's layout: whole-model or sharded (ZeRO stage,\n"
             "             rank count, each shard's tensor pieces), step, data position and\n"
-            "             model sizes.\n"
+            "             model sizes. Every file is checked first (present, whole, each\n"
+            "             shard of the size and checksum its manifest records).\n"
             "consolidate  write the whole model of a checkpoint (whole-model or sharded, of\n"
             "             any rank count) to FILE as safetensors with Hugging Face names.\n"
-            "             Every shard is checked first; FILE appears whole or not at all.\n"
+            "             Every shard is checked first; FILE appears whole or not at all,\n"
+            "             and must lie outside the checkpoint. A run still training in the\n"
+            "             checkpoint's directory (or FILE's) holds its lock: wait for it.\n"
             "\n"
             "DIR is a checkpoint directory or a run directory (its `latest` is used).\n"
             "\n"
@@ -100,27 +110,98 @@ static int info_sharded(const char *dir, char *err, size_t errlen)
     return rc;
 }
 
+/* Nothing is printed of a checkpoint that would not load: its files are
+ * checked first, as a load checks them, and the report says so. */
 static int run_info(const char *dir, char *err, size_t errlen)
 {
-    if (dt_ckpt_is_sharded(dir)) return info_sharded(dir, err, errlen);
+    int nfiles, sharded = dt_ckpt_is_sharded(dir);
     dt_ckpt_record r;
-    if (dt_ckpt_read_record(dir, &r, err, errlen) != 0) return -1;
-    print_record(dir, &r);
-    printf("format: whole model (model.safetensors, optimizer.safetensors, state.json)\n");
+    if (dt_ckpt_check_files(dir, &nfiles, err, errlen) != 0) return -1;
+    if (sharded && info_sharded(dir, err, errlen) != 0) return -1;
+    if (!sharded) {
+        if (dt_ckpt_read_record(dir, &r, err, errlen) != 0) return -1;
+        print_record(dir, &r);
+        printf("format: whole model (model.safetensors, optimizer.safetensors, state.json)\n");
+    }
+    printf("checked: %d file(s): each present and whole, holding every tensor the checkpoint "
+           "needs in its shape%s (values not read)\n",
+           nfiles, sharded ? ", of the size and checksum recorded" : "");
     return 0;
+}
+
+/* What `name` in dir_real (a canonical directory) is of the checkpoint
+ * ck_real and of the run directory holding it, or NULL when nothing. */
+static const char *part_of_checkpoint(const char *ck_real, const char *dir_real,
+                                      const char *name)
+{
+    char run[PATH_MAX];
+    size_t n = strlen(ck_real);
+    if (strncmp(dir_real, ck_real, n) == 0 && (dir_real[n] == '\0' || dir_real[n] == '/'))
+        return "inside the checkpoint it reads";
+    dt_dir_of(ck_real, run, sizeof run);
+    if (strcmp(dir_real, run) != 0) return NULL;
+    if (strcmp(name, "latest") == 0) return "the `latest` of the run directory it reads";
+    if (strcmp(name, ".lock") == 0) return "the lock of the run directory it reads";
+    return NULL;
+}
+
+/* --out must not change the checkpoint it is made from: the file written
+ * (to target: out with its links followed), the `..` of its path
+ * followed too, lies outside it. */
+static int check_out(const char *dir, const char *out, char *target, size_t len, char *err,
+                     size_t errlen)
+{
+    char parent[DT_PATH_MAX], ck_real[PATH_MAX], dir_real[PATH_MAX];
+    char why[DT_PATH_MAX + 64];
+    dt_out_kind kind;
+    if (dt_output_target(out, target, len, &kind, why, sizeof why) != 0)
+        return dt_strf(err, errlen, "--out %s", why), -1;
+    dt_dir_of(target, parent, sizeof parent);
+    /* A device is written in place, and a directory that does not resolve
+     * makes the write fail, naming it. */
+    if (kind == DT_OUT_STREAM || !realpath(dir, ck_real) || !realpath(parent, dir_real)) return 0;
+    const char *slash = strrchr(target, '/');
+    const char *part = part_of_checkpoint(ck_real, dir_real, slash ? slash + 1 : target);
+    if (!part) return 0;
+    dt_strf(err, errlen,
+            "--out %s: %s (%s); writing it would change what it reads; give a file outside "
+            "the checkpoint",
+            out, part, dir);
+    return -1;
+}
+
+/* The lock of the run directory a path lies in (see ckpt_lock.h): no run
+ * may replace or remove the checkpoint while it is read, nor own the
+ * directory the output goes to. *fd: -1, or the lock to release. */
+static int lock_run_of(const char *path, int *fd, char *err, size_t errlen)
+{
+    char run[DT_PATH_MAX];
+    dt_dir_of(path, run, sizeof run);
+    return dt_ckpt_lock_shared(run, fd, err, errlen);
 }
 
 static int run_consolidate(const char *dir, const char *out, char *err, size_t errlen)
 {
+    char target[DT_PATH_MAX];
+    int locks[2] = {-1, -1};
+    if (check_out(dir, out, target, sizeof target, err, errlen) != 0 ||
+        lock_run_of(dir, &locks[0], err, errlen) != 0 ||
+        lock_run_of(target, &locks[1], err, errlen) != 0) {
+        dt_ckpt_unlock(locks[0]);
+        return -1;
+    }
     dt_gpt_config cfg;
     dt_gpt m;
-    if (dt_ckpt_model_config(dir, &cfg, err, errlen) != 0 ||
-        dt_gpt_create(&m, &cfg, DT_PREC_F32, err, errlen) != 0)
-        return -1;
-    int rc = dt_ckpt_load(dir, &m, NULL, NULL, err, errlen);
-    if (rc == 0) rc = dt_weights_save(&m, out, err, errlen);
-    if (rc == 0) printf("wrote %s: %zu parameters from %s\n", out, m.n_params, dir);
-    dt_gpt_destroy(&m);
+    int rc = -1;
+    if (dt_ckpt_model_config(dir, &cfg, err, errlen) == 0 &&
+        dt_gpt_create(&m, &cfg, DT_PREC_F32, err, errlen) == 0) {
+        rc = dt_ckpt_load(dir, &m, NULL, NULL, err, errlen);
+        if (rc == 0) rc = dt_weights_save(&m, out, err, errlen);
+        if (rc == 0) printf("wrote %s: %zu parameters from %s\n", out, m.n_params, dir);
+        dt_gpt_destroy(&m);
+    }
+    dt_ckpt_unlock(locks[0]);
+    dt_ckpt_unlock(locks[1]);
     return rc;
 }
 

@@ -15,16 +15,39 @@
  * the pid alone does not make the temporary name unique. */
 static atomic_uint tmp_counter;
 
+/* A device or a FIFO, opened as it is: no truncation (a device has no
+ * length), no creation. Opened without blocking, so that a FIFO nobody
+ * reads is an error rather than a wait without end; the writes block. */
+static int open_in_place(dt_afile *a, char *err, size_t errlen)
+{
+    a->in_place = 1;
+    a->tmp[0] = '\0';
+    a->fd = open(a->path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (a->fd < 0 && errno == ENXIO)
+        return dt_strf(err, errlen, "%s: a FIFO that no process reads; start its reader first",
+                       a->path),
+               -1;
+    if (a->fd < 0)
+        return dt_strf(err, errlen, "%s: cannot open: %s", a->path, strerror(errno)), -1;
+    struct stat st;
+    if (fstat(a->fd, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) &&
+        fcntl(a->fd, F_SETFL, fcntl(a->fd, F_GETFL) & ~O_NONBLOCK) == 0)
+        return 0;
+    dt_strf(err, errlen, "%s: replaced while it was opened; not writing it", a->path);
+    close(a->fd);
+    a->fd = -1;
+    return -1;
+}
+
 int dt_afile_open(dt_afile *a, const char *path, char *err, size_t errlen)
 {
     a->fd = -1;
-    if (strlen(path) >= sizeof a->path) {
-        dt_strf(err, errlen, "%.64s...: path too long", path);
-        return -1;
-    }
-    memcpy(a->path, path, strlen(path) + 1);
+    a->in_place = 0;
+    dt_out_kind kind;
+    if (dt_output_target(path, a->path, sizeof a->path, &kind, err, errlen) != 0) return -1;
+    if (kind == DT_OUT_STREAM) return open_in_place(a, err, errlen);
     unsigned n = atomic_fetch_add(&tmp_counter, 1);
-    dt_strf(a->tmp, sizeof a->tmp, "%s.tmp.%ld.%u", path, (long)getpid(), n);
+    dt_strf(a->tmp, sizeof a->tmp, "%s.tmp.%ld.%u", a->path, (long)getpid(), n);
     a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (a->fd < 0) {
         dt_strf(err, errlen, "%s: cannot create: %s", a->tmp, strerror(errno));
@@ -32,6 +55,9 @@ int dt_afile_open(dt_afile *a, const char *path, char *err, size_t errlen)
     }
     return 0;
 }
+
+/* The name a write failure is reported under. */
+static const char *written(const dt_afile *a) { return a->in_place ? a->path : a->tmp; }
 
 static int write_all(int fd, const char *p, size_t n, uint64_t off, int positioned)
 {
@@ -50,7 +76,7 @@ static int write_all(int fd, const char *p, size_t n, uint64_t off, int position
 int dt_afile_write(dt_afile *a, const void *p, size_t n, char *err, size_t errlen)
 {
     if (write_all(a->fd, p, n, 0, 0) == 0) return 0;
-    dt_strf(err, errlen, "%s: write failed: %s", a->tmp, strerror(errno));
+    dt_strf(err, errlen, "%s: write failed: %s", written(a), strerror(errno));
     dt_afile_abort(a);
     return -1;
 }
@@ -59,7 +85,12 @@ int dt_afile_pwrite(dt_afile *a, uint64_t off, const void *p, size_t n, char *er
                     size_t errlen)
 {
     if (write_all(a->fd, p, n, off, 1) == 0) return 0;
-    dt_strf(err, errlen, "%s: write failed: %s", a->tmp, strerror(errno));
+    if (errno == ESPIPE)
+        dt_strf(err, errlen,
+                "%s: a FIFO, and this file is written out of order; give a regular file",
+                a->path);
+    else
+        dt_strf(err, errlen, "%s: write failed: %s", written(a), strerror(errno));
     dt_afile_abort(a);
     return -1;
 }
@@ -68,20 +99,23 @@ int dt_afile_pwrite(dt_afile *a, uint64_t off, const void *p, size_t n, char *er
 static int fsync_parent(const char *path)
 {
     char dir[DT_PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    if (!slash) {
-        memcpy(dir, ".", 2);
-    } else if (slash == path) {
-        memcpy(dir, "/", 2);
-    } else {
-        memcpy(dir, path, (size_t)(slash - path));
-        dir[slash - path] = '\0';
-    }
+    dt_dir_of(path, dir, sizeof dir);
     return dt_fsync_dir(dir);
+}
+
+/* A device keeps what it was given; only its close can still fail. */
+static int commit_in_place(dt_afile *a, char *err, size_t errlen)
+{
+    int rc = close(a->fd);
+    a->fd = -1;
+    if (rc == 0) return 0;
+    dt_strf(err, errlen, "%s: close failed: %s", a->path, strerror(errno));
+    return -1;
 }
 
 int dt_afile_commit(dt_afile *a, char *err, size_t errlen)
 {
+    if (a->in_place) return commit_in_place(a, err, errlen);
     if (fsync(a->fd) != 0) {
         dt_strf(err, errlen, "%s: fsync failed: %s", a->tmp, strerror(errno));
         dt_afile_abort(a);
@@ -111,7 +145,7 @@ void dt_afile_abort(dt_afile *a)
     if (a->fd < 0) return;
     close(a->fd);
     a->fd = -1;
-    unlink(a->tmp);
+    if (!a->in_place) unlink(a->tmp);
 }
 
 int dt_afile_write_file(const char *path, const void *p, size_t n, char *err, size_t errlen)

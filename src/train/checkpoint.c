@@ -251,7 +251,8 @@ int dt_ckpt_save(const char *out_dir, const dt_gpt *m, const dt_optimizer *o,
 /* ---- loading ------------------------------------------------------------ */
 
 /* Whether dir is a checkpoint: a whole-model one's state.json or a
- * sharded one's manifest. */
+ * sharded one's manifest, or shards whose manifest is lost (reading it
+ * says so, rather than passing over it). */
 static int is_checkpoint(const char *dir)
 {
     char path[DT_PATH_MAX + 32];
@@ -259,7 +260,7 @@ static int is_checkpoint(const char *dir)
     dt_strf(path, sizeof path, "%s/state.json", dir);
     if (stat(path, &st) == 0) return 1;
     dt_strf(path, sizeof path, "%s/" DT_CKPT_MANIFEST, dir);
-    return stat(path, &st) == 0;
+    return stat(path, &st) == 0 || dt_ckpt_has_shards(dir);
 }
 
 /* The newest checkpoint directory of a run that has no `latest`. */

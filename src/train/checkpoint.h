@@ -54,4 +54,11 @@ int dt_ckpt_model_config(const char *dir, dt_gpt_config *cfg, char *err, size_t 
 int dt_ckpt_load(const char *dir, dt_gpt *m, dt_optimizer *o, dt_ckpt_state *state, char *err,
                  size_t errlen);
 
+/* Checks a checkpoint's files as a load would, reading no value: every
+ * shard of a sharded one (present, of the size and checksum its manifest
+ * records, of its model, holding exactly the tensors of its pieces), the
+ * weights and optimizer files of a whole-model one (whole, every tensor
+ * present in its shape). *nfiles: how many files were checked. */
+int dt_ckpt_check_files(const char *dir, int *nfiles, char *err, size_t errlen);
+
 #endif

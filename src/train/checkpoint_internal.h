@@ -28,6 +28,9 @@ int dt_ckpt_publish(const char *out_dir, long step, const char *tmp, char *err, 
 /* Removes crashed saves' temporary directories, and checkpoints older than
  * current beyond the keep - 1 newest of them. */
 void dt_ckpt_prune(const char *out_dir, long current, long keep);
+/* Whether dir holds a shard file (shard-*-of-*.safetensors), manifest or
+ * not. */
+int dt_ckpt_has_shards(const char *dir);
 /* The record of a save, checked as a resume would check it: what cannot be
  * read back is not written. */
 int dt_ckpt_make_record(const char *out_dir, const dt_gpt *m, const dt_optimizer *o,

@@ -4,6 +4,7 @@
  * padding) of the save and the load need not agree. A whole-model load is
  * the case of one range covering the layout. See checkpoint.h and
  * ckpt_shard.h. */
+#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,9 +29,46 @@ int dt_ckpt_is_sharded(const char *dir)
     return stat(path, &st) == 0;
 }
 
+/* The first shard file in dir (its name to first), or 0 when none. */
+static int find_shard(const char *dir, char *first, size_t len)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int found = 0;
+    while (d && !found && (e = readdir(d)) != NULL)
+        if ((found = strncmp(e->d_name, "shard-", 6) == 0 && strstr(e->d_name, "-of-") &&
+                     dt_ends_with(e->d_name, ".safetensors")))
+            dt_strf(first, len, "%s", e->d_name);
+    if (d) closedir(d);
+    return found;
+}
+
+int dt_ckpt_has_shards(const char *dir)
+{
+    char name[256];
+    return find_shard(dir, name, sizeof name);
+}
+
+/* A sharded checkpoint that lost its manifest has no state.json either;
+ * the manifest is what is missing. */
+static int missing_manifest(const char *dir, char *err, size_t errlen)
+{
+    char path[DT_PATH_MAX + 32], shard[256];
+    struct stat st;
+    dt_strf(path, sizeof path, "%s/state.json", dir);
+    if (stat(path, &st) == 0 || !find_shard(dir, shard, sizeof shard)) return 0;
+    dt_strf(err, errlen,
+            "%s/" DT_CKPT_MANIFEST " is missing: %s holds the shards of a sharded checkpoint "
+            "(%s ...) but not the manifest that lists them, so it cannot be read; restore "
+            "its " DT_CKPT_MANIFEST " or use another checkpoint",
+            dir, dir, shard);
+    return 1;
+}
+
 int dt_ckpt_read_record(const char *dir, dt_ckpt_record *r, char *err, size_t errlen)
 {
-    if (!dt_ckpt_is_sharded(dir)) return dt_ckpt_state_read(dir, r, err, errlen);
+    if (!dt_ckpt_is_sharded(dir))
+        return missing_manifest(dir, err, errlen) ? -1 : dt_ckpt_state_read(dir, r, err, errlen);
     dt_ckpt_manifest man;
     if (dt_ckpt_manifest_read(dir, &man, err, errlen) != 0) return -1;
     *r = man.record;
@@ -242,4 +280,47 @@ int dt_ckpt_load(const char *dir, dt_gpt *m, dt_optimizer *o, dt_ckpt_state *sta
     dt_flat_range all = {0, m->n_floats, 0};
     dt_flat_ranges whole = {1, &all, m->n_floats};
     return dt_ckpt_load_ranges(dir, m, &whole, m->params, o, state, err, errlen);
+}
+
+/* ---- checking without loading ------------------------------------------- */
+
+/* The buffers a whole-model checkpoint holds: the weights, and the moments
+ * its optimizer keeps (Adam's two; SGD's momentum when it saved one). */
+static void whole_buffers(const char *dir, const dt_ckpt_record *r, int want[DT_CKPT_NBUF])
+{
+    char path[DT_PATH_MAX + 32];
+    struct stat st;
+    dt_strf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    int adam = r->optimizer != DT_OPT_SGD;
+    want[DT_CKPT_PARAMS] = 1;
+    want[DT_CKPT_EXP_AVG] = adam || stat(path, &st) == 0;
+    want[DT_CKPT_EXP_AVG_SQ] = adam;
+}
+
+int dt_ckpt_check_files(const char *dir, int *nfiles, char *err, size_t errlen)
+{
+    dt_ckpt_record r;
+    dt_gpt_config cfg;
+    dt_gpt layout;
+    if (dt_ckpt_read_record(dir, &r, err, errlen) != 0 ||
+        dt_ckpt_model_config(dir, &cfg, err, errlen) != 0 ||
+        dt_gpt_create_layout(&layout, &cfg, DT_PREC_F32, err, errlen) != 0)
+        return -1;
+    /* A sharded checkpoint's shards are checked whole whatever is wanted. */
+    int want[DT_CKPT_NBUF] = {1, 0, 0};
+    if (!dt_ckpt_is_sharded(dir)) whole_buffers(dir, &r, want);
+    dt_flat_range all = {0, layout.n_floats, 0};
+    dt_flat_ranges whole = {1, &all, layout.n_floats};
+    dt_ckpt_piece *need = NULL;
+    int nneed;
+    dt_ckpt_manifest man = {0};
+    dt_ckpt_source src = {0};
+    int rc = dt_ckpt_pieces(&layout, &whole, &need, &nneed, err, errlen);
+    if (rc == 0) rc = open_source(dir, &layout, want, need, nneed, &man, &src, err, errlen);
+    *nfiles = src.nfiles;
+    dt_ckpt_source_close(&src);
+    dt_ckpt_manifest_free(&man);
+    free(need);
+    dt_gpt_destroy(&layout);
+    return rc;
 }

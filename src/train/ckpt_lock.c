@@ -32,6 +32,28 @@ static void write_holder(int fd)
     (void)written;
 }
 
+/* Never waits: a run holds its lock for hours. */
+static int lock_fd(int fd, int op)
+{
+    int rc;
+    while ((rc = flock(fd, op | LOCK_NB)) != 0 && errno == EINTR) continue;
+    return rc;
+}
+
+/* Why fd's lock is not to be had, and what to do about it. */
+static void lock_failed(const char *out_dir, const char *path, int fd, const char *advice,
+                        char *err, size_t errlen)
+{
+    if (errno == EWOULDBLOCK) {
+        char holder[320];
+        read_holder(fd, holder, sizeof holder);
+        dt_strf(err, errlen, "%s is in use by another dtrain run (%s): %s", out_dir, holder,
+                advice);
+    } else {
+        dt_strf(err, errlen, "%s: cannot lock: %s", path, strerror(errno));
+    }
+}
+
 int dt_ckpt_lock(const char *out_dir, char *err, size_t errlen)
 {
     char path[DT_PATH_MAX + 16];
@@ -42,23 +64,30 @@ int dt_ckpt_lock(const char *out_dir, char *err, size_t errlen)
         dt_strf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
         return -1;
     }
-    int rc;
-    while ((rc = flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) continue;
-    if (rc == 0) {
+    if (lock_fd(fd, LOCK_EX) == 0) {
         write_holder(fd);
         return fd;
     }
-    if (errno == EWOULDBLOCK) {
-        char holder[320];
-        read_holder(fd, holder, sizeof holder);
-        dt_strf(err, errlen,
-                "%s is in use by another dtrain run (%s): wait for it to finish, or choose "
-                "another --out",
-                out_dir, holder);
-    } else {
-        dt_strf(err, errlen, "%s: cannot lock: %s", path, strerror(errno));
-    }
+    lock_failed(out_dir, path, fd, "wait for it to finish, or choose another --out", err,
+                errlen);
     close(fd);
+    return -1;
+}
+
+int dt_ckpt_lock_shared(const char *out_dir, int *fd, char *err, size_t errlen)
+{
+    char path[DT_PATH_MAX + 16];
+    dt_strf(path, sizeof path, "%s/.lock", out_dir);
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0 && errno == ENOENT) return 0; /* no run has written there */
+    if (*fd < 0) return dt_strf(err, errlen, "%s: cannot open: %s", path, strerror(errno)), -1;
+    if (lock_fd(*fd, LOCK_SH) == 0) return 0;
+    lock_failed(out_dir, path, *fd,
+                "wait for it to finish (a running run replaces and removes the checkpoints "
+                "and files it keeps there)",
+                err, errlen);
+    close(*fd);
+    *fd = -1;
     return -1;
 }
 

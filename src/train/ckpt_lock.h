@@ -13,6 +13,13 @@
 /* Creates out_dir if missing and locks it: a descriptor to hand to
  * dt_ckpt_unlock, or -1 with a message. */
 int dt_ckpt_lock(const char *out_dir, char *err, size_t errlen);
+/* For a process that reads out_dir's checkpoints or writes a file there
+ * without being its run (`dtrain ckpt consolidate`): a shared lock, taken
+ * beside other readers but never beside a run, so no run starts there
+ * while it is held. *fd: the descriptor to hand to dt_ckpt_unlock, or -1
+ * when out_dir has no lock file (no run has written there). 0, or -1 with
+ * a message naming the run that holds out_dir. */
+int dt_ckpt_lock_shared(const char *out_dir, int *fd, char *err, size_t errlen);
 /* Releases the lock (fd < 0: nothing to do). The file stays: removing it
  * would let two runs lock two different files of one name. */
 void dt_ckpt_unlock(int fd);

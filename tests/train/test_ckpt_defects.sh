@@ -2,13 +2,18 @@
 # Checkpoints that were hand-edited or damaged, and weights that are not
 # finite: `dtrain train --resume` and `dtrain sample` refuse each with a
 # message naming the file and what is wrong, and never resume into a wrong
-# run, save non-finite weights or print text from them.
+# run, save non-finite weights or print text from them. `dtrain ckpt info`
+# checks the files it reports on (a missing, truncated or foreign shard
+# fails it), a sharded checkpoint without its manifest is named as such,
+# and `dtrain ckpt consolidate` neither writes into the checkpoint it reads
+# nor reads one whose run is still training (its lock).
 #   test_ckpt_defects.sh DTRAIN
 set -uo pipefail
 dtrain=$1
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+bg=
+trap 'if [ -n "$bg" ]; then kill -9 "$bg"; fi 2>/dev/null; rm -rf "$tmp"' EXIT
 fails=0
 . "$here/helpers.sh"
 
@@ -139,6 +144,105 @@ if compgen -G "$tmp/blowup/ckpt-*" >/dev/null || [ -e "$tmp/blowup/latest" ]; th
   echo "FAIL: a checkpoint of non-finite weights was saved: $(ls -A "$tmp/blowup")"
   fails=$((fails + 1))
 fi
+
+# ---- ckpt info checks what it reports on (issue 12) -----------------------
+# A sharded checkpoint (ZeRO-1, 2 ranks), and one of another seed whose
+# shards have the same sizes but other bytes.
+for seed in 5 6; do
+  "$dtrain" train "${common[@]}" --seed $seed --steps 2 --nproc 2 --zero-stage 1 \
+    --out "$tmp/z$seed" >/dev/null || { echo "FAIL: the sharded run of seed $seed"; exit 1; }
+done
+zck=ckpt-00000002
+# info_checked RUN: info succeeds and says it checked the 2 files.
+info_checked() {
+  expect_ok "ckpt info of the sound $1" "$dtrain" ckpt info "$tmp/$1"
+  grep -q "checked: 2 file(s)" "$tmp/out" ||
+    { echo "FAIL: info does not say what it checked:"; cat "$tmp/out"; fails=$((fails + 1)); }
+}
+info_checked z5
+info_checked base
+# copy NAME SRC: a fresh copy of run SRC at $tmp/NAME.
+copy() { rm -rf "${tmp:?}/$1"; cp -r "$tmp/$2" "$tmp/$1"; }
+copy zmiss z5; rm "$tmp/zmiss/$zck/shard-00001-of-00002.safetensors"
+expect_error "ckpt info: a missing shard" \
+  "zmiss/$zck/shard-00001-of-00002.safetensors: missing \(the manifest lists it as rank 1's" \
+  "$dtrain" ckpt info "$tmp/zmiss"
+copy ztrunc z5; truncate -s -100 "$tmp/ztrunc/$zck/shard-00000-of-00002.safetensors"
+expect_error "ckpt info: a truncated shard" \
+  "ztrunc/$zck/shard-00000-of-00002.safetensors: [0-9]+ bytes, the manifest says [0-9]+: the" \
+  "$dtrain" ckpt info "$tmp/ztrunc"
+copy zforeign z5; cp "$tmp/z6/$zck/shard-00001-of-00002.safetensors" "$tmp/zforeign/$zck/"
+expect_error "ckpt info: a shard of another run" \
+  "zforeign/$zck/shard-00001-of-00002.safetensors: checksum [0-9a-f]+, the manifest says" \
+  "$dtrain" ckpt info "$tmp/zforeign"
+copy wmiss base; rm "$tmp/wmiss/ckpt-00000002/optimizer.safetensors"
+expect_error "ckpt info: a whole-model checkpoint without its optimizer file" \
+  "wmiss/ckpt-00000002/optimizer.safetensors: cannot open" "$dtrain" ckpt info "$tmp/wmiss"
+
+# ---- a sharded checkpoint without its manifest ----------------------------
+copy znoman z5; rm "$tmp/znoman/$zck/manifest.json"
+noman="znoman/$zck/manifest.json is missing: .*znoman/$zck holds the shards of a sharded"
+noman+=" checkpoint \(shard-0000[01]-of-00002.safetensors"
+expect_error "no manifest: ckpt info of the run" "$noman" "$dtrain" ckpt info "$tmp/znoman"
+expect_error "no manifest: ckpt info of the checkpoint" "$noman" \
+  "$dtrain" ckpt info "$tmp/znoman/$zck"
+expect_error "no manifest: resume" "$noman" "${resume[@]}" "$tmp/znoman"
+expect_error "no manifest: consolidate" "$noman" \
+  "$dtrain" ckpt consolidate "$tmp/znoman" --out "$tmp/noman.safetensors"
+
+# ---- consolidate leaves the checkpoint it reads as it was ----------------
+# fingerprint DIR: every name and every file's bytes under DIR.
+fingerprint() {
+  (cd "$1" && find . -print0 | sort -z | xargs -0 ls -ld --time-style=+ -- &&
+   find . -type f -print0 | sort -z | xargs -0 md5sum)
+}
+copy zout z5
+before=$(fingerprint "$tmp/zout")
+ln -s "zout/$zck" "$tmp/cklink"
+for out in "$tmp/zout/$zck/model.safetensors" "$tmp/zout/$zck/shard-00000-of-00002.safetensors" \
+           "$tmp/zout/$zck/../$zck/new.safetensors" "$tmp/cklink/new.safetensors"; do
+  expect_error "consolidate --out ${out#"$tmp"/}" \
+    "--out .*: inside the checkpoint it reads \(.*zout/$zck\); writing it would change" \
+    "$dtrain" ckpt consolidate "$tmp/zout" --out "$out"
+done
+for name in latest .lock; do
+  expect_error "consolidate --out the run's $name" \
+    "--out .*zout/$name: the .* of the run directory it reads" \
+    "$dtrain" ckpt consolidate "$tmp/zout" --out "$tmp/zout/$name"
+done
+ln -s "zout/$zck/manifest.json" "$tmp/manlink"
+expect_error "consolidate --out a link into the checkpoint" \
+  "--out .*manlink: inside the checkpoint it reads" \
+  "$dtrain" ckpt consolidate "$tmp/zout" --out "$tmp/manlink"
+[ "$(fingerprint "$tmp/zout")" = "$before" ] ||
+  { echo "FAIL: consolidate changed the checkpoint it read"; fails=$((fails + 1)); }
+expect_ok "consolidate --out beside the checkpoint" \
+  "$dtrain" ckpt consolidate "$tmp/zout" --out "$tmp/zout/consolidated.safetensors"
+
+# A run still training holds its directory's lock: consolidate refuses
+# until it ends, whether it reads from that directory or writes into it.
+copy live base
+"$dtrain" train "${common[@]}" --steps 100000000 --save-every 1000000000 --resume \
+  --out "$tmp/live" >/dev/null 2>&1 &
+bg=$!
+for _ in $(seq 100); do
+  grep -q "pid $bg " "$tmp/live/.lock" 2>/dev/null && break; sleep 0.1
+done
+if ! grep -q "pid $bg " "$tmp/live/.lock" 2>/dev/null; then
+  echo "FAIL: the training run never took its lock"; fails=$((fails + 1))
+else
+  expect_error "consolidate from a run still training" \
+    "$tmp/live is in use by another dtrain run \(pid $bg on .*\): wait for it to finish" \
+    "$dtrain" ckpt consolidate "$tmp/live" --out "$tmp/live.safetensors"
+  expect_error "consolidate into a run still training" \
+    "$tmp/live is in use by another dtrain run \(pid $bg on .*\): wait for it to finish" \
+    "$dtrain" ckpt consolidate "$tmp/base" --out "$tmp/live/w.safetensors"
+fi
+kill -9 "$bg"; wait "$bg" 2>/dev/null; bg=
+[ ! -e "$tmp/live.safetensors" ] && [ ! -e "$tmp/live/w.safetensors" ] ||
+  { echo "FAIL: consolidate wrote while the run held its lock"; fails=$((fails + 1)); }
+expect_ok "consolidate once the run has ended" \
+  "$dtrain" ckpt consolidate "$tmp/live" --out "$tmp/live.safetensors"
 
 # ---- the good run still resumes -------------------------------------------
 expect_ok "the unedited run resumes" "${resume[@]}" "$tmp/base"
