@@ -19,7 +19,6 @@
 
 #define PROG "dtrain launch"
 
-#define MAX_NPROC 1024
 #define MAX_NNODES 65536
 /* Longest line kept whole under --tag-output; longer ones are split. */
 #define LINE_CAP 16384

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/launch.h"
+#include "comm/bootstrap/bootstrap.h"
 #include "core/parse.h"
 
 #define MAX_GRACE_S 86400.0
@@ -140,7 +141,7 @@ static int apply_opt(struct launch_opts *o, const struct opt_spec *spec, const c
 {
     switch (spec->id) {
     case OPT_NPROC:
-        return parse_long(flag, value, 1, MAX_NPROC, &o->nproc);
+        return parse_long(flag, value, 1, DT_MAX_LOCAL_RANKS, &o->nproc);
     case OPT_NNODES:
         return parse_long(flag, value, 1, MAX_NNODES, &o->nnodes);
     case OPT_NODE_RANK:

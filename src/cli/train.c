@@ -22,7 +22,8 @@
 
 /* `--nproc N`: the command starts N ranks of itself through `dtrain launch`
  * (torchrun's standalone mode). Under a launcher already, it only has to
- * agree with the job's size. Returns -1 when absent. */
+ * agree with the job's size, and a dry run plans for N ranks: both may
+ * count the ranks of many hosts. Returns -1 when absent, 0 when invalid. */
 static long take_nproc(int *argc, char **argv)
 {
     long n = -1;
@@ -37,7 +38,11 @@ static long take_nproc(int *argc, char **argv)
         } else {
             continue;
         }
-        if (dt_parse_long(v, 1, 4096, &n)) return 0;
+        if (dt_parse_long(v, 1, DT_MAX_WORLD_SIZE, &n)) {
+            fprintf(stderr, "dtrain train: --nproc needs a rank count from 1 to %d (%d at "
+                    "most on one host), not '%s'\n", DT_MAX_WORLD_SIZE, DT_MAX_LOCAL_RANKS, v);
+            return 0;
+        }
         memmove(&argv[i], &argv[i + used], (size_t)(*argc - i - used + 1) * sizeof *argv);
         *argc -= used;
         i--;
@@ -255,13 +260,17 @@ static long mesh_ranks(int argc, char **argv)
 int cli_train(int argc, char **argv)
 {
     long nproc = take_nproc(&argc, argv);
-    if (nproc == 0) {
-        fprintf(stderr, "dtrain train: --nproc needs a rank count from 1 to 4096\n");
-        return CLI_EXIT_USAGE;
-    }
+    if (nproc == 0) return CLI_EXIT_USAGE;
     if (wants_dry_run(argc, argv)) return dry_run(nproc, argc, argv);
     const char *world = getenv("WORLD_SIZE");
     if (nproc < 0 && !world) nproc = mesh_ranks(argc, argv);
+    if (nproc > DT_MAX_LOCAL_RANKS && !world) {
+        fprintf(stderr, "dtrain train: %ld ranks to start on this host (--nproc, or --dp x "
+                "--tp x --cp x --pp), but `dtrain launch -n` starts at most %d; for more, run "
+                "`dtrain launch --nnodes` on each host (or plan them with --dry-run)\n",
+                nproc, DT_MAX_LOCAL_RANKS);
+        return CLI_EXIT_USAGE;
+    }
     if (nproc > 1 && !world) return relaunch(nproc, argc, argv);
     char err[1024];
     if (nproc > 0 && world && atol(world) != nproc) {

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "comm/bootstrap/bootstrap.h"
 #include "core/str.h"
 #include "dtrain/comm.h"
 #include "parallel/compress.h"
@@ -25,6 +26,9 @@ static int hook_strategy(dt_train_config *c, const char *who, char *err, size_t 
     {flag, alias, type, FIELD(f), lo, hi, meta, hook, fl, g, help, NULL}
 #define ACT(g, flag, meta, fl, help) \
     {flag, NULL, T_ACTION, 0, 0, 0, 0, meta, NULL, fl, g, help, NULL}
+/* A number in a help text, from the constant that bounds it. */
+#define NUM_(x) #x
+#define NUM(x) NUM_(x)
 
 const char *const dt_cfg_group_titles[G_COUNT] = {
     "Model", "Data", "Batch", "Optimizer and schedule", "Run",
@@ -131,6 +135,9 @@ const dt_cfg_opt dt_cfg_options[] = {
         "ZeRO-3: most parameters gathered; 0 = no limit"),
     OPT(G_RUN, "zero-persist", NULL, T_DBL, zero_persist, 0, 1e15, "ELEMS", NULL, 0,
         "ZeRO-3: layers of at most this many parameters stay gathered"),
+    ACT(G_RUN, "nproc", "N", 0,
+        "ranks to start here via `dtrain launch` (1 to " NUM(DT_MAX_LOCAL_RANKS)
+        "), or the job's size"),
     OPT(G_RUN, "strategy", NULL, T_STR, strategy, 0, 0, "ddp|dp|ps", hook_strategy, 0,
         "all-reduce across ranks, threads as devices, parameter server"),
     OPT(G_RUN, "bucket-mb", NULL, T_DBL, bucket_mb, 1e-6, 1e6, "MB", NULL, 0,

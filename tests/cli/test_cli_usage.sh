@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The command line: subcommand dispatch, help, version, and launch flags
 # that are wrong, each refused with exit 2 and a message naming the flag
-# and the value.
+# and the value; train's --nproc, listed in its --help and bounded as the
+# launcher's -n is.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -51,6 +52,26 @@ expect_usage_error "no command to run" launch -n 2 --
 expect_usage_error "--nnodes 2 needs --master-addr" launch --nnodes 2 -- true
 expect_usage_error "--standalone means one host" launch --standalone --nnodes 2 -- true
 DTRAIN_JOB_ID=../etc expect_usage_error "DTRAIN_JOB_ID='../etc' is not valid" launch -- true
+
+check "train --nproc: in --help, with the launcher's own bound for -n"
+# The launcher's bound, as its own refusal states it: the reference.
+"$DTRAIN" launch -n 0 -- true 2>"$TMP/err" || true
+max=$(sed -nE "s/.*expected an integer from 1 to ([0-9]+).*/\1/p" "$TMP/err")
+[[ -n "$max" ]] || fail "no bound in the launcher's refusal: $(cat "$TMP/err")"
+"$DTRAIN" train --help >"$TMP/help"
+grep -E -- "^  --nproc N " "$TMP/help" >"$TMP/nproc" || fail "train --help does not list --nproc"
+expect_contains "$TMP/nproc" "(1 to $max)" "train --help's --nproc line"
+# Not under a launcher: more ranks than the launcher starts are refused by
+# train itself, naming --nproc and the bound, not by the launcher's -n.
+unset WORLD_SIZE RANK LOCAL_RANK LOCAL_WORLD_SIZE
+expect_usage_error "--nproc" train --nproc $((max + 1)) --steps 1
+expect_contains "$TMP/err" "at most $max" "train --nproc $((max + 1))"
+expect_usage_error "--nproc needs a rank count" train --nproc 0 --steps 1
+expect_contains "$TMP/err" "not '0'" "train --nproc 0"
+# A dry run plans a job of any size, several hosts' ranks included.
+"$DTRAIN" train --dry-run --model gpt2 --zero-stage 3 --nproc $((4 * max + 1)) >"$TMP/out" ||
+    fail "train --dry-run --nproc $((4 * max + 1)) was refused"
+expect_contains "$TMP/out" "N = $((4 * max + 1)) data-parallel ranks" "the dry run's rank count"
 
 check "flags after the command belong to the command"
 out=$("$DTRAIN" launch -n 1 echo -n --bogus)

@@ -245,11 +245,18 @@ expect_no_bug_lines() { # name
 # Start NP ranks of `test_faults stream` (far more iterations than can run:
 # the fault under test ends it) and return once every rank is streaming, so
 # that the fault hits the stream and not init. Sets JOB_PID. Needs NP,
-# TIMEOUT_S and FAULTS. Usage: start_stream_job name transport
+# TIMEOUT_S and FAULTS. Usage:
+#   start_stream_job name transport [ENV=VALUE ...] [-- LAUNCH-OPTION ...]
 start_stream_job() {
-    local name=$1 transport=$2 r
-    start_job "$name" DTRAIN_TIMEOUT=$TIMEOUT_S DTRAIN_TRANSPORT="$transport" -- \
-        -n $NP -- "$FAULTS" stream 10000000 20
+    local name=$1 transport=$2 r envs=()
+    shift 2
+    while [[ $# -gt 0 && "$1" != "--" ]]; do
+        envs+=("$1")
+        shift
+    done
+    [[ "${1:-}" == "--" ]] && shift
+    start_job "$name" DTRAIN_TIMEOUT=$TIMEOUT_S DTRAIN_TRANSPORT="$transport" \
+        "${envs[@]+"${envs[@]}"}" -- -n $NP "$@" -- "$FAULTS" stream 10000000 20
     for ((r = 0; r < NP; r++)); do
         wait_for_lines "$TMP/$name.out" "^rank $r: stream: " 1 60 "$JOB_PID"
     done

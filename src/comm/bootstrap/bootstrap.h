@@ -4,6 +4,12 @@
 
 #include <stddef.h>
 
+/* The most ranks a job may have (WORLD_SIZE), and the most one host's
+ * `dtrain launch -n` starts: `dtrain train --nproc` starts its ranks
+ * through the launcher, so it has the same bound. */
+#define DT_MAX_WORLD_SIZE (1 << 20)
+#define DT_MAX_LOCAL_RANKS 1024
+
 typedef struct {
     int rank, size;
     int local_rank, local_size; /* -1 when the launcher did not say */

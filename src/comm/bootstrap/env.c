@@ -61,7 +61,7 @@ static const launcher_vars launchers[] = {
 static int read_ranks(dt_bootstrap *b, const launcher_vars *v, char *err, size_t errlen)
 {
     int rc;
-    if ((rc = env_int(v->size, 1, 1 << 20, &b->size, err, errlen)) < 0) return -1;
+    if ((rc = env_int(v->size, 1, DT_MAX_WORLD_SIZE, &b->size, err, errlen)) < 0) return -1;
     if (rc == 0) {
         snprintf(err, errlen, "%s is set but %s is not", v->rank, v->size);
         return -1;

@@ -44,8 +44,16 @@ static double beat_age_s(const rank_state *rs, uint64_t now)
     return now > rs->last_beat_ns ? (double)(now - rs->last_beat_ns) * 1e-9 : 0.0;
 }
 
-/* A live rank whose heartbeats are over two intervals late, the latest one
- * first; -1 if none. */
+/* Whether a live rank's heartbeats are over two intervals late: its
+ * process is stopped or hung (its monitor thread beats whatever the rest of
+ * it does). */
+static int beats_late(const rank_state *rs, uint64_t now)
+{
+    return rs->ctl && !rs->bye && rs->interval_ms &&
+           beat_age_s(rs, now) > 2.0 * rs->interval_ms * 1e-3;
+}
+
+/* The rank whose heartbeats are latest, if any is late; -1 if none. */
 static int find_late_rank(dt_store_server *s, int except, double *age_out)
 {
     uint64_t now = dt_now_ns();
@@ -53,9 +61,9 @@ static int find_late_rank(dt_store_server *s, int except, double *age_out)
     double worst = 0;
     for (int r = 0; r < s->world_size; r++) {
         rank_state *rs = &s->ranks[r];
-        if (r == except || !rs->ctl || rs->bye || rs->interval_ms == 0) continue;
+        if (r == except || !beats_late(rs, now)) continue;
         double age = beat_age_s(rs, now);
-        if (age > 2.0 * rs->interval_ms * 1e-3 && age > worst) {
+        if (age > worst) {
             late = r;
             worst = age;
         }
@@ -183,10 +191,14 @@ void dt_srv_on_bye(dt_store_server *s, conn *c)
 
 int dt_srv_ranks_done(dt_store_server *s)
 {
+    uint64_t now = dt_now_ns();
     int seen = 0, bye = 0;
     for (int r = 0; r < s->world_size; r++) {
         const rank_state *rs = &s->ranks[r];
-        if (rs->ctl && !rs->bye) return 0;
+        /* Once the job has failed, a rank that no longer beats (the stopped
+         * one the verdict named) will never say BYE: waiting for it kept
+         * rank 0 in dt_comm_destroy for DTRAIN_TIMEOUT after the verdict. */
+        if (rs->ctl && !rs->bye && !(s->aborted && beats_late(rs, now))) return 0;
         seen += rs->seen;
         bye += rs->bye;
     }
