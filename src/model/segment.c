@@ -39,10 +39,11 @@ int dt_model_grads_open(dt_gpt *m, int segment)
     return 0;
 }
 
-/* Where a segment's gradients are written: its window apart, or grads. */
+/* Where a segment's gradients are written: its window apart, or grads
+ * (NULL for a model that only runs forward). */
 float *dt_model_grads_of(const dt_gpt *m, int segment)
 {
-    return m->accum.open[segment] ? m->accum.apart : m->grads;
+    return m->accum.open && m->accum.open[segment] ? m->accum.apart : m->grads;
 }
 
 /* The strategy's hooks (gpt.h), and with mixed precision the widened copy
