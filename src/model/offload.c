@@ -27,10 +27,8 @@
 #define MAX_BUFFERS 16
 
 struct dt_opt_store {
-    char path[DT_PATH_MAX];
+    char path[DT_PATH_MAX]; /* what messages call the file: it has no name */
     int fd, direct;
-    dev_t dev;
-    ino_t ino;
     int nstates;
     int pstate;              /* the parameters' state buffer, or -1 (not offloaded) */
     size_t n, chunk, padded; /* floats: the state's, a chunk's, a region's */
@@ -92,15 +90,34 @@ void dt_opt_store_last_step(const dt_opt_store *s, uint64_t *bytes, double *wall
     *wall_ms = s->last_wall_ms;
 }
 
-/* A new file at path, O_DIRECT where the file system has it (tmpfs has
- * not: then buffered, *direct 0). The descriptor, or -1 with errno. */
-static int open_new(const char *path, int *direct)
+/* O_DIRECT on fd where the file system has it (older kernels' tmpfs has
+ * not: then buffered, *direct 0). */
+static void try_direct(int fd, int *direct)
 {
-    *direct = 1;
-    int fd = open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_DIRECT, 0600);
-    if (fd < 0 && errno == EINVAL) {
-        *direct = 0;
-        fd = open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    int fl = fcntl(fd, F_GETFL);
+    *direct = fl >= 0 && fcntl(fd, F_SETFL, fl | O_DIRECT) == 0;
+}
+
+/* A new file in dir that no name leads to, so that nothing outlives the
+ * process however it ends (a killed rank left gigabytes, and a restart
+ * with the same PID, as in a container, failed on the old name):
+ * O_TMPFILE, or where the file system has none (NFS, FUSE), a file made
+ * under a unique name from `stem` and unlinked at once. The descriptor,
+ * or -1 with errno. */
+static int open_unnamed(const char *dir, const char *stem)
+{
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0 && errno != EOPNOTSUPP && errno != EISDIR) return -1;
+    if (fd < 0) {
+        char path[DT_PATH_MAX];
+        if (dt_strf(path, sizeof path, "%s/%s-XXXXXX", dir, stem) >= (int)sizeof path)
+            return errno = ENAMETOOLONG, -1;
+        if ((fd = mkostemp(path, O_CLOEXEC)) < 0) return -1;
+        if (unlink(path)) {
+            int e = errno;
+            close(fd);
+            return errno = e, -1;
+        }
     }
     return fd;
 }
@@ -116,47 +133,51 @@ static int check_dir(const char *dir, char *err, size_t n)
     return 0;
 }
 
-/* The disk under dir has room for the file. */
-static int check_room(const dt_opt_store *s, const char *dir, char *err, size_t n)
+/* The bytes free to this user on the file system under dir, or
+ * UINT64_MAX where it cannot say. */
+static uint64_t free_bytes(const char *dir)
 {
     struct statvfs v;
-    if (statvfs(dir, &v) == 0 && (uint64_t)v.f_bavail * v.f_frsize < s->bytes)
-        return dt_strf(err, n, "--nvme-path %s: this rank's optimizer state needs %llu bytes "
-                       "(%.2f GiB) and the disk has %llu free; free some space or choose "
-                       "another path", dir, (unsigned long long)s->bytes,
-                       (double)s->bytes / 1073741824.0,
-                       (unsigned long long)v.f_bavail * v.f_frsize), -1;
-    return 0;
+    return statvfs(dir, &v) ? UINT64_MAX : (uint64_t)v.f_bavail * v.f_frsize;
+}
+
+static int room_error(const dt_opt_store *s, const char *dir, uint64_t avail, char *err,
+                      size_t n)
+{
+    return dt_strf(err, n, "--nvme-path %s: this rank's optimizer state needs %llu bytes "
+                   "(%.1f MiB) and the file system there has %llu free (%.1f MiB); free %.1f "
+                   "MiB more, or give --nvme-path a directory with room (each rank of the job "
+                   "on that file system needs its own file)", dir, (unsigned long long)s->bytes,
+                   (double)s->bytes / 1048576.0, (unsigned long long)avail,
+                   (double)avail / 1048576.0, (double)(s->bytes - avail) / 1048576.0), -1;
 }
 
 /* The file, sized to its bytes: its blocks are reserved now, so a full
  * disk fails here rather than in a step (and one that has too few free
- * says so before trying). */
-static int make_file(dt_opt_store *s, const char *dir, char *err, size_t n)
+ * says so before trying; a directory where no file can be made, such as
+ * /proc, which has none free either, says that instead). */
+static int make_file(dt_opt_store *s, const char *dir, const char *tag, char *err, size_t n)
 {
-    if ((s->fd = open_new(s->path, &s->direct)) < 0)
-        return dt_strf(err, n, "--nvme-path %s: cannot create %s: %s", dir, s->path,
+    char stem[96];
+    dt_strf(stem, sizeof stem, "dtrain-optim-%s", tag);
+    if ((s->fd = open_unnamed(dir, stem)) < 0)
+        return dt_strf(err, n, "--nvme-path %s: cannot create a file in it: %s", dir,
                        strerror(errno)), -1;
-    int rc = check_room(s, dir, err, n) ? -1 : posix_fallocate(s->fd, 0, (off_t)s->bytes);
-    if (rc < 0) {
-        close(s->fd);
-        s->fd = -1;
-        unlink(s->path);
-        return -1;
-    }
-    struct stat st;
-    if (rc == 0 && fstat(s->fd, &st) == 0) {
-        s->dev = st.st_dev;
-        s->ino = st.st_ino;
+    uint64_t avail = free_bytes(dir);
+    /* Sized before O_DIRECT: where the file system cannot allocate
+     * (NFS 3), glibc writes a byte a block, which O_DIRECT refuses. */
+    int rc = avail < s->bytes ? ENOSPC : posix_fallocate(s->fd, 0, (off_t)s->bytes);
+    if (rc == 0) {
+        try_direct(s->fd, &s->direct);
         return 0;
     }
-    dt_strf(err, n, "--nvme-path %s: cannot size %s to the %llu bytes of this rank's "
-            "optimizer state: %s", dir, s->path, (unsigned long long)s->bytes,
-            strerror(rc ? rc : errno));
     close(s->fd);
     s->fd = -1;
-    unlink(s->path);
-    return -1;
+    if (rc == ENOSPC && (avail = free_bytes(dir)) < s->bytes)
+        return room_error(s, dir, avail, err, n);
+    return dt_strf(err, n, "--nvme-path %s: cannot size %s to the %llu bytes of this rank's "
+                   "optimizer state: %s", dir, s->path, (unsigned long long)s->bytes,
+                   strerror(rc)), -1;
 }
 
 int dt_opt_store_create(dt_opt_store **out, const dt_offload_opts *o, const char *tag,
@@ -173,9 +194,9 @@ int dt_opt_store_create(dt_opt_store **out, const dt_offload_opts *o, const char
     s->padded = (n + s->chunk - 1) / s->chunk * s->chunk;
     s->bytes = (uint64_t)s->nstates * s->padded * sizeof(float);
     s->nbuf = buffer_count(o);
-    dt_strf(s->path, sizeof s->path, "%s/dtrain-optim-%s.bin", o->dir, tag);
+    dt_strf(s->path, sizeof s->path, "an unnamed file in %s", o->dir);
     size_t buf_bytes = dt_opt_store_buffer_bytes(s);
-    if (check_dir(o->dir, err, errlen) || make_file(s, o->dir, err, errlen) ||
+    if (check_dir(o->dir, err, errlen) || make_file(s, o->dir, tag, err, errlen) ||
         dt_aio_open(&s->aio, o->depth, o->block_bytes, err, errlen)) {
         dt_opt_store_destroy(s);
         return -1;
@@ -200,27 +221,21 @@ void dt_opt_store_destroy(dt_opt_store *s)
         free(s->buf);
         dt_mem_account(DT_MEM_OPTIM, -(long long)dt_opt_store_buffer_bytes(s));
     }
-    if (s->fd >= 0) {
-        close(s->fd);
-        unlink(s->path);
-    }
+    if (s->fd >= 0) close(s->fd);
     free(s->chunks);
     free(s->spans);
     free(s);
 }
 
-/* The path still names the file this job made, at its size. */
+/* The file still has its size. It has no name, so only its descriptor
+ * (/proc/PID/fd) could have truncated it. */
 static int check_file(const dt_opt_store *s, char *err, size_t n)
 {
-    struct stat st, mine;
-    if (stat(s->path, &st) || st.st_dev != s->dev || st.st_ino != s->ino)
-        return dt_strf(err, n, "offload: %s was deleted or replaced under the running job; "
-                       "the optimizer state in it is lost: resume from the last checkpoint",
-                       s->path), -1;
-    if (fstat(s->fd, &mine) == 0 && (uint64_t)mine.st_size < s->bytes)
+    struct stat st;
+    if (fstat(s->fd, &st) == 0 && (uint64_t)st.st_size < s->bytes)
         return dt_strf(err, n, "offload: %s holds %llu bytes, and the job made it %llu: it was "
                        "truncated under the running job; resume from the last checkpoint",
-                       s->path, (unsigned long long)mine.st_size,
+                       s->path, (unsigned long long)st.st_size,
                        (unsigned long long)s->bytes), -1;
     return 0;
 }
@@ -465,36 +480,61 @@ static int sweep(dt_aio *a, int fd, const char *path, int write, void *buf, size
     return dt_aio_drain(a);
 }
 
-int dt_disk_bandwidth(const char *dir, size_t bytes, double *write_bps, double *read_bps,
-                      int *direct, char *err, size_t errlen)
+/* The probe's size: at most `most`, and at most half what the file
+ * system has free (the run's own files are made already; the other half
+ * is left to whatever else writes there), in whole writes; 0 where that
+ * is under PROBE_MIN, too little to say anything about the disk. */
+#define PROBE_WRITE ((size_t)4 << 20)
+#define PROBE_MIN ((size_t)16 << 20)
+static size_t probe_bytes(size_t most, uint64_t avail)
 {
-    char path[DT_PATH_MAX];
-    dt_strf(path, sizeof path, "%s/dtrain-probe-%ld.bin", dir, (long)getpid());
-    const size_t len = 4u << 20;
-    bytes = (bytes + len - 1) / len * len;
+    uint64_t b = most;
+    if (avail / 2 < b) b = avail / 2;
+    b = b / PROBE_WRITE * PROBE_WRITE;
+    return b < PROBE_MIN ? 0 : (size_t)b;
+}
+
+/* Writes p->bytes sequentially (then fsync), drops them from the page
+ * cache and reads them back, timing both. */
+static int probe_file(int fd, const char *path, dt_disk_probe *p, char *err, size_t errlen)
+{
     void *buf = NULL;
     dt_aio *a = NULL;
-    int fd = open_new(path, direct);
-    if (fd < 0)
-        return dt_strf(err, errlen, "--nvme-path %s: cannot create %s: %s", dir, path,
-                       strerror(errno)), -1;
-    int rc = posix_memalign(&buf, IO_ALIGN, len) ? -1 : 0;
-    if (rc == 0) memset(buf, 0x5a, len);
-    if (rc == 0) rc = dt_aio_open(&a, 8, 1u << 20, err, errlen);
+    if (posix_memalign(&buf, IO_ALIGN, PROBE_WRITE))
+        return dt_strf(err, errlen, "measuring the disk: out of memory"), -1;
+    memset(buf, 0x5a, PROBE_WRITE);
+    int rc = dt_aio_open(&a, 8, 1u << 20, err, errlen);
     uint64_t t0 = dt_now_ns();
-    if (rc == 0 && (sweep(a, fd, path, 1, buf, len, bytes) || fsync(fd)))
-        rc = -1;
+    if (rc == 0 && sweep(a, fd, path, 1, buf, PROBE_WRITE, p->bytes)) rc = -1;
+    if (rc == 0 && fsync(fd)) {
+        dt_strf(err, errlen, "measuring the disk: fsync of %s: %s", path, strerror(errno));
+        rc = -2; /* err says it, not the engine */
+    }
     uint64_t t1 = dt_now_ns();
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    if (rc == 0 && sweep(a, fd, path, 0, buf, len, bytes)) rc = -1;
+    if (rc == 0 && sweep(a, fd, path, 0, buf, PROBE_WRITE, p->bytes)) rc = -1;
     uint64_t t2 = dt_now_ns();
-    if (rc && a) dt_strf(err, errlen, "measuring the disk: %s", dt_aio_error(a));
-    else if (rc) dt_strf(err, errlen, "measuring the disk: out of memory");
-    *write_bps = (double)bytes / ((double)(t1 - t0) * 1e-9);
-    *read_bps = (double)bytes / ((double)(t2 - t1) * 1e-9);
+    if (rc == -1 && a) dt_strf(err, errlen, "measuring the disk: %s", dt_aio_error(a));
+    p->write_bps = (double)p->bytes / ((double)(t1 - t0) * 1e-9);
+    p->read_bps = (double)p->bytes / ((double)(t2 - t1) * 1e-9);
     dt_aio_close(a);
     free(buf);
+    return rc ? -1 : 0;
+}
+
+int dt_disk_bandwidth(const char *dir, size_t most, dt_disk_probe *p, char *err, size_t errlen)
+{
+    memset(p, 0, sizeof *p);
+    p->free = free_bytes(dir);
+    if (!(p->bytes = probe_bytes(most, p->free))) return 0;
+    char path[DT_PATH_MAX];
+    dt_strf(path, sizeof path, "an unnamed file in %s", dir);
+    int fd = open_unnamed(dir, "dtrain-probe");
+    if (fd < 0)
+        return dt_strf(err, errlen, "--nvme-path %s: cannot create a file in it: %s", dir,
+                       strerror(errno)), -1;
+    try_direct(fd, &p->direct);
+    int rc = probe_file(fd, path, p, err, errlen);
     close(fd);
-    unlink(path);
     return rc;
 }

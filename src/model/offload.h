@@ -5,16 +5,18 @@
  * write chunk k-1, all at once, on io_uring with O_DIRECT (core/aio.h).
  *
  * The file holds each state buffer (exp_avg, exp_avg_sq, then with
- * offload_param the parameters' pieces) as a region
- * of n floats rounded up to whole chunks, chunk c of state s at byte
+ * offload_param the parameters' pieces) as a region of n floats rounded
+ * up to whole chunks, chunk c of state s at byte
  * (s * padded + c * chunk) * 4; it is created with the job, sized up front
- * (a disk too small fails at start, naming the bytes), and removed when
- * the store is destroyed. Before each step the store checks that its path
- * still names the file it made and that the file still has its size, so a
- * file deleted or truncated under a running job stops it with the path and
- * the bytes. Checkpoints read and write the state through a mapping of the
- * file (dt_opt_store_map). The update is the in-memory one, element-wise
- * on the same values, so the numbers are the same bits. */
+ * (a disk too small fails at start, naming the bytes needed and free). The
+ * file has no name (O_TMPFILE, or unlinked as soon as it is made), so it
+ * goes with the last descriptor: when the store is destroyed, or when the
+ * process dies in any way, SIGKILL included; nothing is left in the
+ * directory and no name can collide with a later run's. Before each step
+ * the store checks that the file still has its size. Checkpoints read and
+ * write the state through a mapping of the file (dt_opt_store_map). The
+ * update is the in-memory one, element-wise on the same values, so the
+ * numbers are the same bits. */
 #ifndef DT_MODEL_OFFLOAD_H
 #define DT_MODEL_OFFLOAD_H
 
@@ -43,13 +45,15 @@ size_t dt_offload_buffer_bytes(const dt_offload_opts *o, int nstates, size_t n);
 typedef struct dt_opt_store dt_opt_store;
 
 /* A file for `nstates` state buffers of n floats each, and with_params:
- * one more for the parameters themselves (ZeRO-3's offload_param), named
- * for `tag` (a job and rank), sized up front. 0, or -1 with err naming the
- * path and, for a disk that is too small, the bytes needed and free. */
+ * one more for the parameters themselves (ZeRO-3's offload_param), sized
+ * up front; `tag` (a job and rank) names it for the moment it has a name
+ * where the file system has no O_TMPFILE. 0, or -1 with err naming the
+ * directory and, for a disk that is too small, the bytes needed and free. */
 int dt_opt_store_create(dt_opt_store **s, const dt_offload_opts *o, const char *tag,
                         int nstates, int with_params, size_t n, char *err, size_t errlen);
-/* Closes and removes the file. */
+/* Closes the file, which frees its blocks. */
 void dt_opt_store_destroy(dt_opt_store *s);
+/* What messages call the file: "an unnamed file in DIR". */
 const char *dt_opt_store_path(const dt_opt_store *s);
 uint64_t dt_opt_store_file_bytes(const dt_opt_store *s);
 /* The bytes of the chunk buffers in memory. */
@@ -109,10 +113,18 @@ void dt_opt_store_last_step(const dt_opt_store *s, uint64_t *bytes, double *wall
 int dt_opt_store_map(dt_opt_store *s, float **states, char *err, size_t errlen);
 int dt_opt_store_unmap(dt_opt_store *s, int written, char *err, size_t errlen);
 
-/* The disk under dir: sequential write and read bandwidth (bytes/s) of a
- * temporary file of `bytes`, with O_DIRECT where the file system has it
- * (*direct says). 0, or -1 with err. */
-int dt_disk_bandwidth(const char *dir, size_t bytes, double *write_bps, double *read_bps,
-                      int *direct, char *err, size_t errlen);
+/* The disk under dir: sequential write and read bandwidth (bytes/s) of
+ * an unnamed temporary file, with O_DIRECT where the file system has it
+ * (direct says). Its bytes are at most `most` and at most half of what
+ * the file system has free (free: before the probe); under 16 MiB
+ * nothing is measured (bytes 0), so the probe never fills a disk that
+ * holds the state. 0, or -1 with err. */
+typedef struct {
+    size_t bytes;
+    uint64_t free;
+    double write_bps, read_bps;
+    int direct;
+} dt_disk_probe;
+int dt_disk_bandwidth(const char *dir, size_t most, dt_disk_probe *p, char *err, size_t errlen);
 
 #endif

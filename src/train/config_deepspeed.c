@@ -43,7 +43,8 @@
  *     offload_optimizer {device none|cpu|nvme, nvme_path, buffer_count} ->
  *     offload_optimizer, nvme_path, offload_buffers (pin_memory, fast_init
  *     accepted); offload_param {device, nvme_path} -> offload_param,
- *     nvme_path (pin_memory accepted; its swap-buffer keys refused);
+ *     nvme_path (the same as offload_optimizer's, or refused: one file
+ *     holds both; pin_memory accepted; its swap-buffer keys refused);
  *     sub_group_size -> sub_group_size (the offload stream's chunk);
  *     aio.block_size, aio.queue_depth -> aio_block_size,
  *     aio_queue_depth (single_submit false, overlap_events true,
@@ -82,6 +83,7 @@
 #include "train/config_internal.h"
 
 typedef struct ds_ctx {
+    dt_cfg_file *f; /* the keys that have set options */
     dt_train_config *c;
     const char *path;
     const char *type; /* a typed section's "type", as written */
@@ -180,6 +182,15 @@ static int apply_noop(ds_ctx *x, const ds_key *k, const char *key, const cJSON *
 /* A value a DeepSpeed key maps to, stored as if given under that key. */
 static int store_text(ds_ctx *x, size_t off, const char *key, const char *value)
 {
+    return dt_cfg_file_store(x->f, x->c, dt_cfg_opt_at(off), key, (dt_cfg_val){.s = value},
+                             x->err, x->n);
+}
+
+/* A value a key implies without naming it (activation_checkpointing:
+ * full recomputation; sequence_parallel_size: Ulysses): dtrain's own key
+ * for the option may choose another without a conflict. */
+static int store_implied(ds_ctx *x, size_t off, const char *key, const char *value)
+{
     char who[DT_CONFIG_PATH + 128];
     dt_cfg_json_who(who, sizeof who, x->path, key);
     return dt_cfg_store(x->c, dt_cfg_opt_at(off), (dt_cfg_val){.s = value}, who, x->err, x->n);
@@ -187,7 +198,7 @@ static int store_text(ds_ctx *x, size_t off, const char *key, const char *value)
 
 static int set_option(ds_ctx *x, size_t off, const char *key, const cJSON *j)
 {
-    return dt_cfg_set_json(x->c, dt_cfg_opt_at(off), x->path, key, j, x->err, x->n);
+    return dt_cfg_file_set_json(x->f, x->c, dt_cfg_opt_at(off), key, j, NULL, x->err, x->n);
 }
 
 static int own_betas(ds_ctx *x, const ds_key *k, const char *key, const cJSON *j)
@@ -244,10 +255,16 @@ static int own_bucket(ds_ctx *x, const ds_key *k, const char *key, const cJSON *
 {
     if (!cJSON_IsNumber(j) || !(j->valuedouble >= 1))
         return fail(x, key, "want a number of elements >= 1");
-    char who[DT_CONFIG_PATH + 128];
-    dt_cfg_json_who(who, sizeof who, x->path, key);
     dt_cfg_val v = {.d = j->valuedouble * sizeof(float) / 1048576.0};
-    return dt_cfg_store(x->c, dt_cfg_opt_at(k->off), v, who, x->err, x->n);
+    return dt_cfg_file_store(x->f, x->c, dt_cfg_opt_at(k->off), key, v, x->err, x->n);
+}
+
+/* The scheduler's peak rate is the rate, whatever optimizer.params.lr
+ * said (DeepSpeed's rule): it replaces that key's value, not conflicts. */
+static int own_max_lr(ds_ctx *x, const ds_key *k, const char *key, const cJSON *j)
+{
+    x->f->key[dt_cfg_opt_at(k->off)][0] = 0;
+    return set_option(x, k->off, key, j);
 }
 
 static int zero_other(ds_ctx *x, const ds_key *k, const char *key, const cJSON *j)
@@ -268,6 +285,11 @@ typedef struct {
     const char *no;
 } offload_key;
 
+/* Why offload_optimizer's and offload_param's nvme_path must agree. */
+static const char one_path[] = "dtrain keeps offload_param's pieces in the file of "
+                               "offload_optimizer's state, so both sections name one directory "
+                               "(--nvme-path)";
+
 static int own_offload_keys(ds_ctx *x, const char *key, const cJSON *j, const offload_key *keys,
                             size_t nkeys, const char *names)
 {
@@ -284,7 +306,10 @@ static int own_offload_keys(ds_ctx *x, const char *key, const cJSON *j, const of
         }
         if (keys[i].no) return fail(x, sub, keys[i].no);
         if (!keys[i].off && !cJSON_IsBool(it)) return fail(x, sub, "expected a boolean");
-        if (keys[i].off && set_option(x, keys[i].off, sub, it)) return -1;
+        const char *why = !strcmp(keys[i].name, "nvme_path") ? one_path : NULL;
+        if (keys[i].off && dt_cfg_file_set_json(x->f, x->c, dt_cfg_opt_at(keys[i].off), sub, it,
+                                                why, x->err, x->n))
+            return -1;
     }
     return 0;
 }
@@ -307,7 +332,8 @@ static int own_offload(ds_ctx *x, const ds_key *k, const char *key, const cJSON 
 }
 
 /* zero_optimization.offload_param: {device, nvme_path} -> offload_param,
- * nvme_path (one path for both sections). DeepSpeed's swap buffers do not
+ * nvme_path (one path for both sections: two different ones are refused,
+ * naming both, where DeepSpeed would use each). DeepSpeed's swap buffers do not
  * exist here: each piece has its own buffer, read one segment ahead of its
  * gather, and stage3_max_live_parameters bounds what is gathered. */
 static int own_offload_param(ds_ctx *x, const ds_key *k, const char *key, const cJSON *j)
@@ -377,8 +403,8 @@ static int scheduler_end(ds_ctx *x, const cJSON *params)
 static int checkpointing_begin(ds_ctx *x, const cJSON *keys)
 {
     (void)keys;
-    return store_text(x, offsetof(dt_train_config, recompute), "activation_checkpointing",
-                      "full");
+    return store_implied(x, offsetof(dt_train_config, recompute), "activation_checkpointing",
+                         "full");
 }
 
 static const ds_key optimizer_keys[] = {
@@ -392,7 +418,7 @@ static const ds_key optimizer_keys[] = {
 };
 
 static const ds_key scheduler_keys[] = {
-    OPTION("warmup_max_lr", lr, NULL),
+    OWN("warmup_max_lr", lr, own_max_lr, NULL),
     OWN("warmup_min_lr", min_lr, own_floor, NULL),
     OPTION("warmup_num_steps", warmup_steps, NULL),
     OPTION("total_num_steps", steps, NULL),
@@ -454,7 +480,8 @@ static const ds_key tensor_parallel_keys[] = {OPTION("autotp_size", tp, NULL)};
 static int own_ulysses(ds_ctx *x, const ds_key *k, const char *key, const cJSON *j)
 {
     if (set_option(x, k->off, key, j)) return -1;
-    return x->c->cp > 1 ? store_text(x, offsetof(dt_train_config, cp_algo), key, "ulysses") : 0;
+    return x->c->cp > 1 ? store_implied(x, offsetof(dt_train_config, cp_algo), key, "ulysses")
+                        : 0;
 }
 
 static const ds_key aio_keys[] = {
@@ -572,10 +599,10 @@ static int run_section(ds_ctx *x, const ds_section *s, const cJSON *j)
     return s->end && keys ? s->end(x, keys) : 0;
 }
 
-int dt_cfg_deepspeed_item(dt_train_config *c, const char *path, const cJSON *it, int pass,
+int dt_cfg_deepspeed_item(dt_cfg_file *f, dt_train_config *c, const cJSON *it, int pass,
                           char *err, size_t n)
 {
-    ds_ctx x = {c, path, "", err, n};
+    ds_ctx x = {f, c, f->path, "", err, n};
     const char *k = it->string;
     for (size_t i = 0; i < sizeof root_keys / sizeof root_keys[0]; i++)
         if (!strcmp(root_keys[i].name, k))

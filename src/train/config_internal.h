@@ -108,14 +108,36 @@ int dt_cfg_check_string(const dt_cfg_opt *o, const char *who, const char **s, ch
 
 /* "FILE: key", the name of a JSON setting in messages. */
 void dt_cfg_json_who(char *who, size_t n, const char *path, const char *key);
+/* A value as text: numbers as %g where that reads back the same. */
+void dt_cfg_format_value(const dt_cfg_opt *o, dt_cfg_val v, char *buf, size_t n);
+
+/* ---- one --config file ----------------------------------------------------- */
+
+/* The keys of one --config file that have set options so far (key[i],
+ * option i's; "" for none), so that two keys setting one option to
+ * different values are refused, naming both, rather than the one read
+ * last silently winning (DeepSpeed's keys are read before dtrain's own). */
+typedef struct dt_cfg_file {
+    const char *path;
+    char key[DT_CONFIG_MAX_OPTIONS][160];
+} dt_cfg_file;
+
+/* Option idx set from `key` of the file, as dt_cfg_set_json and
+ * dt_cfg_store do, and the key noted; -1 naming both keys and values where
+ * another key of the file set the option to another value (`why`, when
+ * not NULL, says why the two must agree). */
+int dt_cfg_file_set_json(dt_cfg_file *f, dt_train_config *c, int idx, const char *key,
+                         const struct cJSON *j, const char *why, char *err, size_t n);
+int dt_cfg_file_store(dt_cfg_file *f, dt_train_config *c, int idx, const char *key,
+                      dt_cfg_val v, char *err, size_t n);
 
 /* ---- DeepSpeed ----------------------------------------------------------- */
 
-/* Applies a top-level item of a --config file when it is one of DeepSpeed's
- * sections or keys (config_deepspeed.c) in this pass (0: the optimizer
- * section, 1: the others). 1 when the key is none of DeepSpeed's sections,
- * else 0 or -1. */
-int dt_cfg_deepspeed_item(dt_train_config *c, const char *path, const struct cJSON *it, int pass,
+/* Applies a top-level item of the --config file f when it is one of
+ * DeepSpeed's sections or keys (config_deepspeed.c) in this pass (0: the
+ * optimizer section, 1: the others). 1 when the key is none of DeepSpeed's
+ * sections, else 0 or -1. */
+int dt_cfg_deepspeed_item(dt_cfg_file *f, dt_train_config *c, const struct cJSON *it, int pass,
                           char *err, size_t n);
 
 /* The i-th DeepSpeed key dtrain knows (dotted: "scheduler.params.warmup_min_lr"),

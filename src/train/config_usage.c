@@ -38,28 +38,12 @@ void dt_config_print(const dt_train_config *c, FILE *f)
             c->resume_flag ? or_dash(c->resume) : "");
 }
 
-static void fmt_default(const dt_train_config *d, const dt_cfg_opt *o, char *buf, size_t n)
-{
-    dt_cfg_val v = dt_cfg_read_field(d, o);
-    buf[0] = 0;
-    switch (o->type) {
-    case T_INT:
-    case T_LONG:
-    case T_BOOL: dt_strf(buf, n, "%lld", v.i); break;
-    case T_U64: dt_strf(buf, n, "%llu", v.u); break;
-    case T_DBL: dt_strf(buf, n, "%g", v.d); break;
-    case T_STR:
-    case T_CHOICE: dt_strf(buf, n, "%s", v.s); break;
-    default: break;
-    }
-}
-
 static void usage_option(FILE *f, const dt_train_config *d, const dt_cfg_opt *o)
 {
     char left[96], def[64];
     int eq = (o->flags & O_OPTVAL) != 0;
     dt_strf(left, sizeof left, "  --%s%s%s", o->flag, eq || !*o->meta ? "" : " ", o->meta);
-    fmt_default(d, o, def, sizeof def);
+    dt_cfg_format_value(o, dt_cfg_read_field(d, o), def, sizeof def);
     if (strlen(left) > 29) fprintf(f, "%s\n%-30s", left, "");
     else fprintf(f, "%-30s", left);
     fprintf(f, "%s%s%s%s\n", o->help, *def ? " [" : "", def, *def ? "]" : "");

@@ -192,6 +192,24 @@ void dt_cfg_json_who(char *who, size_t n, const char *path, const char *key)
     dt_strf(who, n, "%s: %s", path, key);
 }
 
+void dt_cfg_format_value(const dt_cfg_opt *o, dt_cfg_val v, char *buf, size_t n)
+{
+    buf[0] = 0;
+    switch (o->type) {
+    case T_INT:
+    case T_LONG:
+    case T_BOOL: dt_strf(buf, n, "%lld", v.i); break;
+    case T_U64: dt_strf(buf, n, "%llu", v.u); break;
+    case T_DBL:
+        dt_strf(buf, n, "%g", v.d);
+        if (strtod(buf, NULL) != v.d) dt_strf(buf, n, "%.17g", v.d);
+        break;
+    case T_STR:
+    case T_CHOICE: dt_strf(buf, n, "%s", v.s); break;
+    default: break;
+    }
+}
+
 int dt_cfg_set_json(dt_train_config *c, int idx, const char *path, const char *key,
                     const cJSON *j, char *err, size_t n)
 {

@@ -129,8 +129,28 @@ static int print_memory(dt_run *t, const char *title, int peak)
 
 int dt_run_print_memory(dt_run *t, const char *title) { return print_memory(t, title, 1); }
 
+/* What the disk under dir moves, measured now, or why it was not: the
+ * probe is a report, so a disk it cannot measure does not stop the run
+ * (the state's own file is made and sized already). */
+static void print_disk(FILE *out, const char *dir)
+{
+    const size_t most = 256u << 20;
+    dt_disk_probe p;
+    char why[512];
+    if (dt_disk_bandwidth(dir, most, &p, why, sizeof why))
+        fprintf(out, "disk under %s: not measured: %s\n", dir, why);
+    else if (!p.bytes)
+        fprintf(out, "disk under %s: not measured: %.1f MiB free after the state, and the probe "
+                "writes half of what is free, at least 16 MiB\n", dir, (double)p.free / 1048576.0);
+    else
+        fprintf(out, "disk under %s: sequential write %.0f MB/s, read %.0f MB/s (%zu MiB "
+                "measured%s, %s)\n", dir, p.write_bps / 1e6, p.read_bps / 1e6, p.bytes >> 20,
+                p.bytes < most ? ", half of what is free" : "",
+                p.direct ? "O_DIRECT" : "buffered: the file system has no O_DIRECT");
+}
+
 /* Where the optimizer state (and parameters) live, and (rank 0) what the disk under
- * --nvme-path moves, measured now. */
+ * --nvme-path moves. */
 static int print_offload(dt_run *t)
 {
     const dt_train_config *c = t->cfg;
@@ -141,8 +161,9 @@ static int print_offload(dt_run *t)
                 strcmp(c->offload_optimizer, "cpu") ? "parameters" : "optimizer state");
     const dt_opt_store *s = t->opt.store;
     if (!s) return 0;
-    fprintf(t->out, "offload: the optimizer's moments%s in %s (%.1f MiB on rank %d), streamed "
-            "through %.1f MiB of buffers (aio block %ld, depth %d)\n",
+    fprintf(t->out, "offload: the optimizer's moments%s in %s (%.1f MiB on rank %d; no name "
+            "leads to it, so it goes with the process however that ends), streamed through "
+            "%.1f MiB of buffers (aio block %ld, depth %d)\n",
             dt_opt_store_has_params(s) ? " and the parameters' pieces" : "", dt_opt_store_path(s),
             (double)dt_opt_store_file_bytes(s) / 1048576.0, t->r.rank,
             (double)dt_opt_store_buffer_bytes(s) / 1048576.0, c->aio_block_size,
@@ -151,14 +172,7 @@ static int print_offload(dt_run *t)
             ? "streams each layer's pieces just before its next gather, in the next forward, "
               "so the disk reads while the layers before it compute (--offload-overlap)"
             : "streams every piece after backward");
-    if (t->r.rank != 0) return 0;
-    double w, r;
-    int direct;
-    const size_t probe = 256u << 20;
-    if (dt_disk_bandwidth(c->nvme_path, probe, &w, &r, &direct, ERR(t))) return -1;
-    fprintf(t->out, "disk under %s: sequential write %.0f MB/s, read %.0f MB/s (%zu MiB "
-            "measured, %s)\n", c->nvme_path, w / 1e6, r / 1e6, probe >> 20,
-            direct ? "O_DIRECT" : "buffered: the file system has no O_DIRECT");
+    if (t->r.rank == 0) print_disk(t->out, c->nvme_path);
     return 0;
 }
 

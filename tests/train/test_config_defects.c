@@ -3,7 +3,11 @@
  * user would (issue 10); each case failed before its fix: text after the
  * JSON object of --config, an unbounded --threads, ZeRO stages accepted and
  * ignored, and model sizes judged before a file (--init, --resume) gave
- * them. The end-to-end side of the last: test_init_sizes.sh.
+ * them. The end-to-end side of the last: test_init_sizes.sh. Then a
+ * hostile user's (issue 9 and after): offload_optimizer and offload_param
+ * with different nvme_paths (one was used), a snake_case key beside the
+ * DeepSpeed key for the same option with another value (the snake_case
+ * one won), and a key written twice in one object (the last won).
  */
 #include <stdio.h>
 #include <string.h>
@@ -124,6 +128,114 @@ static void test_sizes_from_file(void)
     }
 }
 
+/* Loads text as a --config file onto defaults: 0, or -1 with err. */
+static int load(dt_train_config *c, const char *text)
+{
+    dt_config_defaults(c);
+    err[0] = 0;
+    return dt_config_load_json(c, write_json(text), err, sizeof err);
+}
+
+#define OFFLOAD(opt, par)                                                                      \
+    "{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"nvme\"" opt \
+    "}, \"offload_param\": {\"device\": \"nvme\"" par "}}}"
+
+/* offload_optimizer's and offload_param's nvme_path: dtrain has one file
+ * for both, and a second path was silently dropped. Two paths are refused
+ * naming both; one path in either section, or the same in both, sets it. */
+static void test_offload_paths(void)
+{
+    dt_train_config c;
+    static const char *const two[] = {
+        OFFLOAD(", \"nvme_path\": \"/mnt/a\"", ", \"nvme_path\": \"/mnt/b\""),
+        "{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\", "
+        "\"nvme_path\": \"/mnt/b\"}, \"offload_optimizer\": {\"device\": \"nvme\", "
+        "\"nvme_path\": \"/mnt/a\"}}}"};
+    for (int i = 0; i < 2; i++)
+        CHECK(load(&c, two[i]) == -1 && strstr(err, json_path) &&
+                  strstr(err, "offload_optimizer.nvme_path (/mnt/a)") &&
+                  strstr(err, "offload_param.nvme_path (/mnt/b)") &&
+                  strstr(err, "one directory") && strstr(err, "give both the same value"),
+              "two nvme_paths (%s first): refused naming both and what works: %s",
+              i ? "offload_param" : "offload_optimizer", err);
+    static const char *const one[] = {
+        OFFLOAD(", \"nvme_path\": \"/mnt/a\"", ", \"nvme_path\": \"/mnt/a\""),
+        OFFLOAD(", \"nvme_path\": \"/mnt/a\"", ""), OFFLOAD("", ", \"nvme_path\": \"/mnt/a\"")};
+    for (int i = 0; i < 3; i++)
+        CHECK(load(&c, one[i]) == 0 && !strcmp(c.nvme_path, "/mnt/a") &&
+                  !strcmp(c.offload_param, "nvme"),
+              "one nvme_path (case %d): %s '%s'", i, err, c.nvme_path);
+}
+
+/* A snake_case key and DeepSpeed's key for one option, with different
+ * values: the snake_case one won unseen. Refused naming both keys and
+ * values; with the same value it is one setting. DeepSpeed's own rule
+ * stands (the scheduler's peak rate replaces optimizer.params.lr), and a
+ * section's implied setting is a default dtrain's key may refine. */
+static void test_key_conflicts(void)
+{
+    dt_train_config c;
+    static const char *const bad[][3] = {
+        {"{\"lr\": 1e-3, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 2e-3}}}",
+         "optimizer.params.lr (0.002) and lr (0.001) both set --lr", NULL},
+        {"{\"grad_clip\": 0.5, \"gradient_clipping\": 1.0}",
+         "gradient_clipping (1) and grad_clip (0.5) both set --grad-clip", NULL},
+        {"{\"dtype\": \"fp32\", \"bf16\": {\"enabled\": true}}",
+         "bf16.enabled (bf16) and dtype (fp32) both set --dtype", NULL},
+        {"{\"lr_schedule\": \"linear\", \"scheduler\": {\"type\": \"WarmupCosineLR\"}}",
+         "scheduler.type (cosine) and lr_schedule (linear)", NULL},
+        {"{\"batch_size\": 4, \"train_micro_batch_size_per_gpu\": 8}",
+         "train_micro_batch_size_per_gpu (8) and batch_size (4)", NULL},
+        {"{\"lr\": 5e-4, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": "
+         "{\"warmup_max_lr\": 1e-3}}}",
+         "scheduler.params.warmup_max_lr (0.001) and lr (0.0005)", NULL},
+        {"{\"lr\": 1e-3, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": "
+         "0.0010000000000000002}}}",
+         "optimizer.params.lr (0.0010000000000000002) and lr (0.001)", NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK(load(&c, bad[i][0]) == -1 && strstr(err, json_path) && strstr(err, bad[i][1]) &&
+                  strstr(err, "keep one of the keys"),
+              "%s: refused naming '%s': %s", bad[i][0], bad[i][1], err);
+    CHECK(load(&c, "{\"grad_clip\": 0.5, \"gradient_clipping\": 0.5, \"bf16\": {\"enabled\": "
+                   "true}, \"dtype\": \"bf16\"}") == 0 &&
+              c.grad_clip == 0.5 && !strcmp(c.dtype, "bf16"),
+          "both keys with one value: one setting: %s", err);
+    CHECK(load(&c, "{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 2e-3}}, "
+                   "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_max_lr\": "
+                   "1e-3}}}") == 0 && c.lr == 1e-3,
+          "warmup_max_lr replaces optimizer.params.lr, as in DeepSpeed: %g %s", c.lr, err);
+    CHECK(load(&c, "{\"recompute\": \"selective\", \"activation_checkpointing\": {}}") == 0 &&
+              !strcmp(c.recompute, "selective"),
+          "activation_checkpointing's full recomputation, refined by recompute: %s %s",
+          c.recompute, err);
+}
+
+/* A key twice in one object: JSON keeps both and the last won unseen.
+ * Refused naming the key and where it is, whatever the values. */
+static void test_duplicate_keys(void)
+{
+    dt_train_config c;
+    static const char *const bad[][2] = {
+        {"{\"lr\": 1e-3, \"steps\": 5, \"lr\": 2e-3}", "key 'lr' appears twice"},
+        {"{\"lr\": 1e-3, \"lr\": 1e-3}", "key 'lr' appears twice"},
+        {"{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1, \"lr\": 2}}}",
+         "key 'optimizer.params.lr' appears twice"},
+        {OFFLOAD(", \"nvme_path\": \"/a\", \"nvme_path\": \"/b\"", ""),
+         "key 'zero_optimization.offload_optimizer.nvme_path' appears twice"},
+        {"{\"zero_optimization\": {\"stage\": 1}, \"zero_optimization\": {\"stage\": 2}}",
+         "key 'zero_optimization' appears twice"},
+        {"{\"x\": [{\"a\": 1}, {\"b\": 1, \"b\": 2}]}", "key 'x[1].b' appears twice"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK(load(&c, bad[i][0]) == -1 && strstr(err, json_path) && strstr(err, bad[i][1]) &&
+                  strstr(err, "write it once"),
+              "%s: refused naming '%s': %s", bad[i][0], bad[i][1], err);
+    CHECK(load(&c, "{\"optimizer\": {\"type\": \"AdamW\", \"params\": {}}, "
+                   "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {}}}") == 0,
+          "type and params in two objects are no duplicates: %s", err);
+}
+
 int main(void)
 {
     setenv("DTRAIN_LOG", "error", 1);
@@ -132,6 +244,9 @@ int main(void)
     test_threads_bound();
     test_zero_stage();
     test_sizes_from_file();
+    test_offload_paths();
+    test_key_conflicts();
+    test_duplicate_keys();
     remove(json_path);
     return finish("test_config_defects");
 }
