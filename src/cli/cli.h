@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 
-#include "train/config.h"
+#include "train/config/config.h"
 
 /* Exit status for a command line that cannot be run as written. */
 #define CLI_EXIT_USAGE 2

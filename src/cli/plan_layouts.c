@@ -20,7 +20,7 @@
 #include "core/str.h"
 #include "plan/plan.h"
 #include "sim/links.h"
-#include "train/config.h"
+#include "train/config/config.h"
 
 typedef struct {
     long nodes, per_node, batch, top;

@@ -23,7 +23,7 @@
 #include "plan/plan.h"
 #include "sim/links.h"
 #include "sim/trace.h"
-#include "train/config.h"
+#include "train/config/config.h"
 
 typedef struct {
     const char *collective, *algo, *links, *trace;

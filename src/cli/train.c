@@ -9,15 +9,15 @@
 #include "core/parse.h"
 #include "core/str.h"
 #include "dtrain/comm.h"
-#include "train/checkpoint.h"
-#include "train/config.h"
-#include "train/corpus.h"
+#include "train/ckpt/checkpoint.h"
+#include "train/config/config.h"
+#include "train/data/corpus.h"
 #include "parallel/context/cp.h"
 #include "parallel/tensor/tp.h"
-#include "train/memory_plan.h"
-#include "train/memory_plan_mesh.h"
-#include "train/memory_plan_pp.h"
-#include "train/model_source.h"
+#include "train/memory/plan.h"
+#include "train/memory/plan_mesh.h"
+#include "train/memory/plan_pp.h"
+#include "train/weights/model_source.h"
 #include "train/trainer.h"
 
 /* `--nproc N`: the command starts N ranks of itself through `dtrain launch`
@@ -206,7 +206,7 @@ static int dry_run(long nproc, int argc, char **argv)
 }
 
 /* A rank that refuses its command line never reaches the check that the
- * ranks' options agree (train/config_agree.h), and the others would wait
+ * ranks' options agree (train/config/agree.h), and the others would wait
  * for it to join until DTRAIN_TIMEOUT. When this process is one rank of
  * several, it joins the job only to stop it (as MPI_Abort would), so that
  * every rank fails at once naming it and its reason. It waits for the

@@ -93,7 +93,7 @@ typedef struct {
 /* What a rank holds by a layer's own arithmetic (a pipeline stage), for
  * the memory table where the ZeRO formulas do not hold: the floats of the
  * flat layout whose parameters, gradients and optimizer state it keeps
- * whole (the trainer applies the bytes per float of memory_plan.h), the
+ * whole (the trainer applies the bytes per float of memory/plan.h), the
  * most of them in use at once (mixed precision widens those into fp32)
  * and whose gradients are open at once (bf16 accumulation adds in fp32
  * there), and its activation bytes. */

@@ -5,9 +5,9 @@
 
 #include "core/str.h"
 #include "plan/plan.h"
-#include "train/config.h"
+#include "train/config/config.h"
 #include "plan/plan_internal.h"
-#include "train/memory_plan_mesh.h"
+#include "train/memory/plan_mesh.h"
 
 #define GIB(x) ((double)(x) / (1024.0 * 1024.0 * 1024.0))
 

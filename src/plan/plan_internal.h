@@ -6,7 +6,7 @@
 
 #include "comm/comm_internal.h"
 #include "plan/plan.h"
-#include "train/memory_plan_pp.h"
+#include "train/memory/plan_pp.h"
 
 /* The planner's memory of answers it worked out once: collectives'
  * seconds by (kind, ranks, per host, bytes), and pipeline schedules'

@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "core/str.h"
-#include "train/memory_plan.h"
-#include "train/memory_plan_pp.h"
+#include "train/memory/plan.h"
+#include "train/memory/plan_pp.h"
 #include "train/metrics.h"
 #include "train/run.h"
 

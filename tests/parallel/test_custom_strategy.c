@@ -22,7 +22,7 @@
 
 #include "core/str.h"
 #include "parallel/registry.h"
-#include "train/config.h"
+#include "train/config/config.h"
 #include "train/trainer.h"
 
 typedef struct {

@@ -1,7 +1,7 @@
 /* What one rank of a pipeline holds, by arithmetic over the layout and the
  * schedule (no buffer): its ranges of the flat layout, and the memory
  * they and its activation slots take. The strategy holds what these say,
- * and the memory plan (train/memory_plan_pp.h) prints them, so the two
+ * and the memory plan (train/memory/plan_pp.h) prints them, so the two
  * cannot drift apart.
  *
  * Rank q of p (V chunks each, S = p V stages; stage k on rank k % p)
