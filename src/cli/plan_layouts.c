@@ -9,8 +9,10 @@
  * The compute rate is stated (--tflops), a GPU preset's (half the bf16
  * dense peak of the class the link preset names), or measured here: a
  * layer of the model forward and backward at one sequence on the cores a
- * rank of this host would get.
+ * rank of this host would get. Flags take `--flag value` or `--flag=value`
+ * (cli/flag_value.c).
  */
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -33,23 +35,9 @@ typedef struct {
     int model_argc;
 } plan_opts;
 
-static void usage(FILE *f)
+void cli_plan_layouts_flags(FILE *f)
 {
     fprintf(f,
-            "usage: dtrain plan --global-batch N --nodes N --ranks-per-node K --mem-per-rank GiB\n"
-            "                   [--model NAME | --n-layer L --n-head H --n-embd C --vocab-size V]\n"
-            "                   [--seq-len T] [--link-model M] [--tflops X] [--fp32] [--top K]\n"
-            "                   [--json]\n"
-            "       dtrain plan --pp N --grad-accum M [--pp-schedule KIND] [--pp-virtual V]\n"
-            "\n"
-            "The first form weighs every layout of the model on the cluster: tensor (tp),\n"
-            "context (cp), data (dp) and pipeline (pp) parallel sizes, the ZeRO stage, the\n"
-            "micro-batch and their count, the pipeline schedule and recomputation. Memory per\n"
-            "rank by kind comes from the code that prints a run's memory table; step time from\n"
-            "the compute rate and the cost model of the collectives over the real schedules.\n"
-            "It prints the best layouts with their breakdown, why the others were dropped, and\n"
-            "the courses' rule applied to the case. The second form draws a pipeline schedule.\n"
-            "\n"
             "  --global-batch N     sequences a step, over all ranks (required)\n"
             "  --nodes N            hosts (required)\n"
             "  --ranks-per-node K   ranks a host; tensor parallelism stays inside one (required)\n"
@@ -66,36 +54,36 @@ static void usage(FILE *f)
             "  --top K              layouts printed (default 5)\n"
             "  --tp N, --cp N, --pp N, --zero-stage S, --micro-batch B, --recompute MODE,\n"
             "  --pp-schedule KIND   weigh only layouts with these\n"
-            "  --json               the result as JSON\n"
-            "\n"
-            "example:\n"
-            "  dtrain plan --model gpt2-xl --global-batch 512 --nodes 8 --ranks-per-node 8 \\\n"
-            "      --mem-per-rank 80 --link-model nvlink-ib\n");
+            "  --json               the result as JSON\n");
 }
 
-static int usage_error(const char *fmt, const char *arg)
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
     fprintf(stderr, "dtrain plan: ");
-    fprintf(stderr, fmt, arg);
+    vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\nRun 'dtrain plan --help' for usage.\n");
+    va_end(ap);
     return CLI_EXIT_USAGE;
 }
 
-static int is_model_flag(const char *a)
+/* The flag's own spelling when a is one of the model's (they go to the
+ * trainer's option table), else NULL. */
+static const char *model_flag(const char *a)
 {
     static const char *flags[] = {"--model", "--n-layer", "--n-head", "--n-embd", "--vocab-size",
                                   "--block-size", "--seq-len"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
-        if (!strcmp(a, flags[i])) return 1;
-    return 0;
+        if (!strcmp(a, flags[i])) return flags[i];
+    return NULL;
 }
 
 static int parse_long(const char *flag, const char *v, long lo, long hi, long *out)
 {
     if (dt_parse_long(v, lo, hi, out) == 0) return 0;
-    char msg[128];
-    dt_strf(msg, sizeof msg, "%s takes %ld..%ld, not %%s", flag, lo, hi);
-    return usage_error(msg, v);
+    return usage_error("%s takes %ld..%ld, not %s", flag, lo, hi, v);
 }
 
 /* --tp, --cp, --pp, --zero-stage, --micro-batch, --recompute, --pp-schedule:
@@ -136,7 +124,8 @@ static int parse_value(plan_opts *o, const char *a, const char *v)
     if (!strcmp(a, "--link-model")) return o->links = v, 0;
     if (!strcmp(a, "--mem-per-rank") || !strcmp(a, "--tflops")) {
         double *d = !strcmp(a, "--tflops") ? &o->tflops : &o->mem_gib;
-        if (dt_parse_double(v, 1e-6, 1e9, d)) return usage_error("%s wants a positive number", a);
+        if (dt_parse_double(v, 1e-6, 1e9, d))
+            return usage_error("%s wants a positive number, not %s", a, v);
         return 0;
     }
     return usage_error("unknown option %s", a);
@@ -151,20 +140,25 @@ static int parse(int argc, char **argv, plan_opts *o)
     o->links = "builtin";
     o->model_argv[o->model_argc++] = "plan";
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout), 1;
-        if (!strcmp(a, "--json")) { o->json = 1; continue; }
-        if (!strcmp(a, "--fp32")) { o->fp32 = 1; continue; }
+        char a[64];
+        const char *eq = cli_flag_split(argv[i], a, sizeof a), *m = model_flag(a);
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return cli_plan_usage(stdout), 1;
+        int *on = !strcmp(a, "--json") ? &o->json : !strcmp(a, "--fp32") ? &o->fp32 : NULL;
+        if (on && eq) return usage_error("%s takes no value", a);
+        if (on) {
+            *on = 1;
+            continue;
+        }
+        const char *v = cli_flag_value(argc, argv, &i, eq);
         if (!v) return usage_error("%s needs a value", a);
-        if (is_model_flag(a)) {
-            if (o->model_argc + 2 >= 32) return usage_error("too many model options%s", "");
-            o->model_argv[o->model_argc++] = argv[i];
-            o->model_argv[o->model_argc++] = argv[++i];
+        if (m && o->model_argc + 2 >= 32) return usage_error("too many model options");
+        if (m) {
+            o->model_argv[o->model_argc++] = (char *)m;
+            o->model_argv[o->model_argc++] = (char *)v;
             continue;
         }
         int rc = parse_value(o, a, v);
         if (rc) return rc;
-        i++;
     }
     const char *missing = !o->batch ? "--global-batch" : !o->nodes ? "--nodes"
                           : !o->per_node ? "--ranks-per-node" : !o->mem_gib ? "--mem-per-rank"

@@ -31,6 +31,6 @@ check "refusals"
 bad "use a multiple of 4" --pp 4 --grad-accum 6 --pp-schedule interleaved
 bad "--pp takes 2..64" --pp 1 --grad-accum 4
 bad "naive|gpipe|1f1b|interleaved|zb1p" --pp 2 --grad-accum 4 --pp-schedule pipedream
-bad "--pp and --grad-accum are needed" --pp 2
+bad "--pp and --grad-accum draw a schedule" --pp 2
 bad "chosen by \`dtrain train --pp-partition\`" --pp 2 --grad-accum 4 --pp-partition cost
 echo "test_plan: ok"
