@@ -6,11 +6,13 @@
  *
  * Builds the per-rank action lists (parallel/pipeline/schedule.h), proves
  * them free of deadlock with the static check, and prints the unit-time
- * chart with the bubble formula beside the simulated idle fraction and the
- * activations each rank holds at most. The chart is in unit time, so
- * `--pp-partition` (which layers a stage runs) has no place here: it is
- * refused with a message saying so. The help shows both forms; flags take
- * `--flag value` or `--flag=value` (cli/flag_value.c).
+ * chart, then the step's figures: the bubble formula beside the simulated
+ * idle fraction, and the activation slots each rank's list needs (the
+ * executor's count, what `dtrain train` allocates). A long step is drawn
+ * over a bounded number of micro-batches and its figures come from lists of
+ * a bounded length (plan/pp_figures.h), so neither time nor memory grows
+ * with M. The chart is in unit time, so `--pp-partition` (which layers a
+ * stage runs) has no place here: it is refused with a message saying so.
  */
 #include "cli/cli.h"
 
@@ -19,6 +21,7 @@
 
 #include "core/parse.h"
 #include "parallel/pipeline/schedule.h"
+#include "plan/pp_figures.h"
 
 void cli_plan_usage(FILE *f)
 {
@@ -48,12 +51,15 @@ void cli_plan_usage(FILE *f)
             "\n"
             "A schedule: a chart, one row per rank and one column per unit of time (forward\n"
             "F = 1, backward B = 2, split backward I = W = 1; '.' idle), after checking that\n"
-            "every send meets its receive without deadlock. Nothing is trained.\n"
+            "every send meets its receive without deadlock, then the bubble and the\n"
+            "activations each rank holds (the slots `dtrain train` allocates from the rank's\n"
+            "list). A step of more than max(2 p, 16) micro-batches is drawn over that many;\n"
+            "its figures are the whole step's. Nothing is trained.\n"
             "\n"
             "  --pp N             pipeline ranks, 2..64\n"
-            "  --grad-accum M     micro-batches per step (DeepSpeed's convention)\n"
+            "  --grad-accum M     micro-batches per step (DeepSpeed's convention), 1..2^20\n"
             "  --pp-schedule KIND naive|gpipe|1f1b|interleaved|zb1p (default 1f1b)\n"
-            "  --pp-virtual V     model chunks per rank, for interleaved (default 2\n"
+            "  --pp-virtual V     model chunks per rank, 1..64, for interleaved (default 2\n"
             "                     there, 1 otherwise)\n"
             "\n"
             "examples:\n"
@@ -96,10 +102,11 @@ static int chart_flag(chart_opts *o, const char *a, const char *v)
         if (dt_parse_long(v, 2, 64, &o->p)) return usage_error("--pp takes 2..64, not ", v);
     } else if (!strcmp(a, "--grad-accum")) {
         if (dt_parse_long(v, 1, 1 << 20, &o->M))
-            return usage_error("--grad-accum takes a count >= 1, not ", v);
+            return usage_error("--grad-accum takes a count in 1..1048576, not ", v);
     } else if (!strcmp(a, "--pp-virtual")) {
-        if (dt_parse_long(v, 1, 32767, &o->V))
-            return usage_error("--pp-virtual takes >= 1, not ", v);
+        if (dt_parse_long(v, 1, 64, &o->V))
+            return usage_error("--pp-virtual takes 1..64 (the chunks a run's rank holds), "
+                               "not ", v);
     } else if (!strcmp(a, "--pp-schedule")) {
         if (dt_pp_kind_parse(v, &o->kind))
             return usage_error("--pp-schedule is one of naive|gpipe|1f1b|interleaved|zb1p, "
@@ -135,17 +142,54 @@ static int chart_parse(int argc, char **argv, chart_opts *o)
     return 0;
 }
 
+/* Micro-batches drawn: all of a short step; of a long one enough for its
+ * fill, some steady state and its drain (a multiple of p for interleaved). */
+static int drawn(const chart_opts *o)
+{
+    long most = 2 * o->p > 16 ? 2 * o->p : 16;
+    if (o->kind == DT_PP_INTERLEAVED) most -= most % o->p;
+    return (int)(o->M < most ? o->M : most);
+}
+
+static void figures_footer(const chart_opts *o, const dt_plan_pp_figures *g)
+{
+    const int p = (int)o->p, step = o->kind == DT_PP_INTERLEAVED ? p : 1;
+    if (g->from)
+        printf("figures of the whole step's %ld micro-batches: from %d on, each %d more add "
+               "the same time and slots (the lists of %d, %d and %d show it), so these extend "
+               "those of %d\n", o->M, g->from, step, g->from, g->from + step,
+               g->from + 2 * step, g->from);
+    printf("bubble (idle / total): formula %.4g, simulated %.4g over makespan %.0f\n",
+           dt_pp_bubble_formula(o->kind, p, (int)o->V, (int)o->M), g->idle_fraction,
+           g->makespan);
+    printf("activations held (the slots `dtrain train` allocates from each rank's list):");
+    for (int r = 0; r < p; r++) printf(" rank %d: %d%s", r, g->slots[r], r + 1 < p ? "," : "\n");
+}
+
 static int chart(const chart_opts *o)
 {
     char err[512];
+    dt_plan_pp_figures g;
     dt_pp_schedule s;
-    if (dt_pp_schedule_build(&s, o->kind, (int)o->p, (int)o->V, (int)o->M, err, sizeof err)) {
+    const int p = (int)o->p, V = (int)o->V, M = (int)o->M, D = drawn(o);
+    if (dt_plan_pp_figures_of(o->kind, p, V, M, dt_pp_chart_cost, &g, err, sizeof err)) {
         fprintf(stderr, "dtrain plan: %s\n", err);
         return CLI_EXIT_USAGE;
     }
+    if (dt_pp_schedule_build(&s, o->kind, p, V, D, err, sizeof err)) {
+        fprintf(stderr, "dtrain plan: %s\n", err);
+        return 1;
+    }
     int rc = dt_pp_schedule_check(&s, err, sizeof err);
-    if (rc) fprintf(stderr, "dtrain plan: the schedule fails its check (a bug): %s\n", err);
-    else dt_pp_schedule_chart(stdout, &s);
+    if (rc) {
+        fprintf(stderr, "dtrain plan: the schedule fails its check (a bug): %s\n", err);
+    } else {
+        if (D < M)
+            printf("drawn: %d of the step's %d micro-batches (all of them would take %.0f "
+                   "columns)\n", D, M, g.makespan);
+        dt_pp_schedule_chart(stdout, &s);
+        figures_footer(o, &g);
+    }
     dt_pp_schedule_free(&s);
     return rc ? 1 : 0;
 }
