@@ -40,7 +40,8 @@ void cli_plan_layouts_flags(FILE *f)
     fprintf(f,
             "  --global-batch N     sequences a step, over all ranks (required)\n"
             "  --nodes N            hosts (required)\n"
-            "  --ranks-per-node K   ranks a host; tensor parallelism stays inside one (required)\n"
+            "  --ranks-per-node K   ranks a host; tensor parallelism stays inside one (required;\n"
+            "                       nodes x K at most 1048576 ranks)\n"
             "  --mem-per-rank GiB   memory a rank may use (required)\n"
             "  --model NAME         tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl|bench (default\n"
             "                       gpt2), or the sizes; --seq-len T (default the block size)\n"
@@ -166,6 +167,11 @@ static int parse(int argc, char **argv, plan_opts *o)
     if (missing)
         return usage_error("the cluster and batch need %s (every one of --global-batch, "
                            "--nodes, --ranks-per-node and --mem-per-rank)", missing);
+    if (o->nodes * o->per_node > DT_PLAN_MAX_RANKS)
+        return usage_error("--nodes %ld x --ranks-per-node %ld is %ld ranks; plan weighs up to "
+                           "%d (2^20: the most a dtrain job starts and the collectives' cost "
+                           "model stands in for): use fewer nodes or fewer ranks a node",
+                           o->nodes, o->per_node, o->nodes * o->per_node, DT_PLAN_MAX_RANKS);
     return 0;
 }
 

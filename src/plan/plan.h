@@ -49,6 +49,10 @@ typedef struct {
     } pin;
 } dt_plan_input;
 
+/* The most ranks a plan weighs: what a dtrain job starts (its bootstrap)
+ * and the collectives' cost model stands in for (sim/world.h). */
+#define DT_PLAN_MAX_RANKS (1 << 20)
+
 /* One layout: sizes, the batch's shape and the modes. */
 typedef struct {
     int tp, cp, dp, pp, V;  /* V: model chunks per rank (interleaved) */

@@ -17,8 +17,12 @@ The rule: with 80 GiB a rank it says data parallelism, with 16 (the
 0.46 GiB of state does not fit) tensor parallelism.
 Layouts that do not fit are dropped with the memory they would need.
 Bad input: a missing cluster field, an unknown link model, a batch no
-layout splits, a pinned size the model cannot take; each exits 2 naming
-what would work.
+layout splits, a pinned size that has no layout (--tp 3 on hosts of 8: it
+names --tp and the sizes that have one, not the batch; ZeRO-3 with a
+pipeline: it names the two together and the stages a pipeline takes), more
+ranks than a plan weighs (2^31: refused, not wrapped to a negative count);
+each exits 2 naming what would work.
+A sequence of odd length has layouts without context parallelism.
 """
 import json
 import os
@@ -32,8 +36,9 @@ XL = ["--model", "gpt2-xl", "--global-batch", "512", "--nodes", "8", "--ranks-pe
       "--link-model", "nvlink-ib"]
 
 
-def plan(dtrain, args):
-    return subprocess.run([dtrain, "plan"] + args, capture_output=True, text=True, timeout=120)
+def plan(dtrain, args, timeout=120):
+    return subprocess.run([dtrain, "plan"] + args, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def best(dtrain, args):
@@ -89,14 +94,38 @@ def bad_input(dtrain):
         (["--model", "bench", "--global-batch", "3", "--nodes", "1", "--ranks-per-node", "4",
           "--mem-per-rank", "4", "--tflops", "1", "--tp", "1", "--cp", "1", "--pp", "1"],
          "must divide the batch"),
-        (XL + ["--mem-per-rank", "80", "--tp", "3"], "tp the 25 heads"),
+        (XL + ["--mem-per-rank", "80", "--tp", "3"], "--tp 3: tensor parallelism"),
+        (XL[:4] + ["--nodes", "1", "--ranks-per-node", "8", "--link-model", "nvlink-ib",
+                   "--mem-per-rank", "80", "--tp", "3"], "25 heads"),
+        (XL[:4] + ["--nodes", "1", "--ranks-per-node", "8", "--link-model", "nvlink-ib",
+                   "--mem-per-rank", "80", "--tp", "3"], "--tp takes 1 here"),
+        (XL + ["--mem-per-rank", "80", "--zero-stage", "3", "--pp", "2"],
+         "--zero-stage 3 with --pp 2: ZeRO"),
+        (XL + ["--mem-per-rank", "80", "--zero-stage", "3", "--pp", "2"],
+         "with --pp 2, --zero-stage takes 0, 1"),
+        (["--nodes", "1048576", "--ranks-per-node", "2048", "--global-batch", "512",
+          "--mem-per-rank", "80", "--link-model", "nvlink-ib"], "is 2147483648 ranks"),
+        (["--nodes", "1048576", "--ranks-per-node", "2048", "--global-batch", "512",
+          "--mem-per-rank", "80", "--link-model", "nvlink-ib"], "up to 1048576"),
     ]
     for args, want in cases:
         r = plan(dtrain, args)
         msg = r.stdout + r.stderr
-        check(r.returncode == 2 and want in msg,
+        # a pinned size without a layout is named, and the batch is not blamed for it
+        blamed = args[-2:] in (["--tp", "3"], ["--pp", "2"])
+        check(r.returncode == 2 and want in msg and not (blamed and "use a batch" in msg),
               "plan %s: exit 2 naming %r (%d: %s)" % (" ".join(args[-4:]), want, r.returncode,
                                                        msg.strip().splitlines()[-1:]))
+
+
+def odd_sequence(dtrain):
+    # without context parallelism nothing cuts the sequence: an odd length has layouts
+    r = plan(dtrain, ["--model", "gpt2", "--seq-len", "1023", "--global-batch", "8", "--nodes",
+                      "1", "--ranks-per-node", "2", "--mem-per-rank", "80", "--tflops", "10",
+                      "--json", "--top", "1"])
+    best = json.loads(r.stdout)["best"] if r.returncode == 0 else []
+    check(best and best[0]["cp"] == 1, "sequences of 1023 tokens: a layout with cp 1 (%d: %s)" %
+          (r.returncode, r.stderr.strip()[-160:]))
 
 
 def main():
@@ -105,6 +134,7 @@ def main():
     bubbles(dtrain)
     rule(dtrain)
     bad_input(dtrain)
+    odd_sequence(dtrain)
     finish()
 
 
