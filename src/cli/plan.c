@@ -44,7 +44,7 @@ void cli_plan_usage(FILE *f)
             "memory table; step time from the compute rate and the cost model of the\n"
             "collectives over the real schedules. It prints the best layouts with their\n"
             "breakdown, why the others were dropped, and the courses' rule applied to the\n"
-            "case.\n"
+            "case; it exits 1 when no layout fits.\n"
             "\n");
     cli_plan_layouts_flags(f);
     fprintf(f,

@@ -8,9 +8,10 @@
  *
  * The compute rate is stated (--tflops), a GPU preset's (half the bf16
  * dense peak of the class the link preset names), or measured here: a
- * layer of the model forward and backward at one sequence on the cores a
- * rank of this host would get. Flags take `--flag value` or `--flag=value`
- * (cli/flag_value.c).
+ * layer of the model forward and backward at one sequence (of at most
+ * DT_PLAN_MEASURE_T tokens) on the cores a rank of this host would get,
+ * announced with what it costs before it runs. Flags take `--flag value`
+ * or `--flag=value` (cli/flag_value.c).
  */
 #include <stdarg.h>
 #include <stdlib.h>
@@ -20,9 +21,16 @@
 #include "cli/cli.h"
 #include "core/parse.h"
 #include "core/str.h"
+#include "core/timer.h"
+#include "parallel/pipeline/partition_cost.h"
 #include "plan/plan.h"
 #include "sim/links.h"
 #include "train/config.h"
+
+#define MEASURE_MAX_GIB 4
+#define GIB (1024.0 * 1024.0 * 1024.0)
+#define PROGRESS_S 5.0      /* a line on stderr this often while layouts are weighed */
+#define LARGE_WORLD 65536L
 
 typedef struct {
     long nodes, per_node, batch, top;
@@ -50,7 +58,9 @@ void cli_plan_layouts_flags(FILE *f)
     dt_sim_links_help(f);
     fprintf(f,
             "  --tflops X           sustained TFLOP/s of a rank's matrix products (default:\n"
-            "                       half of a preset's GPU peak, or measured on this host)\n"
+            "                       half of a preset's GPU peak, or measured on this host:\n"
+            "                       a layer of the model timed before planning, which says\n"
+            "                       what it costs; --tflops skips it)\n"
             "  --fp32               plan fp32 training (default: bf16 mixed precision)\n"
             "  --top K              layouts printed (default 5)\n"
             "  --tp N, --cp N, --pp N, --zero-stage S, --micro-batch B, --recompute MODE,\n"
@@ -188,18 +198,33 @@ static int model_of(plan_opts *o, dt_plan_input *in)
 }
 
 /* The rate measured on the cores a rank of this host gets; with more
- * ranks than cores they take turns (step_time.c). */
+ * ranks than cores they take turns (step_time.c). Said before it starts,
+ * with what it costs and the flag that skips it; refused where the
+ * throwaway layers would hold more than MEASURE_MAX_GIB. */
 static int measure_compute(const plan_opts *o, dt_plan_input *in)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = cores / o->per_node > 0 ? (int)(cores / o->per_node) : 1;
+    int threads = cores / o->per_node > 0 ? (int)(cores / o->per_node) : 1, tokens;
+    double bytes, work;
     char err[512];
+    dt_plan_measure_cost(&in->model, in->T, &tokens, &bytes, &work);
+    if (bytes > MEASURE_MAX_GIB * GIB)
+        return usage_error("no --tflops and no GPU preset, so the rate would be measured "
+                           "here, but a layer of this model needs about %.1f GiB to time "
+                           "(more than %d): state a rank's sustained rate with --tflops X, "
+                           "or name a GPU preset with --link-model", bytes / GIB,
+                           MEASURE_MAX_GIB);
+    fprintf(stderr, "dtrain plan: measuring this host's compute rate (no --tflops, and "
+            "--link-model %s names no GPU): a layer of the model forward and backward at %d "
+            "tokens on %d thread%s, about %.2f GiB and %.3g TFLOP, then at most %.0f s more; "
+            "--tflops X states the rate instead\n", o->links, tokens, threads,
+            threads > 1 ? "s" : "", bytes / GIB, work / 1e12, DT_PP_COST_BUDGET_S);
     if (dt_plan_measure_flops(&in->model, in->T, in->bf16, threads, &in->flops, err, sizeof err))
         return fprintf(stderr, "dtrain plan: %s\n", err), 1;
     if (o->per_node > cores) in->cores = (int)cores;
     in->cpu_comm = o->per_node * threads >= cores;
-    dt_strf(in->flops_source, sizeof in->flops_source, "measured: a layer at one sequence on "
-            "%d thread%s%s", threads, threads > 1 ? "s" : "",
+    dt_strf(in->flops_source, sizeof in->flops_source, "measured: a layer at %d tokens on "
+            "%d thread%s%s", tokens, threads, threads > 1 ? "s" : "",
             in->cores ? "; oversubscribed: the host's ranks take turns on its cores" : "");
     return 0;
 }
@@ -227,6 +252,29 @@ static int cluster_of(const plan_opts *o, dt_plan_input *in)
     return gpu ? 0 : measure_compute(o, in);
 }
 
+/* Lines on stderr while layouts are weighed: at the start where the
+ * groups are large (each of their collectives is costed by running its
+ * algorithm dry over that many ranks, about a second per LARGE_WORLD
+ * ranks), then every PROGRESS_S. */
+typedef struct {
+    uint64_t start, last;
+    long world;
+} progress_clock;
+
+static void progress(void *arg, long done, long total)
+{
+    progress_clock *c = arg;
+    const uint64_t now = dt_now_ns();
+    if (done == 0 && c->world >= LARGE_WORLD)
+        fprintf(stderr, "dtrain plan: weighing %ld layouts of %ld ranks; their collectives are "
+                "run dry over groups of up to %ld ranks, which takes minutes; a line at most "
+                "every %.0f s says how far it is\n", total, c->world, c->world, PROGRESS_S);
+    if ((double)(now - c->last) * 1e-9 < PROGRESS_S) return;
+    c->last = now;
+    fprintf(stderr, "dtrain plan: %ld of %ld layouts weighed in %.0f s\n", done, total,
+            (double)(now - c->start) * 1e-9);
+}
+
 int cli_plan_layouts(int argc, char **argv)
 {
     plan_opts o;
@@ -237,12 +285,19 @@ int cli_plan_layouts(int argc, char **argv)
     int rc = parse(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
     if ((rc = model_of(&o, &in)) || (rc = cluster_of(&o, &in))) return rc;
+    progress_clock clock = {dt_now_ns(), dt_now_ns(), o.nodes * o.per_node};
+    in.progress = progress, in.progress_arg = &clock;
     if (dt_plan_run(&in, &r, err, sizeof err)) {
         fprintf(stderr, "dtrain plan: %s\n", err);
         return strstr(err, "no layout") ? CLI_EXIT_USAGE : 1;
     }
     if (o.json) rc = dt_plan_print_json(stdout, &in, &r, (int)o.top);
     else dt_plan_print(stdout, &in, &r, (int)o.top);
+    if (!rc && r.nfit == 0) {
+        fprintf(stderr, "dtrain plan: no layout fits in the %g GiB a rank has (the nearest "
+                "is above)\n", o.mem_gib);
+        rc = 1;
+    }
     dt_plan_result_free(&r);
     return rc ? 1 : 0;
 }

@@ -15,13 +15,18 @@ x = (p-1)/(3M), for zb1p (the schedules' closed forms).
 The rule: with 80 GiB a rank it says data parallelism, with 16 (the
 23 GiB of state does not fit) pipeline parallelism, with 0.25 (one layer's
 0.46 GiB of state does not fit) tensor parallelism.
-Layouts that do not fit are dropped with the memory they would need.
+Layouts that do not fit are dropped with the memory they would need; when
+none fits the plan says so and exits 1.
 Bad input: a missing cluster field, an unknown link model, a batch no
 layout splits, a pinned size that has no layout (--tp 3 on hosts of 8: it
 names --tp and the sizes that have one, not the batch; ZeRO-3 with a
 pipeline: it names the two together and the stages a pipeline takes), more
 ranks than a plan weighs (2^31: refused, not wrapped to a negative count);
 each exits 2 naming what would work.
+The rate measured on this host is announced before it is measured, with
+what it costs and --tflops to skip it; a model too large to measure here
+is refused at once, pointing at --tflops.
+A plan of 2^20 ranks says at once that it is weighing them.
 A sequence of odd length has layouts without context parallelism.
 """
 import json
@@ -77,14 +82,19 @@ def bubbles(dtrain):
 
 
 def rule(dtrain):
-    for mem, says in (("80", "so the rule says data parallelism"),
-                      ("16", "so the rule says pipeline parallelism"),
-                      ("0.25", "so the rule says tensor parallelism")):
+    # at 0.25 GiB nothing fits (a layer's activations alone are 0.1 GiB): exit 1
+    for mem, says, rc in (("80", "so the rule says data parallelism", 0),
+                          ("16", "so the rule says pipeline parallelism", 0),
+                          ("0.25", "so the rule says tensor parallelism", 1)):
         r = plan(dtrain, XL + ["--mem-per-rank", mem])
-        check(r.returncode == 0 and says in r.stdout, "%s GiB a rank: %r" % (mem, says))
+        check(r.returncode == rc and says in r.stdout, "%s GiB a rank: %r, exit %d (%d)" %
+              (mem, says, rc, r.returncode))
     r = plan(dtrain, XL + ["--mem-per-rank", "16"])
     check("need more than the 16.0 GiB a rank has" in r.stdout and "needs" in r.stdout,
           "the dropped layouts say what they would need")
+    r = plan(dtrain, XL + ["--mem-per-rank", "0.01"])
+    check(r.returncode == 1 and "no layout fits" in r.stdout and "no layout fits" in r.stderr,
+          "no layout fits in 0.01 GiB: exit 1 (%d), said on both streams" % r.returncode)
 
 
 def bad_input(dtrain):
@@ -128,6 +138,38 @@ def odd_sequence(dtrain):
           (r.returncode, r.stderr.strip()[-160:]))
 
 
+def measured(dtrain):
+    args = ["--model", "bench", "--global-batch", "16", "--nodes", "1", "--ranks-per-node",
+            "2", "--mem-per-rank", "8", "--top", "1"]
+    r = plan(dtrain, args)
+    said = r.stderr.split("\n")[0]
+    check(r.returncode == 0 and "measuring this host's compute rate" in said and
+          "GiB" in said and "TFLOP" in said and "--tflops X" in said,
+          "the measurement is announced with its cost and --tflops (%r)" % said)
+    big = ["--model", "gpt2", "--n-layer", "2", "--n-head", "64", "--n-embd", "8192",
+           "--global-batch", "16", "--nodes", "1", "--ranks-per-node", "2",
+           "--mem-per-rank", "80"]
+    try:
+        r = plan(dtrain, big, timeout=20)
+        check(r.returncode == 2 and "--tflops" in r.stderr,
+              "a model too large to measure is refused (%d: %s)" % (r.returncode,
+                                                                     r.stderr.strip()[-200:]))
+    except subprocess.TimeoutExpired:
+        check(False, "measuring a layer of width 8192 ran past 20 s instead of being refused")
+
+
+def million(dtrain):
+    args = ["--model", "gpt2", "--global-batch", "1048576", "--nodes", "131072",
+            "--ranks-per-node", "8", "--mem-per-rank", "80", "--link-model", "nvlink-ib"]
+    try:
+        r = plan(dtrain, args, timeout=3)
+        err = r.stderr
+    except subprocess.TimeoutExpired as e:
+        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+    check("weighing 4140 layouts of 1048576 ranks" in err,
+          "2^20 ranks: a line at once saying it is weighing them (%r)" % err[-200:])
+
+
 def main():
     dtrain = sys.argv[1]
     zero_formulas(dtrain)
@@ -135,6 +177,8 @@ def main():
     rule(dtrain)
     bad_input(dtrain)
     odd_sequence(dtrain)
+    measured(dtrain)
+    million(dtrain)
     finish()
 
 
