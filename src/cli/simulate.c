@@ -203,8 +203,12 @@ static int parse(int argc, char **argv, sim_opts *o)
                     .bucket_mb = 25, .flops = 1e14, .mem_GBps = 1500};
     o->model_argv[o->model_argc++] = "simulate";
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char a[64];
+        const char *eq = cli_flag_split(argv[i], a, sizeof a);
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout), 1;
+        const int bare = !strcmp(a, "--ddp") || !strcmp(a, "--layout") ||
+                         !strcmp(a, "--sequence-parallel");
+        if (bare && eq) return usage_error("%s takes no value (got '%s')", a, eq);
         if (!strcmp(a, "--ddp") || !strcmp(a, "--layout")) {
             *(a[2] == 'd' ? &o->ddp : &o->layout) = 1;
             continue;
@@ -215,12 +219,12 @@ static int parse(int argc, char **argv, sim_opts *o)
             continue;
         }
         if (strncmp(a, "--", 2)) return usage_error("unexpected argument '%s'", a);
+        const char *v = cli_flag_value(argc, argv, &i, eq);
         if (!v) return usage_error("%s needs a value", a);
         int rc = number(a, v, o);
         if (rc == 0) rc = text(a, v, o);
         if (rc < 0) return CLI_EXIT_USAGE;
         if (rc == 0) return usage_error("unknown option %s", a);
-        i++;
     }
     if (!o->ranks) return usage_error("--ranks P is needed (how many ranks to simulate)");
     if (o->ddp + o->layout + !!o->collective != 1)

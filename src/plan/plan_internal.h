@@ -43,6 +43,17 @@ struct dt_plan_memo {
     dt_plan_places places;
 };
 
+/* Every layout of in with what the user fixed, each handed to visit
+ * (layouts.c); 0, or the first nonzero visit returned. */
+typedef int (*dt_plan_visit)(void *ctx, const dt_plan_layout *l);
+int dt_plan_layouts_each(const dt_plan_input *in, dt_plan_visit visit, void *ctx);
+
+/* Why in has no layout (no_layout.c): the size asked for that has none on
+ * its own or the two that have none together, with the rule they break
+ * and the values that would work; with nothing asked for, the batch.
+ * Always -1, with err. */
+int dt_plan_no_layout(const dt_plan_input *in, char *err, size_t errlen);
+
 /* Seconds of collective `kind` of `bytes` (fp32 data; all ranks' together
  * for an all-gather or a reduce-scatter) over a group of `ranks` with
  * `per_host` of them to a host (comm_time.c); 0 on one rank, -1 when no
