@@ -40,6 +40,22 @@ static int placement(const dt_gpt *m, const dt_block *b, int j, dt_act_class cls
     }
 }
 
+size_t dt_gpt_layer_acts_bytes(const dt_gpt *m, int B, int T, size_t *shared)
+{
+    const size_t N = arena_rows(m, B, T), R = dt_model_region_rows(m, N);
+    dt_act_spec spec[DT_BLOCK_MAX_ACTS];
+    size_t bytes[3] = {0, 0, 0};
+    for (int i = 0; i < m->n_blocks; i++) {
+        const dt_block *b = &m->blocks[i];
+        b->kind->acts(m, N, R, spec);
+        for (int j = 0; j < b->n_acts; j++)
+            if (spec[j].cls != DT_ACT_SCRATCH && spec[j].cls != DT_ACT_SPLIT)
+                bytes[placement(m, b, j, spec[j].cls)] += spec[j].floats * sizeof(float);
+    }
+    if (shared) *shared = bytes[SHARED];
+    return bytes[PER_LAYER];
+}
+
 /* The buffers of one layer that live in `where`, into bufs[per_layer]
  * (when base is given); the floats they take. */
 static size_t take_layer(dt_gpt *m, float *base, float **bufs, int where, size_t N)

@@ -137,5 +137,9 @@ const float *dt_gpt_residual(const dt_gpt *m, int l, int block);
  * are multiples of 16). The arena itself is carved from the blocks'
  * own lists of buffers; these closed forms are what it must come to. */
 size_t dt_gpt_layer_act_bytes(dt_recompute mode, int B, int T, int C, int NH, size_t *shared);
+/* The same for this rank's layer, from its blocks' own lists (its cuts,
+ * its kinds, the recompute mode set on it), without alignment: bytes kept
+ * per layer, and *shared those every layer shares (not backward's scratch). */
+size_t dt_gpt_layer_acts_bytes(const dt_gpt *m, int B, int T, size_t *shared);
 
 #endif

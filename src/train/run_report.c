@@ -190,8 +190,7 @@ int dt_run_print_header(dt_run *t)
             (double)m->n_params / 1e6, m->prec == DT_PREC_BF16 ? "bf16" : "fp32", emulated,
             t->threads);
     if (m->acts.mem) { /* a rank that holds the model */
-        size_t shared, kept = dt_gpt_layer_act_bytes(m->acts.recompute, t->r.B, t->r.T, m->cfg.n_embd,
-                                                     m->cfg.n_head, &shared);
+        size_t shared, kept = dt_gpt_layer_acts_bytes(m, t->r.B, t->r.T, &shared);
         fprintf(t->out, "activations: recompute %s, %.1f MiB per layer x %d + %.1f MiB shared\n",
                 dt_recompute_name(m->acts.recompute), (double)kept / 1048576.0, m->cfg.n_layer,
                 (double)shared / 1048576.0);

@@ -39,6 +39,7 @@ static const opt_row opt_rows[] = {
     {"n-embd", "64", "", NULL},
     {"vocab-size", "300", "", NULL},
     {"block-size", "64", "", NULL},
+    {"blocks", "ln_1:layernorm,attn:attention", "", NULL},
     {"init", "w.safetensors", "", NULL},
     {"data", "d.bin", "", NULL},
     {"val-data", "v.bin", "", NULL},

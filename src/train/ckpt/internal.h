@@ -31,6 +31,10 @@ void dt_ckpt_prune(const char *out_dir, long current, long keep);
 /* Whether dir holds a shard file (shard-*-of-*.safetensors), manifest or
  * not. */
 int dt_ckpt_has_shards(const char *dir);
+/* 0 when a checkpoint's recorded model s is the one built, c; else -1
+ * with a message at `where` naming both. */
+int dt_ckpt_model_differs(const char *where, const dt_gpt_config *s, const dt_gpt_config *c,
+                          char *err, size_t errlen);
 /* The record of a save, checked as a resume would check it: what cannot be
  * read back is not written. */
 int dt_ckpt_make_record(const char *out_dir, const dt_gpt *m, const dt_optimizer *o,

@@ -119,6 +119,7 @@ int dt_ckpt_model_config(const char *dir, dt_gpt_config *cfg, char *err, size_t 
         return 0;
     }
     if (check_weights_agree(dir, &r.model, &w, path, err, errlen) != 0) return -1;
+    /* The blocks are the record's: a file's shapes do not say them. */
     *cfg = r.model;
     return 0;
 }
@@ -220,17 +221,25 @@ static int check_kind_and_model(const char *dir, const dt_ckpt_record *r, const 
         return -1;
     }
     const dt_gpt_config *c = &m->cfg, *s = &r->model;
-    if (s->n_layer && (s->n_layer != c->n_layer || s->n_head != c->n_head ||
-                       s->n_embd != c->n_embd || s->vocab_size != c->vocab_size ||
-                       s->block_size != c->block_size)) {
-        dt_strf(err, errlen,
-                "%s/%s: the checkpoint's model (n_layer %d, n_head %d, n_embd %d, "
-                "vocab_size %d, block_size %d) is not the one built (%d, %d, %d, %d, %d)",
-                dir, file, s->n_layer, s->n_head, s->n_embd, s->vocab_size, s->block_size,
-                c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->block_size);
-        return -1;
-    }
-    return 0;
+    char where[DT_PATH_MAX + 32];
+    dt_strf(where, sizeof where, "%s/%s", dir, file);
+    return s->n_layer ? dt_ckpt_model_differs(where, s, c, err, errlen) : 0;
+}
+
+int dt_ckpt_model_differs(const char *where, const dt_gpt_config *s, const dt_gpt_config *c,
+                          char *err, size_t errlen)
+{
+    if (s->n_layer == c->n_layer && s->n_head == c->n_head && s->n_embd == c->n_embd &&
+        s->vocab_size == c->vocab_size && s->block_size == c->block_size &&
+        dt_blocks_same(s->blocks, c->blocks))
+        return 0;
+    const char *sb = s->blocks[0] ? s->blocks : dt_blocks_gpt2;
+    const char *cb = c->blocks[0] ? c->blocks : dt_blocks_gpt2;
+    return dt_strf(err, errlen, "%s: the checkpoint's model (n_layer %d, n_head %d, n_embd %d, "
+                   "vocab_size %d, block_size %d, blocks \"%s\") is not the one built (%d, "
+                   "%d, %d, %d, %d, \"%s\")", where, s->n_layer, s->n_head, s->n_embd,
+                   s->vocab_size, s->block_size, sb, c->n_layer, c->n_head, c->n_embd,
+                   c->vocab_size, c->block_size, cb), -1;
 }
 
 /* Opens the checkpoint's sources of the wanted pieces. */

@@ -11,6 +11,7 @@
 #include "core/file.h"
 #include "core/parse.h"
 #include "core/str.h"
+#include "train/ckpt/internal.h"
 #include "train/ckpt/shard.h"
 
 #define FORMAT_NAME "dtrain-sharded"
@@ -228,12 +229,6 @@ void dt_ckpt_manifest_free(dt_ckpt_manifest *m)
 
 /* ---- checking against the model --------------------------------------- */
 
-static int same_model(const dt_gpt_config *a, const dt_gpt_config *b)
-{
-    return a->n_layer == b->n_layer && a->n_head == b->n_head && a->n_embd == b->n_embd &&
-           a->vocab_size == b->vocab_size && a->block_size == b->block_size;
-}
-
 typedef struct {
     int tensor, shard;
     uint64_t lo, hi;
@@ -289,14 +284,7 @@ int dt_ckpt_manifest_check(const char *dir, dt_ckpt_manifest *m, const dt_gpt *l
     char path[DT_PATH_MAX + 32];
     dt_strf(path, sizeof path, "%s/" DT_CKPT_MANIFEST, dir);
     const dt_gpt_config *c = &m->record.model, *l = &layout->cfg;
-    if (!same_model(c, l)) {
-        dt_strf(err, errlen,
-                "%s: the checkpoint's model (n_layer %d, n_head %d, n_embd %d, vocab_size %d, "
-                "block_size %d) is not the one built (%d, %d, %d, %d, %d)",
-                path, c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->block_size,
-                l->n_layer, l->n_head, l->n_embd, l->vocab_size, l->block_size);
-        return -1;
-    }
+    if (dt_ckpt_model_differs(path, c, l, err, errlen)) return -1;
     size_t n = 0;
     for (int s = 0; s < m->nshards; s++) n += (size_t)m->shards[s].npieces;
     placed *all = calloc(n + 1, sizeof *all);

@@ -52,6 +52,7 @@ cJSON *dt_ckpt_state_json(const dt_ckpt_record *r)
     cJSON_AddNumberToObject(model, "n_embd", r->model.n_embd);
     cJSON_AddNumberToObject(model, "vocab_size", r->model.vocab_size);
     cJSON_AddNumberToObject(model, "block_size", r->model.block_size);
+    cJSON_AddStringToObject(model, "blocks", r->model.blocks[0] ? r->model.blocks : dt_blocks_gpt2);
     cJSON_AddItemToObject(j, "model", model);
     return j;
 }
@@ -179,6 +180,17 @@ static int get_format(const reader *rd, const cJSON *obj)
     return -1;
 }
 
+/* A layer's blocks, recorded since the model became blocks (absent: GPT-2's). */
+static int get_blocks(const reader *rd, const cJSON *obj, dt_gpt_config *cfg)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "blocks");
+    if (!v) return 0;
+    if (!cJSON_IsString(v) || strlen(v->valuestring) >= sizeof cfg->blocks)
+        return bad(rd, "blocks", v, "a string of name:kind pairs");
+    dt_strf(cfg->blocks, sizeof cfg->blocks, "%s", v->valuestring);
+    return 0;
+}
+
 /* The model's sizes, when recorded; they must also make a model. */
 static int get_model(const reader *rd, const cJSON *obj, dt_gpt_config *cfg)
 {
@@ -192,7 +204,8 @@ static int get_model(const reader *rd, const cJSON *obj, dt_gpt_config *cfg)
         get_i32(&sub, m, "n_head", 1, INT_MAX, &cfg->n_head) ||
         get_i32(&sub, m, "n_embd", 1, INT_MAX, &cfg->n_embd) ||
         get_i32(&sub, m, "vocab_size", 1, INT_MAX, &cfg->vocab_size) ||
-        get_i32(&sub, m, "block_size", 1, INT_MAX, &cfg->block_size))
+        get_i32(&sub, m, "block_size", 1, INT_MAX, &cfg->block_size) ||
+        get_blocks(&sub, m, cfg))
         return -1;
     char why[256];
     if (dt_gpt_config_check(cfg, why, sizeof why) == 0) return 0;

@@ -25,6 +25,7 @@ static const struct {
     {"n-embd", DT_AGREE_VALUE},
     {"vocab-size", DT_AGREE_VALUE},
     {"block-size", DT_AGREE_VALUE},
+    {"blocks", DT_AGREE_VALUE},
     {"init", DT_AGREE_VALUE},
     /* The batch: the sizes of the activations sent, the micro-batches. */
     {"batch-size", DT_AGREE_VALUE},

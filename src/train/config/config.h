@@ -35,6 +35,7 @@ typedef struct dt_train_config {
     /* Model. vocab_size 0: taken from --init or the data (256 for text). */
     char model[32]; /* preset name, or "" for sizes given one by one */
     int n_layer, n_head, n_embd, vocab_size, block_size;
+    char blocks[96]; /* a layer's blocks (model/block.h); "" = GPT-2's */
 
     /* Files; "" means unset. */
     char data[DT_CONFIG_PATH], val_data[DT_CONFIG_PATH], init[DT_CONFIG_PATH];

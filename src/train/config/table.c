@@ -46,6 +46,8 @@ const dt_cfg_opt dt_cfg_options[] = {
         "vocabulary; 0 = from --init or the data"),
     OPT(G_MODEL, "block-size", NULL, T_INT, block_size, 1, IMAX, "N", NULL, 0,
         "context length (position embeddings)"),
+    OPT(G_MODEL, "blocks", NULL, T_STR, blocks, 0, 0, "SPEC", NULL, 0,
+        "a layer's blocks as name:kind, a norm then its branch; \"\" = GPT-2's"),
     OPT(G_MODEL, "init", NULL, T_STR, init, 0, 0, "FILE", NULL, 0,
         "start from these safetensors weights (sizes from the file)"),
     OPT(G_DATA, "data", NULL, T_STR, data, 0, 0, "FILE", NULL, 0,

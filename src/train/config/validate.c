@@ -8,6 +8,7 @@
 
 #include "core/log.h"
 #include "core/str.h"
+#include "model/block.h"
 #include "parallel/registry.h"
 #include "train/config/internal.h"
 
@@ -41,6 +42,8 @@ static int check_model(dt_train_config *c, char *err, size_t n)
     int from_file = c->init[0] || c->resume_flag;
     int width = !from_file || (DT_CONFIG_GIVEN(c, n_embd) && DT_CONFIG_GIVEN(c, n_head));
     int block = !from_file || DT_CONFIG_GIVEN(c, block_size);
+    dt_block blocks[DT_LAYER_MAX_BLOCKS];
+    if (dt_blocks_parse(c->blocks, blocks, err, n) < 0) return -1;
     if (width && c->n_embd % c->n_head)
         return dt_strf(err, n, "n_embd = %d is not divisible by n_head = %d", c->n_embd,
                        c->n_head), -1;

@@ -24,6 +24,9 @@ static int check_sizes_agree(const dt_train_config *c, const char *source,
             return dt_strf(err, errlen, "%s has %s %d, but %d was asked for", source, s[i].name,
                            s[i].have, s[i].want), -1;
     }
+    if (DT_CONFIG_GIVEN(c, blocks) && !dt_blocks_same(c->blocks, mc->blocks))
+        return dt_strf(err, errlen, "%s has the blocks \"%s\", but --blocks \"%s\" was asked "
+                       "for", source, mc->blocks[0] ? mc->blocks : dt_blocks_gpt2, c->blocks), -1;
     return 0;
 }
 
@@ -35,6 +38,8 @@ static int sizes_from_file(const dt_train_config *c, const char *resume_dir, dt_
     int rc = resume_dir ? dt_ckpt_model_config(resume_dir, mc, err, errlen)
                         : dt_weights_inspect(c->init, mc, err, errlen);
     if (rc) return -1;
+    /* A weights file names its tensors but records no blocks: the ones asked for. */
+    if (!resume_dir) dt_strf(mc->blocks, sizeof mc->blocks, "%s", c->blocks);
     if (mc->n_head == 0) {
         /* A wrong head count still runs, silently computing another model. */
         if (!DT_CONFIG_GIVEN(c, n_head) && !DT_CONFIG_GIVEN(c, model))
@@ -60,6 +65,7 @@ int dt_model_source_config(const dt_train_config *c, const char *resume_dir,
         mc->n_head = c->n_head;
         mc->n_embd = c->n_embd;
         mc->block_size = c->block_size;
+        dt_strf(mc->blocks, sizeof mc->blocks, "%s", c->blocks);
         /* Byte-level data gets the full byte vocabulary, so any text can be sampled. */
         int data_vocab = dt_dataset_vocab(train);
         mc->vocab_size = c->vocab_size > 0 ? c->vocab_size : data_vocab <= 256 ? 256 : data_vocab;
