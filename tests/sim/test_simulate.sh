@@ -76,4 +76,30 @@ bad "--pp-virtual 2 needs --pp-schedule interleaved" $L --pp 2 --pp-virtual 2 --
 bad "--pp-schedule" $L --pp 2 --pp-schedule fastest --ranks 2
 bad "--dp 3: tp x cp x dp x pp = 6, not the 8 ranks (--dp 4 fits)" $L --pp 2 --dp 3 --ranks 8
 bad "go with --layout" --ddp --tp 2 --ranks 2
+
+check "link model files: absurd figures refused, naming the field and its range"
+model() { # copy_GBps shm-bandwidth tcp-alpha
+    printf '{"format": "dtrain-comm-model/1", "copy_GBps": %s, "links": {"shm": {"alpha_us": 1,
+ "bandwidth_GBps": %s, "reduce_GBps": 10}, "tcp": {"alpha_us": %s, "bandwidth_GBps": 10,
+ "reduce_GBps": 10}}}\n' "$1" "$2" "$3" >"$TMP/m.json"
+}
+C="--collective allreduce --bytes 1M --ranks 4 --link-model $TMP/m.json"
+model 10 10 5
+"$DTRAIN" simulate $C >"$TMP/ok" 2>&1 || fail "a sensible model file: $(cat "$TMP/ok")"
+model 10 1e-300 5
+bad "links.shm.bandwidth_GBps is 1e-300; it must be a number from 0.001 to 10000" $C
+model 10 1e300 5
+bad "links.shm.bandwidth_GBps is 1e+300; it must be a number from 0.001 to 10000" $C
+model 10 -3 5
+bad "links.shm.bandwidth_GBps is -3; it must be" $C
+model 10 0 5
+bad "links.shm.bandwidth_GBps is 0; it must be" $C
+model 10 1e999 5 # JSON's only infinity: a literal too large for a double
+bad "links.shm.bandwidth_GBps is inf; it must be" $C
+model 10 10 1e9
+bad "links.tcp.alpha_us is 1e+09; it must be a number from 0.001 to 100000 (microseconds" $C
+model 1e-300 10 5
+bad "copy_GBps is 1e-300; it must be a number from 0.001 to 10000 (GB/s" $C
+model '"fast"' 10 5
+bad "copy_GBps is not a number; it must be" $C
 echo "test_simulate: ok"
