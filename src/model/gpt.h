@@ -368,6 +368,11 @@ void dt_gpt_sync_working(dt_gpt *m, size_t lo, size_t hi);
  * buffer a strategy already set is kept. 0, or -1 with m->error. */
 int dt_gpt_alloc_params(dt_gpt *m);
 int dt_gpt_alloc_grads(dt_gpt *m);
+/* Whether micro-batches of B sequences of length T fit the layout: the
+ * block, context parallelism's cut of the sequence, sequence
+ * parallelism's split of the rows over tp. 0, or -1 with m->error. The
+ * allocations below check it; `dtrain simulate` checks a layout by it. */
+int dt_gpt_check_micro_batch(dt_gpt *m, int B, int T);
 /* Activations for micro-batches of B sequences of length T <= block_size:
  * one slot of the whole model. */
 int dt_gpt_alloc_acts(dt_gpt *m, int B, int T);

@@ -70,12 +70,43 @@ bad "give one of --collective KIND" --ranks 4
 bad "--bytes takes a size" --collective allreduce --bytes 1X --ranks 4
 L="--layout --model gpt2"
 bad "not a multiple of tp x cp x pp = 4 (try --ranks 8)" $L --tp 2 --pp 2 --ranks 6
-bad "--tp 5 does not divide the 12 heads (try --tp 4)" $L --tp 5 --ranks 5
+bad "--tp 5: the model's 12 heads (n_embd 768, MLP width 3072) do not split into 5 equal parts" \
+    $L --tp 5 --ranks 5
 bad "13 stages (pp 13 x 1 chunks) for 12 layers" $L --pp 13 --ranks 13
 bad "--pp-virtual 2 needs --pp-schedule interleaved" $L --pp 2 --pp-virtual 2 --ranks 2
 bad "--pp-schedule" $L --pp 2 --pp-schedule fastest --ranks 2
 bad "--dp 3: tp x cp x dp x pp = 6, not the 8 ranks (--dp 4 fits)" $L --pp 2 --dp 3 --ranks 8
 bad "go with --layout" --ddp --tp 2 --ranks 2
+
+# What `dtrain train` refuses, simulate refuses with train's own message
+# (and accepts what train accepts): the same checks, not a copy.
+check "layouts train refuses"
+agree_bad() { # ranks args...
+    local n=$1 rc=0
+    shift
+    "$DTRAIN" train --dry-run --nproc "$n" --model gpt2 "$@" >"$TMP/train" 2>&1 || rc=$?
+    [[ "$rc" -ne 0 ]] || fail "train accepts $*"
+    local why
+    why=$(sed -n 's/^dtrain train: \(--dry-run: \)\{0,1\}//p' "$TMP/train" | head -1 | cut -c1-60)
+    [[ -n "$why" ]] || fail "train's message for $*: $(cat "$TMP/train")"
+    bad "$why" $L --ranks "$n" "$@"
+}
+agree_bad 4 --sequence-parallel
+agree_bad 4 --pp-schedule gpipe
+agree_bad 4 --pp 2 --zero-stage 2
+agree_bad 4 --pp 2 --zero-stage 3
+agree_bad 4 --zero-stage 1 --zero-prefetch 2
+agree_bad 2 --cp 2 --seq-len 1022
+bad "--tp 4: a vocabulary of 5 in slices of 2 rows leaves rank 3 none" \
+    $L --tp 4 --vocab-size 5 --ranks 4
+bad "--sequence-parallel: the 1023 rows of a micro-batch (B x T) do not split over 2" \
+    $L --tp 2 --sequence-parallel --batch-size 1 --seq-len 1023 --ranks 2
+check "layouts train accepts"
+ok() {
+    "$DTRAIN" simulate $L "$@" >"$TMP/ok" 2>&1 || fail "simulate $*: $(cat "$TMP/ok")"
+}
+ok --pp 2 --pp-schedule interleaved --grad-accum 4 --ranks 2 # two chunks a rank, as train
+ok --tp 2 --sequence-parallel --batch-size 2 --seq-len 1023 --ranks 2 # 2046 rows split
 
 check "link model files: absurd figures refused, naming the field and its range"
 model() { # copy_GBps shm-bandwidth tcp-alpha
