@@ -108,6 +108,21 @@ ok() {
 ok --pp 2 --pp-schedule interleaved --grad-accum 4 --ranks 2 # two chunks a rank, as train
 ok --tp 2 --sequence-parallel --batch-size 2 --seq-len 1023 --ranks 2 # 2046 rows split
 
+check "a schedule too big to record is refused at once, naming what would fit"
+t0=$(now_ms)
+# (ulimit: before the refusal was made from the counts, this recorded 4.2 GB for 32 s)
+(ulimit -v 3000000; bad "no alltoall algorithm's schedule fits at 65536 ranks; at most 18919 \
+ranks would, by --algo pairwise" --collective alltoall --bytes 1G --ranks 65536)
+ms=$(($(now_ms) - t0))
+((ms < 10000)) || fail "the refusal took $ms ms"
+if grep -qF -- "--algo auto" "$TMP/bad"; then
+    fail "it suggests --algo auto, which it was running: $(cat "$TMP/bad")"
+fi
+bad "the schedule of allreduce ring over 65536 ranks takes at least 40.0 GiB (8589803520 steps)" \
+    --collective allreduce --bytes 1G --ranks 65536 --algo ring
+expect_contains "$TMP/bad" "use --algo rhd (of the allreduce algorithms whose schedule fits" \
+    "the algorithm named"
+
 check "link model files: absurd figures refused, naming the field and its range"
 model() { # copy_GBps shm-bandwidth tcp-alpha
     printf '{"format": "dtrain-comm-model/1", "copy_GBps": %s, "links": {"shm": {"alpha_us": 1,
