@@ -91,6 +91,9 @@ static void usage(FILE *f)
             "  --zero-prefetch N     ZeRO-3: layers gathered ahead (default 1)\n"
             "  --sequence-parallel   boundary activations split over tp\n"
             "\n"
+            "A run that lasts prints on stderr what it is doing, how far it has got and about\n"
+            "how long it has left, every 10 s (DTRAIN_SIM_PROGRESS_S=N: every N s).\n"
+            "\n"
             "examples:\n"
             "  dtrain simulate --collective allreduce --bytes 256M --ranks 64 "
             "--ranks-per-node 8 --link-model nvlink-ib\n"
@@ -238,13 +241,14 @@ static int parse(int argc, char **argv, sim_opts *o)
     return 0;
 }
 
-static int setup(const sim_opts *o, dt_sim_world *w)
+static int setup(const sim_opts *o, dt_sim_world *w, sim_progress *prog)
 {
     dt_cost_model m;
     char err[1024];
     if (dt_sim_links(o->links, &m, err, sizeof err) ||
         dt_sim_world_init(w, (int)o->ranks, (int)o->per_host, &m, err, sizeof err))
         return usage_error("%s", err);
+    w->progress = (dt_sim_progress){sim_progress_tell, prog};
     if (o->nics > o->per_host) {
         dt_sim_world_free(w);
         return usage_error("--nics-per-node %ld exceeds --ranks-per-node %ld: at most one NIC "
@@ -253,13 +257,13 @@ static int setup(const sim_opts *o, dt_sim_world *w)
     return 0;
 }
 
-static int run_collective(const sim_opts *o)
+static int run_collective(const sim_opts *o, sim_progress *prog)
 {
     dt_sim_world w;
     dt_coll_kind k;
     char err[1024];
     if (dt_sim_coll_kind(o->collective, &k, err, sizeof err)) return usage_error("%s", err);
-    int rc = setup(o, &w);
+    int rc = setup(o, &w, prog);
     if (rc) return rc;
     dt_sim_bench b;
     rc = dt_sim_bench_coll(&w, (int)o->nics, o->collective, o->algo, (size_t)o->bytes, &b, err,
@@ -391,12 +395,12 @@ static int layout_opts(sim_opts *o, dt_sim_layout_opts *l)
 
 /* A step: the layout's, or with --ddp data parallelism alone (its
  * defaults, tp = cp = pp = 1 and no ZeRO) with DDP's own report. */
-static int run_step(sim_opts *o)
+static int run_step(sim_opts *o, sim_progress *prog)
 {
     dt_sim_layout_opts l;
     int rc = layout_opts(o, &l);
     dt_sim_world w;
-    if (rc || (rc = setup(o, &w))) return rc;
+    if (rc || (rc = setup(o, &w, prog))) return rc;
     if ((rc = measure(o, &l.cfg, l.seq, &w))) return dt_sim_world_free(&w), rc;
     l.flops_per_s = o->flops, l.mem_GBps = o->mem_GBps, l.cpu_comm = o->cpu_comm;
     l.cpu_share = o->cpu_share;
@@ -421,7 +425,10 @@ static int run_step(sim_opts *o)
 int cli_simulate(int argc, char **argv)
 {
     sim_opts o;
+    sim_progress prog;
+    char err[512];
     int rc = parse(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
-    return o.layout || o.ddp ? run_step(&o) : run_collective(&o);
+    if (sim_progress_init(&prog, err, sizeof err)) return usage_error("%s", err);
+    return o.layout || o.ddp ? run_step(&o, &prog) : run_collective(&o, &prog);
 }

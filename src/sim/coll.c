@@ -135,12 +135,18 @@ static int choose(dt_sim_world *w, dt_coll_args *a, const char *algo, const dt_a
     return 0;
 }
 
+#define TELL_EVERY 4096 /* ranks recorded between reports of progress */
+
 static int record_ranks(dt_sim_sched *s, dt_sim_world *w, const dt_algo *al, const dt_coll_args *a,
                         char *err, size_t len)
 {
     recorder r = {0};
     dt_dry_hook hook = {rec_step, rec_local, &r};
+    char what[96];
+    snprintf(what, sizeof what, "recording %s %s of %zu bytes over %d ranks",
+             dt_coll_name(a->kind), al->name, dt_sim_coll_bytes(a, w->ranks), w->ranks);
     for (int k = 0; k < w->ranks && !r.full; k++) {
+        if (k % TELL_EVERY == 0) dt_sim_tell(w, what, k, w->ranks);
         struct dt_dry_run d = {&w->job.model, 0, &hook};
         s->start[k] = r.len;
         r.rank = k;
@@ -160,6 +166,7 @@ static int record_ranks(dt_sim_sched *s, dt_sim_world *w, const dt_algo *al, con
             dt_sim_sched_suggest(w, al, a, (double)DT_SIM_SCHED_MAX, err + n, len - (size_t)n);
         return -1;
     }
+    dt_sim_tell(w, what, w->ranks, w->ranks);
     s->start[w->ranks] = r.len;
     s->code = r.buf;
     s->steps = r.steps;

@@ -123,6 +123,23 @@ bad "the schedule of allreduce ring over 65536 ranks takes at least 40.0 GiB (85
 expect_contains "$TMP/bad" "use --algo rhd (of the allreduce algorithms whose schedule fits" \
     "the algorithm named"
 
+check "progress: what a long run is doing, how far it has got, about how long it has left"
+# DTRAIN_SIM_PROGRESS_S=0 prints at every report, as a run of minutes does every 10 s.
+P="--collective allreduce --bytes 1M --ranks 8192 --ranks-per-node 8 --algo rhd"
+C8="--collective allreduce --bytes 1M --ranks 8"
+DTRAIN_SIM_PROGRESS_S=0 "$DTRAIN" simulate $P >"$TMP/p.out" 2>"$TMP/p.err"
+expect_contains "$TMP/p.err" \
+    "dtrain simulate: recording allreduce rhd of 1048576 bytes over 8192 ranks: done in" "recording"
+expect_contains "$TMP/p.err" "dtrain simulate: running the simulation: 0% after" "the run begun"
+grep -qE "running the simulation: [1-9][0-9]?% after [0-9]+ s" "$TMP/p.err" ||
+    fail "no progress within the run: $(cat "$TMP/p.err")"
+expect_contains "$TMP/p.err" "dtrain simulate: running the simulation: done in" "the run's end"
+expect_contains "$TMP/p.out" "algorithm      rhd" "the report"
+if grep -q "dtrain simulate:" "$TMP/p.out"; then fail "progress on stdout: $(cat "$TMP/p.out")"; fi
+"$DTRAIN" simulate $C8 >"$TMP/p.out" 2>"$TMP/p.err" # a run of milliseconds: no progress lines
+[[ ! -s "$TMP/p.err" ]] || fail "a short run printed progress: $(cat "$TMP/p.err")"
+DTRAIN_SIM_PROGRESS_S=soon bad "DTRAIN_SIM_PROGRESS_S=soon is not a number in [0, 3600]" $P
+
 check "link model files: absurd figures refused, naming the field and its range"
 model() { # copy_GBps shm-bandwidth tcp-alpha
     printf '{"format": "dtrain-comm-model/1", "copy_GBps": %s, "links": {"shm": {"alpha_us": 1,
