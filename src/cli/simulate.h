@@ -20,8 +20,9 @@ void sim_report_layout(FILE *f, const dt_sim_world *w, const dt_sim_layout_opts 
 
 /* Lines on stderr saying what a long simulation is doing, how far it has
  * got and about how long it has left: the first once the command has run
- * 5 s, then one every DTRAIN_SIM_PROGRESS_S seconds (default 10; 0: at
- * every report), and a last one when a reported phase ends. */
+ * 5 s (and the phase 1 s), then one every DTRAIN_SIM_PROGRESS_S seconds
+ * (default 10; 0: at every report), and a last one when a reported phase
+ * ends. */
 typedef struct {
     double every_s;
     uint64_t start_ns, phase_ns, last_ns; /* the command's start, the phase's, the last line */

@@ -11,6 +11,7 @@
 #include "core/timer.h"
 
 #define FIRST_S 5.0 /* the first line, once the command has run this long */
+#define PHASE_S 1.0 /* and the phase reported on this long: a quick one goes unsaid */
 
 int sim_progress_init(sim_progress *p, char *err, size_t len)
 {
@@ -45,7 +46,8 @@ void sim_progress_tell(void *ctx, const char *what, double done, double total)
     }
     if (p->ended) return;
     double first = p->every_s < FIRST_S ? p->every_s : FIRST_S;
-    int due = since(p->start_ns, now) >= first &&
+    double phase = p->every_s < PHASE_S ? p->every_s : PHASE_S;
+    int due = since(p->start_ns, now) >= first && since(p->phase_ns, now) >= phase &&
               (!p->last_ns || since(p->last_ns, now) >= p->every_s);
     /* The end of a phase that was reported on, so its last line says so. */
     if (done >= total && p->told) due = 1;
