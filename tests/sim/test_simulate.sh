@@ -6,7 +6,17 @@
 #    JSON, with a sampled set of ranks (fewer than 128) named in it;
 #  - bad input exits 2 naming what would work: ranks not a multiple of the
 #    ranks per node, an unknown link model, a missing model file, an
-#    unknown collective and algorithm, --bytes without --collective's mode.
+#    unknown collective and algorithm, --bytes without --collective's mode;
+#  - layouts: what `dtrain train` refuses, refused with train's message, and
+#    what it takes (2046 rows over tp 2, interleaved's two chunks) taken;
+#  - a schedule too big to record, refused within seconds (not after 32 s
+#    and 4.2 GB) naming the ranks or the algorithm that would fit;
+#  - progress lines on stderr (at every report with DTRAIN_SIM_PROGRESS_S=0)
+#    up to each phase's end, none for a short run, none on stdout;
+#  - docs/simulate.md's DDP command, at 80 ranks, places them as the
+#    output on the page shows (hosts of 8, 8 NICs each; the links);
+#  - link model files with absurd figures (1e-300 GB/s, zero, negative,
+#    infinite, huge, not a number) refused naming the field and its range.
 set -euo pipefail
 source "$(dirname "$0")/../cli/lib.sh"
 
@@ -139,6 +149,27 @@ if grep -q "dtrain simulate:" "$TMP/p.out"; then fail "progress on stdout: $(cat
 "$DTRAIN" simulate $C8 >"$TMP/p.out" 2>"$TMP/p.err" # a run of milliseconds: no progress lines
 [[ ! -s "$TMP/p.err" ]] || fail "a short run printed progress: $(cat "$TMP/p.err")"
 DTRAIN_SIM_PROGRESS_S=soon bad "DTRAIN_SIM_PROGRESS_S=soon is not a number in [0, 3600]" $P
+
+check "docs/simulate.md: its DDP command places ranks as its output shows"
+python3 - "$(dirname "$0")/../../docs/simulate.md" "$DTRAIN" <<'PY'
+import re, shlex, subprocess, sys
+doc, dtrain = sys.argv[1:]
+text = open(doc).read()
+cmd = re.search(r"^(dtrain simulate --ddp (?:.*\\\n)*.*)$", text, re.M).group(1)
+args = shlex.split(cmd.replace("\\\n", " "))[2:]
+for flag in ("--trace", "--trace-ranks"):  # nothing written here
+    if flag in args:
+        del args[args.index(flag):args.index(flag) + 2]
+args[args.index("--ranks") + 1] = "80"  # the same hosts, fewer of them
+out = subprocess.run([dtrain, "simulate"] + args, capture_output=True, text=True, check=True)
+shown = [b for b in text.split("```") if "\nbuckets " in b][0]
+place = r"^ranks +\d+ \(\d+ hosts of (\d+), (\d+ NICs? each)\)$"
+want = re.search(place, shown, re.M).groups()
+got = re.search(place, out.stdout, re.M).groups()
+assert got == want, f"the page's command gives {got}, its output shows {want}: {cmd}"
+links = lambda t: re.search(r"^links .*$", t, re.M).group(0)
+assert links(out.stdout) == links(shown), (links(out.stdout), links(shown))
+PY
 
 check "link model files: absurd figures refused, naming the field and its range"
 model() { # copy_GBps shm-bandwidth tcp-alpha
