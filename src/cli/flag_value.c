@@ -1,6 +1,6 @@
 /* `--flag=value` beside `--flag value` for the commands that read their
  * own flags (`dtrain plan`, `dtrain simulate`), as the trainer's table
- * (train/config_flags.c) and the launcher (cli/launch_opts.c) take them. */
+ * (train/config/flags.c) and the launcher (cli/launch_opts.c) take them. */
 #include <string.h>
 
 #include "cli/cli.h"

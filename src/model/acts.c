@@ -202,7 +202,7 @@ static void free_arena(dt_gpt *m)
     a->B = a->T = 0;
 }
 
-static int check_parts(dt_gpt *m, int B, int T, int n, const dt_gpt_part *parts)
+int dt_gpt_check_micro_batch(dt_gpt *m, int B, int T)
 {
     if (B <= 0 || T <= 0 || T > m->cfg.block_size)
         return dt_strf(m->error, sizeof m->error,
@@ -219,6 +219,12 @@ static int check_parts(dt_gpt *m, int B, int T, int n, const dt_gpt_part *parts)
                        "micro-batch (B x T%s) do not split over %d tensor-parallel ranks; "
                        "use a batch or sequence length that makes them a multiple of %d", rows,
                        m->cp.size > 1 ? " / cp" : "", m->tp.size, m->tp.size), -1;
+    return 0;
+}
+
+static int check_parts(dt_gpt *m, int B, int T, int n, const dt_gpt_part *parts)
+{
+    if (dt_gpt_check_micro_batch(m, B, T)) return -1;
     for (int k = 0; k < n; k++)
         if (parts[k].l0 < 0 || parts[k].l0 >= parts[k].l1 || parts[k].l1 > m->cfg.n_layer)
             return dt_strf(m->error, sizeof m->error,

@@ -89,6 +89,11 @@ typedef struct {
     float *sp_full, *sp_ln; /* sequence parallelism: [N, C] gathered, [2C] */
 } dt_gpt_acts;
 
+/* Whether micro-batches of B sequences of length T fit the layout: the
+ * block, context parallelism's cut of the sequence, sequence
+ * parallelism's split of the rows over tp. 0, or -1 with m->error. The
+ * allocations below check it; `dtrain simulate` checks a layout by it. */
+int dt_gpt_check_micro_batch(dt_gpt *m, int B, int T);
 /* Activations for micro-batches of B sequences of length T <= block_size:
  * one slot of the whole model. */
 int dt_gpt_alloc_acts(dt_gpt *m, int B, int T);
