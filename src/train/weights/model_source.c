@@ -3,6 +3,7 @@
 #include "train/weights/model_source.h"
 
 #include <stddef.h>
+#include <string.h>
 
 #include "core/str.h"
 #include "train/ckpt/checkpoint.h"
@@ -56,6 +57,7 @@ int dt_model_source_config(const dt_train_config *c, const char *resume_dir,
                            const dt_dataset *train, const dt_dataset *val, int *seq_len,
                            dt_gpt_config *mc, char *err, size_t errlen)
 {
+    memset(mc, 0, sizeof *mc);
     if (resume_dir || c->init[0]) {
         if (sizes_from_file(c, resume_dir, mc, err, errlen)) return -1;
         /* Sequences fill the file's context unless a length was asked for. */
