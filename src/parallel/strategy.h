@@ -90,18 +90,19 @@ typedef struct {
     const dt_gpt_part *slots;
 } dt_share;
 
-/* What a rank holds by a layer's own arithmetic (a pipeline stage), for
- * the memory table where the ZeRO formulas do not hold: the floats of the
- * flat layout whose parameters, gradients and optimizer state it keeps
- * whole (the trainer applies the bytes per float of memory/plan.h), the
- * most of them in use at once (mixed precision widens those into fp32)
- * and whose gradients are open at once (bf16 accumulation adds in fp32
- * there), and its activation bytes. */
+/* What a rank holds by a layer's own arithmetic, for the memory table:
+ * the floats of the flat layout whose parameters, gradients and optimizer
+ * state it keeps whole (a pipeline stage's; the trainer applies the bytes
+ * per float of memory/plan.h), the most of them in use at once (mixed
+ * precision widens those into fp32) and whose gradients are open at once
+ * (bf16 accumulation adds in fp32 there), and its activation bytes.
+ * floats 0 is the whole model, which the ZeRO formulas of memory/plan.h
+ * describe (the other figures unused). */
 typedef struct {
     size_t floats, in_use, grads_open;
     double acts;
-    int copies; /* ranks holding the same floats, over which ZeRO-1 splits the
-                   optimizer state; 0: the data-parallel blocks (dp_size) */
+    int copies; /* ranks holding the same floats, over which ZeRO splits the
+                   state; 0: the data-parallel blocks (dp_size) */
 } dt_rank_mem;
 
 typedef struct dt_strategy_ops {

@@ -98,7 +98,7 @@ static int rb_build(dt_strategy *S, const dt_parallel_opts *o)
 }
 
 static const dt_strategy_kind rb_kind = {"reduce_bcast", "reduce to rank 0, broadcast back",
-                                         rb_size, rb_build};
+                                         rb_size, rb_build, NULL};
 
 /* ---- a layer that runs the micro-batches and audits the hooks ---- */
 
@@ -175,7 +175,7 @@ static int rb_audit_build(dt_strategy *S, const dt_parallel_opts *o)
 
 static const dt_strategy_kind rb_audit_kind = {
     "reduce_bcast_audit", "reduce_bcast, with the micro-batches run by an auditing layer",
-    rb_size, rb_audit_build};
+    rb_size, rb_audit_build, NULL};
 
 static int dp2_size(const dt_parallel_opts *o, int world, int *dp, char *err, size_t n)
 {
@@ -192,7 +192,7 @@ static int dp_audit_build(dt_strategy *S, const dt_parallel_opts *o)
 
 static const dt_strategy_kind dp_audit_kind = {
     "dp_with_audit", "naive DP and the auditing layer: both run the micro-batches", dp2_size,
-    dp_audit_build};
+    dp_audit_build, NULL};
 
 int main(int argc, char **argv)
 {
