@@ -180,7 +180,8 @@ typedef struct dt_strategy_ops {
     /* A label for rank r in the memory table ("server"), or leaves buf. */
     void (*rank_label)(void *self, int r, char *buf, size_t n);
     /* What rank r holds by this layer's plan (pure arithmetic, any rank's):
-     * 1 with *out, 0 when it has none for r. */
+     * 1 with *out; 0 when it has none for r (a layer below may answer);
+     * -1 when it failed (r->err), so none answers. */
     int (*mem_plan)(void *self, int r, dt_rank_mem *out);
     void (*destroy)(void *self);
 } dt_strategy_ops;
@@ -274,7 +275,8 @@ void dt_strategy_describe(dt_strategy *S, FILE *f);
  * parallelism's). */
 void dt_strategy_describe_blocks(const dt_strategy *S, FILE *f, int n);
 void dt_strategy_rank_label(dt_strategy *S, int r, char *buf, size_t n);
-/* The plan of the topmost layer that has one for rank r: 1 with *out, else 0. */
+/* The plan of the topmost layer that has one for rank r: 1 with *out, else
+ * 0. An empty stack (one process) holds the whole model. */
 int dt_strategy_mem_plan(dt_strategy *S, int r, dt_rank_mem *out);
 void dt_strategy_destroy(dt_strategy *S);
 
