@@ -20,11 +20,12 @@
 
 #include "cli/simulate.h"
 #include "core/parse.h"
+#include "parallel/context/cp.h"
 #include "plan/plan.h"
 #include "sim/links.h"
 #include "sim/trace.h"
 #include "train/config/config.h"
-#include "train/memory/plan_mesh.h"
+#include "train/dry_run.h"
 
 typedef struct {
     const char *collective, *algo, *links, *trace;
@@ -350,10 +351,15 @@ static int model_checks(const dt_train_config *c, const dt_gpt_config *cfg, int 
 {
     dt_gpt layout;
     if (dt_gpt_create_layout(&layout, cfg, DT_PREC_F32, err, len)) return -1;
-    dt_mem_plan_mesh m;
-    int rc = dt_mem_plan_mesh_from_config(&layout, c, ranks, &m, err, len);
-    if (rc == 0) dt_mem_plan_mesh_free(&m);
+    dt_places pl;
+    int rc = dt_dry_run_places(c, &layout, ranks, &pl, err, len);
+    if (rc == 0) dt_places_free(&pl);
+    dt_shard_kind kind;
+    int widths;
+    dt_cp_algo_shape(c->cp_algo, &kind, &widths);
+    layout.tp.sp = c->sequence_parallel;
     if (rc == 0 && (dt_gpt_set_tp(&layout, 0, c->tp) ||
+                    dt_gpt_set_cp(&layout, 0, c->cp, kind, widths) ||
                     dt_gpt_check_micro_batch(&layout, c->batch_size, c->seq_len)))
         rc = -1, snprintf(err, len, "%s", layout.error);
     dt_gpt_destroy(&layout);

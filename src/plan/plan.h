@@ -2,8 +2,8 @@
  *
  * It enumerates layouts (tp, cp, dp, pp, the ZeRO stage, the micro-batch
  * and their count, the pipeline schedule, recomputation: layouts.c),
- * predicts each one's memory per rank by kind with the code that prints a
- * run's start-up table (train/memory/plan_mesh.h: memory.c) and its step
+ * predicts each one's memory per rank by kind with the code behind
+ * `dtrain train --dry-run` (the ddp kind's places: memory.c) and its step
  * time from the compute rate and the cost model of the collectives over
  * the real schedules (the pipeline's action lists simulated in time, each
  * collective's algorithm run dry on a stand-in of its group: step_time.c),

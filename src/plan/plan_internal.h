@@ -6,7 +6,7 @@
 
 #include "comm/comm_internal.h"
 #include "plan/plan.h"
-#include "train/memory/plan_pp.h"
+#include "parallel/places.h"
 
 /* The planner's memory of answers it worked out once: collectives'
  * seconds by (kind, ranks, per host, bytes), and pipeline schedules'
@@ -22,17 +22,16 @@ typedef struct {
     double bwd, makespan;
 } dt_plan_span;
 
-/* The places of a layout that hold the most, before the ZeRO stage
- * divides their state: the layouts that differ only in the stage (the
- * innermost loop of the enumeration) share them. */
-#define DT_PLAN_PLACES 4
+/* The places of a layout (the ddp kind's, parallel/places.h) before the
+ * ZeRO stage divides their state: the layouts that differ only in the
+ * stage (the innermost loop of the enumeration) share them. */
 typedef struct {
     dt_plan_layout key; /* zero = 0 */
-    int have, n;
-    dt_gpt layout;      /* the whole model's, with the key's rows */
-    int stage[DT_PLAN_PLACES], tp_rank[DT_PLAN_PLACES];
-    dt_rank_mem held[DT_PLAN_PLACES];
+    int have;
+    dt_gpt layout;      /* the whole model's, with the key's recompute mode */
+    dt_places places;
 } dt_plan_places;
+void dt_plan_places_free(dt_plan_places *P);
 
 struct dt_plan_memo {
     dt_cost_model links;

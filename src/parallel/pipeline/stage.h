@@ -54,4 +54,13 @@ typedef struct {
 int dt_pp_stage_memory(const dt_gpt *layout, const dt_pp_schedule *s, const int *cut, int q,
                        int B, int T, dt_pp_stage_mem *out);
 
+/* Its two halves, for the tensor slices of one stage, which share the
+ * slots: rank q's slots (executor.h's dt_pp_exec_slots), their parts in
+ * *parts (malloc'd; the caller frees them), the count, or -1; then the
+ * holdings of layout (a slice's) with those slots. */
+int dt_pp_stage_slots(const dt_pp_schedule *s, const int *cut, int q, dt_gpt_part **parts);
+void dt_pp_stage_memory_of(const dt_gpt *layout, const dt_pp_schedule *s, const int *cut, int q,
+                           int B, int T, int slots, const dt_gpt_part *parts,
+                           dt_pp_stage_mem *out);
+
 #endif

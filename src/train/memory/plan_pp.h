@@ -33,10 +33,7 @@
 
 #include <stdio.h>
 
-#include "parallel/pipeline/partition.h"
-#include "parallel/strategy.h"
-#include "parallel/pipeline/schedule.h"
-#include "parallel/pipeline/stage.h"
+#include "parallel/places.h"
 #include "train/memory/plan.h"
 
 /* The plan of a rank that holds `held->floats` of the layout (a pipeline
@@ -45,7 +42,8 @@
  * optimizer state at stage 1; gradients, parameters and their transient
  * windows at 2 and 3, as for the whole model, layout being the rank's
  * own), its activations as given, the transient windows of its segments
- * in use. 0, or -1 with err. */
+ * in use. floats 0: the whole model, memory/plan.h's plan over `ranks`.
+ * 0, or -1 with err. */
 int dt_mem_plan_held(const dt_gpt *layout, const dt_train_config *c, int ranks,
                      const dt_rank_mem *held, dt_mem_plan *p, char *err, size_t errlen);
 
@@ -57,28 +55,12 @@ void dt_mem_plan_held_print(FILE *f, const dt_mem_plan *p, const unsigned long l
 /* Above the table's rows: the formulas the plans use. */
 void dt_mem_plan_held_heading(FILE *f, const dt_mem_plan *p, const char *who);
 
-typedef struct {
-    size_t psi;           /* the model's parameters */
-    dt_recompute recompute;
-    dt_pp_schedule sched; /* kind, p, V, M */
-    dt_pp_part_kind part;
-    int dp;               /* data-parallel copies of each stage */
-    int *cut;             /* [p V + 1]: the first layer of each stage */
-    dt_mem_plan *stage;   /* [p]: pipeline rank q's plan */
-    dt_pp_stage_mem *mem; /* [p]: what it holds */
-} dt_mem_plan_pp;
-
-/* Every stage's plan for a validated configuration with --pp over `world`
- * ranks; layout carries the run's recompute mode. --pp-partition cost is
- * refused: its cut needs times measured when the run starts. 0, or -1
- * with err; free with dt_mem_plan_pp_free either way. */
-int dt_mem_plan_pp_from_config(const dt_gpt *layout, const dt_train_config *c, int world,
-                               dt_mem_plan_pp *p, char *err, size_t errlen);
-void dt_mem_plan_pp_free(dt_mem_plan_pp *p);
-
-/* The table: a heading naming the setting, the formulas, then one row per
+/* The table of a pipeline's stages (pl->pipe, its places in order, each
+ * with its plan in plan[]): a heading naming the setting (layout: the whole
+ * model's, its recompute mode the run's), the formulas, then one row per
  * stage (its layers, Psi_q, micro-batches in flight, params, grads, optim,
  * model state, acts and total in MiB), and the transient windows. */
-void dt_mem_plan_pp_print(FILE *f, const dt_mem_plan_pp *p, const char *title);
+void dt_mem_plan_pp_print(FILE *f, const dt_gpt *layout, const dt_places *pl,
+                          const dt_mem_plan *plan, const char *title);
 
 #endif

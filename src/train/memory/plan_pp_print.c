@@ -78,27 +78,24 @@ void dt_mem_plan_held_print(FILE *f, const dt_mem_plan *p, const unsigned long l
 
 /* ---- --dry-run's table ---------------------------------------------------- */
 
-/* "0-2", or with chunks "0,2" or "0-1,8-9": rank q's layers. */
-static void layers(const dt_mem_plan_pp *p, int q, char *buf, size_t n)
-{
-    buf[0] = 0;
-    for (int c = 0; c < p->sched.V; c++) {
-        int k = c * p->sched.p + q, lo = p->cut[k], hi = p->cut[k + 1] - 1;
-        size_t at = strlen(buf);
-        if (lo == hi) dt_strf(buf + at, n - at, "%s%d", c ? "," : "", lo);
-        else dt_strf(buf + at, n - at, "%s%d-%d", c ? "," : "", lo, hi);
-    }
-}
+/* The stages, their plans and the model, as the table reads them. */
+typedef struct {
+    const dt_places *pl;
+    const dt_places_pipe *pp;
+    const dt_mem_plan *stage; /* [pl->n] */
+    size_t psi;               /* the model's parameters */
+    dt_recompute recompute;
+} stages;
 
-static void print_setting(FILE *f, const dt_mem_plan_pp *p, const char *title)
+static void print_setting(FILE *f, const stages *p, const char *title)
 {
     const dt_mem_plan *s = &p->stage[0];
     static const char *const parts[] = {"uniform", "params", "cost"};
     fprintf(f, "%s: Psi = %zu parameters, %s, %s (K = %d bytes/parameter), pipeline of %d "
             "stages over %d ranks (%s, M = %d micro-batches, partition %s), micro-batch "
             "%d x %d\n", title, p->psi, prec_name(s),
-            dt_opt_kind_name(s->o.opt), s->optim_bytes, p->sched.p * p->sched.V,
-            p->sched.p * p->dp, dt_pp_kind_name(p->sched.kind), p->sched.M, parts[p->part],
+            dt_opt_kind_name(s->o.opt), s->optim_bytes, p->pp->p * p->pp->V,
+            p->pp->p * p->pp->dp, dt_pp_kind_name(p->pp->kind), p->pp->M, parts[p->pp->part],
             s->o.B, s->o.T);
     fprintf(f, "  Psi_q: the floats a stage holds: its layers (12 C^2 + 13 C each), the "
             "embeddings (V C + T C) on stage 0 and, tied, on the last with ln_f (2 C); "
@@ -106,19 +103,19 @@ static void print_setting(FILE *f, const dt_mem_plan_pp *p, const char *title)
     if (zero1(s))
         fprintf(f, "  a row is each rank of that stage: its N = %d data-parallel ranks (ZeRO-1 "
                 "within the stage) hold the same parameters and gradients, and 1/N of the "
-                "optimizer state each\n", p->dp);
+                "optimizer state each\n", p->pp->dp);
     else
         fprintf(f, "  a row is each rank of that stage: its N = %d data-parallel cop%s (DDP "
-                "within the stage) hold%s the same\n", p->dp, p->dp == 1 ? "y" : "ies",
-                p->dp == 1 ? "s" : "");
+                "within the stage) hold%s the same\n", p->pp->dp, p->pp->dp == 1 ? "y" : "ies",
+                p->pp->dp == 1 ? "s" : "");
 }
 
-static void print_columns(FILE *f, const dt_mem_plan_pp *p)
+static void print_columns(FILE *f, const stages *p)
 {
     const dt_mem_plan *s = &p->stage[0];
     char state[24];
     state_formula(s, state, sizeof state);
-    fprintf(f, "  %-8s%-12s%-13s%-11s", p->sched.V > 1 ? "rank" : "stage", "layers", "Psi_q",
+    fprintf(f, "  %-8s%-12s%-13s%-11s", p->pp->V > 1 ? "rank" : "stage", "layers", "Psi_q",
             "in flight");
     for (size_t i = 0; i < 3; i++) fprintf(f, COL, dt_mem_kind_name(shown[i]));
     fprintf(f, COL COL "%s\n", "model state", "acts", "total");
@@ -127,29 +124,28 @@ static void print_columns(FILE *f, const dt_mem_plan_pp *p)
     fprintf(f, COL COL "%s\n", state, s->formula[DT_MEM_ACTS], "state + acts");
 }
 
-static void print_stage(FILE *f, const dt_mem_plan_pp *p, int q)
+static void print_stage(FILE *f, const stages *p, int q)
 {
     const dt_mem_plan *s = &p->stage[q];
-    char span[64];
-    layers(p, q, span, sizeof span);
-    fprintf(f, "  %-8d%-12s%-13zu%-11d", q, span, s->psi, p->mem[q].slots);
+    const dt_place *at = &p->pl->at[q];
+    fprintf(f, "  %-8d%-12s%-13zu%-11d", q, at->layers, s->psi, at->in_flight);
     for (size_t i = 0; i < 3; i++) fprintf(f, "%-16.1f", MIB(s->bytes[shown[i]]));
     double state = dt_mem_plan_state(s), acts = s->bytes[DT_MEM_ACTS];
     fprintf(f, "%-16.1f%-16.1f%.1f MiB\n", MIB(state), MIB(acts), MIB(state + acts));
 }
 
 /* " 0.2 / 0.3 MiB on stages 0 / 1": a window of every stage. */
-static void per_stage(FILE *f, const dt_mem_plan_pp *p, int grads)
+static void per_stage(FILE *f, const stages *p, int grads)
 {
-    for (int q = 0; q < p->sched.p; q++)
+    for (int q = 0; q < p->pl->n; q++)
         fprintf(f, "%s%.1f", q ? " / " : " ", MIB(grads ? p->stage[q].window_grads
                                                          : p->stage[q].window_widened));
-    fprintf(f, " MiB on %s", p->sched.V > 1 ? "ranks" : "stages");
-    for (int q = 0; q < p->sched.p; q++) fprintf(f, "%s%d", q ? " / " : " ", q);
+    fprintf(f, " MiB on %s", p->pp->V > 1 ? "ranks" : "stages");
+    for (int q = 0; q < p->pl->n; q++) fprintf(f, "%s%d", q ? " / " : " ", q);
 }
 
 /* Mixed precision's windows, each stage's, in one line. */
-static void print_stage_windows(FILE *f, const dt_mem_plan_pp *p)
+static void print_stage_windows(FILE *f, const stages *p)
 {
     const dt_mem_plan *s = &p->stage[0];
     if (s->window_widened <= 0 && s->window_grads <= 0) return;
@@ -164,15 +160,18 @@ static void print_stage_windows(FILE *f, const dt_mem_plan_pp *p)
             "thread, counted in acts)\n");
 }
 
-void dt_mem_plan_pp_print(FILE *f, const dt_mem_plan_pp *p, const char *title)
+void dt_mem_plan_pp_print(FILE *f, const dt_gpt *layout, const dt_places *pl,
+                          const dt_mem_plan *plan, const char *title)
 {
-    print_setting(f, p, title);
-    print_columns(f, p);
-    for (int q = 0; q < p->sched.p; q++) print_stage(f, p, q);
+    const stages p = {pl, &pl->pipe, plan, dt_gpt_param_count(&layout->cfg),
+                      layout->acts.recompute};
+    print_setting(f, &p, title);
+    print_columns(f, &p);
+    for (int q = 0; q < pl->n; q++) print_stage(f, &p, q);
     fprintf(f, "  acts: per micro-batch in flight, the stage's activations (recompute %s%s) "
             "and the executor's tokens, targets and received gradient; shared by them, "
-            "backward's scratch%s\n", dt_recompute_name(p->recompute),
-            p->sched.kind == DT_PP_ZB1P ? ", split backward" : "",
-            p->recompute != DT_RECOMPUTE_NONE ? " and the rebuilt layer" : "");
-    print_stage_windows(f, p);
+            "backward's scratch%s\n", dt_recompute_name(p.recompute),
+            pl->pipe.kind == DT_PP_ZB1P ? ", split backward" : "",
+            p.recompute != DT_RECOMPUTE_NONE ? " and the rebuilt layer" : "");
+    print_stage_windows(f, &p);
 }
