@@ -6,8 +6,10 @@
  *
  * - reduce_bcast: data parallelism whose gradients meet by an explicit
  *   reduce to rank 0 and a broadcast back, instead of DDP's all-reduce.
- *   Reducing in rank order and scaling by 1/N is DDP's arithmetic, so at 2
- *   ranks the weights are bit-identical to DDP's.
+ *   As DDP does, it says how many ranks sum gradients (grad_ranks), so
+ *   each rank weighs its tokens by 1 / (every rank's tokens) and the mean
+ *   is formed before the sum; summing in rank order is then DDP's
+ *   arithmetic, and at 2 ranks the weights are bit-identical to DDP's.
  * - reduce_bcast_audit: the same with a second layer on the stack that
  *   owns the running of the micro-batches (as a pipeline schedule would)
  *   and checks that every hook comes in order; two layers that know
@@ -42,12 +44,10 @@ static int rb_end_grads(void *self)
     dt_rank *r = L->S->rank;
     dt_gpt *m = r->model;
     uint64_t before = dt_comm_bytes_sent(r->world);
+    /* Each rank's share is weighed already (grad_ranks): the sum is the mean. */
     if (dt_reduce(r->world, m->grads, m->grads, m->n_floats, DT_F32, DT_SUM, 0) ||
         dt_broadcast(r->world, m->grads, m->grads, m->n_floats, DT_F32, 0))
         return dt_strf(r->err, sizeof r->err, "reduce_bcast: %s", dt_comm_error(r->world)), -1;
-    /* The mean, as DDP's average finishes it. */
-    const float scale = 1.0f / (float)r->size;
-    for (size_t i = 0; i < m->n_floats; i++) m->grads[i] *= scale;
     L->bytes = dt_comm_bytes_sent(r->world) - before;
     return 0;
 }
@@ -124,6 +124,7 @@ static int rb_build(dt_strategy *S, const dt_parallel_opts *o)
     S->lockstep = r->world;
     S->dp_index = r->rank;
     S->dp_size = r->size;
+    S->grad_ranks *= r->size; /* the ranks whose gradients its sum adds */
     return dt_strategy_add(S, &rb_ops, L);
 }
 
