@@ -222,6 +222,7 @@ int cli_sample(int argc, char **argv)
     char path[4300], err[1024];
     dt_gpt_config cfg;
     dt_gpt m;
+    dt_kernels_flush_denormals(); /* as the trainer runs the model (kernels/threads.h) */
     dt_kernels_set_threads((int)a.threads);
     int is_ckpt;
     if (resolve_model(a.ckpt, path, sizeof path, &is_ckpt, &cfg, err, sizeof err)) {

@@ -330,6 +330,9 @@ int dt_train(dt_train_config *cfg, char *err, size_t errlen)
     memset(&t, 0, sizeof t);
     t.cfg = cfg;
     t.lock_fd = -1;
+    /* Before any thread starts: the communicator's progress thread adds
+     * gradients as the kernels do, denormals flushed (kernels/threads.h). */
+    dt_kernels_flush_denormals();
     if (join_job(&t, err, errlen) ||
         dt_config_data_parallel_size(cfg, t.r.size, &t.dp_size, err, errlen) ||
         dt_config_validate(cfg, t.dp_size, err, errlen)) {
