@@ -156,7 +156,7 @@ typedef struct {
      * *progressed when any byte moved. */
     int (*progress)(dt_comm *c, dt_link *l, dt_p2p *op, int *progressed);
     /* Fill a pollfd to wait on for op (TCP) and return 1; return 0 when
-     * the link waits through the communicator's shared-memory doorbell, or
+     * the link waits on the communicator's doorbell (shared memory), or
      * -1 when it moves only inside progress() and nothing wakes a waiter
      * (MPI): waits then poll it, napping in between (dt_poll_nap). */
     int (*pollfd)(dt_link *l, const dt_p2p *op, struct pollfd *pfd);
@@ -167,6 +167,25 @@ struct dt_link {
     const dt_link_ops *ops;
     int peer; /* communicator rank */
 };
+
+/* A transport's doorbell (a row of the table in transport/transport.h may
+ * have one): what its links wait on when they say so (pollfd returns 0),
+ * and how another thread wakes a waiter. The step executor reads the bell
+ * before each pass over its links; after a fruitless pass it arms (peers
+ * then ring), makes one more pass, disarming if that one moved, and else
+ * sleeps until the bell moves from what it read (at once when it moved
+ * meanwhile). */
+typedef struct {
+    uint32_t (*read)(const dt_comm *c);
+    void (*arm)(dt_comm *c);
+    void (*disarm)(dt_comm *c);
+    /* Until the bell moves from `seen`, the job aborts or ms pass; disarms. */
+    void (*sleep)(dt_comm *c, uint32_t seen, int ms);
+    /* Wake c's waiter whatever it waits for (a job abort, a queued request,
+     * a peer that left); from any thread, with job->lock held when the
+     * communicator may be being set up or torn down. */
+    void (*wake)(dt_comm *c);
+} dt_doorbell;
 
 /* ---- job (process-wide) ----------------------------------------------- */
 
@@ -215,6 +234,7 @@ struct dt_comm {
     int *world_rank;  /* [size] */
     int *host_of;     /* [size] host index, equal for ranks sharing memory */
     dt_link **links;  /* [size], NULL for self */
+    const dt_doorbell *doorbell; /* what waits sleep on (NULL on a stand-in) */
     struct dt_shm_comm *shm;
     char transport_name[16]; /* "shm+tcp", ... (transport/transport.c) */
     uint64_t seq;          /* sequence number of the next collective */
