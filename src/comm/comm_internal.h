@@ -31,7 +31,6 @@ struct dt_store;
 struct dt_monitor;
 struct dt_shm_comm;
 struct dt_async;
-struct dt_dry_run;
 
 /* ---- collectives ------------------------------------------------------ */
 
@@ -144,6 +143,24 @@ static inline dt_p2p dt_p2p_recv_reduce(int peer, void *dst, const void *local, 
     op.bytes = bytes;
     return op;
 }
+
+/* ---- dry runs ----------------------------------------------------------- */
+
+/* On the stand-in communicators of a dry run (cost/predict.c) nothing
+ * moves: the step executor, the algorithms' local steps (algo/local.c)
+ * and the scratch hand what they would do to the run instead, which costs
+ * or records it. The cost model observes the algorithms through this hook
+ * alone; they never call it by name. */
+typedef struct dt_dry_run dt_dry_run;
+struct dt_dry_run {
+    /* A step: ops posted together. */
+    void (*step)(dt_dry_run *d, const dt_comm *c, const dt_p2p *ops, int n);
+    /* Local work: a copy of `bytes`, or a reduction of n elements of the
+     * call's dtype. */
+    void (*copy)(dt_dry_run *d, const dt_comm *c, size_t bytes);
+    void (*reduce)(dt_dry_run *d, const dt_comm *c, size_t n);
+    void *scratch; /* what dt_comm_scratch hands out: an address never touched */
+};
 
 /* ---- links (one per peer) --------------------------------------------- */
 
@@ -262,7 +279,7 @@ struct dt_comm {
     signed char auto_choice[DT_COLL_KIND_COUNT][64];
     unsigned model_seen;
     int nhosts;               /* distinct hosts among the members */
-    struct dt_dry_run *dry;   /* set on the stand-in communicators of a dry run */
+    dt_dry_run *dry;          /* set on the stand-in communicators of a dry run */
     void *mpi;                /* the matching MPI communicator (mpi.h), or NULL */
 };
 
@@ -303,13 +320,10 @@ uint64_t dt_comm_deadline(const dt_comm *c);
 /* Whether this build has Open MPI underneath (mpi_coll.c). */
 int dt_have_mpi(void);
 
-/* Dry runs (cost/predict.c): a step costed instead of run, and a
- * scratch "buffer" that is never touched. */
-int dt_dry_step(dt_comm *c, const dt_p2p *ops, int n);
-void *dt_dry_scratch(dt_comm *c, size_t bytes);
-
 /* Post ops together and progress until all complete (0), or fail. Ops on
- * the same peer and direction complete in array order. */
+ * the same peer and direction complete in array order; at most
+ * DT_P2P_MAX_OPS of them. */
+#define DT_P2P_MAX_OPS 64
 int dt_p2p_run(dt_comm *c, dt_p2p *ops, int n);
 /* Queued dt_isend/dt_irecv calls that the progress thread runs as one step. */
 #define DT_P2P_BATCH 32

@@ -140,10 +140,9 @@ static int record_ranks(dt_sim_sched *s, dt_sim_world *w, const dt_algo *al, con
     recorder r = {0};
     dt_dry_hook hook = {rec_step, rec_local, &r};
     for (int k = 0; k < w->ranks && !r.full; k++) {
-        struct dt_dry_run d = {&w->job.model, 0, &hook};
         s->start[k] = r.len;
         r.rank = k;
-        if (dt_dry_run_rank(&w->comm, al, a, k, &d) < 0) {
+        if (dt_dry_run_rank(&w->comm, al, a, k, &hook) < 0) {
             free(r.buf);
             snprintf(err, len, "%s %s cannot run on %d ranks here", dt_coll_name(a->kind),
                      al->name, w->ranks);

@@ -68,7 +68,7 @@ static inline size_t dt_algo_arg_n(const dt_coll_args *a)
  * run; -1 for algorithms that cannot be costed (MPI's). */
 double dt_cost_predict(dt_comm *c, const dt_algo *al, const dt_coll_args *a);
 
-/* ---- local data movement (no-ops in a dry run, costed instead) ---------- */
+/* ---- local steps (local.c): handed to a dry run instead of done ---------- */
 
 void dt_local_copy(dt_comm *c, void *dst, const void *src, size_t bytes);
 /* dst = a op b, n elements of the current dtype and op. */

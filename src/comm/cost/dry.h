@@ -1,11 +1,11 @@
 /*
  * Dry runs of the collective algorithms (predict.c): a stand-in
  * communicator plays one rank of a real algorithm on one process, its
- * steps going to dt_dry_step instead of the transports. By default a dry
- * run sums the cost model's time for the rank (dt_cost_predict); with a
- * hook it hands each step and each local copy or reduction to the hook
- * instead, so that a simulator can replay the very schedule the
- * algorithm runs (sim/coll.c).
+ * steps and local steps going to the dry run (c->dry) instead of the
+ * transports and the memory. By default a dry run sums the cost model's
+ * time for the rank (dt_cost_predict); with a hook it hands each step and
+ * each local copy or reduction to the hook instead, so that a simulator
+ * can replay the very schedule the algorithm runs (sim/coll.c).
  */
 #ifndef DT_COMM_COST_DRY_H
 #define DT_COMM_COST_DRY_H
@@ -20,16 +20,11 @@ typedef struct {
     void *arg;
 } dt_dry_hook;
 
-struct dt_dry_run {
-    const dt_cost_model *m;
-    double seconds;          /* summed when hook is NULL */
-    const dt_dry_hook *hook; /* NULL: cost, do not record */
-};
-
 /* Runs rank `rank` of algorithm al for call a dry on a stand-in of
- * `like` (its job, size, host map), with d as the dry run's state. The
- * algorithm's return value: negative when it cannot run there. */
+ * `like` (its job's model, its size, its host map), handing every step
+ * and every piece of local work to hook. The algorithm's return value:
+ * negative when it cannot run there. */
 int dt_dry_run_rank(const dt_comm *like, const dt_algo *al, const dt_coll_args *a, int rank,
-                    struct dt_dry_run *d);
+                    const dt_dry_hook *hook);
 
 #endif
