@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/coll.h"
 #include "comm/cost/model.h"
 #include "dtrain/comm.h"
 
@@ -31,40 +32,6 @@ struct dt_store;
 struct dt_monitor;
 struct dt_shm_comm;
 struct dt_async;
-
-/* ---- collectives ------------------------------------------------------ */
-
-typedef enum {
-    DT_COLL_NONE = 0,
-    DT_COLL_SEND,
-    DT_COLL_BARRIER,
-    DT_COLL_BROADCAST,
-    DT_COLL_REDUCE,
-    DT_COLL_GATHER,
-    DT_COLL_SCATTER,
-    DT_COLL_ALLREDUCE,
-    DT_COLL_ALLGATHER,
-    DT_COLL_REDUCE_SCATTER,
-    DT_COLL_ALLTOALL,
-    DT_COLL_KIND_COUNT
-} dt_coll_kind;
-
-const char *dt_coll_name(dt_coll_kind k);
-
-/* One collective call: what the user asked for. */
-typedef struct {
-    dt_coll_kind kind;
-    const void *send;
-    void *recv;
-    size_t count;
-    dt_dtype dtype;
-    dt_op op;
-    int root; /* root, or peer for send/recv */
-    int is_recv; /* DT_COLL_SEND: 1 for the receiving side */
-    int algo;    /* index in dt_algo_table, or DT_ALGO_AUTO; fixed at submit */
-} dt_coll_args;
-
-#define DT_ALGO_AUTO (-1)
 
 /* ---- messages ----------------------------------------------------------- */
 
@@ -91,8 +58,6 @@ typedef struct {
 _Static_assert(sizeof(dt_msg_hdr) == 64, "message header must be one cache line");
 
 /* ---- point-to-point operations ------------------------------------------ */
-
-typedef enum { DT_P2P_SEND = 0, DT_P2P_RECV, DT_P2P_RECV_REDUCE } dt_p2p_kind;
 
 typedef struct {
     dt_p2p_kind kind;

@@ -52,11 +52,19 @@ static void add_local(dry_run *d, double seconds)
         d->seconds += seconds;
 }
 
+/* The step as the hook sees it: the ops' kinds, peers and sizes. */
+static void record_step(dry_run *d, const dt_p2p *ops, int n)
+{
+    dt_dry_op view[DT_P2P_MAX_OPS];
+    for (int i = 0; i < n; i++) view[i] = (dt_dry_op){ops[i].kind, ops[i].peer, ops[i].bytes};
+    d->hook->step(d->hook->arg, view, n);
+}
+
 static void dry_step(dt_dry_run *base, const dt_comm *c, const dt_p2p *ops, int n)
 {
     dry_run *d = (dry_run *)base;
     if (d->hook) {
-        d->hook->step(d->hook->arg, ops, n);
+        record_step(d, ops, n);
         return;
     }
     double out = 0, in = 0, reduce = 0;
