@@ -25,6 +25,7 @@
 #ifndef DT_COMM_ALGORITHMS_H
 #define DT_COMM_ALGORITHMS_H
 
+#include "comm/algo/blocks.h"
 #include "comm/algo/table.h"
 #include "comm/comm_internal.h"
 
@@ -33,27 +34,6 @@
 void dt_local_copy(dt_comm *c, void *dst, const void *src, size_t bytes);
 /* dst = a op b, n elements of the current dtype and op. */
 void dt_local_reduce(dt_comm *c, void *dst, const void *a, const void *b, size_t n);
-
-/* ---- arithmetic shared by the schedules ------------------------------------ */
-
-/* Balanced split of count elements into n blocks: block i's offset/length. */
-static inline size_t dt_block_off(size_t count, int n, int i)
-{
-    size_t base = count / (size_t)n, rem = count % (size_t)n;
-    return base * (size_t)i + ((size_t)i < rem ? (size_t)i : rem);
-}
-static inline size_t dt_block_len(size_t count, int n, int i)
-{
-    return count / (size_t)n + ((size_t)i < count % (size_t)n ? 1 : 0);
-}
-static inline int dt_mod(int a, int n) { return ((a % n) + n) % n; }
-/* Largest power of two <= p (p >= 1). */
-static inline int dt_pow2_floor(int p)
-{
-    int q = 1;
-    while (q * 2 <= p) q *= 2;
-    return q;
-}
 
 /*
  * Non-powers of two, MPICH's way: with q the largest power of two <= p,

@@ -19,7 +19,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "comm/algo/algorithms.h"
+#include "comm/algo/blocks.h"
+#include "comm/comm_internal.h"
 #include "comm/cost/dry.h"
 #include "comm/topo.h"
 
