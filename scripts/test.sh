@@ -9,8 +9,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
 
+# The ten slowest tests of a ctest log, slowest first: what to look at
+# when the whole run nears its budget (25 minutes on 2 idle cores).
+slowest() {
+  echo "== the ten slowest tests of $1"
+  sed -nE 's/.*Test +#[0-9]+: ([^ ]+) .*[^0-9]([0-9]+\.[0-9]+) sec$/\2 \1/p' "$2" |
+    sort -rn | head -10 | awk '{ printf "  %8.1f s  %s\n", $1, $2 }'
+}
+
+start=$(date +%s)
 bash scripts/build.sh build
-ctest --test-dir build --output-on-failure -j"$jobs"
+log=build/ctest-main.log
+ctest --test-dir build --output-on-failure -j"$jobs" 2>&1 | tee "$log"
+slowest "the main suite" "$log"
 
 if [ "${DTRAIN_SKIP_SANITIZERS:-0}" != 1 ]; then
   # The sanitizer builds run the communication tests at a few rank counts
@@ -18,8 +29,13 @@ if [ "${DTRAIN_SKIP_SANITIZERS:-0}" != 1 ]; then
   # communication layer (progress thread, monitor, store server).
   bash scripts/build.sh build-asan -DDTRAIN_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    ctest --test-dir build-asan --output-on-failure -j"$jobs" -L "sanitize|asan"
+    ctest --test-dir build-asan --output-on-failure -j"$jobs" -L "sanitize|asan" 2>&1 |
+    tee build-asan/ctest.log
+  slowest "ASan + UBSan" build-asan/ctest.log
   bash scripts/build.sh build-tsan -DDTRAIN_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-    ctest --test-dir build-tsan --output-on-failure -j"$jobs" -L sanitize
+    ctest --test-dir build-tsan --output-on-failure -j"$jobs" -L sanitize 2>&1 |
+    tee build-tsan/ctest.log
+  slowest "TSan" build-tsan/ctest.log
 fi
+echo "== every test passed in $(( $(date +%s) - start )) s"

@@ -9,7 +9,7 @@
  *       the whole model of a checkpoint of either kind, as one safetensors
  *       file with Hugging Face names (what --save-final writes); atomic.
  *       FILE lies outside the checkpoint, and a run still training in the
- *       directory read or written (its lock, ckpt_lock.h) refuses it.
+ *       directory read or written (its lock, ckpt/lock.h) refuses it.
  *
  * DIR is a checkpoint directory, or a run directory (its `latest`).
  */
@@ -23,10 +23,10 @@
 #include "core/atomic_file.h"
 #include "core/file.h"
 #include "core/str.h"
-#include "train/checkpoint.h"
-#include "train/ckpt_lock.h"
-#include "train/ckpt_shard.h"
-#include "train/weights.h"
+#include "train/ckpt/checkpoint.h"
+#include "train/ckpt/lock.h"
+#include "train/ckpt/shard.h"
+#include "train/weights/weights.h"
 
 static void ckpt_usage(FILE *f)
 {
@@ -170,7 +170,7 @@ static int check_out(const char *dir, const char *out, char *target, size_t len,
     return -1;
 }
 
-/* The lock of the run directory a path lies in (see ckpt_lock.h): no run
+/* The lock of the run directory a path lies in (see ckpt/lock.h): no run
  * may replace or remove the checkpoint while it is read, nor own the
  * directory the output goes to. *fd: -1, or the lock to release. */
 static int lock_run_of(const char *path, int *fd, char *err, size_t errlen)

@@ -10,8 +10,9 @@
 #endif
 
 #include <stddef.h>
+#include <stdio.h>
 
-#include "train/config.h"
+#include "train/config/config.h"
 
 /* Exit status for a command line that cannot be run as written. */
 #define CLI_EXIT_USAGE 2
@@ -27,6 +28,19 @@ int cli_plan(int argc, char **argv);
 int cli_plan_layouts(int argc, char **argv);
 int cli_trace(int argc, char **argv);
 int cli_simulate(int argc, char **argv);
+
+/* A flag of argv, `--flag value` or `--flag=value` (cli/flag_value.c).
+ * cli_flag_split: the flag's name (up to an '=' when the argument starts
+ * with "--") into name, n bytes; returns the text after the '=', or NULL
+ * when there is none. cli_flag_value: the value of the flag at argv[*i],
+ * the attached text when there is some, else the next argument (then *i
+ * moves past it); NULL when there is neither. */
+const char *cli_flag_split(const char *arg, char *name, size_t n);
+const char *cli_flag_value(int argc, char **argv, int *i, const char *attached);
+/* The help of `dtrain plan`: both forms (cli/plan.c), the layout
+ * planner's flags among them (cli/plan_layouts.c). */
+void cli_plan_usage(FILE *f);
+void cli_plan_layouts_flags(FILE *f);
 
 /* The sizes of a model given by the trainer's flags in argv[1..*argc)
  * (argv[0] the command; "--model gpt2" appended, room permitting, when no

@@ -18,8 +18,8 @@
 #include <string.h>
 
 #include "core/atomic_file.h"
-#include "train/dataset.h"
-#include "train/shard_write.h"
+#include "train/data/dataset.h"
+#include "train/data/shard_write.h"
 #include "core/parse.h"
 
 #define DEFAULT_VAL_FRACTION 0.1

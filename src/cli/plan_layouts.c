@@ -8,9 +8,12 @@
  *
  * The compute rate is stated (--tflops), a GPU preset's (half the bf16
  * dense peak of the class the link preset names), or measured here: a
- * layer of the model forward and backward at one sequence on the cores a
- * rank of this host would get.
+ * layer of the model forward and backward at one sequence (of at most
+ * DT_PLAN_MEASURE_T tokens) on the cores a rank of this host would get,
+ * announced with what it costs before it runs. Flags take `--flag value`
+ * or `--flag=value` (cli/flag_value.c).
  */
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,9 +21,16 @@
 #include "cli/cli.h"
 #include "core/parse.h"
 #include "core/str.h"
+#include "core/timer.h"
+#include "parallel/pipeline/partition_cost.h"
 #include "plan/plan.h"
 #include "sim/links.h"
-#include "train/config.h"
+#include "train/config/config.h"
+
+#define MEASURE_MAX_GIB 4
+#define GIB (1024.0 * 1024.0 * 1024.0)
+#define PROGRESS_S 5.0      /* a line on stderr this often while layouts are weighed */
+#define LARGE_WORLD 65536L
 
 typedef struct {
     long nodes, per_node, batch, top;
@@ -33,26 +43,13 @@ typedef struct {
     int model_argc;
 } plan_opts;
 
-static void usage(FILE *f)
+void cli_plan_layouts_flags(FILE *f)
 {
     fprintf(f,
-            "usage: dtrain plan --global-batch N --nodes N --ranks-per-node K --mem-per-rank GiB\n"
-            "                   [--model NAME | --n-layer L --n-head H --n-embd C --vocab-size V]\n"
-            "                   [--seq-len T] [--link-model M] [--tflops X] [--fp32] [--top K]\n"
-            "                   [--json]\n"
-            "       dtrain plan --pp N --grad-accum M [--pp-schedule KIND] [--pp-virtual V]\n"
-            "\n"
-            "The first form weighs every layout of the model on the cluster: tensor (tp),\n"
-            "context (cp), data (dp) and pipeline (pp) parallel sizes, the ZeRO stage, the\n"
-            "micro-batch and their count, the pipeline schedule and recomputation. Memory per\n"
-            "rank by kind comes from the code that prints a run's memory table; step time from\n"
-            "the compute rate and the cost model of the collectives over the real schedules.\n"
-            "It prints the best layouts with their breakdown, why the others were dropped, and\n"
-            "the courses' rule applied to the case. The second form draws a pipeline schedule.\n"
-            "\n"
             "  --global-batch N     sequences a step, over all ranks (required)\n"
             "  --nodes N            hosts (required)\n"
-            "  --ranks-per-node K   ranks a host; tensor parallelism stays inside one (required)\n"
+            "  --ranks-per-node K   ranks a host; tensor parallelism stays inside one (required;\n"
+            "                       nodes x K at most 1048576 ranks)\n"
             "  --mem-per-rank GiB   memory a rank may use (required)\n"
             "  --model NAME         tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl|bench (default\n"
             "                       gpt2), or the sizes; --seq-len T (default the block size)\n"
@@ -61,41 +58,43 @@ static void usage(FILE *f)
     dt_sim_links_help(f);
     fprintf(f,
             "  --tflops X           sustained TFLOP/s of a rank's matrix products (default:\n"
-            "                       half of a preset's GPU peak, or measured on this host)\n"
+            "                       half of a preset's GPU peak, or measured on this host:\n"
+            "                       a layer of the model timed before planning, which says\n"
+            "                       what it costs; --tflops skips it)\n"
             "  --fp32               plan fp32 training (default: bf16 mixed precision)\n"
             "  --top K              layouts printed (default 5)\n"
             "  --tp N, --cp N, --pp N, --zero-stage S, --micro-batch B, --recompute MODE,\n"
             "  --pp-schedule KIND   weigh only layouts with these\n"
-            "  --json               the result as JSON\n"
-            "\n"
-            "example:\n"
-            "  dtrain plan --model gpt2-xl --global-batch 512 --nodes 8 --ranks-per-node 8 \\\n"
-            "      --mem-per-rank 80 --link-model nvlink-ib\n");
+            "  --json               the result as JSON\n");
 }
 
-static int usage_error(const char *fmt, const char *arg)
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
     fprintf(stderr, "dtrain plan: ");
-    fprintf(stderr, fmt, arg);
+    vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\nRun 'dtrain plan --help' for usage.\n");
+    va_end(ap);
     return CLI_EXIT_USAGE;
 }
 
-static int is_model_flag(const char *a)
+/* The flag's own spelling when a is one of the model's (they go to the
+ * trainer's option table), else NULL. */
+static const char *model_flag(const char *a)
 {
     static const char *flags[] = {"--model", "--n-layer", "--n-head", "--n-embd", "--vocab-size",
                                   "--block-size", "--seq-len"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
-        if (!strcmp(a, flags[i])) return 1;
-    return 0;
+        if (!strcmp(a, flags[i])) return flags[i];
+    return NULL;
 }
 
 static int parse_long(const char *flag, const char *v, long lo, long hi, long *out)
 {
     if (dt_parse_long(v, lo, hi, out) == 0) return 0;
-    char msg[128];
-    dt_strf(msg, sizeof msg, "%s takes %ld..%ld, not %%s", flag, lo, hi);
-    return usage_error(msg, v);
+    return usage_error("%s takes %ld..%ld, not %s", flag, lo, hi, v);
 }
 
 /* --tp, --cp, --pp, --zero-stage, --micro-batch, --recompute, --pp-schedule:
@@ -136,7 +135,8 @@ static int parse_value(plan_opts *o, const char *a, const char *v)
     if (!strcmp(a, "--link-model")) return o->links = v, 0;
     if (!strcmp(a, "--mem-per-rank") || !strcmp(a, "--tflops")) {
         double *d = !strcmp(a, "--tflops") ? &o->tflops : &o->mem_gib;
-        if (dt_parse_double(v, 1e-6, 1e9, d)) return usage_error("%s wants a positive number", a);
+        if (dt_parse_double(v, 1e-6, 1e9, d))
+            return usage_error("%s wants a positive number, not %s", a, v);
         return 0;
     }
     return usage_error("unknown option %s", a);
@@ -151,20 +151,25 @@ static int parse(int argc, char **argv, plan_opts *o)
     o->links = "builtin";
     o->model_argv[o->model_argc++] = "plan";
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout), 1;
-        if (!strcmp(a, "--json")) { o->json = 1; continue; }
-        if (!strcmp(a, "--fp32")) { o->fp32 = 1; continue; }
+        char a[64];
+        const char *eq = cli_flag_split(argv[i], a, sizeof a), *m = model_flag(a);
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return cli_plan_usage(stdout), 1;
+        int *on = !strcmp(a, "--json") ? &o->json : !strcmp(a, "--fp32") ? &o->fp32 : NULL;
+        if (on && eq) return usage_error("%s takes no value", a);
+        if (on) {
+            *on = 1;
+            continue;
+        }
+        const char *v = cli_flag_value(argc, argv, &i, eq);
         if (!v) return usage_error("%s needs a value", a);
-        if (is_model_flag(a)) {
-            if (o->model_argc + 2 >= 32) return usage_error("too many model options%s", "");
-            o->model_argv[o->model_argc++] = argv[i];
-            o->model_argv[o->model_argc++] = argv[++i];
+        if (m && o->model_argc + 2 >= 32) return usage_error("too many model options");
+        if (m) {
+            o->model_argv[o->model_argc++] = (char *)m;
+            o->model_argv[o->model_argc++] = (char *)v;
             continue;
         }
         int rc = parse_value(o, a, v);
         if (rc) return rc;
-        i++;
     }
     const char *missing = !o->batch ? "--global-batch" : !o->nodes ? "--nodes"
                           : !o->per_node ? "--ranks-per-node" : !o->mem_gib ? "--mem-per-rank"
@@ -172,6 +177,11 @@ static int parse(int argc, char **argv, plan_opts *o)
     if (missing)
         return usage_error("the cluster and batch need %s (every one of --global-batch, "
                            "--nodes, --ranks-per-node and --mem-per-rank)", missing);
+    if (o->nodes * o->per_node > DT_PLAN_MAX_RANKS)
+        return usage_error("--nodes %ld x --ranks-per-node %ld is %ld ranks; plan weighs up to "
+                           "%d (2^20: the most a dtrain job starts and the collectives' cost "
+                           "model stands in for): use fewer nodes or fewer ranks a node",
+                           o->nodes, o->per_node, o->nodes * o->per_node, DT_PLAN_MAX_RANKS);
     return 0;
 }
 
@@ -188,18 +198,33 @@ static int model_of(plan_opts *o, dt_plan_input *in)
 }
 
 /* The rate measured on the cores a rank of this host gets; with more
- * ranks than cores they take turns (step_time.c). */
+ * ranks than cores they take turns (step_time.c). Said before it starts,
+ * with what it costs and the flag that skips it; refused where the
+ * throwaway layers would hold more than MEASURE_MAX_GIB. */
 static int measure_compute(const plan_opts *o, dt_plan_input *in)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = cores / o->per_node > 0 ? (int)(cores / o->per_node) : 1;
+    int threads = cores / o->per_node > 0 ? (int)(cores / o->per_node) : 1, tokens;
+    double bytes, work;
     char err[512];
+    dt_plan_measure_cost(&in->model, in->T, &tokens, &bytes, &work);
+    if (bytes > MEASURE_MAX_GIB * GIB)
+        return usage_error("no --tflops and no GPU preset, so the rate would be measured "
+                           "here, but a layer of this model needs about %.1f GiB to time "
+                           "(more than %d): state a rank's sustained rate with --tflops X, "
+                           "or name a GPU preset with --link-model", bytes / GIB,
+                           MEASURE_MAX_GIB);
+    fprintf(stderr, "dtrain plan: measuring this host's compute rate (no --tflops, and "
+            "--link-model %s names no GPU): a layer of the model forward and backward at %d "
+            "tokens on %d thread%s, about %.2f GiB and %.3g TFLOP, then at most %.0f s more; "
+            "--tflops X states the rate instead\n", o->links, tokens, threads,
+            threads > 1 ? "s" : "", bytes / GIB, work / 1e12, DT_PP_COST_BUDGET_S);
     if (dt_plan_measure_flops(&in->model, in->T, in->bf16, threads, &in->flops, err, sizeof err))
         return fprintf(stderr, "dtrain plan: %s\n", err), 1;
     if (o->per_node > cores) in->cores = (int)cores;
     in->cpu_comm = o->per_node * threads >= cores;
-    dt_strf(in->flops_source, sizeof in->flops_source, "measured: a layer at one sequence on "
-            "%d thread%s%s", threads, threads > 1 ? "s" : "",
+    dt_strf(in->flops_source, sizeof in->flops_source, "measured: a layer at %d tokens on "
+            "%d thread%s%s", tokens, threads, threads > 1 ? "s" : "",
             in->cores ? "; oversubscribed: the host's ranks take turns on its cores" : "");
     return 0;
 }
@@ -227,6 +252,29 @@ static int cluster_of(const plan_opts *o, dt_plan_input *in)
     return gpu ? 0 : measure_compute(o, in);
 }
 
+/* Lines on stderr while layouts are weighed: at the start where the
+ * groups are large (each of their collectives is costed by running its
+ * algorithm dry over that many ranks, about a second per LARGE_WORLD
+ * ranks), then every PROGRESS_S. */
+typedef struct {
+    uint64_t start, last;
+    long world;
+} progress_clock;
+
+static void progress(void *arg, long done, long total)
+{
+    progress_clock *c = arg;
+    const uint64_t now = dt_now_ns();
+    if (done == 0 && c->world >= LARGE_WORLD)
+        fprintf(stderr, "dtrain plan: weighing %ld layouts of %ld ranks; their collectives are "
+                "run dry over groups of up to %ld ranks, which takes minutes; a line at most "
+                "every %.0f s says how far it is\n", total, c->world, c->world, PROGRESS_S);
+    if ((double)(now - c->last) * 1e-9 < PROGRESS_S) return;
+    c->last = now;
+    fprintf(stderr, "dtrain plan: %ld of %ld layouts weighed in %.0f s\n", done, total,
+            (double)(now - c->start) * 1e-9);
+}
+
 int cli_plan_layouts(int argc, char **argv)
 {
     plan_opts o;
@@ -237,12 +285,19 @@ int cli_plan_layouts(int argc, char **argv)
     int rc = parse(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
     if ((rc = model_of(&o, &in)) || (rc = cluster_of(&o, &in))) return rc;
+    progress_clock clock = {dt_now_ns(), dt_now_ns(), o.nodes * o.per_node};
+    in.progress = progress, in.progress_arg = &clock;
     if (dt_plan_run(&in, &r, err, sizeof err)) {
         fprintf(stderr, "dtrain plan: %s\n", err);
         return strstr(err, "no layout") ? CLI_EXIT_USAGE : 1;
     }
     if (o.json) rc = dt_plan_print_json(stdout, &in, &r, (int)o.top);
     else dt_plan_print(stdout, &in, &r, (int)o.top);
+    if (!rc && r.nfit == 0) {
+        fprintf(stderr, "dtrain plan: no layout fits in the %g GiB a rank has (the nearest "
+                "is above)\n", o.mem_gib);
+        rc = 1;
+    }
     dt_plan_result_free(&r);
     return rc ? 1 : 0;
 }

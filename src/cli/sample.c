@@ -12,8 +12,8 @@
 #include "core/str.h"
 #include "kernels/threads.h"
 #include "model/gpt.h"
-#include "train/checkpoint.h"
-#include "train/weights.h"
+#include "train/ckpt/checkpoint.h"
+#include "train/weights/weights.h"
 #include "core/parse.h"
 
 typedef struct {

@@ -20,10 +20,12 @@
 
 #include "cli/simulate.h"
 #include "core/parse.h"
+#include "parallel/context/cp.h"
 #include "plan/plan.h"
 #include "sim/links.h"
 #include "sim/trace.h"
-#include "train/config.h"
+#include "train/config/config.h"
+#include "train/dry_run.h"
 
 typedef struct {
     const char *collective, *algo, *links, *trace;
@@ -89,6 +91,9 @@ static void usage(FILE *f)
             "  --zero-stage Z        0 (DDP, default), 1, 2, 3\n"
             "  --zero-prefetch N     ZeRO-3: layers gathered ahead (default 1)\n"
             "  --sequence-parallel   boundary activations split over tp\n"
+            "\n"
+            "A run that lasts prints on stderr what it is doing, how far it has got and about\n"
+            "how long it has left, every 10 s (DTRAIN_SIM_PROGRESS_S=N: every N s).\n"
             "\n"
             "examples:\n"
             "  dtrain simulate --collective allreduce --bytes 256M --ranks 64 "
@@ -203,8 +208,12 @@ static int parse(int argc, char **argv, sim_opts *o)
                     .bucket_mb = 25, .flops = 1e14, .mem_GBps = 1500};
     o->model_argv[o->model_argc++] = "simulate";
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char a[64];
+        const char *eq = cli_flag_split(argv[i], a, sizeof a);
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout), 1;
+        const int bare = !strcmp(a, "--ddp") || !strcmp(a, "--layout") ||
+                         !strcmp(a, "--sequence-parallel");
+        if (bare && eq) return usage_error("%s takes no value (got '%s')", a, eq);
         if (!strcmp(a, "--ddp") || !strcmp(a, "--layout")) {
             *(a[2] == 'd' ? &o->ddp : &o->layout) = 1;
             continue;
@@ -215,12 +224,12 @@ static int parse(int argc, char **argv, sim_opts *o)
             continue;
         }
         if (strncmp(a, "--", 2)) return usage_error("unexpected argument '%s'", a);
+        const char *v = cli_flag_value(argc, argv, &i, eq);
         if (!v) return usage_error("%s needs a value", a);
         int rc = number(a, v, o);
         if (rc == 0) rc = text(a, v, o);
         if (rc < 0) return CLI_EXIT_USAGE;
         if (rc == 0) return usage_error("unknown option %s", a);
-        i++;
     }
     if (!o->ranks) return usage_error("--ranks P is needed (how many ranks to simulate)");
     if (o->ddp + o->layout + !!o->collective != 1)
@@ -237,13 +246,14 @@ static int parse(int argc, char **argv, sim_opts *o)
     return 0;
 }
 
-static int setup(const sim_opts *o, dt_sim_world *w)
+static int setup(const sim_opts *o, dt_sim_world *w, sim_progress *prog)
 {
     dt_cost_model m;
     char err[1024];
     if (dt_sim_links(o->links, &m, err, sizeof err) ||
         dt_sim_world_init(w, (int)o->ranks, (int)o->per_host, &m, err, sizeof err))
         return usage_error("%s", err);
+    w->progress = (dt_sim_progress){sim_progress_tell, prog};
     if (o->nics > o->per_host) {
         dt_sim_world_free(w);
         return usage_error("--nics-per-node %ld exceeds --ranks-per-node %ld: at most one NIC "
@@ -252,13 +262,13 @@ static int setup(const sim_opts *o, dt_sim_world *w)
     return 0;
 }
 
-static int run_collective(const sim_opts *o)
+static int run_collective(const sim_opts *o, sim_progress *prog)
 {
     dt_sim_world w;
     dt_coll_kind k;
     char err[1024];
     if (dt_sim_coll_kind(o->collective, &k, err, sizeof err)) return usage_error("%s", err);
-    int rc = setup(o, &w);
+    int rc = setup(o, &w, prog);
     if (rc) return rc;
     dt_sim_bench b;
     rc = dt_sim_bench_coll(&w, (int)o->nics, o->collective, o->algo, (size_t)o->bytes, &b, err,
@@ -332,7 +342,47 @@ static int failed(const char *err)
     return 1;
 }
 
-/* The layout's options from the trainer's configuration. */
+/* The mesh against the model as `dtrain train --dry-run` and `dtrain
+ * plan` check it (tp's slices, cp's cut of the sequence: the mesh's
+ * memory plan), and a micro-batch's rows on a tensor-parallel rank as a
+ * run's allocation checks them (sequence parallelism's split). */
+static int model_checks(const dt_train_config *c, const dt_gpt_config *cfg, int ranks, char *err,
+                        size_t len)
+{
+    dt_gpt layout;
+    if (dt_gpt_create_layout(&layout, cfg, DT_PREC_F32, err, len)) return -1;
+    dt_places pl;
+    int rc = dt_dry_run_places(c, &layout, ranks, &pl, err, len);
+    if (rc == 0) dt_places_free(&pl);
+    dt_shard_kind kind;
+    int widths;
+    dt_cp_algo_shape(c->cp_algo, &kind, &widths);
+    layout.tp.sp = c->sequence_parallel;
+    if (rc == 0 && (dt_gpt_set_tp(&layout, 0, c->tp) ||
+                    dt_gpt_set_cp(&layout, 0, c->cp, kind, widths) ||
+                    dt_gpt_check_micro_batch(&layout, c->batch_size, c->seq_len)))
+        rc = -1, snprintf(err, len, "%s", layout.error);
+    dt_gpt_destroy(&layout);
+    return rc;
+}
+
+/* The checks `dtrain train` makes of a run over `ranks` ranks (the
+ * options together, the strategy's sizes), then the model's: the same
+ * functions, so that simulate, train and plan take the same layouts. */
+static int train_checks(dt_train_config *c, const dt_gpt_config *cfg, int ranks)
+{
+    char err[1024];
+    int dp;
+    if (dt_config_data_parallel_size(c, ranks, &dp, err, sizeof err) ||
+        dt_config_validate(c, dp, err, sizeof err) || model_checks(c, cfg, ranks, err, sizeof err))
+        return usage_error("%s", err);
+    return 0;
+}
+
+/* The layout's options from the trainer's configuration (its defaults:
+ * interleaved takes two chunks a rank unless told), checked first for
+ * what the simulator can place on `--ranks` ranks, then as the trainer
+ * checks a run. */
 static int layout_opts(sim_opts *o, dt_sim_layout_opts *l)
 {
     dt_train_config c;
@@ -340,25 +390,27 @@ static int layout_opts(sim_opts *o, dt_sim_layout_opts *l)
                               .bucket_bytes = (size_t)(o->bucket_mb * 1048576.0)};
     int rc = model_config(o, &c, &l->cfg, &l->seq);
     if (rc) return rc;
-    l->tp = c.tp, l->cp = c.cp, l->dp = c.dp, l->pp = c.pp, l->V = c.pp_virtual;
-    l->micro = c.batch_size, l->accum = c.grad_accum, l->sp = c.sequence_parallel;
-    l->zero = c.zero_stage, l->prefetch = c.zero_prefetch;
+    dt_parallel_opts p = dt_config_parallel_opts(&c);
+    l->tp = p.tp, l->cp = p.cp, l->dp = p.dp, l->pp = p.pp;
+    l->V = p.pp > 1 ? p.pp_virtual : 1;
+    l->micro = c.batch_size, l->accum = p.accum, l->sp = p.sp;
+    l->zero = p.zero.stage, l->prefetch = p.zero.prefetch;
     if (dt_pp_kind_parse(c.pp_schedule, &l->sched))
         return usage_error("--pp-schedule '%s' is not one of 1f1b, gpipe, zb1p, interleaved, "
                            "naive", c.pp_schedule);
     char err[1024];
     if (dt_sim_layout_check(l, (int)o->ranks, err, sizeof err)) return usage_error("%s", err);
-    return 0;
+    return train_checks(&c, &l->cfg, (int)o->ranks);
 }
 
 /* A step: the layout's, or with --ddp data parallelism alone (its
  * defaults, tp = cp = pp = 1 and no ZeRO) with DDP's own report. */
-static int run_step(sim_opts *o)
+static int run_step(sim_opts *o, sim_progress *prog)
 {
     dt_sim_layout_opts l;
     int rc = layout_opts(o, &l);
     dt_sim_world w;
-    if (rc || (rc = setup(o, &w))) return rc;
+    if (rc || (rc = setup(o, &w, prog))) return rc;
     if ((rc = measure(o, &l.cfg, l.seq, &w))) return dt_sim_world_free(&w), rc;
     l.flops_per_s = o->flops, l.mem_GBps = o->mem_GBps, l.cpu_comm = o->cpu_comm;
     l.cpu_share = o->cpu_share;
@@ -383,7 +435,10 @@ static int run_step(sim_opts *o)
 int cli_simulate(int argc, char **argv)
 {
     sim_opts o;
+    sim_progress prog;
+    char err[512];
     int rc = parse(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
-    return o.layout || o.ddp ? run_step(&o) : run_collective(&o);
+    if (sim_progress_init(&prog, err, sizeof err)) return usage_error("%s", err);
+    return o.layout || o.ddp ? run_step(&o, &prog) : run_collective(&o, &prog);
 }

@@ -9,15 +9,8 @@
 #include "core/parse.h"
 #include "core/str.h"
 #include "dtrain/comm.h"
-#include "train/checkpoint.h"
-#include "train/config.h"
-#include "train/corpus.h"
-#include "parallel/context/cp.h"
-#include "parallel/tensor/tp.h"
-#include "train/memory_plan.h"
-#include "train/memory_plan_mesh.h"
-#include "train/memory_plan_pp.h"
-#include "train/model_source.h"
+#include "train/config/config.h"
+#include "train/dry_run.h"
 #include "train/trainer.h"
 
 /* `--nproc N`: the command starts N ranks of itself through `dtrain launch`
@@ -87,81 +80,6 @@ static int wants_dry_run(int argc, char **argv)
     return 0;
 }
 
-/* The model's sizes as a run resolves them: from --resume's checkpoint or
- * --init's file, else the configuration, with the vocabulary the data
- * needs. The data files are opened, not read. */
-static int resolve_model(dt_train_config *c, dt_gpt_config *mc, char *err, size_t n)
-{
-    char resume_dir[DT_CONFIG_PATH + 64], train_path[DT_CONFIG_PATH], val_path[DT_CONFIG_PATH];
-    const char *train_file = c->data, *val_file = c->val_data;
-    if (c->resume_flag && dt_ckpt_resolve(c->resume[0] ? c->resume : c->out_dir, resume_dir,
-                                          sizeof resume_dir, err, n))
-        return -1;
-    if (!c->data[0]) {
-        if (dt_default_corpus(train_path, val_path, sizeof train_path, err, n)) return -1;
-        train_file = train_path;
-        if (!c->val_data[0]) val_file = val_path;
-    }
-    dt_dataset *train = NULL, *val = NULL;
-    int rc = dt_dataset_open(train_file, &train, err, n);
-    if (rc == 0 && val_file[0]) rc = dt_dataset_open(val_file, &val, err, n);
-    if (rc == 0)
-        rc = dt_model_source_config(c, c->resume_flag ? resume_dir : NULL, train, val,
-                                    &c->seq_len, mc, err, n);
-    if (train) dt_dataset_close(train);
-    if (val) dt_dataset_close(val);
-    return rc;
-}
-
-/* The plan's tables: each (stage, tensor slice)'s of a mesh, each
- * stage's of a pipeline, else the ZeRO formulas' for every rank. */
-static int print_tables(dt_gpt *layout, dt_train_config *c, int world, int dp, int quiet,
-                        char *err, size_t n)
-{
-    if (c->tp > 1 || c->cp > 1) { /* the mesh: a row per stage and tensor slice */
-        dt_mem_plan_mesh m;
-        if (dt_mem_plan_mesh_from_config(layout, c, world, &m, err, n)) return -1;
-        if (!quiet) dt_mem_plan_mesh_print(stdout, &m);
-        dt_mem_plan_mesh_free(&m);
-        return 0;
-    }
-    if (c->pp > 1) {
-        dt_mem_plan_pp pp;
-        int rc = dt_mem_plan_pp_from_config(layout, c, world, &pp, err, n);
-        if (rc == 0 && !quiet) dt_mem_plan_pp_print(stdout, &pp, "memory per stage");
-        dt_mem_plan_pp_free(&pp);
-        return rc;
-    }
-    dt_mem_plan plan;
-    if (dt_mem_plan_from_config(layout, c, dp, &plan, err, n)) return -1;
-    if (!quiet) dt_mem_plan_print(stdout, &plan, "memory per rank", NULL, 0);
-    return 0;
-}
-
-/* Prints the memory plan of the layout alone: no parameter, gradient,
- * optimizer or activation buffer is allocated. */
-static int print_plan(dt_train_config *c, int world, int dp, int quiet, char *err, size_t n)
-{
-    dt_gpt_config mc;
-    dt_gpt layout;
-    if (resolve_model(c, &mc, err, n)) return -1;
-    dt_precision prec = strcmp(c->dtype, "bf16") == 0 ? DT_PREC_BF16 : DT_PREC_F32;
-    if (dt_gpt_create_layout(&layout, &mc, prec, err, n)) return -1;
-    /* The recompute mode, set on the layout as the trainer sets it, so
-     * that the activations follow it. */
-    if (dt_recompute_parse(c->recompute, &layout.acts.recompute)) {
-        dt_gpt_destroy(&layout);
-        return dt_strf(err, n, "unknown --recompute '%s'", c->recompute), -1;
-    }
-    if (!quiet)
-        printf("dry run (nothing trained, nothing large allocated): %s%s%d layers, %d heads, "
-               "%d embd, vocab %d, block %d\n", c->model, c->model[0] ? ": " : "", mc.n_layer,
-               mc.n_head, mc.n_embd, mc.vocab_size, mc.block_size);
-    int rc = print_tables(&layout, c, world, dp, quiet, err, n);
-    dt_gpt_destroy(&layout);
-    return rc;
-}
-
 /* The whole configuration parsed and validated as a run over `world`
  * processes would (--nproc, else the launcher's), then the plan. */
 static int dry_run(long nproc, int argc, char **argv)
@@ -180,25 +98,14 @@ static int dry_run(long nproc, int argc, char **argv)
     int world = nproc > 0 ? (int)nproc : b.size;
     dt_train_config c;
     dt_config_defaults(&c);
-    int dp = 1, rc = dt_config_parse_args(&c, argc, argv, err, sizeof err);
+    int rc = dt_config_parse_args(&c, argc, argv, err, sizeof err);
     if (rc == 1) return 0;
-    if (rc == 0) rc = dt_config_data_parallel_size(&c, world, &dp, err, sizeof err);
-    if (rc == 0) rc = dt_config_validate(&c, dp, err, sizeof err);
-    if (rc == 0 && strcmp(c.strategy, "ddp") != 0) {
-        dt_strf(err, sizeof err, "--dry-run plans the memory of --strategy ddp (with "
-                "--zero-stage 0-3); --strategy %s shares the state otherwise", c.strategy);
-        rc = -1;
-    }
-    if (rc == 0 && c.pp > 1 && strcmp(c.pp_partition, "cost") == 0) {
-        dt_strf(err, sizeof err, "--dry-run with --pp-partition cost: the cut depends on times "
-                "measured when the run starts; plan with uniform or params");
-        rc = -1;
-    }
+    if (rc == 0) rc = dt_dry_run_check(&c, world, err, sizeof err);
     if (rc != 0) {
         fprintf(stderr, "dtrain train: %s\n", err);
         return CLI_EXIT_USAGE;
     }
-    if (print_plan(&c, world, dp, b.rank != 0, err, sizeof err)) {
+    if (dt_dry_run(&c, world, b.rank != 0 ? NULL : stdout, err, sizeof err)) {
         fprintf(stderr, "dtrain train: --dry-run: %s\n", err);
         return 1;
     }
@@ -206,7 +113,7 @@ static int dry_run(long nproc, int argc, char **argv)
 }
 
 /* A rank that refuses its command line never reaches the check that the
- * ranks' options agree (train/config_agree.h), and the others would wait
+ * ranks' options agree (train/config/agree.h), and the others would wait
  * for it to join until DTRAIN_TIMEOUT. When this process is one rank of
  * several, it joins the job only to stop it (as MPI_Abort would), so that
  * every rank fails at once naming it and its reason. It waits for the

@@ -40,6 +40,22 @@ static int placement(const dt_gpt *m, const dt_block *b, int j, dt_act_class cls
     }
 }
 
+size_t dt_gpt_layer_acts_bytes(const dt_gpt *m, int B, int T, size_t *shared)
+{
+    const size_t N = arena_rows(m, B, T), R = dt_model_region_rows(m, N);
+    dt_act_spec spec[DT_BLOCK_MAX_ACTS];
+    size_t bytes[3] = {0, 0, 0};
+    for (int i = 0; i < m->n_blocks; i++) {
+        const dt_block *b = &m->blocks[i];
+        b->kind->acts(m, N, R, spec);
+        for (int j = 0; j < b->n_acts; j++)
+            if (spec[j].cls != DT_ACT_SCRATCH && spec[j].cls != DT_ACT_SPLIT)
+                bytes[placement(m, b, j, spec[j].cls)] += spec[j].floats * sizeof(float);
+    }
+    if (shared) *shared = bytes[SHARED];
+    return bytes[PER_LAYER];
+}
+
 /* The buffers of one layer that live in `where`, into bufs[per_layer]
  * (when base is given); the floats they take. */
 static size_t take_layer(dt_gpt *m, float *base, float **bufs, int where, size_t N)
@@ -186,7 +202,7 @@ static void free_arena(dt_gpt *m)
     a->B = a->T = 0;
 }
 
-static int check_parts(dt_gpt *m, int B, int T, int n, const dt_gpt_part *parts)
+int dt_gpt_check_micro_batch(dt_gpt *m, int B, int T)
 {
     if (B <= 0 || T <= 0 || T > m->cfg.block_size)
         return dt_strf(m->error, sizeof m->error,
@@ -203,6 +219,12 @@ static int check_parts(dt_gpt *m, int B, int T, int n, const dt_gpt_part *parts)
                        "micro-batch (B x T%s) do not split over %d tensor-parallel ranks; "
                        "use a batch or sequence length that makes them a multiple of %d", rows,
                        m->cp.size > 1 ? " / cp" : "", m->tp.size, m->tp.size), -1;
+    return 0;
+}
+
+static int check_parts(dt_gpt *m, int B, int T, int n, const dt_gpt_part *parts)
+{
+    if (dt_gpt_check_micro_batch(m, B, T)) return -1;
     for (int k = 0; k < n; k++)
         if (parts[k].l0 < 0 || parts[k].l0 >= parts[k].l1 || parts[k].l1 > m->cfg.n_layer)
             return dt_strf(m->error, sizeof m->error,

@@ -89,6 +89,11 @@ typedef struct {
     float *sp_full, *sp_ln; /* sequence parallelism: [N, C] gathered, [2C] */
 } dt_gpt_acts;
 
+/* Whether micro-batches of B sequences of length T fit the layout: the
+ * block, context parallelism's cut of the sequence, sequence
+ * parallelism's split of the rows over tp. 0, or -1 with m->error. The
+ * allocations below check it; `dtrain simulate` checks a layout by it. */
+int dt_gpt_check_micro_batch(dt_gpt *m, int B, int T);
 /* Activations for micro-batches of B sequences of length T <= block_size:
  * one slot of the whole model. */
 int dt_gpt_alloc_acts(dt_gpt *m, int B, int T);
@@ -137,5 +142,9 @@ const float *dt_gpt_residual(const dt_gpt *m, int l, int block);
  * are multiples of 16). The arena itself is carved from the blocks'
  * own lists of buffers; these closed forms are what it must come to. */
 size_t dt_gpt_layer_act_bytes(dt_recompute mode, int B, int T, int C, int NH, size_t *shared);
+/* The same for this rank's layer, from its blocks' own lists (its cuts,
+ * its kinds, the recompute mode set on it), without alignment: bytes kept
+ * per layer, and *shared those every layer shares (not backward's scratch). */
+size_t dt_gpt_layer_acts_bytes(const dt_gpt *m, int B, int T, size_t *shared);
 
 #endif

@@ -134,11 +134,13 @@ const dt_block_kind *dt_block_find(const char *name);
 /* Adds a kind a program defines (tests do); refuses a name in use or a
  * full table. 0, or -1 with a message. */
 int dt_block_register(const dt_block_kind *k, char *err, size_t errlen);
-/* The blocks a configuration's string names ("ln_1:layernorm attn:attention
+/* The blocks a configuration's string names ("ln_1:layernorm,attn:attention
  * ..."; "" is GPT-2's), checked: pairs of a norm and a branch, kinds
  * known, names unique. Fills out (DT_LAYER_MAX_BLOCKS) with kinds and
  * names and returns the count, or -1 with a message. */
 int dt_blocks_parse(const char *spec, dt_block *out, char *err, size_t errlen);
+/* 1 when two strings name the same blocks ("" being GPT-2's), else 0. */
+int dt_blocks_same(const char *a, const char *b);
 /* GPT-2's layer, the default. */
 extern const char dt_blocks_gpt2[];
 

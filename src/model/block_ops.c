@@ -79,14 +79,14 @@ int dt_model_input_grad_sum(dt_gpt *m, int N, const char *name)
                               m->tp.sp ? DT_TP_SCATTER_SUM_F32 : DT_TP_SUM_F32, name);
 }
 
-float *dt_model_norm_grads_begin(dt_gpt *m, size_t n)
+float *dt_model_region_grads_begin(dt_gpt *m, size_t n)
 {
     if (!m->tp.sp) return NULL;
     memset(m->acts.sp_ln, 0, n * sizeof(float));
     return m->acts.sp_ln;
 }
 
-int dt_model_norm_grads_end(dt_gpt *m, float *const *g, int k, size_t n, const char *name)
+int dt_model_region_grads_end(dt_gpt *m, float *const *g, int k, size_t n, const char *name)
 {
     const float *part = m->acts.sp_ln;
     const size_t each = n / (size_t)k;

@@ -61,12 +61,13 @@ const float *dt_model_rows_gathered(dt_gpt *m, const float *d, int N, const char
  * ranks' partial sums summed over the group, or with sequence parallelism
  * reduce-scattered (this rank's rows at d_c's start). */
 int dt_model_input_grad_sum(dt_gpt *m, int N, const char *name);
-/* A norm's weight gradients under sequence parallelism are of this rank's
- * rows alone: begin gives a zeroed buffer of n floats (n <= 2 C) for
- * them; end sums it over the group and adds piece k (each n / k) into
+/* Weight gradients from the rows between the products (a norm's, a
+ * branch's that is not split) are of this rank's rows alone under
+ * sequence parallelism: begin gives a zeroed buffer of n floats (n <= 2 C)
+ * for them; end sums it over the group and adds piece k (each n / k) into
  * g[k]. Without sequence parallelism begin returns NULL: add directly. */
-float *dt_model_norm_grads_begin(dt_gpt *m, size_t n);
-int dt_model_norm_grads_end(dt_gpt *m, float *const *g, int k, size_t n, const char *name);
+float *dt_model_region_grads_begin(dt_gpt *m, size_t n);
+int dt_model_region_grads_end(dt_gpt *m, float *const *g, int k, size_t n, const char *name);
 void dt_model_add_into(float *dst, const float *a, const float *b, size_t n);
 
 /* One product's share of a backward: dinp = dout @ W^T, and dW, db. A

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE /* O_DIRECT */
 #endif
 #include "model/offload.h"
+#include "model/offload_disk.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -90,38 +91,6 @@ void dt_opt_store_last_step(const dt_opt_store *s, uint64_t *bytes, double *wall
     *wall_ms = s->last_wall_ms;
 }
 
-/* O_DIRECT on fd where the file system has it (older kernels' tmpfs has
- * not: then buffered, *direct 0). */
-static void try_direct(int fd, int *direct)
-{
-    int fl = fcntl(fd, F_GETFL);
-    *direct = fl >= 0 && fcntl(fd, F_SETFL, fl | O_DIRECT) == 0;
-}
-
-/* A new file in dir that no name leads to, so that nothing outlives the
- * process however it ends (a killed rank left gigabytes, and a restart
- * with the same PID, as in a container, failed on the old name):
- * O_TMPFILE, or where the file system has none (NFS, FUSE), a file made
- * under a unique name from `stem` and unlinked at once. The descriptor,
- * or -1 with errno. */
-static int open_unnamed(const char *dir, const char *stem)
-{
-    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0 && errno != EOPNOTSUPP && errno != EISDIR) return -1;
-    if (fd < 0) {
-        char path[DT_PATH_MAX];
-        if (dt_strf(path, sizeof path, "%s/%s-XXXXXX", dir, stem) >= (int)sizeof path)
-            return errno = ENAMETOOLONG, -1;
-        if ((fd = mkostemp(path, O_CLOEXEC)) < 0) return -1;
-        if (unlink(path)) {
-            int e = errno;
-            close(fd);
-            return errno = e, -1;
-        }
-    }
-    return fd;
-}
-
 /* The directory exists. */
 static int check_dir(const char *dir, char *err, size_t n)
 {
@@ -131,14 +100,6 @@ static int check_dir(const char *dir, char *err, size_t n)
                        errno == ENOENT || !S_ISDIR(st.st_mode) ? "no such directory"
                                                                : strerror(errno)), -1;
     return 0;
-}
-
-/* The bytes free to this user on the file system under dir, or
- * UINT64_MAX where it cannot say. */
-static uint64_t free_bytes(const char *dir)
-{
-    struct statvfs v;
-    return statvfs(dir, &v) ? UINT64_MAX : (uint64_t)v.f_bavail * v.f_frsize;
 }
 
 static int room_error(const dt_opt_store *s, const char *dir, uint64_t avail, char *err,
@@ -160,20 +121,20 @@ static int make_file(dt_opt_store *s, const char *dir, const char *tag, char *er
 {
     char stem[96];
     dt_strf(stem, sizeof stem, "dtrain-optim-%s", tag);
-    if ((s->fd = open_unnamed(dir, stem)) < 0)
+    if ((s->fd = dt_offload_open_unnamed(dir, stem)) < 0)
         return dt_strf(err, n, "--nvme-path %s: cannot create a file in it: %s", dir,
                        strerror(errno)), -1;
-    uint64_t avail = free_bytes(dir);
+    uint64_t avail = dt_offload_free_bytes(dir);
     /* Sized before O_DIRECT: where the file system cannot allocate
      * (NFS 3), glibc writes a byte a block, which O_DIRECT refuses. */
     int rc = avail < s->bytes ? ENOSPC : posix_fallocate(s->fd, 0, (off_t)s->bytes);
     if (rc == 0) {
-        try_direct(s->fd, &s->direct);
+        dt_offload_try_direct(s->fd, &s->direct);
         return 0;
     }
     close(s->fd);
     s->fd = -1;
-    if (rc == ENOSPC && (avail = free_bytes(dir)) < s->bytes)
+    if (rc == ENOSPC && (avail = dt_offload_free_bytes(dir)) < s->bytes)
         return room_error(s, dir, avail, err, n);
     return dt_strf(err, n, "--nvme-path %s: cannot size %s to the %llu bytes of this rank's "
                    "optimizer state: %s", dir, s->path, (unsigned long long)s->bytes,
@@ -464,77 +425,5 @@ int dt_opt_store_unmap(dt_opt_store *s, int written, char *err, size_t errlen)
     if (rc)
         dt_strf(err, errlen, "offload: writing the restored state to %s: %s", s->path,
                 strerror(e));
-    return rc;
-}
-
-/* Sequential bytes through one engine: `total` in blocks of `len` from
- * buf, all queued at once (the engine keeps its depth in flight). */
-static int sweep(dt_aio *a, int fd, const char *path, int write, void *buf, size_t len,
-                 size_t total)
-{
-    for (size_t off = 0; off < total; off += len) {
-        int t = write ? dt_aio_write(a, fd, path, buf, len, off)
-                      : dt_aio_read(a, fd, path, buf, len, off);
-        if (t < 0) return -1;
-    }
-    return dt_aio_drain(a);
-}
-
-/* The probe's size: at most `most`, and at most half what the file
- * system has free (the run's own files are made already; the other half
- * is left to whatever else writes there), in whole writes; 0 where that
- * is under PROBE_MIN, too little to say anything about the disk. */
-#define PROBE_WRITE ((size_t)4 << 20)
-#define PROBE_MIN ((size_t)16 << 20)
-static size_t probe_bytes(size_t most, uint64_t avail)
-{
-    uint64_t b = most;
-    if (avail / 2 < b) b = avail / 2;
-    b = b / PROBE_WRITE * PROBE_WRITE;
-    return b < PROBE_MIN ? 0 : (size_t)b;
-}
-
-/* Writes p->bytes sequentially (then fsync), drops them from the page
- * cache and reads them back, timing both. */
-static int probe_file(int fd, const char *path, dt_disk_probe *p, char *err, size_t errlen)
-{
-    void *buf = NULL;
-    dt_aio *a = NULL;
-    if (posix_memalign(&buf, IO_ALIGN, PROBE_WRITE))
-        return dt_strf(err, errlen, "measuring the disk: out of memory"), -1;
-    memset(buf, 0x5a, PROBE_WRITE);
-    int rc = dt_aio_open(&a, 8, 1u << 20, err, errlen);
-    uint64_t t0 = dt_now_ns();
-    if (rc == 0 && sweep(a, fd, path, 1, buf, PROBE_WRITE, p->bytes)) rc = -1;
-    if (rc == 0 && fsync(fd)) {
-        dt_strf(err, errlen, "measuring the disk: fsync of %s: %s", path, strerror(errno));
-        rc = -2; /* err says it, not the engine */
-    }
-    uint64_t t1 = dt_now_ns();
-    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    if (rc == 0 && sweep(a, fd, path, 0, buf, PROBE_WRITE, p->bytes)) rc = -1;
-    uint64_t t2 = dt_now_ns();
-    if (rc == -1 && a) dt_strf(err, errlen, "measuring the disk: %s", dt_aio_error(a));
-    p->write_bps = (double)p->bytes / ((double)(t1 - t0) * 1e-9);
-    p->read_bps = (double)p->bytes / ((double)(t2 - t1) * 1e-9);
-    dt_aio_close(a);
-    free(buf);
-    return rc ? -1 : 0;
-}
-
-int dt_disk_bandwidth(const char *dir, size_t most, dt_disk_probe *p, char *err, size_t errlen)
-{
-    memset(p, 0, sizeof *p);
-    p->free = free_bytes(dir);
-    if (!(p->bytes = probe_bytes(most, p->free))) return 0;
-    char path[DT_PATH_MAX];
-    dt_strf(path, sizeof path, "an unnamed file in %s", dir);
-    int fd = open_unnamed(dir, "dtrain-probe");
-    if (fd < 0)
-        return dt_strf(err, errlen, "--nvme-path %s: cannot create a file in it: %s", dir,
-                       strerror(errno)), -1;
-    try_direct(fd, &p->direct);
-    int rc = probe_file(fd, path, p, err, errlen);
-    close(fd);
     return rc;
 }

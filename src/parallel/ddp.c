@@ -253,6 +253,15 @@ static void ddp_describe(void *self, FILE *f)
             L->d.model->accum.bf16 ? "bf16" : "fp32", L->wire == DT_BF16 ? "bf16" : "fp32");
 }
 
+/* Every rank of the group holds the model whole, as the ZeRO formulas'
+ * stage 0 says (a layer above that splits the model answers first). */
+static int ddp_mem_plan(void *self, int r, dt_rank_mem *out)
+{
+    (void)r;
+    *out = (dt_rank_mem){.floats = 0, .copies = dt_comm_size(((ddp_layer *)self)->comm)};
+    return 1;
+}
+
 static void ddp_destroy(void *self)
 {
     ddp_layer *L = self;
@@ -269,6 +278,7 @@ static const dt_strategy_ops ddp_ops = {
     .traffic = ddp_traffic,
     .replicas_identical = ddp_replicas,
     .describe = ddp_describe,
+    .mem_plan = ddp_mem_plan,
     .destroy = ddp_destroy,
 };
 

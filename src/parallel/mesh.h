@@ -48,6 +48,12 @@ typedef struct {
  * message naming the sizes and what would work. */
 int dt_mesh_check(const dt_parallel_opts *o, int world, int *dp, char *err, size_t errlen);
 
+/* What each (pipeline stage, tensor slice) of such a job holds, stage by
+ * stage (places.h; mesh_places.c): a place is the cp x dp ranks there,
+ * ZeRO shards over them. The layout gains no state (its rows are set on a
+ * copy). 0, or -1 with err naming the sizes that do not split. */
+int dt_mesh_places(const dt_places_job *job, dt_places *out, char *err, size_t errlen);
+
 /* This rank's layers for --tp / --cp / --pp (see above). */
 int dt_mesh_strategy(dt_strategy *S, const dt_parallel_opts *o);
 

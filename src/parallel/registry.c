@@ -32,6 +32,13 @@ static int ddp_build(dt_strategy *S, const dt_parallel_opts *o)
     return dt_zero_strategy(S, &z);
 }
 
+/* The mesh's places, or every rank holding the whole model. */
+static int ddp_places(const dt_places_job *j, dt_places *out, char *err, size_t n)
+{
+    if (on_mesh(j->o)) return dt_mesh_places(j, out, err, n);
+    return dt_places_whole(out, j->world, err, n);
+}
+
 int dt_data_parallel_on(dt_strategy *S, dt_comm *group, const dt_parallel_opts *o)
 {
     if (o->zero.stage == 0) return dt_ddp_strategy_on(S, group, 1, o->bucket_bytes, o->grad_wire);
@@ -68,13 +75,15 @@ static int ps_size(const dt_parallel_opts *o, int world, int *dp, char *err, siz
     return 0;
 }
 
+/* Naive DP's devices and the parameter server's ranks hold different
+ * things by arithmetic nobody has written: they have no places. */
 static const dt_strategy_kind builtin[] = {
     {"ddp", "every rank holds the model; gradients all-reduced in buckets during backward",
-     ddp_size, ddp_build},
+     ddp_size, ddp_build, ddp_places},
     {"dp", "naive data parallelism: devices as threads of one process, a main device",
-     dp_size, dp_build},
+     dp_size, dp_build, NULL},
     {"ps", "parameter server: the last --servers ranks hold the parameters, workers push",
-     ps_size, dt_ps_strategy},
+     ps_size, dt_ps_strategy, NULL},
 };
 
 #define MAX_EXTRA 8

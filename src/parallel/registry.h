@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 
+#include "parallel/places.h"
 #include "parallel/strategy.h"
 #include "parallel/zero/zero.h"
 
@@ -34,6 +35,15 @@ typedef struct {
     const char *pp_partition; /* uniform | params | cost */
 } dt_parallel_opts;
 
+/* What the `places` hook of a kind is asked about: a job, before anything
+ * of it is built. */
+typedef struct {
+    const dt_parallel_opts *o;
+    const dt_gpt *layout; /* the whole model's, with the run's modes (precision, recompute) */
+    int world;            /* ranks in the job */
+    int B, T;             /* the micro-batch */
+} dt_places_job;
+
 typedef struct {
     const char *name;
     const char *summary;
@@ -44,6 +54,10 @@ typedef struct {
     /* Adds this rank's layers to S (S->rank says which rank). 0 or -1 with
      * S->rank->err. */
     int (*build)(dt_strategy *S, const dt_parallel_opts *o);
+    /* What each place of such a job holds (places.h), by arithmetic alone:
+     * `dtrain train --dry-run` prints it, `dtrain plan` weighs it. NULL
+     * where the kind cannot say (a dry run refuses it). 0, or -1 with err. */
+    int (*places)(const dt_places_job *job, dt_places *out, char *err, size_t errlen);
 } dt_strategy_kind;
 
 /* Adds a kind (the pointer is kept). -1 when the name is taken or the

@@ -85,6 +85,14 @@ dt_gbuf dt_strategy_grads_at(const dt_strategy *S, const dt_flat_range *q)
     return dt_gbuf_at(dt_gpt_grads(S->rank->model), q->lo);
 }
 
+/* The layout the norm's blocks are cut from: the whole model's, so that
+ * every rank has the same blocks whatever part of it it holds (a
+ * tensor-parallel rank's vocabulary slice need not be its peers' size). */
+static const dt_gpt *block_layout(const dt_strategy *S)
+{
+    return S->whole ? S->whole : S->rank->model;
+}
+
 /* The norm's blocks, DT_NORM_BLOCK floats from each segment's start, all
  * of the layout's in one array: first[s] is segment s's first. */
 static size_t *block_index(const dt_gpt *m)
@@ -100,41 +108,74 @@ static size_t *block_index(const dt_gpt *m)
     return first;
 }
 
-/* Block sums of range q's gradients, segment by segment, into their
- * places. A range that starts on a block of its segment and ends on one
- * (or at the segment's end) writes its blocks (ZeRO's pieces are whole
- * blocks, a stage's ranges whole segments); another (a tensor-parallel
- * rank's slices, tensor by tensor) adds block by block, since a block may
- * hold the end of one of its ranges and the start of the next. */
-static void range_blocks(const dt_strategy *S, const dt_flat_range *q, const size_t *first,
-                         double *blocks)
+/* Block sums of floats [lo, hi) of lay (gradients g, from lo's), segment
+ * by segment, into their places. A range that starts on a block of its
+ * segment and ends on one (or at the segment's end) writes its blocks
+ * (ZeRO's pieces are whole blocks, a stage's ranges whole segments);
+ * another (a tensor-parallel rank's rows of a slice) adds block by block,
+ * since a block may hold the end of one of its ranges and the start of
+ * the next, or other ranks' floats. */
+static void add_blocks(const dt_gpt *lay, const size_t *first, size_t lo, size_t hi, dt_gbuf g,
+                       double *blocks)
 {
-    const dt_gpt *m = S->rank->model;
-    dt_gbuf g = dt_strategy_grads_at(S, q);
-    for (int s = 0; s < dt_gpt_segments(m); s++) {
-        size_t lo = dt_gpt_segment_start(m, s), hi = dt_gpt_segment_start(m, s + 1);
-        size_t a = q->lo > lo ? q->lo : lo, b = q->hi < hi ? q->hi : hi;
+    for (int s = 0; s < dt_gpt_segments(lay); s++) {
+        size_t s0 = dt_gpt_segment_start(lay, s), s1 = dt_gpt_segment_start(lay, s + 1);
+        size_t a = lo > s0 ? lo : s0, b = hi < s1 ? hi : s1;
         if (a >= b) continue;
-        double *out = blocks + first[s] + (a - lo) / DT_NORM_BLOCK;
-        if ((a - lo) % DT_NORM_BLOCK == 0 && (b == hi || (b - lo) % DT_NORM_BLOCK == 0)) {
-            dt_norm_blocks(dt_gbuf_at(g, a - q->lo), b - a, out);
+        double *out = blocks + first[s] + (a - s0) / DT_NORM_BLOCK;
+        if ((a - s0) % DT_NORM_BLOCK == 0 && (b == s1 || (b - s0) % DT_NORM_BLOCK == 0)) {
+            dt_norm_blocks(dt_gbuf_at(g, a - lo), b - a, out);
             continue;
         }
         for (size_t x = a; x < b; out++) {
-            size_t end = lo + ((x - lo) / DT_NORM_BLOCK + 1) * DT_NORM_BLOCK;
+            size_t end = s0 + ((x - s0) / DT_NORM_BLOCK + 1) * DT_NORM_BLOCK;
             double part;
             if (end > b) end = b;
-            dt_norm_blocks(dt_gbuf_at(g, x - q->lo), end - x, &part);
+            dt_norm_blocks(dt_gbuf_at(g, x - lo), end - x, &part);
             *out += part;
             x = end;
         }
     }
 }
 
+/* Where map range p ends in the rank's own layout. */
+static size_t local_end(const dt_flat_range *p)
+{
+    return p->at + (p->hi - p->lo);
+}
+
+/* Range q's block sums (q of the rank's layout, `at` as shard's), at the
+ * places its floats have in the whole layout (S->in_whole, ascending in
+ * both layouts; *next, the first of its ranges that can meet q, moves on
+ * as q does). */
+static void range_blocks(const dt_strategy *S, const dt_flat_range *q, const size_t *first,
+                         int *next, double *blocks)
+{
+    dt_gbuf g = dt_strategy_grads_at(S, q);
+    const dt_flat_ranges *map = S->in_whole;
+    if (!map) {
+        add_blocks(S->rank->model, first, q->lo, q->hi, g, blocks);
+        return;
+    }
+    while (*next < map->n && local_end(&map->r[*next]) <= q->lo) ++*next;
+    for (int i = *next; i < map->n && map->r[i].at < q->hi; i++) {
+        const dt_flat_range *p = &map->r[i];
+        size_t a = q->lo > p->at ? q->lo : p->at, end = local_end(p);
+        size_t b = q->hi < end ? q->hi : end;
+        if (a < b)
+            add_blocks(S->whole, first, p->lo + (a - p->at), p->lo + (b - p->at),
+                       dt_gbuf_at(g, a - q->lo), blocks);
+    }
+}
+
 /* The block sums of the gradients this rank owns, zeros elsewhere, added
- * over each norm group: every block comes from its one owner, so the sums
- * are exact in any order, and the total adds them in layout order, as
- * dt_grad_norm over one whole buffer does (the same bits for any layout). */
+ * over each norm group, and the total in layout order, as dt_grad_norm
+ * over one whole buffer adds them. The blocks are the whole model's, so
+ * every rank has the same ones; a block with one owner (any layout that
+ * holds whole tensors: ZeRO's pieces, a stage's layers) is summed exactly
+ * as one process sums it, so the norm is the same bits for any such
+ * layout. A tensor-parallel block holds several ranks' floats: their
+ * parts are added, within rounding of one process's sum. */
 int dt_step_local_norm(dt_strategy *S, double *norm)
 {
     const dt_gpt *m = S->rank->model;
@@ -144,13 +185,16 @@ int dt_step_local_norm(dt_strategy *S, double *norm)
         return 0;
     }
     dt_rank *r = S->rank;
-    size_t *first = block_index(m);
-    double *blocks = first ? calloc(first[dt_gpt_segments(m)], sizeof *blocks) : NULL;
-    if (!blocks) return free(first), dt_strf(r->err, sizeof r->err, "gradient norm: out of memory"), -1;
-    size_t nblocks = first[dt_gpt_segments(m)];
+    const dt_gpt *lay = block_layout(S);
+    size_t *first = block_index(lay);
+    double *blocks = first ? calloc(first[dt_gpt_segments(lay)], sizeof *blocks) : NULL;
+    if (!blocks)
+        return free(first), dt_strf(r->err, sizeof r->err, "gradient norm: out of memory"), -1;
+    size_t nblocks = first[dt_gpt_segments(lay)];
+    int next = 0;
     dt_flat_range whole = {0, m->n_floats, 0};
     for (int i = 0; i < (own ? own->n : 1); i++)
-        range_blocks(S, own ? &own->r[i] : &whole, first, blocks);
+        range_blocks(S, own ? &own->r[i] : &whole, first, &next, blocks);
     int rc = 0;
     for (int k = 0; k < S->n_norm_groups && rc == 0; k++)
         if ((rc = dt_allreduce(S->norm_group[k], blocks, blocks, nblocks, DT_F64, DT_SUM)))

@@ -280,9 +280,15 @@ void dt_strategy_rank_label(dt_strategy *S, int r, char *buf, size_t n)
 
 int dt_strategy_mem_plan(dt_strategy *S, int r, dt_rank_mem *out)
 {
-    for (int i = S->nlayers - 1; i >= 0; i--)
-        if (S->layer[i].ops->mem_plan && S->layer[i].ops->mem_plan(S->layer[i].self, r, out))
-            return 1;
+    if (S->nlayers == 0) {
+        *out = (dt_rank_mem){.floats = 0, .copies = 1};
+        return 1;
+    }
+    for (int i = S->nlayers - 1; i >= 0; i--) {
+        int rc = S->layer[i].ops->mem_plan ? S->layer[i].ops->mem_plan(S->layer[i].self, r, out)
+                                           : 0;
+        if (rc) return rc > 0;
+    }
     return 0;
 }
 

@@ -90,18 +90,19 @@ typedef struct {
     const dt_gpt_part *slots;
 } dt_share;
 
-/* What a rank holds by a layer's own arithmetic (a pipeline stage), for
- * the memory table where the ZeRO formulas do not hold: the floats of the
- * flat layout whose parameters, gradients and optimizer state it keeps
- * whole (the trainer applies the bytes per float of memory_plan.h), the
- * most of them in use at once (mixed precision widens those into fp32)
- * and whose gradients are open at once (bf16 accumulation adds in fp32
- * there), and its activation bytes. */
+/* What a rank holds by a layer's own arithmetic, for the memory table:
+ * the floats of the flat layout whose parameters, gradients and optimizer
+ * state it keeps whole (a pipeline stage's; the trainer applies the bytes
+ * per float of memory/plan.h), the most of them in use at once (mixed
+ * precision widens those into fp32) and whose gradients are open at once
+ * (bf16 accumulation adds in fp32 there), and its activation bytes.
+ * floats 0 is the whole model, which the ZeRO formulas of memory/plan.h
+ * describe (the other figures unused). */
 typedef struct {
     size_t floats, in_use, grads_open;
     double acts;
-    int copies; /* ranks holding the same floats, over which ZeRO-1 splits the
-                   optimizer state; 0: the data-parallel blocks (dp_size) */
+    int copies; /* ranks holding the same floats, over which ZeRO splits the
+                   state; 0: the data-parallel blocks (dp_size) */
 } dt_rank_mem;
 
 typedef struct dt_strategy_ops {
@@ -179,7 +180,8 @@ typedef struct dt_strategy_ops {
     /* A label for rank r in the memory table ("server"), or leaves buf. */
     void (*rank_label)(void *self, int r, char *buf, size_t n);
     /* What rank r holds by this layer's plan (pure arithmetic, any rank's):
-     * 1 with *out, 0 when it has none for r. */
+     * 1 with *out; 0 when it has none for r (a layer below may answer);
+     * -1 when it failed (r->err), so none answers. */
     int (*mem_plan)(void *self, int r, dt_rank_mem *out);
     void (*destroy)(void *self);
 } dt_strategy_ops;
@@ -273,7 +275,8 @@ void dt_strategy_describe(dt_strategy *S, FILE *f);
  * parallelism's). */
 void dt_strategy_describe_blocks(const dt_strategy *S, FILE *f, int n);
 void dt_strategy_rank_label(dt_strategy *S, int r, char *buf, size_t n);
-/* The plan of the topmost layer that has one for rank r: 1 with *out, else 0. */
+/* The plan of the topmost layer that has one for rank r: 1 with *out, else
+ * 0. An empty stack (one process) holds the whole model. */
 int dt_strategy_mem_plan(dt_strategy *S, int r, dt_rank_mem *out);
 void dt_strategy_destroy(dt_strategy *S);
 

@@ -30,7 +30,7 @@ void dt_plan_memo_close(dt_plan_memo *c)
     if (!c) return;
     free(c->cache);
     free(c->spans);
-    if (c->places.have) dt_gpt_destroy(&c->places.layout);
+    dt_plan_places_free(&c->places);
     free(c);
 }
 

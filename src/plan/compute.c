@@ -36,18 +36,47 @@ int dt_plan_gpu(const char *links, double *flops, double *opt_Bps, char *source,
     return 0;
 }
 
+/* The throwaway model a measurement runs: the model's width and heads (a
+ * layer's products), a small vocabulary (the head and the embeddings are
+ * not timed) and 3 layers (dt_pp_measure_costs), at a sequence of at most
+ * DT_PLAN_MEASURE_T tokens. */
+static int measured_shape(const dt_gpt_config *m, int T, dt_gpt_config *small)
+{
+    *small = *m;
+    small->n_layer = 3;
+    if (small->vocab_size > 256) small->vocab_size = 256;
+    return T < DT_PLAN_MEASURE_T ? T : DT_PLAN_MEASURE_T;
+}
+
+void dt_plan_measure_cost(const dt_gpt_config *m, int T, int *tokens, double *bytes,
+                          double *flops)
+{
+    dt_gpt_config small;
+    const int t = measured_shape(m, T, &small);
+    const double C = m->n_embd;
+    /* fp32 weights and gradients and a bf16 copy; three parts' activations */
+    *bytes = 10.0 * (double)dt_gpt_param_count(&small) +
+             3.0 * (double)dt_gpt_layer_act_bytes(DT_RECOMPUTE_NONE, 1, t, m->n_embd,
+                                                  m->n_head, NULL);
+    /* a warm-up pass and one timed, three layers each */
+    *flops = 2 * 3 * (double)t * (6 * 12 * C * C + 6.0 * t * C);
+    *tokens = t;
+}
+
 int dt_plan_measure_flops(const dt_gpt_config *m, int T, int bf16, int threads, double *flops,
                           char *err, size_t n)
 {
     dt_gpt like;
     dt_pp_costs k;
-    if (dt_gpt_create_layout(&like, m, bf16 ? DT_PREC_BF16 : DT_PREC_F32, err, n)) return -1;
+    dt_gpt_config small;
+    const int t = measured_shape(m, T, &small);
+    if (dt_gpt_create_layout(&like, &small, bf16 ? DT_PREC_BF16 : DT_PREC_F32, err, n)) return -1;
     dt_kernels_set_threads(threads);
-    int rc = dt_pp_measure_costs(&like, 1, T, &k, err, n);
+    int rc = dt_pp_measure_costs(&like, 1, t, &k, err, n);
     dt_gpt_destroy(&like);
     if (rc) return -1;
     if (k.layer_ms <= 0) return dt_strf(err, n, "measuring a layer: it took no time"), -1;
     const double C = m->n_embd;
-    *flops = (double)T * (6 * 12 * C * C + 6.0 * T * C) / (k.layer_ms * 1e-3);
+    *flops = (double)t * (6 * 12 * C * C + 6.0 * t * C) / (k.layer_ms * 1e-3);
     return 0;
 }

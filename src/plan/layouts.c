@@ -5,13 +5,16 @@
 
 #include "core/str.h"
 #include "plan/plan.h"
+#include "plan/plan_internal.h"
 
 #define MAX_LAYOUTS (1 << 20)
 
+/* Each layout with what the user fixed goes to visit. */
 typedef struct {
-    dt_plan_layout *v;
-    int n, cap;
-} list;
+    const dt_plan_input *in;
+    dt_plan_visit visit;
+    void *ctx;
+} walk;
 
 /* Whether l has what the user fixed. */
 static int pinned_out(const dt_plan_input *in, const dt_plan_layout *l)
@@ -25,18 +28,9 @@ static int pinned_out(const dt_plan_input *in, const dt_plan_layout *l)
     return 0;
 }
 
-static int push(const dt_plan_input *in, list *L, const dt_plan_layout *l)
+static int push(const walk *W, const dt_plan_layout *l)
 {
-    if (pinned_out(in, l)) return 0;
-    if (L->n == L->cap) {
-        int cap = L->cap ? 2 * L->cap : 1024;
-        if (cap > MAX_LAYOUTS) return -1;
-        dt_plan_layout *v = realloc(L->v, (size_t)cap * sizeof *v);
-        if (!v) return -1;
-        L->v = v, L->cap = cap;
-    }
-    L->v[L->n++] = *l;
-    return 0;
+    return pinned_out(W->in, l) ? 0 : W->visit(W->ctx, l);
 }
 
 /* Tensor parallelism splits heads, the MLP and the vocabulary, inside a
@@ -49,23 +43,32 @@ static int tp_ok(const dt_plan_input *in, int tp)
            (m->vocab_size + tp - 1) / tp * (tp - 1) < m->vocab_size;
 }
 
-/* Ring attention's zig-zag cut: 2 cp chunks of each sequence. */
-static int cp_ok(const dt_plan_input *in, int cp) { return cp <= 16 && in->T % (2 * cp) == 0; }
+/* Ring attention's zig-zag cut: 2 cp chunks of each sequence; without
+ * context parallelism nothing is cut. */
+static int cp_ok(const dt_plan_input *in, int cp)
+{
+    return cp == 1 || (cp <= 16 && in->T % (2 * cp) == 0);
+}
 
 /* The schedules a pipeline of pp stages could run with M micro-batches,
  * and their chunks a rank: V = 2 for interleaved. */
 static int schedules(const dt_plan_input *in, int pp, int M, dt_pp_kind *kind, int *V)
 {
-    int n = 0, L = in->model.n_layer;
-    kind[n] = DT_PP_1F1B, V[n++] = 1;
-    kind[n] = DT_PP_ZB1P, V[n++] = 1;
-    if (M % pp == 0 && L % (2 * pp) == 0) kind[n] = DT_PP_INTERLEAVED, V[n++] = 2;
+    static const dt_pp_kind kinds[] = {DT_PP_1F1B, DT_PP_ZB1P, DT_PP_INTERLEAVED};
+    int n = 0;
+    char err[256];
+    for (int i = 0; i < 3; i++) {
+        kind[n] = kinds[i], V[n] = kinds[i] == DT_PP_INTERLEAVED ? 2 : 1;
+        if (V[n] > 1 && in->model.n_layer % (V[n] * pp)) continue;
+        /* as a run refuses them: interleaved's M a multiple of pp, M V at most 2^20 */
+        if (dt_pp_schedule_valid(kind[n], pp, V[n], M, err, sizeof err) == 0) n++;
+    }
     return n;
 }
 
 /* The modes of one shape: ZeRO stages (2 and 3 not inside a pipeline) and
  * recomputation. */
-static int modes(const dt_plan_input *in, list *L, dt_plan_layout l)
+static int modes(const walk *W, dt_plan_layout l)
 {
     static const dt_recompute rcs[] = {DT_RECOMPUTE_NONE, DT_RECOMPUTE_SELECTIVE,
                                        DT_RECOMPUTE_FULL};
@@ -76,14 +79,15 @@ static int modes(const dt_plan_input *in, list *L, dt_plan_layout l)
             if (z > 0 && l.dp * l.cp == 1) break; /* nothing to shard over */
             l.zero = z;
             l.rc = rcs[r];
-            if (push(in, L, &l)) return -1;
+            if (push(W, &l)) return -1;
         }
     return 0;
 }
 
 /* The micro-batches of one data-parallel block's share of the batch. */
-static int shapes(const dt_plan_input *in, list *L, dt_plan_layout l)
+static int shapes(const walk *W, dt_plan_layout l)
 {
+    const dt_plan_input *in = W->in;
     const long per = in->batch / l.dp;
     for (long B = 1; B <= per && B <= 64; B++) {
         if (per % B) continue;
@@ -93,25 +97,26 @@ static int shapes(const dt_plan_input *in, list *L, dt_plan_layout l)
         if (l.sp && ((long)B * (in->T / l.cp)) % l.tp) continue;
         if (l.pp == 1) {
             l.sched = DT_PP_1F1B, l.V = 1;
-            if (modes(in, L, l)) return -1;
+            if (modes(W, l)) return -1;
             continue;
         }
         dt_pp_kind kind[3];
         int V[3], ns = schedules(in, l.pp, l.M, kind, V);
         for (int s = 0; s < ns; s++) {
             l.sched = kind[s], l.V = V[s];
-            if (modes(in, L, l)) return -1;
+            if (modes(W, l)) return -1;
         }
     }
     return 0;
 }
 
-int dt_plan_layouts(const dt_plan_input *in, dt_plan_layout **out, int *n, char *err,
-                    size_t errlen)
+int dt_plan_layouts_each(const dt_plan_input *in, dt_plan_visit visit, void *ctx)
 {
+    const walk W = {in, visit, ctx};
+    if ((long)in->nodes * in->per_node > DT_PLAN_MAX_RANKS) return -1;
     const int world = in->nodes * in->per_node;
-    list L = {0};
-    for (int tp = 1; tp <= world; tp++) {
+    const int tp_max = in->max_tp > 0 ? in->max_tp : in->per_node;
+    for (int tp = 1; tp <= world && tp <= tp_max; tp++) {
         if (world % tp || !tp_ok(in, tp)) continue;
         for (int pp = 1; pp <= world / tp && pp <= 64; pp++) {
             if ((world / tp) % pp || pp > in->model.n_layer) continue;
@@ -120,24 +125,47 @@ int dt_plan_layouts(const dt_plan_input *in, dt_plan_layout **out, int *n, char 
                 dt_plan_layout l = {.tp = tp, .cp = cp, .pp = pp, .dp = world / (tp * pp * cp),
                                     .sp = tp > 1};
                 if (in->batch % l.dp) continue;
-                if (shapes(in, &L, l)) {
-                    free(L.v);
-                    return dt_strf(err, errlen, "plan: more than %d layouts (or out of "
-                                   "memory); narrow the search", MAX_LAYOUTS), -1;
-                }
+                int rc = shapes(&W, l);
+                if (rc) return rc;
             }
         }
     }
-    if (L.n == 0)
-        return dt_strf(err, errlen, "no layout of %d ranks %s: the data-parallel size "
-                       "must divide the batch of %ld sequences, tp the %d heads and the ranks "
-                       "of a host, pp the %d layers, 2 cp the sequence of %d; use a batch that "
-                       "%d divides%s", world,
-                       in->pin.tp > 0 || in->pin.pp > 0 || in->pin.cp > 0 || in->pin.B > 0
-                           ? "has the sizes asked for" : "splits this batch",
-                       in->batch, in->model.n_head, in->model.n_layer, in->T, world,
-                       in->pin.tp > 0 || in->pin.pp > 0 || in->pin.cp > 0 || in->pin.B > 0
-                           ? ", or fix fewer sizes" : ", or fewer ranks"), -1;
+    return 0;
+}
+
+typedef struct {
+    dt_plan_layout *v;
+    int n, cap;
+} list;
+
+static int keep(void *ctx, const dt_plan_layout *l)
+{
+    list *L = ctx;
+    if (L->n == L->cap) {
+        int cap = L->cap ? 2 * L->cap : 1024;
+        if (cap > MAX_LAYOUTS) return -1;
+        dt_plan_layout *v = realloc(L->v, (size_t)cap * sizeof *v);
+        if (!v) return -1;
+        L->v = v, L->cap = cap;
+    }
+    L->v[L->n++] = *l;
+    return 0;
+}
+
+int dt_plan_layouts(const dt_plan_input *in, dt_plan_layout **out, int *n, char *err,
+                    size_t errlen)
+{
+    const long world = (long)in->nodes * in->per_node;
+    if (in->nodes < 1 || in->per_node < 1 || world > DT_PLAN_MAX_RANKS)
+        return dt_strf(err, errlen, "plan: %d nodes x %d ranks a node; a plan weighs 1 to %d "
+                       "ranks", in->nodes, in->per_node, DT_PLAN_MAX_RANKS), -1;
+    list L = {0};
+    if (dt_plan_layouts_each(in, keep, &L)) {
+        free(L.v);
+        return dt_strf(err, errlen, "plan: more than %d layouts (or out of memory); narrow "
+                       "the search", MAX_LAYOUTS), -1;
+    }
+    if (L.n == 0) return dt_plan_no_layout(in, err, errlen);
     *out = L.v;
     *n = L.n;
     return 0;

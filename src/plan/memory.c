@@ -1,13 +1,14 @@
 /* A layout's memory per rank for `dtrain plan`: the run's own plan (the
- * code behind the start-up table and `--dry-run`) on a configuration made
- * from the layout. See plan.h. */
+ * ddp kind's places, as `--dry-run` prints them, in bytes by the ZeRO
+ * formulas) on a configuration made from the layout. See plan.h. */
 #include <string.h>
 
 #include "core/str.h"
 #include "plan/plan.h"
-#include "train/config.h"
+#include "train/config/config.h"
 #include "plan/plan_internal.h"
-#include "train/memory_plan_mesh.h"
+#include "parallel/registry.h"
+#include "train/memory/plan_pp.h"
 
 #define GIB(x) ((double)(x) / (1024.0 * 1024.0 * 1024.0))
 
@@ -43,39 +44,37 @@ static double total(const dt_mem_plan *p)
            p->window_widened;
 }
 
-/* The places that hold the most: the first stage (the embeddings, the
- * most micro-batches in flight) and the last (the head, its logits), at
- * the first and the last tensor slice (the vocabulary's remainder); their
- * holdings kept in the memo for the layouts that differ only in the ZeRO
- * stage. */
+/* The layout's places by the ddp kind's own hook (what `dtrain train
+ * --dry-run` prints), before the ZeRO stage divides their state: the memo
+ * keeps them for the layouts that differ only in the stage. */
 static int places_of(const dt_plan_input *in, dt_plan_places *P, const dt_plan_layout *l,
                      const dt_train_config *c, char *err, size_t n)
 {
     dt_plan_layout key = *l;
     key.zero = 0;
     if (P->have && !memcmp(&key, &P->key, sizeof key)) return 0;
-    if (P->have) dt_gpt_destroy(&P->layout);
-    P->have = 0;
+    dt_plan_places_free(P);
     if (dt_gpt_create_layout(&P->layout, &in->model, in->bf16 ? DT_PREC_BF16 : DT_PREC_F32, err,
                              n))
         return -1;
+    P->layout.acts.recompute = l->rc;
+    dt_parallel_opts o = dt_config_parallel_opts(c);
+    o.zero.stage = 0;
+    dt_places_job job = {&o, &P->layout, l->tp * l->cp * l->dp * l->pp, l->B,
+                         c->seq_len ? c->seq_len : P->layout.cfg.block_size};
+    if (dt_strategy_find("ddp")->places(&job, &P->places, err, n))
+        return dt_gpt_destroy(&P->layout), -1;
     P->have = 1;
     P->key = key;
-    P->layout.acts.recompute = l->rc;
-    dt_mem_plan_mesh_ctx x;
-    if (dt_mem_plan_mesh_begin(&x, &P->layout, c, l->tp * l->cp * l->dp * l->pp, err, n))
-        return P->have = 0, dt_gpt_destroy(&P->layout), -1;
-    const int stages[2] = {0, l->pp - 1}, slices[2] = {0, l->tp - 1};
-    int rc = 0, flight;
-    P->n = 0;
-    for (int i = 0; rc == 0 && i < (l->pp > 1 ? 2 : 1); i++)
-        for (int j = 0; rc == 0 && j < (l->tp > 1 ? 2 : 1); j++, P->n++) {
-            P->stage[P->n] = stages[i], P->tp_rank[P->n] = slices[j];
-            rc = dt_mem_plan_mesh_held(&x, stages[i], slices[j], &P->held[P->n], &flight, err, n);
-        }
-    dt_mem_plan_mesh_end(&x);
-    if (rc) P->have = 0, dt_gpt_destroy(&P->layout);
-    return rc;
+    return 0;
+}
+
+void dt_plan_places_free(dt_plan_places *P)
+{
+    if (!P->have) return;
+    dt_places_free(&P->places);
+    dt_gpt_destroy(&P->layout);
+    P->have = 0;
 }
 
 int dt_plan_memory(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layout *l,
@@ -86,13 +85,14 @@ int dt_plan_memory(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layou
     config_of(in, l, &cfg);
     if (places_of(in, P, l, &cfg, err, errlen)) return -1;
     double most = -1;
-    int at = 0;
-    for (int i = 0; i < P->n; i++) {
+    int most_at = 0;
+    for (int i = 0; i < P->places.n; i++) {
+        const dt_place *at = &P->places.at[i];
         dt_mem_plan plan;
-        if (dt_mem_plan_held(&P->layout, &cfg, l->cp * l->dp, &P->held[i], &plan, err, errlen))
+        if (dt_mem_plan_held(&P->layout, &cfg, at->mem.copies, &at->mem, &plan, err, errlen))
             return -1;
         if (total(&plan) <= most) continue;
-        most = total(&plan), at = i;
+        most = total(&plan), most_at = i;
         memcpy(row->mem, plan.bytes, sizeof row->mem);
         row->psi = plan.psi;
     }
@@ -100,6 +100,7 @@ int dt_plan_memory(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layou
     row->fits = row->mem_total <= in->mem;
     if (!row->fits)
         dt_strf(row->why, sizeof row->why, "needs %.1f GiB per rank (stage %d, tp rank %d), "
-                "has %.1f", GIB(row->mem_total), P->stage[at], P->tp_rank[at], GIB(in->mem));
+                "has %.1f", GIB(row->mem_total), P->places.at[most_at].stage,
+                P->places.at[most_at].tp_rank, GIB(in->mem));
     return 0;
 }

@@ -55,6 +55,7 @@ int dt_plan_run(const dt_plan_input *in, dt_plan_result *out, char *err, size_t 
     }
     int rc = 0;
     for (int i = 0; rc == 0 && i < n; i++) {
+        if (in->progress) in->progress(in->progress_arg, i, n);
         out->rows[i].l = ls[i];
         rc = weigh(in, c, &out->rows[i], err, errlen);
     }

@@ -2,8 +2,8 @@
  *
  * It enumerates layouts (tp, cp, dp, pp, the ZeRO stage, the micro-batch
  * and their count, the pipeline schedule, recomputation: layouts.c),
- * predicts each one's memory per rank by kind with the code that prints a
- * run's start-up table (train/memory_plan_mesh.h: memory.c) and its step
+ * predicts each one's memory per rank by kind with the code behind
+ * `dtrain train --dry-run` (the ddp kind's places: memory.c) and its step
  * time from the compute rate and the cost model of the collectives over
  * the real schedules (the pipeline's action lists simulated in time, each
  * collective's algorithm run dry on a stand-in of its group: step_time.c),
@@ -47,7 +47,15 @@ typedef struct {
     struct {
         int tp, cp, pp, zero, B, rc, sched;
     } pin;
+    /* Told before each layout is weighed (done of total), or NULL: a long
+     * plan can say how far it is. */
+    void (*progress)(void *arg, long done, long total);
+    void *progress_arg;
 } dt_plan_input;
+
+/* The most ranks a plan weighs: what a dtrain job starts (its bootstrap)
+ * and the collectives' cost model stands in for (sim/world.h). */
+#define DT_PLAN_MAX_RANKS (1 << 20)
 
 /* One layout: sizes, the batch's shape and the modes. */
 typedef struct {
@@ -112,10 +120,17 @@ int dt_plan_time(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layout 
 int dt_plan_gpu(const char *links, double *flops, double *opt_Bps, char *source, size_t n);
 
 /* The sustained FLOP/s of one layer forward and backward at one sequence
- * of T on `threads` threads here (compute.c; kernels/ as a run uses them):
- * what this host's ranks compute at. 0, or -1 with err. */
+ * of T, or DT_PLAN_MEASURE_T tokens when T is longer, on `threads` threads
+ * here (compute.c; kernels/ as a run uses them): what this host's ranks
+ * compute at. A throwaway model of 3 layers of the model's width with a
+ * small vocabulary runs it. 0, or -1 with err. */
+#define DT_PLAN_MEASURE_T 256
 int dt_plan_measure_flops(const dt_gpt_config *m, int T, int bf16, int threads, double *flops,
                           char *err, size_t n);
+/* What that measurement costs before it runs: the tokens of its sequence,
+ * about the bytes it holds and the FLOPs of its passes. */
+void dt_plan_measure_cost(const dt_gpt_config *m, int T, int *tokens, double *bytes,
+                          double *flops);
 
 /* All of it: 0, or -1 with err. */
 int dt_plan_run(const dt_plan_input *in, dt_plan_result *out, char *err, size_t errlen);

@@ -6,7 +6,7 @@
 
 #include "comm/coll.h"
 #include "plan/plan.h"
-#include "train/memory_plan_pp.h"
+#include "parallel/places.h"
 
 /* The planner's memory of answers it worked out once: collectives'
  * seconds by (kind, ranks, per host, bytes), and pipeline schedules'
@@ -22,17 +22,16 @@ typedef struct {
     double bwd, makespan;
 } dt_plan_span;
 
-/* The places of a layout that hold the most, before the ZeRO stage
- * divides their state: the layouts that differ only in the stage (the
- * innermost loop of the enumeration) share them. */
-#define DT_PLAN_PLACES 4
+/* The places of a layout (the ddp kind's, parallel/places.h) before the
+ * ZeRO stage divides their state: the layouts that differ only in the
+ * stage (the innermost loop of the enumeration) share them. */
 typedef struct {
     dt_plan_layout key; /* zero = 0 */
-    int have, n;
-    dt_gpt layout;      /* the whole model's, with the key's rows */
-    int stage[DT_PLAN_PLACES], tp_rank[DT_PLAN_PLACES];
-    dt_rank_mem held[DT_PLAN_PLACES];
+    int have;
+    dt_gpt layout;      /* the whole model's, with the key's recompute mode */
+    dt_places places;
 } dt_plan_places;
+void dt_plan_places_free(dt_plan_places *P);
 
 struct dt_plan_memo {
     dt_cost_model links;
@@ -42,6 +41,17 @@ struct dt_plan_memo {
     int nspans, capspans;
     dt_plan_places places;
 };
+
+/* Every layout of in with what the user fixed, each handed to visit
+ * (layouts.c); 0, or the first nonzero visit returned. */
+typedef int (*dt_plan_visit)(void *ctx, const dt_plan_layout *l);
+int dt_plan_layouts_each(const dt_plan_input *in, dt_plan_visit visit, void *ctx);
+
+/* Why in has no layout (no_layout.c): the size asked for that has none on
+ * its own or the two that have none together, with the rule they break
+ * and the values that would work; with nothing asked for, the batch.
+ * Always -1, with err. */
+int dt_plan_no_layout(const dt_plan_input *in, char *err, size_t errlen);
 
 /* Seconds of collective `kind` of `bytes` (fp32 data; all ranks' together
  * for an all-gather or a reduce-scatter) over a group of `ranks` with

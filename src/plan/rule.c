@@ -7,7 +7,7 @@
 
 #include "core/str.h"
 #include "plan/plan.h"
-#include "train/memory_plan.h"
+#include "train/memory/plan.h"
 
 #define GIB(x) ((double)(x) / (1024.0 * 1024.0 * 1024.0))
 

@@ -25,11 +25,13 @@
 #include "core/str.h"
 #include "plan/plan.h"
 #include "plan/plan_internal.h"
+#include "plan/pp_figures.h"
 
 #define OPT_BYTES_PER_PARAM 28.0
 
 /* The schedule's makespan in units of a chunk's forward, B the backward
- * (I = W = B / 2 for zb1p); remembered. -1 when it does not build. */
+ * (I = W = B / 2 for zb1p), from lists of a bounded length whatever M
+ * (pp_figures.h); remembered. -1 when it does not build. */
 static double makespan(dt_plan_memo *c, dt_pp_kind kind, int p, int V, int M, double bwd)
 {
     for (int i = 0; i < c->nspans; i++) {
@@ -37,14 +39,11 @@ static double makespan(dt_plan_memo *c, dt_pp_kind kind, int p, int V, int M, do
         if (s->kind == (int)kind && s->p == p && s->V == V && s->M == M && s->bwd == bwd)
             return s->makespan;
     }
-    dt_pp_schedule s;
-    dt_pp_sim sim;
+    dt_plan_pp_figures g;
     char err[256];
     const double cost[4] = {1, bwd, bwd / 2, bwd / 2};
-    if (dt_pp_schedule_build(&s, kind, p, V, M, err, sizeof err)) return -1;
-    double span = dt_pp_schedule_simulate(&s, cost, &sim, err, sizeof err) ? -1 : sim.makespan;
-    if (span >= 0) dt_pp_sim_free(&sim);
-    dt_pp_schedule_free(&s);
+    double span = dt_plan_pp_figures_of(kind, p, V, M, cost, &g, err, sizeof err) ? -1
+                                                                                   : g.makespan;
     if (c->nspans == c->capspans) {
         int cap = c->capspans ? 2 * c->capspans : 64;
         dt_plan_span *v = realloc(c->spans, (size_t)cap * sizeof *v);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "comm/cost/dry.h"
+#include "sim/sched_size.h"
 
 static const dt_coll_kind kinds[] = {DT_COLL_ALLREDUCE, DT_COLL_REDUCE_SCATTER,
                                      DT_COLL_ALLGATHER, DT_COLL_BROADCAST, DT_COLL_ALLTOALL};
@@ -99,15 +100,15 @@ static size_t unit_bytes(dt_coll_kind kind, int p)
     return per;
 }
 
-/* The call for `bytes` of fp32 data; at least one element, so that every
- * rank has something to send. */
-static dt_coll_args call_for(dt_coll_kind kind, size_t bytes, int p)
+dt_coll_args dt_sim_coll_call(dt_coll_kind kind, size_t bytes, int p)
 {
     size_t per = unit_bytes(kind, p);
     size_t count = bytes / per ? bytes / per : 1;
     return (dt_coll_args){.kind = kind, .count = count, .dtype = DT_F32, .op = DT_SUM,
                           .root = 0, .algo = DT_ALGO_AUTO};
 }
+
+size_t dt_sim_coll_bytes(const dt_coll_args *a, int p) { return a->count * unit_bytes(a->kind, p); }
 
 static int choose(dt_sim_world *w, dt_coll_args *a, const char *algo, const dt_algo **out,
                   char *err, size_t len)
@@ -134,12 +135,18 @@ static int choose(dt_sim_world *w, dt_coll_args *a, const char *algo, const dt_a
     return 0;
 }
 
+#define TELL_EVERY 4096 /* ranks recorded between reports of progress */
+
 static int record_ranks(dt_sim_sched *s, dt_sim_world *w, const dt_algo *al, const dt_coll_args *a,
                         char *err, size_t len)
 {
     recorder r = {0};
     dt_dry_hook hook = {rec_step, rec_local, &r};
+    char what[96];
+    snprintf(what, sizeof what, "recording %s %s of %zu bytes over %d ranks",
+             dt_coll_name(a->kind), al->name, dt_sim_coll_bytes(a, w->ranks), w->ranks);
     for (int k = 0; k < w->ranks && !r.full; k++) {
+        if (k % TELL_EVERY == 0) dt_sim_tell(w, what, k, w->ranks);
         s->start[k] = r.len;
         r.rank = k;
         if (dt_dry_run_rank(w->comm, al, a, k, &hook) < 0) {
@@ -151,11 +158,14 @@ static int record_ranks(dt_sim_sched *s, dt_sim_world *w, const dt_algo *al, con
     }
     if (r.full) {
         free(r.buf);
-        snprintf(err, len, "the schedule of %s %s over %d ranks needs more than %llu GiB; "
-                 "use fewer ranks or an algorithm with fewer steps (--algo auto)",
-                 dt_coll_name(a->kind), al->name, w->ranks, DT_SIM_SCHED_MAX >> 30);
+        int n = snprintf(err, len, "the schedule of %s %s over %d ranks needs more than %llu "
+                         "GiB; ", dt_coll_name(a->kind), al->name, w->ranks,
+                         DT_SIM_SCHED_MAX >> 30);
+        if (n > 0 && (size_t)n < len)
+            dt_sim_sched_suggest(w, al, a, (double)DT_SIM_SCHED_MAX, err + n, len - (size_t)n);
         return -1;
     }
+    dt_sim_tell(w, what, w->ranks, w->ranks);
     s->start[w->ranks] = r.len;
     s->code = r.buf;
     s->steps = r.steps;
@@ -166,12 +176,14 @@ int dt_sim_sched_record(dt_sim_sched *s, dt_sim_world *w, dt_coll_kind kind, con
                         size_t bytes, char *err, size_t len)
 {
     memset(s, 0, sizeof *s);
-    dt_coll_args a = call_for(kind, bytes, w->ranks);
+    dt_coll_args a = dt_sim_coll_call(kind, bytes, w->ranks);
     const dt_algo *al;
-    if (choose(w, &a, algo, &al, err, len)) return -1;
+    if (choose(w, &a, algo, &al, err, len) ||
+        dt_sim_sched_fits(w, al, &a, (double)DT_SIM_SCHED_MAX, err, len))
+        return -1;
     s->kind = kind;
     s->size = w->ranks;
-    s->bytes = a.count * unit_bytes(kind, w->ranks);
+    s->bytes = dt_sim_coll_bytes(&a, w->ranks);
     snprintf(s->algo, sizeof s->algo, "%s", al->name);
     snprintf(s->label, sizeof s->label, "%s %s", dt_coll_name(kind), al->name);
     s->predicted = dt_cost_predict(w->comm, al, &a);
@@ -189,7 +201,7 @@ int dt_sim_sched_record(dt_sim_sched *s, dt_sim_world *w, dt_coll_kind kind, con
 
 double dt_sim_coll_predict(dt_sim_world *w, dt_coll_kind kind, size_t bytes, const char **algo)
 {
-    dt_coll_args a = call_for(kind, bytes, w->ranks);
+    dt_coll_args a = dt_sim_coll_call(kind, bytes, w->ranks);
     const dt_algo *al;
     char err[256];
     if (w->ranks < 2) return 0;

@@ -51,11 +51,20 @@ typedef struct {
  * 0, or -1 with the choices in err. */
 int dt_sim_coll_kind(const char *name, dt_coll_kind *k, char *err, size_t len);
 
+/* The call of collective `kind` for `bytes` of fp32 data over p ranks
+ * (for all-gather, reduce-scatter and all-to-all all ranks' data
+ * together): at least one element, so that every rank has something to
+ * send. And its bytes counted that way, as recorded (whole elements). */
+dt_coll_args dt_sim_coll_call(dt_coll_kind kind, size_t bytes, int p);
+size_t dt_sim_coll_bytes(const dt_coll_args *a, int p);
+
 /* The schedule of collective `kind` of `bytes` (fp32 data; for
  * all-gather, reduce-scatter and all-to-all all ranks' data together, as
  * nccl-tests and `dtrain bench comm` count it) over the whole world, by
  * algorithm `algo` (NULL or "auto": dt_algo_pick's choice). 0, or -1 with
- * a message (an unknown algorithm, with the choices; too big). */
+ * a message (an unknown algorithm, with the choices; too big, refused
+ * before recording where the closed-form count shows it, sim/sched_size.h,
+ * with an algorithm that fits). */
 int dt_sim_sched_record(dt_sim_sched *s, dt_sim_world *w, dt_coll_kind kind, const char *algo,
                         size_t bytes, char *err, size_t len);
 void dt_sim_sched_free(dt_sim_sched *s);

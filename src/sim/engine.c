@@ -74,6 +74,7 @@ struct dt_sim_engine {
     void *span_ctx;
     double now, makespan;
     long long events, messages;
+    double played, work; /* for progress: operations begun and recorded bytes read, of all */
     int oom;
 };
 
@@ -252,21 +253,23 @@ static void fire(dt_sim_engine *e, int rank, int ev)
 static int coll_next(dt_sim_engine *e, int si)
 {
     stream *s = &e->st[si];
+    const unsigned char *from = s->cur.p;
     dt_sim_entry en;
     if (!dt_sim_cursor_next(&s->cur, &en)) return 1;
     if (en.local) {
         s->state = S_LOCAL;
         push(e, e->now + en.seconds, EV_WAKE, si, 0);
-        return 0;
+    } else {
+        s->state = S_OPS;
+        s->pending = en.nops;
+        for (int i = 0; i < en.nops; i++) {
+            dt_sim_op_rec op;
+            dt_sim_cursor_op(&s->cur, &op);
+            int peer = s->members ? s->members[op.peer] : op.peer;
+            post_op(e, si, si / e->S, peer, op.kind, (double)op.bytes, 2 * s->coll);
+        }
     }
-    s->state = S_OPS;
-    s->pending = en.nops;
-    for (int i = 0; i < en.nops; i++) {
-        dt_sim_op_rec op;
-        dt_sim_cursor_op(&s->cur, &op);
-        int peer = s->members ? s->members[op.peer] : op.peer;
-        post_op(e, si, si / e->S, peer, op.kind, (double)op.bytes, 2 * s->coll);
-    }
+    e->played += (double)(s->cur.p - from);
     return 0;
 }
 
@@ -278,24 +281,32 @@ static void coll_end(dt_sim_engine *e, int si)
     e->st[si].coll = -1;
 }
 
-/* Stream si of `rank` enters collective id: its recording and, over
- * groups, its member index and its group's ranks. */
-static void coll_begin(dt_sim_engine *e, int si, int rank, int id)
+/* Collective id's recording that `rank` plays, as member *member of
+ * *members (the group's ranks; NULL: the world's). */
+static const dt_sim_sched *rank_sched(const dt_sim_engine *e, int rank, int id, int *member,
+                                      const int **members)
 {
-    stream *s = &e->st[si];
     const coll_entry *c = &e->coll[id];
-    s->coll = id;
     if (c->world) {
-        s->sched = c->world;
-        s->members = NULL;
-        s->cur = dt_sim_cursor_at(s->sched, rank);
-        return;
+        *member = rank;
+        *members = NULL;
+        return c->world;
     }
     const dt_sim_groups *g = c->groups->g;
     int pos = g->pos[rank], grp = pos / g->n;
-    s->sched = &c->groups->by_shape[g->shape[grp]];
-    s->members = g->members + (size_t)grp * (size_t)g->n;
-    s->cur = dt_sim_cursor_at(s->sched, pos - grp * g->n);
+    *member = pos - grp * g->n;
+    *members = g->members + (size_t)grp * (size_t)g->n;
+    return &c->groups->by_shape[g->shape[grp]];
+}
+
+/* Stream si of `rank` enters collective id. */
+static void coll_begin(dt_sim_engine *e, int si, int rank, int id)
+{
+    stream *s = &e->st[si];
+    int member;
+    s->coll = id;
+    s->sched = rank_sched(e, rank, id, &member, &s->members);
+    s->cur = dt_sim_cursor_at(s->sched, member);
 }
 
 static void stream_end(dt_sim_engine *e, int si)
@@ -315,6 +326,7 @@ static int start_op(dt_sim_engine *e, int si, const dt_sim_op *op)
 {
     stream *s = &e->st[si];
     int rank = si / e->S;
+    e->played++;
     switch (op->kind) {
     case DT_SIM_COMPUTE:
         s->state = S_COMPUTE;
@@ -432,9 +444,34 @@ static void describe_stuck(const dt_sim_engine *e, char *err, size_t len)
     }
 }
 
+/* The run's work, for progress: every operation of every stream, and
+ * every byte of the recordings its collectives read. */
+static double work(const dt_sim_engine *e)
+{
+    double n = 0;
+    for (int si = 0; si < e->w->ranks * e->S; si++) {
+        const dt_sim_prog *p = e->st[si].prog;
+        for (int i = 0; p && i < p->n; i++) {
+            n++;
+            if (p->op[i].kind != DT_SIM_COLL) continue;
+            int m;
+            const int *members;
+            const dt_sim_sched *s = rank_sched(e, si / e->S, p->op[i].arg, &m, &members);
+            n += (double)(s->start[m + 1] - s->start[m]);
+        }
+    }
+    return n;
+}
+
+#define TELL_EVERY 65536 /* events between reports of progress */
+
 int dt_sim_engine_run(dt_sim_engine *e, char *err, size_t len)
 {
+    static const char what[] = "running the simulation";
     e->now = 0;
+    e->played = 0;
+    e->work = e->w->progress.fn ? work(e) : 0;
+    dt_sim_tell(e->w, what, 0, e->work);
     for (int si = 0; si < e->w->ranks * e->S; si++) advance(e, si);
     dt_sim_event ev;
     for (;;) {
@@ -445,7 +482,7 @@ int dt_sim_engine_run(dt_sim_engine *e, char *err, size_t len)
         }
         if (e->oom || !dt_sim_heap_pop(&e->heap, &ev)) break;
         e->now = ev.t;
-        e->events++;
+        if (++e->events % TELL_EVERY == 0) dt_sim_tell(e->w, what, e->played, e->work);
         handle(e, &ev);
     }
     if (e->oom) {
@@ -459,6 +496,7 @@ int dt_sim_engine_run(dt_sim_engine *e, char *err, size_t len)
         }
         e->rk[r].st.idle += e->makespan - e->rk[r].st.finish;
     }
+    dt_sim_tell(e->w, what, e->played, e->work);
     return 0;
 }
 

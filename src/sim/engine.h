@@ -154,7 +154,9 @@ void dt_sim_engine_on_span(dt_sim_engine *e, dt_sim_span_fn fn, void *ctx);
  * memory. */
 int dt_sim_engine_share_cpu(dt_sim_engine *e, double ranks_worth);
 /* Runs every program to its end. 0, or -1 with a message: out of memory,
- * or a deadlock (naming a rank that is stuck and on what). */
+ * or a deadlock (naming a rank that is stuck and on what). Tells the
+ * world's progress (sim/world.h) as it goes, "running the simulation":
+ * operations begun and recorded bytes read, of all the programs'. */
 int dt_sim_engine_run(dt_sim_engine *e, char *err, size_t len);
 
 double dt_sim_engine_makespan(const dt_sim_engine *e);

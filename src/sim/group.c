@@ -114,6 +114,7 @@ int dt_sim_group_coll_record(dt_sim_group_coll *c, const dt_sim_groups *g, const
         labels(w, g->members + (size_t)g->rep[s] * g->n, g->n, first, hosts);
         dt_sim_world gw;
         rc = dt_sim_world_init_group(&gw, g->n, hosts, &w->model, err, len);
+        gw.progress = w->progress;
         if (rc == 0) rc = dt_sim_sched_record(&c->by_shape[s], &gw, kind, algo, bytes, err, len);
         dt_sim_world_free(&gw);
     }

@@ -12,18 +12,8 @@
 
 /* ---- checking ----------------------------------------------------------------- */
 
-/* The divisor of n nearest to want (for "try ..."). */
-static int near_divisor(int n, int want)
-{
-    int best = 1;
-    for (int d = 1; d <= n; d++)
-        if (n % d == 0 && abs(d - want) < abs(best - want)) best = d;
-    return best;
-}
-
 static int check_mesh(dt_sim_layout_opts *o, int ranks, char *err, size_t len)
 {
-    const dt_gpt_config *c = &o->cfg;
     int model = o->tp * o->cp * o->pp;
     if (ranks % model)
         return snprintf(err, len, "--ranks %d is not a multiple of tp x cp x pp = %d (try --ranks "
@@ -32,16 +22,6 @@ static int check_mesh(dt_sim_layout_opts *o, int ranks, char *err, size_t len)
         return snprintf(err, len, "--dp %d: tp x cp x dp x pp = %d, not the %d ranks (--dp %d "
                         "fits)", o->dp, o->dp * model, ranks, ranks / model), -1;
     o->dp = ranks / model;
-    if (c->n_head % o->tp)
-        return snprintf(err, len, "--tp %d does not divide the %d heads (try --tp %d)", o->tp,
-                        c->n_head, near_divisor(c->n_head, o->tp)), -1;
-    if (o->seq % o->cp)
-        return snprintf(err, len, "--cp %d does not divide the sequence of %d tokens (try --cp "
-                        "%d)", o->cp, o->seq, near_divisor(o->seq, o->cp)), -1;
-    if (o->sp && (o->seq / o->cp) % o->tp)
-        return snprintf(err, len, "sequence parallelism splits each rank's %d tokens over tp %d: "
-                        "they do not divide (try --tp %d)", o->seq / o->cp, o->tp,
-                        near_divisor(o->seq / o->cp, o->tp)), -1;
     return 0;
 }
 

@@ -91,9 +91,12 @@ typedef struct {
     long long events, messages;
 } dt_sim_layout;
 
-/* Whether the layout fits `ranks` ranks and the model: 0, or -1 with a
- * message saying what would work (sizes that do not divide, more stages
- * than layers, a schedule that does not build). Sets o->dp when 0. */
+/* Whether the simulator can place the layout on `ranks` ranks: 0, or -1
+ * with a message saying what would work (sizes that do not divide the
+ * ranks, more stages than layers, a schedule that does not build). Sets
+ * o->dp when 0. Whether the model splits as asked (tp's slices, cp's cut,
+ * sequence parallelism's rows) is the trainer's check, which `dtrain
+ * simulate` makes after this one. */
 int dt_sim_layout_check(dt_sim_layout_opts *o, int ranks, char *err, size_t len);
 
 /* Builds the step for every rank of w, runs it (span, when not NULL,

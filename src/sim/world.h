@@ -14,12 +14,28 @@
 
 #include "comm/cost/model.h"
 
+/* How far long work on a world has got, for a person waiting on it: fn
+ * is called now and then with what is under way ("recording allreduce
+ * rhd", "running the simulation") and `done` of `total` units of it,
+ * done == total last. NULL: nobody is told. */
+typedef struct {
+    void (*fn)(void *ctx, const char *what, double done, double total);
+    void *ctx;
+} dt_sim_progress;
+
 typedef struct {
     dt_comm *comm;       /* the stand-in world */
     dt_cost_model model; /* its job's */
     int *host_of;        /* [ranks] each rank's host, as the stand-in has it */
     int ranks, per_host, hosts;
+    dt_sim_progress progress; /* a group's world tells its parent's */
 } dt_sim_world;
+
+/* Tells w's progress, if anyone listens. */
+static inline void dt_sim_tell(const dt_sim_world *w, const char *what, double done, double total)
+{
+    if (w->progress.fn) w->progress.fn(w->progress.ctx, what, done, total);
+}
 
 /* 0, or -1 with a message saying what would work (ranks not a multiple of
  * per_host, too many ranks). The model is copied. */

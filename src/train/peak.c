@@ -17,7 +17,7 @@
 #include "core/parse.h"
 #include "core/str.h"
 #include "kernels/matmul.h"
-#include "train/corpus.h"
+#include "train/data/corpus.h"
 
 #define CACHE_MAGIC "dtrain-peak 1"
 #define RUN_SECONDS 4e-3 /* one timed run */

@@ -13,9 +13,9 @@
 #include "model/gpt.h"
 #include "model/optimizer.h"
 #include "parallel/strategy.h"
-#include "train/config.h"
-#include "train/dataset.h"
-#include "train/sampler.h"
+#include "train/config/config.h"
+#include "train/data/dataset.h"
+#include "train/data/sampler.h"
 
 typedef struct dt_run {
     dt_train_config *cfg;
@@ -33,7 +33,7 @@ typedef struct dt_run {
     double last_loss;
     int stop;           /* the signal the ranks agreed to stop on, or 0 */
     int dp_size;        /* blocks of each global batch, as the configuration was validated */
-    int lock_fd;        /* the lock on --out (ckpt_lock.h), or -1 */
+    int lock_fd;        /* the lock on --out (ckpt/lock.h), or -1 */
     double peak;        /* FLOP/s MFU is measured against (all computing ranks); 0: unknown */
     char peak_desc[512]; /* what that peak is */
     FILE *json;         /* --log-json, or NULL */
@@ -66,7 +66,7 @@ int dt_run_save(dt_run *t);
 /* run_report.c */
 /* The configuration, model, data and batch, and each rank's memory by kind
  * beside the ZeRO formulas for its stage, dtype and rank count, with the
- * activation estimate (train/memory_plan.h). Collective over the job where
+ * activation estimate (train/memory/plan.h). Collective over the job where
  * the formulas hold (--strategy ddp: every rank calls it); 0 or -1. */
 int dt_run_print_header(dt_run *t);
 /* A validation loss, printed and logged (final: the one at the end). */

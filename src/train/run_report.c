@@ -4,8 +4,7 @@
 #include <string.h>
 
 #include "core/str.h"
-#include "train/memory_plan.h"
-#include "train/memory_plan_pp.h"
+#include "train/memory/plan_pp.h"
 #include "train/metrics.h"
 #include "train/run.h"
 
@@ -71,17 +70,18 @@ static int gather_memory(dt_run *t, int peak, unsigned long long **all)
     return 0;
 }
 
-/* The formulas hold where every rank is a data-parallel replica or shard
- * of one: DDP and its ZeRO stages. 1 with the plan, else 0. */
-static int memory_plan(dt_run *t, dt_mem_plan *p)
+/* Whether the stack says every rank holds the whole model, so that the
+ * ZeRO formulas hold for each. */
+static int every_rank_whole(dt_run *t)
 {
-    char why[256];
-    if (strcmp(t->cfg->strategy, "ddp") != 0 || t->S.dp_size != t->r.size) return 0;
-    return dt_mem_plan_from_config(&t->model, t->cfg, t->S.dp_size, p, why, sizeof why) == 0;
+    dt_rank_mem m;
+    for (int r = 0; r < t->r.size; r++)
+        if (!dt_strategy_mem_plan(&t->S, r, &m) || m.floats) return 0;
+    return 1;
 }
 
-/* Rank r's plan by its strategy's own arithmetic (a pipeline stage's),
- * where it has one: 1 with *p, else 0. */
+/* Rank r's plan by the stack's arithmetic (a pipeline stage's, or the
+ * whole model's), where it has one: 1 with *p, else 0. */
 static int rank_plan(dt_run *t, int r, dt_mem_plan *p)
 {
     dt_rank_mem held;
@@ -112,15 +112,16 @@ static void print_roles(dt_run *t, const char *title, const unsigned long long *
 }
 
 /* Every rank's memory by kind, printed by rank 0 (collective): beside the
- * formulas where they hold, else by role (and beside the strategy's plan
- * of each rank, where it has one). */
+ * ZeRO formulas where every rank holds the whole model, else by role (and
+ * beside the stack's plan of each rank, where it has one). */
 static int print_memory(dt_run *t, const char *title, int peak)
 {
     unsigned long long *all;
     dt_mem_plan plan;
     if (gather_memory(t, peak, &all)) return -1;
     if (!all) return 0;
-    if (memory_plan(t, &plan)) dt_mem_plan_print(t->out, &plan, title, all, t->r.size);
+    if (every_rank_whole(t) && rank_plan(t, 0, &plan))
+        dt_mem_plan_print(t->out, &plan, title, all, t->r.size);
     else if (!t->r.world) dt_print_memory_snapshot(t->out, title, all);
     else print_roles(t, title, all);
     free(all);
@@ -190,8 +191,7 @@ int dt_run_print_header(dt_run *t)
             (double)m->n_params / 1e6, m->prec == DT_PREC_BF16 ? "bf16" : "fp32", emulated,
             t->threads);
     if (m->acts.mem) { /* a rank that holds the model */
-        size_t shared, kept = dt_gpt_layer_act_bytes(m->acts.recompute, t->r.B, t->r.T, m->cfg.n_embd,
-                                                     m->cfg.n_head, &shared);
+        size_t shared, kept = dt_gpt_layer_acts_bytes(m, t->r.B, t->r.T, &shared);
         fprintf(t->out, "activations: recompute %s, %.1f MiB per layer x %d + %.1f MiB shared\n",
                 dt_recompute_name(m->acts.recompute), (double)kept / 1048576.0, m->cfg.n_layer,
                 (double)shared / 1048576.0);
@@ -207,12 +207,11 @@ int dt_run_print_header(dt_run *t)
     dt_strategy_describe(&t->S, t->out);
     fprintf(t->out, "\n%s\n", t->peak_desc);
     if (print_offload(t)) return -1;
-    /* Where the formulas hold, or the strategy plans every rank (a
+    /* Where the stack plans the ranks (the whole model's formulas, a
      * pipeline's stages), every rank takes part; a strategy whose ranks do
      * not all get here (servers) keeps to rank 0's own line. */
-    dt_mem_plan plan;
     dt_rank_mem held;
-    if (memory_plan(t, &plan) || dt_strategy_mem_plan(&t->S, 0, &held))
+    if (dt_strategy_mem_plan(&t->S, 0, &held))
         return print_memory(t, "memory per rank at the start", 0);
     dt_print_memory(t->out, t->r.world ? "memory of rank 0" : "memory");
     return 0;

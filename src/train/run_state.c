@@ -9,12 +9,12 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "core/str.h"
-#include "train/checkpoint.h"
-#include "train/ckpt_shard.h"
-#include "train/corpus.h"
-#include "train/model_source.h"
+#include "train/ckpt/checkpoint.h"
+#include "train/ckpt/shard.h"
+#include "train/data/corpus.h"
+#include "train/weights/model_source.h"
 #include "train/run.h"
-#include "train/weights.h"
+#include "train/weights/weights.h"
 
 int dt_run_open_data(dt_run *t)
 {
@@ -159,7 +159,7 @@ static int load_held_params(dt_run *t, const char *dir, dt_ckpt_state *st)
 }
 
 /* The checkpoint's parameters, optimizer state and position into what this
- * rank holds, from a checkpoint of any layout (ckpt_shard.h): the
+ * rank holds, from a checkpoint of any layout (ckpt/shard.h): the
  * parameters whole, a stage's ranges in place, or a strategy's own pieces
  * (ZeRO-3, mixed precision's masters); the optimizer state over the ranges
  * this rank updates (dt_strategy_updates). */

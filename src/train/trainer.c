@@ -4,7 +4,7 @@
  * how its gradients and updates meet the other ranks'. See trainer.h.
  *
  * Step s trains on the global batch of G sequences whose counters are
- * s*G .. s*G+G-1 (sampler.h maps counters to sequences); the strategy
+ * s*G .. s*G+G-1 (data/sampler.h maps counters to sequences); the strategy
  * gives each rank its block. The logged loss of step s is the mean over
  * the global batch, before the update. */
 #include "train/trainer.h"
@@ -23,15 +23,15 @@
 #include "dtrain/comm.h"
 #include "kernels/threads.h"
 #include "parallel/registry.h"
-#include "train/checkpoint.h"
-#include "train/ckpt_lock.h"
-#include "train/config_agree.h"
+#include "train/ckpt/checkpoint.h"
+#include "train/ckpt/lock.h"
+#include "train/config/agree.h"
 #include "train/metrics.h"
 #include "train/peak.h"
 #include "train/run.h"
 #include "train/stop_signals.h"
 #include "train/trace_file.h"
-#include "train/weights.h"
+#include "train/weights/weights.h"
 
 
 /* ---- one optimizer step --------------------------------------------------- */

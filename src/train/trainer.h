@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "train/config.h"
+#include "train/config/config.h"
 
 /* Runs the whole training. 0 on success, -1 with a message naming what went
  * wrong (a file, a setting, a tensor). The config must have been parsed;

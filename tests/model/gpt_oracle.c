@@ -11,7 +11,7 @@
 
 #include "kernels/threads.h"
 #include "model/gpt.h"
-#include "train/weights.h"
+#include "train/weights/weights.h"
 
 static int fail(const char *msg)
 {

@@ -146,6 +146,11 @@ static void test_sizes(void)
                   "%s %dx%d: carved %zu bytes, the count says %d x %zu + %zu + %zu = %zu",
                   dt_recompute_name(modes[k]), B, T, carved, L, kept[k], shared[k], fixed,
                   L * kept[k] + shared[k] + fixed);
+            /* The blocks' own lists (the run's report) come to the same. */
+            size_t own_shared, own = dt_gpt_layer_acts_bytes(&m, B, T, &own_shared);
+            CHECK(own == kept[k] && own_shared == shared[k], "%s %dx%d: the blocks' lists say "
+                  "%zu + %zu, the count %zu + %zu", dt_recompute_name(modes[k]), B, T, own,
+                  own_shared, kept[k], shared[k]);
         }
         /* The per-layer figures by hand for this shape, 4 bytes a float. */
         const size_t NC = N * C;

@@ -6,8 +6,10 @@
  *
  * - reduce_bcast: data parallelism whose gradients meet by an explicit
  *   reduce to rank 0 and a broadcast back, instead of DDP's all-reduce.
- *   Reducing in rank order and scaling by 1/N is DDP's arithmetic, so at 2
- *   ranks the weights are bit-identical to DDP's.
+ *   As DDP does, it says how many ranks sum gradients (grad_ranks), so
+ *   each rank weighs its tokens by 1 / (every rank's tokens) and the mean
+ *   is formed before the sum; summing in rank order is then DDP's
+ *   arithmetic, and at 2 ranks the weights are bit-identical to DDP's.
  * - reduce_bcast_audit: the same with a second layer on the stack that
  *   owns the running of the micro-batches (as a pipeline schedule would)
  *   and checks that every hook comes in order; two layers that know
@@ -15,14 +17,20 @@
  * - dp_with_audit: naive DP and that layer, which both run the
  *   micro-batches: refused when the stack is built.
  * Nothing in the trainer knows these strategies exist
- * (test_custom_strategy.sh). */
+ * (test_custom_strategy.sh). reduce_bcast says what its ranks hold (the
+ * kind's places hook, the layer's mem_plan): its whole flat buffer, so
+ * `--dry-run` (run here as `dtrain train` runs it) and the run's memory
+ * table print its figures. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/bootstrap/bootstrap.h"
 #include "core/str.h"
+#include "model/acts.h"
 #include "parallel/registry.h"
-#include "train/config.h"
+#include "train/config/config.h"
+#include "train/dry_run.h"
 #include "train/trainer.h"
 
 typedef struct {
@@ -36,12 +44,10 @@ static int rb_end_grads(void *self)
     dt_rank *r = L->S->rank;
     dt_gpt *m = r->model;
     uint64_t before = dt_comm_bytes_sent(r->world);
+    /* Each rank's share is weighed already (grad_ranks): the sum is the mean. */
     if (dt_reduce(r->world, m->grads, m->grads, m->n_floats, DT_F32, DT_SUM, 0) ||
         dt_broadcast(r->world, m->grads, m->grads, m->n_floats, DT_F32, 0))
         return dt_strf(r->err, sizeof r->err, "reduce_bcast: %s", dt_comm_error(r->world)), -1;
-    /* The mean, as DDP's average finishes it. */
-    const float scale = 1.0f / (float)r->size;
-    for (size_t i = 0; i < m->n_floats; i++) m->grads[i] *= scale;
     L->bytes = dt_comm_bytes_sent(r->world) - before;
     return 0;
 }
@@ -65,6 +71,29 @@ static void rb_describe(void *self, FILE *f)
     fprintf(f, " x %d ranks (reduce to rank 0, then broadcast)", ((reduce_bcast *)self)->S->rank->size);
 }
 
+/* What each rank holds: the model's whole flat buffer, padding included
+ * (parameters, gradients, optimizer state over all of it), the largest
+ * segment in use at once, one micro-batch's activations. No ZeRO: one
+ * copy each. */
+static dt_rank_mem rb_holds(const dt_gpt *m, int B, int T)
+{
+    dt_rank_mem h = {.floats = m->n_floats, .copies = 1,
+                     .acts = 4.0 * (double)dt_gpt_acts_floats(m, B, T)};
+    for (int s = 0; s <= m->cfg.n_layer + 1; s++) {
+        size_t len = dt_gpt_segment_start(m, s + 1) - dt_gpt_segment_start(m, s);
+        if (len > h.in_use) h.in_use = h.grads_open = len;
+    }
+    return h;
+}
+
+static int rb_mem_plan(void *self, int r, dt_rank_mem *out)
+{
+    dt_rank *rk = ((reduce_bcast *)self)->S->rank;
+    (void)r;
+    *out = rb_holds(rk->model, rk->B, rk->T);
+    return 1;
+}
+
 static void rb_destroy(void *self) { free(self); }
 
 static const dt_strategy_ops rb_ops = {
@@ -73,6 +102,7 @@ static const dt_strategy_ops rb_ops = {
     .end_grads = rb_end_grads,
     .traffic = rb_traffic,
     .describe = rb_describe,
+    .mem_plan = rb_mem_plan,
     .destroy = rb_destroy,
 };
 
@@ -94,11 +124,23 @@ static int rb_build(dt_strategy *S, const dt_parallel_opts *o)
     S->lockstep = r->world;
     S->dp_index = r->rank;
     S->dp_size = r->size;
+    S->grad_ranks *= r->size; /* the ranks whose gradients its sum adds */
     return dt_strategy_add(S, &rb_ops, L);
 }
 
+/* One place: every rank holds the same. */
+static int rb_places(const dt_places_job *j, dt_places *out, char *err, size_t n)
+{
+    if (dt_places_alloc(out, 1, err, n)) return -1;
+    dt_strf(out->rows, sizeof out->rows, "reduce_bcast: every rank holds its whole flat buffer");
+    dt_strf(out->at[0].label, sizeof out->at[0].label, "each of %d ranks", j->world);
+    out->at[0].ranks = j->world;
+    out->at[0].mem = rb_holds(j->layout, j->B, j->T);
+    return 0;
+}
+
 static const dt_strategy_kind rb_kind = {"reduce_bcast", "reduce to rank 0, broadcast back",
-                                         rb_size, rb_build};
+                                         rb_size, rb_build, rb_places};
 
 /* ---- a layer that runs the micro-batches and audits the hooks ---- */
 
@@ -175,7 +217,7 @@ static int rb_audit_build(dt_strategy *S, const dt_parallel_opts *o)
 
 static const dt_strategy_kind rb_audit_kind = {
     "reduce_bcast_audit", "reduce_bcast, with the micro-batches run by an auditing layer",
-    rb_size, rb_audit_build};
+    rb_size, rb_audit_build, NULL};
 
 static int dp2_size(const dt_parallel_opts *o, int world, int *dp, char *err, size_t n)
 {
@@ -192,7 +234,23 @@ static int dp_audit_build(dt_strategy *S, const dt_parallel_opts *o)
 
 static const dt_strategy_kind dp_audit_kind = {
     "dp_with_audit", "naive DP and the auditing layer: both run the micro-batches", dp2_size,
-    dp_audit_build};
+    dp_audit_build, NULL};
+
+/* `--dry-run` as `dtrain train` runs it, over the launcher's ranks; rank 0
+ * prints. */
+static int dry_run(dt_train_config *c, char *err, size_t n)
+{
+    dt_bootstrap b;
+    if (dt_bootstrap_from_env(&b, err, n) || dt_dry_run_check(c, b.size, err, n)) return -1;
+    return dt_dry_run(c, b.size, b.rank == 0 ? stdout : NULL, err, n);
+}
+
+static int wants_dry_run(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--dry-run") == 0) return 1;
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -205,7 +263,8 @@ int main(int argc, char **argv)
     char err[1024];
     dt_config_defaults(&c);
     int rc = dt_config_parse_args(&c, argc, argv, err, sizeof err);
-    if (rc == 0) rc = dt_train(&c, err, sizeof err);
+    if (rc == 0) rc = wants_dry_run(argc, argv) ? dry_run(&c, err, sizeof err)
+                                                : dt_train(&c, err, sizeof err);
     if (rc != 0) fprintf(stderr, "test_custom_strategy: %s\n", err);
     return rc ? 1 : 0;
 }

@@ -11,10 +11,11 @@ with ZeRO-1, and tp 2 and tp 4 with sequence parallelism: every logged loss with
 final weights (gathered into Hugging Face's names and shapes) within 1e-5
 (the worst tensor's ||a - b|| / ||b||). Not bit-identical: a row-parallel
 product's output is the sum of the ranks' partial products, added in
-another order than one product's, and the gradient norm's blocks hold
-other elements. The whole tensors (LayerNorms, wpe, the row-parallel
-biases) must be the same bits on every rank of a group (the replica
-check), and the final validation loss within 1e-6 of one process's.
+another order than one product's, and a block of the gradient norm that
+several ranks' slices share adds their parts. The whole tensors
+(LayerNorms, wpe, the row-parallel biases) must be the same bits on every
+rank of a group (the replica check), and the final validation loss
+within 1e-6 of one process's.
 Also with bf16 products and mixed precision (tp 2): within 2e-2 of one
 process in bf16 (the partial sums round differently).
 Traffic: each step's bytes match the reduces tensor parallelism makes per

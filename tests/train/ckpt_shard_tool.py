@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Helpers of test_ckpt_reshard.sh, written from the format's description
-(ckpt_shard.h), not from the C code.
+(ckpt/shard.h), not from the C code.
 
   ckpt_shard_tool.py torch CONSOLIDATED REFERENCE CKPTDIR
       The consolidated file loads in PyTorch with Hugging Face names and
@@ -41,7 +41,7 @@ def read_st(path):
 
 
 def checksum(b):
-    """ckpt_shard.h's fingerprint: FNV-1a over 8-byte words in four lanes."""
+    """ckpt/shard.h's fingerprint: FNV-1a over 8-byte words in four lanes."""
     h = [1469598103934665603, 1, 2, 3]
     i = 0
     while i + 32 <= len(b):

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "train/config.h"
+#include "train/config/config.h"
 
 static char err[8192];
 static char json_path[256];

@@ -19,9 +19,9 @@
 #include "check.h" /* tests/check.h */
 #include "model/gpt.h"
 #include "model/optimizer.h"
-#include "train/checkpoint.h"
-#include "train/ckpt_lock.h"
-#include "train/weights.h"
+#include "train/ckpt/checkpoint.h"
+#include "train/ckpt/lock.h"
+#include "train/weights/weights.h"
 
 static char root[256];
 

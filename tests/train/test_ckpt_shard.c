@@ -23,9 +23,9 @@
 #include "dtrain/comm.h"
 #include "model/gpt.h"
 #include "model/optimizer.h"
-#include "train/checkpoint.h"
-#include "train/ckpt_shard.h"
-#include "train/weights.h"
+#include "train/ckpt/checkpoint.h"
+#include "train/ckpt/shard.h"
+#include "train/weights/weights.h"
 
 #define OPT_T 17
 

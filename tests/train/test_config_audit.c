@@ -20,8 +20,8 @@
 
 #include "check.h"
 #include "config_util.h"
-#include "train/config_agree.h"
-#include "train/config_internal.h"
+#include "train/config/agree.h"
+#include "train/config/internal.h"
 
 /* ---- options of the table ------------------------------------------------ */
 
@@ -39,6 +39,7 @@ static const opt_row opt_rows[] = {
     {"n-embd", "64", "", NULL},
     {"vocab-size", "300", "", NULL},
     {"block-size", "64", "", NULL},
+    {"blocks", "ln_1:layernorm,attn:attention", "", NULL},
     {"init", "w.safetensors", "", NULL},
     {"data", "d.bin", "", NULL},
     {"val-data", "v.bin", "", NULL},
@@ -518,7 +519,7 @@ static void test_every_deepspeed_key(void)
 
 /* ---- the ranks' agreement ---------------------------------------------- */
 
-/* Every option says whether ranks must agree on it (config_agree.c): one
+/* Every option says whether ranks must agree on it (config/agree.c): one
  * added without a rule would go unchecked across ranks by accident. */
 static void test_every_option_has_an_agree_rule(void)
 {
@@ -528,14 +529,14 @@ static void test_every_option_has_an_agree_rule(void)
         if (o->type == T_ACTION)
             CHECK(rule == -1, "--%s is an action but has an agree rule", o->flag);
         else
-            CHECK(rule >= 0, "--%s has no rule in config_agree.c: say whether the ranks of a "
+            CHECK(rule >= 0, "--%s has no rule in config/agree.c: say whether the ranks of a "
                   "job must agree on it", o->flag);
     }
     const char *flag;
     for (int i = 0; (flag = dt_config_agree_flag(i)); i++) {
         int at = dt_cfg_find_flag(flag, strlen(flag));
         CHECK(at >= 0 && dt_cfg_options[at].type != T_ACTION,
-              "config_agree.c has a rule for --%s, which is no option of the table", flag);
+              "config/agree.c has a rule for --%s, which is no option of the table", flag);
     }
     CHECK(dt_config_agree_rule("pp") == DT_AGREE_VALUE, "--pp must agree");
     CHECK(dt_config_agree_rule("no-such-option") == -1, "a rule for an unknown option");

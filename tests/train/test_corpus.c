@@ -20,9 +20,9 @@
 #include <unistd.h>
 
 #include "check.h" /* tests/check.h */
-#include "train/corpus.h"
-#include "train/dataset.h"
-#include "train/shard_write.h"
+#include "train/data/corpus.h"
+#include "train/data/dataset.h"
+#include "train/data/shard_write.h"
 
 static char root[256];
 

@@ -21,9 +21,9 @@
 #include <unistd.h>
 
 #include "check.h" /* tests/check.h */
-#include "train/dataset.h"
-#include "train/sampler.h"
-#include "train/shard_write.h"
+#include "train/data/dataset.h"
+#include "train/data/sampler.h"
+#include "train/data/shard_write.h"
 
 static char dir[256];
 

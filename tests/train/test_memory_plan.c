@@ -1,5 +1,5 @@
 /*
- * The memory plan (train/memory_plan.h) against figures computed by hand:
+ * The memory plan (train/memory/plan.h) against figures computed by hand:
  * GPT-2 small (Psi = 124,439,808) at ZeRO stages 0-3 over 1, 2 and 4 ranks
  * in fp32 with AdamW, a small model in bf16 mixed precision and with SGD,
  * the transient windows from the layout's segment sizes counted by hand,
@@ -13,7 +13,7 @@
 #include "check.h"
 #include "core/alloc.h"
 #include "model/gpt.h"
-#include "train/memory_plan.h"
+#include "train/memory/plan.h"
 #include "train/metrics.h"
 
 static char err[512];

@@ -9,7 +9,7 @@ Psi_q is computed here from the documented sizes (embeddings V C + T C, a
 layer 12 C^2 + 13 C in its 12 tensors, ln_f 2 C), each tensor rounded up to
 16 floats, and must equal the printed Psi_q exactly; the padding this adds
 is also checked to be what it is (56 floats a layer, 16 for ln_f, none for
-the embeddings). The MiB figures must equal P, G, K x Psi_q (memory_plan.h)
+the embeddings). The MiB figures must equal P, G, K x Psi_q (memory/plan.h)
 rounded as printed.
 
 Activations (recompute none; N = B T = 48, a multiple of 16, so no buffer
@@ -186,7 +186,7 @@ def dry_dp_and_params(dtrain, tmp):
 
 
 def dry_precisions(dtrain, tmp):
-    """P, G, K of memory_plan.h at stage 0, over Psi_q."""
+    """P, G, K of memory/plan.h at stage 0, over Psi_q."""
     cases = [("bf16", ["--dtype", "bf16"], (2, 4, 12), "bf16 mixed precision"),
              ("bf16, bf16 accumulation", ["--dtype", "bf16", "--grad-accum-dtype", "bf16"],
               (2, 2, 12), "fp32 gradients of the segments backward holds open"),

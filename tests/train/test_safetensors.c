@@ -19,7 +19,7 @@
 
 #include "check.h" /* tests/check.h */
 #include "core/half.h"
-#include "train/safetensors.h"
+#include "train/weights/safetensors.h"
 
 static char dir[256];
 

@@ -96,6 +96,16 @@ static int ping_pong(dt_comm *c, int a, int b, char *buf, double *oneway)
     return 0;
 }
 
+/* x within [lo, hi]. */
+static double clamp(double x, double lo, double hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+/* Seconds per byte within the rates a model file may hold (model.h), so
+ * that the file calibration writes always loads. */
+static double per_byte(double s)
+{
+    return clamp(s, 1e-9 / DT_COST_GBPS_MAX, 1e-9 / DT_COST_GBPS_MIN);
+}
+
 /* alpha and beta from one-way times: the smallest message's time, and the
  * least-squares slope over the larger sizes (the smallest's time per byte
  * if noise made the slope non-positive). */
@@ -110,8 +120,8 @@ static void fit_link(const double *oneway, double *alpha, double *beta)
     double den = n * sxx - sx * sx;
     double slope = den > 0 ? (n * sxy - sx * sy) / den : 0;
     if (!(slope > 0)) slope = oneway[NSIZES - 1] / (double)sizes[NSIZES - 1];
-    *alpha = oneway[0] > 1e-9 ? oneway[0] : 1e-9;
-    *beta = slope > 1e-13 ? slope : 1e-13;
+    *alpha = clamp(oneway[0], DT_COST_ALPHA_US_MIN * 1e-6, DT_COST_ALPHA_US_MAX * 1e-6);
+    *beta = per_byte(slope);
 }
 
 double dt_measure_copy(size_t bytes)
@@ -155,7 +165,8 @@ static int time_local(double *gamma, double *copy)
     free(x), free(y), free(z);
     *copy = dt_measure_copy(LOCAL_BYTES);
     if (!(*copy > 0)) return DT_ERR_NOMEM;
-    *gamma = median(red, REPS);
+    *copy = per_byte(*copy);
+    *gamma = per_byte(median(red, REPS));
     return 0;
 }
 

@@ -47,21 +47,34 @@ static int bad(char *err, size_t len, const char *path, const char *what)
     return -1;
 }
 
-/* A positive number member of obj (microseconds or GB/s). */
-static int positive(const cJSON *obj, const char *key, double *out, const char *path,
-                    const char *where, char *err, size_t len)
+/* A number member of obj within [lo, hi] (microseconds or GB/s); where
+ * is obj's place in the file ("links.tcp"), "" at the top. */
+static int in_range(const cJSON *obj, const char *key, double lo, double hi, const char *unit,
+                    double *out, const char *path, const char *where, char *err, size_t len)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v) {
-        snprintf(err, len, "%s: %s has no \"%s\"", path, where, key);
+        snprintf(err, len, "%s: %s has no \"%s\"", path, *where ? where : "the model", key);
         return -1;
     }
-    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || v->valuedouble > 1e12) {
-        snprintf(err, len, "%s: %s.%s must be a positive number", path, where, key);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi)) {
+        char got[64];
+        if (cJSON_IsNumber(v)) snprintf(got, sizeof got, "%g", v->valuedouble);
+        else snprintf(got, sizeof got, "not a number");
+        snprintf(err, len, "%s: %s%s%s is %s; it must be a number from %g to %g (%s)", path,
+                 where, *where ? "." : "", key, got, lo, hi, unit);
         return -1;
     }
     *out = v->valuedouble;
     return 0;
+}
+
+/* A rate in GB/s, within the model's range. */
+static int rate(const cJSON *obj, const char *key, double *out, const char *path,
+                const char *where, char *err, size_t len)
+{
+    return in_range(obj, key, DT_COST_GBPS_MIN, DT_COST_GBPS_MAX, "GB/s: 1 MB/s to 10 TB/s",
+                    out, path, where, err, len);
 }
 
 static int read_link(const cJSON *obj, const char *name, dt_link_cost *out, const char *path,
@@ -78,9 +91,10 @@ static int read_link(const cJSON *obj, const char *name, dt_link_cost *out, cons
             return -1;
         }
     double a, bw, red;
-    if (positive(obj, "alpha_us", &a, path, where, err, len) ||
-        positive(obj, "bandwidth_GBps", &bw, path, where, err, len) ||
-        positive(obj, "reduce_GBps", &red, path, where, err, len))
+    if (in_range(obj, "alpha_us", DT_COST_ALPHA_US_MIN, DT_COST_ALPHA_US_MAX,
+                 "microseconds: 1 ns to 0.1 s", &a, path, where, err, len) ||
+        rate(obj, "bandwidth_GBps", &bw, path, where, err, len) ||
+        rate(obj, "reduce_GBps", &red, path, where, err, len))
         return -1;
     *out = link_from(a, bw, red);
     return 0;
@@ -95,7 +109,7 @@ static int parse_model(const cJSON *root, dt_cost_model *m, const char *path, ch
         return bad(err, len, path, "\"format\" is not \"" FORMAT "\" (write it with "
                    "dtrain bench comm --calibrate FILE)");
     double copy;
-    if (positive(root, "copy_GBps", &copy, path, "the model", err, len)) return -1;
+    if (rate(root, "copy_GBps", &copy, path, "", err, len)) return -1;
     m->copy = 1.0 / (copy * 1e9);
     const cJSON *links = cJSON_GetObjectItemCaseSensitive(root, "links");
     if (!cJSON_IsObject(links)) return bad(err, len, path, "\"links\" must be an object");

@@ -26,9 +26,20 @@ typedef struct {
     char source[200]; /* "built-in defaults", a file's path, "calibrated on ..." */
 } dt_cost_model;
 
+/* What a model may hold, in the file's units: beyond these a figure is a
+ * typo or a broken measurement (1e-300 GB/s would make every message last
+ * longer than the universe), and the simulator's and auto's sums stop
+ * meaning anything. Files are refused outside them; calibration clamps
+ * what it measures into them, so that its file always loads. */
+#define DT_COST_ALPHA_US_MIN 0.001 /* 1 ns */
+#define DT_COST_ALPHA_US_MAX 1e5   /* 0.1 s */
+#define DT_COST_GBPS_MIN 0.001     /* 1 MB/s */
+#define DT_COST_GBPS_MAX 1e4       /* 10 TB/s */
+
 void dt_cost_model_defaults(dt_cost_model *m);
-/* JSON file (see docs/comm.md): 0, or -1 with a message naming the file
- * and what was wrong in it. */
+/* JSON file (see docs/comm.md): 0, or -1 with a message naming the file,
+ * the field and what was wrong in it (a figure outside the ranges above
+ * among them). */
 int dt_cost_model_load(dt_cost_model *m, const char *path, char *err, size_t len);
 /* Written atomically (temporary file, then rename). */
 int dt_cost_model_save(const dt_cost_model *m, const char *path, char *err, size_t len);

@@ -45,11 +45,11 @@ static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
 {
     (void)what; /* element-wise and cheap: the input half does it all */
     const int C = m->cfg.n_embd, R = (int)dt_model_region_rows(m, (size_t)c->N);
-    float *part = dt_model_norm_grads_begin(m, 2 * (size_t)C);
+    float *part = dt_model_region_grads_begin(m, 2 * (size_t)C);
     float *gw = part ? part : c->g[WEIGHT], *gb = part ? part + C : c->g[BIAS];
     dt_layernorm_backward(m->acts.d_res, gw, gb, m->acts.d_c, c->x, c->w[WEIGHT], c->a[MEAN],
                           c->a[RSTD], R, C);
-    return part ? dt_model_norm_grads_end(m, c->g, 2, 2 * (size_t)C, c->blk->name) : 0;
+    return part ? dt_model_region_grads_end(m, c->g, 2, 2 * (size_t)C, c->blk->name) : 0;
 }
 
 static double flops(const dt_gpt_config *cfg, int T)

@@ -20,7 +20,7 @@ enum { MAX_REGISTERED = 16 };
 static const dt_block_kind *registered[MAX_REGISTERED];
 static int n_registered;
 
-const char dt_blocks_gpt2[] = "ln_1:layernorm attn:attention ln_2:layernorm mlp:mlp";
+const char dt_blocks_gpt2[] = "ln_1:layernorm,attn:attention,ln_2:layernorm,mlp:mlp";
 
 const dt_block_kind *dt_block_find(const char *name)
 {
@@ -83,6 +83,17 @@ static int check_order(const dt_block *b, int n, char *err, size_t errlen)
                                b[i].name), -1;
     }
     return 0;
+}
+
+int dt_blocks_same(const char *a, const char *b)
+{
+    dt_block x[DT_LAYER_MAX_BLOCKS], y[DT_LAYER_MAX_BLOCKS];
+    char err[160];
+    const int n = dt_blocks_parse(a, x, err, sizeof err);
+    if (n < 0 || n != dt_blocks_parse(b, y, err, sizeof err)) return 0;
+    for (int i = 0; i < n; i++)
+        if (x[i].kind != y[i].kind || strcmp(x[i].name, y[i].name)) return 0;
+    return 1;
 }
 
 int dt_blocks_parse(const char *spec, dt_block *out, char *err, size_t errlen)

@@ -154,7 +154,7 @@ static int cp_mem_plan(void *self, int q, dt_rank_mem *out)
     cp_layer *L = self;
     dt_rank *r = L->S->rank;
     (void)q;
-    if (dt_tp_rank_mem(L->m, 0, 1, r->B, r->T, out, r->err, sizeof r->err)) return 0;
+    if (dt_tp_rank_mem(L->m, 0, 1, r->B, r->T, out, r->err, sizeof r->err)) return -1;
     out->copies = L->copies;
     return 1;
 }

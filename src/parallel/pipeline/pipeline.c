@@ -409,11 +409,12 @@ static int pp_mem_plan(void *self, int rank, dt_rank_mem *out)
     if (at[0] == P->g.tp_i) {
         rc = dt_pp_stage_memory(P->m, &P->sched, P->cut, at[3], r->B, r->T, &m);
     } else {
-        if (dt_gpt_peer_layout(P->m, at[0], P->g.tp, &peer, r->err, sizeof r->err)) return 0;
+        if (dt_gpt_peer_layout(P->m, at[0], P->g.tp, &peer, r->err, sizeof r->err)) return -1;
         rc = dt_pp_stage_memory(&peer, &P->sched, P->cut, at[3], r->B, r->T, &m);
         dt_gpt_destroy(&peer);
     }
-    if (rc) return 0;
+    if (rc) return dt_strf(r->err, sizeof r->err, "pipeline stage %d: out of memory for its "
+                           "plan", at[3]), -1;
     *out = (dt_rank_mem){.floats = m.floats, .in_use = m.in_use, .grads_open = m.grads_open,
                          .acts = m.acts, .copies = P->g.cp * P->g.dp};
     return 1;

@@ -22,7 +22,7 @@ const char *dt_pp_kind_name(dt_pp_kind k)
     return (int)k >= 0 && (int)k < N_KINDS ? kind_names[k] : "?";
 }
 
-static int validate(dt_pp_kind kind, int p, int V, int M, char *err, size_t errlen)
+int dt_pp_schedule_valid(dt_pp_kind kind, int p, int V, int M, char *err, size_t errlen)
 {
     if ((int)kind < 0 || (int)kind >= N_KINDS)
         return dt_strf(err, errlen, "unknown pipeline schedule %d", (int)kind), -1;
@@ -179,7 +179,7 @@ int dt_pp_schedule_build(dt_pp_schedule *s, dt_pp_kind kind, int p, int V, int M
                          size_t errlen)
 {
     memset(s, 0, sizeof *s);
-    if (validate(kind, p, V, M, err, errlen)) return -1;
+    if (dt_pp_schedule_valid(kind, p, V, M, err, errlen)) return -1;
     *s = (dt_pp_schedule){kind, p, V, M, calloc((size_t)p, sizeof(int)),
                           calloc((size_t)p, sizeof(dt_pp_action *))};
     if (!s->n || !s->acts || build_lists(s)) {

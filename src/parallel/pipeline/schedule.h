@@ -81,6 +81,9 @@ const char *dt_pp_kind_name(dt_pp_kind k);
  * 0, or -1 with err. */
 int dt_pp_schedule_build(dt_pp_schedule *s, dt_pp_kind kind, int p, int V, int M, char *err,
                          size_t errlen);
+/* The refusals of dt_pp_schedule_build alone, nothing built: what a run
+ * would refuse. 0, or -1 with err. */
+int dt_pp_schedule_valid(dt_pp_kind kind, int p, int V, int M, char *err, size_t errlen);
 void dt_pp_schedule_free(dt_pp_schedule *s);
 
 /* The static check, for schedules built here or by hand: every field in
@@ -126,10 +129,12 @@ void dt_pp_sim_free(dt_pp_sim *sim);
 double dt_pp_bubble_formula(dt_pp_kind kind, int p, int V, int M);
 
 /* A text chart of the unit-time simulation with F = 1, B = 2, I = W = 1:
- * one row per rank, one column per unit of time, each column the action's
- * letter and micro-batch (and, when V > 1, "c" and the chunk: F3c1) or
- * '.' where the rank idles; then the formula's bubble, the simulated
- * idle fraction and each rank's peak activations in flight. */
+ * a title line, then one row per rank, one column per unit of time, each
+ * column the action's letter and micro-batch (and, when V > 1, "c" and the
+ * chunk: F3c1) or '.' where the rank idles. The figures (the bubble, the
+ * activations held) are left to the caller. */
 void dt_pp_schedule_chart(FILE *f, const dt_pp_schedule *s);
+/* The chart's costs, indexed F, B, I, W. */
+extern const double dt_pp_chart_cost[4];
 
 #endif

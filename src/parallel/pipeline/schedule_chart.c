@@ -1,5 +1,6 @@
 /* The text chart of a schedule: its unit-time simulation drawn one rank a
- * row, one unit of time a column. See schedule.h. */
+ * row, one unit of time a column; its figures are the caller's (`dtrain
+ * plan` prints them for the whole step). See schedule.h. */
 #include "parallel/pipeline/schedule.h"
 
 #include <math.h>
@@ -10,7 +11,7 @@
 
 /* Whole units so every action fills whole columns; B costs two forwards,
  * as the usual rule of thumb for a transformer layer has it. */
-static const double chart_cost[4] = {1, 2, 1, 1};
+const double dt_pp_chart_cost[4] = {1, 2, 1, 1};
 
 /* "F12", or with chunks "F12c1": compute letter, micro-batch, chunk. */
 static int cell_text(char *buf, size_t n, const dt_pp_schedule *s, dt_pp_action a)
@@ -41,7 +42,7 @@ static void chart_row(FILE *f, const dt_pp_schedule *s, const dt_pp_sim *sim, in
         if (a.op > DT_PP_W) continue;
         char text[32];
         int len = cell_text(text, sizeof text, s, a), t0 = (int)lround(sim->start[r][j]);
-        for (int u = t0; u < t0 + (int)chart_cost[a.op] && u < slots; u++)
+        for (int u = t0; u < t0 + (int)dt_pp_chart_cost[a.op] && u < slots; u++)
             memcpy(line + u * width, text, (size_t)len), line[u * width + len] = ' ';
     }
     int end = slots * width;
@@ -49,20 +50,11 @@ static void chart_row(FILE *f, const dt_pp_schedule *s, const dt_pp_sim *sim, in
     fprintf(f, "rank %2d | %.*s\n", r, end, line);
 }
 
-static void chart_footer(FILE *f, const dt_pp_schedule *s, const dt_pp_sim *sim)
-{
-    fprintf(f, "bubble (idle / total): formula %.4f, simulated %.4f over makespan %g\n",
-            dt_pp_bubble_formula(s->kind, s->p, s->V, s->M), sim->idle_fraction, sim->makespan);
-    fprintf(f, "peak activations in flight:");
-    for (int r = 0; r < s->p; r++) fprintf(f, " rank %d: %d%s", r, sim->peak_in_flight[r],
-                                           r + 1 < s->p ? "," : "\n");
-}
-
 void dt_pp_schedule_chart(FILE *f, const dt_pp_schedule *s)
 {
     char err[256];
     dt_pp_sim sim;
-    if (dt_pp_schedule_simulate(s, chart_cost, &sim, err, sizeof err)) {
+    if (dt_pp_schedule_simulate(s, dt_pp_chart_cost, &sim, err, sizeof err)) {
         fprintf(f, "%s\n", err);
         return;
     }
@@ -73,7 +65,6 @@ void dt_pp_schedule_chart(FILE *f, const dt_pp_schedule *s)
                 "I = W = 1), '.' idle%s\n", dt_pp_kind_name(s->kind), s->p, s->V, s->M,
                 s->V > 1 ? ", c<k>: chunk k" : "");
         for (int r = 0; r < s->p; r++) chart_row(f, s, &sim, r, line, slots, width);
-        chart_footer(f, s, &sim);
     }
     free(line);
     dt_pp_sim_free(&sim);

@@ -67,28 +67,49 @@ static size_t in_use(const dt_gpt *m, const int *cut, int p, int V, int q)
     return most;
 }
 
-int dt_pp_stage_memory(const dt_gpt *layout, const dt_pp_schedule *s, const int *cut, int q,
-                       int B, int T, dt_pp_stage_mem *out)
+int dt_pp_stage_slots(const dt_pp_schedule *s, const int *cut, int q, dt_gpt_part **parts)
+{
+    int cap = s->V * s->M + 1;
+    if (!(*parts = malloc((size_t)cap * sizeof **parts))) return -1;
+    int slots = dt_pp_exec_slots(s, q, cut, *parts, cap);
+    if (slots < 1) {
+        free(*parts);
+        *parts = NULL;
+        return -1;
+    }
+    return slots;
+}
+
+void dt_pp_stage_memory_of(const dt_gpt *layout, const dt_pp_schedule *s, const int *cut, int q,
+                           int B, int T, int slots, const dt_gpt_part *parts,
+                           dt_pp_stage_mem *out)
 {
     memset(out, 0, sizeof *out);
     dt_flat_range r[DT_PP_MAX_RANGES];
     out->floats = dt_pp_held_ranges(layout, cut, s->p, s->V, q, r).len;
     out->in_use = in_use(layout, cut, s->p, s->V, q);
     out->grads_open = out->in_use;
-    int cap = s->V * s->M + 1;
-    dt_gpt_part *parts = malloc((size_t)cap * sizeof *parts);
-    out->slots = parts ? dt_pp_exec_slots(s, q, cut, parts, cap) : -1;
-    if (out->slots < 1) return free(parts), -1;
+    out->slots = slots;
     /* The arena as the trainer carves it: zb1p's halves need their slots
      * carved with split_backward (pipeline.c sets it before they exist). */
     dt_gpt probe = *layout;
     probe.acts.split_backward = s->kind == DT_PP_ZB1P;
-    out->model_floats = dt_gpt_slots_floats(&probe, B, T, out->slots, parts);
-    free(parts);
+    out->model_floats = dt_gpt_slots_floats(&probe, B, T, slots, parts);
     /* Whole sequences' tokens and targets; the received gradient is this
      * rank's rows (executor.c). */
     const size_t N = (size_t)B * T, msg = dt_gpt_boundary_floats(layout, B, T);
-    out->exec_bytes = (size_t)out->slots * (2 * N * sizeof(int32_t) + msg * sizeof(float));
+    out->exec_bytes = (size_t)slots * (2 * N * sizeof(int32_t) + msg * sizeof(float));
     out->acts = (double)out->model_floats * sizeof(float) + (double)out->exec_bytes;
+}
+
+int dt_pp_stage_memory(const dt_gpt *layout, const dt_pp_schedule *s, const int *cut, int q,
+                       int B, int T, dt_pp_stage_mem *out)
+{
+    dt_gpt_part *parts;
+    int slots = dt_pp_stage_slots(s, cut, q, &parts);
+    memset(out, 0, sizeof *out);
+    if (slots < 1) return -1;
+    dt_pp_stage_memory_of(layout, s, cut, q, B, T, slots, parts, out);
+    free(parts);
     return 0;
 }

@@ -1,7 +1,7 @@
 /* What one rank of a pipeline holds, by arithmetic over the layout and the
  * schedule (no buffer): its ranges of the flat layout, and the memory
  * they and its activation slots take. The strategy holds what these say,
- * and the memory plan (train/memory_plan_pp.h) prints them, so the two
+ * and the memory plan (train/memory/plan_pp.h) prints them, so the two
  * cannot drift apart.
  *
  * Rank q of p (V chunks each, S = p V stages; stage k on rank k % p)
@@ -53,5 +53,14 @@ typedef struct {
  * schedule with more than 64 chunks). */
 int dt_pp_stage_memory(const dt_gpt *layout, const dt_pp_schedule *s, const int *cut, int q,
                        int B, int T, dt_pp_stage_mem *out);
+
+/* Its two halves, for the tensor slices of one stage, which share the
+ * slots: rank q's slots (executor.h's dt_pp_exec_slots), their parts in
+ * *parts (malloc'd; the caller frees them), the count, or -1; then the
+ * holdings of layout (a slice's) with those slots. */
+int dt_pp_stage_slots(const dt_pp_schedule *s, const int *cut, int q, dt_gpt_part **parts);
+void dt_pp_stage_memory_of(const dt_gpt *layout, const dt_pp_schedule *s, const int *cut, int q,
+                           int B, int T, int slots, const dt_gpt_part *parts,
+                           dt_pp_stage_mem *out);
 
 #endif

@@ -235,7 +235,7 @@ static int tp_mem_plan(void *self, int q, dt_rank_mem *out)
     dt_rank *r = L->S->rank;
     if (L->S->held) return 0;
     if (dt_tp_rank_mem(L->m, q % L->size, L->size, r->B, r->T, out, r->err, sizeof r->err))
-        return 0;
+        return -1;
     out->copies = L->copies;
     return 1;
 }

@@ -350,6 +350,15 @@ static void zero_destroy(void *self)
     free(z);
 }
 
+/* The whole model sharded over the group by the stage's formulas (a layer
+ * above that splits the model answers first). */
+static int zero_mem_plan(void *self, int r, dt_rank_mem *out)
+{
+    (void)r;
+    *out = (dt_rank_mem){.floats = 0, .copies = ((zero *)self)->n};
+    return 1;
+}
+
 /* Stage 3 also chooses who evaluates (every rank, alone): the others leave
  * that to the layers above. */
 #define ZERO_OPS                                  \
@@ -363,7 +372,9 @@ static void zero_destroy(void *self)
     .gather_params = zero_gather_params,          \
     .release = zero_release,                      \
     .replicas_identical = zero_replicas,          \
-    .describe = zero_describe, .destroy = zero_destroy
+    .describe = zero_describe,                    \
+    .mem_plan = zero_mem_plan,                    \
+    .destroy = zero_destroy
 static const dt_strategy_ops zero_ops = {ZERO_OPS};
 static const dt_strategy_ops zero3_ops = {ZERO_OPS, .eval_group = zero_eval_group};
 

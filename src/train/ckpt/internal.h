@@ -1,0 +1,75 @@
+/* What the whole-model and the sharded checkpoint writers and readers
+ * share: the run directory (the hidden temporary directory, moving it into
+ * place, `latest`, pruning) and the record of a save. Private to
+ * src/train. */
+#ifndef DT_TRAIN_CKPT_INTERNAL_H
+#define DT_TRAIN_CKPT_INTERNAL_H
+
+#include <stddef.h>
+
+#include "model/gpt.h"
+#include "model/optimizer.h"
+#include "train/ckpt/shard.h"
+#include "train/ckpt/state.h"
+#include "train/weights/safetensors.h"
+
+void dt_ckpt_remove_tree(const char *dir);
+/* OUT/ckpt-NNNNNNNN */
+void dt_ckpt_dir_path(char *buf, size_t len, const char *out_dir, long step);
+/* The temporary directory's path for step and tag. */
+void dt_ckpt_tmp_path(char *buf, size_t len, const char *out_dir, long step, long tag);
+/* Creates out_dir and an empty temporary directory for step named with
+ * tag (the creating process's id), whose path goes to tmp. */
+int dt_ckpt_make_tmp(const char *out_dir, long step, long tag, char *tmp, size_t tmplen,
+                     char *err, size_t errlen);
+/* Moves tmp into place as step's checkpoint and points `latest` at it;
+ * on failure the run directory is as it was. */
+int dt_ckpt_publish(const char *out_dir, long step, const char *tmp, char *err, size_t errlen);
+/* Removes crashed saves' temporary directories, and checkpoints older than
+ * current beyond the keep - 1 newest of them. */
+void dt_ckpt_prune(const char *out_dir, long current, long keep);
+/* Whether dir holds a shard file (shard-*-of-*.safetensors), manifest or
+ * not. */
+int dt_ckpt_has_shards(const char *dir);
+/* 0 when a checkpoint's recorded model s is the one built, c; else -1
+ * with a message at `where` naming both. */
+int dt_ckpt_model_differs(const char *where, const dt_gpt_config *s, const dt_gpt_config *c,
+                          char *err, size_t errlen);
+/* The record of a save, checked as a resume would check it: what cannot be
+ * read back is not written. */
+int dt_ckpt_make_record(const char *out_dir, const dt_gpt *m, const dt_optimizer *o,
+                        const dt_ckpt_state *state, dt_ckpt_record *r, char *err,
+                        size_t errlen);
+
+/* ---- loading: where a checkpoint's values are -------------------------- */
+
+/* The buffers of a checkpoint, by the prefix of their tensors' names. */
+enum { DT_CKPT_PARAMS, DT_CKPT_EXP_AVG, DT_CKPT_EXP_AVG_SQ, DT_CKPT_NBUF };
+extern const char *const dt_ckpt_prefix[DT_CKPT_NBUF];
+
+/* Elements [lo, hi) of the layout's tensor `tensor`, held for each buffer
+ * by a file's tensor (elements from 0 there); NULL for a buffer not
+ * wanted. */
+typedef struct {
+    int tensor;
+    uint64_t lo, hi;
+    const dt_st_file *f[DT_CKPT_NBUF];
+    const dt_st_tensor *t[DT_CKPT_NBUF];
+} dt_ckpt_source_piece;
+
+typedef struct {
+    dt_st_file *files; /* open */
+    int nfiles;
+    dt_ckpt_source_piece *p;
+    int n;
+} dt_ckpt_source;
+
+/* The sources of a sharded checkpoint for the buffers wanted: the shards
+ * that hold any of the pieces `need`, each checked against the manifest
+ * (present, whole, its checksum, its model, its tensors). */
+int dt_ckpt_open_sharded(const char *dir, dt_ckpt_manifest *man, const dt_gpt *layout,
+                         const int want[DT_CKPT_NBUF], const dt_ckpt_piece *need, int nneed,
+                         dt_ckpt_source *src, char *err, size_t errlen);
+void dt_ckpt_source_close(dt_ckpt_source *src);
+
+#endif

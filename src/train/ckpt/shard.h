@@ -1,0 +1,122 @@
+/* Sharded checkpoints: each data-parallel rank writes the part of the
+ * model and optimizer state it holds (ZeRO), and any number of ranks,
+ * holding any ranges, reads them back (resharding).
+ *
+ *   OUT/ckpt-00000020/manifest.json                     the layout (below)
+ *   OUT/ckpt-00000020/shard-00000-of-00003.safetensors  rank 0's pieces
+ *   ...
+ *
+ * A rank's ranges of the flat layout (model/ranges.h) are cut at tensor
+ * boundaries into pieces: elements [lo, hi) of one named tensor. A shard
+ * file holds, for each piece, the 1-D fp32 tensors NAME@LO (parameters)
+ * and exp_avg.NAME@LO, exp_avg_sq.NAME@LO (moments, when the optimizer
+ * keeps them). Flat offsets are never stored: the padding that a layout
+ * puts between tensors or segments differs between rank counts, so a
+ * piece is named by tensor and element and padding is not saved.
+ *
+ * manifest.json:
+ *   {"format": "dtrain-sharded", "version": 1, "stage": 3, "ranks": 3,
+ *    "moments": 2, "state": {...state.json's object...},
+ *    "shards": [{"file": "shard-00000-of-00003.safetensors",
+ *                "bytes": "123456", "checksum": "9f0c...",
+ *                "pieces": [["wte.weight", 0, 4096], ...]}, ...]}
+ *
+ * The pieces of all shards tile every tensor exactly; loading checks it,
+ * and each shard's size, checksum, tensors and model sizes against the
+ * manifest, before it fills anything. The checkpoint is saved into the
+ * same hidden temporary directory and renamed into place as a whole-model
+ * one (ckpt/checkpoint.h), so a rank that dies during a save leaves the last
+ * checkpoint and `latest` as they were. */
+#ifndef DT_TRAIN_CKPT_SHARD_H
+#define DT_TRAIN_CKPT_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/comm.h"
+#include "model/gpt.h"
+#include "model/optimizer.h"
+#include "model/ranges.h"
+#include "train/ckpt/state.h"
+
+#define DT_CKPT_MANIFEST "manifest.json"
+#define DT_CKPT_SHARD_VERSION 1
+
+/* Elements [lo, hi) of tensor `tensor` (an index into the layout's tensor
+ * table); `at`: where element lo sits in the rank's shard buffers. */
+typedef struct {
+    int tensor;
+    uint64_t lo, hi;
+    size_t at;
+} dt_ckpt_piece;
+
+typedef struct {
+    char file[64];
+    uint64_t bytes, checksum;
+    int npieces;
+    dt_ckpt_piece *pieces; /* `at` unused */
+    char (*names)[48];     /* each piece's tensor name, as the manifest gives it */
+} dt_ckpt_shard;
+
+typedef struct {
+    int stage, ranks;
+    int moments; /* optimizer buffers saved per piece: 0, 1 (exp_avg) or 2 */
+    dt_ckpt_record record;
+    int nshards;
+    dt_ckpt_shard *shards;
+} dt_ckpt_manifest;
+
+/* Collective over group (every rank calls it, with its own ranges): each
+ * rank writes its shard in parallel, then rank 0 writes the manifest,
+ * moves the checkpoint into place, updates `latest` and prunes beyond
+ * keep_last. params, o->m and o->v are the rank's shard buffers (indexed
+ * by the ranges' `at`). A failure on any rank fails the save on all of
+ * them, naming the rank; the last checkpoint is then untouched. group may
+ * be NULL for a process alone. */
+int dt_ckpt_save_sharded(const char *out_dir, const dt_gpt *layout, const dt_flat_ranges *mine,
+                         const float *params, const dt_optimizer *o, const dt_ckpt_state *st,
+                         int stage, dt_comm *group, long keep_last, char *path_out,
+                         size_t path_len, char *err, size_t errlen);
+
+/* Fills this rank's ranges of params, o->m, o->v (and o->t, *st) from a
+ * whole-model or a sharded checkpoint of any rank count and stage; the
+ * shard buffers' floats outside the tensors (padding) are set to zero.
+ * params, o and st may be NULL (not wanted). Nothing non-finite, and no
+ * negative second moment, is loaded. */
+int dt_ckpt_load_ranges(const char *dir, const dt_gpt *layout, const dt_flat_ranges *mine,
+                        float *params, dt_optimizer *o, dt_ckpt_state *st, char *err,
+                        size_t errlen);
+
+/* Whether dir holds a sharded checkpoint (a manifest). */
+int dt_ckpt_is_sharded(const char *dir);
+
+/* The record (state.json's contents) of a checkpoint of either kind. */
+int dt_ckpt_read_record(const char *dir, dt_ckpt_record *r, char *err, size_t errlen);
+
+/* ---- the pieces and the manifest (ckpt/shard_pieces.c, ckpt/shard_manifest.c) */
+
+/* The pieces of mine in layout's tensors, in flat order (malloc'd, *n of
+ * them); checks that the ranges are ascending, disjoint, inside the
+ * layout and the shard buffers. */
+int dt_ckpt_pieces(const dt_gpt *layout, const dt_flat_ranges *mine, dt_ckpt_piece **out,
+                   int *n, char *err, size_t errlen);
+
+/* A shard's name inside the checkpoint, and a piece's tensor name in it. */
+void dt_ckpt_shard_name(char *buf, size_t len, int rank, int ranks);
+void dt_ckpt_piece_name(char *buf, size_t len, const char *prefix, const char *tensor,
+                        uint64_t lo);
+
+/* A fingerprint of a file's bytes (not for security). */
+uint64_t dt_ckpt_checksum(const void *p, size_t n);
+
+/* The manifest's text (malloc'd), or NULL when memory runs out. */
+char *dt_ckpt_manifest_format(const dt_ckpt_manifest *m, const dt_gpt *layout);
+/* Reads DIR/manifest.json, checking its fields (not yet the shards). */
+int dt_ckpt_manifest_read(const char *dir, dt_ckpt_manifest *m, char *err, size_t errlen);
+/* Checks that the manifest describes layout's model and that its pieces
+ * tile every tensor exactly once; sets each piece's tensor index. */
+int dt_ckpt_manifest_check(const char *dir, dt_ckpt_manifest *m, const dt_gpt *layout,
+                           char *err, size_t errlen);
+void dt_ckpt_manifest_free(dt_ckpt_manifest *m);
+
+#endif

@@ -1,0 +1,286 @@
+/* state.json written and checked. See ckpt/state.h. */
+#include "train/ckpt/state.h"
+
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/atomic_file.h"
+#include "core/file.h"
+#include "core/parse.h"
+#include "core/str.h"
+
+/* The largest integer a JSON number (a double) holds exactly. */
+#define JSON_INT_MAX ((long long)DT_CKPT_STEP_MAX)
+
+/* ---- writing ---------------------------------------------------------- */
+
+static void add_u64(cJSON *j, const char *key, uint64_t v)
+{
+    char buf[32];
+    dt_strf(buf, sizeof buf, "%llu", (unsigned long long)v);
+    cJSON_AddStringToObject(j, key, buf);
+}
+
+cJSON *dt_ckpt_state_json(const dt_ckpt_record *r)
+{
+    const dt_ckpt_state *s = &r->run;
+    cJSON *j = cJSON_CreateObject();
+    cJSON *model = cJSON_CreateObject();
+    if (!j || !model) {
+        cJSON_Delete(model);
+        cJSON_Delete(j);
+        return NULL;
+    }
+    cJSON_AddNumberToObject(j, "format", DT_CKPT_FORMAT);
+    cJSON_AddNumberToObject(j, "step", (double)s->step);
+    add_u64(j, "seq_counter", s->seq_counter);
+    add_u64(j, "seed", s->seed);
+    cJSON_AddNumberToObject(j, "shuffle", s->shuffle);
+    cJSON_AddNumberToObject(j, "seq_len", s->seq_len);
+    cJSON_AddNumberToObject(j, "global_batch", (double)s->global_batch);
+    cJSON_AddNumberToObject(j, "last_loss", s->last_loss); /* null when not finite */
+    add_u64(j, "data_tokens", s->data_tokens);
+    cJSON_AddStringToObject(j, "optimizer", dt_opt_kind_name(r->optimizer));
+    cJSON_AddNumberToObject(j, "optimizer_step", (double)r->optimizer_step);
+    cJSON_AddNumberToObject(model, "n_layer", r->model.n_layer);
+    cJSON_AddNumberToObject(model, "n_head", r->model.n_head);
+    cJSON_AddNumberToObject(model, "n_embd", r->model.n_embd);
+    cJSON_AddNumberToObject(model, "vocab_size", r->model.vocab_size);
+    cJSON_AddNumberToObject(model, "block_size", r->model.block_size);
+    cJSON_AddStringToObject(model, "blocks", r->model.blocks[0] ? r->model.blocks : dt_blocks_gpt2);
+    cJSON_AddItemToObject(j, "model", model);
+    return j;
+}
+
+char *dt_ckpt_state_format(const dt_ckpt_record *r)
+{
+    cJSON *j = dt_ckpt_state_json(r);
+    char *text = j ? cJSON_Print(j) : NULL;
+    cJSON_Delete(j);
+    return text;
+}
+
+/* ---- reading ---------------------------------------------------------- */
+
+typedef struct {
+    const char *path;
+    const char *prefix; /* before a key in messages: "" or "model." */
+    char *err;
+    size_t errlen;
+} reader;
+
+/* PATH: "KEY" is VALUE; it must be WANT. The value is shown as JSON, so a
+ * string shows its quotes. */
+static int bad(const reader *rd, const char *key, const cJSON *v, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int bad(const reader *rd, const char *key, const cJSON *v, const char *fmt, ...)
+{
+    char want[160];
+    va_list ap;
+    va_start(ap, fmt);
+    dt_vstrf(want, sizeof want, fmt, ap);
+    va_end(ap);
+    char *shown = v ? cJSON_PrintUnformatted(v) : NULL;
+    if (!v)
+        dt_strf(rd->err, rd->errlen, "%s: \"%s%s\" is missing (it must be %s)", rd->path,
+                rd->prefix, key, want);
+    else
+        dt_strf(rd->err, rd->errlen, "%s: \"%s%s\" is %.40s; it must be %s", rd->path,
+                rd->prefix, key, shown ? shown : "?", want);
+    free(shown);
+    return -1;
+}
+
+static int get_int(const reader *rd, const cJSON *obj, const char *key, long long lo,
+                   long long hi, long long *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (d >= (double)lo && d <= (double)hi && d == floor(d)) {
+        *out = (long long)d;
+        return 0;
+    }
+    return bad(rd, key, v, "an integer from %lld to %lld", lo, hi);
+}
+
+static int get_long(const reader *rd, const cJSON *obj, const char *key, long long lo,
+                    long long hi, long *out)
+{
+    long long v = 0;
+    if (get_int(rd, obj, key, lo, hi, &v) != 0) return -1;
+    *out = (long)v;
+    return 0;
+}
+
+static int get_i32(const reader *rd, const cJSON *obj, const char *key, long long lo,
+                   long long hi, int *out)
+{
+    long long v = 0;
+    if (get_int(rd, obj, key, lo, hi, &v) != 0) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* A decimal string; a JSON number is taken too when it is exact. An
+ * optional field that is absent reads as 0. */
+static int get_u64(const reader *rd, const cJSON *obj, const char *key, uint64_t hi,
+                   int optional, uint64_t *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    *out = 0;
+    if (!v && optional) return 0;
+    if (cJSON_IsString(v) && dt_parse_u64(v->valuestring, hi, out) == 0) return 0;
+    double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (d >= 0 && d <= (double)JSON_INT_MAX && d == floor(d) && (uint64_t)d <= hi) {
+        *out = (uint64_t)d;
+        return 0;
+    }
+    return bad(rd, key, v, "an integer from 0 to %llu (as a decimal string)",
+               (unsigned long long)hi);
+}
+
+/* A diverged loss is written as null. */
+static int get_loss(const reader *rd, const cJSON *obj, double *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "last_loss");
+    if (cJSON_IsNull(v)) {
+        *out = NAN;
+        return 0;
+    }
+    if (cJSON_IsNumber(v) && isfinite(v->valuedouble)) {
+        *out = v->valuedouble;
+        return 0;
+    }
+    return bad(rd, "last_loss", v, "a number, or null");
+}
+
+static int get_optimizer(const reader *rd, const cJSON *obj, dt_opt_kind *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "optimizer");
+    if (cJSON_IsString(v) && dt_opt_kind_parse(v->valuestring, out) == 0) return 0;
+    return bad(rd, "optimizer", v, "%s, %s or %s", dt_opt_kind_name(DT_OPT_ADAMW),
+               dt_opt_kind_name(DT_OPT_ADAM), dt_opt_kind_name(DT_OPT_SGD));
+}
+
+static int get_format(const reader *rd, const cJSON *obj)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "format");
+    if (cJSON_IsNumber(v) && v->valuedouble == DT_CKPT_FORMAT) return 0;
+    if (!v) return bad(rd, "format", v, "%d", DT_CKPT_FORMAT);
+    char *shown = cJSON_PrintUnformatted(v);
+    dt_strf(rd->err, rd->errlen, "%s: \"format\" is %.40s; this dtrain reads format %d", rd->path,
+            shown ? shown : "?", DT_CKPT_FORMAT);
+    free(shown);
+    return -1;
+}
+
+/* A layer's blocks, recorded since the model became blocks (absent: GPT-2's). */
+static int get_blocks(const reader *rd, const cJSON *obj, dt_gpt_config *cfg)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "blocks");
+    if (!v) return 0;
+    if (!cJSON_IsString(v) || strlen(v->valuestring) >= sizeof cfg->blocks)
+        return bad(rd, "blocks", v, "a string of name:kind pairs");
+    dt_strf(cfg->blocks, sizeof cfg->blocks, "%s", v->valuestring);
+    return 0;
+}
+
+/* The model's sizes, when recorded; they must also make a model. */
+static int get_model(const reader *rd, const cJSON *obj, dt_gpt_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(obj, "model");
+    if (!m) return 0;
+    if (!cJSON_IsObject(m)) return bad(rd, "model", m, "an object of the model's sizes");
+    reader sub = *rd;
+    sub.prefix = "model.";
+    if (get_i32(&sub, m, "n_layer", 1, INT_MAX, &cfg->n_layer) ||
+        get_i32(&sub, m, "n_head", 1, INT_MAX, &cfg->n_head) ||
+        get_i32(&sub, m, "n_embd", 1, INT_MAX, &cfg->n_embd) ||
+        get_i32(&sub, m, "vocab_size", 1, INT_MAX, &cfg->vocab_size) ||
+        get_i32(&sub, m, "block_size", 1, INT_MAX, &cfg->block_size) ||
+        get_blocks(&sub, m, cfg))
+        return -1;
+    char why[256];
+    if (dt_gpt_config_check(cfg, why, sizeof why) == 0) return 0;
+    dt_strf(rd->err, rd->errlen, "%s: \"model\" does not describe a model: %s", rd->path, why);
+    return -1;
+}
+
+/* Relations between fields that every run keeps: each step consumes at
+ * least one sequence. (The optimizer's step count is not tied to the
+ * step: an asynchronous parameter server updates once per worker push.) */
+static int check_relations(const reader *rd, const dt_ckpt_state *s)
+{
+    if (s->seq_counter >= (uint64_t)s->step) return 0;
+    dt_strf(rd->err, rd->errlen,
+            "%s: \"seq_counter\" is %llu, fewer than the %ld steps taken (each takes at least "
+            "one sequence)",
+            rd->path, (unsigned long long)s->seq_counter, s->step);
+    return -1;
+}
+
+static int parse_object(const reader *rd, const cJSON *j, dt_ckpt_record *r)
+{
+    dt_ckpt_state *s = &r->run;
+    /* The optimizer kernels count steps in an int, and add one. */
+    if (get_format(rd, j) || get_long(rd, j, "step", 0, JSON_INT_MAX, &s->step) ||
+        get_u64(rd, j, "seq_counter", INT64_MAX, 0, &s->seq_counter) ||
+        get_u64(rd, j, "seed", UINT64_MAX, 0, &s->seed) ||
+        get_i32(rd, j, "shuffle", 0, 1, &s->shuffle) ||
+        get_i32(rd, j, "seq_len", 1, INT_MAX, &s->seq_len) ||
+        get_long(rd, j, "global_batch", 1, JSON_INT_MAX, &s->global_batch) ||
+        get_loss(rd, j, &s->last_loss) ||
+        get_u64(rd, j, "data_tokens", INT64_MAX, 1, &s->data_tokens) ||
+        get_optimizer(rd, j, &r->optimizer) ||
+        get_long(rd, j, "optimizer_step", 0, INT_MAX - 1, &r->optimizer_step) ||
+        get_model(rd, j, &r->model))
+        return -1;
+    return check_relations(rd, s);
+}
+
+int dt_ckpt_state_parse(const char *path, const char *text, dt_ckpt_record *r, char *err,
+                        size_t errlen)
+{
+    reader rd = {path, "", err, errlen};
+    memset(r, 0, sizeof *r);
+    cJSON *j = cJSON_ParseWithOpts(text, NULL, 1); /* nothing may follow */
+    if (!j || !cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        dt_strf(err, errlen, "%s: not valid JSON, or not an object: the checkpoint state is damaged",
+                path);
+        return -1;
+    }
+    int rc = parse_object(&rd, j, r);
+    cJSON_Delete(j);
+    return rc;
+}
+
+int dt_ckpt_state_from_json(const char *path, const cJSON *j, dt_ckpt_record *r, char *err,
+                            size_t errlen)
+{
+    reader rd = {path, "", err, errlen};
+    memset(r, 0, sizeof *r);
+    if (!cJSON_IsObject(j)) {
+        dt_strf(err, errlen, "%s: the checkpoint state is not a JSON object", path);
+        return -1;
+    }
+    return parse_object(&rd, j, r);
+}
+
+int dt_ckpt_state_read(const char *dir, dt_ckpt_record *r, char *err, size_t errlen)
+{
+    char path[DT_PATH_MAX + 32];
+    dt_strf(path, sizeof path, "%s/state.json", dir);
+    char *text = dt_read_file(path, 1 << 20, NULL, err, errlen);
+    if (!text) return -1;
+    int rc = dt_ckpt_state_parse(path, text, r, err, errlen);
+    free(text);
+    return rc;
+}

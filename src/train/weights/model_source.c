@@ -1,0 +1,85 @@
+/* Where the model's sizes come from: a checkpoint being resumed, else a
+ * weights file (--init), else the configuration. See weights/model_source.h. */
+#include "train/weights/model_source.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#include "core/str.h"
+#include "train/ckpt/checkpoint.h"
+#include "train/weights/weights.h"
+
+/* Sizes given explicitly must match the ones a weights file implies. */
+static int check_sizes_agree(const dt_train_config *c, const char *source,
+                             const dt_gpt_config *mc, char *err, size_t errlen)
+{
+    const struct { const char *name; int given, want, have; } s[] = {
+        {"n_layer", DT_CONFIG_GIVEN(c, n_layer), c->n_layer, mc->n_layer},
+        {"n_head", DT_CONFIG_GIVEN(c, n_head), c->n_head, mc->n_head},
+        {"n_embd", DT_CONFIG_GIVEN(c, n_embd), c->n_embd, mc->n_embd},
+        {"vocab_size", DT_CONFIG_GIVEN(c, vocab_size), c->vocab_size, mc->vocab_size},
+        {"block_size", DT_CONFIG_GIVEN(c, block_size), c->block_size, mc->block_size},
+    };
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
+        if (s[i].given && s[i].want != s[i].have)
+            return dt_strf(err, errlen, "%s has %s %d, but %d was asked for", source, s[i].name,
+                           s[i].have, s[i].want), -1;
+    }
+    if (DT_CONFIG_GIVEN(c, blocks) && !dt_blocks_same(c->blocks, mc->blocks))
+        return dt_strf(err, errlen, "%s has the blocks \"%s\", but --blocks \"%s\" was asked "
+                       "for", source, mc->blocks[0] ? mc->blocks : dt_blocks_gpt2, c->blocks), -1;
+    return 0;
+}
+
+/* A file's sizes, and the head count, which shapes alone do not give. */
+static int sizes_from_file(const dt_train_config *c, const char *resume_dir, dt_gpt_config *mc,
+                           char *err, size_t errlen)
+{
+    const char *source = resume_dir ? resume_dir : c->init;
+    int rc = resume_dir ? dt_ckpt_model_config(resume_dir, mc, err, errlen)
+                        : dt_weights_inspect(c->init, mc, err, errlen);
+    if (rc) return -1;
+    /* A weights file names its tensors but records no blocks: the ones asked for. */
+    if (!resume_dir) dt_strf(mc->blocks, sizeof mc->blocks, "%s", c->blocks);
+    if (mc->n_head == 0) {
+        /* A wrong head count still runs, silently computing another model. */
+        if (!DT_CONFIG_GIVEN(c, n_head) && !DT_CONFIG_GIVEN(c, model))
+            return dt_strf(err, errlen,
+                           "%s records no n_head (no metadata, no config.json beside it): "
+                           "give --n-head",
+                           source), -1;
+        mc->n_head = c->n_head;
+    }
+    return check_sizes_agree(c, source, mc, err, errlen);
+}
+
+int dt_model_source_config(const dt_train_config *c, const char *resume_dir,
+                           const dt_dataset *train, const dt_dataset *val, int *seq_len,
+                           dt_gpt_config *mc, char *err, size_t errlen)
+{
+    memset(mc, 0, sizeof *mc);
+    if (resume_dir || c->init[0]) {
+        if (sizes_from_file(c, resume_dir, mc, err, errlen)) return -1;
+        /* Sequences fill the file's context unless a length was asked for. */
+        if (!DT_CONFIG_GIVEN(c, seq_len)) *seq_len = mc->block_size;
+    } else {
+        mc->n_layer = c->n_layer;
+        mc->n_head = c->n_head;
+        mc->n_embd = c->n_embd;
+        mc->block_size = c->block_size;
+        dt_strf(mc->blocks, sizeof mc->blocks, "%s", c->blocks);
+        /* Byte-level data gets the full byte vocabulary, so any text can be sampled. */
+        int data_vocab = dt_dataset_vocab(train);
+        mc->vocab_size = c->vocab_size > 0 ? c->vocab_size : data_vocab <= 256 ? 256 : data_vocab;
+    }
+    int need = dt_dataset_vocab(train);
+    if (val && dt_dataset_vocab(val) > need) need = dt_dataset_vocab(val);
+    if (need > mc->vocab_size)
+        return dt_strf(err, errlen,
+                       "%s holds token %d, outside the model's vocabulary of %d (set --vocab-size)",
+                       dt_dataset_name(train), need - 1, mc->vocab_size), -1;
+    if (*seq_len > mc->block_size)
+        return dt_strf(err, errlen, "--seq-len %d exceeds the model's block_size %d", *seq_len,
+                       mc->block_size), -1;
+    return dt_gpt_config_check(mc, err, errlen);
+}

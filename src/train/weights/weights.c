@@ -1,0 +1,308 @@
+/* Flat buffers <-> safetensors with Hugging Face GPT-2 names. See weights/weights.h. */
+#include "train/weights/weights.h"
+
+#include <cjson/cJSON.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/file.h"
+#include "core/parse.h"
+#include "core/str.h"
+
+/* ---- inspecting a file ---------------------------------------------------- */
+
+static const dt_st_tensor *find_hf(const dt_st_file *f, const char *prefix, const char *name)
+{
+    char full[256];
+    dt_strf(full, sizeof full, "%s%s", prefix, name);
+    const dt_st_tensor *t = dt_st_find(f, full);
+    if (t) return t;
+    dt_strf(full, sizeof full, "%stransformer.%s", prefix, name);
+    return dt_st_find(f, full);
+}
+
+/* Hugging Face keeps the sizes that shapes cannot give in config.json. */
+static int n_head_from_config_json(const char *weights_path)
+{
+    char dir[4096], path[4200];
+    dt_strf(dir, sizeof dir, "%s", weights_path);
+    dt_strf(path, sizeof path, "%s/config.json", dirname(dir));
+    char err[256];
+    char *buf = dt_read_file(path, 1 << 20, NULL, err, sizeof err);
+    if (!buf) return 0; /* no config.json: the caller asks for --n-head */
+    cJSON *root = cJSON_Parse(buf);
+    free(buf);
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(root, "n_head");
+    int v = cJSON_IsNumber(h) && h->valuedouble >= 1 && h->valuedouble <= INT_MAX &&
+                    h->valuedouble == floor(h->valuedouble)
+                ? h->valueint
+                : 0;
+    cJSON_Delete(root);
+    return v;
+}
+
+int dt_weights_inspect(const char *path, dt_gpt_config *cfg, char *err, size_t errlen)
+{
+    dt_st_file f;
+    if (dt_st_open(path, &f, err, errlen) != 0) return -1;
+    memset(cfg, 0, sizeof *cfg);
+    const dt_st_tensor *wte = find_hf(&f, "", "wte.weight");
+    const dt_st_tensor *wpe = find_hf(&f, "", "wpe.weight");
+    if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2) {
+        dt_strf(err, errlen, "%s: no 2-D wte.weight and wpe.weight: not a GPT-2 weights file",
+                path);
+        dt_st_close(&f);
+        return -1;
+    }
+    cfg->vocab_size = (int)wte->shape[0];
+    cfg->n_embd = (int)wte->shape[1];
+    cfg->block_size = (int)wpe->shape[0];
+    char name[64];
+    for (;;) {
+        dt_strf(name, sizeof name, "h.%d.ln_1.weight", cfg->n_layer);
+        if (!find_hf(&f, "", name)) break;
+        cfg->n_layer++;
+    }
+    const char *nh = dt_st_meta_get(&f, "n_head");
+    long heads = 0;
+    if (nh && dt_parse_long(nh, 1, INT_MAX, &heads) != 0) {
+        dt_strf(err, errlen, "%s: its metadata gives n_head '%.32s', not a positive integer",
+                path, nh);
+        dt_st_close(&f);
+        return -1;
+    }
+    cfg->n_head = nh ? (int)heads : n_head_from_config_json(path);
+    dt_st_close(&f);
+    return 0;
+}
+
+/* ---- checking values ------------------------------------------------------ */
+
+/* The exponent bits all set: an infinity or a NaN. Integer operations, so
+ * that the loop vectorizes. */
+static int all_finite(const float *x, size_t n)
+{
+    uint32_t any = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, x + i, sizeof b);
+        any |= (b & 0x7f800000u) == 0x7f800000u;
+    }
+    return !any;
+}
+
+int dt_weights_find(const dt_gpt *m, const float *flat, int (*bad)(float), int *tensor,
+                    size_t *elem)
+{
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dt_param_tensor *p = &m->tensors[i];
+        for (size_t k = 0; k < p->numel; k++) {
+            if (bad(flat[p->offset + k])) {
+                *tensor = i;
+                *elem = k;
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* "tensor PREFIXNAME holds nan at element K" */
+static void describe(const dt_param_tensor *p, const char *prefix, float v, size_t k, char *err,
+                     size_t errlen)
+{
+    char value[32];
+    if (isnan(v))
+        dt_strf(value, sizeof value, "nan");
+    else
+        dt_strf(value, sizeof value, "%g", (double)v);
+    dt_strf(err, errlen, "tensor %s%s holds %s at element %zu", prefix, p->name, value, k);
+}
+
+int dt_weights_check_finite_range(const dt_gpt *m, const float *x, size_t lo, size_t hi,
+                                  const char *prefix, char *err, size_t errlen)
+{
+    if (all_finite(x, hi - lo)) return 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dt_param_tensor *p = &m->tensors[i];
+        size_t a = p->offset > lo ? p->offset : lo, end = p->offset + p->numel;
+        size_t b = end < hi ? end : hi;
+        for (size_t k = a; k < b; k++)
+            if (!isfinite(x[k - lo])) {
+                describe(p, prefix, x[k - lo], k - p->offset, err, errlen);
+                return -1;
+            }
+    }
+    /* Padding between tensors (ZeRO's segments): no tensor to name. */
+    size_t k = 0;
+    while (isfinite(x[k])) k++;
+    dt_strf(err, errlen, "float %zu of the flat layout (padding) holds %g", lo + k, (double)x[k]);
+    return -1;
+}
+
+int dt_weights_check_finite(const dt_gpt *m, const float *flat, const char *prefix, char *err,
+                            size_t errlen)
+{
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dt_param_tensor *p = &m->tensors[i];
+        if (dt_weights_check_finite_range(m, flat + p->offset, p->offset, p->offset + p->numel,
+                                          prefix, err, errlen))
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- reading ------------------------------------------------------------- */
+
+static int check_shape(const dt_param_tensor *p, const dt_st_tensor *t, const char *path,
+                       char *err, size_t errlen)
+{
+    int ok = t->ndim == p->ndim;
+    for (int d = 0; ok && d < p->ndim; d++) ok = t->shape[d] == p->shape[d];
+    if (ok) return 0;
+    char want[64], got[128] = "";
+    if (p->ndim == 2)
+        dt_strf(want, sizeof want, "[%d, %d]", p->shape[0], p->shape[1]);
+    else
+        dt_strf(want, sizeof want, "[%d]", p->shape[0]);
+    size_t used = 0;
+    for (int d = 0; d < t->ndim && used + 24 < sizeof got; d++)
+        used += (size_t)snprintf(got + used, sizeof got - used, "%s%lld", d ? ", " : "",
+                                 (long long)t->shape[d]);
+    dt_strf(err, errlen, "%s: tensor %s has shape [%s], the model needs %s", path, t->name, got,
+            want);
+    return -1;
+}
+
+const dt_st_tensor *dt_weights_tensor(const dt_gpt *m, const dt_st_file *f, const char *prefix,
+                                      int k, char *err, size_t errlen)
+{
+    const dt_param_tensor *p = &m->tensors[k];
+    const dt_st_tensor *t = find_hf(f, prefix, p->name);
+    if (!t) {
+        dt_strf(err, errlen, "%s: tensor %s%s is missing", f->path, prefix, p->name);
+        return NULL;
+    }
+    return check_shape(p, t, f->path, err, errlen) == 0 ? t : NULL;
+}
+
+int dt_weights_read(const dt_gpt *m, float *flat, const dt_st_file *f, const char *prefix,
+                    char *err, size_t errlen)
+{
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dt_param_tensor *p = &m->tensors[i];
+        const dt_st_tensor *t = dt_weights_tensor(m, f, prefix, i, err, errlen);
+        if (!t || dt_st_read_f32(f, t, flat + p->offset, err, errlen) != 0) return -1;
+    }
+    char why[256];
+    if (dt_weights_check_finite(m, flat, prefix, why, sizeof why) == 0) return 0;
+    dt_strf(err, errlen, "%s: %s", f->path, why);
+    return -1;
+}
+
+int dt_weights_load(dt_gpt *m, const char *path, char *err, size_t errlen)
+{
+    dt_st_file f;
+    if (dt_st_open(path, &f, err, errlen) != 0) return -1;
+    int rc = dt_weights_read(m, m->params, &f, "", err, errlen);
+    dt_st_close(&f);
+    return rc;
+}
+
+/* Tensor k's elements inside range q of the flat layout, read into
+ * base + (position - q->lo) and checked finite; the file's pages of them
+ * are let go at once, so the mapping never holds more than one span. */
+static int read_span(const dt_gpt *m, const dt_st_file *f, const dt_st_tensor *t, int k,
+                     const dt_flat_range *q, float *base, char *err, size_t errlen)
+{
+    const dt_param_tensor *p = &m->tensors[k];
+    size_t a = q->lo > p->offset ? q->lo : p->offset, b = p->offset + p->numel;
+    if (q->hi < b) b = q->hi;
+    if (a >= b) return 0;
+    float *dst = base + (a - q->lo);
+    if (dt_st_read_f32_range(f, t, a - p->offset, b - a, dst, err, errlen)) return -1;
+    dt_st_let_go(t, a - p->offset, b - a);
+    if (all_finite(dst, b - a)) return 0;
+    size_t i = 0;
+    while (isfinite(dst[i])) i++;
+    char why[200];
+    describe(p, "", dst[i], a + i - p->offset, why, sizeof why);
+    return dt_strf(err, errlen, "%s: %s", f->path, why), -1;
+}
+
+int dt_weights_load_ranges(dt_gpt *m, const char *path, const dt_flat_ranges *keep, float *dst,
+                           int packed, char *err, size_t errlen)
+{
+    dt_st_file f;
+    if (dt_st_open(path, &f, err, errlen) != 0) return -1;
+    int rc = 0;
+    for (int k = 0; rc == 0 && k < m->n_tensors; k++) {
+        const dt_st_tensor *t = dt_weights_tensor(m, &f, "", k, err, errlen);
+        rc = t ? 0 : -1;
+        for (int i = 0; rc == 0 && i < keep->n; i++) {
+            const dt_flat_range *q = &keep->r[i];
+            rc = read_span(m, &f, t, k, q, dst + (packed ? q->at : q->lo), err, errlen);
+        }
+    }
+    dt_st_close(&f);
+    return rc;
+}
+
+/* ---- writing ------------------------------------------------------------- */
+
+int dt_weights_write(const dt_gpt *m, const float *const *bufs, const char *const *prefixes,
+                     int nbufs, const char *path, char *err, size_t errlen)
+{
+    char why[256];
+    for (int b = 0; b < nbufs; b++) {
+        if (dt_weights_check_finite(m, bufs[b], prefixes[b], why, sizeof why) != 0) {
+            dt_strf(err, errlen, "%s: refusing to write non-finite values: %s", path, why);
+            return -1;
+        }
+    }
+    int n = m->n_tensors * nbufs;
+    dt_st_entry *e = calloc((size_t)n, sizeof *e);
+    char (*names)[96] = calloc((size_t)n, sizeof *names);
+    if (!e || !names) {
+        free(e);
+        free(names);
+        dt_strf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    for (int b = 0; b < nbufs; b++) {
+        for (int i = 0; i < m->n_tensors; i++) {
+            const dt_param_tensor *p = &m->tensors[i];
+            dt_st_entry *x = &e[b * m->n_tensors + i];
+            char *name = names[b * m->n_tensors + i];
+            dt_strf(name, sizeof names[0], "%s%s", prefixes[b], p->name);
+            x->name = name;
+            x->data = bufs[b] + p->offset;
+            x->ndim = p->ndim;
+            x->shape[0] = p->shape[0];
+            x->shape[1] = p->shape[1];
+            x->dtype = DT_ST_F32;
+        }
+    }
+    char v[5][16];
+    const int sizes[5] = {m->cfg.n_layer, m->cfg.n_head, m->cfg.n_embd, m->cfg.vocab_size,
+                          m->cfg.block_size};
+    for (int i = 0; i < 5; i++) dt_strf(v[i], sizeof v[i], "%d", sizes[i]);
+    const dt_st_meta meta[5] = {{"n_layer", v[0]},    {"n_head", v[1]},    {"n_embd", v[2]},
+                                {"vocab_size", v[3]}, {"block_size", v[4]}};
+    int rc = dt_st_write(path, e, n, meta, 5, err, errlen);
+    free(e);
+    free(names);
+    return rc;
+}
+
+int dt_weights_save(const dt_gpt *m, const char *path, char *err, size_t errlen)
+{
+    const float *bufs[1] = {m->params};
+    const char *prefixes[1] = {""};
+    return dt_weights_write(m, bufs, prefixes, 1, path, err, errlen);
+}
