@@ -307,7 +307,7 @@ static int measure(sim_opts *o, const dt_gpt_config *cfg, int T, const dt_sim_wo
     if (o->per_host > cores) o->cpu_share = (double)cores;
     /* Every core computes: the collectives' copies take turns with it. */
     o->cpu_comm = o->per_host * threads >= cores;
-    const double copy = w->job.model.copy;
+    const double copy = w->model.copy;
     if (!o->mem_given && copy > 0) o->mem_GBps = 2.0 / copy / 1e9;
     printf("compute        measured: %.3g FLOP/s a rank (a layer on %d thread%s%s%s)\n",
            o->flops, threads, threads > 1 ? "s" : "",

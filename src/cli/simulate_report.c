@@ -3,7 +3,7 @@
 
 static void put_setup(FILE *f, const dt_sim_world *w, int nics)
 {
-    const dt_cost_model *m = &w->job.model;
+    const dt_cost_model *m = &w->model;
     fprintf(f, "ranks          %d (%d hosts of %d, %d NIC%s each)\n", w->ranks, w->hosts,
             w->per_host, nics, nics == 1 ? "" : "s");
     fprintf(f, "links          %s: within a host %.2f us, %.1f GB/s; across %.2f us, "

@@ -2,7 +2,6 @@
 
 #include <stdlib.h>
 
-#include "comm/transport/shm.h"
 #include "core/log.h"
 #include "core/timer.h"
 
@@ -177,7 +176,7 @@ int dt_async_submit(dt_comm *c, const dt_coll_args *args, dt_request **out)
     int join = a->p2p_open && is_p2p(r);
     pthread_cond_broadcast(&a->work);
     pthread_mutex_unlock(&a->mu);
-    if (join) dt_shm_wake(c); /* the running step may sleep on its doorbell */
+    if (join) c->doorbell->wake(c); /* the running step may sleep on its doorbell */
     if (out) {
         *out = r;
         return 0;

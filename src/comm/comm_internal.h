@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/coll.h"
 #include "comm/cost/model.h"
 #include "dtrain/comm.h"
 
@@ -31,41 +32,6 @@ struct dt_store;
 struct dt_monitor;
 struct dt_shm_comm;
 struct dt_async;
-struct dt_dry_run;
-
-/* ---- collectives ------------------------------------------------------ */
-
-typedef enum {
-    DT_COLL_NONE = 0,
-    DT_COLL_SEND,
-    DT_COLL_BARRIER,
-    DT_COLL_BROADCAST,
-    DT_COLL_REDUCE,
-    DT_COLL_GATHER,
-    DT_COLL_SCATTER,
-    DT_COLL_ALLREDUCE,
-    DT_COLL_ALLGATHER,
-    DT_COLL_REDUCE_SCATTER,
-    DT_COLL_ALLTOALL,
-    DT_COLL_KIND_COUNT
-} dt_coll_kind;
-
-const char *dt_coll_name(dt_coll_kind k);
-
-/* One collective call: what the user asked for. */
-typedef struct {
-    dt_coll_kind kind;
-    const void *send;
-    void *recv;
-    size_t count;
-    dt_dtype dtype;
-    dt_op op;
-    int root; /* root, or peer for send/recv */
-    int is_recv; /* DT_COLL_SEND: 1 for the receiving side */
-    int algo;    /* index in dt_algo_table, or DT_ALGO_AUTO; fixed at submit */
-} dt_coll_args;
-
-#define DT_ALGO_AUTO (-1)
 
 /* ---- messages ----------------------------------------------------------- */
 
@@ -92,8 +58,6 @@ typedef struct {
 _Static_assert(sizeof(dt_msg_hdr) == 64, "message header must be one cache line");
 
 /* ---- point-to-point operations ------------------------------------------ */
-
-typedef enum { DT_P2P_SEND = 0, DT_P2P_RECV, DT_P2P_RECV_REDUCE } dt_p2p_kind;
 
 typedef struct {
     dt_p2p_kind kind;
@@ -145,6 +109,24 @@ static inline dt_p2p dt_p2p_recv_reduce(int peer, void *dst, const void *local, 
     return op;
 }
 
+/* ---- dry runs ----------------------------------------------------------- */
+
+/* On the stand-in communicators of a dry run (cost/predict.c) nothing
+ * moves: the step executor, the algorithms' local steps (algo/local.c)
+ * and the scratch hand what they would do to the run instead, which costs
+ * or records it. The cost model observes the algorithms through this hook
+ * alone; they never call it by name. */
+typedef struct dt_dry_run dt_dry_run;
+struct dt_dry_run {
+    /* A step: ops posted together. */
+    void (*step)(dt_dry_run *d, const dt_comm *c, const dt_p2p *ops, int n);
+    /* Local work: a copy of `bytes`, or a reduction of n elements of the
+     * call's dtype. */
+    void (*copy)(dt_dry_run *d, const dt_comm *c, size_t bytes);
+    void (*reduce)(dt_dry_run *d, const dt_comm *c, size_t n);
+    void *scratch; /* what dt_comm_scratch hands out: an address never touched */
+};
+
 /* ---- links (one per peer) --------------------------------------------- */
 
 typedef struct dt_link dt_link;
@@ -156,7 +138,7 @@ typedef struct {
      * *progressed when any byte moved. */
     int (*progress)(dt_comm *c, dt_link *l, dt_p2p *op, int *progressed);
     /* Fill a pollfd to wait on for op (TCP) and return 1; return 0 when
-     * the link waits through the communicator's shared-memory doorbell, or
+     * the link waits on the communicator's doorbell (shared memory), or
      * -1 when it moves only inside progress() and nothing wakes a waiter
      * (MPI): waits then poll it, napping in between (dt_poll_nap). */
     int (*pollfd)(dt_link *l, const dt_p2p *op, struct pollfd *pfd);
@@ -167,6 +149,25 @@ struct dt_link {
     const dt_link_ops *ops;
     int peer; /* communicator rank */
 };
+
+/* A transport's doorbell (a row of the table in transport/transport.h may
+ * have one): what its links wait on when they say so (pollfd returns 0),
+ * and how another thread wakes a waiter. The step executor reads the bell
+ * before each pass over its links; after a fruitless pass it arms (peers
+ * then ring), makes one more pass, disarming if that one moved, and else
+ * sleeps until the bell moves from what it read (at once when it moved
+ * meanwhile). */
+typedef struct {
+    uint32_t (*read)(const dt_comm *c);
+    void (*arm)(dt_comm *c);
+    void (*disarm)(dt_comm *c);
+    /* Until the bell moves from `seen`, the job aborts or ms pass; disarms. */
+    void (*sleep)(dt_comm *c, uint32_t seen, int ms);
+    /* Wake c's waiter whatever it waits for (a job abort, a queued request,
+     * a peer that left); from any thread, with job->lock held when the
+     * communicator may be being set up or torn down. */
+    void (*wake)(dt_comm *c);
+} dt_doorbell;
 
 /* ---- job (process-wide) ----------------------------------------------- */
 
@@ -215,6 +216,7 @@ struct dt_comm {
     int *world_rank;  /* [size] */
     int *host_of;     /* [size] host index, equal for ranks sharing memory */
     dt_link **links;  /* [size], NULL for self */
+    const dt_doorbell *doorbell; /* what waits sleep on (NULL on a stand-in) */
     struct dt_shm_comm *shm;
     char transport_name[16]; /* "shm+tcp", ... (transport/transport.c) */
     uint64_t seq;          /* sequence number of the next collective */
@@ -242,7 +244,7 @@ struct dt_comm {
     signed char auto_choice[DT_COLL_KIND_COUNT][64];
     unsigned model_seen;
     int nhosts;               /* distinct hosts among the members */
-    struct dt_dry_run *dry;   /* set on the stand-in communicators of a dry run */
+    dt_dry_run *dry;          /* set on the stand-in communicators of a dry run */
     void *mpi;                /* the matching MPI communicator (mpi.h), or NULL */
 };
 
@@ -283,13 +285,10 @@ uint64_t dt_comm_deadline(const dt_comm *c);
 /* Whether this build has Open MPI underneath (mpi_coll.c). */
 int dt_have_mpi(void);
 
-/* Dry runs (cost/predict.c): a step costed instead of run, and a
- * scratch "buffer" that is never touched. */
-int dt_dry_step(dt_comm *c, const dt_p2p *ops, int n);
-void *dt_dry_scratch(dt_comm *c, size_t bytes);
-
 /* Post ops together and progress until all complete (0), or fail. Ops on
- * the same peer and direction complete in array order. */
+ * the same peer and direction complete in array order; at most
+ * DT_P2P_MAX_OPS of them. */
+#define DT_P2P_MAX_OPS 64
 int dt_p2p_run(dt_comm *c, dt_p2p *ops, int n);
 /* Queued dt_isend/dt_irecv calls that the progress thread runs as one step. */
 #define DT_P2P_BATCH 32

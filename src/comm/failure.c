@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
-#include "comm/transport/shm.h"
 #include "comm/mpi.h"
 #include "comm/bootstrap/store.h"
 #include "core/log.h"
@@ -24,12 +23,18 @@
 
 #define VERDICT_WAIT_S 2.0
 
+/* Every communicator's waiter, from its doorbell (job->lock held). */
+static void wake_comms(dt_job *job)
+{
+    for (int i = 0; i < job->ncomms; i++) job->comms[i]->doorbell->wake(job->comms[i]);
+}
+
 static void wake_all(dt_job *job)
 {
     uint64_t one = 1;
     if (job->wake_fd >= 0 && write(job->wake_fd, &one, sizeof one) < 0 && errno != EAGAIN)
         dt_log(DT_LOG_DEBUG, "waking waiters: %s", strerror(errno));
-    for (int i = 0; i < job->ncomms; i++) dt_shm_wake(job->comms[i]);
+    wake_comms(job);
 }
 
 void dt_job_abort(dt_job *job, int code, const char *msg)
@@ -55,7 +60,7 @@ void dt_job_note_left(dt_job *job, int rank)
     /* A waiter sleeping on its doorbell looks again (TCP and MPI waits
      * wake every slice anyway; the wake fd is for aborts only). */
     pthread_mutex_lock(&job->lock);
-    for (int i = 0; i < job->ncomms; i++) dt_shm_wake(job->comms[i]);
+    wake_comms(job);
     pthread_mutex_unlock(&job->lock);
 }
 

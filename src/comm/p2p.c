@@ -5,8 +5,9 @@
  * right neighbour while receiving from its left one without deadlock.
  *
  * Waiting: spin a little (the peer is usually about to deliver), then
- * block on the communicator's shared-memory doorbell (a futex) or in poll()
- * on TCP sockets; MPI links, which move only when polled, nap instead.
+ * block as the links say (dt_link_ops.pollfd): on the communicator's
+ * doorbell (shared memory's futex), or in poll() on their descriptors
+ * (TCP's sockets); links that move only when polled (MPI's) nap instead.
  * With more ranks than cores the spin is short, because a spinning rank
  * steals the core from the rank it waits for. Every wakeup
  * checks the job's abort flag and the deadline: no progress for
@@ -20,11 +21,9 @@
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
-#include "comm/transport/shm.h"
 #include "comm/reduce_ops.h"
 #include "core/timer.h"
 
-#define DT_P2P_MAX_OPS 64
 #define DT_BLOCK_SLICE_MS 100 /* longest single sleep: bounds abort latency */
 /* A peer that left the job (dt_comm_destroy) may have sent its last
  * message just before: it gets this long without progress before a wait
@@ -95,14 +94,15 @@ void dt_poll_nap(uint64_t idle_ns)
 }
 
 /* Sleep until a link may have moved, the job aborted, or a time slice
- * passed. TCP ops wait in poll() (with the job's wake fd so that an abort
- * interrupts); shared-memory ops on the doorbell futex; polled links (MPI)
- * nap briefly, since nobody rings for them. */
+ * passed. Ops with a descriptor wait in poll() (with the job's wake fd so
+ * that an abort interrupts); the others on the doorbell, from the count
+ * `bell` read before the last pass; polled links nap briefly, since nobody
+ * rings for them. */
 static void block_once(dt_comm *c, dt_p2p *ops, const unsigned char *done, int n, uint32_t bell,
                        int ms, uint64_t idle_ns)
 {
     struct pollfd pfds[DT_P2P_MAX_OPS + 1];
-    int npfd = 0, shm_pending = 0, polled = 0;
+    int npfd = 0, bell_pending = 0, polled = 0;
     for (int i = 0; i < n; i++) {
         if (done[i] || !is_head(ops, done, i)) continue;
         dt_link *l = c->links[ops[i].peer];
@@ -112,22 +112,23 @@ static void block_once(dt_comm *c, dt_p2p *ops, const unsigned char *done, int n
         else if (how < 0)
             polled = 1;
         else
-            shm_pending = 1;
+            bell_pending = 1;
     }
     if (polled) {
         dt_poll_nap(idle_ns);
         return;
     }
     if (npfd == 0) {
-        dt_shm_wait(c, bell, ms);
+        c->doorbell->sleep(c, bell, ms);
         return;
     }
     pfds[npfd].fd = c->job->wake_fd;
     pfds[npfd].events = POLLIN;
     npfd++;
-    /* Mixed TCP and shared memory (hierarchical steps): poll briefly so the
-     * shared-memory side is checked often. */
-    poll(pfds, (nfds_t)npfd, shm_pending ? 1 : ms);
+    /* Descriptors and the doorbell both (TCP and shared memory in
+     * hierarchical steps): poll briefly so the doorbell's side is checked
+     * often. */
+    poll(pfds, (nfds_t)npfd, bell_pending ? 1 : ms);
 }
 
 static int pending_peer(const dt_p2p *ops, const unsigned char *done, int n, const char **what)
@@ -161,19 +162,23 @@ int dt_p2p_run(dt_comm *c, dt_p2p *ops, int n) { return dt_p2p_run_growing(c, op
 int dt_p2p_run_growing(dt_comm *c, dt_p2p *ops, int n, int cap, dt_p2p_refill_fn refill,
                        void *arg)
 {
-    if (c->dry) return dt_dry_step(c, ops, n);
-    if (atomic_load(&c->failed)) return c->failed_code;
     if (cap > DT_P2P_MAX_OPS) return dt_comm_fail(c, DT_ERR_INVALID, -1, "step of %d ops", cap);
+    if (c->dry) { /* a dry run's stand-in: the cost model takes the step */
+        c->dry->step(c->dry, c, ops, n);
+        return 0;
+    }
+    if (atomic_load(&c->failed)) return c->failed_code;
     unsigned char done[DT_P2P_MAX_OPS] = {0};
     uint64_t timeout_ns = (uint64_t)(c->job->timeout_s * 1e9);
     uint64_t last_progress = 0;
+    const dt_doorbell *db = c->doorbell;
     int spins = 0, armed = 0;
     for (;;) {
         int progressed = 0;
         if (refill) n = refill(arg, ops, n, cap);
-        uint32_t bell = dt_shm_bell(c);
+        uint32_t bell = db->read(c);
         int pending = progress_pass(c, ops, done, n, &progressed);
-        if (armed && (pending <= 0 || progressed)) dt_shm_disarm(c), armed = 0;
+        if (armed && (pending <= 0 || progressed)) db->disarm(c), armed = 0;
         if (pending <= 0) return pending;
         if (progressed) {
             spins = 0;
@@ -197,14 +202,15 @@ int dt_p2p_run_growing(dt_comm *c, dt_p2p *ops, int n, int cap, dt_p2p_refill_fn
         int gone = op_on_gone_peer(c, ops, done, n, last_progress, now);
         if (gone >= 0) return dt_comm_fail_left(c, &ops[gone]);
         if (!armed) { /* one more pass after arming, so no wake-up is lost */
-            dt_shm_arm(c);
+            db->arm(c);
             armed = 1;
             continue;
         }
         uint64_t left_ms = (timeout_ns - (now - last_progress)) / 1000000 + 1;
-        block_once(c, ops, done, n, bell, left_ms < DT_BLOCK_SLICE_MS ? (int)left_ms : DT_BLOCK_SLICE_MS,
+        block_once(c, ops, done, n, bell,
+                   left_ms < DT_BLOCK_SLICE_MS ? (int)left_ms : DT_BLOCK_SLICE_MS,
                    now - last_progress);
-        dt_shm_disarm(c);
+        db->disarm(c);
         armed = 0;
         spins = c->spin_limit / 2; /* after a sleep, spin less before the next */
     }

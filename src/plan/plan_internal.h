@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "comm/comm_internal.h"
+#include "comm/coll.h"
 #include "plan/plan.h"
 #include "parallel/places.h"
 

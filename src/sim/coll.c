@@ -68,7 +68,7 @@ static void put_varint(recorder *r, uint64_t v)
 static uint64_t zigzag(int64_t v) { return v < 0 ? ((uint64_t)(-v) << 1) - 1 : (uint64_t)v << 1; }
 static int64_t unzigzag(uint64_t v) { return v & 1 ? -(int64_t)((v + 1) >> 1) : (int64_t)(v >> 1); }
 
-static void rec_step(void *arg, const dt_p2p *ops, int n)
+static void rec_step(void *arg, const dt_dry_op *ops, int n)
 {
     recorder *r = arg;
     if (n <= 0) return; /* nothing to wait for: the step takes no time */
@@ -114,13 +114,13 @@ static int choose(dt_sim_world *w, dt_coll_args *a, const char *algo, const dt_a
                   char *err, size_t len)
 {
     if (!algo || !strcmp(algo, "auto")) {
-        if (dt_algo_pick(&w->comm, a, out) == 0) return 0;
+        if (dt_algo_pick(w->comm, a, out) == 0) return 0;
         snprintf(err, len, "no %s algorithm can run on %d ranks", dt_coll_name(a->kind),
                  w->ranks);
         return -1;
     }
     int i = dt_algo_find(a->kind, algo);
-    if (i < 0 || !dt_algo_usable(&w->comm, &dt_algo_table[i], err, len)) {
+    if (i < 0 || !dt_algo_usable(w->comm, &dt_algo_table[i], err, len)) {
         const char *names[32];
         int n = dt_comm_algo_names(dt_coll_name(a->kind), names, 32);
         size_t o = (size_t)snprintf(err, len, "--algo '%s' is not one of the %s algorithms the "
@@ -147,10 +147,9 @@ static int record_ranks(dt_sim_sched *s, dt_sim_world *w, const dt_algo *al, con
              dt_coll_name(a->kind), al->name, dt_sim_coll_bytes(a, w->ranks), w->ranks);
     for (int k = 0; k < w->ranks && !r.full; k++) {
         if (k % TELL_EVERY == 0) dt_sim_tell(w, what, k, w->ranks);
-        struct dt_dry_run d = {&w->job.model, 0, &hook};
         s->start[k] = r.len;
         r.rank = k;
-        if (dt_dry_run_rank(&w->comm, al, a, k, &d) < 0) {
+        if (dt_dry_run_rank(w->comm, al, a, k, &hook) < 0) {
             free(r.buf);
             snprintf(err, len, "%s %s cannot run on %d ranks here", dt_coll_name(a->kind),
                      al->name, w->ranks);
@@ -187,7 +186,7 @@ int dt_sim_sched_record(dt_sim_sched *s, dt_sim_world *w, dt_coll_kind kind, con
     s->bytes = dt_sim_coll_bytes(&a, w->ranks);
     snprintf(s->algo, sizeof s->algo, "%s", al->name);
     snprintf(s->label, sizeof s->label, "%s %s", dt_coll_name(kind), al->name);
-    s->predicted = dt_cost_predict(&w->comm, al, &a);
+    s->predicted = dt_cost_predict(w->comm, al, &a);
     s->start = malloc(((size_t)w->ranks + 1) * sizeof *s->start);
     if (!s->start) {
         snprintf(err, len, "out of memory for %d ranks' schedules", w->ranks);
@@ -208,7 +207,7 @@ double dt_sim_coll_predict(dt_sim_world *w, dt_coll_kind kind, size_t bytes, con
     if (w->ranks < 2) return 0;
     if (choose(w, &a, NULL, &al, err, sizeof err)) return -1;
     if (algo) *algo = al->name;
-    return dt_cost_predict(&w->comm, al, &a);
+    return dt_cost_predict(w->comm, al, &a);
 }
 
 void dt_sim_sched_free(dt_sim_sched *s)

@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/coll.h"
 #include "sim/world.h"
 
 #define DT_SIM_SCHED_MAX (6ull << 30)

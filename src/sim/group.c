@@ -10,11 +10,11 @@
 static void labels(const dt_sim_world *w, const int *m, int n, int *first, int *label)
 {
     for (int i = 0; i < n; i++) {
-        int h = w->comm.host_of[m[i]];
+        int h = w->host_of[m[i]];
         if (first[h] < 0) first[h] = i;
         label[i] = first[h];
     }
-    for (int i = 0; i < n; i++) first[w->comm.host_of[m[i]]] = -1;
+    for (int i = 0; i < n; i++) first[w->host_of[m[i]]] = -1;
 }
 
 /* Each group's shape: the first earlier shape with the same labels, or a
@@ -113,7 +113,7 @@ int dt_sim_group_coll_record(dt_sim_group_coll *c, const dt_sim_groups *g, const
     for (int s = 0; rc == 0 && s < g->nshapes; s++) {
         labels(w, g->members + (size_t)g->rep[s] * g->n, g->n, first, hosts);
         dt_sim_world gw;
-        rc = dt_sim_world_init_group(&gw, g->n, hosts, &w->job.model, err, len);
+        rc = dt_sim_world_init_group(&gw, g->n, hosts, &w->model, err, len);
         gw.progress = w->progress;
         if (rc == 0) rc = dt_sim_sched_record(&c->by_shape[s], &gw, kind, algo, bytes, err, len);
         dt_sim_world_free(&gw);

@@ -11,7 +11,7 @@ static int port_out(int r) { return 2 * r; }
 static int nic_of(const dt_sim_net *n, int r)
 {
     const dt_sim_world *w = n->w;
-    return w->comm.host_of[r] * n->nics + (r % w->per_host) % n->nics;
+    return w->host_of[r] * n->nics + (r % w->per_host) % n->nics;
 }
 
 int dt_sim_net_init(dt_sim_net *n, const dt_sim_world *w, int nics, dt_sim_flow_cb cb, void *ctx,
@@ -38,8 +38,8 @@ int dt_sim_net_init(dt_sim_net *n, const dt_sim_world *w, int nics, dt_sim_flow_
     }
     /* The world never runs over MPI nor forces TCP: dt_topo_link gives shm
      * within a host and tcp across hosts. */
-    double port = 1.0 / w->job.model.link[DT_LINK_SHM].beta;
-    double nic = 1.0 / w->job.model.link[DT_LINK_TCP].beta;
+    double port = 1.0 / w->model.link[DT_LINK_SHM].beta;
+    double nic = 1.0 / w->model.link[DT_LINK_TCP].beta;
     for (int i = 0; i < n->nlinks; i++) n->link[i].cap = i < 2 * w->ranks ? port : nic;
     return 0;
 }
@@ -131,7 +131,7 @@ int dt_sim_net_share_cpu(dt_sim_net *n, double ranks_worth)
 
 int dt_sim_net_add_work(dt_sim_net *n, int rank, double seconds, double now, int owner)
 {
-    int host = n->cpu_base + n->w->ranks + n->w->comm.host_of[rank];
+    int host = n->cpu_base + n->w->ranks + n->w->host_of[rank];
     return flow_over(n, n->cpu_base + rank, host, seconds, now, owner, 1);
 }
 

@@ -2,6 +2,7 @@
  * (sched_size.h). */
 #include <stdio.h>
 
+#include "comm/cost/dry.h"
 #include "sim/coll.h"
 #include "sim/sched_size.h"
 
@@ -21,7 +22,7 @@ static int bounds(const dt_sim_world *w, const dt_algo *al, const dt_coll_args *
 static int usable(const dt_sim_world *w, const dt_algo *al)
 {
     char why[256];
-    return !(al->flags & DT_ALGO_NEEDS_MPI) && dt_algo_usable(&w->comm, al, why, sizeof why);
+    return !(al->flags & DT_ALGO_NEEDS_MPI) && dt_algo_usable(w->comm, al, why, sizeof why);
 }
 
 /* Whether al's recording of `bytes` of kind surely fits in cap at `ranks`
@@ -30,7 +31,7 @@ static int fits_at(const dt_sim_world *w, const dt_algo *al, size_t bytes, int r
 {
     dt_sim_world t;
     char err[256];
-    if (dt_sim_world_init(&t, ranks, w->per_host, &w->job.model, err, sizeof err)) return 0;
+    if (dt_sim_world_init(&t, ranks, w->per_host, &w->model, err, sizeof err)) return 0;
     dt_coll_args a = dt_sim_coll_call(al->kind, bytes, ranks);
     dt_sim_entries e;
     double lo, hi;
@@ -85,7 +86,7 @@ void dt_sim_sched_suggest(dt_sim_world *w, const dt_algo *al, const dt_coll_args
         if (x->kind != al->kind || x == al || !usable(w, x) || bounds(w, x, a, &e, &lo, &hi) ||
             hi > cap)
             continue;
-        double s = dt_cost_predict(&w->comm, x, a);
+        double s = dt_cost_predict(w->comm, x, a);
         if (s >= 0 && (!best || s < best_s)) best = x, best_s = s, best_hi = hi;
     }
     if (!best) {

@@ -24,7 +24,7 @@ typedef struct {
     double p, q, e, lg, clg;
     double n;           /* the algorithm's n: elements, or bytes (dt_algo_arg_n) */
     int copy, reduce;   /* local copies, local reductions take time */
-    const dt_comm *c;   /* the hosts, for hier */
+    const dt_sim_world *w; /* the hosts, for hier */
 } shape;
 
 typedef void (*count_fn)(const shape *s, dt_sim_entries *e);
@@ -106,13 +106,13 @@ static void ar_tree(const shape *s, dt_sim_entries *e)
  * reduce and broadcast inside each host around a ring of the leaders. */
 static void ar_hier(const shape *s, dt_sim_entries *e)
 {
-    const dt_comm *c = s->c;
+    const dt_sim_world *w = s->w;
     int hosts = 0, L = 0, uniform = 1, H = 0;
-    for (int r = 0; r < c->size; r++)
-        if (c->host_of[r] >= hosts) hosts = c->host_of[r] + 1;
+    for (int r = 0; r < w->ranks; r++)
+        if (w->host_of[r] >= hosts) hosts = w->host_of[r] + 1;
     int *count = calloc((size_t)hosts, sizeof *count);
     if (!count) return;
-    for (int r = 0; r < c->size; r++) count[c->host_of[r]]++;
+    for (int r = 0; r < w->ranks; r++) count[w->host_of[r]]++;
     for (int h = 0; h < hosts; h++) {
         if (!count[h]) continue;
         H++;
@@ -230,11 +230,11 @@ int dt_sim_sched_entries(const dt_sim_world *w, const dt_algo *al, const dt_coll
 {
     memset(out, 0, sizeof *out);
     const int p = w->ranks, q = dt_pow2_floor(p);
-    shape s = {.p = p, .q = q, .e = p - q, .n = (double)dt_algo_arg_n(a), .c = &w->comm};
+    shape s = {.p = p, .q = q, .e = p - q, .n = (double)dt_algo_arg_n(a), .w = w};
     while ((1 << (int)s.lg) < q) s.lg++;
     while ((1 << (int)s.clg) < p) s.clg++;
     /* A reduction's rate is the rank's own link's (predict.c). */
-    s.copy = w->job.model.copy > 0;
+    s.copy = w->model.copy > 0;
     s.reduce = dt_sim_world_cost(w, 0, 0)->gamma > 0;
     for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
         if (counts[i].kind == al->kind && !strcmp(counts[i].name, al->name)) {

@@ -13,7 +13,8 @@
 
 #include <stddef.h>
 
-#include "comm/algo/algorithms.h"
+#include "comm/algo/blocks.h"
+#include "comm/algo/table.h"
 #include "sim/world.h"
 
 typedef struct {

@@ -1,18 +1,18 @@
 /*
  * The simulated job as the communication layer sees it: a stand-in world
- * communicator of `ranks` members, `per_host` to a host (ranks r*K ..
- * r*K + K-1 on host r), whose job holds the cost model. Handing it to the
- * real code keeps the simulator honest: the link between two ranks is
- * dt_topo_link's, auto's choice is dt_algo_pick's, the analytic
- * prediction is dt_cost_predict's, and the algorithms run dry on it
- * (sim/coll.c). Nothing in it is ever connected.
+ * communicator (comm/cost/standin.h) of `ranks` members, `per_host` to a
+ * host (ranks r*K .. r*K + K-1 on host r), whose job holds the cost
+ * model. Handing it to the real code keeps the simulator honest: the link
+ * between two ranks is dt_topo_link's, auto's choice is dt_algo_pick's,
+ * the analytic prediction is dt_cost_predict's, and the algorithms run
+ * dry on it (sim/coll.c). Nothing in it is ever connected.
  */
 #ifndef DT_SIM_WORLD_H
 #define DT_SIM_WORLD_H
 
 #include <stddef.h>
 
-#include "comm/comm_internal.h"
+#include "comm/cost/model.h"
 
 /* How far long work on a world has got, for a person waiting on it: fn
  * is called now and then with what is under way ("recording allreduce
@@ -24,8 +24,9 @@ typedef struct {
 } dt_sim_progress;
 
 typedef struct {
-    dt_job job;   /* model only; never connected */
-    dt_comm comm; /* the stand-in world */
+    dt_comm *comm;       /* the stand-in world */
+    dt_cost_model model; /* its job's */
+    int *host_of;        /* [ranks] each rank's host, as the stand-in has it */
     int ranks, per_host, hosts;
     dt_sim_progress progress; /* a group's world tells its parent's */
 } dt_sim_world;

@@ -95,7 +95,7 @@ static void every_algorithm(dt_sim_world *w, size_t elems, const char *hosts)
     for (int i = 0; i < dt_algo_count; i++) {
         const dt_algo *al = &dt_algo_table[i];
         if (al->flags & DT_ALGO_NEEDS_MPI) continue;
-        if (!dt_algo_usable(&w->comm, al, why, sizeof why)) continue; /* hier on one host */
+        if (!dt_algo_usable(w->comm, al, why, sizeof why)) continue; /* hier on one host */
         compare(w, al, elems, hosts);
     }
 }

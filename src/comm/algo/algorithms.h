@@ -4,10 +4,10 @@
  * (in-place copies done, own block in its slot), with the collective's
  * dtype and op in c->cur.
  *
- * Every algorithm has one signature, so that a table can name them, the
- * environment can force them, and the cost model can run any of them dry
- * (c->dry set: steps are costed instead of moved, see cost/predict.c).
- * What the arguments mean depends on the collective:
+ * Every algorithm has one signature (table.h), so that a table can name
+ * them, the environment can force them, and the cost model can run any of
+ * them dry (c->dry set: steps are costed instead of moved, see
+ * cost/predict.c). What the arguments mean depends on the collective:
  *
  *   allreduce       send, recv: n elements (send == recv in place)
  *   reduce_scatter  send: size blocks of n elements; recv: our block of n
@@ -25,75 +25,15 @@
 #ifndef DT_COMM_ALGORITHMS_H
 #define DT_COMM_ALGORITHMS_H
 
+#include "comm/algo/blocks.h"
+#include "comm/algo/table.h"
 #include "comm/comm_internal.h"
 
-typedef int (*dt_algo_fn)(dt_comm *c, const void *send, void *recv, size_t n, int root);
-
-enum {
-    DT_ALGO_NO_AUTO = 1u,  /* never chosen by auto (needs asking for) */
-    DT_ALGO_NEEDS_MPI = 2u /* runs inside MPI: only when the job runs on it */
-};
-
-typedef struct {
-    const char *name; /* as in DTRAIN_ALLREDUCE_ALGO=<name> */
-    dt_coll_kind kind;
-    dt_algo_fn run;
-    unsigned flags;
-    const char *summary; /* one line, for --explain and error messages */
-} dt_algo;
-
-/* The table (table.c): every algorithm of every collective. */
-extern const dt_algo dt_algo_table[];
-extern const int dt_algo_count;
-/* Index in the table of the named algorithm of kind k, or -1. */
-int dt_algo_find(dt_coll_kind k, const char *name);
-/* The algorithm to run for this call: the one forced, or the cheapest by
- * the cost model. Same answer on every rank. Fails c (DT_ERR_INVALID)
- * when the forced one cannot run here. */
-int dt_algo_pick(dt_comm *c, const dt_coll_args *a, const dt_algo **out);
-/* Whether algorithm al can run on c at all (mpi needs MPI; hier several
- * hosts); otherwise why not, in why. */
-int dt_algo_usable(const dt_comm *c, const dt_algo *al, char *why, size_t len);
-/* Read DTRAIN_<COLLECTIVE>_ALGO for every selectable collective into
- * c->algo_forced; a bad name fails with a message listing the choices. */
-int dt_algo_read_env(dt_comm *c, char *err, size_t len);
-
-/* The n an algorithm gets for a call (see the table above). */
-static inline size_t dt_algo_arg_n(const dt_coll_args *a)
-{
-    if (a->kind == DT_COLL_ALLREDUCE || a->kind == DT_COLL_REDUCE_SCATTER) return a->count;
-    return a->count * dt_dtype_size(a->dtype);
-}
-/* Predicted seconds of al for call a on c: its slowest rank's, by a dry
- * run; -1 for algorithms that cannot be costed (MPI's). */
-double dt_cost_predict(dt_comm *c, const dt_algo *al, const dt_coll_args *a);
-
-/* ---- local data movement (no-ops in a dry run, costed instead) ---------- */
+/* ---- local steps (local.c): handed to a dry run instead of done ---------- */
 
 void dt_local_copy(dt_comm *c, void *dst, const void *src, size_t bytes);
 /* dst = a op b, n elements of the current dtype and op. */
 void dt_local_reduce(dt_comm *c, void *dst, const void *a, const void *b, size_t n);
-
-/* ---- arithmetic shared by the schedules ------------------------------------ */
-
-/* Balanced split of count elements into n blocks: block i's offset/length. */
-static inline size_t dt_block_off(size_t count, int n, int i)
-{
-    size_t base = count / (size_t)n, rem = count % (size_t)n;
-    return base * (size_t)i + ((size_t)i < rem ? (size_t)i : rem);
-}
-static inline size_t dt_block_len(size_t count, int n, int i)
-{
-    return count / (size_t)n + ((size_t)i < count % (size_t)n ? 1 : 0);
-}
-static inline int dt_mod(int a, int n) { return ((a % n) + n) % n; }
-/* Largest power of two <= p (p >= 1). */
-static inline int dt_pow2_floor(int p)
-{
-    int q = 1;
-    while (q * 2 <= p) q *= 2;
-    return q;
-}
 
 /*
  * Non-powers of two, MPICH's way: with q the largest power of two <= p,

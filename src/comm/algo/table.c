@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "comm/algo/algorithms.h"
+#include "comm/cost/dry.h"
 #include "core/env.h"
 
 const dt_algo dt_algo_table[] = {

@@ -1,10 +1,11 @@
 /*
  * Predicting an algorithm's time by running it dry. A stand-in
  * communicator with c->dry set plays one rank: the algorithm runs its real
- * schedule, but dt_p2p_run costs each step instead of moving it, and local
- * copies and reductions are costed instead of done. The schedules that
- * move the data are the schedules that are costed, so the model cannot
- * drift from the code, and any rank count can be costed on one process.
+ * schedule, but dt_p2p_run hands each step to the dry run instead of
+ * moving it, and the local steps hand it their copies and reductions, and
+ * the run costs them. The schedules that move the data are the schedules
+ * that are costed, so the model cannot drift from the code, and any rank
+ * count can be costed on one process.
  *
  * A step's time: its sends and its receives proceed at once (full duplex),
  * each side paying alpha + beta * bytes per message, plus gamma per byte
@@ -18,9 +19,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "comm/algo/algorithms.h"
+#include "comm/algo/blocks.h"
+#include "comm/comm_internal.h"
 #include "comm/cost/dry.h"
-#include "comm/reduce_ops.h"
 #include "comm/topo.h"
 
 /* Where a dry run's buffers "are": never dereferenced. */
@@ -28,14 +29,23 @@
 #define FAKE_RECV ((void *)(uintptr_t)(2ull << 44))
 #define FAKE_SCRATCH ((void *)(uintptr_t)(3ull << 44))
 
+/* A dry run's state: the hook the stand-in's layers call (comm_internal.h)
+ * and what it does with their work, summed or handed on. */
+typedef struct {
+    dt_dry_run base;
+    const dt_cost_model *m;
+    double seconds;          /* summed when hook is NULL */
+    const dt_dry_hook *hook; /* NULL: cost, do not record */
+} dry_run;
+
 /* What a link of the kind topo says joins us to peer costs. */
-static const dt_link_cost *link_cost(const dt_comm *c, int peer)
+static const dt_link_cost *link_cost(const dry_run *d, const dt_comm *c, int peer)
 {
-    return &c->dry->m->link[dt_topo_link(c, c->rank, peer)];
+    return &d->m->link[dt_topo_link(c, c->rank, peer)];
 }
 
 /* Local work's seconds: summed, or handed to the recorder. */
-static void add_local(struct dt_dry_run *d, double seconds)
+static void add_local(dry_run *d, double seconds)
 {
     if (d->hook)
         d->hook->local(d->hook->arg, seconds);
@@ -43,15 +53,24 @@ static void add_local(struct dt_dry_run *d, double seconds)
         d->seconds += seconds;
 }
 
-int dt_dry_step(dt_comm *c, const dt_p2p *ops, int n)
+/* The step as the hook sees it: the ops' kinds, peers and sizes. */
+static void record_step(dry_run *d, const dt_p2p *ops, int n)
 {
-    if (c->dry->hook) {
-        c->dry->hook->step(c->dry->hook->arg, ops, n);
-        return 0;
+    dt_dry_op view[DT_P2P_MAX_OPS];
+    for (int i = 0; i < n; i++) view[i] = (dt_dry_op){ops[i].kind, ops[i].peer, ops[i].bytes};
+    d->hook->step(d->hook->arg, view, n);
+}
+
+static void dry_step(dt_dry_run *base, const dt_comm *c, const dt_p2p *ops, int n)
+{
+    dry_run *d = (dry_run *)base;
+    if (d->hook) {
+        record_step(d, ops, n);
+        return;
     }
     double out = 0, in = 0, reduce = 0;
     for (int i = 0; i < n; i++) {
-        const dt_link_cost *l = link_cost(c, ops[i].peer);
+        const dt_link_cost *l = link_cost(d, c, ops[i].peer);
         double t = l->alpha + l->beta * (double)ops[i].bytes;
         if (ops[i].kind == DT_P2P_SEND) {
             out += t;
@@ -60,34 +79,26 @@ int dt_dry_step(dt_comm *c, const dt_p2p *ops, int n)
             if (ops[i].kind == DT_P2P_RECV_REDUCE) reduce += l->gamma * (double)ops[i].bytes;
         }
     }
-    c->dry->seconds += (out > in ? out : in) + reduce;
-    return 0;
+    d->seconds += (out > in ? out : in) + reduce;
 }
 
-void *dt_dry_scratch(dt_comm *c, size_t bytes)
+static void dry_copy(dt_dry_run *base, const dt_comm *c, size_t bytes)
 {
     (void)c;
-    (void)bytes;
-    return FAKE_SCRATCH;
+    dry_run *d = (dry_run *)base;
+    add_local(d, d->m->copy * (double)bytes);
 }
 
-void dt_local_copy(dt_comm *c, void *dst, const void *src, size_t bytes)
+static void dry_reduce(dt_dry_run *base, const dt_comm *c, size_t n)
 {
-    if (c->dry) {
-        add_local(c->dry, c->dry->m->copy * (double)bytes);
-        return;
-    }
-    if (dst != src && bytes) memmove(dst, src, bytes);
+    dry_run *d = (dry_run *)base;
+    double bytes = (double)(n * dt_dtype_size(c->cur.dtype));
+    add_local(d, link_cost(d, c, c->rank)->gamma * bytes);
 }
 
-void dt_local_reduce(dt_comm *c, void *dst, const void *a, const void *b, size_t n)
+static dry_run dry_run_of(const dt_comm *like, const dt_dry_hook *hook)
 {
-    if (c->dry) {
-        double bytes = (double)(n * dt_dtype_size(c->cur.dtype));
-        add_local(c->dry, link_cost(c, c->rank)->gamma * bytes);
-        return;
-    }
-    dt_reduce_elems(c->cur.dtype, c->cur.op, dst, a, b, n);
+    return (dry_run){{dry_step, dry_copy, dry_reduce, FAKE_SCRATCH}, &like->job->model, 0, hook};
 }
 
 /* Ranks whose times bound the collective's: all of them up to 64, else
@@ -107,8 +118,9 @@ static int sample_ranks(int p, int *out, int cap)
     return n;
 }
 
-int dt_dry_run_rank(const dt_comm *like, const dt_algo *al, const dt_coll_args *a, int rank,
-                    struct dt_dry_run *d)
+/* Rank `rank` of al for call a, dry on a stand-in of `like`. */
+static int run_rank(const dt_comm *like, const dt_algo *al, const dt_coll_args *a, int rank,
+                    dry_run *d)
 {
     static _Thread_local dt_comm stand_in; /* big; one per thread, reused */
     dt_comm *f = &stand_in;
@@ -119,8 +131,15 @@ int dt_dry_run_rank(const dt_comm *like, const dt_algo *al, const dt_coll_args *
     f->host_of = like->host_of;
     f->nhosts = like->nhosts;
     f->cur = *a;
-    f->dry = d;
+    f->dry = &d->base;
     return al->run(f, FAKE_SEND, FAKE_RECV, dt_algo_arg_n(a), a->root);
+}
+
+int dt_dry_run_rank(const dt_comm *like, const dt_algo *al, const dt_coll_args *a, int rank,
+                    const dt_dry_hook *hook)
+{
+    dry_run d = dry_run_of(like, hook);
+    return run_rank(like, al, a, rank, &d);
 }
 
 double dt_cost_predict(dt_comm *c, const dt_algo *al, const dt_coll_args *a)
@@ -131,8 +150,8 @@ double dt_cost_predict(dt_comm *c, const dt_algo *al, const dt_coll_args *a)
     int n = sample_ranks(c->size, ranks, 64);
     double worst = 0;
     for (int i = 0; i < n; i++) {
-        struct dt_dry_run d = {&c->job->model, 0, NULL};
-        if (dt_dry_run_rank(c, al, a, ranks[i], &d) < 0)
+        dry_run d = dry_run_of(c, NULL);
+        if (run_rank(c, al, a, ranks[i], &d) < 0)
             return -1; /* it could not run here: not a candidate */
         if (d.seconds > worst) worst = d.seconds;
     }

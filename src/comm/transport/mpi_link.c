@@ -19,9 +19,9 @@
  * lands in the user's buffer, a receive-and-reduce in one of two per-link
  * buffers (one reduces while the other fills).
  *
- * Waiting: MPI moves data only inside its calls, and nothing rings the
- * shared-memory doorbell for these links, so pollfd() says -1 and p2p.c
- * naps between polls instead of sleeping on the doorbell.
+ * Waiting: MPI moves data only inside its calls, and nothing rings a
+ * doorbell for these links, so pollfd() says -1 and p2p.c naps between
+ * polls instead of sleeping on the communicator's doorbell.
  */
 #include "comm/comm_internal.h"
 #include "comm/mpi.h"

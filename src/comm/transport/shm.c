@@ -32,8 +32,8 @@
 #include <unistd.h>
 
 #include "comm/reduce_ops.h"
-#include "comm/transport/shm.h"
 #include "comm/transport/shm_layout.h"
+#include "comm/transport/transport.h"
 
 #define CMA_PIECE (4u << 20)   /* a plain CMA receive moves this much per call */
 #define STREAM_MIN (32u << 20) /* reductions this large store past the cache */
@@ -43,10 +43,8 @@ static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct tim
     return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
 }
 
-
-
 /* After publishing: ring only a waiter that may sleep. The fence pairs
- * with dt_shm_arm's (Dekker): either the waiter's re-check after arming
+ * with bell_arm's (Dekker): either the waiter's re-check after arming
  * sees what we published, or we see it armed and move the doorbell, so
  * its futex wait returns. A spinning peer thus costs no shared write. */
 static void ring_notify(shm_inbox *target)
@@ -270,38 +268,42 @@ static void shm_link_destroy(dt_link *l) { free(l); }
 
 const dt_link_ops dt_shm_link_ops = {"shm", shm_progress, shm_pollfd, shm_link_destroy};
 
-/* ---- waiting ------------------------------------------------------------ */
+/* ---- waiting: the transport's doorbell (transport.h) -------------------- */
 
-uint32_t dt_shm_bell(const dt_comm *c) { return c->shm ? atomic_load(&c->shm->me->doorbell) : 0; }
+static uint32_t bell_read(const dt_comm *c)
+{
+    return c->shm ? atomic_load(&c->shm->me->doorbell) : 0;
+}
 
-void dt_shm_arm(dt_comm *c)
+static void bell_arm(dt_comm *c)
 {
     if (!c->shm) return;
     atomic_store(&c->shm->me->sleeping, 1);
     atomic_thread_fence(memory_order_seq_cst);
 }
 
-void dt_shm_disarm(dt_comm *c)
+static void bell_disarm(dt_comm *c)
 {
     if (c->shm) atomic_store(&c->shm->me->sleeping, 0);
 }
 
-void dt_shm_wait(dt_comm *c, uint32_t bell, int timeout_ms)
+static void bell_sleep(dt_comm *c, uint32_t seen, int timeout_ms)
 {
     struct dt_shm_comm *sc = c->shm;
     if (!sc) {
         usleep((useconds_t)timeout_ms * 1000);
         return;
     }
-    /* Armed before `bell` was read and the last pass ran: anything
+    /* Armed before `seen` was read and the last pass ran: anything
      * published since moved the doorbell, and the futex returns at once. */
     struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
-    if (!atomic_load(&c->job->aborted)) futex(&sc->me->doorbell, FUTEX_WAIT, bell, &ts);
+    if (!atomic_load(&c->job->aborted)) futex(&sc->me->doorbell, FUTEX_WAIT, seen, &ts);
     atomic_store(&sc->me->sleeping, 0);
 }
 
-void dt_shm_wake(dt_comm *c)
+static void bell_wake(dt_comm *c)
 {
     if (c->shm && c->shm->wake_me) ring_wake(c->shm->wake_me);
 }
 
+const dt_doorbell dt_shm_doorbell = {bell_read, bell_arm, bell_disarm, bell_sleep, bell_wake};

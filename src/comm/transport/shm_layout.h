@@ -61,7 +61,7 @@ typedef struct {
 struct dt_shm_comm {
     char name[128];
     shm_inbox *me;
-    /* `me` once it is mapped, for dt_shm_wake: the store's monitor thread
+    /* `me` once it is mapped, for the doorbell's wake: the store's monitor thread
      * may wake a communicator that is still being set up or torn down, so
      * this and c->shm change only under job->lock, which the waker holds. */
     shm_inbox *wake_me;

@@ -18,6 +18,7 @@
 
 #include "comm/bootstrap/identity.h"
 #include "comm/topo.h"
+#include "comm/transport/shm.h"
 #include "comm/transport/shm_layout.h"
 #include "comm/transport/transport.h"
 #include "core/env.h"

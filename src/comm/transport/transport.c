@@ -1,18 +1,20 @@
 /*
  * The table of transports (transport.h) and the walk that connects a
  * communicator through it: topo decides the kind of link to each peer,
- * the row of that kind sets the links up.
+ * the row of that kind sets the links up. The table's doorbell is the
+ * row's that has one.
  */
 #include "comm/transport/transport.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const dt_transport dt_transports[DT_LINK_KINDS] = {
-    [DT_LINK_SHM] = {DT_LINK_SHM, dt_shm_setup, dt_shm_teardown},
-    [DT_LINK_TCP] = {DT_LINK_TCP, dt_tcp_setup, NULL},
-    [DT_LINK_MPI] = {DT_LINK_MPI, dt_mpi_link_setup, NULL},
+    [DT_LINK_SHM] = {DT_LINK_SHM, dt_shm_setup, dt_shm_teardown, &dt_shm_doorbell},
+    [DT_LINK_TCP] = {DT_LINK_TCP, dt_tcp_setup, NULL, NULL},
+    [DT_LINK_MPI] = {DT_LINK_MPI, dt_mpi_link_setup, NULL, NULL},
 };
 
 /* "shm+tcp" from the kinds in use, in table order. */
@@ -53,4 +55,22 @@ void dt_transports_close(dt_comm *c)
             if (c->links[i]) c->links[i]->ops->destroy(c->links[i]);
     for (int k = 0; k < DT_LINK_KINDS; k++)
         if (dt_transports[k].teardown) dt_transports[k].teardown(c);
+}
+
+/* For a table without a doorbell: nothing rings it, so a sleep lasts. */
+static uint32_t silent_read(const dt_comm *c) { return (void)c, 0; }
+static void silent_nothing(dt_comm *c) { (void)c; }
+static void silent_sleep(dt_comm *c, uint32_t seen, int ms)
+{
+    (void)c, (void)seen;
+    usleep((useconds_t)ms * 1000);
+}
+static const dt_doorbell silent = {silent_read, silent_nothing, silent_nothing, silent_sleep,
+                                   silent_nothing};
+
+const dt_doorbell *dt_transports_doorbell(void)
+{
+    for (int k = 0; k < DT_LINK_KINDS; k++)
+        if (dt_transports[k].doorbell) return dt_transports[k].doorbell;
+    return &silent;
 }

@@ -1,0 +1,51 @@
+/*
+ * What a collective call is, as data: its kind and arguments, and the
+ * point-to-point operations the algorithms' steps are made of. This is
+ * the vocabulary that the rest of the library shares with the
+ * communicator when it costs, records or plans collectives (the cost
+ * model's dry runs, cost/dry.h; the simulator; the planner), without the
+ * communicator's insides (comm_internal.h).
+ */
+#ifndef DT_COMM_COLL_H
+#define DT_COMM_COLL_H
+
+#include <stddef.h>
+
+#include "dtrain/comm.h"
+
+typedef enum {
+    DT_COLL_NONE = 0,
+    DT_COLL_SEND,
+    DT_COLL_BARRIER,
+    DT_COLL_BROADCAST,
+    DT_COLL_REDUCE,
+    DT_COLL_GATHER,
+    DT_COLL_SCATTER,
+    DT_COLL_ALLREDUCE,
+    DT_COLL_ALLGATHER,
+    DT_COLL_REDUCE_SCATTER,
+    DT_COLL_ALLTOALL,
+    DT_COLL_KIND_COUNT
+} dt_coll_kind;
+
+const char *dt_coll_name(dt_coll_kind k);
+
+/* One collective call: what the user asked for. */
+typedef struct {
+    dt_coll_kind kind;
+    const void *send;
+    void *recv;
+    size_t count;
+    dt_dtype dtype;
+    dt_op op;
+    int root; /* root, or peer for send/recv */
+    int is_recv; /* DT_COLL_SEND: 1 for the receiving side */
+    int algo;    /* index in dt_algo_table, or DT_ALGO_AUTO; fixed at submit */
+} dt_coll_args;
+
+#define DT_ALGO_AUTO (-1)
+
+/* The operations of a step: send, receive, receive-and-reduce. */
+typedef enum { DT_P2P_SEND = 0, DT_P2P_RECV, DT_P2P_RECV_REDUCE } dt_p2p_kind;
+
+#endif
