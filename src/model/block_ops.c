@@ -108,6 +108,25 @@ int dt_model_product_backward(dt_gpt *m, dt_bwd_part what, float *dinp, float *d
     return 0;
 }
 
+int dt_model_branch_out(dt_gpt *m, const dt_block_call *c, const float *inp, const float *W,
+                        const float *bias, int IN, const char *name)
+{
+    const size_t C = (size_t)m->cfg.n_embd;
+    if (dt_model_row_parallel(m, c->a[0], inp, W, bias, c->N, IN, name)) return -1;
+    dt_model_add_into(c->a[0], c->a[0], c->res, dt_model_region_rows(m, (size_t)c->N) * C);
+    return 0;
+}
+
+int dt_model_branch_out_backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what,
+                                 float *dinp, float *dW, float *db, float *keep,
+                                 const float *inp, const float *W, int IN, const char *name)
+{
+    const float *d_out = dt_model_rows_gathered(m, m->acts.d_res, c->N, name);
+    if (!d_out) return -1;
+    return dt_model_product_backward(m, what, dinp, dW, db, d_out, keep, inp, W, c->N, IN,
+                                     m->cfg.n_embd, name);
+}
+
 int dt_model_product_weights(dt_gpt *m, float *dW, float *db, const float *dout,
                              const float *inp, int N, int IN, int OUT, const char *name)
 {

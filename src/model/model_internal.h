@@ -80,6 +80,17 @@ int dt_model_product_backward(dt_gpt *m, dt_bwd_part what, float *dinp, float *d
 int dt_model_product_weights(dt_gpt *m, float *dW, float *db, const float *dout,
                              const float *inp, int N, int IN, int OUT, const char *name);
 
+/* A branch's last product, row-parallel from its inner width IN into the
+ * residual stream: c->a[0] (its residual sum) = c->res + inp @ W + bias.
+ * And its backward's start: d(residual sum) gathered to every row, then
+ * that product's backward (dinp [N, IN]; dW, db, or with a split backward
+ * the output's gradient kept in keep). */
+int dt_model_branch_out(dt_gpt *m, const dt_block_call *c, const float *inp, const float *W,
+                        const float *bias, int IN, const char *name);
+int dt_model_branch_out_backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what,
+                                 float *dinp, float *dW, float *db, float *keep,
+                                 const float *inp, const float *W, int IN, const char *name);
+
 /* ---- layer.c: a layer's blocks in order ------------------------------- */
 
 /* Layer l's forward from x (its input, R rows) in the bound slot; rebuild:

@@ -83,21 +83,15 @@ static int forward(dt_gpt *m, const dt_block_call *c, unsigned run)
         if (attend(m, c)) return -1;
     }
     if (!(run & DT_RUN_OUTPUT)) return 0;
-    if (dt_model_row_parallel(m, c->a[RES], c->a[ATT], c->w[PROJ_W], c->w[PROJ_B], N, A,
-                              "attn.c_proj"))
-        return -1;
-    dt_model_add_into(c->a[RES], c->a[RES], c->res, dt_model_region_rows(m, (size_t)N) * C);
-    return 0;
+    return dt_model_branch_out(m, c, c->a[ATT], c->w[PROJ_W], c->w[PROJ_B], A, "attn.c_proj");
 }
 
 static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
 {
     const int C = m->cfg.n_embd, A = m->tp.attn, N = c->N;
-    const float *d_out = dt_model_rows_gathered(m, m->acts.d_res, N, "attn.c_proj backward");
-    if (!d_out ||
-        dt_model_product_backward(m, what, m->acts.d_c, c->g[PROJ_W], c->g[PROJ_B], d_out,
-                                  c->a[D_PROJ], c->a[ATT], c->w[PROJ_W], N, A, C,
-                                  "attn.c_proj backward"))
+    if (dt_model_branch_out_backward(m, c, what, m->acts.d_c, c->g[PROJ_W], c->g[PROJ_B],
+                                     c->a[D_PROJ], c->a[ATT], c->w[PROJ_W], A,
+                                     "attn.c_proj backward"))
         return -1;
     if (attend_backward(m, c) ||
         dt_model_product_backward(m, what, m->acts.d_c, c->g[QKV_W], c->g[QKV_B], c->a[DQKV],

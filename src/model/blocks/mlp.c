@@ -51,21 +51,15 @@ static int forward(dt_gpt *m, const dt_block_call *c, unsigned run)
         return dt_model_fail_matmul(m, "mlp.c_fc");
     if (run & DT_RUN_ELEMENTWISE) dt_gelu_forward(c->a[GELU], c->a[FC], (size_t)N * F);
     if (!(run & DT_RUN_OUTPUT)) return 0;
-    if (dt_model_row_parallel(m, c->a[RES], c->a[GELU], c->w[PROJ_W], c->w[PROJ_B], N, F,
-                              "mlp.c_proj"))
-        return -1;
-    dt_model_add_into(c->a[RES], c->a[RES], c->res, dt_model_region_rows(m, (size_t)N) * C);
-    return 0;
+    return dt_model_branch_out(m, c, c->a[GELU], c->w[PROJ_W], c->w[PROJ_B], F, "mlp.c_proj");
 }
 
 static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
 {
     const int C = m->cfg.n_embd, F = m->tp.mlp, N = c->N;
-    const float *d_out = dt_model_rows_gathered(m, m->acts.d_res, N, "mlp.c_proj backward");
-    if (!d_out ||
-        dt_model_product_backward(m, what, c->a[DFC], c->g[PROJ_W], c->g[PROJ_B], d_out,
-                                  c->a[D_FCP], c->a[GELU], c->w[PROJ_W], N, F, C,
-                                  "mlp.c_proj backward"))
+    if (dt_model_branch_out_backward(m, c, what, c->a[DFC], c->g[PROJ_W], c->g[PROJ_B],
+                                     c->a[D_FCP], c->a[GELU], c->w[PROJ_W], F,
+                                     "mlp.c_proj backward"))
         return -1;
     dt_gelu_backward(c->a[DFC], c->a[FC], c->a[DFC], (size_t)N * F);
     if (dt_model_product_backward(m, what, m->acts.d_c, c->g[FC_W], c->g[FC_B], c->a[DFC],
