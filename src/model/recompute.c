@@ -1,6 +1,6 @@
 /* Activation recomputation: the modes' names, and the activation bytes each
- * mode keeps per layer (the formulas: gpt.h, docs/train.md). The carving of
- * the arena and the rebuilding itself are gpt.c's. */
+ * mode keeps per layer (the formulas: acts.h, docs/train.md). The carving of
+ * the arena and the rebuilding itself are acts.c's and layer.c's. */
 #include <string.h>
 
 #include "model/gpt.h"
