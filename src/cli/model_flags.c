@@ -19,6 +19,7 @@ int cli_model_options(char **argv, int *argc, int cap, dt_train_config *c, dt_gp
     if (dt_config_parse_args(c, *argc, argv, err, n)) return -1;
     *cfg = (dt_gpt_config){.n_layer = c->n_layer, .n_head = c->n_head, .n_embd = c->n_embd,
                            .vocab_size = c->vocab_size, .block_size = c->block_size};
+    memcpy(cfg->blocks, c->blocks, sizeof cfg->blocks);
     *T = c->seq_len ? c->seq_len : c->block_size;
     if (cfg->vocab_size < 1)
         return dt_strf(err, n, "the model needs a vocabulary: give --vocab-size N (the tiny "

@@ -28,6 +28,7 @@ void cli_plan_usage(FILE *f)
     fprintf(f,
             "usage: dtrain plan --global-batch N --nodes N --ranks-per-node K --mem-per-rank GiB\n"
             "                   [--model NAME | --n-layer L --n-head H --n-embd C --vocab-size V]\n"
+            "                   [--blocks SPEC]\n"
             "                   [--seq-len T] [--link-model M] [--tflops X] [--fp32] [--top K]\n"
             "                   [--json] [--tp N --cp N --pp N --zero-stage S --micro-batch B\n"
             "                    --recompute MODE --pp-schedule KIND]\n"

@@ -85,7 +85,7 @@ static int usage_error(const char *fmt, ...)
 static const char *model_flag(const char *a)
 {
     static const char *flags[] = {"--model", "--n-layer", "--n-head", "--n-embd", "--vocab-size",
-                                  "--block-size", "--seq-len"};
+                                  "--block-size", "--seq-len", "--blocks"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strcmp(a, flags[i])) return flags[i];
     return NULL;

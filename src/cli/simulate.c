@@ -69,6 +69,7 @@ static void usage(FILE *f)
             "  --model NAME          tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl (default gpt2)\n"
             "  --n-layer, --n-head, --n-embd, --vocab-size (--vocab), --block-size,\n"
             "  --seq-len, --batch-size N   sizes, as `dtrain train` takes them (batch 8)\n"
+            "  --blocks SPEC         a layer's blocks, as `dtrain train` takes them\n"
             "  --bucket-mb X         DDP's bucket cap in MiB (default 25)\n"
             "  --flops-per-s F       sustained compute rate per rank (default 1e14)\n"
             "  --mem-GBps B          memory bandwidth for the optimizer (default 1500)\n"
@@ -140,10 +141,10 @@ static int parse_bytes(const char *s, long long *out)
  * layout's (refused in the other modes). */
 static const char *const model_flags[] = {"--model", "--n-layer", "--n-head", "--n-embd",
                                           "--vocab-size", "--block-size", "--seq-len",
-                                          "--batch-size", "--tp", "--cp", "--dp", "--pp",
+                                          "--batch-size", "--blocks", "--tp", "--cp", "--dp", "--pp",
                                           "--grad-accum", "--pp-schedule", "--pp-virtual",
                                           "--zero-stage", "--zero-prefetch"};
-enum { layout_first = 8 };
+enum { layout_first = 9 };
 
 /* A flag of the model's or the layout's, kept for the trainer's option
  * table. */

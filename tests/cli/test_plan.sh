@@ -11,6 +11,9 @@
 #  - zb1p's activations held are the slots `dtrain train` allocates: the
 #    "in flight" column of its --dry-run at p 2, M 4 and p 4, M 8 (min(M, p)
 #    on every rank: W keeps them, not only I).
+#  - --blocks reaches plan, simulate and train's --dry-run alike: GPT-2
+#    with attention-only layers has V C + T C + L (4 C^2 + 6 C) + 2 C
+#    parameters, worked out here; an unknown kind is refused by each.
 #  - bad input exits 2 naming what would work: interleaved with M not a
 #    multiple of p, --pp 1, an unknown schedule, a missing --grad-accum,
 #    --pp-partition (the chart is in unit time; `dtrain train` chooses),
@@ -57,6 +60,25 @@ for pm in "2 4" "4 8"; do
     done < <(in_flight "$p" "$M")
     expect_eq "$held" "$(printf ' %d' $(yes "$p" | head -"$p"))" "the dry run's slots"
     expect_contains "$TMP/zb" "$want" "plan's activations held"
+done
+
+check "--blocks in plan, simulate and train --dry-run"
+attn_only=(--model gpt2 --blocks ln_1:layernorm,attn:attention)
+psi=$(( 50257 * 768 + 1024 * 768 + 12 * (4 * 768 * 768 + 6 * 768) + 2 * 768 ))
+"$DTRAIN" simulate --ddp "${attn_only[@]}" --ranks 2 >"$TMP/sim_blocks" 2>&1
+expect_contains "$TMP/sim_blocks" "$psi parameters" "simulate's parameter count"
+"$DTRAIN" train --dry-run "${attn_only[@]}" --vocab-size 50257 >"$TMP/dry_blocks" 2>&1
+expect_contains "$TMP/dry_blocks" "Psi = $psi parameters" "the dry run's parameter count"
+"$DTRAIN" plan "${attn_only[@]}" --nodes 1 --ranks-per-node 2 --global-batch 8 \
+  --mem-per-rank 8 --tflops 1 >"$TMP/plan_blocks" 2>&1
+expect_contains "$TMP/plan_blocks" "$(awk -v p="$psi" 'BEGIN { printf "%.1f M parameters", p / 1e6 }')" \
+  "plan's parameter count"
+for cmd in "simulate --ddp --ranks 2" "plan --nodes 1 --ranks-per-node 2 --global-batch 8 --mem-per-rank 8"; do
+  rc=0
+  # shellcheck disable=SC2086
+  "$DTRAIN" $cmd --blocks ln_1:layernorm,x:foo >"$TMP/bad_blocks" 2>&1 || rc=$?
+  expect_eq "$rc" 2 "exit status of $cmd with an unknown kind"
+  expect_contains "$TMP/bad_blocks" "no block kind called 'foo'" "$cmd with an unknown kind"
 done
 
 bad() { # want-text args...
