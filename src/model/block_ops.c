@@ -127,6 +127,16 @@ int dt_model_branch_out_backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part 
                                      m->cfg.n_embd, name);
 }
 
+int dt_model_branch_in_backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what, float *dW,
+                                float *db, const float *dout, float *keep, const float *W,
+                                int OUT, const char *name)
+{
+    if (dt_model_product_backward(m, what, m->acts.d_c, dW, db, dout, keep, c->x, W, c->N,
+                                  m->cfg.n_embd, OUT, name))
+        return -1;
+    return dt_model_input_grad_sum(m, c->N, name);
+}
+
 int dt_model_product_weights(dt_gpt *m, float *dW, float *db, const float *dout,
                              const float *inp, int N, int IN, int OUT, const char *name)
 {

@@ -90,6 +90,12 @@ int dt_model_branch_out(dt_gpt *m, const dt_block_call *c, const float *inp, con
 int dt_model_branch_out_backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what,
                                  float *dinp, float *dW, float *db, float *keep,
                                  const float *inp, const float *W, int IN, const char *name);
+/* A branch's first product's backward, column-parallel from its input
+ * c->x [N, C] to its inner width OUT: the input's gradient into d_c,
+ * summed over the tensor-parallel group (dt_model_input_grad_sum). */
+int dt_model_branch_in_backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what, float *dW,
+                                float *db, const float *dout, float *keep, const float *W,
+                                int OUT, const char *name);
 
 /* ---- layer.c: a layer's blocks in order ------------------------------- */
 

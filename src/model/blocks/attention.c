@@ -88,17 +88,14 @@ static int forward(dt_gpt *m, const dt_block_call *c, unsigned run)
 
 static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
 {
-    const int C = m->cfg.n_embd, A = m->tp.attn, N = c->N;
+    const int A = m->tp.attn;
     if (dt_model_branch_out_backward(m, c, what, m->acts.d_c, c->g[PROJ_W], c->g[PROJ_B],
                                      c->a[D_PROJ], c->a[ATT], c->w[PROJ_W], A,
                                      "attn.c_proj backward"))
         return -1;
-    if (attend_backward(m, c) ||
-        dt_model_product_backward(m, what, m->acts.d_c, c->g[QKV_W], c->g[QKV_B], c->a[DQKV],
-                                  c->a[D_QKV], c->x, c->w[QKV_W], N, C, 3 * A,
-                                  "attn.c_attn backward"))
-        return -1;
-    return dt_model_input_grad_sum(m, N, "attn.c_attn backward");
+    if (attend_backward(m, c)) return -1;
+    return dt_model_branch_in_backward(m, c, what, c->g[QKV_W], c->g[QKV_B], c->a[DQKV],
+                                       c->a[D_QKV], c->w[QKV_W], 3 * A, "attn.c_attn backward");
 }
 
 static int weights(dt_gpt *m, const dt_block_call *c)

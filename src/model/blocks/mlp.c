@@ -56,16 +56,14 @@ static int forward(dt_gpt *m, const dt_block_call *c, unsigned run)
 
 static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
 {
-    const int C = m->cfg.n_embd, F = m->tp.mlp, N = c->N;
+    const int F = m->tp.mlp, N = c->N;
     if (dt_model_branch_out_backward(m, c, what, c->a[DFC], c->g[PROJ_W], c->g[PROJ_B],
                                      c->a[D_FCP], c->a[GELU], c->w[PROJ_W], F,
                                      "mlp.c_proj backward"))
         return -1;
     dt_gelu_backward(c->a[DFC], c->a[FC], c->a[DFC], (size_t)N * F);
-    if (dt_model_product_backward(m, what, m->acts.d_c, c->g[FC_W], c->g[FC_B], c->a[DFC],
-                                  c->a[D_FC], c->x, c->w[FC_W], N, C, F, "mlp.c_fc backward"))
-        return -1;
-    return dt_model_input_grad_sum(m, N, "mlp.c_fc backward");
+    return dt_model_branch_in_backward(m, c, what, c->g[FC_W], c->g[FC_B], c->a[DFC],
+                                       c->a[D_FC], c->w[FC_W], F, "mlp.c_fc backward");
 }
 
 static int weights(dt_gpt *m, const dt_block_call *c)
