@@ -69,6 +69,17 @@ def shard_write(path, tokens):
 # ---- the model ---------------------------------------------------------------
 
 
+def causal_attention(h, c_attn, H):
+    """GPT-2's attention of the normed input h [B, T, C] over H heads, up to
+    its output projection: q, k, v from c_attn, causal softmax, heads joined."""
+    B, T, C = h.shape
+    q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in c_attn(h).split(C, dim=2))
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // H))
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+    return (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+
+
 class Block(torch.nn.Module):
     def __init__(self, C, H):
         super().__init__()
@@ -81,17 +92,7 @@ class Block(torch.nn.Module):
         self.mlp_proj = torch.nn.Linear(4 * C, C)
 
     def forward(self, x):
-        B, T, C = x.shape
-        H = self.H
-        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
-        q = q.view(B, T, H, C // H).transpose(1, 2)
-        k = k.view(B, T, H, C // H).transpose(1, 2)
-        v = v.view(B, T, H, C // H).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // H))
-        mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
-        x = x + self.c_proj(y)
+        x = x + self.c_proj(causal_attention(self.ln_1(x), self.c_attn, self.H))
         x = x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
         return x
 
