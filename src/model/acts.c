@@ -56,6 +56,16 @@ size_t dt_gpt_layer_acts_bytes(const dt_gpt *m, int B, int T, size_t *shared)
     return bytes[PER_LAYER];
 }
 
+size_t dt_gpt_config_layer_act_bytes(const dt_gpt_config *cfg, int B, int T)
+{
+    dt_gpt lay;
+    char err[256];
+    if (dt_gpt_create_layout(&lay, cfg, DT_PREC_F32, err, sizeof err)) return 0;
+    size_t bytes = dt_gpt_layer_acts_bytes(&lay, B, T, NULL);
+    dt_gpt_destroy(&lay);
+    return bytes;
+}
+
 /* The buffers of one layer that live in `where`, into bufs[per_layer]
  * (when base is given); the floats they take. */
 static size_t take_layer(dt_gpt *m, float *base, float **bufs, int where, size_t N)

@@ -146,5 +146,9 @@ size_t dt_gpt_layer_act_bytes(dt_recompute mode, int B, int T, int C, int NH, si
  * its kinds, the recompute mode set on it), without alignment: bytes kept
  * per layer, and *shared those every layer shares (not backward's scratch). */
 size_t dt_gpt_layer_acts_bytes(const dt_gpt *m, int B, int T, size_t *shared);
+/* A whole layer's bytes kept with no recomputation, for a configuration
+ * (its blocks, no cut): what planning weighs before any model exists. 0
+ * for a configuration that makes no model. */
+size_t dt_gpt_config_layer_act_bytes(const dt_gpt_config *cfg, int B, int T);
 
 #endif

@@ -13,7 +13,7 @@
  * The files: layout.c (the tensor table, segments, the cuts), buffers.c
  * (allocation), segment.c (the protocol a strategy hooks: each segment's
  * parameters around their use, its gradients when final), init.c,
- * embed.c, head.c, forward.c, backward.c, acts.c (the arena), tp_ops.c
+ * embed.c, head.c, forward.c, backward.c, acts.c (the arena), block_ops.c
  * (the group sums tensor parallelism needs), blocks/ (the kinds). */
 #ifndef DT_MODEL_GPT_H
 #define DT_MODEL_GPT_H
@@ -149,6 +149,10 @@ int dt_gpt_config_check(const dt_gpt_config *cfg, char *err, size_t errlen);
 /* Number of parameters: V C + T C, L times the layer's blocks', the final
  * norm's (GPT-2: V C + T C + L (12 C^2 + 13 C) + 2 C). */
 size_t dt_gpt_param_count(const dt_gpt_config *cfg);
+/* One layer's parameters (the whole tensors, by its kinds; GPT-2's
+ * 12 C^2 + 13 C), and the final norm's (GPT-2's 2 C). */
+size_t dt_gpt_layer_param_count(const dt_gpt_config *cfg);
+size_t dt_gpt_final_norm_param_count(const dt_gpt_config *cfg);
 
 /* Builds the layout and allocates the parameters (zeroed). 0 or -1. */
 int dt_gpt_create(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec, char *err,
@@ -285,5 +289,7 @@ size_t dt_gpt_segment_start(const dt_gpt *m, int segment);
  * llm.c uses the same attention term but all parameters as N (with wpe,
  * biases, LayerNorm): about 1% more at GPT-2 small's size. */
 double dt_gpt_flops_per_token(const dt_gpt_config *cfg, int T);
+/* One layer's share of it, its kinds' (GPT-2's 72 C^2 + 6 T C). */
+double dt_gpt_layer_flops_per_token(const dt_gpt_config *cfg, int T);
 
 #endif

@@ -52,26 +52,48 @@ static size_t layer_params(const dt_gpt_config *cfg, const dt_block *b, int n)
     return total;
 }
 
-size_t dt_gpt_param_count(const dt_gpt_config *cfg)
+/* A layer's blocks parsed (a configuration that failed its check has
+ * none: 0). */
+static int layer_blocks(const dt_gpt_config *cfg, dt_block *b)
 {
-    dt_block b[DT_LAYER_MAX_BLOCKS];
     char err[160];
     const int n = dt_blocks_parse(cfg->blocks, b, err, sizeof err);
-    if (n < 0) return 0;
+    return n < 0 ? 0 : n;
+}
+
+size_t dt_gpt_layer_param_count(const dt_gpt_config *cfg)
+{
+    dt_block b[DT_LAYER_MAX_BLOCKS];
+    return layer_params(cfg, b, layer_blocks(cfg, b));
+}
+
+size_t dt_gpt_final_norm_param_count(const dt_gpt_config *cfg)
+{
+    dt_block b[DT_LAYER_MAX_BLOCKS];
+    return layer_blocks(cfg, b) ? layer_params(cfg, b, 1) : 0; /* of the first norm's kind */
+}
+
+size_t dt_gpt_param_count(const dt_gpt_config *cfg)
+{
     size_t V = (size_t)cfg->vocab_size, T = (size_t)cfg->block_size, C = (size_t)cfg->n_embd;
-    return V * C + T * C + (size_t)cfg->n_layer * layer_params(cfg, b, n) +
-           layer_params(cfg, b, 1); /* the final norm: of the first norm's kind */
+    return V * C + T * C + (size_t)cfg->n_layer * dt_gpt_layer_param_count(cfg) +
+           dt_gpt_final_norm_param_count(cfg);
+}
+
+double dt_gpt_layer_flops_per_token(const dt_gpt_config *cfg, int T)
+{
+    dt_block b[DT_LAYER_MAX_BLOCKS];
+    const int n = layer_blocks(cfg, b);
+    double layer = 0;
+    for (int i = 0; i < n; i++) layer += b[i].kind->flops(cfg, T);
+    return layer;
 }
 
 /* The formula and why: gpt.h. */
 double dt_gpt_flops_per_token(const dt_gpt_config *cfg, int T)
 {
-    dt_block b[DT_LAYER_MAX_BLOCKS];
-    char err[160];
-    const int n = dt_blocks_parse(cfg->blocks, b, err, sizeof err);
-    double layer = 0;
-    for (int i = 0; i < n; i++) layer += b[i].kind->flops(cfg, T);
-    return 6.0 * (double)cfg->vocab_size * cfg->n_embd + cfg->n_layer * layer;
+    return 6.0 * (double)cfg->vocab_size * cfg->n_embd +
+           cfg->n_layer * dt_gpt_layer_flops_per_token(cfg, T);
 }
 
 /* ---- the tensor table --------------------------------------------------- */

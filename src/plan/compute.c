@@ -53,13 +53,11 @@ void dt_plan_measure_cost(const dt_gpt_config *m, int T, int *tokens, double *by
 {
     dt_gpt_config small;
     const int t = measured_shape(m, T, &small);
-    const double C = m->n_embd;
     /* fp32 weights and gradients and a bf16 copy; three parts' activations */
     *bytes = 10.0 * (double)dt_gpt_param_count(&small) +
-             3.0 * (double)dt_gpt_layer_act_bytes(DT_RECOMPUTE_NONE, 1, t, m->n_embd,
-                                                  m->n_head, NULL);
+             3.0 * (double)dt_gpt_config_layer_act_bytes(m, 1, t);
     /* a warm-up pass and one timed, three layers each */
-    *flops = 2 * 3 * (double)t * (6 * 12 * C * C + 6.0 * t * C);
+    *flops = 2 * 3 * (double)t * dt_gpt_layer_flops_per_token(m, t);
     *tokens = t;
 }
 
@@ -76,7 +74,6 @@ int dt_plan_measure_flops(const dt_gpt_config *m, int T, int bf16, int threads, 
     dt_gpt_destroy(&like);
     if (rc) return -1;
     if (k.layer_ms <= 0) return dt_strf(err, n, "measuring a layer: it took no time"), -1;
-    const double C = m->n_embd;
-    *flops = (double)t * (6 * 12 * C * C + 6.0 * t * C) / (k.layer_ms * 1e-3);
+    *flops = (double)t * dt_gpt_layer_flops_per_token(m, t) / (k.layer_ms * 1e-3);
     return 0;
 }

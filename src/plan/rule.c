@@ -56,16 +56,14 @@ static void why_faster(FILE *f, const dt_plan_row *rule, const dt_plan_row *best
 void dt_plan_rule(FILE *f, const dt_plan_input *in, const dt_plan_result *r)
 {
     const dt_gpt_config *m = &in->model;
-    const double C = m->n_embd, K = state_bytes(in);
-    const double layer = (12 * C * C + 13 * C) * K +
-                         (double)dt_gpt_layer_act_bytes(DT_RECOMPUTE_NONE, 1, in->T, m->n_embd,
-                                                        m->n_head, NULL);
+    const double K = state_bytes(in), layer_psi = (double)dt_gpt_layer_param_count(m);
+    const double layer = layer_psi * K + (double)dt_gpt_config_layer_act_bytes(m, 1, in->T);
     const double model = (double)dt_gpt_param_count(m) * K;
     char why;
     fprintf(f, "\nthe rule (\"a layer does not fit: tensor parallel; else the model does not "
             "fit: pipeline; else data parallel\") on this case:\n");
     fprintf(f, "  one layer: %.3g M parameters x %.0f bytes + its activations at one sequence "
-            "= %.2f GiB: %s a rank's %.1f GiB\n", (12 * C * C + 13 * C) / 1e6, K, GIB(layer),
+            "= %.2f GiB: %s a rank's %.1f GiB\n", layer_psi / 1e6, K, GIB(layer),
             layer <= in->mem ? "fits" : "does not fit", GIB(in->mem));
     if (layer > in->mem) {
         why = 't';

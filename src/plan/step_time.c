@@ -69,7 +69,7 @@ static void chunk_of(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_lay
     const int stages = l->pp * l->V;
     const double layers = (double)((m->n_layer + stages - 1) / stages);
     const double tokens = (double)l->B * T / (l->tp * l->cp);
-    const double layer_tok = 6 * 12 * C * C + 6 * T * C, head_tok = 6 * V * C;
+    const double layer_tok = dt_gpt_layer_flops_per_token(m, in->T), head_tok = 6 * V * C;
     const double flops = tokens * (layers * layer_tok + head_tok);
     k->fwd = flops / 3 / in->flops;
     k->bwd = 2 * flops / 3 / in->flops;

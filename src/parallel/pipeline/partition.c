@@ -71,11 +71,12 @@ static int balanced(const dt_gpt *m, int S, const dt_pp_costs *costs, int *cut, 
                     size_t errlen)
 {
     const int L = m->cfg.n_layer;
-    const double C = m->cfg.n_embd;
+    const double layer = (double)dt_gpt_layer_param_count(&m->cfg);
     double *w = malloc((size_t)L * sizeof *w);
     if (!w) return dt_strf(err, errlen, "pipeline partition: out of memory"), -1;
-    double embed = (double)dt_gpt_segment_start(m, 1), first = embed, last = embed + 2 * C;
-    for (int l = 0; l < L; l++) w[l] = costs ? costs->layer_ms : 12 * C * C + 13 * C;
+    double embed = (double)dt_gpt_segment_start(m, 1), first = embed;
+    double last = embed + (double)dt_gpt_final_norm_param_count(&m->cfg);
+    for (int l = 0; l < L; l++) w[l] = costs ? costs->layer_ms : layer;
     if (costs) first = costs->embed_ms, last = costs->head_ms;
     int rc = dt_pp_cut_balanced(L, S, w, first, last, cut, err, errlen);
     free(w);

@@ -29,7 +29,8 @@ int dt_pp_cut_balanced(int L, int S, const double *w, double first, double last,
                        char *err, size_t errlen);
 
 /* The cut of model m's layers into S stages by `part`: uniform; params,
- * balancing what each stage holds (a layer 12 C^2 + 13 C, the embeddings
+ * balancing what each stage holds (a layer's parameters by its kinds,
+ * 12 C^2 + 13 C for GPT-2's; the embeddings
  * on the first stage and, tied, with ln_f on the last); cost, balancing
  * the measured costs (NULL: refused, the cut needs them). interleaved:
  * the schedule's S stages must be equal, so S divides the layers (only

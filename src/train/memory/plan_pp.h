@@ -6,7 +6,8 @@
  * Stage q (pipeline rank q; with --pp-virtual its chunks) holds Psi_q
  * floats of the flat layout whole (parallel/pipeline/stage.h: its layers'
  * segments, the embeddings V C + T C on stage 0 and, as the tied head,
- * on the last, ln_f's 2 C on the last; a layer is 12 C^2 + 13 C; the
+ * on the last, ln_f's 2 C on the last; a layer its kinds' parameters,
+ * GPT-2's 12 C^2 + 13 C; the
  * 64-byte tensor alignment included, as the buffers hold it). Each of a
  * stage's data-parallel copies (DDP within the stage) holds the same, in
  * bytes:

@@ -97,7 +97,8 @@ static void print_setting(FILE *f, const stages *p, const char *title)
             dt_opt_kind_name(s->o.opt), s->optim_bytes, p->pp->p * p->pp->V,
             p->pp->p * p->pp->dp, dt_pp_kind_name(p->pp->kind), p->pp->M, parts[p->pp->part],
             s->o.B, s->o.T);
-    fprintf(f, "  Psi_q: the floats a stage holds: its layers (12 C^2 + 13 C each), the "
+    fprintf(f, "  Psi_q: the floats a stage holds: its layers (12 C^2 + 13 C each with GPT-2's "
+            "blocks), the "
             "embeddings (V C + T C) on stage 0 and, tied, on the last with ln_f (2 C); "
             "64-byte tensor alignment included\n");
     if (zero1(s))
