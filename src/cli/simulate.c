@@ -344,9 +344,8 @@ static int failed(const char *err)
 }
 
 /* The mesh against the model as `dtrain train --dry-run` and `dtrain
- * plan` check it (tp's slices, cp's cut of the sequence: the mesh's
- * memory plan), and a micro-batch's rows on a tensor-parallel rank as a
- * run's allocation checks them (sequence parallelism's split). */
+ * plan` check it: the strategy kind's places (tp's slices, cp's cut of
+ * the sequence and sp's of the rows, as a run's allocation checks them). */
 static int model_checks(const dt_train_config *c, const dt_gpt_config *cfg, int ranks, char *err,
                         size_t len)
 {
@@ -355,14 +354,6 @@ static int model_checks(const dt_train_config *c, const dt_gpt_config *cfg, int 
     dt_places pl;
     int rc = dt_dry_run_places(c, &layout, ranks, &pl, err, len);
     if (rc == 0) dt_places_free(&pl);
-    dt_shard_kind kind;
-    int widths;
-    dt_cp_algo_shape(c->cp_algo, &kind, &widths);
-    layout.tp.sp = c->sequence_parallel;
-    if (rc == 0 && (dt_gpt_set_tp(&layout, 0, c->tp) ||
-                    dt_gpt_set_cp(&layout, 0, c->cp, kind, widths) ||
-                    dt_gpt_check_micro_batch(&layout, c->batch_size, c->seq_len)))
-        rc = -1, snprintf(err, len, "%s", layout.error);
     dt_gpt_destroy(&layout);
     return rc;
 }

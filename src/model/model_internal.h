@@ -1,6 +1,6 @@
 /* What the model's files and its block kinds share, and nothing outside
  * model/ includes: the segment protocol's steps (segment.c), tensor
- * parallelism's sums (tp_ops.c), the products' backward halves, and the
+ * parallelism's sums (block_ops.c), the products' backward halves, and the
  * driver of a layer's blocks (layer.c). */
 #ifndef DT_MODEL_INTERNAL_H
 #define DT_MODEL_INTERNAL_H
@@ -34,7 +34,7 @@ void dt_model_segment_done(dt_gpt *m, int segment);
 int dt_model_segment_of(const dt_gpt *m, int tensor);
 int dt_model_layer_tensor0(const dt_gpt *m, int l);
 
-/* ---- tp_ops.c: the sums tensor and sequence parallelism need ---------- */
+/* ---- block_ops.c: the sums tensor and sequence parallelism need ------- */
 
 int dt_model_fail_matmul(dt_gpt *m, const char *where);
 /* buf over the tensor-parallel group (split.h); nothing unsplit. */

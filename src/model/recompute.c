@@ -23,7 +23,7 @@ const char *dt_recompute_name(dt_recompute mode)
     }
 }
 
-/* The formulas and why: gpt.h. */
+/* The formulas and why: acts.h. */
 size_t dt_gpt_layer_act_bytes(dt_recompute mode, int B, int T, int C, int NH, size_t *shared)
 {
     const size_t N = (size_t)B * T, NC = N * (size_t)C, lse = N * (size_t)NH;

@@ -24,23 +24,24 @@ typedef struct {
     int *cut;     /* NULL without a pipeline */
 } mesh_job;
 
-/* The run's rows: context parallelism's cut (checked the way a run checks
- * it) and sequence parallelism's flag, which every slice layout keeps. */
+/* The run's rows: context parallelism's cut and sequence parallelism's
+ * flag, which every slice layout keeps; the micro-batch checked on a
+ * slice as a run's allocation checks it (the block, cp's cut of the
+ * sequence over the slice's heads, sp's split of the rows). */
 static int set_rows(mesh_job *x, char *err, size_t n)
 {
     const dt_parallel_opts *o = x->j->o;
-    dt_gpt *m = &x->rows;
+    dt_gpt *m = &x->rows, slice;
     dt_shard_kind kind;
     int widths;
     dt_cp_algo_shape(o->cp_algo, &kind, &widths);
-    char who[48];
-    dt_strf(who, sizeof who, "--cp %d --cp-algo %s", o->cp, o->cp_algo);
-    if (o->cp > 1 && dt_seq_shard_check(who, x->j->B, x->j->T, m->cfg.n_embd, m->cfg.n_head,
-                                        o->cp, kind, err, n))
-        return -1;
     if (dt_gpt_set_cp(m, 0, o->cp, kind, widths)) return dt_strf(err, n, "%s", m->error), -1;
     m->tp.sp = o->sp;
-    return 0;
+    if (dt_gpt_peer_layout(m, 0, o->tp, &slice, err, n)) return -1;
+    int rc = dt_gpt_check_micro_batch(&slice, x->j->B, x->j->T);
+    if (rc) dt_strf(err, n, "%s", slice.error);
+    dt_gpt_destroy(&slice);
+    return rc;
 }
 
 /* The schedule and cut of the pipeline, as its layer computes them. */
@@ -71,14 +72,10 @@ static void end(mesh_job *x)
 static int begin(mesh_job *x, const dt_places_job *j, char *err, size_t n)
 {
     const dt_parallel_opts *o = j->o;
-    const int k = o->tp * o->cp * o->pp;
     memset(x, 0, sizeof *x);
     x->j = j;
     x->rows = *j->layout;
-    if (j->world % k)
-        return dt_strf(err, n, "tp %d x cp %d x pp %d does not divide %d ranks", o->tp, o->cp,
-                       o->pp, j->world), -1;
-    x->dp = j->world / k;
+    if (dt_mesh_check(o, j->world, &x->dp, err, n)) return -1;
     if (set_rows(x, err, n)) return -1;
     if (o->pp > 1 && pipeline_cut(x, err, n)) return end(x), -1;
     return 0;

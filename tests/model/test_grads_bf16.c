@@ -1,4 +1,4 @@
-/* Gradients accumulated in bf16 (dt_gpt.accum16, --grad-accum-dtype bf16):
+/* Gradients accumulated in bf16 (dt_gpt.accum.bf16, --grad-accum-dtype bf16):
  *  - over two micro-batches, grads16 holds what fp32 accumulation gives
  *    when its buffer is rounded to bf16 after each micro-batch (the
  *    reference does that rounding itself, on a second model with fp32

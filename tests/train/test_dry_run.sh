@@ -114,6 +114,9 @@ expect_error "stage with dp" "ZeRO stage 1 shards the state over the ranks of --
   "$dtrain" train --dry-run --nproc 1 --zero-stage 1 --strategy dp --devices 2 "${data[@]}"
 expect_error "sequence too long" "seq_len = 2048 exceeds block_size = 1024" \
   "$dtrain" train --dry-run --model gpt2 --seq-len 2048 "${data[@]}"
+expect_error "sp rows a run refuses" "the 1023 rows of a micro-batch .B x T. do not split over 2" \
+  "$dtrain" train --dry-run --model gpt2 --nproc 2 --tp 2 --sequence-parallel --batch-size 1 \
+  --seq-len 1023 "${data[@]}"
 expect_error "missing data" "nothere" \
   "$dtrain" train --dry-run --data "$tmp/nothere.bin"
 expect_error "value given" "--dry-run takes no value" \

@@ -1,6 +1,6 @@
 /* Context parallelism (Megatron's --context-parallel-size) as a layer of
  * the strategy stack: the ranks of a cp group each run the whole model on
- * their rows of every sequence (model/gpt.h: dt_gpt_cp), and attention
+ * their rows of every sequence (model/split.h: dt_gpt_cp), and attention
  * looks across the group by ring attention or DeepSpeed-Ulysses (this
  * folder). The ranks hold the whole parameters; their gradients are
  * averaged with the data-parallel ones over the mesh's replicas

@@ -1,6 +1,6 @@
 /* Tensor parallelism (Megatron's) as a layer of the strategy stack: the
  * ranks of each tensor-parallel group hold slices of every matrix of the
- * model (model/gpt.h: dt_gpt_tp) and sum the partial products over the
+ * model (model/split.h: dt_gpt_tp) and sum the partial products over the
  * group; data parallelism (DDP or ZeRO-1) runs over the ranks that hold
  * the same slices (the mesh's replicas, parallel/mesh.h).
  *
