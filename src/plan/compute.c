@@ -70,6 +70,7 @@ int dt_plan_measure_flops(const dt_gpt_config *m, int T, int bf16, int threads, 
     const int t = measured_shape(m, T, &small);
     if (dt_gpt_create_layout(&like, &small, bf16 ? DT_PREC_BF16 : DT_PREC_F32, err, n)) return -1;
     dt_kernels_set_threads(threads);
+    dt_kernels_flush_denormals(); /* timed as a run computes (kernels/threads.h) */
     int rc = dt_pp_measure_costs(&like, 1, t, &k, err, n);
     dt_gpt_destroy(&like);
     if (rc) return -1;
