@@ -115,10 +115,24 @@ static size_t *block_index(const dt_gpt *m)
  * another (a tensor-parallel rank's rows of a slice) adds block by block,
  * since a block may hold the end of one of its ranges and the start of
  * the next, or other ranks' floats. */
+/* The segment float x lies in (a tensor-parallel rank's ranges are many
+ * and short: each meets one or two segments, found without a scan). */
+static int segment_at(const dt_gpt *lay, size_t x)
+{
+    int lo = 0, hi = dt_gpt_segments(lay) - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (dt_gpt_segment_start(lay, mid) <= x) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
 static void add_blocks(const dt_gpt *lay, const size_t *first, size_t lo, size_t hi, dt_gbuf g,
                        double *blocks)
 {
-    for (int s = 0; s < dt_gpt_segments(lay); s++) {
+    for (int s = segment_at(lay, lo);
+         s < dt_gpt_segments(lay) && dt_gpt_segment_start(lay, s) < hi; s++) {
         size_t s0 = dt_gpt_segment_start(lay, s), s1 = dt_gpt_segment_start(lay, s + 1);
         size_t a = lo > s0 ? lo : s0, b = hi < s1 ? hi : s1;
         if (a >= b) continue;
