@@ -102,15 +102,16 @@ static int parse_long(const char *flag, const char *v, long lo, long hi, long *o
  * in *rc), else 0. */
 static int parse_pin(plan_opts *o, const char *a, const char *v, int *rc)
 {
-    static const char *const rcs[] = {"none", "selective", "full"};
     const char *names[] = {"--tp", "--cp", "--pp", "--zero-stage", "--micro-batch"};
     long *at[] = {&o->tp, &o->cp, &o->pp, &o->zero, &o->micro};
     const long hi[] = {4096, 4096, 64, 3, 1L << 20};
     for (int i = 0; i < 5; i++)
         if (!strcmp(a, names[i])) return *rc = parse_long(a, v, i == 3 ? 0 : 1, hi[i], at[i]), 1;
     if (!strcmp(a, "--recompute")) {
-        for (o->rc = 0; o->rc < 3 && strcmp(v, rcs[o->rc]); o->rc++) {}
-        *rc = o->rc < 3 ? 0 : usage_error("--recompute is none|selective|full, not %s", v);
+        dt_recompute mode;
+        *rc = dt_recompute_parse(v, &mode) == 0
+                  ? (o->rc = (int)mode, 0)
+                  : usage_error("--recompute is none|selective|full, not %s", v);
         return 1;
     }
     if (!strcmp(a, "--pp-schedule")) {

@@ -173,12 +173,11 @@ int dt_plan_layouts(const dt_plan_input *in, dt_plan_layout **out, int *n, char 
 
 void dt_plan_layout_name(const dt_plan_layout *l, char *buf, size_t n)
 {
-    static const char *rc[] = {"none", "selective", "full"};
     char sched[48] = "";
     if (l->pp > 1)
         dt_strf(sched, sizeof sched, ", %s%s", dt_pp_kind_name(l->sched),
                 l->V > 1 ? " V 2" : "");
     dt_strf(buf, n, "tp %d x cp %d x dp %d x pp %d%s, ZeRO-%d, micro-batch %d x %d%s, "
             "recompute %s", l->tp, l->cp, l->dp, l->pp, l->sp ? " sp" : "", l->zero, l->B,
-            l->M, sched, rc[l->rc]);
+            l->M, sched, dt_recompute_name(l->rc));
 }

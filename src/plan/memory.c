@@ -17,7 +17,6 @@
  * bytes a parameter. */
 static void config_of(const dt_plan_input *in, const dt_plan_layout *l, dt_train_config *c)
 {
-    static const char *rc[] = {"none", "selective", "full"};
     dt_config_defaults(c);
     c->tp = l->tp, c->cp = l->cp, c->pp = l->pp;
     c->sequence_parallel = l->sp;
@@ -27,7 +26,7 @@ static void config_of(const dt_plan_input *in, const dt_plan_layout *l, dt_train
     c->seq_len = in->T;
     c->pp_virtual = l->V;
     dt_strf(c->pp_schedule, sizeof c->pp_schedule, "%s", dt_pp_kind_name(l->sched));
-    dt_strf(c->recompute, sizeof c->recompute, "%s", rc[l->rc]);
+    dt_strf(c->recompute, sizeof c->recompute, "%s", dt_recompute_name(l->rc));
     if (in->bf16) {
         dt_strf(c->dtype, sizeof c->dtype, "bf16");
         dt_strf(c->grad_accum_dtype, sizeof c->grad_accum_dtype, "bf16");

@@ -32,8 +32,7 @@ static int field(const dt_plan_layout *l, int i)
 
 static void value_text(char *buf, size_t n, int i, int v)
 {
-    static const char *const rc[] = {"none", "selective", "full"};
-    if (i == 5) dt_strf(buf, n, "%s", v >= 0 && v < 3 ? rc[v] : "?");
+    if (i == 5) dt_strf(buf, n, "%s", dt_recompute_name((dt_recompute)v));
     else if (i == 6) dt_strf(buf, n, "%s", dt_pp_kind_name((dt_pp_kind)v));
     else dt_strf(buf, n, "%d", v);
 }

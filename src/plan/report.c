@@ -90,7 +90,6 @@ void dt_plan_print(FILE *f, const dt_plan_input *in, const dt_plan_result *r, in
 
 static cJSON *row_json(const dt_plan_row *w)
 {
-    static const char *rc[] = {"none", "selective", "full"};
     cJSON *o = cJSON_CreateObject();
     char name[160];
     dt_plan_layout_name(&w->l, name, sizeof name);
@@ -102,7 +101,7 @@ static cJSON *row_json(const dt_plan_row *w)
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
         cJSON_AddNumberToObject(o, keys[i], vals[i]);
     cJSON_AddStringToObject(o, "schedule", w->l.pp > 1 ? dt_pp_kind_name(w->l.sched) : "none");
-    cJSON_AddStringToObject(o, "recompute", rc[w->l.rc]);
+    cJSON_AddStringToObject(o, "recompute", dt_recompute_name(w->l.rc));
     const char *t[] = {"step_s", "compute_s", "bubble_s", "cores_s", "tp_s", "cp_s", "pp_s",
                        "dp_s", "optimizer_s", "tokens_per_s", "memory_bytes"};
     const double tv[] = {w->step, w->compute, w->bubble, w->cores_s, w->tp_s, w->cp_s,
