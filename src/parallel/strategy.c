@@ -287,7 +287,7 @@ int dt_strategy_mem_plan(dt_strategy *S, int r, dt_rank_mem *out)
     for (int i = S->nlayers - 1; i >= 0; i--) {
         int rc = S->layer[i].ops->mem_plan ? S->layer[i].ops->mem_plan(S->layer[i].self, r, out)
                                            : 0;
-        if (rc) return rc > 0;
+        if (rc) return rc;
     }
     return 0;
 }

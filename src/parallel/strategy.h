@@ -275,8 +275,9 @@ void dt_strategy_describe(dt_strategy *S, FILE *f);
  * parallelism's). */
 void dt_strategy_describe_blocks(const dt_strategy *S, FILE *f, int n);
 void dt_strategy_rank_label(dt_strategy *S, int r, char *buf, size_t n);
-/* The plan of the topmost layer that has one for rank r: 1 with *out, else
- * 0. An empty stack (one process) holds the whole model. */
+/* The plan of the topmost layer that has one for rank r: 1 with *out, 0
+ * when none has, or -1 with the rank's err when its plan failed. An empty
+ * stack (one process) holds the whole model. */
 int dt_strategy_mem_plan(dt_strategy *S, int r, dt_rank_mem *out);
 void dt_strategy_destroy(dt_strategy *S);
 

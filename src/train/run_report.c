@@ -76,7 +76,7 @@ static int every_rank_whole(dt_run *t)
 {
     dt_rank_mem m;
     for (int r = 0; r < t->r.size; r++)
-        if (!dt_strategy_mem_plan(&t->S, r, &m) || m.floats) return 0;
+        if (dt_strategy_mem_plan(&t->S, r, &m) <= 0 || m.floats) return 0;
     return 1;
 }
 
@@ -86,7 +86,9 @@ static int rank_plan(dt_run *t, int r, dt_mem_plan *p)
 {
     dt_rank_mem held;
     char why[256];
-    if (!dt_strategy_mem_plan(&t->S, r, &held)) return 0;
+    int rc = dt_strategy_mem_plan(&t->S, r, &held);
+    if (rc < 0) fprintf(t->out, "    (no plan for rank %d: %s)\n", r, t->r.err);
+    if (rc <= 0) return 0;
     int copies = held.copies ? held.copies : t->S.dp_size;
     return dt_mem_plan_held(&t->model, t->cfg, copies, &held, p, why, sizeof why) == 0;
 }
@@ -211,7 +213,7 @@ int dt_run_print_header(dt_run *t)
      * pipeline's stages), every rank takes part; a strategy whose ranks do
      * not all get here (servers) keeps to rank 0's own line. */
     dt_rank_mem held;
-    if (dt_strategy_mem_plan(&t->S, 0, &held))
+    if (dt_strategy_mem_plan(&t->S, 0, &held) > 0)
         return print_memory(t, "memory per rank at the start", 0);
     dt_print_memory(t->out, t->r.world ? "memory of rank 0" : "memory");
     return 0;
