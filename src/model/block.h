@@ -139,6 +139,9 @@ int dt_block_register(const dt_block_kind *k, char *err, size_t errlen);
  * known, names unique. Fills out (DT_LAYER_MAX_BLOCKS) with kinds and
  * names and returns the count, or -1 with a message. */
 int dt_blocks_parse(const char *spec, dt_block *out, char *err, size_t errlen);
+/* The blocks' string in one spelling ("name:kind" joined by commas, ""
+ * as GPT-2's), or spec itself when it names no blocks. */
+void dt_blocks_canonical(const char *spec, char *buf, size_t n);
 /* 1 when two strings name the same blocks ("" being GPT-2's), else 0. */
 int dt_blocks_same(const char *a, const char *b);
 /* GPT-2's layer, the default. */

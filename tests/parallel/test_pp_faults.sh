@@ -144,6 +144,14 @@ differ pp-2-3 "--pp 2 --n-layer 2" "--pp 3 --n-layer 2" \
 differ two-options "--pp 2 --n-layer 2" "--pp 2 --n-layer 4 --grad-accum 2" \
   "--n-layer is 2 on rank 0 but 4 on rank 1, and --grad-accum differs too"
 
+# One layer's blocks in two spellings are the same model: both train.
+by_hand same-blocks "--n-layer 2" "--n-layer 2 --blocks ln_1:layernorm,attn:attention,ln_2:layernorm,mlp:mlp"
+[ "$RC0" -eq 0 ] && [ "$RC1" -eq 0 ] \
+  || fail "same-blocks: exit $RC0 and $RC1, want 0 and 0: $(cat "$tmp/same-blocks.0.err")"
+echo "ok: same-blocks: GPT-2's blocks given and left to the default train together"
+differ other-blocks "--n-layer 2" "--n-layer 2 --blocks ln_1:layernorm,attn:attention" \
+  "--blocks is unset on rank 0 but 'ln_1:layernorm,attn:attention' on rank 1"
+
 # A rank that refuses its own command line never reaches the comparison:
 # it joins only to stop the job, so the other fails at once, naming it.
 by_hand refused "--pp 2 --n-layer 2" "--pp 0 --n-layer 2"

@@ -85,6 +85,22 @@ static int check_order(const dt_block *b, int n, char *err, size_t errlen)
     return 0;
 }
 
+void dt_blocks_canonical(const char *spec, char *buf, size_t n)
+{
+    dt_block b[DT_LAYER_MAX_BLOCKS];
+    char err[160];
+    const int k = dt_blocks_parse(spec, b, err, sizeof err);
+    size_t at = 0;
+    if (k < 0) {
+        dt_strf(buf, n, "%s", spec);
+        return;
+    }
+    buf[0] = '\0';
+    for (int i = 0; i < k && at < n; i++)
+        at += (size_t)snprintf(buf + at, n - at, "%s%s:%s", i ? "," : "", b[i].name,
+                               b[i].kind->name);
+}
+
 int dt_blocks_same(const char *a, const char *b)
 {
     dt_block x[DT_LAYER_MAX_BLOCKS], y[DT_LAYER_MAX_BLOCKS];

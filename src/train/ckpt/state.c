@@ -52,7 +52,9 @@ cJSON *dt_ckpt_state_json(const dt_ckpt_record *r)
     cJSON_AddNumberToObject(model, "n_embd", r->model.n_embd);
     cJSON_AddNumberToObject(model, "vocab_size", r->model.vocab_size);
     cJSON_AddNumberToObject(model, "block_size", r->model.block_size);
-    cJSON_AddStringToObject(model, "blocks", r->model.blocks[0] ? r->model.blocks : dt_blocks_gpt2);
+    char blocks[sizeof r->model.blocks + 64];
+    dt_blocks_canonical(r->model.blocks, blocks, sizeof blocks);
+    cJSON_AddStringToObject(model, "blocks", blocks);
     cJSON_AddItemToObject(j, "model", model);
     return j;
 }

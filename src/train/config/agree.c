@@ -176,6 +176,8 @@ static uint64_t fingerprint(const dt_train_config *c, int k)
     char buf[PATH_MAX + 8];
     if (is_text(o) && rules[k].rule == DT_AGREE_VALUE) v.s = text_value(c, o, buf, sizeof buf);
     if (o->off == offsetof(dt_train_config, seq_len) && v.i == 0) v.i = c->block_size;
+    if (o->off == offsetof(dt_train_config, blocks)) /* one spelling of the same blocks */
+        dt_blocks_canonical(c->blocks, buf, sizeof buf), v.s = buf;
     if (o->off == offsetof(dt_train_config, resume))
         return c->resume_flag ? dt_fnv1a64_str(v.s) | 1 : 0;
     if (is_text(o)) return rules[k].rule == DT_AGREE_SET ? v.s[0] != 0 : dt_fnv1a64_str(v.s);
