@@ -32,16 +32,12 @@ int dt_dry_run_check(dt_train_config *c, int world, char *err, size_t n)
  * needs. The data files are opened, not read. */
 static int resolve_model(dt_train_config *c, dt_gpt_config *mc, char *err, size_t n)
 {
-    char resume_dir[DT_CONFIG_PATH + 64], train_path[DT_CONFIG_PATH], val_path[DT_CONFIG_PATH];
-    const char *train_file = c->data, *val_file = c->val_data;
+    char resume_dir[DT_CONFIG_PATH + 64], train_file[DT_CONFIG_PATH], val_file[DT_CONFIG_PATH];
     if (c->resume_flag && dt_ckpt_resolve(c->resume[0] ? c->resume : c->out_dir, resume_dir,
                                           sizeof resume_dir, err, n))
         return -1;
-    if (!c->data[0]) {
-        if (dt_default_corpus(train_path, val_path, sizeof train_path, err, n)) return -1;
-        train_file = train_path;
-        if (!c->val_data[0]) val_file = val_path;
-    }
+    if (dt_data_files(c->data, c->val_data, train_file, val_file, sizeof train_file, err, n))
+        return -1;
     dt_dataset *train = NULL, *val = NULL;
     int rc = dt_dataset_open(train_file, &train, err, n);
     if (rc == 0 && val_file[0]) rc = dt_dataset_open(val_file, &val, err, n);

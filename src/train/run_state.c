@@ -19,13 +19,9 @@
 int dt_run_open_data(dt_run *t)
 {
     const dt_train_config *c = t->cfg;
-    char train_path[DT_CONFIG_PATH], val_path[DT_CONFIG_PATH];
-    const char *train_file = c->data, *val_file = c->val_data;
-    if (!c->data[0]) {
-        if (dt_default_corpus(train_path, val_path, sizeof train_path, ERR(t))) return -1;
-        train_file = train_path;
-        if (!c->val_data[0]) val_file = val_path;
-    }
+    char train_file[DT_CONFIG_PATH], val_file[DT_CONFIG_PATH];
+    if (dt_data_files(c->data, c->val_data, train_file, val_file, sizeof train_file, ERR(t)))
+        return -1;
     dt_dataset *all;
     if (dt_dataset_open(train_file, &all, ERR(t))) return -1;
     if (val_file[0]) {

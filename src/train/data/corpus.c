@@ -313,6 +313,19 @@ int dt_corpus_build(const char *src_dir, const char *out_dir, char *train_path, 
     return rc;
 }
 
+int dt_data_files(const char *data, const char *val_data, char *train_path, char *val_path,
+                  size_t len, char *err, size_t errlen)
+{
+    if (!data[0]) {
+        if (dt_default_corpus(train_path, val_path, len, err, errlen)) return -1;
+        if (val_data[0]) dt_strf(val_path, len, "%s", val_data);
+        return 0;
+    }
+    dt_strf(train_path, len, "%s", data);
+    dt_strf(val_path, len, "%s", val_data);
+    return 0;
+}
+
 int dt_default_corpus(char *train_path, char *val_path, size_t len, char *err, size_t errlen)
 {
     char cache[DT_PATH_MAX], dir[DT_PATH_MAX + 16];

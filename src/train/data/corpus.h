@@ -20,6 +20,12 @@ int dt_cache_dir(char *dir, size_t len, char *err, size_t errlen);
  * under <cache>/fortunes on first use (with a line on stderr saying so). */
 int dt_default_corpus(char *train_path, char *val_path, size_t len, char *err, size_t errlen);
 
+/* The files a run reads: `data`, or without it the default corpus; and
+ * `val_data`, or the default corpus's when neither was given ("" when the
+ * validation rows are to be cut from the training data). 0, or -1. */
+int dt_data_files(const char *data, const char *val_data, char *train_path, char *val_path,
+                  size_t len, char *err, size_t errlen);
+
 /* The same from any directory of fortune files into out_dir (created if
  * missing); kept if out_dir already holds two valid shards. */
 int dt_corpus_build(const char *src_dir, const char *out_dir, char *train_path, char *val_path,
