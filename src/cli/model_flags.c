@@ -20,6 +20,9 @@ int cli_model_options(char **argv, int *argc, int cap, dt_train_config *c, dt_gp
     *cfg = (dt_gpt_config){.n_layer = c->n_layer, .n_head = c->n_head, .n_embd = c->n_embd,
                            .vocab_size = c->vocab_size, .block_size = c->block_size};
     memcpy(cfg->blocks, c->blocks, sizeof cfg->blocks);
+    dt_config_moe(c, c->num_experts, c->moe_ffn, &cfg->moe);
+    if (cfg->moe.experts && !cfg->blocks[0])
+        dt_strf(cfg->blocks, sizeof cfg->blocks, "%s", dt_blocks_gpt2_moe);
     *T = c->seq_len ? c->seq_len : c->block_size;
     if (cfg->vocab_size < 1)
         return dt_strf(err, n, "the model needs a vocabulary: give --vocab-size N (the tiny "

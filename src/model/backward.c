@@ -93,6 +93,7 @@ int dt_gpt_backward_part(dt_gpt *m, int k, const float *d_out, float grad_scale,
     if (check_backward(m, k, d_out, what)) return -1;
     dt_gpt_slot *st = &m->acts.slots[k];
     dt_gpt_bind_slot(m, k);
+    m->moe.grad_scale = grad_scale; /* the balance losses weigh their terms by it */
     if (what == DT_BWD_WEIGHTS ? backward_weights(m, st)
                                : backward_input(m, st, d_out, grad_scale, what))
         return -1;

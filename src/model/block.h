@@ -18,12 +18,18 @@
 
 #include <stddef.h>
 
+#include "model/moe.h"
 #include "model/split.h"
 
 typedef struct dt_gpt dt_gpt;
 typedef struct dt_gpt_config dt_gpt_config;
 
-enum { DT_BLOCK_MAX_TENSORS = 8, DT_BLOCK_MAX_ACTS = 12, DT_LAYER_MAX_BLOCKS = 8 };
+/* A block's tensors: a mixture of experts has a router and four per expert. */
+enum {
+    DT_BLOCK_MAX_TENSORS = 1 + 4 * DT_MOE_MAX_EXPERTS,
+    DT_BLOCK_MAX_ACTS = 16,
+    DT_LAYER_MAX_BLOCKS = 8
+};
 
 typedef enum {
     DT_BLOCK_NORM,  /* reads the residual stream (this rank's rows), writes its output [N, C] */
@@ -44,7 +50,7 @@ typedef struct {
 /* One tensor of a kind: its name after the block's ("c_attn.weight"),
  * the whole tensor's shape (d1 0: 1-D), this rank's slice, its start. */
 typedef struct {
-    const char *name;
+    char name[32];
     int d0, d1;
     dt_slice slice; /* rows 0: the whole tensor */
     dt_init_rule init;

@@ -103,6 +103,7 @@ void dt_gpt_destroy(dt_gpt *m)
     free(m->accum.zero);
     free(m->accum.open);
     dt_gpt_free_acts(m);
+    dt_model_moe_free(m);
     memset(m, 0, sizeof *m);
 }
 

@@ -25,6 +25,7 @@
 #include "model/acts.h"
 #include "model/block.h"
 #include "model/gbuf.h"
+#include "model/moe.h"
 #include "model/ranges.h"
 #include "model/split.h"
 
@@ -35,6 +36,7 @@ struct dt_gpt_config {
     int vocab_size;
     int block_size; /* the longest sequence: rows of wpe */
     char blocks[96]; /* a layer's blocks (dt_blocks_parse); "": GPT-2's */
+    dt_moe_config moe; /* a moe branch's experts and routing (model/moe.h) */
 };
 
 /* One named tensor of the flat layout. Under tensor parallelism it holds
@@ -139,6 +141,7 @@ struct dt_gpt {
     dt_gpt_accum accum;
     dt_gpt_acts acts;
     dt_gpt_hooks hooks;
+    dt_gpt_moe moe;
     char error[256];
 };
 
@@ -291,5 +294,12 @@ size_t dt_gpt_segment_start(const dt_gpt *m, int segment);
 double dt_gpt_flops_per_token(const dt_gpt_config *cfg, int T);
 /* One layer's share of it, its kinds' (GPT-2's 72 C^2 + 6 T C). */
 double dt_gpt_layer_flops_per_token(const dt_gpt_config *cfg, int T);
+
+/* Mixture of experts (model/moe.h): the counts of every layer zeroed;
+ * and, with expert_bias, layer l's bias moved by bias_rate toward equal
+ * load, given every expert's slots over the whole batch (the same on
+ * every rank, so the biases stay the same). */
+void dt_gpt_moe_reset(dt_gpt *m);
+void dt_gpt_moe_update_bias(dt_gpt *m, int l, const double *load);
 
 #endif

@@ -36,7 +36,8 @@ int dt_gpt_config_check(const dt_gpt_config *cfg, char *err, size_t errlen)
                 cfg->n_embd, cfg->block_size, cfg->vocab_size);
         return -1;
     }
-    return dt_blocks_parse(cfg->blocks, blocks, err, errlen) < 0 ? -1 : 0;
+    const int n = dt_blocks_parse(cfg->blocks, blocks, err, errlen);
+    return n < 0 ? -1 : dt_moe_config_check(cfg, blocks, n, err, errlen);
 }
 
 /* The whole tensors' floats of one layer (blocks parsed from cfg). */
@@ -264,6 +265,7 @@ int dt_gpt_create_layout(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec,
         return -1;
     }
     build_layout(m);
+    if (dt_model_moe_alloc(m)) return dt_strf(err, errlen, "%s", m->error), -1;
     return 0;
 }
 

@@ -97,6 +97,15 @@ int dt_model_branch_in_backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part w
                                 float *db, const float *dout, float *keep, const float *W,
                                 int OUT, const char *name);
 
+/* ---- moe.c: the configuration's checks, the counts' buffers ---------- */
+
+/* A model's experts and routing against its blocks (n of them, parsed):
+ * a moe branch needs experts, and experts a moe branch. 0 or -1. */
+int dt_moe_config_check(const dt_gpt_config *cfg, const dt_block *b, int n, char *err,
+                        size_t errlen);
+int dt_model_moe_alloc(dt_gpt *m);
+void dt_model_moe_free(dt_gpt *m);
+
 /* ---- layer.c: a layer's blocks in order ------------------------------- */
 
 /* Layer l's forward from x (its input, R rows) in the bound slot; rebuild:

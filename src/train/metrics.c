@@ -65,6 +65,11 @@ void dt_print_step(FILE *f, const dt_step_stats *s)
         double mfu = mfu_capped(s->mfu);
         fprintf(f, " | MFU %.1f%%%s", 100.0 * mfu, mfu >= 1.0 ? "*" : "");
     }
+    if (s->moe) {
+        fprintf(f, " | aux %.4f", s->aux_loss);
+        if (s->z_loss > 0) fprintf(f, " z %.4f", s->z_loss);
+        if (s->dropped > 0) fprintf(f, " dropped %.0f", s->dropped);
+    }
     if (s->ranks > 1)
         fprintf(f, " | comm %.1f ms exposed, %.1f MB sent", s->comm_ms,
                 (double)s->bytes_sent / 1e6);
@@ -103,6 +108,11 @@ int dt_log_json_step(FILE *f, const dt_step_stats *s)
     failed |= json_number(f, "lr", s->lr, 0) < 0;
     failed |= json_number(f, "ms", s->ms, 0) < 0;
     failed |= json_number(f, "tokens_per_s", s->tokens_per_s, 0) < 0;
+    if (s->moe) {
+        failed |= json_number(f, "moe_aux_loss", s->aux_loss, 0) < 0;
+        failed |= json_number(f, "moe_z_loss", s->z_loss, 0) < 0;
+        failed |= json_number(f, "moe_dropped", s->dropped, 0) < 0;
+    }
     if (s->ranks > 1) {
         failed |= json_number(f, "comm_ms", s->comm_ms, 0) < 0;
         failed |= fprintf(f, "\"bytes_sent\":%llu,", s->bytes_sent) < 0;

@@ -24,6 +24,9 @@ typedef struct {
     double io_wall_ms;    /* the optimizer step's stream, start to end */
     unsigned long long io_bytes; /* read and written by the stream */
     unsigned long long io_param_bytes; /* offload_param: the parameters' pieces read */
+    int moe;              /* a mixture of experts: its balance terms shown */
+    double aux_loss, z_loss; /* added to the loss differentiated, not to `loss` */
+    double dropped;       /* routing slots the capacity dropped */
 } dt_step_stats;
 
 /* The peak FLOP/s of `threads` threads in fp32 or bf16 (train/peak.h:

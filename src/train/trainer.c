@@ -27,6 +27,7 @@
 #include "train/ckpt/lock.h"
 #include "train/config/agree.h"
 #include "train/metrics.h"
+#include "train/moe_stats.h"
 #include "train/peak.h"
 #include "train/run.h"
 #include "train/stop_signals.h"
@@ -102,7 +103,12 @@ static int run_loop(dt_run *t)
         uint64_t t0 = dt_now_ns(), read0 = 0, wait0 = 0, read1, wait1;
         if (t->opt.store) dt_opt_store_totals(t->opt.store, &read0, &wait0);
         double loss = 0, norm = 0;
+        dt_moe_step moe;
+        dt_moe_step_begin(t);
         if (train_step(t, &loss, &norm)) return -1;
+        const int print = c->print_every > 0 &&
+                          ((t->step + 1) % c->print_every == 0 || t->step + 1 == c->steps);
+        if (dt_moe_step_end(t, &moe, t->out, print && c->moe_log_load)) return -1;
         uint64_t t1 = dt_now_ns();
         dt_trace_args ta = dt_trace_noargs();
         ta.step = (int)t->step;
@@ -115,7 +121,9 @@ static int run_loop(dt_run *t)
                            .mfu = dt_mfu(tps * flops_tok, t->peak),
                            .eta_s = (double)(c->steps - t->step - 1) *
                                     (averaged > 0 ? ms_avg : ms) * 1e-3,
-                           .ranks = t->r.size > t->S.dp_size ? t->r.size : t->S.dp_size};
+                           .ranks = t->r.size > t->S.dp_size ? t->r.size : t->S.dp_size,
+                           .moe = moe.on, .aux_loss = moe.aux_loss, .z_loss = moe.z_loss,
+                           .dropped = moe.dropped};
         uint64_t bytes;
         dt_strategy_traffic(&t->S, &s.comm_ms, &bytes);
         s.bytes_sent = bytes;
@@ -130,8 +138,7 @@ static int run_loop(dt_run *t)
         t->last_loss = loss;
         t->step++;
         t->steps_run++;
-        if (c->print_every > 0 && (t->step % c->print_every == 0 || t->step == c->steps))
-            dt_print_step(t->out, &s);
+        if (print) dt_print_step(t->out, &s);
         if (t->json && dt_run_log_failed(t, dt_log_json_step(t->json, &s))) return -1;
         if (!isfinite(loss))
             return dt_strf(ERR(t), "step %ld: the loss is %f: training diverged", t->step, loss),

@@ -8,12 +8,13 @@
 #include "core/str.h"
 #include "model/block.h"
 
-extern const dt_block_kind dt_block_layernorm, dt_block_attention, dt_block_mlp;
+extern const dt_block_kind dt_block_layernorm, dt_block_attention, dt_block_mlp, dt_block_moe;
 
 static const dt_block_kind *const builtin[] = {
     &dt_block_layernorm,
     &dt_block_attention,
     &dt_block_mlp,
+    &dt_block_moe,
 };
 
 enum { MAX_REGISTERED = 16 };

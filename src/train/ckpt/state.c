@@ -55,6 +55,11 @@ cJSON *dt_ckpt_state_json(const dt_ckpt_record *r)
     char blocks[sizeof r->model.blocks + 64];
     dt_blocks_canonical(r->model.blocks, blocks, sizeof blocks);
     cJSON_AddStringToObject(model, "blocks", blocks);
+    if (r->model.moe.experts) {
+        cJSON_AddNumberToObject(model, "num_experts", r->model.moe.experts);
+        cJSON_AddNumberToObject(model, "moe_ffn_hidden_size", r->model.moe.ffn);
+        cJSON_AddNumberToObject(model, "moe_router_topk", r->model.moe.topk);
+    }
     cJSON_AddItemToObject(j, "model", model);
     return j;
 }
@@ -193,6 +198,15 @@ static int get_blocks(const reader *rd, const cJSON *obj, dt_gpt_config *cfg)
     return 0;
 }
 
+/* The experts, recorded for a model with them (absent: dense). */
+static int get_experts(const reader *rd, const cJSON *obj, dt_gpt_config *cfg)
+{
+    if (!cJSON_GetObjectItemCaseSensitive(obj, "num_experts")) return 0;
+    return get_i32(rd, obj, "num_experts", 1, DT_MOE_MAX_EXPERTS, &cfg->moe.experts) ||
+           get_i32(rd, obj, "moe_ffn_hidden_size", 0, INT_MAX, &cfg->moe.ffn) ||
+           get_i32(rd, obj, "moe_router_topk", 1, DT_MOE_MAX_EXPERTS, &cfg->moe.topk);
+}
+
 /* The model's sizes, when recorded; they must also make a model. */
 static int get_model(const reader *rd, const cJSON *obj, dt_gpt_config *cfg)
 {
@@ -207,7 +221,7 @@ static int get_model(const reader *rd, const cJSON *obj, dt_gpt_config *cfg)
         get_i32(&sub, m, "n_embd", 1, INT_MAX, &cfg->n_embd) ||
         get_i32(&sub, m, "vocab_size", 1, INT_MAX, &cfg->vocab_size) ||
         get_i32(&sub, m, "block_size", 1, INT_MAX, &cfg->block_size) ||
-        get_blocks(&sub, m, cfg))
+        get_blocks(&sub, m, cfg) || get_experts(&sub, m, cfg))
         return -1;
     char why[256];
     if (dt_gpt_config_check(cfg, why, sizeof why) == 0) return 0;

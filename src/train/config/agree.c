@@ -26,6 +26,14 @@ static const struct {
     {"vocab-size", DT_AGREE_VALUE},
     {"block-size", DT_AGREE_VALUE},
     {"blocks", DT_AGREE_VALUE},
+    {"num-experts", DT_AGREE_VALUE},
+    {"moe-ffn-hidden-size", DT_AGREE_VALUE},
+    {"moe-router-topk", DT_AGREE_VALUE},
+    {"moe-expert-capacity-factor", DT_AGREE_VALUE},
+    {"moe-aux-loss-coeff", DT_AGREE_VALUE},
+    {"moe-z-loss-coeff", DT_AGREE_VALUE},
+    {"moe-router-enable-expert-bias", DT_AGREE_VALUE},
+    {"moe-router-bias-update-rate", DT_AGREE_VALUE},
     {"init", DT_AGREE_VALUE},
     /* The batch: the sizes of the activations sent, the micro-batches. */
     {"batch-size", DT_AGREE_VALUE},
@@ -110,6 +118,7 @@ static const struct {
     {"print-every", DT_AGREE_FREE},
     {"log-ranks", DT_AGREE_FREE},
     {"log-json", DT_AGREE_FREE},
+    {"moe-per-layer-logging", DT_AGREE_FREE},
 };
 
 enum { NRULES = (int)(sizeof rules / sizeof rules[0]), TEXT = 160 };

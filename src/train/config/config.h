@@ -24,18 +24,30 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "model/moe.h"
 #include "model/offload.h"
 #include "parallel/registry.h"
 
 #define DT_CONFIG_PATH 4096
 /* Upper bound on the options of the table in config/table.c (checked there). */
-#define DT_CONFIG_MAX_OPTIONS 96
+#define DT_CONFIG_MAX_OPTIONS 128
 
 typedef struct dt_train_config {
     /* Model. vocab_size 0: taken from --init or the data (256 for text). */
     char model[32]; /* preset name, or "" for sizes given one by one */
     int n_layer, n_head, n_embd, vocab_size, block_size;
-    char blocks[96]; /* a layer's blocks (model/block.h); "" = GPT-2's */
+    char blocks[96]; /* a layer's blocks (model/block.h); "" = GPT-2's, or with experts
+                      * GPT-2's with a moe branch for its MLP */
+    /* Mixture of experts (model/moe.h; Megatron's flags). */
+    int num_experts;        /* E; 0 = a dense model */
+    int moe_ffn;            /* --moe-ffn-hidden-size; 0 = 4 n_embd */
+    int moe_topk;           /* --moe-router-topk */
+    double moe_capacity;    /* --moe-expert-capacity-factor; 0 = dropless */
+    double moe_aux_coeff;   /* --moe-aux-loss-coeff (sequence-wise) */
+    double moe_z_coeff;     /* --moe-z-loss-coeff */
+    int moe_expert_bias;    /* --moe-router-enable-expert-bias */
+    double moe_bias_rate;   /* --moe-router-bias-update-rate */
+    int moe_log_load;       /* --moe-per-layer-logging: each layer's load on the log */
 
     /* Files; "" means unset. */
     char data[DT_CONFIG_PATH], val_data[DT_CONFIG_PATH], init[DT_CONFIG_PATH];
@@ -121,6 +133,10 @@ typedef struct dt_train_config {
      * number to infer. Zeroed by dt_config_defaults. */
     unsigned char given[DT_CONFIG_MAX_OPTIONS];
 } dt_train_config;
+
+/* The model's experts and routing: E and F (the file's, when it gives
+ * them) with the routing options of c. */
+void dt_config_moe(const dt_train_config *c, int experts, int ffn, dt_moe_config *out);
 
 /* The defaults: model tiny (L4 H4 C128 T128), batch 8, seq_len = block,
  * accum 1, 200 steps, AdamW (PyTorch defaults, wd 0.01) at lr 1e-3 with a

@@ -48,6 +48,24 @@ const dt_cfg_opt dt_cfg_options[] = {
         "context length (position embeddings)"),
     OPT(G_MODEL, "blocks", NULL, T_STR, blocks, 0, 0, "SPEC", NULL, 0,
         "a layer's blocks as name:kind, a norm then its branch; \"\" = GPT-2's"),
+    OPT(G_MODEL, "num-experts", NULL, T_INT, num_experts, 0, DT_MOE_MAX_EXPERTS, "E", NULL, 0,
+        "mixture of experts: E experts replace each layer's MLP; 0 = dense"),
+    OPT(G_MODEL, "moe-ffn-hidden-size", NULL, T_INT, moe_ffn, 0, IMAX, "F", NULL, 0,
+        "each expert's hidden width; 0 = 4 x --n-embd"),
+    OPT(G_MODEL, "moe-router-topk", NULL, T_INT, moe_topk, 1, DT_MOE_MAX_EXPERTS, "K", NULL, 0,
+        "experts per token, weights renormalized to sum to 1"),
+    OPT(G_MODEL, "moe-expert-capacity-factor", NULL, T_DBL, moe_capacity, 0, 1e6, "CF", NULL,
+        0, "tokens an expert takes per sequence: CF T K / E; 0 = dropless"),
+    OPT(G_MODEL, "moe-aux-loss-coeff", NULL, T_DBL, moe_aux_coeff, 0, 1e6, "X", NULL, 0,
+        "sequence-wise load-balancing loss's weight"),
+    OPT(G_MODEL, "moe-z-loss-coeff", NULL, T_DBL, moe_z_coeff, 0, 1e6, "X", NULL, 0,
+        "router z-loss's weight (mean logsumexp^2)"),
+    OPT(G_MODEL, "moe-router-enable-expert-bias", NULL, T_BOOL, moe_expert_bias, 0, 1,
+        "[=0|1]", NULL, O_OPTVAL, "aux-loss-free balance: a bias per expert on the choice"),
+    OPT(G_MODEL, "moe-router-bias-update-rate", NULL, T_DBL, moe_bias_rate, 0, 1e6, "X", NULL,
+        0, "how far each step moves an expert's bias toward equal load"),
+    OPT(G_LOG, "moe-per-layer-logging", NULL, T_BOOL, moe_log_load, 0, 1, "[=0|1]", NULL,
+        O_OPTVAL, "print each moe layer's load (tokens per expert, dropped)"),
     OPT(G_MODEL, "init", NULL, T_STR, init, 0, 0, "FILE", NULL, 0,
         "start from these safetensors weights (sizes from the file)"),
     OPT(G_DATA, "data", NULL, T_STR, data, 0, 0, "FILE", NULL, 0,
@@ -341,6 +359,9 @@ void dt_config_defaults(dt_train_config *c)
     strcpy(c->offload_param, "none");
     c->offload_buffers = 4;
     c->sub_group_size = 4 << 20;
+    c->moe_topk = 2;
+    c->moe_aux_coeff = 1e-2;
+    c->moe_bias_rate = 1e-3;
     c->aio_block_size = 1L << 20;
     c->aio_queue_depth = 8;
     strcpy(c->cp_algo, "ring");

@@ -54,6 +54,62 @@ static int check_model(dt_train_config *c, char *err, size_t n)
     return 0;
 }
 
+/* Mixture of experts: routing options need experts (from --num-experts,
+ * or a file's router with --init or --resume), and what a layout cannot
+ * split yet is refused. */
+static int check_moe(dt_train_config *c, char *err, size_t n)
+{
+    static const size_t moe_only[] = {
+        offsetof(dt_train_config, moe_ffn),       offsetof(dt_train_config, moe_topk),
+        offsetof(dt_train_config, moe_capacity),  offsetof(dt_train_config, moe_aux_coeff),
+        offsetof(dt_train_config, moe_z_coeff),   offsetof(dt_train_config, moe_expert_bias),
+        offsetof(dt_train_config, moe_bias_rate), offsetof(dt_train_config, moe_log_load)};
+    const int from_file = c->init[0] || c->resume_flag;
+    for (size_t i = 0; !c->num_experts && !from_file && i < sizeof moe_only / sizeof *moe_only;
+         i++)
+        if (dt_config_given_at(c, moe_only[i]))
+            return dt_strf(err, n, "--%s applies to a mixture of experts: add --num-experts E",
+                           dt_cfg_options[dt_cfg_opt_at(moe_only[i])].flag), -1;
+    if (DT_CONFIG_GIVEN(c, moe_capacity) && c->moe_capacity <= 0)
+        return dt_strf(err, n, "--moe-expert-capacity-factor %g: a capacity factor above 0 caps "
+                       "each expert at CF T K / E tokens a sequence (1.0 is an even share); "
+                       "leave it out for dropless routing", c->moe_capacity), -1;
+    if (c->moe_expert_bias && (c->out_dir[0] || c->resume_flag))
+        return dt_strf(err, n, "--moe-router-enable-expert-bias: the experts' bias is not "
+                       "written into checkpoints yet, so a resumed run would start it again "
+                       "at zero; train without --out and --resume, or balance with "
+                       "--moe-aux-loss-coeff"), -1;
+    if (DT_CONFIG_GIVEN(c, moe_bias_rate) && !c->moe_expert_bias)
+        return dt_strf(err, n, "--moe-router-bias-update-rate moves the experts' bias: add "
+                       "--moe-router-enable-expert-bias"), -1;
+    if (c->num_experts && c->moe_topk > c->num_experts)
+        return dt_strf(err, n, "--moe-router-topk %d with --num-experts %d: a token goes to K "
+                       "of the E experts, so K <= %d", c->moe_topk, c->num_experts,
+                       c->num_experts), -1;
+    if (c->num_experts && strcmp(c->strategy, "ddp"))
+        return dt_strf(err, n, "--num-experts with --strategy %s: a mixture of experts trains "
+                       "with --strategy ddp (data parallelism, ZeRO, --pp)", c->strategy), -1;
+    if (c->num_experts && (c->tp > 1 || c->cp > 1))
+        return dt_strf(err, n, "--num-experts with --%s: the experts do not split over tensor "
+                       "or context parallelism yet; train them with data parallelism, ZeRO or "
+                       "--pp", c->tp > 1 ? "tp" : "cp"), -1;
+    if (c->num_experts && !c->blocks[0]) dt_strf(c->blocks, sizeof c->blocks, "%s",
+                                                 dt_blocks_gpt2_moe);
+    return 0;
+}
+
+void dt_config_moe(const dt_train_config *c, int experts, int ffn, dt_moe_config *out)
+{
+    *out = (dt_moe_config){.experts = experts,
+                           .ffn = ffn,
+                           .topk = c->moe_topk,
+                           .capacity = c->moe_capacity,
+                           .aux_coeff = c->moe_aux_coeff,
+                           .z_coeff = c->moe_z_coeff,
+                           .expert_bias = c->moe_expert_bias,
+                           .bias_rate = c->moe_bias_rate};
+}
+
 static int check_optim(dt_train_config *c, char *err, size_t n)
 {
     if (c->given[DT_CFG_IDX(min_lr_ratio)]) c->min_lr = c->min_lr_ratio * c->lr;
@@ -221,7 +277,8 @@ int dt_config_validate(dt_train_config *c, int data_parallel_size, char *err, si
 {
     if (data_parallel_size < 1)
         return dt_strf(err, errlen, "data-parallel size %d must be >= 1", data_parallel_size), -1;
-    if (check_fields(c, err, errlen) || check_model(c, err, errlen) ||
+    if (check_fields(c, err, errlen) || check_moe(c, err, errlen) ||
+        check_model(c, err, errlen) ||
         check_optim(c, err, errlen) || check_batch(c, data_parallel_size, err, errlen) ||
         check_run(c, data_parallel_size, err, errlen))
         return -1;

@@ -25,6 +25,12 @@ static int check_sizes_agree(const dt_train_config *c, const char *source,
             return dt_strf(err, errlen, "%s has %s %d, but %d was asked for", source, s[i].name,
                            s[i].have, s[i].want), -1;
     }
+    if (DT_CONFIG_GIVEN(c, num_experts) && c->num_experts != mc->moe.experts)
+        return dt_strf(err, errlen, "%s has %d experts a layer, but --num-experts %d was asked "
+                       "for", source, mc->moe.experts, c->num_experts), -1;
+    if (DT_CONFIG_GIVEN(c, moe_ffn) && c->moe_ffn != mc->moe.ffn)
+        return dt_strf(err, errlen, "%s has experts %d wide, but --moe-ffn-hidden-size %d was "
+                       "asked for", source, mc->moe.ffn, c->moe_ffn), -1;
     if (DT_CONFIG_GIVEN(c, blocks) && !dt_blocks_same(c->blocks, mc->blocks))
         return dt_strf(err, errlen, "%s has the blocks \"%s\", but --blocks \"%s\" was asked "
                        "for", source, mc->blocks[0] ? mc->blocks : dt_blocks_gpt2, c->blocks), -1;
@@ -39,8 +45,13 @@ static int sizes_from_file(const dt_train_config *c, const char *resume_dir, dt_
     int rc = resume_dir ? dt_ckpt_model_config(resume_dir, mc, err, errlen)
                         : dt_weights_inspect(c->init, mc, err, errlen);
     if (rc) return -1;
-    /* A weights file names its tensors but records no blocks: the ones asked for. */
+    /* A weights file names its tensors but records no blocks: the ones asked for,
+     * or with experts in it GPT-2's with a moe branch. */
     if (!resume_dir) dt_strf(mc->blocks, sizeof mc->blocks, "%s", c->blocks);
+    if (!resume_dir && mc->moe.experts && !DT_CONFIG_GIVEN(c, blocks))
+        dt_strf(mc->blocks, sizeof mc->blocks, "%s", dt_blocks_gpt2_moe);
+    /* The file gives the experts' shapes; the routing is the run's. */
+    dt_config_moe(c, mc->moe.experts, mc->moe.ffn, &mc->moe);
     if (mc->n_head == 0) {
         /* A wrong head count still runs, silently computing another model. */
         if (!DT_CONFIG_GIVEN(c, n_head) && !DT_CONFIG_GIVEN(c, model))
@@ -68,6 +79,7 @@ int dt_model_source_config(const dt_train_config *c, const char *resume_dir,
         mc->n_embd = c->n_embd;
         mc->block_size = c->block_size;
         dt_strf(mc->blocks, sizeof mc->blocks, "%s", c->blocks);
+        dt_config_moe(c, c->num_experts, c->moe_ffn, &mc->moe);
         /* Byte-level data gets the full byte vocabulary, so any text can be sampled. */
         int data_vocab = dt_dataset_vocab(train);
         mc->vocab_size = c->vocab_size > 0 ? c->vocab_size : data_vocab <= 256 ? 256 : data_vocab;

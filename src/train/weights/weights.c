@@ -77,6 +77,11 @@ int dt_weights_inspect(const char *path, dt_gpt_config *cfg, char *err, size_t e
         return -1;
     }
     cfg->n_head = nh ? (int)heads : n_head_from_config_json(path);
+    /* Experts: E from the first layer's router [E, C], F from an expert's c_fc [C, F]. */
+    const dt_st_tensor *router = find_hf(&f, "", "h.0.mlp.router.weight");
+    const dt_st_tensor *fc = find_hf(&f, "", "h.0.mlp.experts.0.c_fc.weight");
+    if (router && router->ndim == 2) cfg->moe.experts = (int)router->shape[0];
+    if (router && fc && fc->ndim == 2) cfg->moe.ffn = (int)fc->shape[1];
     dt_st_close(&f);
     return 0;
 }

@@ -1,0 +1,47 @@
+/* A mixture-of-experts router, pure math on a micro-batch of N rows (b
+ * sequences of t tokens) and E experts, each row routed to its top K:
+ *   probs = softmax(logits) in fp32, lse its log-sum-exp;
+ *   choice [N, K] the K largest of probs (+ bias, for the choice only),
+ *     in descending order, ties to the lower expert index;
+ *   weight [N, K] their probabilities renormalized to sum to 1 (Mixtral);
+ *   keep [N, K] 0 for the slots beyond an expert's share of a sequence;
+ *   order: the kept slots (row K + k) sorted by expert, rows ascending
+ *     within one, with each expert's count: the grouped products' rows.
+ * And backward: the gradient of the logits from the weights' gradient,
+ * the sequence-wise balance loss and the z-loss. */
+#ifndef DT_KERNELS_ROUTER_H
+#define DT_KERNELS_ROUTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+void dt_router_softmax(float *probs, float *lse, const float *logits, int N, int E);
+void dt_router_topk(int32_t *choice, float *weight, const float *probs, const float *bias,
+                    int N, int E, int K);
+/* keep: sequence by sequence (rows [s t, (s + 1) t)), 0 for the slots of
+ * an expert past its first cap in position order (cap <= 0: none);
+ * returns how many. */
+long dt_router_capacity(int32_t *keep, const int32_t *choice, int b, int t, int K, int E,
+                        int cap);
+/* order [<= N K], count [E]; pos [N K]: where slot (row, k) sits in order,
+ * -1 if dropped (keep NULL: none is). Returns the kept slots. */
+int dt_router_sort(int32_t *order, int32_t *count, int32_t *pos, const int32_t *choice,
+                   const int32_t *keep, int N, int E, int K);
+
+/* Per sequence of t rows: f_e = E / (K t) x (slots choosing e, before
+ * drops), P_e = mean of probs[., e]; adds sum_e f_e P_e of each sequence
+ * to *aux_sum, the z-loss's lse^2 of every row to *z_sum, and the chosen
+ * slots' count per expert to load[E] (after drops). */
+void dt_router_stats(const float *probs, const float *lse, const int32_t *choice,
+                     const int32_t *keep, int b, int t, int E, int K, double *aux_sum,
+                     double *z_sum, double *load);
+
+/* dlogits [N, E] from dweight [N, K] (the combined output's gradient
+ * dotted with each slot's expert output; a dropped slot's is 0), through the renormalization and the softmax, plus the
+ * balance losses' gradients: each sequence's aux term weighs aux_scale
+ * (its loss weight times the coefficient), each row's z term z_scale. */
+void dt_router_backward(float *dlogits, const float *dweight, const float *probs,
+                        const float *lse, const int32_t *choice, const float *weight, int b,
+                        int t, int E, int K, float aux_scale, float z_scale);
+
+#endif
