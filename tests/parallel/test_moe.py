@@ -12,6 +12,8 @@ same global batch, at GPT-2's shapes (two layers of width 768, vocabulary
 - a pipeline of 2 stages: zb1p (whose split backward runs the experts'
   weight half apart) bit for bit with 1f1b, and within 1e-5 of one process
   (the tied embedding's two stages add in another order).
+- checkpoints: saved by ZeRO-2 over 2 ranks, resumed in one process on
+  the uninterrupted run's bits; consolidated with every expert named.
 - learning: on the built-in corpus (the tiny preset, 300 steps), 16
   experts of width 2 C with top 2 (each token meets the weights of one
   4 C MLP) reach a lower validation loss than the dense model, with every
@@ -24,6 +26,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
 from checks import check, finish  # noqa: E402
+from dtrain_ref import st_read  # noqa: E402
 from dtrain_run import rel_err, run, same_bits, train_logged, write_words  # noqa: E402
 
 MOE = ["--model", "gpt2", "--n-layer", "2", "--num-experts", "3", "--moe-ffn-hidden-size",
@@ -64,6 +67,30 @@ def check_strategies(dtrain, tmp):
           "weights within 1e-5 (%.1e, %s)" % (worst, err, where))
 
 
+def check_checkpoint(dtrain, tmp):
+    """ZeRO-2 over 2 ranks saves at step 2 of 4; one process resumes there
+    with --grad-accum 2 and ends on the uninterrupted run's bits; `ckpt
+    consolidate` writes every expert under its own name."""
+    small = ["train", "--num-experts", "4", "--n-layer", "2", "--batch-size", "2",
+             "--seq-len", "32", "--threads", "1", "--eval-batches", "0", "--steps", "4",
+             "--lr-schedule", "constant", "--data", os.path.join(tmp, "words.txt")]
+    out, full, res, cons = (os.path.join(tmp, n) for n in ("ck", "full.st", "res.st", "c.st"))
+    a = run(dtrain, ["launch", "-n", "2", dtrain] + small + [
+        "--zero-stage", "2", "--out", out, "--save-every", "2", "--save-final", full])
+    b = run(dtrain, small + ["--grad-accum", "2", "--resume=" + os.path.join(out, "ckpt-00000002"),
+                             "--save-final", res])
+    c = run(dtrain, ["ckpt", "consolidate", os.path.join(out, "ckpt-00000002"), "--out", cons])
+    check(a.returncode == 0 and b.returncode == 0 and c.returncode == 0,
+          "saved, resumed and consolidated (%s)" % (a.stderr + b.stderr + c.stderr)[-300:])
+    if a.returncode or b.returncode or c.returncode:
+        return
+    check(same_bits(st_read(full)[0], st_read(res)[0]), "ZeRO-2 at 2 ranks -> one process: the "
+          "uninterrupted run's final weights, bit for bit")
+    names = st_read(cons)[0]
+    check(all("h.%d.mlp.experts.%d.c_proj.bias" % (l, e) in names
+              for l in range(2) for e in range(4)), "ckpt consolidate names every expert")
+
+
 def check_learning(dtrain):
     common = ["train", "--steps", "300", "--threads", "1", "--print-every", "300",
               "--eval-batches", "8", "--seed", "3"]
@@ -85,6 +112,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         write_words(os.path.join(tmp, "words.txt"), 5)
         check_strategies(dtrain, tmp)
+        check_checkpoint(dtrain, tmp)
     check_learning(dtrain)
     finish()
 
