@@ -27,7 +27,7 @@ typedef struct dt_gpt_config dt_gpt_config;
 /* A block's tensors: a mixture of experts has a router and four per expert. */
 enum {
     DT_BLOCK_MAX_TENSORS = 1 + 4 * DT_MOE_MAX_EXPERTS,
-    DT_BLOCK_MAX_ACTS = 16,
+    DT_BLOCK_MAX_ACTS = 20,
     DT_LAYER_MAX_BLOCKS = 8
 };
 
@@ -54,6 +54,9 @@ typedef struct {
     int d0, d1;
     dt_slice slice; /* rows 0: the whole tensor */
     dt_init_rule init;
+    int absent;     /* this rank holds none of it (another rank's expert) */
+    int apart;      /* the ranks of a group hold different tensors here (each its experts),
+                     * as they hold different slices under tensor parallelism */
 } dt_tensor_spec;
 
 /* What recomputation does with an activation buffer (model/acts.h):
@@ -106,10 +109,12 @@ typedef enum { DT_BWD_WHOLE = 0, DT_BWD_INPUT, DT_BWD_WEIGHTS } dt_bwd_part;
 typedef struct {
     const char *name; /* as the configuration's blocks string names it */
     dt_block_role role;
-    /* Its tensors for this configuration and tensor-parallel cut (tp may
-     * be NULL: whole); writes up to DT_BLOCK_MAX_TENSORS, returns how
-     * many. Their order is the layout's. */
-    int (*tensors)(const dt_gpt_config *cfg, const dt_gpt_tp *tp, dt_tensor_spec *out);
+    /* Its tensors for this configuration and tensor- and expert-parallel
+     * cut (tp, ep may be NULL: whole); writes up to DT_BLOCK_MAX_TENSORS,
+     * returns how many, the same count whatever the cut (a tensor this
+     * rank does not hold is `absent`). Their order is the layout's. */
+    int (*tensors)(const dt_gpt_config *cfg, const dt_gpt_tp *tp, const dt_gpt_ep *ep,
+                   dt_tensor_spec *out);
     /* Its buffers for a micro-batch of N rows (R between the products);
      * writes up to DT_BLOCK_MAX_ACTS, returns how many. */
     int (*acts)(const dt_gpt *m, size_t N, size_t R, dt_act_spec *out);

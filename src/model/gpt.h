@@ -121,6 +121,7 @@ struct dt_gpt {
     dt_precision prec; /* of the matrix products */
     dt_gpt_tp tp;      /* this rank's slice (dt_gpt_set_tp); unsplit by default */
     dt_gpt_cp cp;      /* this rank's rows (dt_gpt_set_cp); whole sequences by default */
+    dt_gpt_ep ep;      /* this rank's experts (dt_gpt_set_ep); all of them by default */
 
     /* The layout. */
     int n_tensors;
@@ -175,6 +176,12 @@ int dt_gpt_pad_segments(dt_gpt *m, size_t align);
  * or a vocabulary that do not split (naming the sizes and what would
  * work). 0, or -1 with m->error. */
 int dt_gpt_set_tp(dt_gpt *m, int rank, int size);
+/* Expert parallelism (dt_gpt_ep) for a layout without buffers: rank
+ * `rank` of `size` holds its E / size experts of every moe layer, the
+ * others' tensors absent (in the table, no floats). Refuses experts that
+ * do not split. The hooks are the caller's to set. 0, or -1 with
+ * m->error. */
+int dt_gpt_set_ep(dt_gpt *m, int rank, int size);
 /* Context parallelism (dt_gpt_cp) for a model without activations: rank
  * `rank` of `size` runs its rows of each sequence, cut as `kind` says;
  * saved_widths as dt_gpt_cp says. The hooks are the caller's to set.
@@ -193,6 +200,9 @@ int dt_gpt_tp_ranges(const dt_gpt *m, const dt_gpt *whole, dt_flat_range *out, i
  * and context parallelism: what another rank of like's group holds.
  * 0, or -1 with a message. */
 int dt_gpt_peer_layout(const dt_gpt *like, int q, int tp, dt_gpt *lay, char *err, size_t n);
+/* The same for rank q of ep ranks of expert parallelism (like's tensor
+ * slice kept). */
+int dt_gpt_ep_peer_layout(const dt_gpt *like, int q, int ep, dt_gpt *lay, char *err, size_t n);
 /* Mixed precision for a layout with bf16 products and no buffers yet (see
  * dt_gpt.mixed). 0, or -1 with m->error. */
 int dt_gpt_set_mixed(dt_gpt *m);

@@ -46,7 +46,7 @@ static size_t layer_params(const dt_gpt_config *cfg, const dt_block *b, int n)
     dt_tensor_spec spec[DT_BLOCK_MAX_TENSORS];
     size_t total = 0;
     for (int i = 0; i < n; i++) {
-        const int k = b[i].kind->tensors(cfg, NULL, spec);
+        const int k = b[i].kind->tensors(cfg, NULL, NULL, spec);
         for (int j = 0; j < k; j++)
             total += (size_t)spec[j].d0 * (size_t)(spec[j].d1 ? spec[j].d1 : 1);
     }
@@ -117,7 +117,13 @@ static void add_tensor(dt_gpt *m, size_t *cursor, const char *name, const dt_ten
     t->gshape[0] = d0;
     t->gshape[1] = d1 > 0 ? d1 : 0;
     t->row0 = s.row0, t->nblk = s.nblk, t->col0 = s.col0, t->cstride = s.cstride;
-    t->split = s.rows != w.rows || s.cols != w.cols;
+    t->split = s.rows != w.rows || s.cols != w.cols || sp->apart;
+    if (sp->absent) { /* another rank's: no floats here, but its place in the table */
+        t->shape[0] = t->shape[1] = 0;
+        t->row0 = t->col0 = t->cstride = 0, t->nblk = 1;
+        t->split = 1;
+        s.rows = s.cols = 0;
+    }
     t->numel = (size_t)s.rows * (size_t)s.cols;
     t->decay = t->ndim >= 2;
     t->init = sp->init;
@@ -131,7 +137,7 @@ static int add_block(dt_gpt *m, size_t *cursor, const char *prefix, const dt_blo
 {
     dt_tensor_spec spec[DT_BLOCK_MAX_TENSORS];
     char name[48];
-    const int k = b->kind->tensors(&m->cfg, &m->tp, spec);
+    const int k = b->kind->tensors(&m->cfg, &m->tp, &m->ep, spec);
     for (int j = 0; j < k; j++) {
         dt_strf(name, sizeof name, "%s%s.%s", prefix, b->name, spec[j].name);
         add_tensor(m, cursor, name, &spec[j]);
@@ -146,8 +152,8 @@ static void build_layout(dt_gpt *m)
     size_t cursor = 0;
     char prefix[24];
     const dt_tensor_spec wte = {"", m->cfg.vocab_size, C, {m->tp.v0, m->tp.vocab, 1, 0, 0, C},
-                                DT_INIT_NORMAL};
-    const dt_tensor_spec wpe = {"", m->cfg.block_size, C, {0}, DT_INIT_NORMAL};
+                                DT_INIT_NORMAL, 0, 0};
+    const dt_tensor_spec wpe = {"", m->cfg.block_size, C, {0}, DT_INIT_NORMAL, 0, 0};
 #define END_SEGMENT() (cursor = (cursor + a - 1) / a * a)
     m->n_tensors = 0;
     m->n_params = 0;
@@ -180,7 +186,7 @@ static int plan_blocks(dt_gpt *m, char *err, size_t errlen)
     for (int i = 0; i < n; i++) {
         dt_block *b = &m->blocks[i];
         b->tensor0 = tensors;
-        b->n_tensors = b->kind->tensors(&m->cfg, NULL, spec);
+        b->n_tensors = b->kind->tensors(&m->cfg, NULL, NULL, spec);
         tensors += b->n_tensors;
         b->act0 = m->acts.per_layer;
         b->n_acts = b->kind->acts(m, 0, 0, acts);
@@ -233,6 +239,29 @@ int dt_gpt_set_tp(dt_gpt *m, int rank, int size)
     return 0;
 }
 
+int dt_gpt_set_ep(dt_gpt *m, int rank, int size)
+{
+    const int E = m->cfg.moe.experts;
+    char ok[128];
+    if (m->params || m->grads || size < 1 || rank < 0 || rank >= size)
+        return dt_strf(m->error, sizeof m->error, "model: expert parallelism is set on a "
+                       "layout without buffers, rank 0 <= %d < size %d", rank, size), -1;
+    if (size > 1 && E == 0)
+        return dt_strf(m->error, sizeof m->error, "--expert-model-parallel-size %d splits a "
+                       "mixture of experts' experts: add --num-experts E", size), -1;
+    if (size > 1 && E % size) {
+        dt_str_divisors(ok, sizeof ok, E);
+        return dt_strf(m->error, sizeof m->error, "--expert-model-parallel-size %d: the %d "
+                       "experts do not split into %d equal parts; --expert-model-parallel-size "
+                       "%s would work", size, E, size, ok), -1;
+    }
+    m->ep.rank = rank, m->ep.size = size;
+    m->ep.experts = size > 1 ? E / size : E;
+    m->ep.e0 = rank * m->ep.experts;
+    build_layout(m);
+    return 0;
+}
+
 int dt_gpt_set_cp(dt_gpt *m, int rank, int size, dt_shard_kind kind, int saved_widths)
 {
     if (m->acts.mem || size < 1 || rank < 0 || rank >= size || saved_widths < 0)
@@ -258,6 +287,7 @@ int dt_gpt_create_layout(dt_gpt *m, const dt_gpt_config *cfg, dt_precision prec,
     m->tp = (dt_gpt_tp){.rank = 0, .size = 1, .heads = cfg->n_head, .attn = cfg->n_embd,
                         .mlp = 4 * cfg->n_embd, .v0 = 0, .vocab = cfg->vocab_size};
     m->cp = (dt_gpt_cp){.rank = 0, .size = 1, .kind = DT_SHARD_CONTIGUOUS};
+    m->ep = (dt_gpt_ep){.rank = 0, .size = 1, .e0 = 0, .experts = cfg->moe.experts};
     if (plan_blocks(m, err, errlen)) return -1;
     const size_t n = 2 + (size_t)m->layer_tensors * (size_t)cfg->n_layer + DT_BLOCK_MAX_TENSORS;
     if (!(m->tensors = calloc(n, sizeof *m->tensors))) {

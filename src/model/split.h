@@ -55,6 +55,29 @@ typedef struct {
     void *ctx;
 } dt_gpt_tp;
 
+/* Expert parallelism (Megatron's): the E experts of every mixture-of-
+ * experts layer split over the ranks of a group taken from the data-
+ * parallel ones, rank q holding experts [q E / size, (q + 1) E / size);
+ * the other tensors are whole on every rank. A layer's routing slots go
+ * to the ranks of their experts and come back (the hooks, set by the
+ * strategy that owns the group: an all-to-all of counts, then of rows).
+ * Every rank of the group runs the same micro-batches in step, each with
+ * its own tokens. */
+typedef struct {
+    int rank, size;      /* size 1: every expert here */
+    int e0, experts;     /* this rank's experts [e0, e0 + experts) */
+    /* counts: per_peer ints to each rank (send [size][per_peer]), from each. */
+    int (*counts)(void *ctx, const int32_t *send, int32_t *recv, int per_peer, char *err,
+                  size_t errlen);
+    /* rows of `width` floats: send_rows[q] to rank q (consecutive in send,
+     * by rank), recv_rows[q] from q (consecutive in recv, by rank); what
+     * names the exchange ("moe dispatch", "moe combine") for a timeline. */
+    int (*rows)(void *ctx, const float *send, const int32_t *send_rows, float *recv,
+                const int32_t *recv_rows, int width, const char *what, char *err,
+                size_t errlen);
+    void *ctx;
+} dt_gpt_ep;
+
 /* Context parallelism: the ranks of a group each run every layer on their
  * rows of each sequence (dt_seq_shard's positions for this rank), and only
  * attention looks across them, through the hooks below that the strategy

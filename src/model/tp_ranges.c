@@ -7,12 +7,22 @@
 
 #include "core/str.h"
 
+int dt_gpt_ep_peer_layout(const dt_gpt *like, int q, int ep, dt_gpt *lay, char *err, size_t n)
+{
+    if (dt_gpt_peer_layout(like, like->tp.rank, like->tp.size, lay, err, n)) return -1;
+    if (dt_gpt_set_ep(lay, q, ep) == 0) return 0;
+    dt_strf(err, n, "%s", lay->error);
+    dt_gpt_destroy(lay);
+    return -1;
+}
+
 int dt_gpt_peer_layout(const dt_gpt *like, int q, int tp, dt_gpt *lay, char *err, size_t n)
 {
     if (dt_gpt_create_layout(lay, &like->cfg, like->prec, err, n)) return -1;
     lay->acts.recompute = like->acts.recompute;
     const dt_gpt_cp *cp = &like->cp;
     if (dt_gpt_pad_segments(lay, like->seg_align) == 0 && dt_gpt_set_tp(lay, q, tp) == 0 &&
+        dt_gpt_set_ep(lay, like->ep.rank, like->ep.size) == 0 &&
         dt_gpt_set_cp(lay, cp->rank, cp->size, cp->kind, cp->saved_widths) == 0) {
         lay->tp.sp = like->tp.sp && tp > 1;
         return 0;
@@ -32,7 +42,8 @@ int dt_gpt_tp_ranges(const dt_gpt *m, const dt_gpt *whole, dt_flat_range *out, i
         const dt_param_tensor *t = &m->tensors[i];
         const size_t gcols = (size_t)(t->ndim == 2 ? t->gshape[1] : t->gshape[0]);
         const size_t cols = (size_t)(t->ndim == 2 ? t->shape[1] : t->shape[0]);
-        const size_t rows = t->ndim == 2 ? (size_t)t->shape[0] : 1, bw = cols / (size_t)t->nblk;
+        const size_t rows = t->ndim == 2 ? (size_t)t->shape[0] : t->numel ? 1 : 0;
+        const size_t bw = cols / (size_t)t->nblk;
         for (size_t r = 0; r < rows; r++)
             for (int b = 0; b < t->nblk; b++) {
                 size_t lo = whole->tensors[i].offset + ((size_t)t->row0 + r) * gcols +

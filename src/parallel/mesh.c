@@ -6,6 +6,7 @@
 
 #include "core/str.h"
 #include "parallel/context/cp.h"
+#include "parallel/expert/ep.h"
 #include "parallel/pipeline/pipeline.h"
 #include "parallel/tensor/tp.h"
 
@@ -16,7 +17,7 @@ typedef struct {
     char (*hosts)[DT_MESH_HOST_NAME]; /* [world] each rank's host name, for the banner */
 } mesh_layer;
 
-int dt_mesh_replica_index(const dt_mesh *g) { return g->cp_i + g->cp * g->dp_i; }
+int dt_mesh_replica_index(const dt_mesh *g) { return g->cp_i + g->cp * (g->dp_i / g->ep); }
 
 void dt_mesh_coords(const dt_mesh *g, int r, int at[4])
 {
@@ -48,6 +49,11 @@ static int check_sizes(const dt_parallel_opts *o, int world, char *err, size_t e
                        "job has %d: start --nproc %d, or leave --dp out to take the ranks / %d",
                        o->dp, what_splits(o, who, sizeof who), o->dp * k, world, o->dp * k,
                        k), -1;
+    if (world % k == 0 && o->ep > 1 && (world / k) % o->ep)
+        return dt_strf(err, errlen, "--expert-model-parallel-size %d takes its ranks from the "
+                       "%d data-parallel ones, which it does not divide: start --nproc %d, or "
+                       "choose an ep that divides %d", o->ep, world / k, world / k < o->ep
+                       ? o->ep * k : (world / k / o->ep + 1) * o->ep * k, world / k), -1;
     if (world % k == 0) return 0;
     char ok[64];
     if (world < k) snprintf(ok, sizeof ok, "%d", k);
@@ -60,6 +66,10 @@ static int check_sizes(const dt_parallel_opts *o, int world, char *err, size_t e
 int dt_mesh_check(const dt_parallel_opts *o, int world, int *dp, char *err, size_t errlen)
 {
     if (check_sizes(o, world, err, errlen)) return -1;
+    if (o->ep > 1 && (o->tp > 1 || o->cp > 1 || o->pp > 1))
+        return dt_strf(err, errlen, "--expert-model-parallel-size %d with --tp, --cp or --pp: "
+                       "not yet; expert parallelism composes with data parallelism and ZeRO",
+                       o->ep), -1;
     if (o->pp > 1) {
         int per_stage;
         if (dt_pp_check(o, world, o->accum, &per_stage, err, errlen)) return -1;
@@ -89,13 +99,19 @@ static int form_groups(dt_mesh *g, dt_comm *world, char *err, size_t n)
     dt_mesh_coords(g, r, at);
     g->tp_i = at[0], g->cp_i = at[1], g->dp_i = at[2], g->pp_i = at[3];
     const int rep = dt_mesh_replica_index(g), end = g->pp_i == 0 || g->pp_i == g->pp - 1;
-    if (split(world, r / tp, g->tp_i, tp, &g->tp_group) ||
+    const int ep = g->ep, edp = g->dp / ep, edp_i = g->dp_i / ep;
+    g->ep_i = g->dp_i % ep;
+    if (split(world, g->tp_i + tp * (g->cp_i + g->cp * (edp_i + edp * g->pp_i)), g->ep_i, ep,
+              &g->ep_group) ||
+        split(world, g->tp_i + tp * (g->cp_i + g->cp * (g->ep_i + ep * g->pp_i)), edp_i, edp,
+              &g->edp_group) ||
+        split(world, r / tp, g->tp_i, tp, &g->tp_group) ||
         split(world, g->tp_i + tp * (g->dp_i + g->dp * g->pp_i), g->cp_i, g->cp, &g->cp_group) ||
         split(world, g->tp_i + tp * (g->cp_i + g->cp * g->pp_i), g->dp_i, g->dp, &g->dp_group) ||
         split(world, r % inner, g->pp_i, g->pp, &g->pp_group) ||
-        split(world, g->tp_i + tp * g->pp_i, rep, g->cp * g->dp, &g->replicas) ||
+        split(world, g->tp_i + tp * (g->ep_i + ep * g->pp_i), rep, g->cp * edp, &g->replicas) ||
         split(world, g->pp > 1 && end ? r % inner : DT_UNDEFINED, g->pp_i, 2, &g->tied) ||
-        split(world, rep == 0 ? 0 : DT_UNDEFINED, r, tp * g->pp, &g->writers))
+        split(world, rep == 0 ? 0 : DT_UNDEFINED, r, tp * ep * g->pp, &g->writers))
         return dt_strf(err, n, "forming the mesh's groups: %s", dt_comm_error(world)), -1;
     return 0;
 }
@@ -142,7 +158,8 @@ static void mesh_destroy(void *self)
 {
     mesh_layer *M = self;
     dt_comm *own[] = {M->g.tp_group, M->g.cp_group, M->g.dp_group, M->g.pp_group, M->g.tied,
-                      M->g.writers, M->owns_replicas ? M->g.replicas : NULL};
+                      M->g.writers, M->g.ep_group, M->g.edp_group,
+                      M->owns_replicas ? M->g.replicas : NULL};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
         if (own[i]) dt_comm_destroy(own[i]);
     free(M->hosts);
@@ -176,6 +193,7 @@ static int add_layers(dt_strategy *S, mesh_layer *M, const dt_parallel_opts *o)
     if (g->cp > 1 && dt_cp_layer(S, g, o)) return -1;
     if (g->pp > 1 && dt_pp_layer(S, g, o)) return -1;
     if (g->tp > 1 && dt_tp_layer(S, g, o->sp)) return -1;
+    if (g->ep > 1 && dt_ep_layer(S, g)) return -1;
     return 0;
 }
 
@@ -188,7 +206,8 @@ int dt_mesh_strategy(dt_strategy *S, const dt_parallel_opts *o)
     if (!M) return dt_strf(r->err, sizeof r->err, "mesh: out of memory"), -1;
     M->S = S;
     M->owns_replicas = 1;
-    M->g = (dt_mesh){.tp = o->tp, .cp = o->cp, .dp = dp, .pp = o->pp};
+    M->g = (dt_mesh){.tp = o->tp, .cp = o->cp, .dp = dp, .pp = o->pp,
+                     .ep = o->ep > 1 ? o->ep : 1};
     if (form_groups(&M->g, r->world, r->err, sizeof r->err) ||
         gather_hosts(M, r->world, r->err, sizeof r->err))
         return mesh_destroy(M), -1;

@@ -30,17 +30,26 @@
  * evaluates together and, planning last, who writes), DDP or ZeRO over the
  * replicas, context parallelism, the pipeline, tensor parallelism. Each
  * layer narrows what the ones above it left (strategy.h); none knows
- * which others are there. An `ep` axis (experts) would sit between dp and
- * pp the same way. */
+ * which others are there. With --ep the expert-parallel layer sits on
+ * top. */
 #ifndef DT_PARALLEL_MESH_H
 #define DT_PARALLEL_MESH_H
 
 #include "parallel/registry.h"
 
+/* Expert parallelism (ep, Megatron's) splits the data-parallel axis: the
+ * ep consecutive dp ranks dp_i = ep_i + ep edp_i each hold E / ep experts
+ * of every mixture-of-experts layer and exchange their tokens' rows;
+ *   ep_group   one set of the experts: same tp_i, cp_i, pp_i, edp_i
+ *   edp_group  the ranks that hold the same experts and evaluate
+ *              different validation batches: same tp_i, cp_i, pp_i, ep_i
+ * and the replicas (the same parameters) are then the cp x dp / ep ranks
+ * of one ep_i. */
 typedef struct {
-    int tp, cp, dp, pp;         /* sizes */
-    int tp_i, cp_i, dp_i, pp_i; /* this rank's place */
+    int tp, cp, dp, pp, ep;           /* sizes; ep divides dp */
+    int tp_i, cp_i, dp_i, pp_i, ep_i; /* this rank's place */
     dt_comm *tp_group, *cp_group, *dp_group, *pp_group, *replicas, *tied, *writers;
+    dt_comm *ep_group, *edp_group;
 } dt_mesh;
 
 /* Checks a job of `world` ranks against --tp, --cp and --pp (and what

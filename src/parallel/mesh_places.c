@@ -8,6 +8,7 @@
 #include "core/str.h"
 #include "kernels/attention_ring.h"
 #include "parallel/context/cp.h"
+#include "parallel/expert/ep.h"
 #include "parallel/mesh.h"
 #include "parallel/pipeline/pipeline.h"
 #include "parallel/pipeline/stage.h"
@@ -131,11 +132,15 @@ static int stage_places(const mesh_job *x, dt_places *pl, char *err, size_t n)
     return rc;
 }
 
-/* Each slice's place, without a pipeline. */
+/* Each slice's place, without a pipeline; with expert parallelism each
+ * ep rank's (its experts, the whole rest). */
 static int slice_places(const mesh_job *x, dt_places *pl, char *err, size_t n)
 {
     const dt_parallel_opts *o = x->j->o;
-    for (int t = 0; t < o->tp; t++)
+    for (int q = 0; o->ep > 1 && q < o->ep; q++)
+        if (dt_ep_rank_mem(&x->rows, q, o->ep, x->j->B, x->j->T, &pl->at[q].mem, err, n))
+            return -1;
+    for (int t = 0; o->ep <= 1 && t < o->tp; t++)
         if (dt_tp_rank_mem(&x->rows, t, o->tp, x->j->B, x->j->T, &pl->at[t].mem, err, n))
             return -1;
     return 0;
@@ -145,6 +150,17 @@ static int slice_places(const mesh_job *x, dt_places *pl, char *err, size_t n)
 static void describe(const mesh_job *x, dt_places *pl)
 {
     const dt_parallel_opts *o = x->j->o;
+    if (o->ep > 1) {
+        const int copies = o->cp * x->dp / o->ep;
+        dt_strf(pl->rows, sizeof pl->rows, "dp %d in ep groups of %d; a row is every rank of "
+                "that ep index (its experts and the whole rest; the cp x dp / ep = %d ranks "
+                "beside it hold the same)", x->dp, o->ep, copies);
+        for (int i = 0; i < pl->n; i++) {
+            pl->at[i].ranks = pl->at[i].mem.copies = copies;
+            dt_strf(pl->at[i].label, sizeof pl->at[i].label, "ep rank %d", i);
+        }
+        return;
+    }
     dt_strf(pl->rows, sizeof pl->rows, "tp %d x cp %d x dp %d x pp %d; a row is every rank at "
             "that place (%s%s%s; the cp x dp = %d ranks beside it hold the same)", o->tp, o->cp,
             x->dp, o->pp, o->pp > 1 ? "its stage's layers, " : "",
@@ -170,7 +186,7 @@ int dt_mesh_places(const dt_places_job *j, dt_places *pl, char *err, size_t n)
     mesh_job x;
     memset(pl, 0, sizeof *pl);
     if (begin(&x, j, err, n)) return -1;
-    int rc = dt_places_alloc(pl, j->o->pp * j->o->tp, err, n);
+    int rc = dt_places_alloc(pl, j->o->pp * j->o->tp * (j->o->ep > 1 ? j->o->ep : 1), err, n);
     if (rc == 0) rc = x.cut ? stage_places(&x, pl, err, n) : slice_places(&x, pl, err, n);
     if (rc == 0) describe(&x, pl);
     else dt_places_free(pl);

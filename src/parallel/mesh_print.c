@@ -56,6 +56,25 @@ static int print_axis(const dt_mesh *g, int axis, const char *hosts, FILE *f)
     return spans;
 }
 
+/* "ep groups: [0 1] [2 3] ...": ep consecutive ranks of the dp axis. */
+static void print_ep(const dt_mesh *g, FILE *f)
+{
+    const int world = g->tp * g->cp * g->dp * g->pp, stride = g->tp * g->cp;
+    int shown = 0, groups = 0, at[4];
+    fprintf(f, "\n    ep groups (of the dp ranks):");
+    for (int r = 0; r < world; r++) {
+        dt_mesh_coords(g, r, at);
+        if (at[2] % g->ep) continue;
+        groups++;
+        if (shown++ == SHOWN_GROUPS) fprintf(f, " ...");
+        if (shown > SHOWN_GROUPS) continue;
+        fprintf(f, " [");
+        for (int i = 0; i < g->ep; i++) fprintf(f, "%s%d", i ? " " : "", r + i * stride);
+        fprintf(f, "]");
+    }
+    if (shown > SHOWN_GROUPS) fprintf(f, " (%d groups)", groups);
+}
+
 /* "hosts: a (ranks 0-3), b (ranks 4-7)": runs of consecutive ranks. */
 static void print_hosts(const char *hosts, int world, FILE *f)
 {
@@ -83,12 +102,16 @@ void dt_mesh_print(const dt_mesh *g, const char *hosts, FILE *f)
     fprintf(f, "\n  mesh: tp %d x cp %d x dp %d x pp %d = %d ranks (tp fastest-varying, then "
             "cp, dp, pp); this rank (tp %d, cp %d, dp %d, pp %d)", g->tp, g->cp, g->dp, g->pp,
             world, g->tp_i, g->cp_i, g->dp_i, g->pp_i);
+    if (g->ep > 1)
+        fprintf(f, "\n    ep %d: the dp ranks in groups of %d consecutive, each holding 1/%d "
+                "of the experts (this rank ep %d)", g->ep, g->ep, g->ep, g->ep_i);
     int tp_spans = 0;
     for (int axis = 0; axis < 4; axis++)
         if (size[axis] > 1) {
             int spans = print_axis(g, axis, hosts, f);
             if (axis == 0) tp_spans = spans;
         }
+    if (g->ep > 1) print_ep(g, f);
     print_hosts(hosts, world, f);
     if (tp_spans)
         fprintf(f, "\n    note: a tensor-parallel group spans hosts, so its reduces (several "

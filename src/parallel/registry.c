@@ -9,7 +9,10 @@
 #include "parallel/mesh.h"
 
 /* A job that splits the model or the sequence runs on the mesh. */
-static int on_mesh(const dt_parallel_opts *o) { return o->tp > 1 || o->cp > 1 || o->pp > 1; }
+static int on_mesh(const dt_parallel_opts *o)
+{
+    return o->tp > 1 || o->cp > 1 || o->pp > 1 || o->ep > 1;
+}
 
 static int ddp_size(const dt_parallel_opts *o, int world, int *dp, char *err, size_t n)
 {

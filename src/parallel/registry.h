@@ -28,6 +28,8 @@ typedef struct {
     int tp;                /* ddp: tensor-parallel ranks per group (1: none) */
     int sp;                /* ddp with tp: sequence parallelism */
     int cp;                /* ddp: context-parallel ranks per group (1: none) */
+    int ep;                /* ddp: expert-parallel ranks per group, from the data-parallel
+                            * ones (1: none) */
     const char *cp_algo;   /* ring | ulysses */
     int accum;             /* micro-batches per step (a pipeline's M) */
     int pp_virtual;        /* interleaved: model chunks per rank */

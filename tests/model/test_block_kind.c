@@ -36,10 +36,12 @@
 
 enum { RES, D_OUT, N_ACTS };
 
-static int scale_tensors(const dt_gpt_config *cfg, const dt_gpt_tp *tp, dt_tensor_spec *out)
+static int scale_tensors(const dt_gpt_config *cfg, const dt_gpt_tp *tp, const dt_gpt_ep *ep,
+                   dt_tensor_spec *out)
 {
+    (void)ep;
     (void)tp; /* whole on every rank */
-    out[0] = (dt_tensor_spec){"gain", cfg->n_embd, 0, {0}, DT_INIT_ONE};
+    out[0] = (dt_tensor_spec){"gain", cfg->n_embd, 0, {0}, DT_INIT_ONE, 0, 0};
     return 1;
 }
 

@@ -19,14 +19,16 @@
 enum { RES, QKV, ATT, LSE, D_PROJ, D_QKV, DQKV, N_ACTS };
 enum { QKV_W, QKV_B, PROJ_W, PROJ_B };
 
-static int tensors(const dt_gpt_config *cfg, const dt_gpt_tp *tp, dt_tensor_spec *out)
+static int tensors(const dt_gpt_config *cfg, const dt_gpt_tp *tp, const dt_gpt_ep *ep,
+                   dt_tensor_spec *out)
 {
+    (void)ep;
     const int C = cfg->n_embd, split = tp && tp->size > 1;
     const int r = split ? tp->rank : 0, A = split ? tp->attn : C;
-    out[QKV_W] = (dt_tensor_spec){"c_attn.weight", C, 3 * C, {0}, DT_INIT_NORMAL};
-    out[QKV_B] = (dt_tensor_spec){"c_attn.bias", 3 * C, 0, {0}, DT_INIT_ZERO};
-    out[PROJ_W] = (dt_tensor_spec){"c_proj.weight", C, C, {0}, DT_INIT_RESIDUAL};
-    out[PROJ_B] = (dt_tensor_spec){"c_proj.bias", C, 0, {0}, DT_INIT_ZERO};
+    out[QKV_W] = (dt_tensor_spec){"c_attn.weight", C, 3 * C, {0}, DT_INIT_NORMAL, 0, 0};
+    out[QKV_B] = (dt_tensor_spec){"c_attn.bias", 3 * C, 0, {0}, DT_INIT_ZERO, 0, 0};
+    out[PROJ_W] = (dt_tensor_spec){"c_proj.weight", C, C, {0}, DT_INIT_RESIDUAL, 0, 0};
+    out[PROJ_B] = (dt_tensor_spec){"c_proj.bias", C, 0, {0}, DT_INIT_ZERO, 0, 0};
     if (split) { /* this rank's heads: their q, k, v blocks of columns; their rows */
         out[QKV_W].slice = (dt_slice){0, C, 3, r * A, C, 3 * A};
         out[QKV_B].slice = (dt_slice){0, 1, 3, r * A, C, 3 * A};

@@ -14,11 +14,13 @@
 enum { OUT, MEAN, RSTD, N_ACTS };
 enum { WEIGHT, BIAS };
 
-static int tensors(const dt_gpt_config *cfg, const dt_gpt_tp *tp, dt_tensor_spec *out)
+static int tensors(const dt_gpt_config *cfg, const dt_gpt_tp *tp, const dt_gpt_ep *ep,
+                   dt_tensor_spec *out)
 {
+    (void)ep;
     (void)tp;
-    out[WEIGHT] = (dt_tensor_spec){"weight", cfg->n_embd, 0, {0}, DT_INIT_ONE};
-    out[BIAS] = (dt_tensor_spec){"bias", cfg->n_embd, 0, {0}, DT_INIT_ZERO};
+    out[WEIGHT] = (dt_tensor_spec){"weight", cfg->n_embd, 0, {0}, DT_INIT_ONE, 0, 0};
+    out[BIAS] = (dt_tensor_spec){"bias", cfg->n_embd, 0, {0}, DT_INIT_ZERO, 0, 0};
     return 2;
 }
 

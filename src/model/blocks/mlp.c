@@ -15,14 +15,16 @@
 enum { RES, FC, GELU, D_FCP, D_FC, DFC, N_ACTS };
 enum { FC_W, FC_B, PROJ_W, PROJ_B };
 
-static int tensors(const dt_gpt_config *cfg, const dt_gpt_tp *tp, dt_tensor_spec *out)
+static int tensors(const dt_gpt_config *cfg, const dt_gpt_tp *tp, const dt_gpt_ep *ep,
+                   dt_tensor_spec *out)
 {
+    (void)ep;
     const int C = cfg->n_embd, split = tp && tp->size > 1;
     const int r = split ? tp->rank : 0, F = split ? tp->mlp : 4 * C;
-    out[FC_W] = (dt_tensor_spec){"c_fc.weight", C, 4 * C, {0}, DT_INIT_NORMAL};
-    out[FC_B] = (dt_tensor_spec){"c_fc.bias", 4 * C, 0, {0}, DT_INIT_ZERO};
-    out[PROJ_W] = (dt_tensor_spec){"c_proj.weight", 4 * C, C, {0}, DT_INIT_RESIDUAL};
-    out[PROJ_B] = (dt_tensor_spec){"c_proj.bias", C, 0, {0}, DT_INIT_ZERO};
+    out[FC_W] = (dt_tensor_spec){"c_fc.weight", C, 4 * C, {0}, DT_INIT_NORMAL, 0, 0};
+    out[FC_B] = (dt_tensor_spec){"c_fc.bias", 4 * C, 0, {0}, DT_INIT_ZERO, 0, 0};
+    out[PROJ_W] = (dt_tensor_spec){"c_proj.weight", 4 * C, C, {0}, DT_INIT_RESIDUAL, 0, 0};
+    out[PROJ_B] = (dt_tensor_spec){"c_proj.bias", C, 0, {0}, DT_INIT_ZERO, 0, 0};
     if (split) { /* this rank's columns of c_fc, the same rows of c_proj */
         out[FC_W].slice = (dt_slice){0, C, 1, r * F, 0, F};
         out[FC_B].slice = (dt_slice){0, 1, 1, r * F, 0, F};

@@ -6,24 +6,39 @@
  *     out[i] = sum_k w[i,k] expert_{c[i,k]}(x[i]),   res' = res + out
  *
  * The rows are sorted by expert, each expert's a contiguous run, so its
- * two products are one call each over its rows (grouped, no padding;
- * an expert with no rows costs nothing).
+ * two products are one call each over its rows (grouped, no padding; an
+ * expert with no rows costs nothing).
+ *
+ * Under expert parallelism (split.h, dt_gpt_ep: P ranks, El = E / P
+ * experts each) the sorted rows are already grouped by the rank that
+ * holds their experts: the counts go to those ranks, then the rows
+ * (dispatch); each rank runs its experts on the rows it received, from
+ * each source rank apart (a chunk: the rows one process would have run
+ * for that rank's micro-batch, so the products see the same operands),
+ * and the outputs go back (combine). Backward sends the outputs'
+ * gradients the same way and brings the inputs' back.
+ *
  * Tensors: router.weight [E, C] (Linear layout: logits = x Wr^T), then
  * per expert experts.{e}.c_fc.weight [C, F], .c_fc.bias [F],
- * .c_proj.weight [F, C], .c_proj.bias [C] (GPT-2's Conv1D layout).
- * Buffers, N rows, S = N K routing slots (an upper bound: dropped slots
- * take no rows):
+ * .c_proj.weight [F, C], .c_proj.bias [C] (GPT-2's Conv1D layout); under
+ * expert parallelism the other ranks' experts are absent.
+ * Buffers, N rows, S = N K routing slots, R the rows the experts here
+ * can receive (S in one process; N P min(K, El) under P ranks):
  *   res [N, C]      the residual sum after it                  PRODUCT
  *   logits [N, E]   the router's product                        PRODUCT
  *   probs [N E + N] softmax and log-sum-exp                     ELEMENTWISE
- *   route           choice, weight, keep, pos [N K] each,
- *                   order [N K], count [E]                      ELEMENTWISE
+ *   route           choice, weight, keep, pos, order [N K], count [E]
+ *                                                               ELEMENTWISE
+ *   cnt [E + 2P]    the rows received per (rank, expert), the rows sent
+ *                   to and received from each rank              PRODUCT
  *   xs [S, C]       the rows gathered in expert order           ELEMENTWISE
- *   h [S, F]        c_fc's output                               PRODUCT
- *   g [S, F]        GELU's                                      ELEMENTWISE
- *   y [S, C]        c_proj's                                    PRODUCT
+ *   xr [R, C]       the rows received (P > 1; else xs)          PRODUCT
+ *   h [R, F]        c_fc's output                               PRODUCT
+ *   g [R, F]        GELU's                                      ELEMENTWISE
+ *   y [S, C]        c_proj's, back in this rank's slot order    PRODUCT
  *   d_y, d_h, d_lg  SPLIT: the products' output gradients for the weight half
- *   dyx [S, C], dg [S, F], dw [N K], dlg [N, E]                 SCRATCH */
+ *   dyx [R, C], dg [R, F], dw [S], dlg [N, E], dyl [S, C] (P > 1),
+ *   wt [F C + F]    a chunk's weight gradient before it is added SCRATCH */
 #include <string.h>
 
 #include "core/str.h"
@@ -31,7 +46,10 @@
 #include "kernels/router.h"
 #include "model/model_internal.h"
 
-enum { RES, LOGITS, PROBS, ROUTE, XS, H, G, Y, D_Y, D_H, D_LG, DYX, DG, DW, DLG, N_ACTS };
+enum {
+    RES, LOGITS, PROBS, ROUTE, CNT, XS, XR, H, G, Y, D_Y, D_H, D_LG,
+    DYX, DG, DW, DLG, DYL, WT, N_ACTS
+};
 enum { ROUTER, FC_W, FC_B, PROJ_W, PROJ_B }; /* expert e's tensor j: 1 + 4 e + (j - 1) */
 
 #define W_(c, e, j) ((c)->w[1 + 4 * (e) + ((j) - 1)])
@@ -42,17 +60,21 @@ static int ffn(const dt_gpt_config *cfg)
     return cfg->moe.ffn > 0 ? cfg->moe.ffn : 4 * cfg->n_embd;
 }
 
-static int tensors(const dt_gpt_config *cfg, const dt_gpt_tp *tp, dt_tensor_spec *out)
+static int tensors(const dt_gpt_config *cfg, const dt_gpt_tp *tp, const dt_gpt_ep *ep,
+                   dt_tensor_spec *out)
 {
     (void)tp;
     const int C = cfg->n_embd, E = cfg->moe.experts, F = ffn(cfg);
-    out[0] = (dt_tensor_spec){"router.weight", E, C, {0}, DT_INIT_NORMAL};
+    const int e0 = ep ? ep->e0 : 0, e1 = ep ? ep->e0 + ep->experts : E;
+    const int apart = ep && ep->size > 1;
+    out[0] = (dt_tensor_spec){"router.weight", E, C, {0}, DT_INIT_NORMAL, 0, 0};
     for (int e = 0; e < E; e++) {
         dt_tensor_spec *t = out + 1 + 4 * e;
-        t[0] = (dt_tensor_spec){"", C, F, {0}, DT_INIT_NORMAL};
-        t[1] = (dt_tensor_spec){"", F, 0, {0}, DT_INIT_ZERO};
-        t[2] = (dt_tensor_spec){"", F, C, {0}, DT_INIT_RESIDUAL};
-        t[3] = (dt_tensor_spec){"", C, 0, {0}, DT_INIT_ZERO};
+        const int absent = e < e0 || e >= e1;
+        t[0] = (dt_tensor_spec){"", C, F, {0}, DT_INIT_NORMAL, absent, apart};
+        t[1] = (dt_tensor_spec){"", F, 0, {0}, DT_INIT_ZERO, absent, apart};
+        t[2] = (dt_tensor_spec){"", F, C, {0}, DT_INIT_RESIDUAL, absent, apart};
+        t[3] = (dt_tensor_spec){"", C, 0, {0}, DT_INIT_ZERO, absent, apart};
         dt_strf(t[0].name, sizeof t[0].name, "experts.%d.c_fc.weight", e);
         dt_strf(t[1].name, sizeof t[1].name, "experts.%d.c_fc.bias", e);
         dt_strf(t[2].name, sizeof t[2].name, "experts.%d.c_proj.weight", e);
@@ -61,41 +83,60 @@ static int tensors(const dt_gpt_config *cfg, const dt_gpt_tp *tp, dt_tensor_spec
     return 1 + 4 * E;
 }
 
+/* The rows the experts here can receive: every rank's N rows, each
+ * bringing at most min(K, El) of its slots. */
+static size_t received_max(const dt_gpt *m, size_t N)
+{
+    const size_t K = (size_t)m->cfg.moe.topk, P = (size_t)m->ep.size;
+    const size_t El = (size_t)m->ep.experts;
+    return P > 1 ? N * P * (K < El ? K : El) : N * K;
+}
+
 static int acts(const dt_gpt *m, size_t N, size_t R, dt_act_spec *out)
 {
     const size_t C = (size_t)m->cfg.n_embd, E = (size_t)m->cfg.moe.experts;
     const size_t K = (size_t)m->cfg.moe.topk, F = (size_t)ffn(&m->cfg), S = N * K;
+    const size_t P = (size_t)m->ep.size, X = received_max(m, N);
     out[RES] = (dt_act_spec){R * C, DT_ACT_PRODUCT};
     out[LOGITS] = (dt_act_spec){N * E, DT_ACT_PRODUCT};
     out[PROBS] = (dt_act_spec){N * E + N, DT_ACT_ELEMENTWISE};
     out[ROUTE] = (dt_act_spec){5 * S + E, DT_ACT_ELEMENTWISE};
+    out[CNT] = (dt_act_spec){E + 2 * P, DT_ACT_PRODUCT};
     out[XS] = (dt_act_spec){S * C, DT_ACT_ELEMENTWISE};
-    out[H] = (dt_act_spec){S * F, DT_ACT_PRODUCT};
-    out[G] = (dt_act_spec){S * F, DT_ACT_ELEMENTWISE};
+    out[XR] = (dt_act_spec){P > 1 ? X * C : 0, DT_ACT_PRODUCT};
+    out[H] = (dt_act_spec){X * F, DT_ACT_PRODUCT};
+    out[G] = (dt_act_spec){X * F, DT_ACT_ELEMENTWISE};
     out[Y] = (dt_act_spec){S * C, DT_ACT_PRODUCT};
-    out[D_Y] = (dt_act_spec){S * C, DT_ACT_SPLIT};
-    out[D_H] = (dt_act_spec){S * F, DT_ACT_SPLIT};
+    out[D_Y] = (dt_act_spec){X * C, DT_ACT_SPLIT};
+    out[D_H] = (dt_act_spec){X * F, DT_ACT_SPLIT};
     out[D_LG] = (dt_act_spec){N * E, DT_ACT_SPLIT};
-    out[DYX] = (dt_act_spec){S * C, DT_ACT_SCRATCH};
-    out[DG] = (dt_act_spec){S * F, DT_ACT_SCRATCH};
+    out[DYX] = (dt_act_spec){X * C, DT_ACT_SCRATCH};
+    out[DG] = (dt_act_spec){X * F, DT_ACT_SCRATCH};
     out[DW] = (dt_act_spec){S, DT_ACT_SCRATCH};
     out[DLG] = (dt_act_spec){N * E, DT_ACT_SCRATCH};
+    out[DYL] = (dt_act_spec){P > 1 ? S * C : 0, DT_ACT_SCRATCH};
+    out[WT] = (dt_act_spec){P > 1 ? F * C + (F > C ? F : C) : 0, DT_ACT_SCRATCH};
     return N_ACTS;
 }
 
-/* The route buffer's arrays (ints stored in the float arena). */
+/* The route buffer's arrays (ints stored in the float arena), and the
+ * exchange's counts. */
 typedef struct {
     int32_t *choice, *keep, *pos, *order, *count;
     float *weight;
+    int32_t *rc;                    /* [P][El]: rows from rank s for expert e0 + j */
+    int32_t *send_rows, *recv_rows; /* [P] each */
 } route;
 
 static route route_of(const dt_gpt *m, const dt_block_call *c)
 {
-    const size_t S = (size_t)c->N * (size_t)m->cfg.moe.topk;
+    const size_t S = (size_t)c->N * (size_t)m->cfg.moe.topk, E = (size_t)m->cfg.moe.experts;
     float *r = c->a[ROUTE];
+    int32_t *n = (int32_t *)c->a[CNT];
     return (route){.choice = (int32_t *)r, .weight = r + S, .keep = (int32_t *)(r + 2 * S),
                    .pos = (int32_t *)(r + 3 * S), .order = (int32_t *)(r + 4 * S),
-                   .count = (int32_t *)(r + 5 * S)};
+                   .count = (int32_t *)(r + 5 * S), .rc = n, .send_rows = n + E,
+                   .recv_rows = n + E + m->ep.size};
 }
 
 /* Softmax, the top K, the drops, the sort, and the rows gathered in
@@ -124,21 +165,128 @@ static void route_rows(dt_gpt *m, const dt_block_call *c, int count_stats)
     st->dropped += (double)dropped;
 }
 
-/* One product per expert over its rows: out = inp @ W + b, W and b the
- * expert's tensors j and j + 1. */
+/* ---- the exchange (expert parallelism) ---------------------------------- */
+
+static int ep_failed(dt_gpt *m, const char *what, const char *why)
+{
+    return dt_strf(m->error, sizeof m->error, "model: moe %s: %s", what, why), -1;
+}
+
+/* Each rank's counts of its experts' rows from here, and ours from each
+ * rank: the rows sent to and received from each. */
+static int exchange_counts(dt_gpt *m, const dt_block_call *c)
+{
+    const int P = m->ep.size, El = m->ep.experts;
+    route r = route_of(m, c);
+    char why[200];
+    if (!m->ep.counts || m->ep.counts(m->ep.ctx, r.count, r.rc, El, why, sizeof why))
+        return ep_failed(m, "dispatch counts", m->ep.counts ? why : "no expert-parallel group");
+    for (int q = 0; q < P; q++) {
+        r.send_rows[q] = r.recv_rows[q] = 0;
+        for (int j = 0; j < El; j++) {
+            r.send_rows[q] += r.count[q * El + j];
+            r.recv_rows[q] += r.rc[q * El + j];
+        }
+    }
+    return 0;
+}
+
+/* Rows of width floats: out (dispatch, this rank's slots to the experts'
+ * ranks) or back (combine: what they computed, home). */
+static int exchange_rows(dt_gpt *m, const dt_block_call *c, const float *send, float *recv,
+                         int width, int back, const char *what)
+{
+    route r = route_of(m, c);
+    char why[200];
+    if (m->ep.rows(m->ep.ctx, send, back ? r.recv_rows : r.send_rows, recv,
+                   back ? r.send_rows : r.recv_rows, width,
+                   back ? "moe combine" : "moe dispatch", why, sizeof why))
+        return ep_failed(m, what, why);
+    return 0;
+}
+
+/* ---- the experts' products --------------------------------------------- */
+
+/* The chunks of rows the experts here run: expert e0 + j's rows from rank
+ * s (one process: s = 0, all its rows), at row `first` of xr, in the
+ * order (j, s). */
+typedef struct {
+    int j, s, rows;
+    size_t first;
+} chunk;
+
+static int next_chunk(const dt_gpt *m, const dt_block_call *c, int k, chunk *out)
+{
+    const int P = m->ep.size, El = m->ep.experts;
+    route r = route_of(m, c);
+    if (k >= El * P) return 0;
+    out->j = k / P, out->s = k % P;
+    size_t first = 0;
+    if (P == 1) {
+        for (int e = 0; e < out->j; e++) first += (size_t)r.count[e];
+        out->rows = r.count[out->j];
+    } else { /* xr holds rank 0's rows of each expert, then rank 1's, ... */
+        for (int s = 0; s < out->s; s++) first += (size_t)r.recv_rows[s];
+        for (int j = 0; j < out->j; j++) first += (size_t)r.rc[out->s * El + j];
+        out->rows = r.rc[out->s * El + out->j];
+    }
+    out->first = first;
+    return 1;
+}
+
+/* One product per chunk: out = inp @ W + b, W and b tensors j and j + 1
+ * of the chunk's expert. */
 static int experts_forward(dt_gpt *m, const dt_block_call *c, float *out, const float *inp,
                            int j, int IN, int OUT, const char *name)
 {
-    const int32_t *count = route_of(m, c).count;
-    size_t row = 0;
-    for (int e = 0; e < m->cfg.moe.experts; row += (size_t)count[e++]) {
-        if (count[e] == 0) continue;
-        if (dt_linear_forward(m->prec, out + row * OUT, inp + row * IN, W_(c, e, j),
-                              W_(c, e, j + 1), count[e], IN, OUT))
+    chunk k;
+    for (int i = 0; next_chunk(m, c, i, &k); i++) {
+        const int e = m->ep.e0 + k.j;
+        if (k.rows && dt_linear_forward(m->prec, out + k.first * OUT, inp + k.first * IN,
+                                        W_(c, e, j), W_(c, e, j + 1), k.rows, IN, OUT))
             return dt_model_fail_matmul(m, name);
     }
     return 0;
 }
+
+/* A chunk's weight gradient. The first rank's rows add into the gradient;
+ * another rank's are formed apart and added once, as one process adds a
+ * later micro-batch's (gpt.h: dt_gpt_accum), so the sum is the same. */
+static int chunk_weights(dt_gpt *m, const dt_block_call *c, const chunk *k, float *dW,
+                         float *db, const float *dout, const float *inp, int IN, int OUT,
+                         const char *name)
+{
+    if (k->s == 0) return dt_model_product_weights(m, dW, db, dout, inp, k->rows, IN, OUT, name);
+    float *tw = c->a[WT], *tb = tw + (size_t)IN * OUT;
+    memset(tw, 0, ((size_t)IN * OUT + (size_t)OUT) * sizeof(float));
+    if (dt_model_product_weights(m, tw, tb, dout, inp, k->rows, IN, OUT, name)) return -1;
+    dt_model_add_into(dW, dW, tw, (size_t)IN * OUT);
+    dt_model_add_into(db, db, tb, (size_t)OUT);
+    return 0;
+}
+
+/* Each chunk's product backward: dinp (overwritten), and in a whole
+ * backward dW and db of tensors j and j + 1. */
+static int experts_backward(dt_gpt *m, const dt_block_call *c, int whole, float *dinp,
+                            const float *dout, const float *inp, int j, int IN, int OUT,
+                            const char *name)
+{
+    chunk k;
+    for (int i = 0; next_chunk(m, c, i, &k); i++) {
+        const int e = m->ep.e0 + k.j;
+        if (!k.rows) continue;
+        const size_t a = k.first * IN, b = k.first * OUT;
+        if (dt_linear_backward(m->prec, dinp + a, 0, NULL, NULL, dout + b, NULL, W_(c, e, j),
+                               k.rows, IN, OUT))
+            return dt_model_fail_matmul(m, name);
+        if (whole && chunk_weights(m, c, &k, G_(c, e, j), G_(c, e, j + 1), dout + b, inp + a,
+                                   IN, OUT, name))
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- forward ------------------------------------------------------------ */
 
 /* res' = res + sum_k w[i,k] y[pos[i,k]] over the kept slots, k in order. */
 static void combine(dt_gpt *m, const dt_block_call *c)
@@ -159,25 +307,41 @@ static void combine(dt_gpt *m, const dt_block_call *c)
     }
 }
 
+/* Dispatch, the experts, and (expert parallelism) the outputs home. */
+static int experts_run(dt_gpt *m, const dt_block_call *c, unsigned run)
+{
+    const int C = m->cfg.n_embd, F = ffn(&m->cfg), P = m->ep.size;
+    float *xr = P > 1 ? c->a[XR] : c->a[XS], *yr = P > 1 ? c->a[DYX] : c->a[Y];
+    if ((run & DT_RUN_PRODUCTS) && P > 1 &&
+        (exchange_counts(m, c) || exchange_rows(m, c, c->a[XS], xr, C, 0, "dispatch")))
+        return -1;
+    if ((run & DT_RUN_PRODUCTS) &&
+        experts_forward(m, c, c->a[H], xr, FC_W, C, F, "moe experts' c_fc"))
+        return -1;
+    route r = route_of(m, c);
+    size_t rows = 0;
+    for (int q = 0; q < P; q++) rows += (size_t)(P > 1 ? r.recv_rows[q] : 0);
+    for (int e = 0; P == 1 && e < m->cfg.moe.experts; e++) rows += (size_t)r.count[e];
+    if (run & DT_RUN_ELEMENTWISE) dt_gelu_forward(c->a[G], c->a[H], rows * (size_t)F);
+    if (!(run & DT_RUN_PRODUCTS)) return 0;
+    if (experts_forward(m, c, yr, c->a[G], PROJ_W, F, C, "moe experts' c_proj")) return -1;
+    return P > 1 ? exchange_rows(m, c, yr, c->a[Y], C, 1, "combine") : 0;
+}
+
 static int forward(dt_gpt *m, const dt_block_call *c, unsigned run)
 {
-    const int C = m->cfg.n_embd, E = m->cfg.moe.experts, F = ffn(&m->cfg), N = c->N;
-    const size_t S = (size_t)N * (size_t)m->cfg.moe.topk;
+    const int C = m->cfg.n_embd, E = m->cfg.moe.experts, N = c->N;
     if ((run & DT_RUN_PRODUCTS) &&
         dt_matmul(m->prec, 0, 1, N, E, C, 1.0f, c->x, C, c->w[ROUTER], C, 0.0f, c->a[LOGITS],
                   E))
         return dt_model_fail_matmul(m, "mlp.router");
     if (run & DT_RUN_ELEMENTWISE) route_rows(m, c, run == DT_RUN_ALL);
-    if ((run & DT_RUN_PRODUCTS) &&
-        experts_forward(m, c, c->a[H], c->a[XS], FC_W, C, F, "moe experts' c_fc"))
-        return -1;
-    if (run & DT_RUN_ELEMENTWISE) dt_gelu_forward(c->a[G], c->a[H], S * (size_t)F);
-    if ((run & DT_RUN_PRODUCTS) &&
-        experts_forward(m, c, c->a[Y], c->a[G], PROJ_W, F, C, "moe experts' c_proj"))
-        return -1;
+    if (experts_run(m, c, run)) return -1;
     if (run & DT_RUN_OUTPUT) combine(m, c);
     return 0;
 }
+
+/* ---- backward ----------------------------------------------------------- */
 
 /* dy[pos] = w d_out[i] for each kept slot, and dw = d_out[i] . y[pos]
  * (0 for a dropped slot). */
@@ -200,24 +364,6 @@ static void combine_backward(dt_gpt *m, const dt_block_call *c, float *dy, float
         }
 }
 
-/* Each expert's product backward over its rows: dinp (overwritten), and
- * in a whole backward dW and db of tensors j and j + 1. */
-static int experts_backward(dt_gpt *m, const dt_block_call *c, int whole, float *dinp,
-                            const float *dout, const float *inp, int j, int IN, int OUT,
-                            const char *name)
-{
-    const int32_t *count = route_of(m, c).count;
-    size_t row = 0;
-    for (int e = 0; e < m->cfg.moe.experts; row += (size_t)count[e++]) {
-        if (count[e] == 0) continue;
-        if (dt_linear_backward(m->prec, dinp + row * IN, 0, whole ? G_(c, e, j) : NULL,
-                               whole ? G_(c, e, j + 1) : NULL, dout + row * OUT,
-                               inp + row * IN, W_(c, e, j), count[e], IN, OUT))
-            return dt_model_fail_matmul(m, name);
-    }
-    return 0;
-}
-
 /* d_c[i] = sum over its kept slots of dxs[pos], k in order. */
 static void scatter_back(dt_gpt *m, const dt_block_call *c, const float *dxs)
 {
@@ -234,24 +380,47 @@ static void scatter_back(dt_gpt *m, const dt_block_call *c, const float *dxs)
     }
 }
 
-static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
+/* From the gradient of the outputs (this rank's slots) to that of the
+ * inputs (this rank's slots, in dxs): through the experts, wherever they
+ * are. */
+static int experts_backward_all(dt_gpt *m, const dt_block_call *c, dt_bwd_part what,
+                                const float *dyl, float **dxs)
 {
-    const dt_moe_config *mc = &m->cfg.moe;
-    const int C = m->cfg.n_embd, E = mc->experts, K = mc->topk, F = ffn(&m->cfg), N = c->N;
+    const int C = m->cfg.n_embd, F = ffn(&m->cfg), P = m->ep.size;
     const int whole = what == DT_BWD_WHOLE;
     float *dy = whole ? c->a[DYX] : c->a[D_Y], *dh = whole ? c->a[DG] : c->a[D_H];
-    float *dlg = whole ? c->a[DLG] : c->a[D_LG], *probs = c->a[PROBS];
-    route r = route_of(m, c);
-    const size_t S = (size_t)N * K;
-    combine_backward(m, c, dy, c->a[DW]);
+    float *xr = P > 1 ? c->a[XR] : c->a[XS];
+    if (P > 1 && exchange_rows(m, c, dyl, dy, C, 0, "dispatch of the outputs' gradients"))
+        return -1;
     if (experts_backward(m, c, whole, c->a[DG], dy, c->a[G], PROJ_W, F, C,
                          "moe experts' c_proj backward"))
         return -1;
-    dt_gelu_backward(dh, c->a[H], c->a[DG], S * (size_t)F);
-    if (experts_backward(m, c, whole, c->a[DYX], dh, c->a[XS], FC_W, C, F,
+    route r = route_of(m, c);
+    size_t rows = 0;
+    for (int q = 0; q < P; q++) rows += (size_t)(P > 1 ? r.recv_rows[q] : 0);
+    for (int e = 0; P == 1 && e < m->cfg.moe.experts; e++) rows += (size_t)r.count[e];
+    dt_gelu_backward(dh, c->a[H], c->a[DG], rows * (size_t)F);
+    if (experts_backward(m, c, whole, c->a[DYX], dh, xr, FC_W, C, F,
                          "moe experts' c_fc backward"))
         return -1;
-    scatter_back(m, c, c->a[DYX]);
+    *dxs = c->a[DYX];
+    if (P == 1) return 0;
+    *dxs = c->a[DYL];
+    return exchange_rows(m, c, c->a[DYX], c->a[DYL], C, 1, "combine of the inputs' gradients");
+}
+
+static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
+{
+    const dt_moe_config *mc = &m->cfg.moe;
+    const int C = m->cfg.n_embd, E = mc->experts, K = mc->topk, N = c->N;
+    const int whole = what == DT_BWD_WHOLE, P = m->ep.size;
+    float *dlg = whole ? c->a[DLG] : c->a[D_LG], *probs = c->a[PROBS], *dxs;
+    route r = route_of(m, c);
+    /* One process: the outputs' gradient straight into the experts' rows. */
+    float *dyl = P > 1 ? c->a[DYL] : whole ? c->a[DYX] : c->a[D_Y];
+    combine_backward(m, c, dyl, c->a[DW]);
+    if (experts_backward_all(m, c, what, dyl, &dxs)) return -1;
+    scatter_back(m, c, dxs);
     const float gs = m->moe.grad_scale;
     dt_router_backward(dlg, c->a[DW], probs, probs + (size_t)N * E, r.choice, r.weight, c->b,
                        c->t, E, K, (float)(gs * c->t * mc->aux_coeff),
@@ -266,16 +435,17 @@ static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
 static int weights(dt_gpt *m, const dt_block_call *c)
 {
     const dt_moe_config *mc = &m->cfg.moe;
-    const int C = m->cfg.n_embd, E = mc->experts, F = ffn(&m->cfg);
-    const int32_t *count = route_of(m, c).count;
-    size_t row = 0;
-    for (int e = 0; e < E; row += (size_t)count[e++]) {
-        if (count[e] == 0) continue;
-        if (dt_model_product_weights(m, G_(c, e, PROJ_W), G_(c, e, PROJ_B),
-                                     c->a[D_Y] + row * C, c->a[G] + row * F, count[e], F, C,
-                                     "moe experts' c_proj") ||
-            dt_model_product_weights(m, G_(c, e, FC_W), G_(c, e, FC_B), c->a[D_H] + row * F,
-                                     c->a[XS] + row * C, count[e], C, F, "moe experts' c_fc"))
+    const int C = m->cfg.n_embd, E = mc->experts, F = ffn(&m->cfg), P = m->ep.size;
+    const float *xr = P > 1 ? c->a[XR] : c->a[XS];
+    chunk k;
+    for (int i = 0; next_chunk(m, c, i, &k); i++) {
+        const int e = m->ep.e0 + k.j;
+        if (!k.rows) continue;
+        if (chunk_weights(m, c, &k, G_(c, e, PROJ_W), G_(c, e, PROJ_B),
+                          c->a[D_Y] + k.first * C, c->a[G] + k.first * F, F, C,
+                          "moe experts' c_proj") ||
+            chunk_weights(m, c, &k, G_(c, e, FC_W), G_(c, e, FC_B), c->a[D_H] + k.first * F,
+                          xr + k.first * C, C, F, "moe experts' c_fc"))
             return -1;
     }
     if (dt_matmul(m->prec, 1, 0, E, C, c->N, 1.0f, c->a[D_LG], E, c->x, C, 1.0f, c->g[ROUTER],

@@ -46,6 +46,7 @@ static const struct {
     {"tp", DT_AGREE_VALUE},
     {"dp", DT_AGREE_VALUE},
     {"cp", DT_AGREE_VALUE},
+    {"ep", DT_AGREE_VALUE},
     {"sequence-parallel", DT_AGREE_VALUE},
     {"offload-optimizer", DT_AGREE_VALUE},
     {"offload-param", DT_AGREE_VALUE},

@@ -121,6 +121,8 @@ typedef struct dt_train_config {
     int aio_queue_depth;   /* aio.queue_depth: requests in flight */
     int sequence_parallel; /* with tp: Megatron's --sequence-parallel */
     int cp;              /* context-parallel ranks per group (--context-parallel-size); 1 = none */
+    int ep;              /* expert-parallel ranks per group (--expert-model-parallel-size),
+                          * taken from the data-parallel ones; 1 = none */
     char cp_algo[16];    /* ring | ulysses */
     char pp_schedule[16]; /* naive | gpipe | 1f1b | interleaved | zb1p */
     char pp_partition[12]; /* layers per stage: uniform | params | cost */

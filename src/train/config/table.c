@@ -184,6 +184,8 @@ const dt_cfg_opt dt_cfg_options[] = {
         O_OPTVAL, "with --tp: LayerNorm and residual rows split over the tp group"),
     OPT(G_RUN, "cp", NULL, T_INT, cp, 1, 64, "N", NULL, 0,
         "context parallel ranks: each runs its part of every sequence"),
+    OPT(G_RUN, "ep", NULL, T_INT, ep, 1, DT_MOE_MAX_EXPERTS, "N", NULL, 0,
+        "expert parallel ranks (of the data-parallel ones): each holds E / N experts"),
     OPT(G_RUN, "cp-algo", NULL, T_CHOICE, cp_algo, 0, 0, "ring|ulysses", NULL, 0,
         "attention across the cp group: k/v round a ring, or to heads"),
     OPT(G_RUN, "pp-schedule", NULL, T_CHOICE, pp_schedule, 0, 0,
@@ -247,6 +249,7 @@ static const struct {
     {"tensor-model-parallel-size", "tp"},
     {"pipeline-model-parallel-size", "pp"},
     {"context-parallel-size", "cp"},
+    {"expert-model-parallel-size", "ep"},
     {"virtual-pipeline-model-parallel-size", "pp-virtual"},
 };
 
@@ -351,6 +354,7 @@ void dt_config_defaults(dt_train_config *c)
     c->pp = 1;
     c->tp = 1;
     c->cp = 1;
+    c->ep = 1;
     c->zero_quant_block = 256;
     c->zero_qgz_bits = 8;
     c->offload_overlap = 1;

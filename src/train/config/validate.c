@@ -89,6 +89,13 @@ static int check_moe(dt_train_config *c, char *err, size_t n)
     if (c->num_experts && strcmp(c->strategy, "ddp"))
         return dt_strf(err, n, "--num-experts with --strategy %s: a mixture of experts trains "
                        "with --strategy ddp (data parallelism, ZeRO, --pp)", c->strategy), -1;
+    if (c->ep > 1 && !c->num_experts && !from_file)
+        return dt_strf(err, n, "--expert-model-parallel-size %d splits a mixture of experts' "
+                       "experts over ranks: add --num-experts E", c->ep), -1;
+    if (c->ep > 1 && (c->pp > 1 || !strcmp(c->recompute, "full")))
+        return dt_strf(err, n, "--expert-model-parallel-size %d with %s: not yet; train the "
+                       "experts over ranks with data parallelism, ZeRO and --recompute "
+                       "selective", c->ep, c->pp > 1 ? "--pp" : "--recompute full"), -1;
     if (c->num_experts && (c->tp > 1 || c->cp > 1))
         return dt_strf(err, n, "--num-experts with --%s: the experts do not split over tensor "
                        "or context parallelism yet; train them with data parallelism, ZeRO or "
@@ -354,6 +361,7 @@ dt_parallel_opts dt_config_parallel_opts(const dt_train_config *c)
                               .dp = c->dp,
                               .tp = c->tp,
                               .cp = c->cp,
+                              .ep = c->ep,
                               .sp = c->sequence_parallel,
                               .cp_algo = c->cp_algo,
                               .accum = c->grad_accum,

@@ -1,0 +1,385 @@
+/* Expert parallelism as a strategy layer. See ep.h. */
+#include "parallel/expert/ep.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/hash.h"
+#include "core/str.h"
+#include "core/timer.h"
+#include "core/trace.h"
+#include "parallel/fingerprint.h"
+
+typedef struct {
+    dt_strategy *S;
+    dt_comm *ep;      /* the mesh's ep_group */
+    dt_comm *edp;     /* the ranks of the same experts (the mesh's), or NULL */
+    int me, size;
+    int gathers;      /* the writer's group: gathers the whole parameters */
+    int replicated;   /* other groups hold the same experts */
+    int copies;       /* ranks that hold each set of experts: cp x dp / ep */
+    dt_gpt *m;        /* the rank's layout, from relayout on */
+    dt_gpt whole;     /* the whole model's layout; parameters on the writer, gathered */
+    dt_flat_range *map, *own, *own_within;
+    dt_flat_ranges in_whole, owned;
+    dt_flat_range *dense; /* the floats of the tensors every rank holds whole */
+    int ndense;
+    void (*next_ready)(void *ctx, size_t lo, size_t hi); /* the hook below ours */
+    void *next_ctx;
+    int error;        /* a sum over the group failed (said at end_grads) */
+    char why[256];
+    uint64_t bytes0;
+    double ms;        /* in the exchanges and sums, in the last step */
+} ep_layer;
+
+static int failed(ep_layer *L, const char *what, dt_comm *c)
+{
+    dt_rank *r = L->S->rank;
+    return dt_strf(r->err, sizeof r->err, "expert parallelism: %s: %s", what,
+                   c ? dt_comm_error(c) : "out of memory"), -1;
+}
+
+/* ---- the model's exchanges ---------------------------------------------- */
+
+static int exchange_counts(void *ctx, const int32_t *send, int32_t *recv, int per_peer,
+                           char *err, size_t errlen)
+{
+    ep_layer *L = ctx;
+    uint64_t t0 = dt_now_ns();
+    int rc = dt_alltoall(L->ep, send, recv, (size_t)per_peer, DT_I32);
+    L->ms += (double)(dt_now_ns() - t0) * 1e-6;
+    if (rc == 0) return 0;
+    return dt_strf(err, errlen, "all-to-all of the counts over the expert-parallel group: %s",
+                   dt_comm_error(L->ep)), -1;
+}
+
+/* Each peer's rows in one message each way, all posted at once; a pair
+ * with no rows exchanges nothing (both sides know it from the counts). */
+static int exchange_rows(void *ctx, const float *send, const int32_t *send_rows, float *recv,
+                         const int32_t *recv_rows, int width, const char *what, char *err,
+                         size_t errlen)
+{
+    ep_layer *L = ctx;
+    dt_request *req[2 * 256];
+    int n = 0, rc = 0;
+    size_t at_s = 0, at_r = 0;
+    uint64_t t0 = dt_now_ns();
+    for (int q = 0; q < L->size; q++) {
+        const size_t ns = (size_t)send_rows[q] * width, nr = (size_t)recv_rows[q] * width;
+        if (q == L->me) {
+            memcpy(recv + at_r, send + at_s, ns * sizeof(float));
+        } else {
+            if (nr && rc == 0) rc = dt_irecv(L->ep, recv + at_r, nr, DT_F32, q, &req[n++]);
+            if (ns && rc == 0) rc = dt_isend(L->ep, send + at_s, ns, DT_F32, q, &req[n++]);
+        }
+        at_s += ns, at_r += nr;
+    }
+    for (int i = 0; i < n; i++) {
+        int w = dt_wait(req[i]);
+        if (rc == 0) rc = w;
+    }
+    const uint64_t t1 = dt_now_ns();
+    L->ms += (double)(t1 - t0) * 1e-6;
+    if (dt_trace_on()) {
+        dt_trace_args ta = dt_trace_noargs();
+        ta.bytes = (long long)((at_s - (size_t)send_rows[L->me] * width) * sizeof(float));
+        dt_trace_add(DT_TRACE_COMM, what, t0, t1, &ta);
+    }
+    if (rc == 0) return 0;
+    return dt_strf(err, errlen, "rows over the expert-parallel group: %s", dt_comm_error(L->ep)),
+           -1;
+}
+
+static int ep_relayout(void *self, dt_rank *r, dt_gpt *layout)
+{
+    ep_layer *L = self;
+    if (dt_gpt_set_ep(layout, L->me, L->size))
+        return dt_strf(r->err, sizeof r->err, "%s", layout->error), -1;
+    layout->ep.counts = exchange_counts;
+    layout->ep.rows = exchange_rows;
+    layout->ep.ctx = L;
+    return 0;
+}
+
+/* ---- the plan: the whole model, ownership, the whole tensors ------------ */
+
+/* What this rank alone counts in the norm and writes: its experts, and on
+ * the group's first rank the whole tensors too. */
+static int plan_owned(ep_layer *L)
+{
+    const dt_gpt *m = L->m;
+    int n = 0;
+    if (!(L->own = malloc((size_t)(m->n_tensors + 1) * sizeof *L->own))) return -1;
+    if (L->me == 0) L->own[n++] = (dt_flat_range){0, m->n_floats, 0};
+    for (int i = 0; L->me != 0 && i < m->n_tensors; i++) {
+        const dt_param_tensor *t = &m->tensors[i];
+        if (!t->split || !t->numel) continue;
+        if (n > 0 && L->own[n - 1].hi == t->offset) L->own[n - 1].hi = t->offset + t->numel;
+        else L->own[n++] = (dt_flat_range){t->offset, t->offset + t->numel, t->offset};
+    }
+    L->owned = (dt_flat_ranges){n, L->own, m->n_floats};
+    return dt_strategy_own(L->S, &L->owned, &L->own_within);
+}
+
+/* The whole tensors' floats, padding between them included (a sum over
+ * the group adds zeros there), merged into runs. */
+static int plan_dense(ep_layer *L)
+{
+    const dt_gpt *m = L->m;
+    if (!(L->dense = malloc((size_t)(m->n_tensors + 1) * sizeof *L->dense))) return -1;
+    size_t lo = 0;
+    for (int i = 0; i <= m->n_tensors; i++) {
+        const int expert = i < m->n_tensors && m->tensors[i].split;
+        const size_t at = i < m->n_tensors ? m->tensors[i].offset : m->n_floats;
+        if (!expert && i < m->n_tensors) continue;
+        if (at > lo) L->dense[L->ndense++] = (dt_flat_range){lo, at, lo};
+        if (i < m->n_tensors) lo = m->tensors[i].offset + m->tensors[i].numel;
+        lo = (lo + 15) / 16 * 16;
+    }
+    return 0;
+}
+
+static int ep_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
+{
+    ep_layer *L = self;
+    (void)share;
+    L->m = layout;
+    if (dt_gpt_create_layout(&L->whole, &layout->cfg, layout->prec, r->err, sizeof r->err))
+        return -1;
+    int n = dt_gpt_tp_ranges(layout, &L->whole, NULL, 0);
+    if (!(L->map = malloc((size_t)(n ? n : 1) * sizeof *L->map)) || plan_owned(L) ||
+        plan_dense(L))
+        return failed(L, "planning", NULL);
+    dt_gpt_tp_ranges(layout, &L->whole, L->map, n);
+    L->in_whole = (dt_flat_ranges){n, L->map, layout->n_floats};
+    L->S->whole = &L->whole;
+    L->S->in_whole = &L->in_whole;
+    return 0;
+}
+
+/* ---- gradients: the whole tensors' summed over the group --------------- */
+
+/* The model's hook in front of the one below (DDP's or ZeRO's): the
+ * segment's whole tensors summed over the group, then passed on. The sum
+ * waits: the layer below reads the segment as soon as it is told. */
+static void on_grad_ready(void *ctx, size_t lo, size_t hi)
+{
+    ep_layer *L = ctx;
+    dt_gbuf g = dt_gpt_grads(L->m);
+    const dt_dtype t = g.f32 ? DT_F32 : DT_BF16;
+    uint64_t t0 = dt_now_ns();
+    for (int i = 0; i < L->ndense && !L->error; i++) {
+        const size_t a = L->dense[i].lo > lo ? L->dense[i].lo : lo;
+        const size_t b = L->dense[i].hi < hi ? L->dense[i].hi : hi;
+        if (a >= b) continue;
+        void *p = dt_gbuf_ptr(dt_gbuf_at(g, a));
+        if (dt_allreduce(L->ep, p, p, b - a, t, DT_SUM)) {
+            L->error = 1;
+            dt_strf(L->why, sizeof L->why, "%s", dt_comm_error(L->ep));
+        }
+    }
+    L->ms += (double)(dt_now_ns() - t0) * 1e-6;
+    if (L->next_ready) L->next_ready(L->next_ctx, lo, hi);
+}
+
+static void ep_before_backward(void *self, int micro, int last)
+{
+    ep_layer *L = self;
+    (void)micro;
+    if (!last) return; /* accumulating: the sums wait for the step's last backward */
+    /* The layer below set its hook for this backward (DDP sets the
+     * function each time, its context once): ours goes in front. */
+    if (L->m->hooks.grad_ready != on_grad_ready) L->next_ready = L->m->hooks.grad_ready;
+    if (L->m->hooks.grad_ctx != L) L->next_ctx = L->m->hooks.grad_ctx;
+    L->m->hooks.grad_ready = on_grad_ready;
+    L->m->hooks.grad_ctx = L;
+}
+
+static int ep_end_grads(void *self)
+{
+    ep_layer *L = self;
+    dt_rank *r = L->S->rank;
+    /* Given back as found, whichever layer ended its backward first. */
+    if (L->m->hooks.grad_ready == on_grad_ready) L->m->hooks.grad_ready = L->next_ready;
+    if (L->m->hooks.grad_ctx == L) L->m->hooks.grad_ctx = L->next_ctx;
+    if (!L->error) return 0;
+    L->error = 0;
+    return dt_strf(r->err, sizeof r->err, "expert parallelism: summing the gradients over the "
+                   "group: %s", L->why), -1;
+}
+
+static int ep_begin_step(void *self, long step)
+{
+    ep_layer *L = self;
+    (void)step;
+    L->bytes0 = dt_comm_bytes_sent(L->ep);
+    L->ms = 0;
+    return 0;
+}
+
+static void ep_traffic(void *self, double *comm_ms, uint64_t *bytes)
+{
+    ep_layer *L = self;
+    *comm_ms += L->ms;
+    *bytes += dt_comm_bytes_sent(L->ep) - L->bytes0;
+}
+
+/* ---- the whole model on the writer --------------------------------------- */
+
+static int place_slice(ep_layer *L, const dt_gpt *lay, const float *local)
+{
+    int n = dt_gpt_tp_ranges(lay, &L->whole, NULL, 0);
+    dt_flat_range *map = malloc((size_t)(n ? n : 1) * sizeof *map);
+    if (!map) return failed(L, "gathering the parameters", NULL);
+    dt_gpt_tp_ranges(lay, &L->whole, map, n);
+    for (int i = 0; i < n; i++)
+        memcpy(L->whole.params + map[i].lo, local + map[i].at,
+               (map[i].hi - map[i].lo) * sizeof(float));
+    free(map);
+    return 0;
+}
+
+static int receive_slice(ep_layer *L, int q)
+{
+    dt_gpt lay;
+    dt_rank *r = L->S->rank;
+    if (dt_gpt_ep_peer_layout(L->m, q, L->size, &lay, r->err, sizeof r->err)) return -1;
+    float *buf = malloc(lay.n_floats * sizeof(float));
+    int rc = !buf ? failed(L, "gathering the parameters", NULL)
+             : dt_recv(L->ep, buf, lay.n_floats, DT_F32, q)
+                 ? failed(L, "gathering the parameters", L->ep)
+                 : place_slice(L, &lay, buf);
+    free(buf);
+    dt_gpt_destroy(&lay);
+    return rc;
+}
+
+static int ep_gather_params(void *self)
+{
+    ep_layer *L = self;
+    const dt_gpt *m = L->m;
+    if (!L->gathers) return 0;
+    if (L->me != 0)
+        return dt_send(L->ep, m->params, m->n_floats, DT_F32, 0)
+                   ? failed(L, "gathering the parameters", L->ep) : 0;
+    if (!L->whole.params && dt_gpt_alloc_params(&L->whole))
+        return failed(L, "the whole parameters", NULL);
+    if (place_slice(L, m, m->params)) return -1;
+    for (int q = 1; q < L->size; q++)
+        if (receive_slice(L, q)) return -1;
+    return 0;
+}
+
+/* The whole tensors must be the same bits on every rank of the group. */
+static int ep_replicas(void *self, uint64_t *hash)
+{
+    ep_layer *L = self;
+    const dt_gpt *m = L->m;
+    uint64_t h = 0;
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!m->tensors[i].split)
+            h = (h ^ dt_fnv1a64(m->params + m->tensors[i].offset,
+                                m->tensors[i].numel * sizeof(float))) * 1099511628211ull;
+    int64_t lo = (int64_t)h, hi = (int64_t)h;
+    int same = dt_fingerprints_agree(L->ep, &lo, &hi, 1);
+    if (same < 0) return failed(L, "comparing the whole tensors", L->ep);
+    if (!L->replicated && hash) *hash = h;
+    return same;
+}
+
+/* Every rank of a group runs the same batches (its exchanges pair up);
+ * the groups split them. */
+static int ep_eval_group(void *self, int final, dt_comm **group)
+{
+    ep_layer *L = self;
+    (void)final;
+    *group = L->edp;
+    return 1;
+}
+
+static void ep_describe(void *self, FILE *f)
+{
+    ep_layer *L = self;
+    const dt_gpt_ep *e = &L->m->ep;
+    fprintf(f, "\n  expert parallel: %d ranks per group (%s), this rank experts [%d, %d) of %d",
+            L->size, dt_comm_transport(L->ep), e->e0, e->e0 + e->experts,
+            L->m->cfg.moe.experts);
+}
+
+static size_t seg_len(const dt_gpt *m, int s)
+{
+    return dt_gpt_segment_start(m, s + 1) - dt_gpt_segment_start(m, s);
+}
+
+int dt_ep_rank_mem(const dt_gpt *layout, int q, int ep, int B, int T, dt_rank_mem *out,
+                   char *err, size_t errlen)
+{
+    dt_gpt lay;
+    if (dt_gpt_ep_peer_layout(layout, q, ep, &lay, err, errlen)) return -1;
+    const int nl = lay.cfg.n_layer;
+    size_t most = seg_len(&lay, 0) + seg_len(&lay, nl + 1);
+    for (int l = 0; l < nl; l++)
+        if (seg_len(&lay, 1 + l) > most) most = seg_len(&lay, 1 + l);
+    *out = (dt_rank_mem){.floats = lay.n_floats, .in_use = most, .grads_open = most,
+                         .acts = 4.0 * (double)dt_gpt_acts_floats(&lay, B, T)};
+    dt_gpt_destroy(&lay);
+    return 0;
+}
+
+static int ep_mem_plan(void *self, int q, dt_rank_mem *out)
+{
+    ep_layer *L = self;
+    dt_rank *r = L->S->rank;
+    if (L->S->held) return 0;
+    if (dt_ep_rank_mem(L->m, q % L->size, L->size, r->B, r->T, out, r->err, sizeof r->err))
+        return -1;
+    out->copies = L->copies;
+    return 1;
+}
+
+static void ep_destroy(void *self)
+{
+    ep_layer *L = self;
+    if (L->whole.tensors) dt_gpt_destroy(&L->whole);
+    free(L->map);
+    free(L->own);
+    free(L->own_within);
+    free(L->dense);
+    free(L);
+}
+
+static const dt_strategy_ops ep_ops = {
+    .name = "ep",
+    .relayout = ep_relayout,
+    .plan = ep_plan,
+    .begin_step = ep_begin_step,
+    .before_backward = ep_before_backward,
+    .end_grads = ep_end_grads,
+    .traffic = ep_traffic,
+    .gather_params = ep_gather_params,
+    .replicas_identical = ep_replicas,
+    .eval_group = ep_eval_group,
+    .describe_lines = ep_describe,
+    .mem_plan = ep_mem_plan,
+    .destroy = ep_destroy,
+};
+
+int dt_ep_layer(dt_strategy *S, const dt_mesh *g)
+{
+    dt_rank *r = S->rank;
+    ep_layer *L = calloc(1, sizeof *L);
+    if (!L) return dt_strf(r->err, sizeof r->err, "expert parallelism: out of memory"), -1;
+    L->S = S;
+    L->ep = g->ep_group;
+    L->edp = g->edp_group;
+    L->me = g->ep_i;
+    L->size = g->ep;
+    L->gathers = g->cp_i == 0 && g->dp_i / g->ep == 0 && g->pp_i == 0 && g->tp_i == 0;
+    L->replicated = g->replicas != NULL;
+    L->copies = g->cp * g->dp / g->ep;
+    S->grad_ranks *= g->ep; /* the whole tensors' sums; the experts' came with the rows */
+    if (dt_strategy_add_norm_group(S, L->ep))
+        return ep_destroy(L), dt_strf(r->err, sizeof r->err, "expert parallelism: too many "
+                                      "layers"), -1;
+    return dt_strategy_add(S, &ep_ops, L);
+}
