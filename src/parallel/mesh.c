@@ -66,9 +66,9 @@ static int check_sizes(const dt_parallel_opts *o, int world, char *err, size_t e
 int dt_mesh_check(const dt_parallel_opts *o, int world, int *dp, char *err, size_t errlen)
 {
     if (check_sizes(o, world, err, errlen)) return -1;
-    if (o->ep > 1 && (o->tp > 1 || o->cp > 1 || o->pp > 1))
-        return dt_strf(err, errlen, "--expert-model-parallel-size %d with --tp, --cp or --pp: "
-                       "not yet; expert parallelism composes with data parallelism and ZeRO",
+    if (o->ep > 1 && (o->tp > 1 || o->cp > 1))
+        return dt_strf(err, errlen, "--expert-model-parallel-size %d with --tp or --cp: not "
+                       "yet; expert parallelism composes with data parallelism, ZeRO and --pp",
                        o->ep), -1;
     if (o->pp > 1) {
         int per_stage;

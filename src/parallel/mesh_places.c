@@ -106,16 +106,18 @@ static void stage_place(const mesh_job *x, const dt_gpt *peer, int q, int slots,
     layers(x, q, p->layers, sizeof p->layers);
 }
 
-/* Every stage on each of the tp slice layouts: a stage's slots come from
- * the schedule alone, counted once for its slices. */
+/* Every stage on each of the tp slice (or ep share) layouts: a stage's
+ * slots come from the schedule alone, counted once for its slices. */
 static int stage_places(const mesh_job *x, dt_places *pl, char *err, size_t n)
 {
-    const int tp = x->j->o->tp;
+    const int ep = x->j->o->ep > 1 ? x->j->o->ep : 1, tp = x->j->o->tp * ep;
     dt_gpt *peer = calloc((size_t)tp, sizeof *peer);
     int made = 0, rc = 0;
     if (!peer) return dt_strf(err, n, "mesh places: out of memory"), -1;
     for (int t = 0; rc == 0 && t < tp; t++)
-        if ((rc = dt_gpt_peer_layout(&x->rows, t, tp, &peer[t], err, n)) == 0) made++;
+        if ((rc = ep > 1 ? dt_gpt_ep_peer_layout(&x->rows, t, ep, &peer[t], err, n)
+                         : dt_gpt_peer_layout(&x->rows, t, tp, &peer[t], err, n)) == 0)
+            made++;
     for (int q = 0; rc == 0 && q < x->sched.p; q++) {
         dt_gpt_part *parts;
         int slots = dt_pp_stage_slots(&x->sched, x->cut, q, &parts);
@@ -152,6 +154,19 @@ static void describe(const mesh_job *x, dt_places *pl)
     const dt_parallel_opts *o = x->j->o;
     if (o->ep > 1) {
         const int copies = o->cp * x->dp / o->ep;
+        for (int i = 0; o->pp > 1 && i < pl->n; i++) {
+            dt_place *p = &pl->at[i];
+            p->stage = i / o->ep;
+            p->ranks = p->mem.copies = copies;
+            dt_strf(p->label, sizeof p->label, "stage %d (%d in flight), ep rank %d", p->stage,
+                    p->in_flight, i % o->ep);
+        }
+        if (o->pp > 1) {
+            dt_strf(pl->rows, sizeof pl->rows, "pp %d x dp %d in ep groups of %d; a row is "
+                    "every rank of that stage and ep index (its stage's layers: its experts and "
+                    "the whole rest)", o->pp, x->dp, o->ep);
+            return;
+        }
         dt_strf(pl->rows, sizeof pl->rows, "dp %d in ep groups of %d; a row is every rank of "
                 "that ep index (its experts and the whole rest; the cp x dp / ep = %d ranks "
                 "beside it hold the same)", x->dp, o->ep, copies);

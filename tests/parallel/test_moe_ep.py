@@ -15,14 +15,16 @@ against PyTorch, and its checkpoints across expert-parallel sizes.
   naive): one process with --grad-accum 4, bit for bit. With the default
   all-reduce, ep 2 with DDP over dp 4, and ep 2 with ZeRO-3 over dp 4:
   within 1e-5 (a ring over 3 or more ranks, and the expert-data-parallel
-  sum of the group's sums, add in other orders).
+  sum of the group's sums, add in other orders); ep 2 inside each stage of
+  a 2-stage pipeline, within 1e-5 (the tied embedding's stages too).
 - a router forced to send every token to experts 0 and 1: ep rank 1
   receives no rows for whole steps; still one process's bits.
 - checkpoints: saved at ep 4, resumed at ep 2 (the bits of resuming one
   process's checkpoint there) and in one process (the uninterrupted run's
   bits); `ckpt consolidate` names every expert.
 - refusals: experts that do not split over ep, an ep that does not divide
-  the data-parallel ranks, ep without experts, ep with --pp.
+  the data-parallel ranks, ep without experts, ep with --tp, ep with
+  --recompute full.
 """
 import os
 import sys
@@ -87,6 +89,8 @@ def check_four(dtrain, tmp):
     close(train(dtrain, tmp, "ep2dp4", 4, TINY + ["--ep", "2"]), one, "ep 2 x DDP over dp 4")
     close(train(dtrain, tmp, "ep2z3", 4, TINY + ["--ep", "2", "--zero-stage", "3"]), one,
           "ep 2 x ZeRO-3 over dp 4")
+    close(train(dtrain, tmp, "ep2pp2", 4, TINY + ["--ep", "2", "--pp", "2", "--grad-accum", "2"]),
+          one, "ep 2 x pp 2 (1f1b, 2 micro-batches)")
 
 
 def check_forced(dtrain, tmp):
@@ -149,7 +153,8 @@ def check_refusals(dtrain, tmp):
          "the 3 experts do not split into 2 equal parts; --expert-model-parallel-size 1 or 3"),
         (["--nproc", "3", "--num-experts", "4", "--ep", "2"], "which it does not divide"),
         (["--nproc", "2", "--ep", "2"], "add --num-experts E"),
-        (["--nproc", "4", "--num-experts", "4", "--ep", "2", "--pp", "2"], "not yet"),
+        (["--nproc", "4", "--num-experts", "4", "--ep", "2", "--tp", "2"],
+         "with --tp or --cp: not yet"),
         (["--nproc", "2", "--num-experts", "4", "--expert-model-parallel-size", "2",
           "--recompute", "full"], "not yet"),
     ])
