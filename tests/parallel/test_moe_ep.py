@@ -22,9 +22,10 @@ against PyTorch, and its checkpoints across expert-parallel sizes.
 - checkpoints: saved at ep 4, resumed at ep 2 (the bits of resuming one
   process's checkpoint there) and in one process (the uninterrupted run's
   bits); `ckpt consolidate` names every expert.
+- recomputation: ep 2 with --recompute full (its rebuild exchanges the
+  rows again) and selective, one process's bits.
 - refusals: experts that do not split over ep, an ep that does not divide
-  the data-parallel ranks, ep without experts, ep with --tp, ep with
-  --recompute full.
+  the data-parallel ranks, ep without experts, ep with --tp.
 """
 import os
 import sys
@@ -93,6 +94,13 @@ def check_four(dtrain, tmp):
           one, "ep 2 x pp 2 (1f1b, 2 micro-batches)")
 
 
+def check_recompute(dtrain, tmp):
+    one = train(dtrain, tmp, "rc_one", 1, TINY + ["--grad-accum", "2"])
+    for mode in ("full", "selective"):
+        same(train(dtrain, tmp, "rc_" + mode, 2, TINY + ["--ep", "2", "--recompute", mode]), one,
+             "ep 2 with --recompute %s" % mode)
+
+
 def check_forced(dtrain, tmp):
     """Every token's router logits [4, 1, 0, -30] (ln_2 outputs its bias
     alone): experts 0 and 1 take every slot, so ep rank 1 (experts 2, 3)
@@ -155,8 +163,6 @@ def check_refusals(dtrain, tmp):
         (["--nproc", "2", "--ep", "2"], "add --num-experts E"),
         (["--nproc", "4", "--num-experts", "4", "--ep", "2", "--tp", "2"],
          "with --tp or --cp: not yet"),
-        (["--nproc", "2", "--num-experts", "4", "--expert-model-parallel-size", "2",
-          "--recompute", "full"], "not yet"),
     ])
 
 
@@ -167,6 +173,7 @@ def main():
         check_refusals(dtrain, tmp)
         check_gpt2_shapes(dtrain, tmp)
         check_forced(dtrain, tmp)
+        check_recompute(dtrain, tmp)
         check_four(dtrain, tmp)
         check_checkpoints(dtrain, tmp)
     finish()

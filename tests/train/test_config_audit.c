@@ -83,7 +83,7 @@ static const opt_row opt_rows[] = {
     {"ep", "2", "--num-experts 4", NULL},
     {"ep", "2", "", "add --num-experts E"},
     {"ep", "2", "--num-experts 4 --pp 2", NULL},
-    {"ep", "2", "--num-experts 4 --recompute full", "not yet"},
+    {"ep", "2", "--num-experts 4 --recompute full", NULL},
     {"beta1", "0.8", "", NULL},
     {"beta2", "0.95", "", NULL},
     {"eps", "1e-6", "", NULL},

@@ -92,10 +92,6 @@ static int check_moe(dt_train_config *c, char *err, size_t n)
     if (c->ep > 1 && !c->num_experts && !from_file)
         return dt_strf(err, n, "--expert-model-parallel-size %d splits a mixture of experts' "
                        "experts over ranks: add --num-experts E", c->ep), -1;
-    if (c->ep > 1 && !strcmp(c->recompute, "full"))
-        return dt_strf(err, n, "--expert-model-parallel-size %d with --recompute full: not yet "
-                       "(its rebuild would exchange the rows again); --recompute selective "
-                       "keeps what was received", c->ep), -1;
     if (c->num_experts && (c->tp > 1 || c->cp > 1))
         return dt_strf(err, n, "--num-experts with --%s: the experts do not split over tensor "
                        "or context parallelism yet; train them with data parallelism, ZeRO or "
