@@ -9,6 +9,9 @@ same global batch, at GPT-2's shapes (two layers of width 768, vocabulary
   final weights of one process with --grad-accum 2, bit for bit (ZeRO's
   pieces of the experts uneven and padded).
 - full and selective recomputation in one process: its bits.
+- tensor parallelism (2 ranks, sequence parallelism): each expert's c_fc
+  columns and c_proj rows cut as the dense MLP's, with SGD, within 1e-5 of
+  one process (the row-parallel sums add in another order).
 - a pipeline of 2 stages: zb1p (whose split backward runs the experts'
   weight half apart) bit for bit with 1f1b, and within 1e-5 of one process
   (the tied embedding's two stages add in another order).
@@ -57,6 +60,18 @@ def check_strategies(dtrain, tmp):
         got = train(dtrain, tmp, name.replace(" ", "_"), ranks, extra)
         check(got[0] == one[0] and same_bits(got[1], one[1]),
               "%s: losses, balance terms and final weights of one process, bit for bit" % name)
+    # Tensor parallelism: each expert cut as the dense MLP (1000 columns, 500
+    # a rank), sequence parallelism on; one process without accumulation
+    # runs the same batch. The row-parallel sums add in another order; SGD
+    # with momentum carries that rounding as it is, where AdamW's first
+    # steps divide each element by its own gradient (test_gpt2_shapes.py).
+    sgd = ["--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.01"]
+    tp = train(dtrain, tmp, "tp2sp", 2, sgd + ["--tp", "2", "--sequence-parallel"])
+    one1 = train(dtrain, tmp, "one1", 1, sgd)
+    worst = max(abs(a[0] - b[0]) / b[0] for a, b in zip(tp[0], one1[0]))
+    err, where = rel_err(tp[1], one1[1], 0.01, 2)
+    check(worst <= 1e-6 and err <= 1e-5, "tp 2 + sp: losses within 1e-6 of one process (%.1e), "
+          "weights within 1e-5 (%.1e, %s)" % (worst, err, where))
     pp = ["--pp", "2", "--grad-accum", "2"]
     zb = train(dtrain, tmp, "zb1p", 2, pp + ["--pp-schedule", "zb1p"])
     f1b = train(dtrain, tmp, "1f1b", 2, pp + ["--pp-schedule", "1f1b"])

@@ -18,6 +18,16 @@
  * and the outputs go back (combine). Backward sends the outputs'
  * gradients the same way and brings the inputs' back.
  *
+ * Under tensor parallelism (split.h, dt_gpt_tp) each expert is cut as the
+ * dense MLP is (Megatron's): c_fc's columns and c_proj's rows [r F / tp,
+ * (r + 1) F / tp) on rank r, the router and c_proj's bias whole. Every
+ * rank routes the same rows the same way (the router's input is the
+ * whole norm output), runs its slice of each expert, and the slots'
+ * partial outputs are summed over the group before the bias (so the
+ * combine's weights multiply whole outputs); backward sums the inputs'
+ * gradients over the group (reduce-scattered to this rank's rows with
+ * sequence parallelism) and adds the router's part to those rows once.
+ *
  * Tensors: router.weight [E, C] (Linear layout: logits = x Wr^T), then
  * per expert experts.{e}.c_fc.weight [C, F], .c_fc.bias [F],
  * .c_proj.weight [F, C], .c_proj.bias [C] (GPT-2's Conv1D layout); under
@@ -60,11 +70,18 @@ static int ffn(const dt_gpt_config *cfg)
     return cfg->moe.ffn > 0 ? cfg->moe.ffn : 4 * cfg->n_embd;
 }
 
+/* An expert's hidden width on this rank (its slice under tensor parallelism). */
+static int ffn_here(const dt_gpt *m)
+{
+    return ffn(&m->cfg) / m->tp.size;
+}
+
 static int tensors(const dt_gpt_config *cfg, const dt_gpt_tp *tp, const dt_gpt_ep *ep,
                    dt_tensor_spec *out)
 {
-    (void)tp;
     const int C = cfg->n_embd, E = cfg->moe.experts, F = ffn(cfg);
+    const int split = tp && tp->size > 1, r = split ? tp->rank : 0;
+    const int Fl = split ? F / tp->size : F;
     const int e0 = ep ? ep->e0 : 0, e1 = ep ? ep->e0 + ep->experts : E;
     const int apart = ep && ep->size > 1;
     out[0] = (dt_tensor_spec){"router.weight", E, C, {0}, DT_INIT_NORMAL, 0, 0};
@@ -79,6 +96,11 @@ static int tensors(const dt_gpt_config *cfg, const dt_gpt_tp *tp, const dt_gpt_e
         dt_strf(t[1].name, sizeof t[1].name, "experts.%d.c_fc.bias", e);
         dt_strf(t[2].name, sizeof t[2].name, "experts.%d.c_proj.weight", e);
         dt_strf(t[3].name, sizeof t[3].name, "experts.%d.c_proj.bias", e);
+        if (split && !absent) { /* this rank's columns of c_fc, the same rows of c_proj */
+            t[0].slice = (dt_slice){0, C, 1, r * Fl, 0, Fl};
+            t[1].slice = (dt_slice){0, 1, 1, r * Fl, 0, Fl};
+            t[2].slice = (dt_slice){r * Fl, Fl, 1, 0, 0, C};
+        }
     }
     return 1 + 4 * E;
 }
@@ -95,7 +117,7 @@ static size_t received_max(const dt_gpt *m, size_t N)
 static int acts(const dt_gpt *m, size_t N, size_t R, dt_act_spec *out)
 {
     const size_t C = (size_t)m->cfg.n_embd, E = (size_t)m->cfg.moe.experts;
-    const size_t K = (size_t)m->cfg.moe.topk, F = (size_t)ffn(&m->cfg), S = N * K;
+    const size_t K = (size_t)m->cfg.moe.topk, F = (size_t)ffn_here(m), S = N * K;
     const size_t P = (size_t)m->ep.size, X = received_max(m, N);
     out[RES] = (dt_act_spec){R * C, DT_ACT_PRODUCT};
     out[LOGITS] = (dt_act_spec){N * E, DT_ACT_PRODUCT};
@@ -234,17 +256,34 @@ static int next_chunk(const dt_gpt *m, const dt_block_call *c, int k, chunk *out
     return 1;
 }
 
-/* One product per chunk: out = inp @ W + b, W and b tensors j and j + 1
+/* One product per chunk: out = inp @ W (+ b), W and b tensors j and j + 1
  * of the chunk's expert. */
 static int experts_forward(dt_gpt *m, const dt_block_call *c, float *out, const float *inp,
-                           int j, int IN, int OUT, const char *name)
+                           int j, int IN, int OUT, int bias, const char *name)
 {
     chunk k;
     for (int i = 0; next_chunk(m, c, i, &k); i++) {
         const int e = m->ep.e0 + k.j;
         if (k.rows && dt_linear_forward(m->prec, out + k.first * OUT, inp + k.first * IN,
-                                        W_(c, e, j), W_(c, e, j + 1), k.rows, IN, OUT))
+                                        W_(c, e, j), bias ? W_(c, e, j + 1) : NULL, k.rows, IN,
+                                        OUT))
             return dt_model_fail_matmul(m, name);
+    }
+    return 0;
+}
+
+/* Tensor parallelism: the slots' partial outputs (rows of y) summed over
+ * the group, then each expert's bias, once. */
+static int experts_output_sum(dt_gpt *m, const dt_block_call *c, float *y, size_t rows)
+{
+    const int C = m->cfg.n_embd;
+    if (dt_model_tp_reduce(m, y, rows * (size_t)C, DT_TP_SUM_F32, "moe experts' c_proj"))
+        return -1;
+    chunk k;
+    for (int i = 0; next_chunk(m, c, i, &k); i++) {
+        const float *b = W_(c, m->ep.e0 + k.j, PROJ_B);
+        for (size_t r = k.first; r < k.first + (size_t)k.rows; r++)
+            for (int j = 0; j < C; j++) y[r * C + j] += b[j];
     }
     return 0;
 }
@@ -288,14 +327,17 @@ static int experts_backward(dt_gpt *m, const dt_block_call *c, int whole, float 
 
 /* ---- forward ------------------------------------------------------------ */
 
-/* res' = res + sum_k w[i,k] y[pos[i,k]] over the kept slots, k in order. */
+/* res' = res + sum_k w[i,k] y[pos[i,k]] over the kept slots, k in order,
+ * for this rank's rows of the residual stream (all of them but under
+ * sequence parallelism). */
 static void combine(dt_gpt *m, const dt_block_call *c)
 {
     const int C = m->cfg.n_embd, K = m->cfg.moe.topk;
+    const size_t R = dt_model_region_rows(m, (size_t)c->N), r0 = dt_model_region_first(m, c->N);
     route r = route_of(m, c);
-    for (int i = 0; i < c->N; i++) {
-        float *o = c->a[RES] + (size_t)i * C;
-        const float *res = c->res + (size_t)i * C;
+    for (size_t i = r0; i < r0 + R; i++) {
+        float *o = c->a[RES] + (i - r0) * C;
+        const float *res = c->res + (i - r0) * C;
         for (int j = 0; j < C; j++) o[j] = 0.0f;
         for (int k = 0; k < K; k++) {
             const int32_t p = r.pos[i * K + k];
@@ -310,13 +352,13 @@ static void combine(dt_gpt *m, const dt_block_call *c)
 /* Dispatch, the experts, and (expert parallelism) the outputs home. */
 static int experts_run(dt_gpt *m, const dt_block_call *c, unsigned run)
 {
-    const int C = m->cfg.n_embd, F = ffn(&m->cfg), P = m->ep.size;
+    const int C = m->cfg.n_embd, F = ffn_here(m), P = m->ep.size;
     float *xr = P > 1 ? c->a[XR] : c->a[XS], *yr = P > 1 ? c->a[DYX] : c->a[Y];
     if ((run & DT_RUN_PRODUCTS) && P > 1 &&
         (exchange_counts(m, c) || exchange_rows(m, c, c->a[XS], xr, C, 0, "dispatch")))
         return -1;
     if ((run & DT_RUN_PRODUCTS) &&
-        experts_forward(m, c, c->a[H], xr, FC_W, C, F, "moe experts' c_fc"))
+        experts_forward(m, c, c->a[H], xr, FC_W, C, F, 1, "moe experts' c_fc"))
         return -1;
     route r = route_of(m, c);
     size_t rows = 0;
@@ -324,7 +366,10 @@ static int experts_run(dt_gpt *m, const dt_block_call *c, unsigned run)
     for (int e = 0; P == 1 && e < m->cfg.moe.experts; e++) rows += (size_t)r.count[e];
     if (run & DT_RUN_ELEMENTWISE) dt_gelu_forward(c->a[G], c->a[H], rows * (size_t)F);
     if (!(run & DT_RUN_PRODUCTS)) return 0;
-    if (experts_forward(m, c, yr, c->a[G], PROJ_W, F, C, "moe experts' c_proj")) return -1;
+    const int split = m->tp.size > 1;
+    if (experts_forward(m, c, yr, c->a[G], PROJ_W, F, C, !split, "moe experts' c_proj") ||
+        (split && experts_output_sum(m, c, yr, rows)))
+        return -1;
     return P > 1 ? exchange_rows(m, c, yr, c->a[Y], C, 1, "combine") : 0;
 }
 
@@ -335,7 +380,8 @@ static int forward(dt_gpt *m, const dt_block_call *c, unsigned run)
         dt_matmul(m->prec, 0, 1, N, E, C, 1.0f, c->x, C, c->w[ROUTER], C, 0.0f, c->a[LOGITS],
                   E))
         return dt_model_fail_matmul(m, "mlp.router");
-    if (run & DT_RUN_ELEMENTWISE) route_rows(m, c, run == DT_RUN_ALL);
+    /* Every rank of a tensor-parallel group routes the same rows: one counts them. */
+    if (run & DT_RUN_ELEMENTWISE) route_rows(m, c, run == DT_RUN_ALL && m->tp.rank == 0);
     if (experts_run(m, c, run)) return -1;
     if (run & DT_RUN_OUTPUT) combine(m, c);
     return 0;
@@ -345,10 +391,10 @@ static int forward(dt_gpt *m, const dt_block_call *c, unsigned run)
 
 /* dy[pos] = w d_out[i] for each kept slot, and dw = d_out[i] . y[pos]
  * (0 for a dropped slot). */
-static void combine_backward(dt_gpt *m, const dt_block_call *c, float *dy, float *dw)
+static void combine_backward(dt_gpt *m, const dt_block_call *c, const float *d, float *dy,
+                             float *dw)
 {
     const int C = m->cfg.n_embd, K = m->cfg.moe.topk;
-    const float *d = m->acts.d_res;
     route r = route_of(m, c);
     for (int i = 0; i < c->N; i++)
         for (int k = 0; k < K; k++) {
@@ -386,7 +432,7 @@ static void scatter_back(dt_gpt *m, const dt_block_call *c, const float *dxs)
 static int experts_backward_all(dt_gpt *m, const dt_block_call *c, dt_bwd_part what,
                                 const float *dyl, float **dxs)
 {
-    const int C = m->cfg.n_embd, F = ffn(&m->cfg), P = m->ep.size;
+    const int C = m->cfg.n_embd, F = ffn_here(m), P = m->ep.size;
     const int whole = what == DT_BWD_WHOLE;
     float *dy = whole ? c->a[DYX] : c->a[D_Y], *dh = whole ? c->a[DG] : c->a[D_H];
     float *xr = P > 1 ? c->a[XR] : c->a[XS];
@@ -418,14 +464,21 @@ static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
     route r = route_of(m, c);
     /* One process: the outputs' gradient straight into the experts' rows. */
     float *dyl = P > 1 ? c->a[DYL] : whole ? c->a[DYX] : c->a[D_Y];
-    combine_backward(m, c, dyl, c->a[DW]);
+    const float *d_out = dt_model_rows_gathered(m, m->acts.d_res, N, "moe combine backward");
+    if (!d_out) return -1;
+    combine_backward(m, c, d_out, dyl, c->a[DW]);
     if (experts_backward_all(m, c, what, dyl, &dxs)) return -1;
     scatter_back(m, c, dxs);
+    if (m->tp.size > 1 && dt_model_input_grad_sum(m, N, "moe experts' c_fc backward"))
+        return -1;
     const float gs = m->moe.grad_scale;
     dt_router_backward(dlg, c->a[DW], probs, probs + (size_t)N * E, r.choice, r.weight, c->b,
                        c->t, E, K, (float)(gs * c->t * mc->aux_coeff),
                        (float)(gs * mc->z_coeff));
-    if (dt_matmul(m->prec, 0, 0, N, C, E, 1.0f, dlg, E, c->w[ROUTER], C, 1.0f, m->acts.d_c, C) ||
+    /* The router's part of the input's gradient, once, on this rank's rows. */
+    const size_t R = dt_model_region_rows(m, (size_t)N), r0 = dt_model_region_first(m, N);
+    if (dt_matmul(m->prec, 0, 0, (int)R, C, E, 1.0f, dlg + r0 * E, E, c->w[ROUTER], C, 1.0f,
+                  m->acts.d_c, C) ||
         (whole && dt_matmul(m->prec, 1, 0, E, C, N, 1.0f, dlg, E, c->x, C, 1.0f, c->g[ROUTER],
                             C)))
         return dt_model_fail_matmul(m, "moe router backward");
@@ -435,7 +488,7 @@ static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
 static int weights(dt_gpt *m, const dt_block_call *c)
 {
     const dt_moe_config *mc = &m->cfg.moe;
-    const int C = m->cfg.n_embd, E = mc->experts, F = ffn(&m->cfg), P = m->ep.size;
+    const int C = m->cfg.n_embd, E = mc->experts, F = ffn_here(m), P = m->ep.size;
     const float *xr = P > 1 ? c->a[XR] : c->a[XS];
     chunk k;
     for (int i = 0; next_chunk(m, c, i, &k); i++) {
