@@ -54,6 +54,8 @@ typedef struct {
     int gshape[2];               /* the whole tensor's */
     int row0, nblk, col0, cstride; /* the slice, as above */
     int split;                   /* the ranks of tensor parallelism hold different slices */
+    int expert;                  /* an expert of a mixture of experts: under expert parallelism
+                                    the ranks of a group hold different ones (or none here) */
     dt_init_rule init;
 } dt_param_tensor;
 

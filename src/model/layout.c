@@ -117,11 +117,12 @@ static void add_tensor(dt_gpt *m, size_t *cursor, const char *name, const dt_ten
     t->gshape[0] = d0;
     t->gshape[1] = d1 > 0 ? d1 : 0;
     t->row0 = s.row0, t->nblk = s.nblk, t->col0 = s.col0, t->cstride = s.cstride;
-    t->split = s.rows != w.rows || s.cols != w.cols || sp->apart;
+    t->split = s.rows != w.rows || s.cols != w.cols;
+    t->expert = sp->apart || sp->absent;
     if (sp->absent) { /* another rank's: no floats here, but its place in the table */
         t->shape[0] = t->shape[1] = 0;
         t->row0 = t->col0 = t->cstride = 0, t->nblk = 1;
-        t->split = 1;
+        t->split = 0;
         s.rows = s.cols = 0;
     }
     t->numel = (size_t)s.rows * (size_t)s.cols;

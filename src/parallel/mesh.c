@@ -66,10 +66,10 @@ static int check_sizes(const dt_parallel_opts *o, int world, char *err, size_t e
 int dt_mesh_check(const dt_parallel_opts *o, int world, int *dp, char *err, size_t errlen)
 {
     if (check_sizes(o, world, err, errlen)) return -1;
-    if (o->ep > 1 && (o->tp > 1 || o->cp > 1))
-        return dt_strf(err, errlen, "--expert-model-parallel-size %d with --tp or --cp: not "
-                       "yet; expert parallelism composes with data parallelism, ZeRO and --pp",
-                       o->ep), -1;
+    if (o->ep > 1 && o->cp > 1)
+        return dt_strf(err, errlen, "--expert-model-parallel-size %d with --cp: not yet; "
+                       "expert parallelism composes with data, tensor and pipeline parallelism "
+                       "and ZeRO", o->ep), -1;
     if (o->pp > 1) {
         int per_stage;
         if (dt_pp_check(o, world, o->accum, &per_stage, err, errlen)) return -1;
@@ -111,7 +111,9 @@ static int form_groups(dt_mesh *g, dt_comm *world, char *err, size_t n)
         split(world, r % inner, g->pp_i, g->pp, &g->pp_group) ||
         split(world, g->tp_i + tp * (g->ep_i + ep * g->pp_i), rep, g->cp * edp, &g->replicas) ||
         split(world, g->pp > 1 && end ? r % inner : DT_UNDEFINED, g->pp_i, 2, &g->tied) ||
-        split(world, rep == 0 ? 0 : DT_UNDEFINED, r, tp * ep * g->pp, &g->writers))
+        split(world, rep == 0 ? 0 : DT_UNDEFINED, r, tp * ep * g->pp, &g->writers) ||
+        split(world, ep > 1 && rep == 0 && g->pp_i == 0 ? 0 : DT_UNDEFINED,
+              g->tp_i + tp * g->ep_i, tp * ep, &g->slices))
         return dt_strf(err, n, "forming the mesh's groups: %s", dt_comm_error(world)), -1;
     return 0;
 }
@@ -158,7 +160,7 @@ static void mesh_destroy(void *self)
 {
     mesh_layer *M = self;
     dt_comm *own[] = {M->g.tp_group, M->g.cp_group, M->g.dp_group, M->g.pp_group, M->g.tied,
-                      M->g.writers, M->g.ep_group, M->g.edp_group,
+                      M->g.writers, M->g.ep_group, M->g.edp_group, M->g.slices,
                       M->owns_replicas ? M->g.replicas : NULL};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
         if (own[i]) dt_comm_destroy(own[i]);
@@ -192,8 +194,8 @@ static int add_layers(dt_strategy *S, mesh_layer *M, const dt_parallel_opts *o)
     }
     if (g->cp > 1 && dt_cp_layer(S, g, o)) return -1;
     if (g->pp > 1 && dt_pp_layer(S, g, o)) return -1;
-    if (g->tp > 1 && dt_tp_layer(S, g, o->sp)) return -1;
     if (g->ep > 1 && dt_ep_layer(S, g)) return -1;
+    if (g->tp > 1 && dt_tp_layer(S, g, o->sp)) return -1;
     return 0;
 }
 

@@ -50,6 +50,8 @@ typedef struct {
     int tp_i, cp_i, dp_i, pp_i, ep_i; /* this rank's place */
     dt_comm *tp_group, *cp_group, *dp_group, *pp_group, *replicas, *tied, *writers;
     dt_comm *ep_group, *edp_group;
+    dt_comm *slices; /* with ep: the tp x ep ranks of replica 0 on stage 0, rank tp_i + tp
+                      * ep_i, which bring their slices and experts to one writer */
 } dt_mesh;
 
 /* Checks a job of `world` ranks against --tp, --cp and --pp (and what

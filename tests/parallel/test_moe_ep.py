@@ -16,7 +16,9 @@ against PyTorch, and its checkpoints across expert-parallel sizes.
   all-reduce, ep 2 with DDP over dp 4, and ep 2 with ZeRO-3 over dp 4:
   within 1e-5 (a ring over 3 or more ranks, and the expert-data-parallel
   sum of the group's sums, add in other orders); ep 2 inside each stage of
-  a 2-stage pipeline, within 1e-5 (the tied embedding's stages too).
+  a 2-stage pipeline, within 1e-5 (the tied embedding's stages too); ep 2
+  x tp 2 with sequence parallelism, with SGD, within 1e-5 (the row-
+  parallel sums).
 - a router forced to send every token to experts 0 and 1: ep rank 1
   receives no rows for whole steps; still one process's bits.
 - checkpoints: saved at ep 4, resumed at ep 2 (the bits of resuming one
@@ -25,7 +27,7 @@ against PyTorch, and its checkpoints across expert-parallel sizes.
 - recomputation: ep 2 with --recompute full (its rebuild exchanges the
   rows again) and selective, one process's bits.
 - refusals: experts that do not split over ep, an ep that does not divide
-  the data-parallel ranks, ep without experts, ep with --tp.
+  the data-parallel ranks, ep without experts, experts with --cp.
 """
 import os
 import sys
@@ -92,6 +94,15 @@ def check_four(dtrain, tmp):
           "ep 2 x ZeRO-3 over dp 4")
     close(train(dtrain, tmp, "ep2pp2", 4, TINY + ["--ep", "2", "--pp", "2", "--grad-accum", "2"]),
           one, "ep 2 x pp 2 (1f1b, 2 micro-batches)")
+    # With tensor parallelism, SGD: AdamW's first steps would turn the row-
+    # parallel sums' rounding into whole steps (test_gpt2_shapes.py).
+    sgd = ["--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.01"]
+    one2 = train(dtrain, tmp, "one2sgd", 1, TINY + sgd + ["--grad-accum", "2"])
+    ept = train(dtrain, tmp, "ep2tp2", 4, TINY + sgd + ["--ep", "2", "--tp", "2",
+                                                       "--sequence-parallel"])
+    close(ept, one2, "ep 2 x tp 2 with sequence parallelism (SGD)")
+    check(len(ept[1]) == len(one2[1]), "ep 2 x tp 2: --save-final gathers every slice of every "
+          "expert (%d tensors)" % len(ept[1]))
 
 
 def check_recompute(dtrain, tmp):
@@ -161,8 +172,8 @@ def check_refusals(dtrain, tmp):
          "the 3 experts do not split into 2 equal parts; --expert-model-parallel-size 1 or 3"),
         (["--nproc", "3", "--num-experts", "4", "--ep", "2"], "which it does not divide"),
         (["--nproc", "2", "--ep", "2"], "add --num-experts E"),
-        (["--nproc", "4", "--num-experts", "4", "--ep", "2", "--tp", "2"],
-         "with --tp or --cp: not yet"),
+        (["--nproc", "4", "--num-experts", "4", "--ep", "2", "--cp", "2"],
+         "with --cp: not yet"),
     ])
 
 

@@ -15,11 +15,13 @@ typedef struct {
     dt_comm *ep;      /* the mesh's ep_group */
     dt_comm *edp;     /* the ranks of the same experts (the mesh's), or NULL */
     int me, size;
-    int gathers;      /* the writer's group: gathers the whole parameters */
     int replicated;   /* other groups hold the same experts */
     int copies;       /* ranks that hold each set of experts: cp x dp / ep */
+    dt_comm *slices;  /* the mesh's: the tp x ep ranks that bring their parts to one writer */
+    int tp;           /* tensor-parallel ranks: a rank of slices is tp_i + tp ep_i */
     dt_gpt *m;        /* the rank's layout, from relayout on */
-    dt_gpt whole;     /* the whole model's layout; parameters on the writer, gathered */
+    dt_gpt own_whole; /* the whole model's layout, unless tensor parallelism (above) made it */
+    dt_gpt *whole;    /* parameters on the writer, gathered */
     dt_flat_range *map, *own, *own_within;
     dt_flat_ranges in_whole, owned;
     dt_flat_range *dense; /* the floats of the tensors every rank holds whole */
@@ -113,7 +115,7 @@ static int plan_owned(ep_layer *L)
     if (L->me == 0) L->own[n++] = (dt_flat_range){0, m->n_floats, 0};
     for (int i = 0; L->me != 0 && i < m->n_tensors; i++) {
         const dt_param_tensor *t = &m->tensors[i];
-        if (!t->split || !t->numel) continue;
+        if (!t->expert || !t->numel) continue;
         if (n > 0 && L->own[n - 1].hi == t->offset) L->own[n - 1].hi = t->offset + t->numel;
         else L->own[n++] = (dt_flat_range){t->offset, t->offset + t->numel, t->offset};
     }
@@ -121,15 +123,15 @@ static int plan_owned(ep_layer *L)
     return dt_strategy_own(L->S, &L->owned, &L->own_within);
 }
 
-/* The whole tensors' floats, padding between them included (a sum over
- * the group adds zeros there), merged into runs. */
+/* The floats of everything but the experts, padding between tensors
+ * included (a sum over the group adds zeros there), merged into runs. */
 static int plan_dense(ep_layer *L)
 {
     const dt_gpt *m = L->m;
     if (!(L->dense = malloc((size_t)(m->n_tensors + 1) * sizeof *L->dense))) return -1;
     size_t lo = 0;
     for (int i = 0; i <= m->n_tensors; i++) {
-        const int expert = i < m->n_tensors && m->tensors[i].split;
+        const int expert = i < m->n_tensors && m->tensors[i].expert;
         const size_t at = i < m->n_tensors ? m->tensors[i].offset : m->n_floats;
         if (!expert && i < m->n_tensors) continue;
         if (at > lo) L->dense[L->ndense++] = (dt_flat_range){lo, at, lo};
@@ -144,15 +146,22 @@ static int ep_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
     ep_layer *L = self;
     (void)share;
     L->m = layout;
-    if (dt_gpt_create_layout(&L->whole, &layout->cfg, layout->prec, r->err, sizeof r->err))
+    /* Tensor parallelism, planned before (above), made the whole layout and
+     * the map into it, from this same layout with both cuts. */
+    if (L->S->whole) {
+        L->whole = L->S->whole;
+        return plan_owned(L) || plan_dense(L) ? failed(L, "planning", NULL) : 0;
+    }
+    L->whole = &L->own_whole;
+    if (dt_gpt_create_layout(L->whole, &layout->cfg, layout->prec, r->err, sizeof r->err))
         return -1;
-    int n = dt_gpt_tp_ranges(layout, &L->whole, NULL, 0);
+    int n = dt_gpt_tp_ranges(layout, L->whole, NULL, 0);
     if (!(L->map = malloc((size_t)(n ? n : 1) * sizeof *L->map)) || plan_owned(L) ||
         plan_dense(L))
         return failed(L, "planning", NULL);
-    dt_gpt_tp_ranges(layout, &L->whole, L->map, n);
+    dt_gpt_tp_ranges(layout, L->whole, L->map, n);
     L->in_whole = (dt_flat_ranges){n, L->map, layout->n_floats};
-    L->S->whole = &L->whole;
+    L->S->whole = L->whole;
     L->S->in_whole = &L->in_whole;
     return 0;
 }
@@ -228,45 +237,58 @@ static void ep_traffic(void *self, double *comm_ms, uint64_t *bytes)
 
 static int place_slice(ep_layer *L, const dt_gpt *lay, const float *local)
 {
-    int n = dt_gpt_tp_ranges(lay, &L->whole, NULL, 0);
+    int n = dt_gpt_tp_ranges(lay, L->whole, NULL, 0);
     dt_flat_range *map = malloc((size_t)(n ? n : 1) * sizeof *map);
     if (!map) return failed(L, "gathering the parameters", NULL);
-    dt_gpt_tp_ranges(lay, &L->whole, map, n);
+    dt_gpt_tp_ranges(lay, L->whole, map, n);
     for (int i = 0; i < n; i++)
-        memcpy(L->whole.params + map[i].lo, local + map[i].at,
+        memcpy(L->whole->params + map[i].lo, local + map[i].at,
                (map[i].hi - map[i].lo) * sizeof(float));
     free(map);
     return 0;
 }
 
-static int receive_slice(ep_layer *L, int q)
+/* Rank k of slices: tensor slice k % tp, experts of ep rank k / tp. */
+static int peer_layout(ep_layer *L, int k, dt_gpt *lay)
+{
+    dt_rank *r = L->S->rank;
+    if (dt_gpt_peer_layout(L->m, k % L->tp, L->tp, lay, r->err, sizeof r->err)) return -1;
+    if (dt_gpt_set_ep(lay, k / L->tp, L->size) == 0) return 0;
+    dt_strf(r->err, sizeof r->err, "%s", lay->error);
+    dt_gpt_destroy(lay);
+    return -1;
+}
+
+static int receive_slice(ep_layer *L, int k)
 {
     dt_gpt lay;
-    dt_rank *r = L->S->rank;
-    if (dt_gpt_ep_peer_layout(L->m, q, L->size, &lay, r->err, sizeof r->err)) return -1;
+    if (peer_layout(L, k, &lay)) return -1;
     float *buf = malloc(lay.n_floats * sizeof(float));
     int rc = !buf ? failed(L, "gathering the parameters", NULL)
-             : dt_recv(L->ep, buf, lay.n_floats, DT_F32, q)
-                 ? failed(L, "gathering the parameters", L->ep)
+             : dt_recv(L->slices, buf, lay.n_floats, DT_F32, k)
+                 ? failed(L, "gathering the parameters", L->slices)
                  : place_slice(L, &lay, buf);
     free(buf);
     dt_gpt_destroy(&lay);
     return rc;
 }
 
+/* The whole parameters on the writer, from every tensor slice and set of
+ * experts (each whole in its own layout by now: the layers below gathered
+ * their parts). */
 static int ep_gather_params(void *self)
 {
     ep_layer *L = self;
     const dt_gpt *m = L->m;
-    if (!L->gathers) return 0;
-    if (L->me != 0)
-        return dt_send(L->ep, m->params, m->n_floats, DT_F32, 0)
-                   ? failed(L, "gathering the parameters", L->ep) : 0;
-    if (!L->whole.params && dt_gpt_alloc_params(&L->whole))
+    if (!L->slices) return 0;
+    if (dt_comm_rank(L->slices) != 0)
+        return dt_send(L->slices, m->params, m->n_floats, DT_F32, 0)
+                   ? failed(L, "gathering the parameters", L->slices) : 0;
+    if (!L->whole->params && dt_gpt_alloc_params(L->whole))
         return failed(L, "the whole parameters", NULL);
     if (place_slice(L, m, m->params)) return -1;
-    for (int q = 1; q < L->size; q++)
-        if (receive_slice(L, q)) return -1;
+    for (int k = 1; k < dt_comm_size(L->slices); k++)
+        if (receive_slice(L, k)) return -1;
     return 0;
 }
 
@@ -277,7 +299,7 @@ static int ep_replicas(void *self, uint64_t *hash)
     const dt_gpt *m = L->m;
     uint64_t h = 0;
     for (int i = 0; i < m->n_tensors; i++)
-        if (!m->tensors[i].split)
+        if (!m->tensors[i].expert)
             h = (h ^ dt_fnv1a64(m->params + m->tensors[i].offset,
                                 m->tensors[i].numel * sizeof(float))) * 1099511628211ull;
     int64_t lo = (int64_t)h, hi = (int64_t)h;
@@ -340,7 +362,7 @@ static int ep_mem_plan(void *self, int q, dt_rank_mem *out)
 static void ep_destroy(void *self)
 {
     ep_layer *L = self;
-    if (L->whole.tensors) dt_gpt_destroy(&L->whole);
+    if (L->own_whole.tensors) dt_gpt_destroy(&L->own_whole);
     free(L->map);
     free(L->own);
     free(L->own_within);
@@ -374,7 +396,8 @@ int dt_ep_layer(dt_strategy *S, const dt_mesh *g)
     L->edp = g->edp_group;
     L->me = g->ep_i;
     L->size = g->ep;
-    L->gathers = g->cp_i == 0 && g->dp_i / g->ep == 0 && g->pp_i == 0 && g->tp_i == 0;
+    L->slices = g->slices;
+    L->tp = g->tp;
     L->replicated = g->replicas != NULL;
     L->copies = g->cp * g->dp / g->ep;
     S->grad_ranks *= g->ep; /* the whole tensors' sums; the experts' came with the rows */

@@ -272,7 +272,8 @@ int dt_tp_layer(dt_strategy *S, const dt_mesh *g, int sp)
     L->tp = g->tp_group;
     L->me = g->tp_i;
     L->size = g->tp;
-    L->gathers = g->cp_i == 0 && g->dp_i == 0 && g->pp_i == 0;
+    /* With expert parallelism its layer brings the slices with the experts. */
+    L->gathers = g->cp_i == 0 && g->dp_i == 0 && g->pp_i == 0 && g->ep == 1;
     L->replicated = g->replicas != NULL;
     L->copies = g->cp * g->dp;
     L->sp = sp;
