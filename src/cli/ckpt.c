@@ -3,8 +3,8 @@
  *
  *   dtrain ckpt info DIR
  *       a checkpoint's layout: whole-model or sharded (stage, rank count,
- *       each shard's pieces), step, data position, model sizes; its files
- *       are checked first, as a load checks them.
+ *       each shard's pieces), step, data position, model sizes, the
+ *       experts' bias; its files are checked first, as a load checks them.
  *   dtrain ckpt consolidate DIR --out FILE
  *       the whole model of a checkpoint of either kind, as one safetensors
  *       file with Hugging Face names (what --save-final writes); atomic.
@@ -35,9 +35,10 @@ static void ckpt_usage(FILE *f)
             "       dtrain ckpt consolidate DIR --out FILE\n"
             "\n"
             "info         print a checkpoint's layout: whole-model or sharded (ZeRO stage,\n"
-            "             rank count, each shard's tensor pieces), step, data position and\n"
-            "             model sizes. Every file is checked first (present, whole, each\n"
-            "             shard of the size and checksum its manifest records).\n"
+            "             rank count, each shard's tensor pieces), step, data position,\n"
+            "             model sizes and the experts' bias, if any. Every file is checked\n"
+            "             first (present, whole, each shard of the size and checksum its\n"
+            "             manifest records).\n"
             "consolidate  write the whole model of a checkpoint (whole-model or sharded, of\n"
             "             any rank count) to FILE as safetensors with Hugging Face names.\n"
             "             Every shard is checked first; FILE appears whole or not at all,\n"
@@ -110,6 +111,28 @@ static int info_sharded(const char *dir, char *err, size_t errlen)
     return rc;
 }
 
+/* The experts' bias of aux-loss-free balancing, a line per layer, when the
+ * checkpoint holds it (each value as %.9g: the float exactly). */
+static int print_moe_bias(const char *dir, char *err, size_t errlen)
+{
+    dt_ckpt_record r;
+    if (dt_ckpt_read_record(dir, &r, err, errlen) != 0) return -1;
+    if (r.moe_bias_n == 0) return 0;
+    const int L = r.model.n_layer, E = r.model.moe.experts;
+    float *b = malloc(r.moe_bias_n * sizeof *b);
+    if (!b) return dt_strf(err, errlen, "out of memory for the experts' bias"), -1;
+    int rc = dt_ckpt_read_moe_bias(dir, b, r.moe_bias_n, err, errlen);
+    if (rc == 0) printf("experts' bias (--moe-router-enable-expert-bias): %d layers x %d "
+                        "experts\n", L, E);
+    for (int l = 0; rc == 0 && l < L; l++) {
+        printf("  layer %d:", l);
+        for (int e = 0; e < E; e++) printf(" %.9g", (double)b[(size_t)l * E + e]);
+        printf("\n");
+    }
+    free(b);
+    return rc < 0 ? -1 : 0;
+}
+
 /* Nothing is printed of a checkpoint that would not load: its files are
  * checked first, as a load checks them, and the report says so. */
 static int run_info(const char *dir, char *err, size_t errlen)
@@ -123,6 +146,7 @@ static int run_info(const char *dir, char *err, size_t errlen)
         print_record(dir, &r);
         printf("format: whole model (model.safetensors, optimizer.safetensors, state.json)\n");
     }
+    if (print_moe_bias(dir, err, errlen) != 0) return -1;
     printf("checked: %d file(s): each present and whole, holding every tensor the checkpoint "
            "needs in its shape%s (values not read)\n",
            nfiles, sharded ? ", of the size and checksum recorded" : "");

@@ -174,6 +174,20 @@ static int load_state(dt_run *t, const char *dir, dt_ckpt_state *st)
     return load_ranges(t, dir, mine, NULL, &t->opt, NULL);
 }
 
+/* The experts' bias of aux-loss-free balancing as the checkpoint left it
+ * (the same on every rank): the routing the next step makes. A checkpoint
+ * saved without the bias starts it at zero, as a run that turns it on. */
+static int resume_moe_bias(dt_run *t, const char *dir)
+{
+    dt_gpt *m = &t->model;
+    const size_t n = m->moe.bias ? (size_t)m->cfg.n_layer * m->cfg.moe.experts : 0;
+    const int rc = dt_ckpt_read_moe_bias(dir, m->moe.bias, n, ERR(t));
+    if (rc == 1 && n)
+        DT_WARN("%s holds no experts' bias (saved without --moe-router-enable-expert-bias): "
+                "it starts at zero", dir);
+    return rc < 0 ? -1 : 0;
+}
+
 static int resume(dt_run *t, const char *dir)
 {
     dt_ckpt_state st;
@@ -182,7 +196,7 @@ static int resume(dt_run *t, const char *dir)
     char why[256];
     if (dt_optimizer_state_unmap(&t->opt, rc == 0, why, sizeof why) && rc == 0)
         return dt_strf(ERR(t), "%s", why), -1;
-    if (rc) return -1;
+    if (rc || resume_moe_bias(t, dir)) return -1;
     if (st.seq_len != t->r.T || st.shuffle != t->cfg->shuffle || st.seed != t->cfg->seed)
         return dt_strf(ERR(t),
                        "%s: saved with seq_len %d, shuffle %d, seed %llu; this run has %d, %d, "
@@ -344,7 +358,8 @@ int dt_run_save(dt_run *t)
                         .seq_len = t->r.T,
                         .global_batch = t->global_batch,
                         .last_loss = t->last_loss,
-                        .data_tokens = dt_dataset_ntokens(t->train)};
+                        .data_tokens = dt_dataset_ntokens(t->train),
+                        .moe_bias = t->model.moe.bias};
     char path[DT_CONFIG_PATH + 64], why[256];
     if (dt_optimizer_state_map(&t->opt, ERR(t))) return -1;
     int rc = mine ? save_sharded(t, mine, &st, path, sizeof path)

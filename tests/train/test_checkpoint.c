@@ -1,6 +1,8 @@
 /*
  * Checkpoints at the API: an exact round trip, state.json refused when a
- * number is out of its range, non-finite values never saved, a save that
+ * number is out of its range, the experts' bias kept to the bit (and
+ * refused with a wrong count or a non-finite value), non-finite values
+ * never saved, a save that
  * fails half way leaving the directory as it was, pruning past step
  * 99999999, resuming a run without `latest`, and the lock that keeps a
  * second run out of an output directory (taken from two processes).
@@ -191,6 +193,85 @@ static void test_state_ranges(void)
               "s.json: \"model.vocab_size\" is 0; it must be an integer from 1 to 2147483647");
 }
 
+/* state.json's text of a model of 2 layers of 3 experts, holding bias (or
+ * none), with "moe_expert_bias" then replaced by the JSON `replace` when
+ * it is not NULL (malloc'd). */
+static char *moe_state(const float *bias, const char *replace)
+{
+    dt_ckpt_record r = {.run = {.step = 1, .seq_counter = 1, .seed = 1, .seq_len = 4,
+                                .global_batch = 1, .last_loss = 1, .moe_bias = bias},
+                        .optimizer = DT_OPT_ADAMW, .optimizer_step = 1,
+                        .model = {.n_layer = 2, .n_head = 2, .n_embd = 8, .vocab_size = 16,
+                                  .block_size = 4, .moe = {.experts = 3, .topk = 2}}};
+    snprintf(r.model.blocks, sizeof r.model.blocks, "%s", dt_blocks_gpt2_moe);
+    char *text = dt_ckpt_state_format(&r);
+    if (!replace || !text) return text;
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    cJSON_DeleteItemFromObject(j, "moe_expert_bias");
+    cJSON_AddItemToObject(j, "moe_expert_bias", cJSON_Parse(replace));
+    text = cJSON_Print(j);
+    cJSON_Delete(j);
+    return text;
+}
+
+/* The bias's floats come back bit for bit (-0, a denormal, 1/3, the
+ * largest float); a wrong count of layers or values, a word that is not 8
+ * hexadecimal digits, a NaN or an infinity, and a bias without experts
+ * are refused naming the file, the place and the counts. */
+static void test_state_moe_bias(void)
+{
+    char err[1024];
+    const float bias[6] = {-0.0f, 1e-40f, 1.0f / 3.0f, -2.0f, 3.4028235e38f, 0.1f};
+    char *text = moe_state(bias, NULL);
+    dt_ckpt_record r;
+    float back[6];
+    memset(back, 0x55, sizeof back);
+    CHECK(text && dt_ckpt_state_parse("s.json", text, &r, err, sizeof err) == 0, "parse: %s",
+          err);
+    CHECK(r.moe_bias_n == 6 && r.run.moe_bias == NULL, "moe_bias_n %zu", r.moe_bias_n);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    CHECK(dt_ckpt_state_moe_bias("s.json", j, &r, back, err, sizeof err) == 0, "read: %s", err);
+    CHECK(memcmp(back, bias, sizeof bias) == 0, "the bias's bits differ after the round trip");
+    CHECK(text && strstr(text, "\"80000000 000116c2 3eaaaaab\", \"c0000000 7f7fffff 3dcccccd\""),
+          "state.json's words: %s", text);
+    cJSON_Delete(j);
+    free(text);
+    const struct {
+        const char *bias, *want;
+    } bad[] = {
+        {"[\"00000000 00000000 00000000\"]",
+         "s.json: \"moe_expert_bias\" holds 1 layers; the model has 2 (\"model.n_layer\")"},
+        {"[\"00000000 00000000 00000000\", \"00000000 00000000\"]",
+         "s.json: \"moe_expert_bias\"[1] holds 2 values; the model has 3 experts a layer"},
+        {"[\"00000000 00000000 00000000 00000000\", \"00000000 00000000 00000000\"]",
+         "\"moe_expert_bias\"[0] holds 4 values; the model has 3 experts a layer"},
+        {"[\"00000000 0000000g 00000000\", \"00000000 00000000 00000000\"]",
+         "\"moe_expert_bias\"[0] value 1 is \"0000000g 000\"; it must be 8 hexadecimal digits"},
+        {"[\"00000000 00000000 00000000\", \"00000000 7fc00000 00000000\"]",
+         "\"moe_expert_bias\"[1] value 1 is 7fc00000 (nan); the experts' bias must be finite"},
+        {"[\"ff800000 00000000 00000000\", \"00000000 00000000 00000000\"]",
+         "\"moe_expert_bias\"[0] value 0 is ff800000 (inf)"},
+        {"\"00000000\"", "\"moe_expert_bias\" is \"00000000\"; it must be an array of strings"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        text = moe_state(bias, bad[i].bias);
+        CHECK_ERR(dt_ckpt_state_parse("s.json", text, &r, err, sizeof err), err, bad[i].want);
+        free(text);
+    }
+    text = moe_state(NULL, NULL);
+    CHECK(text && !strstr(text, "moe_expert_bias"), "a state without the bias records one");
+    CHECK(text && dt_ckpt_state_parse("s.json", text, &r, err, sizeof err) == 0 &&
+              r.moe_bias_n == 0, "no bias: %s", err);
+    free(text);
+    const char *dense = "{\"format\": 1, \"step\": 1, \"shuffle\": 0, \"seq_len\": 4, "
+                        "\"global_batch\": 1, \"last_loss\": 1, \"optimizer\": \"sgd\", "
+                        "\"optimizer_step\": 1, \"seq_counter\": \"1\", \"seed\": \"1\", "
+                        "\"moe_expert_bias\": [\"00000000\"]}";
+    CHECK_ERR(dt_ckpt_state_parse("s.json", dense, &r, err, sizeof err), err,
+              "s.json: \"moe_expert_bias\" is recorded, but \"model\" records no experts");
+}
+
 static void test_non_finite(void)
 {
     char err[1024];
@@ -348,6 +429,7 @@ int main(int argc, char **argv)
     make_model();
     test_round_trip();
     test_state_ranges();
+    test_state_moe_bias();
     test_non_finite();
     test_failed_latest();
     test_prune_and_resolve();

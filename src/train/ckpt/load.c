@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "core/atomic_file.h"
+#include "core/file.h"
 #include "core/str.h"
 #include "train/ckpt/checkpoint.h"
 #include "train/ckpt/internal.h"
@@ -74,6 +75,46 @@ int dt_ckpt_read_record(const char *dir, dt_ckpt_record *r, char *err, size_t er
     *r = man.record;
     dt_ckpt_manifest_free(&man);
     return 0;
+}
+
+/* ---- the experts' bias -------------------------------------------------- */
+
+/* The state object of the checkpoint's file at path: state.json whole, or
+ * the manifest's "state". *root: what to delete after. */
+static const cJSON *state_object(const char *path, int sharded, cJSON **root, char *err,
+                                 size_t errlen)
+{
+    char *text = dt_read_file(path, sharded ? DT_CKPT_MANIFEST_BYTES : DT_CKPT_STATE_BYTES,
+                              NULL, err, errlen);
+    *root = text ? cJSON_ParseWithOpts(text, NULL, 1) : NULL;
+    free(text);
+    const cJSON *j = sharded ? cJSON_GetObjectItemCaseSensitive(*root, "state") : *root;
+    if (text && !j) dt_strf(err, errlen, "%s: not valid JSON", path);
+    return j;
+}
+
+int dt_ckpt_read_moe_bias(const char *dir, float *bias, size_t n, char *err, size_t errlen)
+{
+    dt_ckpt_record r;
+    if (dt_ckpt_read_record(dir, &r, err, errlen) != 0) return -1;
+    if (r.moe_bias_n == 0) return 1;
+    const int sharded = dt_ckpt_is_sharded(dir);
+    char path[DT_PATH_MAX + 32];
+    dt_strf(path, sizeof path, "%s/%s", dir, sharded ? DT_CKPT_MANIFEST : "state.json");
+    if (n == 0)
+        return dt_strf(err, errlen, "%s: the checkpoint holds the experts' bias of "
+                       "--moe-router-enable-expert-bias (%zu values), which this run does not "
+                       "keep: resume with that flag (without it the routing would change and "
+                       "the next checkpoint would lose the bias)", path, r.moe_bias_n), -1;
+    if (r.moe_bias_n != n)
+        return dt_strf(err, errlen, "%s: the experts' bias holds %zu values (%d layers x %d "
+                       "experts); this model keeps %zu", path, r.moe_bias_n, r.model.n_layer,
+                       r.model.moe.experts, n), -1;
+    cJSON *root;
+    const cJSON *j = state_object(path, sharded, &root, err, errlen);
+    int rc = j ? dt_ckpt_state_moe_bias(path, j, &r, bias, err, errlen) : -1;
+    cJSON_Delete(root);
+    return rc;
 }
 
 /* The weights must hold the model state.json describes: its shapes give

@@ -41,6 +41,8 @@
 
 #define DT_CKPT_MANIFEST "manifest.json"
 #define DT_CKPT_SHARD_VERSION 1
+/* The largest manifest read (a piece per tensor per rank). */
+#define DT_CKPT_MANIFEST_BYTES (256 << 20)
 
 /* Elements [lo, hi) of tensor `tensor` (an index into the layout's tensor
  * table); `at`: where element lo sits in the rank's shard buffers. */
@@ -92,6 +94,12 @@ int dt_ckpt_is_sharded(const char *dir);
 
 /* The record (state.json's contents) of a checkpoint of either kind. */
 int dt_ckpt_read_record(const char *dir, dt_ckpt_record *r, char *err, size_t errlen);
+
+/* The experts' bias a checkpoint of either kind records (dt_ckpt_state's
+ * moe_bias) into bias[n]: 0 when it holds n values, 1 when it holds none
+ * (bias untouched), else -1 with a message naming the file and both
+ * counts. */
+int dt_ckpt_read_moe_bias(const char *dir, float *bias, size_t n, char *err, size_t errlen);
 
 /* ---- the pieces and the manifest (ckpt/shard_pieces.c, ckpt/shard_manifest.c) */
 

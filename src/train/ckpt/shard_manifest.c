@@ -205,7 +205,7 @@ int dt_ckpt_manifest_read(const char *dir, dt_ckpt_manifest *m, char *err, size_
     char path[DT_PATH_MAX + 32];
     dt_strf(path, sizeof path, "%s/" DT_CKPT_MANIFEST, dir);
     memset(m, 0, sizeof *m);
-    char *text = dt_read_file(path, 256 << 20, NULL, err, errlen);
+    char *text = dt_read_file(path, DT_CKPT_MANIFEST_BYTES, NULL, err, errlen);
     if (!text) return -1;
     cJSON *j = cJSON_ParseWithOpts(text, NULL, 1);
     free(text);

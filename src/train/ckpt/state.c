@@ -2,6 +2,7 @@
 #include "train/ckpt/state.h"
 
 #include <cjson/cJSON.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -24,6 +25,33 @@ static void add_u64(cJSON *j, const char *key, uint64_t v)
     char buf[32];
     dt_strf(buf, sizeof buf, "%llu", (unsigned long long)v);
     cJSON_AddStringToObject(j, key, buf);
+}
+
+/* Each layer's bias as one string of E words, a float's bits in 8
+ * hexadecimal digits each; NULL when memory runs out. */
+static cJSON *moe_bias_json(const float *bias, int L, int E)
+{
+    const size_t len = (size_t)E * 9; /* E words, E - 1 spaces and the end */
+    cJSON *a = cJSON_CreateArray();
+    char *line = malloc(len);
+    for (int l = 0; a && line && l < L; l++) {
+        size_t at = 0;
+        for (int e = 0; e < E; e++) {
+            uint32_t u;
+            memcpy(&u, bias + (size_t)l * E + e, sizeof u);
+            at += (size_t)snprintf(line + at, len - at, e ? " %08" PRIx32 : "%08" PRIx32, u);
+        }
+        cJSON *s = cJSON_CreateString(line);
+        if (!s || !cJSON_AddItemToArray(a, s)) {
+            cJSON_Delete(s);
+            cJSON_Delete(a);
+            a = NULL;
+        }
+    }
+    free(line);
+    if (line) return a;
+    cJSON_Delete(a);
+    return NULL;
 }
 
 cJSON *dt_ckpt_state_json(const dt_ckpt_record *r)
@@ -61,7 +89,14 @@ cJSON *dt_ckpt_state_json(const dt_ckpt_record *r)
         cJSON_AddNumberToObject(model, "moe_router_topk", r->model.moe.topk);
     }
     cJSON_AddItemToObject(j, "model", model);
-    return j;
+    if (!r->run.moe_bias || !r->model.moe.experts) return j;
+    cJSON *bias = moe_bias_json(r->run.moe_bias, r->model.n_layer, r->model.moe.experts);
+    if (bias) {
+        cJSON_AddItemToObject(j, "moe_expert_bias", bias);
+        return j;
+    }
+    cJSON_Delete(j);
+    return NULL;
 }
 
 char *dt_ckpt_state_format(const dt_ckpt_record *r)
@@ -229,6 +264,72 @@ static int get_model(const reader *rd, const cJSON *obj, dt_gpt_config *cfg)
     return -1;
 }
 
+/* Words of a string apart by single spaces. */
+static int count_words(const char *s)
+{
+    int n = *s != 0;
+    for (; *s; s++) n += *s == ' ';
+    return n;
+}
+
+/* Word e of layer l's string (at p) into *out: 8 hexadecimal digits, the
+ * bits of a finite float. */
+static int get_bias_word(const reader *rd, const char *p, int l, int e, float *out)
+{
+    char word[9] = {0};
+    const size_t k = strspn(p, "0123456789abcdefABCDEF");
+    memcpy(word, p, k < 8 ? k : 8);
+    if (k != 8 || (p[8] != ' ' && p[8] != 0))
+        return dt_strf(rd->err, rd->errlen, "%s: \"moe_expert_bias\"[%d] value %d is \"%.12s\"; "
+                       "it must be 8 hexadecimal digits (a float's bits)", rd->path, l, e,
+                       p), -1;
+    const uint32_t u = (uint32_t)strtoul(word, NULL, 16);
+    float x;
+    memcpy(&x, &u, sizeof x);
+    if (isfinite(x)) return *out = x, 0;
+    return dt_strf(rd->err, rd->errlen, "%s: \"moe_expert_bias\"[%d] value %d is %s (%s); the "
+                   "experts' bias must be finite", rd->path, l, e, word,
+                   isnan(x) ? "nan" : "inf"), -1;
+}
+
+/* The experts' bias, when recorded: one string per layer of the model,
+ * each of its E words. Its values go to out[n_layer][E] when out is not
+ * NULL; their count to r->moe_bias_n. */
+static int get_moe_bias(const reader *rd, const cJSON *obj, dt_ckpt_record *r, float *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "moe_expert_bias");
+    const int L = r->model.n_layer, E = r->model.moe.experts;
+    r->moe_bias_n = 0;
+    if (!v) return 0;
+    if (!cJSON_IsArray(v))
+        return bad(rd, "moe_expert_bias", v, "an array of strings, one per layer");
+    if (E == 0)
+        return dt_strf(rd->err, rd->errlen, "%s: \"moe_expert_bias\" is recorded, but \"model\" "
+                       "records no experts (\"num_experts\")", rd->path), -1;
+    if (cJSON_GetArraySize(v) != L)
+        return dt_strf(rd->err, rd->errlen, "%s: \"moe_expert_bias\" holds %d layers; the model "
+                       "has %d (\"model.n_layer\")", rd->path, cJSON_GetArraySize(v), L), -1;
+    int l = 0;
+    const cJSON *s;
+    cJSON_ArrayForEach(s, v) {
+        if (!cJSON_IsString(s))
+            return bad(rd, "moe_expert_bias", s, "a string of a layer's values");
+        const int n = count_words(s->valuestring);
+        if (n != E)
+            return dt_strf(rd->err, rd->errlen, "%s: \"moe_expert_bias\"[%d] holds %d values; the "
+                           "model has %d experts a layer (\"model.num_experts\")", rd->path, l,
+                           n, E), -1;
+        for (int e = 0; e < E; e++) {
+            float x;
+            if (get_bias_word(rd, s->valuestring + (size_t)e * 9, l, e, &x)) return -1;
+            if (out) out[(size_t)l * E + e] = x;
+        }
+        l++;
+    }
+    r->moe_bias_n = (size_t)L * E;
+    return 0;
+}
+
 /* Relations between fields that every run keeps: each step consumes at
  * least one sequence. (The optimizer's step count is not tied to the
  * step: an asynchronous parameter server updates once per worker push.) */
@@ -256,7 +357,7 @@ static int parse_object(const reader *rd, const cJSON *j, dt_ckpt_record *r)
         get_u64(rd, j, "data_tokens", INT64_MAX, 1, &s->data_tokens) ||
         get_optimizer(rd, j, &r->optimizer) ||
         get_long(rd, j, "optimizer_step", 0, INT_MAX - 1, &r->optimizer_step) ||
-        get_model(rd, j, &r->model))
+        get_model(rd, j, &r->model) || get_moe_bias(rd, j, r, NULL))
         return -1;
     return check_relations(rd, s);
 }
@@ -290,11 +391,19 @@ int dt_ckpt_state_from_json(const char *path, const cJSON *j, dt_ckpt_record *r,
     return parse_object(&rd, j, r);
 }
 
+int dt_ckpt_state_moe_bias(const char *path, const cJSON *j, const dt_ckpt_record *r,
+                           float *out, char *err, size_t errlen)
+{
+    reader rd = {path, "", err, errlen};
+    dt_ckpt_record copy = *r;
+    return get_moe_bias(&rd, j, &copy, out);
+}
+
 int dt_ckpt_state_read(const char *dir, dt_ckpt_record *r, char *err, size_t errlen)
 {
     char path[DT_PATH_MAX + 32];
     dt_strf(path, sizeof path, "%s/state.json", dir);
-    char *text = dt_read_file(path, 1 << 20, NULL, err, errlen);
+    char *text = dt_read_file(path, DT_CKPT_STATE_BYTES, NULL, err, errlen);
     if (!text) return -1;
     int rc = dt_ckpt_state_parse(path, text, r, err, errlen);
     free(text);

@@ -74,11 +74,6 @@ static int check_moe(dt_train_config *c, char *err, size_t n)
         return dt_strf(err, n, "--moe-expert-capacity-factor %g: a capacity factor above 0 caps "
                        "each expert at CF T K / E tokens a sequence (1.0 is an even share); "
                        "leave it out for dropless routing", c->moe_capacity), -1;
-    if (c->moe_expert_bias && (c->out_dir[0] || c->resume_flag))
-        return dt_strf(err, n, "--moe-router-enable-expert-bias: the experts' bias is not "
-                       "written into checkpoints yet, so a resumed run would start it again "
-                       "at zero; train without --out and --resume, or balance with "
-                       "--moe-aux-loss-coeff"), -1;
     if (DT_CONFIG_GIVEN(c, moe_bias_rate) && !c->moe_expert_bias)
         return dt_strf(err, n, "--moe-router-bias-update-rate moves the experts' bias: add "
                        "--moe-router-enable-expert-bias"), -1;
