@@ -74,25 +74,24 @@ int dt_router_sort(int32_t *order, int32_t *count, int32_t *pos, const int32_t *
     return total;
 }
 
-/* Slots of sequence s choosing each expert, before drops. */
-static void seq_counts(int32_t *cnt, const int32_t *choice, int s, int t, int K, int E)
+void dt_router_seq_counts(int32_t *cnt, const int32_t *choice, int b, int t, int K, int E)
 {
-    memset(cnt, 0, (size_t)E * sizeof *cnt);
-    for (size_t i = (size_t)s * t * K; i < (size_t)(s + 1) * t * K; i++) cnt[choice[i]]++;
+    memset(cnt, 0, (size_t)b * E * sizeof *cnt);
+    for (int s = 0; s < b; s++)
+        for (size_t i = (size_t)s * t * K; i < (size_t)(s + 1) * t * K; i++)
+            cnt[(size_t)s * E + choice[i]]++;
 }
 
 void dt_router_stats(const float *probs, const float *lse, const int32_t *choice,
-                     const int32_t *keep, int b, int t, int E, int K, double *aux_sum,
-                     double *z_sum, double *load)
+                     const int32_t *keep, const int32_t *cnt, int b, int t, int T, int E, int K,
+                     double *aux_sum, double *z_sum, double *load)
 {
-    int32_t cnt[256];
     for (int s = 0; s < b; s++) {
-        seq_counts(cnt, choice, s, t, K, E);
         double aux = 0;
         for (int e = 0; e < E; e++) {
             double P = 0;
             for (int i = s * t; i < (s + 1) * t; i++) P += probs[(size_t)i * E + e];
-            aux += (double)E / ((double)K * t) * cnt[e] * (P / t);
+            aux += (double)E / ((double)K * T) * cnt[(size_t)s * E + e] * (P / T);
         }
         *aux_sum += aux;
     }
@@ -102,13 +101,13 @@ void dt_router_stats(const float *probs, const float *lse, const int32_t *choice
 }
 
 void dt_router_backward(float *dlogits, const float *dweight, const float *probs,
-                        const float *lse, const int32_t *choice, const float *weight, int b,
-                        int t, int E, int K, float aux_scale, float z_scale)
+                        const float *lse, const int32_t *choice, const float *weight,
+                        const int32_t *seq_cnt, int b, int t, int T, int E, int K,
+                        float aux_scale, float z_scale)
 {
-    int32_t cnt[256];
     float dp[256];
     for (int s = 0; s < b; s++) {
-        seq_counts(cnt, choice, s, t, K, E);
+        const int32_t *cnt = seq_cnt + (size_t)s * E;
         for (int i = s * t; i < (s + 1) * t; i++) {
             const float *p = probs + (size_t)i * E, *w = weight + (size_t)i * K;
             const float *dw = dweight + (size_t)i * K;
@@ -118,7 +117,7 @@ void dt_router_backward(float *dlogits, const float *dweight, const float *probs
             float S = 0.0f, wdw = 0.0f, dot = 0.0f;
             for (int k = 0; k < K; k++) S += p[c[k]], wdw += w[k] * dw[k];
             for (int e = 0; e < E; e++)
-                dp[e] = aux_scale * (float)((double)E / ((double)K * t) * cnt[e]) / (float)t;
+                dp[e] = aux_scale * (float)((double)E / ((double)K * T) * cnt[e]) / (float)T;
             for (int k = 0; k < K; k++) dp[c[k]] += (dw[k] - wdw) / S;
             for (int e = 0; e < E; e++) dot += dp[e] * p[e];
             for (int e = 0; e < E; e++)

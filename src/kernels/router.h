@@ -28,20 +28,30 @@ long dt_router_capacity(int32_t *keep, const int32_t *choice, int b, int t, int 
 int dt_router_sort(int32_t *order, int32_t *count, int32_t *pos, const int32_t *choice,
                    const int32_t *keep, int N, int E, int K);
 
-/* Per sequence of t rows: f_e = E / (K t) x (slots choosing e, before
- * drops), P_e = mean of probs[., e]; adds sum_e f_e P_e of each sequence
- * to *aux_sum, the z-loss's lse^2 of every row to *z_sum, and the chosen
- * slots' count per expert to load[E] (after drops). */
+/* cnt [b][E]: each sequence's slots choosing each expert, before drops,
+ * from choice [b][t][K] of whole sequences. */
+void dt_router_seq_counts(int32_t *cnt, const int32_t *choice, int b, int t, int K, int E);
+
+/* The balance terms' counts, for rows [b][t] that may be a part of
+ * sequences of T (context parallelism: this rank's rows), cnt the whole
+ * sequences' (dt_router_seq_counts): f_e = E / (K T) cnt[e], and P_e's
+ * share from these rows, sum over them of probs[., e] / T; adds sum_e f_e
+ * P_e's share of each sequence to *aux_sum, the z-loss's lse^2 of every
+ * row to *z_sum, and the kept slots' count per expert to load[E]. */
 void dt_router_stats(const float *probs, const float *lse, const int32_t *choice,
-                     const int32_t *keep, int b, int t, int E, int K, double *aux_sum,
-                     double *z_sum, double *load);
+                     const int32_t *keep, const int32_t *cnt, int b, int t, int T, int E, int K,
+                     double *aux_sum, double *z_sum, double *load);
 
 /* dlogits [N, E] from dweight [N, K] (the combined output's gradient
- * dotted with each slot's expert output; a dropped slot's is 0), through the renormalization and the softmax, plus the
- * balance losses' gradients: each sequence's aux term weighs aux_scale
- * (its loss weight times the coefficient), each row's z term z_scale. */
+ * dotted with each slot's expert output; a dropped slot's is 0), through
+ * the renormalization and the softmax, plus the balance losses'
+ * gradients: each sequence's aux term weighs aux_scale (its loss weight
+ * times the coefficient), with f_e from cnt, the whole sequences' counts,
+ * as dt_router_stats; each row's z term weighs z_scale. Rows [b][t] of
+ * sequences of T, as there. */
 void dt_router_backward(float *dlogits, const float *dweight, const float *probs,
-                        const float *lse, const int32_t *choice, const float *weight, int b,
-                        int t, int E, int K, float aux_scale, float z_scale);
+                        const float *lse, const int32_t *choice, const float *weight,
+                        const int32_t *cnt, int b, int t, int T, int E, int K, float aux_scale,
+                        float z_scale);
 
 #endif

@@ -101,6 +101,10 @@ typedef struct {
                     const float *out, const float *saved, int b, int t, int A, int heads,
                     char *err, size_t errlen);
     void *ctx;
+    /* Every rank's `bytes` into recv, in rank order (a mixture of experts'
+     * routing looks across the sequence). */
+    int (*gather)(void *ctx, const void *send, void *recv, size_t bytes, char *err,
+                  size_t errlen);
     dt_seq_rows rows;           /* the positions of the last forward's rows */
     int32_t *tokens, *targets;  /* [slots][B, T / size]: each slot's tokens and targets (a
                                  * pipeline stage holds several micro-batches at once) */

@@ -12,6 +12,9 @@ same global batch, at GPT-2's shapes (two layers of width 768, vocabulary
 - tensor parallelism (2 ranks, sequence parallelism): each expert's c_fc
   columns and c_proj rows cut as the dense MLP's, with SGD, within 1e-5 of
   one process (the row-parallel sums add in another order).
+- context parallelism (2 ranks, ring attention's zig-zag rows) with a
+  capacity factor: the same slots dropped as in one process (the group
+  gathers its choices into position order), within 1e-5 with SGD.
 - a pipeline of 2 stages: zb1p (whose split backward runs the experts'
   weight half apart) bit for bit with 1f1b, and within 1e-5 of one process
   (the tied embedding's two stages add in another order).
@@ -45,7 +48,8 @@ def train(dtrain, tmp, name, ranks, extra):
     if ranks > 1:
         args = ["launch", "-n", str(ranks), dtrain] + args
     entries, weights, _ = train_logged(dtrain, args, log, final)
-    return [(e["loss"], e["moe_aux_loss"], e["moe_z_loss"]) for e in entries], weights
+    return [(e["loss"], e["moe_aux_loss"], e["moe_z_loss"], e["moe_dropped"])
+            for e in entries], weights
 
 
 def check_strategies(dtrain, tmp):
@@ -72,6 +76,18 @@ def check_strategies(dtrain, tmp):
     err, where = rel_err(tp[1], one1[1], 0.01, 2)
     check(worst <= 1e-6 and err <= 1e-5, "tp 2 + sp: losses within 1e-6 of one process (%.1e), "
           "weights within 1e-5 (%.1e, %s)" % (worst, err, where))
+    # Context parallelism (ring, zig-zag rows) with a capacity: the drops
+    # and the balance loss are per whole sequence, so the group gathers its
+    # choices; the same slots drop as in one process.
+    cap = sgd + ["--moe-expert-capacity-factor", "1.0"]
+    cp = train(dtrain, tmp, "cp2", 2, cap + ["--cp", "2", "--cp-algo", "ring"])
+    one_cap = train(dtrain, tmp, "one_cap", 1, cap)
+    worst = max(abs(a[0] - b[0]) / b[0] for a, b in zip(cp[0], one_cap[0]))
+    err, where = rel_err(cp[1], one_cap[1], 0.01, 2)
+    check(worst <= 1e-6 and err <= 1e-5 and [a[3] for a in cp[0]] == [b[3] for b in one_cap[0]]
+          and one_cap[0][0][3] > 0, "cp 2 (ring) with capacity 1.0: dropped slots %s as one "
+          "process's %s, losses within 1e-6 (%.1e), weights within 1e-5 (%.1e, %s)"
+          % ([a[3] for a in cp[0]], [b[3] for b in one_cap[0]], worst, err, where))
     pp = ["--pp", "2", "--grad-accum", "2"]
     zb = train(dtrain, tmp, "zb1p", 2, pp + ["--pp-schedule", "zb1p"])
     f1b = train(dtrain, tmp, "1f1b", 2, pp + ["--pp-schedule", "1f1b"])

@@ -61,7 +61,7 @@ static const opt_row opt_rows[] = {
     {"num-experts", "8", "", NULL},
     {"num-experts", "4", "--strategy ps", "trains with --strategy ddp"},
     {"num-experts", "4", "--tp 2", NULL},
-    {"num-experts", "4", "--cp 2", "context parallelism splits sequences"},
+    {"num-experts", "4", "--cp 2", NULL},
     {"moe-ffn-hidden-size", "100", "--num-experts 4", NULL},
     {"moe-ffn-hidden-size", "100", "", "add --num-experts E"},
     {"moe-router-topk", "1", "--num-experts 4", NULL},

@@ -122,7 +122,9 @@ static int acts(const dt_gpt *m, size_t N, size_t R, dt_act_spec *out)
     out[RES] = (dt_act_spec){R * C, DT_ACT_PRODUCT};
     out[LOGITS] = (dt_act_spec){N * E, DT_ACT_PRODUCT};
     out[PROBS] = (dt_act_spec){N * E + N, DT_ACT_ELEMENTWISE};
-    out[ROUTE] = (dt_act_spec){5 * S + E, DT_ACT_ELEMENTWISE};
+    const size_t cp = (size_t)m->cp.size; /* whole sequences' choices and drops under cp */
+    out[ROUTE] = (dt_act_spec){5 * S + E + N * E + (cp > 1 ? 3 * cp * S : 0),
+                               DT_ACT_ELEMENTWISE};
     out[CNT] = (dt_act_spec){E + 2 * P, DT_ACT_PRODUCT};
     out[XS] = (dt_act_spec){S * C, DT_ACT_ELEMENTWISE};
     out[XR] = (dt_act_spec){P > 1 ? X * C : 0, DT_ACT_PRODUCT};
@@ -146,6 +148,9 @@ static int acts(const dt_gpt *m, size_t N, size_t R, dt_act_spec *out)
 typedef struct {
     int32_t *choice, *keep, *pos, *order, *count;
     float *weight;
+    int32_t *seq_cnt;               /* [b][E]: each whole sequence's slots per expert */
+    int32_t *ranks, *whole, *whole_keep; /* cp: [cp][S] the ranks' choices; [b][T][K] the
+                                      * sequences' choices and drops in position order */
     int32_t *rc;                    /* [P][El]: rows from rank s for expert e0 + j */
     int32_t *send_rows, *recv_rows; /* [P] each */
 } route;
@@ -154,37 +159,85 @@ static route route_of(const dt_gpt *m, const dt_block_call *c)
 {
     const size_t S = (size_t)c->N * (size_t)m->cfg.moe.topk, E = (size_t)m->cfg.moe.experts;
     float *r = c->a[ROUTE];
-    int32_t *n = (int32_t *)c->a[CNT];
+    int32_t *n = (int32_t *)c->a[CNT], *w = (int32_t *)(r + 5 * S + E + (size_t)c->N * E);
+    const size_t cpS = (size_t)m->cp.size * S;
     return (route){.choice = (int32_t *)r, .weight = r + S, .keep = (int32_t *)(r + 2 * S),
                    .pos = (int32_t *)(r + 3 * S), .order = (int32_t *)(r + 4 * S),
-                   .count = (int32_t *)(r + 5 * S), .rc = n, .send_rows = n + E,
-                   .recv_rows = n + E + m->ep.size};
+                   .count = (int32_t *)(r + 5 * S), .seq_cnt = (int32_t *)(r + 5 * S + E),
+                   .ranks = w, .whole = w + cpS, .whole_keep = w + 2 * cpS, .rc = n,
+                   .send_rows = n + E, .recv_rows = n + E + m->ep.size};
+}
+
+/* Context parallelism: rank q's rows of each sequence (their positions,
+ * dt_seq_shard's) copied between rank-order rows, [b][tl][K], and
+ * position order, [b][T][K]; to_whole picks the direction. */
+static void place_rows(const dt_gpt *m, int q, int32_t *rows, int32_t *whole, int b, int tl,
+                       int to_whole)
+{
+    const int K = m->cfg.moe.topk, T = tl * m->cp.size;
+    dt_seq_rows sh;
+    dt_seq_shard(&sh, T, q, m->cp.size, m->cp.kind);
+    for (int s = 0; s < b; s++)
+        for (int ch = 0, off = 0; ch < sh.count; off += sh.len[ch++]) {
+            int32_t *a = rows + ((size_t)s * tl + off) * K;
+            int32_t *w = whole + ((size_t)s * T + sh.begin[ch]) * K;
+            const size_t bytes = (size_t)sh.len[ch] * K * sizeof(int32_t);
+            memcpy(to_whole ? w : a, to_whole ? a : w, bytes);
+        }
+}
+
+/* The drops and the sequences' counts. They are per whole sequence: under
+ * context parallelism the group's choices are gathered into position
+ * order first, so every rank drops the same slots one process would. */
+static long drop_and_count(dt_gpt *m, const dt_block_call *c, route *r, int cap)
+{
+    const int K = m->cfg.moe.topk, E = m->cfg.moe.experts, cp = m->cp.size;
+    if (cp == 1) {
+        dt_router_seq_counts(r->seq_cnt, r->choice, c->b, c->t, K, E);
+        return dt_router_capacity(r->keep, r->choice, c->b, c->t, K, E, cap);
+    }
+    const size_t S = (size_t)c->N * K;
+    char why[200];
+    if (!m->cp.gather ||
+        m->cp.gather(m->cp.ctx, r->choice, r->ranks, S * sizeof(int32_t), why, sizeof why))
+        return dt_strf(m->error, sizeof m->error, "model: moe routing over the context-"
+                       "parallel group: %s", m->cp.gather ? why : "no group"), -1;
+    for (int q = 0; q < cp; q++)
+        place_rows(m, q, r->ranks + (size_t)q * S, r->whole, c->b, c->t, 1);
+    dt_router_seq_counts(r->seq_cnt, r->whole, c->b, c->t * cp, K, E);
+    dt_router_capacity(r->whole_keep, r->whole, c->b, c->t * cp, K, E, cap);
+    place_rows(m, m->cp.rank, r->keep, r->whole_keep, c->b, c->t, 0);
+    long dropped = 0; /* this rank's rows' */
+    for (size_t i = 0; i < S; i++) dropped += !r->keep[i];
+    return dropped;
 }
 
 /* Softmax, the top K, the drops, the sort, and the rows gathered in
  * expert order; a forward's first run of the layer counts its stats. */
-static void route_rows(dt_gpt *m, const dt_block_call *c, int count_stats)
+static int route_rows(dt_gpt *m, const dt_block_call *c, int count_stats)
 {
     const dt_moe_config *mc = &m->cfg.moe;
     const int N = c->N, E = mc->experts, K = mc->topk, C = m->cfg.n_embd;
+    const int T = c->t * m->cp.size; /* whole sequences (context parallelism's rows: c->t) */
     float *probs = c->a[PROBS], *lse = probs + (size_t)N * E;
     const float *bias = m->moe.bias ? m->moe.bias + (size_t)c->layer * E : NULL;
     route r = route_of(m, c);
     dt_router_softmax(probs, lse, c->a[LOGITS], N, E);
     dt_router_topk(r.choice, r.weight, probs, bias, N, E, K);
-    const long dropped = dt_router_capacity(r.keep, r.choice, c->b, c->t, K, E,
-                                            mc->capacity > 0 ? dt_moe_capacity(mc, c->t) : 0);
+    const long dropped = drop_and_count(m, c, &r, mc->capacity > 0 ? dt_moe_capacity(mc, T) : 0);
+    if (dropped < 0) return -1;
     const int S = dt_router_sort(r.order, r.count, r.pos, r.choice, r.keep, N, E, K);
     for (int s = 0; s < S; s++)
         memcpy(c->a[XS] + (size_t)s * C, c->x + (size_t)(r.order[s] / K) * C,
                (size_t)C * sizeof(float));
-    if (!count_stats || !m->moe.stats) return;
+    if (!count_stats || !m->moe.stats) return 0;
     dt_moe_layer_stats *st = &m->moe.stats[c->layer];
-    dt_router_stats(probs, lse, r.choice, r.keep, c->b, c->t, E, K, &st->aux_sum, &st->z_sum,
-                    st->load);
-    st->seqs += c->b;
+    dt_router_stats(probs, lse, r.choice, r.keep, r.seq_cnt, c->b, c->t, T, E, K, &st->aux_sum,
+                    &st->z_sum, st->load);
+    if (m->cp.rank == 0) st->seqs += c->b; /* the group's ranks share the sequences */
     st->tokens += N;
     st->dropped += (double)dropped;
+    return 0;
 }
 
 /* ---- the exchange (expert parallelism) ---------------------------------- */
@@ -381,7 +434,8 @@ static int forward(dt_gpt *m, const dt_block_call *c, unsigned run)
                   E))
         return dt_model_fail_matmul(m, "mlp.router");
     /* Every rank of a tensor-parallel group routes the same rows: one counts them. */
-    if (run & DT_RUN_ELEMENTWISE) route_rows(m, c, run == DT_RUN_ALL && m->tp.rank == 0);
+    if ((run & DT_RUN_ELEMENTWISE) && route_rows(m, c, run == DT_RUN_ALL && m->tp.rank == 0))
+        return -1;
     if (experts_run(m, c, run)) return -1;
     if (run & DT_RUN_OUTPUT) combine(m, c);
     return 0;
@@ -472,8 +526,9 @@ static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
     if (m->tp.size > 1 && dt_model_input_grad_sum(m, N, "moe experts' c_fc backward"))
         return -1;
     const float gs = m->moe.grad_scale;
-    dt_router_backward(dlg, c->a[DW], probs, probs + (size_t)N * E, r.choice, r.weight, c->b,
-                       c->t, E, K, (float)(gs * c->t * mc->aux_coeff),
+    const int T = c->t * m->cp.size;
+    dt_router_backward(dlg, c->a[DW], probs, probs + (size_t)N * E, r.choice, r.weight,
+                       r.seq_cnt, c->b, c->t, T, E, K, (float)(gs * T * mc->aux_coeff),
                        (float)(gs * mc->z_coeff));
     /* The router's part of the input's gradient, once, on this rank's rows. */
     const size_t R = dt_model_region_rows(m, (size_t)N), r0 = dt_model_region_first(m, N);

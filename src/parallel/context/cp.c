@@ -86,6 +86,16 @@ static int check_sizes(cp_layer *L, dt_rank *r, const dt_gpt *layout)
                               sizeof r->err);
 }
 
+/* The model's gather over the group (a mixture of experts' routing). */
+static int model_gather(void *ctx, const void *send, void *recv, size_t bytes, char *err,
+                        size_t errlen)
+{
+    cp_layer *L = ctx;
+    if (dt_allgather(L->cp, send, recv, bytes, DT_U8) == 0) return 0;
+    return dt_strf(err, errlen, "all-gather over the context-parallel group: %s",
+                   dt_comm_error(L->cp)), -1;
+}
+
 static int cp_relayout(void *self, dt_rank *r, dt_gpt *layout)
 {
     cp_layer *L = self;
@@ -97,6 +107,7 @@ static int cp_relayout(void *self, dt_rank *r, dt_gpt *layout)
         return dt_strf(r->err, sizeof r->err, "%s", layout->error), -1;
     layout->cp.forward = attn_forward;
     layout->cp.backward = attn_backward;
+    layout->cp.gather = model_gather;
     layout->cp.ctx = L;
     L->m = layout;
     return 0;

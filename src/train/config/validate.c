@@ -87,10 +87,6 @@ static int check_moe(dt_train_config *c, char *err, size_t n)
     if (c->ep > 1 && !c->num_experts && !from_file)
         return dt_strf(err, n, "--expert-model-parallel-size %d splits a mixture of experts' "
                        "experts over ranks: add --num-experts E", c->ep), -1;
-    if (c->num_experts && c->cp > 1)
-        return dt_strf(err, n, "--num-experts with --cp: the balance loss and the capacity are "
-                       "per sequence, and context parallelism splits sequences; not yet (train "
-                       "the experts with data, tensor, expert or pipeline parallelism)"), -1;
     if (c->num_experts && !c->blocks[0]) dt_strf(c->blocks, sizeof c->blocks, "%s",
                                                  dt_blocks_gpt2_moe);
     return 0;
