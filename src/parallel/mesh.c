@@ -66,10 +66,6 @@ static int check_sizes(const dt_parallel_opts *o, int world, char *err, size_t e
 int dt_mesh_check(const dt_parallel_opts *o, int world, int *dp, char *err, size_t errlen)
 {
     if (check_sizes(o, world, err, errlen)) return -1;
-    if (o->ep > 1 && o->cp > 1)
-        return dt_strf(err, errlen, "--expert-model-parallel-size %d with --cp: not yet; "
-                       "expert parallelism composes with data, tensor and pipeline parallelism "
-                       "and ZeRO", o->ep), -1;
     if (o->pp > 1) {
         int per_stage;
         if (dt_pp_check(o, world, o->accum, &per_stage, err, errlen)) return -1;

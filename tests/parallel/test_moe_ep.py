@@ -18,7 +18,7 @@ against PyTorch, and its checkpoints across expert-parallel sizes.
   sum of the group's sums, add in other orders); ep 2 inside each stage of
   a 2-stage pipeline, within 1e-5 (the tied embedding's stages too); ep 2
   x tp 2 with sequence parallelism, with SGD, within 1e-5 (the row-
-  parallel sums).
+  parallel sums); ep 2 x cp 2, with SGD, within 1e-5.
 - a router forced to send every token to experts 0 and 1: ep rank 1
   receives no rows for whole steps; still one process's bits.
 - checkpoints: saved at ep 4, resumed at ep 2 (the bits of resuming one
@@ -27,7 +27,7 @@ against PyTorch, and its checkpoints across expert-parallel sizes.
 - recomputation: ep 2 with --recompute full (its rebuild exchanges the
   rows again) and selective, one process's bits.
 - refusals: experts that do not split over ep, an ep that does not divide
-  the data-parallel ranks, ep without experts, experts with --cp.
+  the data-parallel ranks, ep without experts.
 """
 import os
 import sys
@@ -101,6 +101,8 @@ def check_four(dtrain, tmp):
     ept = train(dtrain, tmp, "ep2tp2", 4, TINY + sgd + ["--ep", "2", "--tp", "2",
                                                        "--sequence-parallel"])
     close(ept, one2, "ep 2 x tp 2 with sequence parallelism (SGD)")
+    epc = train(dtrain, tmp, "ep2cp2", 4, TINY + sgd + ["--ep", "2", "--cp", "2"])
+    close(epc, one2, "ep 2 x cp 2 (ring attention, SGD)")
     check(len(ept[1]) == len(one2[1]), "ep 2 x tp 2: --save-final gathers every slice of every "
           "expert (%d tensors)" % len(ept[1]))
 
@@ -172,8 +174,6 @@ def check_refusals(dtrain, tmp):
          "the 3 experts do not split into 2 equal parts; --expert-model-parallel-size 1 or 3"),
         (["--nproc", "3", "--num-experts", "4", "--ep", "2"], "which it does not divide"),
         (["--nproc", "2", "--ep", "2"], "add --num-experts E"),
-        (["--nproc", "4", "--num-experts", "4", "--ep", "2", "--cp", "2"],
-         "with --cp: not yet"),
     ])
 
 
