@@ -219,18 +219,18 @@ int dt_gpt_set_tp(dt_gpt *m, int rank, int size)
     if (m->params || m->grads || size < 1 || rank < 0 || rank >= size)
         return dt_strf(m->error, sizeof m->error, "model: tensor parallelism is set on a "
                        "layout without buffers, rank 0 <= %d < size %d", rank, size), -1;
-    const int F = m->cfg.moe.experts ? (m->cfg.moe.ffn ? m->cfg.moe.ffn : 4 * C) : 4 * C;
-    if (F % size) {
-        dt_str_divisors(ok, sizeof ok, F);
-        return dt_strf(m->error, sizeof m->error, "--tp %d: the experts' hidden width %d does "
-                       "not split into %d equal parts; --tp %s would work", size, F, size, ok),
-               -1;
-    }
     if (NH % size || (4 * C) % size) {
         dt_str_divisors(ok, sizeof ok, NH);
         return dt_strf(m->error, sizeof m->error, "--tp %d: the model's %d heads (n_embd %d, "
                        "MLP width %d) do not split into %d equal parts; --tp %s would work",
                        size, NH, C, 4 * C, size, ok), -1;
+    }
+    const int F = m->cfg.moe.ffn ? m->cfg.moe.ffn : 4 * C;
+    if (m->cfg.moe.experts && F % size) {
+        dt_str_divisors(ok, sizeof ok, F);
+        return dt_strf(m->error, sizeof m->error, "--tp %d: the experts' hidden width %d does "
+                       "not split into %d equal parts; --tp %s would work", size, F, size, ok),
+               -1;
     }
     int v0, vl, last0, last;
     dt_vocab_slice(V, size, rank, &v0, &vl);

@@ -106,18 +106,30 @@ static void stage_place(const mesh_job *x, const dt_gpt *peer, int q, int slots,
     layers(x, q, p->layers, sizeof p->layers);
 }
 
-/* Every stage on each of the tp slice (or ep share) layouts: a stage's
- * slots come from the schedule alone, counted once for its slices. */
+/* The shares of the model a stage's ranks hold: tp slices x ep sets of
+ * experts, share k = tp slice k / ep, experts of ep rank k % ep. */
+static int shares(const mesh_job *x) { return x->j->o->tp * (x->j->o->ep > 1 ? x->j->o->ep : 1); }
+
+static int share_layout(const mesh_job *x, int k, dt_gpt *lay, char *err, size_t n)
+{
+    const int ep = x->j->o->ep > 1 ? x->j->o->ep : 1;
+    if (dt_gpt_peer_layout(&x->rows, k / ep, x->j->o->tp, lay, err, n)) return -1;
+    if (dt_gpt_set_ep(lay, k % ep, ep) == 0) return 0;
+    dt_strf(err, n, "%s", lay->error);
+    dt_gpt_destroy(lay);
+    return -1;
+}
+
+/* Every stage on each share's layout: a stage's slots come from the
+ * schedule alone, counted once for its shares. */
 static int stage_places(const mesh_job *x, dt_places *pl, char *err, size_t n)
 {
-    const int ep = x->j->o->ep > 1 ? x->j->o->ep : 1, tp = x->j->o->tp * ep;
-    dt_gpt *peer = calloc((size_t)tp, sizeof *peer);
+    const int ns = shares(x);
+    dt_gpt *peer = calloc((size_t)ns, sizeof *peer);
     int made = 0, rc = 0;
     if (!peer) return dt_strf(err, n, "mesh places: out of memory"), -1;
-    for (int t = 0; rc == 0 && t < tp; t++)
-        if ((rc = ep > 1 ? dt_gpt_ep_peer_layout(&x->rows, t, ep, &peer[t], err, n)
-                         : dt_gpt_peer_layout(&x->rows, t, tp, &peer[t], err, n)) == 0)
-            made++;
+    for (int k = 0; rc == 0 && k < ns; k++)
+        if ((rc = share_layout(x, k, &peer[k], err, n)) == 0) made++;
     for (int q = 0; rc == 0 && q < x->sched.p; q++) {
         dt_gpt_part *parts;
         int slots = dt_pp_stage_slots(&x->sched, x->cut, q, &parts);
@@ -126,72 +138,59 @@ static int stage_places(const mesh_job *x, dt_places *pl, char *err, size_t n)
             rc = -1;
             break;
         }
-        for (int t = 0; t < tp; t++) stage_place(x, &peer[t], q, slots, parts, &pl->at[q * tp + t]);
+        for (int k = 0; k < ns; k++) stage_place(x, &peer[k], q, slots, parts, &pl->at[q * ns + k]);
         free(parts);
     }
-    for (int t = 0; t < made; t++) dt_gpt_destroy(&peer[t]);
+    for (int k = 0; k < made; k++) dt_gpt_destroy(&peer[k]);
     free(peer);
     return rc;
 }
 
-/* Each slice's place, without a pipeline; with expert parallelism each
- * ep rank's (its experts, the whole rest). */
+/* Each share's place, without a pipeline. */
 static int slice_places(const mesh_job *x, dt_places *pl, char *err, size_t n)
 {
-    const dt_parallel_opts *o = x->j->o;
-    for (int q = 0; o->ep > 1 && q < o->ep; q++)
-        if (dt_ep_rank_mem(&x->rows, q, o->ep, x->j->B, x->j->T, &pl->at[q].mem, err, n))
-            return -1;
-    for (int t = 0; o->ep <= 1 && t < o->tp; t++)
-        if (dt_tp_rank_mem(&x->rows, t, o->tp, x->j->B, x->j->T, &pl->at[t].mem, err, n))
-            return -1;
+    for (int k = 0; k < shares(x); k++) {
+        dt_gpt lay;
+        if (share_layout(x, k, &lay, err, n)) return -1;
+        dt_places_layout_mem(&lay, x->j->B, x->j->T, &pl->at[k].mem);
+        dt_gpt_destroy(&lay);
+    }
     return 0;
+}
+
+/* "tp rank 1, ep rank 0", with the stage in front under a pipeline. */
+static void label(const mesh_job *x, dt_place *p, int ep_rank)
+{
+    const dt_parallel_opts *o = x->j->o;
+    char share[48];
+    if (o->ep > 1 && o->tp > 1) dt_strf(share, sizeof share, "tp rank %d, ep rank %d", p->tp_rank,
+                                        ep_rank);
+    else if (o->ep > 1) dt_strf(share, sizeof share, "ep rank %d", ep_rank);
+    else dt_strf(share, sizeof share, "tp rank %d", p->tp_rank);
+    if (o->pp > 1)
+        dt_strf(p->label, sizeof p->label, "stage %d (%d in flight), %s", p->stage, p->in_flight,
+                share);
+    else dt_strf(p->label, sizeof p->label, "%s", share);
 }
 
 /* The table's words: what a row is, and each row's place. */
 static void describe(const mesh_job *x, dt_places *pl)
 {
     const dt_parallel_opts *o = x->j->o;
-    if (o->ep > 1) {
-        const int copies = o->cp * x->dp / o->ep;
-        for (int i = 0; o->pp > 1 && i < pl->n; i++) {
-            dt_place *p = &pl->at[i];
-            p->stage = i / o->ep;
-            p->ranks = p->mem.copies = copies;
-            dt_strf(p->label, sizeof p->label, "stage %d (%d in flight), ep rank %d", p->stage,
-                    p->in_flight, i % o->ep);
-        }
-        if (o->pp > 1) {
-            dt_strf(pl->rows, sizeof pl->rows, "pp %d x dp %d in ep groups of %d; a row is "
-                    "every rank of that stage and ep index (its stage's layers: its experts and "
-                    "the whole rest)", o->pp, x->dp, o->ep);
-            return;
-        }
-        dt_strf(pl->rows, sizeof pl->rows, "dp %d in ep groups of %d; a row is every rank of "
-                "that ep index (its experts and the whole rest; the cp x dp / ep = %d ranks "
-                "beside it hold the same)", x->dp, o->ep, copies);
-        for (int i = 0; i < pl->n; i++) {
-            pl->at[i].ranks = pl->at[i].mem.copies = copies;
-            dt_strf(pl->at[i].label, sizeof pl->at[i].label, "ep rank %d", i);
-        }
-        return;
-    }
-    dt_strf(pl->rows, sizeof pl->rows, "tp %d x cp %d x dp %d x pp %d; a row is every rank at "
-            "that place (%s%s%s; the cp x dp = %d ranks beside it hold the same)", o->tp, o->cp,
-            x->dp, o->pp, o->pp > 1 ? "its stage's layers, " : "",
-            o->tp > 1 ? "its slices of the matrices and the whole vectors, " : "the whole model, ",
-            o->cp > 1 ? "its rows of each sequence" : "whole sequences", o->cp * x->dp);
+    const int ep = o->ep > 1 ? o->ep : 1, ns = shares(x), copies = o->cp * x->dp / ep;
+    dt_strf(pl->rows, sizeof pl->rows, "tp %d x cp %d x dp %d x pp %d%s; a row is every rank at "
+            "that place (%s%s%s%s; the %d ranks beside it hold the same)", o->tp, o->cp, x->dp,
+            o->pp, ep > 1 ? ", the dp ranks in ep groups" : "", o->pp > 1 ? "its stage's layers, "
+            : "", o->tp > 1 ? "its slices of the matrices and the whole vectors, "
+            : ep > 1 ? "" : "the whole model, ", ep > 1 ? "its share of the experts, " : "",
+            o->cp > 1 ? "its rows of each sequence" : "whole sequences", copies);
     for (int i = 0; i < pl->n; i++) {
         dt_place *p = &pl->at[i];
-        p->stage = i / o->tp, p->tp_rank = i % o->tp;
-        p->ranks = o->cp * x->dp;
-        p->mem.copies = o->cp * x->dp;
-        if (o->pp > 1)
-            dt_strf(p->label, sizeof p->label, "stage %d (%d in flight), tp rank %d", p->stage,
-                    p->in_flight, p->tp_rank);
-        else dt_strf(p->label, sizeof p->label, "tp rank %d", p->tp_rank);
+        p->stage = i / ns, p->tp_rank = i % ns / ep;
+        p->ranks = p->mem.copies = copies;
+        label(x, p, i % ep);
     }
-    if (x->cut && o->tp == 1 && o->cp == 1)
+    if (x->cut && o->tp == 1 && o->cp == 1 && ep == 1)
         pl->pipe = (dt_places_pipe){.p = x->sched.p, .V = x->sched.V, .M = x->sched.M,
                                     .dp = x->dp, .kind = x->sched.kind, .part = x->part};
 }

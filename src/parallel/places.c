@@ -31,3 +31,20 @@ int dt_places_whole(dt_places *pl, int world, char *err, size_t errlen)
     pl->at[0].mem = (dt_rank_mem){.floats = 0, .copies = world};
     return 0;
 }
+
+static size_t seg_len(const dt_gpt *m, int s)
+{
+    return dt_gpt_segment_start(m, s + 1) - dt_gpt_segment_start(m, s);
+}
+
+/* In use at once (what mixed precision widens, bf16 accumulation opens
+ * in fp32): a layer, or the head's ln_f with the tied embeddings. */
+void dt_places_layout_mem(const dt_gpt *lay, int B, int T, dt_rank_mem *out)
+{
+    const int nl = lay->cfg.n_layer;
+    size_t most = seg_len(lay, 0) + seg_len(lay, nl + 1);
+    for (int l = 0; l < nl; l++)
+        if (seg_len(lay, 1 + l) > most) most = seg_len(lay, 1 + l);
+    *out = (dt_rank_mem){.floats = lay->n_floats, .in_use = most, .grads_open = most,
+                         .acts = 4.0 * (double)dt_gpt_acts_floats(lay, B, T)};
+}

@@ -48,6 +48,11 @@ typedef struct {
 int dt_places_alloc(dt_places *pl, int n, char *err, size_t errlen);
 void dt_places_free(dt_places *pl);
 
+/* What a rank whose model is `lay` (a slice, a share of the experts, or
+ * the whole) holds for micro-batches of B x T: its floats, the largest
+ * segment in use at once, its activations. */
+void dt_places_layout_mem(const dt_gpt *lay, int B, int T, dt_rank_mem *out);
+
 /* One place of `world` ranks that each hold the whole model, ZeRO sharding
  * over all of them: what plain data parallelism holds. 0, or -1 with err. */
 int dt_places_whole(dt_places *pl, int world, char *err, size_t errlen);

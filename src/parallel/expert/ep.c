@@ -328,22 +328,12 @@ static void ep_describe(void *self, FILE *f)
             L->m->cfg.moe.experts);
 }
 
-static size_t seg_len(const dt_gpt *m, int s)
-{
-    return dt_gpt_segment_start(m, s + 1) - dt_gpt_segment_start(m, s);
-}
-
 int dt_ep_rank_mem(const dt_gpt *layout, int q, int ep, int B, int T, dt_rank_mem *out,
                    char *err, size_t errlen)
 {
     dt_gpt lay;
     if (dt_gpt_ep_peer_layout(layout, q, ep, &lay, err, errlen)) return -1;
-    const int nl = lay.cfg.n_layer;
-    size_t most = seg_len(&lay, 0) + seg_len(&lay, nl + 1);
-    for (int l = 0; l < nl; l++)
-        if (seg_len(&lay, 1 + l) > most) most = seg_len(&lay, 1 + l);
-    *out = (dt_rank_mem){.floats = lay.n_floats, .in_use = most, .grads_open = most,
-                         .acts = 4.0 * (double)dt_gpt_acts_floats(&lay, B, T)};
+    dt_places_layout_mem(&lay, B, T, out);
     dt_gpt_destroy(&lay);
     return 0;
 }
