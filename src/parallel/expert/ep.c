@@ -10,6 +10,15 @@
 #include "core/trace.h"
 #include "parallel/fingerprint.h"
 
+/* A segment whose whole tensors' sums are in flight: passed on to the hook
+ * below when they end, segments in the order backward reported them. */
+enum { MAX_PIECES = 4 };
+typedef struct {
+    size_t lo, hi;
+    int n;
+    dt_request *req[MAX_PIECES];
+} pending_seg;
+
 typedef struct {
     dt_strategy *S;
     dt_comm *ep;      /* the mesh's ep_group */
@@ -28,6 +37,9 @@ typedef struct {
     int ndense;
     void (*next_ready)(void *ctx, size_t lo, size_t hi); /* the hook below ours */
     void *next_ctx;
+    pending_seg *queue; /* [segments]: head .. tail in flight */
+    int head, tail;
+    int expected, reported; /* segments a step's backward reports, and so far */
     int error;        /* a sum over the group failed (said at end_grads) */
     char why[256];
     uint64_t bytes0;
@@ -168,27 +180,67 @@ static int ep_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
 
 /* ---- gradients: the whole tensors' summed over the group --------------- */
 
+static void sum_failed(ep_layer *L, int rc)
+{
+    if (rc == 0 || L->error) return;
+    L->error = 1;
+    dt_strf(L->why, sizeof L->why, "%s", dt_comm_error(L->ep));
+}
+
+/* The oldest segment passed on once its sums ended. */
+static void pass_on(ep_layer *L)
+{
+    pending_seg *p = &L->queue[L->head++];
+    for (int i = 0; i < p->n; i++) {
+        if (p->req[i]) sum_failed(L, dt_wait(p->req[i]));
+        p->req[i] = NULL;
+    }
+    if (L->next_ready) L->next_ready(L->next_ctx, p->lo, p->hi);
+}
+
+/* The segments but the `keep` newest, each after its sums end. Where a
+ * segment is passed on must not depend on timing: the layer below may
+ * start collectives there (ZeRO's reduce-scatter), which every rank must
+ * call in the same order. */
+static void drain(ep_layer *L, int keep)
+{
+    uint64_t t0 = dt_now_ns();
+    while (L->tail - L->head > keep) pass_on(L);
+    L->ms += (double)(dt_now_ns() - t0) * 1e-6;
+}
+
 /* The model's hook in front of the one below (DDP's or ZeRO's): the
- * segment's whole tensors summed over the group, then passed on. The sum
- * waits: the layer below reads the segment as soon as it is told. */
+ * segment's whole tensors summed over the group, then passed on. Its sums
+ * run while backward computes the next segment, and it is passed on when
+ * that one is reported (the layer below reads a segment only once told);
+ * the step's last segment is passed on at once, the layer below finishing
+ * its own work next. */
 static void on_grad_ready(void *ctx, size_t lo, size_t hi)
 {
     ep_layer *L = ctx;
     dt_gbuf g = dt_gpt_grads(L->m);
     const dt_dtype t = g.f32 ? DT_F32 : DT_BF16;
-    uint64_t t0 = dt_now_ns();
-    for (int i = 0; i < L->ndense && !L->error; i++) {
+    pending_seg *p = &L->queue[L->tail++];
+    *p = (pending_seg){.lo = lo, .hi = hi};
+    for (int i = 0; i < L->ndense && !L->error && p->n < MAX_PIECES; i++) {
         const size_t a = L->dense[i].lo > lo ? L->dense[i].lo : lo;
         const size_t b = L->dense[i].hi < hi ? L->dense[i].hi : hi;
         if (a >= b) continue;
-        void *p = dt_gbuf_ptr(dt_gbuf_at(g, a));
-        if (dt_allreduce(L->ep, p, p, b - a, t, DT_SUM)) {
-            L->error = 1;
-            dt_strf(L->why, sizeof L->why, "%s", dt_comm_error(L->ep));
-        }
+        void *buf = dt_gbuf_ptr(dt_gbuf_at(g, a));
+        sum_failed(L, dt_iallreduce(L->ep, buf, buf, b - a, t, DT_SUM, &p->req[p->n++]));
     }
-    L->ms += (double)(dt_now_ns() - t0) * 1e-6;
-    if (L->next_ready) L->next_ready(L->next_ctx, lo, hi);
+    drain(L, ++L->reported >= L->expected ? 0 : 1);
+}
+
+/* Segments a step's backward reports: those the rank holds whole (the
+ * rule DDP's buckets follow). */
+static int count_reported(const ep_layer *L)
+{
+    int n = 0;
+    for (int s = 0; s < dt_gpt_segments(L->m); s++)
+        n += !L->S->held || dt_flat_ranges_cover(L->S->held, dt_gpt_segment_start(L->m, s),
+                                                 dt_gpt_segment_start(L->m, s + 1));
+    return n;
 }
 
 static void ep_before_backward(void *self, int micro, int last)
@@ -196,6 +248,15 @@ static void ep_before_backward(void *self, int micro, int last)
     ep_layer *L = self;
     (void)micro;
     if (!last) return; /* accumulating: the sums wait for the step's last backward */
+    if (!L->queue) {
+        L->queue = calloc((size_t)dt_gpt_segments(L->m) + 1, sizeof *L->queue);
+        L->expected = count_reported(L);
+    }
+    if (!L->queue) {
+        L->error = 1;
+        dt_strf(L->why, sizeof L->why, "out of memory");
+        return;
+    }
     /* The layer below set its hook for this backward (DDP sets the
      * function each time, its context once): ours goes in front. */
     if (L->m->hooks.grad_ready != on_grad_ready) L->next_ready = L->m->hooks.grad_ready;
@@ -208,6 +269,8 @@ static int ep_end_grads(void *self)
 {
     ep_layer *L = self;
     dt_rank *r = L->S->rank;
+    if (L->queue) drain(L, 0); /* a segment not reported: the layer below says so */
+    L->head = L->tail = L->reported = 0;
     /* Given back as found, whichever layer ended its backward first. */
     if (L->m->hooks.grad_ready == on_grad_ready) L->m->hooks.grad_ready = L->next_ready;
     if (L->m->hooks.grad_ctx == L) L->m->hooks.grad_ctx = L->next_ctx;
@@ -356,6 +419,8 @@ static void ep_destroy(void *self)
     free(L->map);
     free(L->own);
     free(L->own_within);
+    if (L->queue) drain(L, 0);
+    free(L->queue);
     free(L->dense);
     free(L);
 }
