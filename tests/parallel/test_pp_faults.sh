@@ -7,7 +7,7 @@
 #  - ranks started with different run-shaping options are refused, every
 #    rank naming the option, at once (no waiting for a timeout): --pp,
 #    --pp 3 against --pp 2 (a rank that could not run its own), two options
-#    at once (--n-layer and --grad-accum), and a rank that refuses its own
+#    at once (--n-layer and --grad-accum), --num-experts, and a rank that refuses its own
 #    command line before it joins (--pp 0).
 #   test_pp_faults.sh DTRAIN
 set -euo pipefail
@@ -143,6 +143,8 @@ differ pp-2-3 "--pp 2 --n-layer 2" "--pp 3 --n-layer 2" \
   "--pp is 2 on rank 0 but 3 on rank 1 (start every rank with the same options)"
 differ two-options "--pp 2 --n-layer 2" "--pp 2 --n-layer 4 --grad-accum 2" \
   "--n-layer is 2 on rank 0 but 4 on rank 1, and --grad-accum differs too"
+differ experts "--n-layer 2 --num-experts 4" "--n-layer 2 --num-experts 8" \
+  "--num-experts is 4 on rank 0 but 8 on rank 1 (start every rank with the same options)"
 
 # One layer's blocks in two spellings are the same model: both train.
 by_hand same-blocks "--n-layer 2" "--n-layer 2 --blocks ln_1:layernorm,attn:attention,ln_2:layernorm,mlp:mlp"
