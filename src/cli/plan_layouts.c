@@ -162,7 +162,7 @@ static int parse(int argc, char **argv, plan_opts *o)
     memset(o, 0, sizeof *o);
     o->top = 5;
     o->tp = o->cp = o->pp = o->zero = o->micro = o->ep = -1;
-    o->moe_skew = 1.3;
+    o->moe_skew = DT_MOE_SKEW;
     o->rc = o->sched = -1;
     o->links = "builtin";
     o->model_argv[o->model_argc++] = "plan";
