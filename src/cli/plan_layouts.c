@@ -34,9 +34,9 @@
 
 typedef struct {
     long nodes, per_node, batch, top;
-    long tp, cp, pp, zero, micro; /* pinned; -1: free */
+    long tp, cp, pp, zero, micro, ep; /* pinned; -1: free */
     int rc, sched;
-    double mem_gib, tflops;
+    double mem_gib, tflops, moe_skew;
     const char *links;
     int json, fp32;
     char *model_argv[32];
@@ -51,8 +51,11 @@ void cli_plan_layouts_flags(FILE *f)
             "  --ranks-per-node K   ranks a host; tensor parallelism stays inside one (required;\n"
             "                       nodes x K at most 1048576 ranks)\n"
             "  --mem-per-rank GiB   memory a rank may use (required)\n"
-            "  --model NAME         tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl|bench (default\n"
-            "                       gpt2), or the sizes; --seq-len T (default the block size)\n"
+            "  --model NAME         tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl|bench|mixtral-mini|\n"
+            "                       deepseek-moe-mini (default gpt2), or the sizes; --seq-len T\n"
+            "                       (default the block size)\n"
+            "  --num-experts E, --moe-router-topk K, --moe-ffn-hidden-size F\n"
+            "                       a mixture of experts (as `dtrain train` takes them)\n"
             "  --link-model M       builtin (default: this machine's calibration), a file from\n"
             "                       `dtrain bench comm --calibrate`, or a preset:\n");
     dt_sim_links_help(f);
@@ -62,9 +65,12 @@ void cli_plan_layouts_flags(FILE *f)
             "                       a layer of the model timed before planning, which says\n"
             "                       what it costs; --tflops skips it)\n"
             "  --fp32               plan fp32 training (default: bf16 mixed precision)\n"
+            "  --moe-skew X         with experts: the busiest expert-parallel rank's rows over\n"
+            "                       the mean, an assumption (default 1.3; 1: a balanced router)\n"
             "  --top K              layouts printed (default 5)\n"
-            "  --tp N, --cp N, --pp N, --zero-stage S, --micro-batch B, --recompute MODE,\n"
-            "  --pp-schedule KIND   weigh only layouts with these\n"
+            "  --tp N, --cp N, --pp N, --ep N (--expert-model-parallel-size), --zero-stage S,\n"
+            "  --micro-batch B, --recompute MODE, --pp-schedule KIND\n"
+            "                       weigh only layouts with these\n"
             "  --json               the result as JSON\n");
 }
 
@@ -85,7 +91,8 @@ static int usage_error(const char *fmt, ...)
 static const char *model_flag(const char *a)
 {
     static const char *flags[] = {"--model", "--n-layer", "--n-head", "--n-embd", "--vocab-size",
-                                  "--block-size", "--seq-len", "--blocks"};
+                                  "--block-size", "--seq-len", "--blocks", "--num-experts",
+                                  "--moe-router-topk", "--moe-ffn-hidden-size"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strcmp(a, flags[i])) return flags[i];
     return NULL;
@@ -97,15 +104,16 @@ static int parse_long(const char *flag, const char *v, long lo, long hi, long *o
     return usage_error("%s takes %ld..%ld, not %s", flag, lo, hi, v);
 }
 
-/* --tp, --cp, --pp, --zero-stage, --micro-batch, --recompute, --pp-schedule:
+/* --tp, --cp, --pp, --zero-stage, --micro-batch, --ep, --recompute, --pp-schedule:
  * only layouts with those. 1 when a is one of them (0 or the usage exit
  * in *rc), else 0. */
 static int parse_pin(plan_opts *o, const char *a, const char *v, int *rc)
 {
-    const char *names[] = {"--tp", "--cp", "--pp", "--zero-stage", "--micro-batch"};
-    long *at[] = {&o->tp, &o->cp, &o->pp, &o->zero, &o->micro};
-    const long hi[] = {4096, 4096, 64, 3, 1L << 20};
-    for (int i = 0; i < 5; i++)
+    const char *names[] = {"--tp", "--cp", "--pp", "--zero-stage", "--micro-batch", "--ep",
+                           "--expert-model-parallel-size"};
+    long *at[] = {&o->tp, &o->cp, &o->pp, &o->zero, &o->micro, &o->ep, &o->ep};
+    const long hi[] = {4096, 4096, 64, 3, 1L << 20, DT_MOE_MAX_EXPERTS, DT_MOE_MAX_EXPERTS};
+    for (int i = 0; i < 7; i++)
         if (!strcmp(a, names[i])) return *rc = parse_long(a, v, i == 3 ? 0 : 1, hi[i], at[i]), 1;
     if (!strcmp(a, "--recompute")) {
         dt_recompute mode;
@@ -140,6 +148,12 @@ static int parse_value(plan_opts *o, const char *a, const char *v)
             return usage_error("%s wants a positive number, not %s", a, v);
         return 0;
     }
+    if (!strcmp(a, "--moe-skew")) {
+        if (dt_parse_double(v, 1, 1e3, &o->moe_skew))
+            return usage_error("--moe-skew is the busiest rank's rows over the mean, at least "
+                               "1 (a balanced router), not %s", v);
+        return 0;
+    }
     return usage_error("unknown option %s", a);
 }
 
@@ -147,7 +161,8 @@ static int parse(int argc, char **argv, plan_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->top = 5;
-    o->tp = o->cp = o->pp = o->zero = o->micro = -1;
+    o->tp = o->cp = o->pp = o->zero = o->micro = o->ep = -1;
+    o->moe_skew = DT_MOE_SKEW;
     o->rc = o->sched = -1;
     o->links = "builtin";
     o->model_argv[o->model_argc++] = "plan";
@@ -240,7 +255,8 @@ static int cluster_of(const plan_opts *o, dt_plan_input *in)
     in->bf16 = !o->fp32;
     in->pin.tp = (int)o->tp, in->pin.cp = (int)o->cp, in->pin.pp = (int)o->pp;
     in->pin.zero = (int)o->zero, in->pin.B = (int)o->micro;
-    in->pin.rc = o->rc, in->pin.sched = o->sched;
+    in->pin.rc = o->rc, in->pin.sched = o->sched, in->pin.ep = (int)o->ep;
+    in->moe_skew = o->moe_skew;
     if (dt_sim_links(o->links, &in->links, err, sizeof err)) return usage_error("%s", err);
     int gpu = dt_plan_gpu(o->links, &in->flops, &in->opt_Bps, in->flops_source,
                           sizeof in->flops_source);

@@ -66,10 +66,13 @@ static void usage(FILE *f)
             "\n"
             "A DDP training step (forward, backward with bucketed all-reduces, optimizer):\n"
             "  --ddp\n"
-            "  --model NAME          tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl (default gpt2)\n"
+            "  --model NAME          tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl|bench|mixtral-mini|\n"
+            "                        deepseek-moe-mini (default gpt2)\n"
             "  --n-layer, --n-head, --n-embd, --vocab-size (--vocab), --block-size,\n"
             "  --seq-len, --batch-size N   sizes, as `dtrain train` takes them (batch 8)\n"
             "  --blocks SPEC         a layer's blocks, as `dtrain train` takes them\n"
+            "  --num-experts E, --moe-router-topk K, --moe-ffn-hidden-size F\n"
+            "                        a mixture of experts, as `dtrain train` takes them\n"
             "  --bucket-mb X         DDP's bucket cap in MiB (default 25)\n"
             "  --flops-per-s F       sustained compute rate per rank (default 1e14)\n"
             "  --mem-GBps B          memory bandwidth for the optimizer (default 1500)\n"
@@ -92,6 +95,9 @@ static void usage(FILE *f)
             "  --zero-stage Z        0 (DDP, default), 1, 2, 3\n"
             "  --zero-prefetch N     ZeRO-3: layers gathered ahead (default 1)\n"
             "  --sequence-parallel   boundary activations split over tp\n"
+            "  --ep N                expert parallelism (--expert-model-parallel-size): each\n"
+            "                        moe layer's all-to-alls over N consecutive dp ranks, the\n"
+            "                        busiest taking 1.3 x the mean rows (an assumption)\n"
             "\n"
             "A run that lasts prints on stderr what it is doing, how far it has got and about\n"
             "how long it has left, every 10 s (DTRAIN_SIM_PROGRESS_S=N: every N s).\n"
@@ -141,10 +147,12 @@ static int parse_bytes(const char *s, long long *out)
  * layout's (refused in the other modes). */
 static const char *const model_flags[] = {"--model", "--n-layer", "--n-head", "--n-embd",
                                           "--vocab-size", "--block-size", "--seq-len",
-                                          "--batch-size", "--blocks", "--tp", "--cp", "--dp", "--pp",
+                                          "--batch-size", "--blocks", "--num-experts",
+                                          "--moe-router-topk", "--moe-ffn-hidden-size",
+                                          "--tp", "--cp", "--dp", "--pp",
                                           "--grad-accum", "--pp-schedule", "--pp-virtual",
-                                          "--zero-stage", "--zero-prefetch"};
-enum { layout_first = 9 };
+                                          "--zero-stage", "--zero-prefetch", "--ep"};
+enum { layout_first = 12 };
 
 /* A flag of the model's or the layout's, kept for the trainer's option
  * table. */
@@ -152,6 +160,7 @@ static int model_flag(sim_opts *o, const char *a, const char *v)
 {
     if (!strcmp(a, "--vocab")) a = "--vocab-size";
     if (!strcmp(a, "--micro-batch")) a = "--batch-size";
+    if (!strcmp(a, "--expert-model-parallel-size")) a = "--ep";
     for (size_t i = 0; i < sizeof model_flags / sizeof model_flags[0]; i++)
         if (!strcmp(a, model_flags[i]) && o->model_argc + 2 < 48) {
             o->model_argv[o->model_argc++] = (char *)model_flags[i];
@@ -241,9 +250,9 @@ static int parse(int argc, char **argv, sim_opts *o)
     if (!o->collective && o->bytes)
         return usage_error("--bytes goes with --collective, not --ddp or --layout");
     if (o->layout_flags && !o->layout)
-        return usage_error("--tp, --cp, --dp, --pp, --grad-accum, --pp-schedule, --pp-virtual, "
-                           "--zero-stage, --zero-prefetch and --sequence-parallel go with "
-                           "--layout");
+        return usage_error("--tp, --cp, --dp, --pp, --ep, --grad-accum, --pp-schedule, "
+                           "--pp-virtual, --zero-stage, --zero-prefetch and --sequence-parallel "
+                           "go with --layout");
     return 0;
 }
 
@@ -387,6 +396,7 @@ static int layout_opts(sim_opts *o, dt_sim_layout_opts *l)
     l->V = p.pp > 1 ? p.pp_virtual : 1;
     l->micro = c.batch_size, l->accum = p.accum, l->sp = p.sp;
     l->zero = p.zero.stage, l->prefetch = p.zero.prefetch;
+    l->ep = p.ep, l->moe_skew = DT_MOE_SKEW;
     if (dt_pp_kind_parse(c.pp_schedule, &l->sched))
         return usage_error("--pp-schedule '%s' is not one of 1f1b, gpipe, zb1p, interleaved, "
                            "naive", c.pp_schedule);

@@ -64,6 +64,7 @@ void sim_report_ddp(FILE *f, const dt_sim_world *w, const dt_sim_layout_opts *o,
 static void put_layout(FILE *f, const dt_sim_layout_opts *o, const dt_sim_layout *l)
 {
     fprintf(f, "layout         tp %d x cp %d x dp %d x pp %d", o->tp, o->cp, o->dp, o->pp);
+    if (o->ep > 1) fprintf(f, ", ep %d", o->ep);
     if (o->pp > 1) {
         fprintf(f, ", %s", dt_pp_kind_name(o->sched));
         if (o->V > 1) fprintf(f, " of %d chunks a rank", o->V);
@@ -79,15 +80,23 @@ static void put_layout(FILE *f, const dt_sim_layout_opts *o, const dt_sim_layout
             "micro-batch; optimizer %.3f ms\n", l->fwd_s * 1e3, l->bwd_s * 1e3,
             l->optimizer_s * 1e3);
     fprintf(f, "collectives    %s (%d recorded)\n", l->algos[0] ? l->algos : "none", l->colls);
+    if (o->ep > 1)
+        fprintf(f, "experts        %d all-to-alls a step on the busiest rank, %.4g MB of rows to "
+                "other ranks (it takes %.2f x the mean rows, an assumption)\n", l->ep_colls,
+                l->ep_bytes / 1e6, o->moe_skew);
 }
 
 /* Exposed communication by kind, and the idle share (the bubble). */
 static void put_kinds(FILE *f, const char *who, const dt_sim_rank_stats *s)
 {
+    char ep[48] = "";
+    if (s->exposed_cls[DT_SIM_CLS_EP] > 0)
+        snprintf(ep, sizeof ep, ", expert all-to-alls %.3f ms",
+                 s->exposed_cls[DT_SIM_CLS_EP] * 1e3);
     fprintf(f, "  %-12s exposed: tp %.3f ms, pipeline %.3f ms, gradients %.3f ms, gathers "
-            "%.3f ms\n", who, s->exposed_cls[DT_SIM_CLS_TP] * 1e3,
+            "%.3f ms%s\n", who, s->exposed_cls[DT_SIM_CLS_TP] * 1e3,
             s->exposed_cls[DT_SIM_CLS_PP] * 1e3, s->exposed_cls[DT_SIM_CLS_GRADS] * 1e3,
-            s->exposed_cls[DT_SIM_CLS_GATHER] * 1e3);
+            s->exposed_cls[DT_SIM_CLS_GATHER] * 1e3, ep);
 }
 
 void sim_report_layout(FILE *f, const dt_sim_world *w, const dt_sim_layout_opts *o,

@@ -12,6 +12,11 @@
 /* Experts a layer may have: DeepSeek-V3's 256 routed experts. */
 enum { DT_MOE_MAX_EXPERTS = 256 };
 
+/* The busiest expert-parallel rank's routed rows over the mean that
+ * `dtrain plan` and `dtrain simulate` assume: a router with a balance loss
+ * is still skewed (Megatron users report 1.2 to 1.5). */
+#define DT_MOE_SKEW 1.3
+
 typedef struct {
     int experts;      /* E; 0: a dense model */
     int ffn;          /* each expert's hidden width F; 0: GPT-2's 4 C */

@@ -20,9 +20,9 @@ typedef struct {
 static int pinned_out(const dt_plan_input *in, const dt_plan_layout *l)
 {
     const int have[] = {l->tp, l->cp, l->pp, l->zero, l->B, (int)l->rc,
-                        l->pp > 1 ? (int)l->sched : -2};
+                        l->pp > 1 ? (int)l->sched : -2, l->ep};
     const int want[] = {in->pin.tp, in->pin.cp, in->pin.pp, in->pin.zero, in->pin.B, in->pin.rc,
-                        in->pin.sched};
+                        in->pin.sched, in->pin.ep};
     for (size_t i = 0; i < sizeof have / sizeof have[0]; i++)
         if (want[i] >= 0 && have[i] != want[i] && have[i] != -2) return 1;
     return 0;
@@ -33,21 +33,34 @@ static int push(const walk *W, const dt_plan_layout *l)
     return pinned_out(W->in, l) ? 0 : W->visit(W->ctx, l);
 }
 
-/* Tensor parallelism splits heads, the MLP and the vocabulary, inside a
- * host (its reduces run several times a layer). */
+/* Tensor parallelism splits heads, the MLP (each expert as it) and the
+ * vocabulary, inside a host (its reduces run several times a layer). */
 static int tp_ok(const dt_plan_input *in, int tp)
 {
     const dt_gpt_config *m = &in->model;
     int limit = in->max_tp > 0 ? in->max_tp : in->per_node;
-    return tp <= limit && m->n_head % tp == 0 && (4 * m->n_embd) % tp == 0 &&
+    const int ffn = m->moe.experts && m->moe.ffn ? m->moe.ffn : 4 * m->n_embd;
+    return tp <= limit && m->n_head % tp == 0 && (4 * m->n_embd) % tp == 0 && ffn % tp == 0 &&
            (m->vocab_size + tp - 1) / tp * (tp - 1) < m->vocab_size;
 }
 
 /* Ring attention's zig-zag cut: 2 cp chunks of each sequence; without
- * context parallelism nothing is cut. */
+ * context parallelism nothing is cut. Experts are not trained with it (a
+ * run refuses: their balance loss is per sequence). */
 static int cp_ok(const dt_plan_input *in, int cp)
 {
-    return cp == 1 || (cp <= 16 && in->T % (2 * cp) == 0);
+    return cp == 1 || (!in->model.moe.experts && cp <= 16 && in->T % (2 * cp) == 0);
+}
+
+/* Expert parallelism takes ep consecutive data-parallel ranks (the mesh)
+ * and splits each layer's experts evenly over them; not with cp. Nor,
+ * for now, with both tp and pp: the mesh's places (what `--dry-run`
+ * prints) cannot lay out that rank's share yet. */
+static int ep_ok(const dt_plan_input *in, const dt_plan_layout *l, int ep)
+{
+    const int E = in->model.moe.experts;
+    return ep == 1 || (E && l->cp == 1 && l->dp % ep == 0 && E % ep == 0 &&
+                       (l->tp == 1 || l->pp == 1));
 }
 
 /* The schedules a pipeline of pp stages could run with M micro-batches,
@@ -125,8 +138,11 @@ int dt_plan_layouts_each(const dt_plan_input *in, dt_plan_visit visit, void *ctx
                 dt_plan_layout l = {.tp = tp, .cp = cp, .pp = pp, .dp = world / (tp * pp * cp),
                                     .sp = tp > 1};
                 if (in->batch % l.dp) continue;
-                int rc = shapes(&W, l);
-                if (rc) return rc;
+                for (l.ep = 1; l.ep <= l.dp; l.ep++) {
+                    if (!ep_ok(in, &l, l.ep)) continue;
+                    int rc = shapes(&W, l);
+                    if (rc) return rc;
+                }
             }
         }
     }
@@ -173,11 +189,12 @@ int dt_plan_layouts(const dt_plan_input *in, dt_plan_layout **out, int *n, char 
 
 void dt_plan_layout_name(const dt_plan_layout *l, char *buf, size_t n)
 {
-    char sched[48] = "";
+    char sched[48] = "", ep[24] = "";
     if (l->pp > 1)
         dt_strf(sched, sizeof sched, ", %s%s", dt_pp_kind_name(l->sched),
                 l->V > 1 ? " V 2" : "");
-    dt_strf(buf, n, "tp %d x cp %d x dp %d x pp %d%s, ZeRO-%d, micro-batch %d x %d%s, "
-            "recompute %s", l->tp, l->cp, l->dp, l->pp, l->sp ? " sp" : "", l->zero, l->B,
+    if (l->ep > 1) dt_strf(ep, sizeof ep, " (ep %d)", l->ep);
+    dt_strf(buf, n, "tp %d x cp %d x dp %d%s x pp %d%s, ZeRO-%d, micro-batch %d x %d%s, "
+            "recompute %s", l->tp, l->cp, l->dp, ep, l->pp, l->sp ? " sp" : "", l->zero, l->B,
             l->M, sched, dt_recompute_name(l->rc));
 }

@@ -18,7 +18,7 @@
 static void config_of(const dt_plan_input *in, const dt_plan_layout *l, dt_train_config *c)
 {
     dt_config_defaults(c);
-    c->tp = l->tp, c->cp = l->cp, c->pp = l->pp;
+    c->tp = l->tp, c->cp = l->cp, c->pp = l->pp, c->ep = l->ep;
     c->sequence_parallel = l->sp;
     c->zero_stage = l->zero;
     c->batch_size = l->B;

@@ -9,15 +9,15 @@
 #include "plan/plan.h"
 #include "plan/plan_internal.h"
 
-enum { PINS = 7, MAX_VALUE = 4096 };
+enum { PINS = 8, MAX_VALUE = 4096 };
 
 static const char *const flags[PINS] = {"--tp", "--cp", "--pp", "--zero-stage", "--micro-batch",
-                                        "--recompute", "--pp-schedule"};
+                                        "--recompute", "--pp-schedule", "--ep"};
 
 static int *pin(dt_plan_input *in, int i)
 {
     int *at[PINS] = {&in->pin.tp, &in->pin.cp, &in->pin.pp, &in->pin.zero, &in->pin.B,
-                     &in->pin.rc, &in->pin.sched};
+                     &in->pin.rc, &in->pin.sched, &in->pin.ep};
     return at[i];
 }
 
@@ -26,7 +26,7 @@ static int *pin(dt_plan_input *in, int i)
 static int field(const dt_plan_layout *l, int i)
 {
     const int v[PINS] = {l->tp, l->cp, l->pp, l->zero, l->B, (int)l->rc,
-                         l->pp > 1 ? (int)l->sched : -1};
+                         l->pp > 1 ? (int)l->sched : -1, l->ep};
     return v[i];
 }
 
@@ -47,6 +47,10 @@ static int size_rule(char *buf, size_t n, const dt_plan_input *in, int i)
                        "ranks and splits the %d heads and the MLP's %d columns evenly (and the "
                        "vocabulary of %d, every slice some)", tp_max, m->n_head, 4 * m->n_embd,
                        m->vocab_size);
+    if (i == 1 && m->moe.experts)
+        return dt_strf(buf, n, "a mixture of experts trains without context parallelism (its "
+                       "balance loss and capacity are per sequence; a run refuses --cp with "
+                       "--num-experts)");
     if (i == 1)
         return dt_strf(buf, n, "context parallelism is a power of two up to 16 that divides the "
                        "ranks, with 2 cp chunks dividing the sequence of %d", in->T);
@@ -77,6 +81,16 @@ static void rule_text(char *buf, size_t n, const dt_plan_input *in, int i)
     case 6:
         dt_strf(buf, n, "interleaved needs the micro-batch count a multiple of pp and the "
                 "layers a multiple of 2 pp");
+        break;
+    case 7:
+        if (!in->model.moe.experts) {
+            dt_strf(buf, n, "expert parallelism splits a mixture of experts: the model has "
+                    "none (add --num-experts E, or leave --ep out)");
+            break;
+        }
+        dt_strf(buf, n, "expert parallelism divides the data-parallel size and the model's %d "
+                "experts (--num-experts), and runs neither with context parallelism nor with "
+                "tensor and pipeline parallelism both", in->model.moe.experts);
         break;
     default:
         dt_strf(buf, n, "every size together must divide the ranks and the batch");
@@ -175,6 +189,6 @@ int dt_plan_no_layout(const dt_plan_input *in, char *err, size_t errlen)
                            flags[i], a, flags[j], ok), -1;
         }
     return dt_strf(err, errlen, "no layout of %d ranks has all the sizes asked for together, "
-                   "though any two of them have one: fix fewer of --tp, --cp, --pp, "
+                   "though any two of them have one: fix fewer of --tp, --cp, --pp, --ep, "
                    "--zero-stage, --micro-batch, --recompute and --pp-schedule", world), -1;
 }

@@ -42,10 +42,12 @@ typedef struct {
     double opt_Bps;       /* bytes/s a rank's optimizer streams its state at */
     int bf16;             /* mixed precision: bf16 weights and activations, fp32 masters */
     int max_tp;           /* 0: the ranks of a host */
+    double moe_skew;      /* a mixture of experts: the busiest expert-parallel rank's rows
+                           * over the mean (an assumption; 1: a balanced router) */
     /* Sizes and modes the user fixed (--tp, --zero-stage ...): only
      * layouts with them are weighed; -1: free. */
     struct {
-        int tp, cp, pp, zero, B, rc, sched;
+        int tp, cp, pp, zero, B, rc, sched, ep;
     } pin;
     /* Told before each layout is weighed (done of total), or NULL: a long
      * plan can say how far it is. */
@@ -60,6 +62,7 @@ typedef struct {
 /* One layout: sizes, the batch's shape and the modes. */
 typedef struct {
     int tp, cp, dp, pp, V;  /* V: model chunks per rank (interleaved) */
+    int ep;                 /* expert-parallel ranks, consecutive data-parallel ones */
     int B, M;               /* micro-batch sequences, micro-batches per step */
     int zero;               /* 0-3 */
     int sp;                 /* sequence parallelism (with tp) */
@@ -79,6 +82,9 @@ typedef struct {
      * ranks then hand theirs over), the exposed communication of each
      * kind, the optimizer, the sum */
     double compute, bubble, cores_s, tp_s, cp_s, pp_s, dp_s, opt_s, step;
+    double ep_s;                   /* the experts' dispatch and combine all-to-alls */
+    double ep_bytes;               /* what the busiest ep rank's all-to-alls carry to or
+                                    * from other ranks in a step */
     double tokens_per_s;
     int fits;
     char why[200]; /* why it was dropped */

@@ -22,6 +22,11 @@ static void print_case(FILE *f, const dt_plan_input *in, const dt_plan_result *r
             m->vocab_size, psi >= 1e9 ? psi / 1e9 : psi / 1e6, psi >= 1e9 ? "B" : "M",
             in->bf16 ? "bf16 mixed precision (2 + 2 + 12 bytes a parameter)" : "fp32 (16 bytes "
             "a parameter with AdamW)");
+    if (m->moe.experts)
+        fprintf(f, "experts  %d a layer of width %d, top %d; expert parallelism's all-to-alls "
+                "priced with the busiest rank taking %.2f x the mean rows (an assumption: "
+                "--moe-skew)\n", m->moe.experts, m->moe.ffn ? m->moe.ffn : 4 * m->n_embd,
+                m->moe.topk, in->moe_skew);
     fprintf(f, "batch    %ld sequences of %d tokens a step\n", in->batch, in->T);
     fprintf(f, "cluster  %d node%s x %d ranks = %d ranks, %.1f GiB each; links %s: within a host "
             "%.3g us + %.3g GB/s, between hosts %.3g us + %.3g GB/s; compute %.4g TFLOP/s a "
@@ -43,11 +48,14 @@ static void print_row(FILE *f, int i, const dt_plan_row *w)
 
 static void print_breakdown(FILE *f, const dt_plan_row *w)
 {
-    char cores[48] = "";
+    char cores[48] = "", ep[96] = "";
     if (w->cores_s > 0) dt_strf(cores, sizeof cores, " + waiting for a core %.1f", MS(w->cores_s));
-    fprintf(f, "      step %.1f ms = compute %.1f + bubble %.1f%s + tp %.1f + cp %.1f + pipeline "
-            "messages %.1f + data parallel %.1f + optimizer %.1f ms\n", MS(w->step),
-            MS(w->compute), MS(w->bubble), cores, MS(w->tp_s), MS(w->cp_s), MS(w->pp_s),
+    if (w->l.ep > 1)
+        dt_strf(ep, sizeof ep, " + expert all-to-alls %.1f (%.3g MB off the busiest rank)",
+                MS(w->ep_s), w->ep_bytes / 1e6);
+    fprintf(f, "      step %.1f ms = compute %.1f + bubble %.1f%s + tp %.1f + cp %.1f%s + "
+            "pipeline messages %.1f + data parallel %.1f + optimizer %.1f ms\n", MS(w->step),
+            MS(w->compute), MS(w->bubble), cores, MS(w->tp_s), MS(w->cp_s), ep, MS(w->pp_s),
             MS(w->dp_s), MS(w->opt_s));
     fprintf(f, "      memory of the rank that holds the most: params %.2f | grads %.2f | optim "
             "%.2f | acts %.2f GiB\n", GIB(w->mem[DT_MEM_PARAMS]), GIB(w->mem[DT_MEM_GRADS]),
@@ -95,17 +103,20 @@ static cJSON *row_json(const dt_plan_row *w)
     dt_plan_layout_name(&w->l, name, sizeof name);
     cJSON_AddStringToObject(o, "layout", name);
     const char *keys[] = {"tp", "cp", "dp", "pp", "virtual", "micro_batch", "micro_batches",
-                          "zero_stage", "sequence_parallel"};
+                          "zero_stage", "sequence_parallel", "ep"};
     const int vals[] = {w->l.tp, w->l.cp, w->l.dp, w->l.pp, w->l.V, w->l.B, w->l.M, w->l.zero,
-                        w->l.sp};
+                        w->l.sp, w->l.ep};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
         cJSON_AddNumberToObject(o, keys[i], vals[i]);
     cJSON_AddStringToObject(o, "schedule", w->l.pp > 1 ? dt_pp_kind_name(w->l.sched) : "none");
     cJSON_AddStringToObject(o, "recompute", dt_recompute_name(w->l.rc));
-    const char *t[] = {"step_s", "compute_s", "bubble_s", "cores_s", "tp_s", "cp_s", "pp_s",
-                       "dp_s", "optimizer_s", "tokens_per_s", "memory_bytes"};
+    const char *t[] = {"step_s", "compute_s", "bubble_s", "cores_s", "tp_s", "cp_s", "ep_s",
+                       "pp_s", "dp_s", "optimizer_s", "tokens_per_s", "memory_bytes",
+                       "ep_bytes_per_step"};
     const double tv[] = {w->step, w->compute, w->bubble, w->cores_s, w->tp_s, w->cp_s,
-                         w->pp_s, w->dp_s, w->opt_s, w->tokens_per_s, w->mem_total};
+                         w->ep_s, w->pp_s, w->dp_s, w->opt_s, w->tokens_per_s, w->mem_total,
+                         w->ep_bytes};
+    cJSON_AddNumberToObject(o, "params_per_rank", (double)w->psi);
     for (size_t i = 0; i < sizeof tv / sizeof tv[0]; i++) cJSON_AddNumberToObject(o, t[i], tv[i]);
     const char *mk[] = {"params", "grads", "optim", "acts"};
     cJSON *mem = cJSON_AddObjectToObject(o, "memory_by_kind");

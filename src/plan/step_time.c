@@ -18,11 +18,15 @@
  * writes three) at the rank's memory rate; selective recomputation's
  * element-wise work streams at that rate too. With more ranks on a host
  * than cores, the compute is at least the host's work over its cores;
- * with no core to spare, the collectives take turns with the compute. */
+ * with no core to spare, the collectives take turns with the compute.
+ * Expert parallelism's all-to-alls (the counts, then the rows out to the
+ * experts and back, forward and backward) sit between the router and the
+ * experts, so nothing hides them: they add to the chunk's passes. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/str.h"
+#include "model/block.h"
 #include "plan/plan.h"
 #include "plan/plan_internal.h"
 #include "plan/pp_figures.h"
@@ -58,7 +62,48 @@ typedef struct {
     double fwd, bwd;     /* seconds of a chunk's forward and backward, products only */
     double tp_f, tp_b;   /* tensor parallelism's reduces in them */
     double cp_f, cp_b;   /* context parallelism's exchange beyond its attention */
+    double ep_f, ep_b;   /* expert parallelism's all-to-alls */
 } chunk_cost;
+
+/* The moe branches of a layer (0: a dense model). */
+static int moe_per_layer(const dt_gpt_config *m)
+{
+    dt_block b[DT_LAYER_MAX_BLOCKS];
+    char err[256];
+    const dt_block_kind *moe = dt_block_find("moe");
+    int n = m->moe.experts ? dt_blocks_parse(m->blocks, b, err, sizeof err) : 0, k = 0;
+    for (int i = 0; i < n; i++) k += b[i].kind == moe;
+    return k;
+}
+
+/* Bytes of one of a moe branch's row exchanges on the busiest ep rank:
+ * each of the micro-batch's B T tokens sends its K routing slots' rows
+ * of C floats, and the skewed router brings that rank moe_skew times the
+ * mean back. */
+static double ep_exchange_bytes(const dt_plan_input *in, const dt_plan_layout *l)
+{
+    const dt_gpt_config *m = &in->model;
+    const double skew = in->moe_skew > 1 ? in->moe_skew : 1;
+    return (double)l->B * in->T * m->moe.topk * m->n_embd * sizeof(float) * skew;
+}
+
+/* Seconds of one moe branch's all-to-alls in a micro-batch's forward (the
+ * counts, dispatch, combine) and backward (dispatch and combine of the
+ * gradients), over the ep group: consecutive data-parallel ranks, tp x cp
+ * apart. Until the variable all-to-all (dt_alltoallv) is in comm/, the
+ * rows are priced as the even all-to-all of the busiest rank's size. */
+static void ep_exchanges(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layout *l,
+                         double *fwd, double *bwd)
+{
+    *fwd = *bwd = 0;
+    if (l->ep < 2) return;
+    const int near = dt_plan_group_per_host(in->per_node, l->tp * l->cp, l->ep);
+    const size_t rows = (size_t)ep_exchange_bytes(in, l);
+    const size_t counts = (size_t)in->model.moe.experts * sizeof(int32_t);
+    const double a2a = dt_plan_coll(c, DT_COLL_ALLTOALL, l->ep, near, rows);
+    *fwd = dt_plan_coll(c, DT_COLL_ALLTOALL, l->ep, near, counts) + 2 * a2a;
+    *bwd = 2 * a2a;
+}
 
 /* The chunk that costs most: the last one, with its layers and the head. */
 static void chunk_of(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layout *l,
@@ -91,6 +136,12 @@ static void chunk_of(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_lay
     double attn = tokens * layers * 2 * T * C / in->flops; /* forward attention products */
     k->cp_f = kv * layers > attn ? kv * layers - attn : 0;
     k->cp_b = 2 * kv * layers > 2 * attn ? 2 * kv * layers - 2 * attn : 0;
+    /* ep: each moe branch's exchanges; full recomputation runs the forward's again */
+    double ef, eb;
+    ep_exchanges(in, c, l, &ef, &eb);
+    const double branches = layers * moe_per_layer(m);
+    k->ep_f = branches * ef;
+    k->ep_b = branches * (eb + (l->rc == DT_RECOMPUTE_FULL ? ef : 0));
 }
 
 /* Data parallelism's reduction of the rank's gradients over the replicas
@@ -121,7 +172,7 @@ int dt_plan_time(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layout 
 {
     chunk_cost k;
     chunk_of(in, c, l, &k);
-    const double F = k.fwd + k.tp_f + k.cp_f, Bw = k.bwd + k.tp_b + k.cp_b;
+    const double F = k.fwd + k.tp_f + k.cp_f + k.ep_f, Bw = k.bwd + k.tp_b + k.cp_b + k.ep_b;
     double span;
     if (l->pp > 1) {
         span = makespan(c, l->sched, l->pp, l->V, l->M, Bw / F);
@@ -146,8 +197,9 @@ int dt_plan_time(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layout 
                                 dt_plan_p2p(c, stride < in->per_node, msg) : 0;
     row->tp_s = l->M * (k.tp_f + k.tp_b) * l->V;
     row->cp_s = l->M * (k.cp_f + k.cp_b) * l->V;
+    row->ep_s = l->M * (k.ep_f + k.ep_b) * l->V;
     row->compute = l->M * (k.fwd + k.bwd) * l->V;
-    double idle = span - row->compute - row->tp_s - row->cp_s;
+    double idle = span - row->compute - row->tp_s - row->cp_s - row->ep_s;
     if (idle < 0) idle = 0;
     row->bubble = shared ? 0 : idle;
     row->cores_s = shared ? idle : 0;
@@ -155,6 +207,10 @@ int dt_plan_time(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layout 
     const size_t updated = l->zero > 0 ? row->psi / (size_t)(l->cp * l->dp) : row->psi;
     row->opt_s = OPT_BYTES_PER_PARAM * (double)updated / in->opt_Bps;
     row->step = span + row->pp_s + row->dp_s + row->opt_s;
+    /* the rows' four exchanges a branch, (ep - 1) / ep of them off the rank */
+    const double rank_layers = (double)((in->model.n_layer + l->pp - 1) / l->pp);
+    row->ep_bytes = l->ep > 1 ? 4.0 * rank_layers * moe_per_layer(&in->model) * l->M *
+                                    ep_exchange_bytes(in, l) * (l->ep - 1) / l->ep : 0;
     row->tokens_per_s = (double)in->batch * in->T / row->step;
     return 0;
 }

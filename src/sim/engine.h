@@ -69,7 +69,7 @@ typedef enum {
 /* Exposed communication is told apart in this many classes (what each
  * stands for is the program builder's: tensor-parallel reduces, pipeline
  * messages, gradient reductions...). */
-#define DT_SIM_CLASSES 4
+#define DT_SIM_CLASSES 5
 
 typedef struct {
     int kind;          /* dt_sim_op_kind */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/timer.h"
+#include "model/block.h"
 #include "parallel/pipeline/partition.h"
 #include "sim/layout_internal.h"
 
@@ -47,6 +48,24 @@ static int check_pipeline(const dt_sim_layout_opts *o, char *err, size_t len)
     return 0;
 }
 
+/* Expert parallelism as the mesh takes it: ep consecutive data-parallel
+ * ranks splitting each layer's experts evenly, not with cp. */
+static int check_ep(const dt_sim_layout_opts *o, char *err, size_t len)
+{
+    const int E = o->cfg.moe.experts;
+    if (o->ep <= 1) return 0;
+    if (!E)
+        return snprintf(err, len, "--ep %d splits a mixture of experts: the model has none (add "
+                        "--num-experts E)", o->ep), -1;
+    if (o->cp > 1)
+        return snprintf(err, len, "--ep %d with --cp %d: expert parallelism does not run with "
+                        "context parallelism", o->ep, o->cp), -1;
+    if (o->dp % o->ep || E % o->ep)
+        return snprintf(err, len, "--ep %d must divide the data-parallel size %d and the %d "
+                        "experts", o->ep, o->dp, E), -1;
+    return 0;
+}
+
 int dt_sim_layout_check(dt_sim_layout_opts *o, int ranks, char *err, size_t len)
 {
     if (o->tp < 1 || o->cp < 1 || o->pp < 1 || o->V < 1 || o->dp < 0)
@@ -55,7 +74,7 @@ int dt_sim_layout_check(dt_sim_layout_opts *o, int ranks, char *err, size_t len)
         return snprintf(err, len, "--batch-size and --grad-accum take 1 or more"), -1;
     if (o->zero < 0 || o->zero > 3)
         return snprintf(err, len, "--zero-stage %d: use 0 (DDP), 1, 2 or 3", o->zero), -1;
-    if (check_mesh(o, ranks, err, len)) return -1;
+    if (check_mesh(o, ranks, err, len) || check_ep(o, err, len)) return -1;
     return check_pipeline(o, err, len);
 }
 
@@ -74,6 +93,16 @@ static int replica_member(void *ctx, int g, int i)
     const dt_sim_layout_opts *o = ctx;
     int tp_i = g % o->tp, pp_i = g / o->tp;
     return tp_i + o->tp * i + o->tp * o->cp * o->dp * pp_i;
+}
+
+/* ep group g = tp_i + tp (edp_i + edp pp_i): member i is data-parallel
+ * rank i + ep edp_i (the mesh's; no cp with ep). */
+static int ep_member(void *ctx, int g, int i)
+{
+    const dt_sim_layout_opts *o = ctx;
+    const int ep = o->ep > 1 ? o->ep : 1, edp = o->dp / ep;
+    const int tp_i = g % o->tp, edp_i = g / o->tp % edp, pp_i = g / o->tp / edp;
+    return tp_i + o->tp * o->cp * (i + ep * edp_i) + o->tp * o->cp * o->dp * pp_i;
 }
 
 int lay_coll_id(lay *L, int over, dt_coll_kind kind, size_t bytes, char *err, size_t len)
@@ -111,6 +140,21 @@ static void costs(lay *L)
     L->head_f = head * per_rank;
     L->act_bytes = (double)o->micro * (o->seq / o->cp) * o->cfg.n_embd * sizeof(float);
     L->msg_bytes = L->act_bytes / (o->sp ? o->tp : 1);
+}
+
+/* The moe branches of a layer and their exchanges' sizes, with ep > 1. */
+static void experts(lay *L)
+{
+    const dt_sim_layout_opts *o = L->o;
+    dt_block b[DT_LAYER_MAX_BLOCKS];
+    char err[256];
+    const dt_block_kind *moe = dt_block_find("moe");
+    int n = o->ep > 1 ? dt_blocks_parse(o->cfg.blocks, b, err, sizeof err) : 0;
+    for (int i = 0; i < n; i++) L->moe += b[i].kind == moe;
+    const double skew = o->moe_skew > 1 ? o->moe_skew : 1;
+    L->ep_rows = (size_t)((double)o->micro * o->seq * o->cfg.moe.topk * o->cfg.n_embd *
+                          sizeof(float) * skew);
+    L->ep_counts = (size_t)o->cfg.moe.experts * sizeof(int32_t);
 }
 
 static int segments(lay *L, char *err, size_t len)
@@ -155,14 +199,19 @@ static int setup(lay *L, char *err, size_t len)
     L->held = calloc(p, sizeof *L->held);
     L->dp_n = calloc(p, sizeof *L->dp_n);
     L->dp_pred = calloc(p, sizeof *L->dp_pred);
+    L->ep_n = calloc(p, sizeof *L->ep_n);
+    L->ep_bytes = calloc(p, sizeof *L->ep_bytes);
     if (!L->cut || !L->compute || !L->comm || !L->events || !L->busy || !L->opt_s || !L->held ||
-        !L->dp_n || !L->dp_pred)
+        !L->dp_n || !L->dp_pred || !L->ep_n || !L->ep_bytes)
         return snprintf(err, len, "out of memory"), -1;
     if (dt_pp_cut_uniform(L->L, L->S, L->cut, err, len) || segments(L, err, len) ||
         schedule(L, err, len))
         return -1;
     costs(L);
-    if (dt_sim_groups_init(&L->groups[LAY_TP], L->w, o->tp, tp_member, (void *)o, err, len))
+    experts(L);
+    if (dt_sim_groups_init(&L->groups[LAY_TP], L->w, o->tp, tp_member, (void *)o, err, len) ||
+        dt_sim_groups_init(&L->groups[LAY_EP], L->w, o->ep > 1 ? o->ep : 1, ep_member, (void *)o,
+                           err, len))
         return -1;
     return dt_sim_groups_init(&L->groups[LAY_REPLICAS], L->w, o->cp * o->dp, replica_member,
                               (void *)o, err, len);
@@ -176,17 +225,16 @@ static void teardown(lay *L)
     for (int r = 0; L->comm && r < L->o->pp; r++) dt_sim_prog_free(&L->comm[r]);
     free(L->compute), free(L->comm), free(L->events), free(L->busy), free(L->opt_s);
     free(L->held), free(L->cut), free(L->seg_bytes), free(L->solo);
-    free(L->dp_n), free(L->dp_pred);
+    free(L->dp_n), free(L->dp_pred), free(L->ep_n), free(L->ep_bytes);
     if (L->o->pp > 1) dt_pp_schedule_free(&L->sch);
-    dt_sim_groups_free(&L->groups[LAY_TP]);
-    dt_sim_groups_free(&L->groups[LAY_REPLICAS]);
+    for (int g = 0; g < LAY_GROUPS; g++) dt_sim_groups_free(&L->groups[g]);
 }
 
 /* ---- running and summing up ---------------------------------------------------- */
 
 static void name_algos(const lay *L, dt_sim_layout *out)
 {
-    static const char *const over[] = {"tp", "dp"};
+    static const char *const over[] = {"tp", "dp", "ep"};
     for (int i = 0; i < L->ncoll; i++) {
         char one[64];
         snprintf(one, sizeof one, "%s %s", over[L->coll[i].over], L->coll[i].c.by_shape[0].label);
@@ -216,6 +264,8 @@ static void summarize(const lay *L, const dt_sim_engine *e, dt_sim_layout *out)
     out->optimizer_s = L->opt_s[busiest];
     out->dp_colls = L->dp_n[busiest];
     out->dp_predicted_s = L->dp_pred[busiest];
+    out->ep_colls = L->ep_n[busiest];
+    out->ep_bytes = L->ep_bytes[busiest];
     out->colls = L->ncoll;
     name_algos(L, out);
     long long changes;

@@ -34,6 +34,14 @@
  *       each forward and each backward that uses it, issued when the
  *       use `prefetch` before it starts (prefetch 0: when it is needed),
  *       and its gradients reduce-scattered after each backward.
+ * With experts and ep > 1, each moe layer's exchanges over its ep group
+ * (ep consecutive data-parallel ranks) run on the compute stream after
+ * the layer's products, as the real layer blocks on them: forward an
+ * all-to-all of the counts (E ints) and two of the rows (out to the
+ * experts and back), backward (B or I) two of the rows, each of B T K C
+ * fp32 times moe_skew (the busiest rank's share over the mean). Until the
+ * variable all-to-all is in comm/, they run as the even all-to-all of
+ * that size.
  * Every rank of a pipeline rank's stages runs the same programs: peers are
  * offsets and collectives are over groups (sim/group.h).
  */
@@ -48,7 +56,7 @@
 #include "sim/world.h"
 
 /* The classes of exposed communication (engine.h's cls). */
-enum { DT_SIM_CLS_TP, DT_SIM_CLS_PP, DT_SIM_CLS_GRADS, DT_SIM_CLS_GATHER };
+enum { DT_SIM_CLS_TP, DT_SIM_CLS_PP, DT_SIM_CLS_GRADS, DT_SIM_CLS_GATHER, DT_SIM_CLS_EP };
 
 typedef struct {
     dt_gpt_config cfg;
@@ -58,6 +66,8 @@ typedef struct {
     dt_pp_kind sched;         /* pp > 1 */
     int sp;                   /* sequence parallelism: boundary messages / tp */
     int zero, prefetch;       /* ZeRO stage 0..3; stage 3's layers gathered ahead */
+    int ep;                   /* expert-parallel ranks (of the dp ones); 0 or 1: none */
+    double moe_skew;          /* the busiest ep rank's rows over the mean; < 1: 1 */
     double flops_per_s;       /* sustained, per rank */
     double mem_GBps;          /* for the optimizer */
     size_t bucket_bytes;      /* DDP's bucket cap */
@@ -78,6 +88,8 @@ typedef struct {
     int dp_colls;             /* data-parallel collectives the busiest rank issues a step
                                  (DDP's buckets, ZeRO's per segment) */
     double dp_predicted_s;    /* their seconds by the cost model, one after another */
+    int ep_colls;             /* expert parallelism's all-to-alls the busiest rank runs a step */
+    double ep_bytes;          /* the bytes of their rows it moves to other ranks */
     char algos[128];          /* "tp allreduce ring; dp allreduce rhd", ... */
     double fwd_s, bwd_s;      /* the busiest chunk's forward and backward of a micro-batch,
                                  products only */

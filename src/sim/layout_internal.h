@@ -7,11 +7,11 @@
 #include "sim/group.h"
 #include "sim/layout.h"
 
-enum { LAY_TP, LAY_REPLICAS }; /* the groups a collective runs over */
+enum { LAY_TP, LAY_REPLICAS, LAY_EP, LAY_GROUPS }; /* the groups a collective runs over */
 
 /* A collective the programs use; its index is its engine id. */
 typedef struct {
-    int over;          /* LAY_TP or LAY_REPLICAS */
+    int over;          /* LAY_TP, LAY_REPLICAS or LAY_EP */
     dt_coll_kind kind;
     size_t bytes;
     dt_sim_group_coll c;
@@ -28,7 +28,9 @@ typedef struct {
     double msg_bytes;         /* a stage boundary's message */
     dt_pp_schedule sch;       /* pp > 1 */
     dt_pp_action *solo;       /* pp == 1: F, B of each micro-batch */
-    dt_sim_groups groups[2];  /* tp groups, replicas (n == 1: none) */
+    dt_sim_groups groups[LAY_GROUPS]; /* tp groups, replicas, ep groups (n == 1: none) */
+    int moe;                  /* moe branches a layer (0: dense, or no ep) */
+    size_t ep_rows, ep_counts; /* bytes of a branch's row and count all-to-alls, a rank's */
     lay_coll *coll;
     int ncoll, capcoll;
     dt_sim_prog *compute, *comm; /* [pp] */
@@ -38,6 +40,8 @@ typedef struct {
     size_t *held;                /* [pp] parameters each holds (its tp slice) */
     int *dp_n;                   /* [pp] data-parallel collectives each issues a step */
     double *dp_pred;             /* [pp] their seconds by the cost model, summed */
+    int *ep_n;                   /* [pp] ep all-to-alls each runs a step */
+    double *ep_bytes;            /* [pp] their rows' bytes to other ranks */
 } lay;
 
 /* The collective `kind` of `bytes` over group `over` (recorded on first

@@ -205,6 +205,29 @@ static void piece(bld *b, int seg, double sec, const char *label, int tp_reduces
     }
 }
 
+/* A moe layer's exchanges over its ep group, on the compute stream (the
+ * layer waits for them): forward the counts, the rows out and back;
+ * backward the rows' gradients out and back. */
+static void ep_exchanges(bld *b, int seg, int forward)
+{
+    lay *L = b->L;
+    const int N = L->groups[LAY_EP].n;
+    if (!L->moe || N < 2 || !is_layer(L, seg)) return;
+    int rows = lay_coll_id(L, LAY_EP, DT_COLL_ALLTOALL, L->ep_rows, b->err, b->len);
+    int counts = forward ? lay_coll_id(L, LAY_EP, DT_COLL_ALLTOALL, L->ep_counts, b->err, b->len)
+                         : 0;
+    if (rows < 0 || counts < 0) {
+        b->fail = 2;
+        return;
+    }
+    for (int k = 0; k < L->moe; k++) {
+        if (forward) add(b, b->cp, dt_sim_coll_as(counts, DT_SIM_CLS_EP));
+        for (int x = 0; x < 2; x++) add(b, b->cp, dt_sim_coll_as(rows, DT_SIM_CLS_EP));
+        L->ep_n[b->r] += forward ? 3 : 2;
+        L->ep_bytes[b->r] += 2.0 * (double)L->ep_rows * (N - 1) / N;
+    }
+}
+
 /* Whether micro-batch i's backward reduces the gradients: every one under
  * ZeRO-2/3 (each rank keeps its pieces only), the last one otherwise. */
 static int reduces(const bld *b, int i)
@@ -219,6 +242,7 @@ static void compute_action(bld *b, const dt_pp_action *a)
         for (int s = 0; s < ns; s++) {
             use(b);
             piece(b, segs[s], seg_fwd(b->L, segs[s]), "forward", 1);
+            ep_exchanges(b, segs[s], 1);
         }
         return;
     }
@@ -227,6 +251,7 @@ static void compute_action(bld *b, const dt_pp_action *a)
     for (int s = ns - 1; s >= 0; s--) {
         if (a->op != DT_PP_W) use(b);
         piece(b, segs[s], part * seg_fwd(b->L, segs[s]), names[a->op], a->op != DT_PP_W);
+        if (a->op != DT_PP_W) ep_exchanges(b, segs[s], 0);
         if (a->op != DT_PP_I && reduces(b, a->micro)) seg_done(b, segs[s]);
     }
 }

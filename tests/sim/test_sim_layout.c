@@ -16,6 +16,14 @@
  *    backward, each segment) and every segment's reduce-scatter, one after
  *    another on the comm stream, each by the ring's closed form over the
  *    model's real segment sizes;
+ *  - expert parallelism (ep 2 of a mixture of experts, 2 ranks on a host)
+ *    with free compute and DDP's one bucket after the last backward: per
+ *    moe layer and micro-batch an all-to-all of the E counts and 4 of the
+ *    rows (B T K C fp32 times the skew, a rank's), each one pairwise
+ *    exchange (alpha + beta n / 2), one after another on the compute
+ *    stream; 5 L M of them, 4 L M B T K C 4 skew / 2 bytes to the other
+ *    rank; none at ep 1; ep on a dense model or not dividing the experts
+ *    refused;
  *  - the pipeline bubble of 1f1b, gpipe, zb1p and interleaved (V 2) at
  *    p = 8, 16, 32, 64, with equal stages (the head's share made
  *    negligible: a vocabulary of 1) and a free network: idle / (p x step)
@@ -174,6 +182,39 @@ static void zero3(void)
           want);
 }
 
+static void expert_parallel(void)
+{
+    const int L = 2, C = 64, T = 16, B = 2, M = 2, E = 4, K = 2;
+    const double skew = 1.5;
+    dt_sim_layout_opts o = layout(L, C, 32, T);
+    o.cfg.moe = (dt_moe_config){.experts = E, .topk = K};
+    snprintf(o.cfg.blocks, sizeof o.cfg.blocks, "%s", dt_blocks_gpt2_moe);
+    o.micro = B, o.accum = M, o.flops_per_s = 1e30, o.bucket_bytes = (size_t)1 << 40;
+    o.ep = 2, o.moe_skew = skew;
+    dt_sim_layout out;
+    if (run(&o, 2, 2, 0, &out)) return;
+    const double n = (double)B * T * K * C * 4 * skew;
+    const double want = L * M * ((ALPHA + BETA * E * 4 / 2) + 4 * (ALPHA + BETA * n / 2));
+    const double got = out.mean.exposed_cls[DT_SIM_CLS_EP];
+    CHECK(fabs(got - want) <= 1e-6 * want, "ep 2: all-to-alls exposed %.9g s, want %.9g", got,
+          want);
+    CHECK(out.step_s >= got, "ep 2: the step %.9g s holds them", out.step_s);
+    CHECK(out.ep_colls == 5 * L * M, "ep 2: %d all-to-alls a step, want %d", out.ep_colls,
+          5 * L * M);
+    CHECK(fabs(out.ep_bytes - 4 * L * M * n / 2) <= 1e-9 * n, "ep 2: %.9g bytes to the other "
+          "rank a step, want %.9g", out.ep_bytes, 4 * L * M * n / 2);
+    o.ep = 1, o.dp = 0;
+    if (run(&o, 2, 2, 0, &out)) return;
+    CHECK(out.ep_colls == 0 && out.mean.exposed_cls[DT_SIM_CLS_EP] == 0, "ep 1: no all-to-alls");
+    char err[256];
+    o.ep = 4, o.dp = 0;
+    CHECK(dt_sim_layout_check(&o, 2, err, sizeof err) && strstr(err, "--ep 4"),
+          "ep 4 of 2 ranks refused: %s", err);
+    o.ep = 2, o.dp = 0, o.cfg.moe.experts = 0, o.cfg.blocks[0] = 0;
+    CHECK(dt_sim_layout_check(&o, 2, err, sizeof err) && strstr(err, "--num-experts"),
+          "ep 2 of a dense model refused: %s", err);
+}
+
 static void bubble(dt_pp_kind kind, int p, int V, int M)
 {
     dt_sim_layout_opts o = layout(p * V, 256, 1, 16);
@@ -192,6 +233,7 @@ int main(void)
     group_collectives();
     tensor_parallel();
     zero3();
+    expert_parallel();
     for (int p = 8; p <= 64; p *= 2) {
         bubble(DT_PP_1F1B, p, 1, 2 * p);
         bubble(DT_PP_GPIPE, p, 1, p);

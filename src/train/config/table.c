@@ -36,7 +36,8 @@ const char *const dt_cfg_group_titles[G_COUNT] = {
 
 const dt_cfg_opt dt_cfg_options[] = {
     OPT(G_MODEL, "model", NULL, T_CHOICE, model, 0, 0,
-        "tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl|bench", hook_model, O_EMPTYOK,
+        "tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl|bench|mixtral-mini|deepseek-moe-mini",
+        hook_model, O_EMPTYOK,
         "preset; sets the sizes not given explicitly (\"\" = none)"),
     OPT(G_MODEL, "n-layer", NULL, T_INT, n_layer, 1, IMAX, "N", NULL, 0, "transformer blocks"),
     OPT(G_MODEL, "n-head", NULL, T_INT, n_head, 1, IMAX, "N", NULL, 0, "attention heads"),
@@ -296,16 +297,27 @@ int dt_cfg_find_json(const char *key, int *is_alias)
 typedef struct preset {
     const char *name;
     int n_layer, n_head, n_embd, block_size, vocab_size;
+    int experts, ffn, topk; /* a mixture of experts; experts 0: dense */
 } preset;
 
+/* The MoE presets keep their models' expert shapes at a width a CPU plans
+ * and runs: Mixtral 8x7B's 8 experts of 3.5 C, top 2, and DeepSeek-MoE's
+ * (V2-Lite, 16B) 64 experts of 0.6875 C, top 6; GPT-2's blocks (LayerNorm,
+ * GELU experts, learned positions), no shared experts. */
 static const preset presets[] = {
-    {"tiny", 4, 4, 128, 128, 0},           {"gpt2", 12, 12, 768, 1024, 50257},
-    {"gpt2-medium", 24, 16, 1024, 1024, 50257}, {"gpt2-large", 36, 20, 1280, 1024, 50257},
-    {"gpt2-xl", 48, 25, 1600, 1024, 50257}, {"bench", 6, 6, 384, 256, 256},
+    {"tiny", 4, 4, 128, 128, 0, 0, 0, 0},
+    {"gpt2", 12, 12, 768, 1024, 50257, 0, 0, 0},
+    {"gpt2-medium", 24, 16, 1024, 1024, 50257, 0, 0, 0},
+    {"gpt2-large", 36, 20, 1280, 1024, 50257, 0, 0, 0},
+    {"gpt2-xl", 48, 25, 1600, 1024, 50257, 0, 0, 0},
+    {"bench", 6, 6, 384, 256, 256, 0, 0, 0},
+    {"mixtral-mini", 8, 8, 512, 1024, 32000, 8, 1792, 2},
+    {"deepseek-moe-mini", 8, 8, 512, 1024, 32000, 64, 352, 6},
 };
 
 /* Sets the sizes that were not given explicitly, so that a preset never
- * undoes a size the user asked for, whichever came first. */
+ * undoes a size the user asked for, whichever came first. A dense preset
+ * leaves the router's K as it is. */
 static int hook_model(dt_train_config *c, const char *who, char *err, size_t n)
 {
     if (!c->model[0]) return 0;
@@ -317,6 +329,9 @@ static int hook_model(dt_train_config *c, const char *who, char *err, size_t n)
         if (!c->given[DT_CFG_IDX(n_embd)]) c->n_embd = p->n_embd;
         if (!c->given[DT_CFG_IDX(block_size)]) c->block_size = p->block_size;
         if (!c->given[DT_CFG_IDX(vocab_size)]) c->vocab_size = p->vocab_size;
+        if (!c->given[DT_CFG_IDX(num_experts)]) c->num_experts = p->experts;
+        if (!c->given[DT_CFG_IDX(moe_ffn)]) c->moe_ffn = p->ffn;
+        if (p->topk && !c->given[DT_CFG_IDX(moe_topk)]) c->moe_topk = p->topk;
         return 0;
     }
     dt_strf(err, n, "%s: no preset named '%s'", who, c->model);
