@@ -45,22 +45,18 @@ static int tp_ok(const dt_plan_input *in, int tp)
 }
 
 /* Ring attention's zig-zag cut: 2 cp chunks of each sequence; without
- * context parallelism nothing is cut. Experts are not trained with it (a
- * run refuses: their balance loss is per sequence). */
+ * context parallelism nothing is cut. */
 static int cp_ok(const dt_plan_input *in, int cp)
 {
-    return cp == 1 || (!in->model.moe.experts && cp <= 16 && in->T % (2 * cp) == 0);
+    return cp == 1 || (cp <= 16 && in->T % (2 * cp) == 0);
 }
 
 /* Expert parallelism takes ep consecutive data-parallel ranks (the mesh)
- * and splits each layer's experts evenly over them; not with cp. Nor,
- * for now, with both tp and pp: the mesh's places (what `--dry-run`
- * prints) cannot lay out that rank's share yet. */
+ * and splits each layer's experts evenly over them. */
 static int ep_ok(const dt_plan_input *in, const dt_plan_layout *l, int ep)
 {
     const int E = in->model.moe.experts;
-    return ep == 1 || (E && l->cp == 1 && l->dp % ep == 0 && E % ep == 0 &&
-                       (l->tp == 1 || l->pp == 1));
+    return ep == 1 || (E && l->dp % ep == 0 && E % ep == 0);
 }
 
 /* The schedules a pipeline of pp stages could run with M micro-batches,

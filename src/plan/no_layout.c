@@ -47,10 +47,6 @@ static int size_rule(char *buf, size_t n, const dt_plan_input *in, int i)
                        "ranks and splits the %d heads and the MLP's %d columns evenly (and the "
                        "vocabulary of %d, every slice some)", tp_max, m->n_head, 4 * m->n_embd,
                        m->vocab_size);
-    if (i == 1 && m->moe.experts)
-        return dt_strf(buf, n, "a mixture of experts trains without context parallelism (its "
-                       "balance loss and capacity are per sequence; a run refuses --cp with "
-                       "--num-experts)");
     if (i == 1)
         return dt_strf(buf, n, "context parallelism is a power of two up to 16 that divides the "
                        "ranks, with 2 cp chunks dividing the sequence of %d", in->T);
@@ -89,8 +85,7 @@ static void rule_text(char *buf, size_t n, const dt_plan_input *in, int i)
             break;
         }
         dt_strf(buf, n, "expert parallelism divides the data-parallel size and the model's %d "
-                "experts (--num-experts), and runs neither with context parallelism nor with "
-                "tensor and pipeline parallelism both", in->model.moe.experts);
+                "experts (--num-experts)", in->model.moe.experts);
         break;
     default:
         dt_strf(buf, n, "every size together must divide the ranks and the batch");

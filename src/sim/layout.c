@@ -49,7 +49,7 @@ static int check_pipeline(const dt_sim_layout_opts *o, char *err, size_t len)
 }
 
 /* Expert parallelism as the mesh takes it: ep consecutive data-parallel
- * ranks splitting each layer's experts evenly, not with cp. */
+ * ranks splitting each layer's experts evenly. */
 static int check_ep(const dt_sim_layout_opts *o, char *err, size_t len)
 {
     const int E = o->cfg.moe.experts;
@@ -57,9 +57,6 @@ static int check_ep(const dt_sim_layout_opts *o, char *err, size_t len)
     if (!E)
         return snprintf(err, len, "--ep %d splits a mixture of experts: the model has none (add "
                         "--num-experts E)", o->ep), -1;
-    if (o->cp > 1)
-        return snprintf(err, len, "--ep %d with --cp %d: expert parallelism does not run with "
-                        "context parallelism", o->ep, o->cp), -1;
     if (o->dp % o->ep || E % o->ep)
         return snprintf(err, len, "--ep %d must divide the data-parallel size %d and the %d "
                         "experts", o->ep, o->dp, E), -1;

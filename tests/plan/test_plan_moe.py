@@ -15,7 +15,7 @@ them to other ranks, the busiest rank taking the skew (--moe-skew, 1.3 by
 default) times the mean: 4 L M B T K C 4 bytes (N - 1) / N skew a step.
 They cost more when the ep group spans hosts than within one.
 Bad input: --ep that does not divide the experts, --ep on a dense model,
---cp with experts: each exits 2 naming what would work.
+a skew below 1: each exits 2 naming what would work.
 """
 import json
 import os
@@ -105,15 +105,15 @@ def exchanges(dtrain):
 
 def unpinned(dtrain):
     r = plan(dtrain, ["--model", "mixtral-mini", "--global-batch", "64", "--nodes", "2",
-                      "--ranks-per-node", "4", "--mem-per-rank", "16", "--json", "--top", "1000"])
+                      "--ranks-per-node", "4", "--mem-per-rank", "16", "--json", "--top", "1000", "--cp", "1"])
     check(r.returncode == 0, "an unpinned plan of mixtral-mini on 8 ranks exits 0 (%s)"
           % r.stderr.strip()[-300:])
     if r.returncode:
         return
     rows = json.loads(r.stdout)["best"]
     eps = sorted({w["ep"] for w in rows})
-    check(eps == [1, 2, 4, 8], "it weighs ep 1, 2, 4 and 8 (saw %s)" % eps)
-    check(all(w["cp"] == 1 for w in rows), "and no context parallelism")
+    check(eps == [1, 2, 4, 8], "with cp 1 pinned (fewer layouts), it weighs ep 1, 2, 4 and 8 "
+          "(saw %s)" % eps)
     check(all(w["dp"] % w["ep"] == 0 for w in rows), "ep divides dp in each")
 
 
@@ -123,7 +123,6 @@ def bad_input(dtrain):
     cases = [
         (["--model", "mixtral-mini", "--ep", "3"], ["--ep 3", "8 experts", "1, 2, 4"]),
         (["--model", "gpt2", "--ep", "2"], ["--ep 2", "--num-experts"]),
-        (["--model", "mixtral-mini", "--cp", "2"], ["--cp 2", "--num-experts"]),
         (["--model", "mixtral-mini", "--moe-skew", "0.5"], ["--moe-skew", "at least 1"]),
     ]
     for args, words in cases:

@@ -186,7 +186,7 @@ const dt_cfg_opt dt_cfg_options[] = {
     OPT(G_RUN, "cp", NULL, T_INT, cp, 1, 64, "N", NULL, 0,
         "context parallel ranks: each runs its part of every sequence"),
     OPT(G_RUN, "ep", NULL, T_INT, ep, 1, DT_MOE_MAX_EXPERTS, "N", NULL, 0,
-        "expert parallel ranks (of the data-parallel ones): each holds E / N experts"),
+        "expert parallel ranks (of the dp ones): each holds E / N experts"),
     OPT(G_RUN, "cp-algo", NULL, T_CHOICE, cp_algo, 0, 0, "ring|ulysses", NULL, 0,
         "attention across the cp group: k/v round a ring, or to heads"),
     OPT(G_RUN, "pp-schedule", NULL, T_CHOICE, pp_schedule, 0, 0,
