@@ -30,8 +30,11 @@
  * evaluates together and, planning last, who writes), DDP or ZeRO over the
  * replicas, context parallelism, the pipeline, tensor parallelism. Each
  * layer narrows what the ones above it left (strategy.h); none knows
- * which others are there. With --ep the expert-parallel layer sits on
- * top. */
+ * which others are there. With --ep the expert-parallel layer sits
+ * between the pipeline and tensor parallelism: it plans after tp (whose
+ * whole layout it takes), gathers the final weights before it (over the
+ * tp x ep ranks of replica 0, `slices`), and its gradient hook wraps the
+ * data-parallel layer's. */
 #ifndef DT_PARALLEL_MESH_H
 #define DT_PARALLEL_MESH_H
 
