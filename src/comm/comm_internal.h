@@ -278,6 +278,12 @@ int dt_comm_fail_from_abort(dt_comm *c, const char *during);
 /* Job-wide abort: stores the message, wakes every waiting communicator.
  * Called by the monitor when the store broadcasts, and by dt_comm_fail. */
 void dt_job_abort(dt_job *job, int code, const char *msg);
+/* Record a bad argument's message in c (unless c has failed; c stays
+ * usable) and return DT_ERR_INVALID (collectives.c). */
+int dt_comm_invalid(dt_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A dt_alltoallv call's counts, displacements and buffers, checked
+ * (alltoallv_args.c); sets a->count to the largest per-peer count. */
+int dt_alltoallv_check(dt_comm *c, dt_coll_args *a);
 /* A scratch buffer of at least bytes, owned by c. */
 void *dt_comm_scratch(dt_comm *c, size_t bytes);
 uint64_t dt_comm_deadline(const dt_comm *c);

@@ -235,11 +235,43 @@ void dt_p2p_fill_hdr(const dt_comm *c, const dt_p2p *op, dt_msg_hdr *h)
     } else {
         h->seq = c->cur_seq;
     }
+    /* An all-to-all-v's pair checks its counts both ways: a message says
+     * what its sender sends (bytes) and what it expects back (count), so
+     * each side of a pair that disagrees sees it in the call itself. On a
+     * receive, the header the peer's must equal. */
+    if (call->kind == DT_COLL_ALLTOALLV)
+        h->count = dt_coll_v_count(call, op->peer, op->kind != DT_P2P_SEND);
 }
 
 static const char *coll_name_of(uint8_t k)
 {
     return k < DT_COLL_KIND_COUNT ? dt_coll_name((dt_coll_kind)k) : "unknown";
+}
+
+static int describe_dtype(const dt_msg_hdr *want, const dt_msg_hdr *got, char *buf, size_t len)
+{
+    return snprintf(buf, len, "dtype: ours %s, rank %%d's %s",
+                    dt_dtype_name((dt_dtype)want->dtype),
+                    got->dtype < DT_DTYPE_COUNT ? dt_dtype_name((dt_dtype)got->dtype) : "?");
+}
+
+/* An all-to-all-v's pair (see dt_p2p_fill_hdr): the peer sends got->bytes
+ * and expects got->count elements back; we expect want->bytes and send
+ * want->count. Both sides of a disagreement say the same sentence. */
+static int describe_v_mismatch(const dt_comm *c, const dt_msg_hdr *want, const dt_msg_hdr *got,
+                               char *buf, size_t len)
+{
+    if (got->dtype != want->dtype) return describe_dtype(want, got, buf, len);
+    unsigned long long esz = dt_dtype_size((dt_dtype)want->dtype);
+    if (got->bytes != want->bytes)
+        return snprintf(buf, len, "alltoallv counts: rank %%d sends %llu elements to rank %d, "
+                        "which expects %llu from it", (unsigned long long)got->bytes / esz,
+                        c->rank, (unsigned long long)want->bytes / esz);
+    if (got->count != want->count)
+        return snprintf(buf, len, "alltoallv counts: rank %d sends %llu elements to rank %%d, "
+                        "which expects %llu from it", c->rank, (unsigned long long)want->count,
+                        (unsigned long long)got->count);
+    return 0;
 }
 
 /* The first field that differs, described for both sides. */
@@ -252,13 +284,11 @@ static int describe_mismatch(const dt_comm *c, const dt_msg_hdr *want, const dt_
     if (got->seq != want->seq)
         return snprintf(buf, len, "sequence: we are at #%llu, rank %%d at #%llu",
                         (unsigned long long)want->seq, (unsigned long long)got->seq);
+    if (want->coll == DT_COLL_ALLTOALLV) return describe_v_mismatch(c, want, got, buf, len);
     if (got->count != want->count)
         return snprintf(buf, len, "count: ours %llu, rank %%d's %llu",
                         (unsigned long long)want->count, (unsigned long long)got->count);
-    if (got->dtype != want->dtype)
-        return snprintf(buf, len, "dtype: ours %s, rank %%d's %s",
-                        dt_dtype_name((dt_dtype)want->dtype),
-                        got->dtype < DT_DTYPE_COUNT ? dt_dtype_name((dt_dtype)got->dtype) : "?");
+    if (got->dtype != want->dtype) return describe_dtype(want, got, buf, len);
     if (got->op != want->op)
         return snprintf(buf, len, "op: ours %s, rank %%d's %s", dt_op_name((dt_op)want->op),
                         got->op < DT_OP_COUNT ? dt_op_name((dt_op)got->op) : "?");
@@ -271,7 +301,6 @@ static int describe_mismatch(const dt_comm *c, const dt_msg_hdr *want, const dt_
     if (got->bytes != want->bytes)
         return snprintf(buf, len, "message size: expected %llu bytes, rank %%d sent %llu",
                         (unsigned long long)want->bytes, (unsigned long long)got->bytes);
-    (void)c;
     return 0;
 }
 
