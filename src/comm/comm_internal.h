@@ -238,6 +238,7 @@ struct dt_comm {
     void *scratch;
     size_t scratch_bytes;
     int spin_limit;
+    uint64_t yield_ns; /* after the spin, yield the core this long before sleeping */
     /* Algorithms: forced per collective (DT_ALGO_AUTO: choose), and auto's
      * choices by message size (log2 of bytes), valid for model_seen. */
     int algo_forced[DT_COLL_KIND_COUNT];
@@ -295,6 +296,11 @@ int dt_have_mpi(void);
  * the same peer and direction complete in array order; at most
  * DT_P2P_MAX_OPS of them. */
 #define DT_P2P_MAX_OPS 64
+/* With more ranks on a host than cores, a wait that spun in vain yields
+ * the core for up to this long before it sleeps: the peer it waits for is
+ * often runnable on the same core, and a yield hands it over in a couple
+ * of microseconds where a futex sleep and wake take tens. */
+#define DT_YIELD_NS 500000ull
 int dt_p2p_run(dt_comm *c, dt_p2p *ops, int n);
 /* Queued dt_isend/dt_irecv calls that the progress thread runs as one step. */
 #define DT_P2P_BATCH 32

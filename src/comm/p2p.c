@@ -9,7 +9,8 @@
  * doorbell (shared memory's futex), or in poll() on their descriptors
  * (TCP's sockets); links that move only when polled (MPI's) nap instead.
  * With more ranks than cores the spin is short, because a spinning rank
- * steals the core from the rank it waits for. Every wakeup
+ * steals the core from the rank it waits for, and the rank then yields
+ * the core for a while (DT_YIELD_NS) before it sleeps. Every wakeup
  * checks the job's abort flag and the deadline: no progress for
  * DTRAIN_TIMEOUT seconds fails the communicator, naming the peer.
  */
@@ -201,6 +202,10 @@ int dt_p2p_run_growing(dt_comm *c, dt_p2p *ops, int n, int cap, dt_p2p_refill_fn
         }
         int gone = op_on_gone_peer(c, ops, done, n, last_progress, now);
         if (gone >= 0) return dt_comm_fail_left(c, &ops[gone]);
+        if (now - last_progress < c->yield_ns) {
+            sched_yield();
+            continue;
+        }
         if (!armed) { /* one more pass after arming, so no wake-up is lost */
             db->arm(c);
             armed = 1;
