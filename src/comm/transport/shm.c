@@ -87,12 +87,20 @@ static void publish_head(shm_link *l)
     ring_notify(l->peer_inbox);
 }
 
+/* Whether the receiver of the current call's messages may reduce them. */
+static int reducing(const dt_comm *c)
+{
+    dt_coll_kind k = c->cur.kind;
+    return k == DT_COLL_ALLREDUCE || k == DT_COLL_REDUCE || k == DT_COLL_REDUCE_SCATTER;
+}
+
 static int send_header(dt_comm *c, shm_link *l, dt_p2p *op)
 {
     uint64_t rb = l->out_bytes;
     if (ring_free(l, rb) < LINE) return 0;
     dt_p2p_fill_hdr(c, op, &op->hdr);
-    if (l->use_cma && op->bytes >= l->sc->cma_min) {
+    size_t cma_min = reducing(c) ? l->sc->cma_min : l->sc->cma_copy_min;
+    if (l->use_cma && op->bytes >= cma_min) {
         op->hdr.flags |= DT_MSG_FLAG_CMA;
         op->hdr.aux[0] = (uint64_t)(uintptr_t)op->src;
         op->hdr.aux[1] = op->ticket = ++l->cma_sent;
