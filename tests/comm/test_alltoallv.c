@@ -362,7 +362,7 @@ static int algorithms(int with_mpi, const char **out)
 {
     const char *names[16];
     int n = dt_comm_algo_names("alltoallv", names, 16), k = 0;
-    CHECK(n == 3 && !strcmp(names[0], "pairwise") && !strcmp(names[1], "linear") &&
+    CHECK(n == 3 && !strcmp(names[0], "linear") && !strcmp(names[1], "pairwise") &&
           !strcmp(names[2], "mpi"), "dt_comm_algo_names(alltoallv): %d names", n);
     for (int i = 0; i < n && i < 16; i++)
         if (with_mpi || strcmp(names[i], "mpi")) out[k++] = names[i];
@@ -383,7 +383,7 @@ static void names_and_auto(dt_comm *c)
         CHECK(size == 1 || us > 0, "predicted %g us for a linear alltoallv of %zu", us, n);
     }
     CHECK(dt_comm_set_algo(c, "alltoallv", "nope") == DT_ERR_INVALID, "algorithm 'nope' taken");
-    CHECK(strstr(dt_comm_error(c), "choices: auto, pairwise, linear, mpi"),
+    CHECK(strstr(dt_comm_error(c), "choices: auto, linear, pairwise, mpi"),
           "message for 'nope': %s", dt_comm_error(c));
     CHECK(dt_comm_algo_summary("alltoallv", "linear") != NULL, "no summary for linear");
 }
