@@ -242,8 +242,8 @@ void dt_p2p_fill_hdr(const dt_comm *c, const dt_p2p *op, dt_msg_hdr *h)
     }
     /* An all-to-all-v's pair checks its counts both ways: a message says
      * what its sender sends (bytes) and what it expects back (count), so
-     * each side of a pair that disagrees sees it in the call itself. On a
-     * receive, the header the peer's must equal. */
+     * each side of a pair that disagrees sees it in the call itself. For a
+     * receive this is the header the peer's must match. */
     if (call->kind == DT_COLL_ALLTOALLV)
         h->count = dt_coll_v_count(call, op->peer, op->kind != DT_P2P_SEND);
 }
