@@ -91,7 +91,12 @@ static int validate(dt_comm *c, dt_coll_args *a)
 
 static void copy_if_distinct(void *dst, const void *src, size_t bytes)
 {
-    if (dst != src && bytes) memmove(dst, src, bytes);
+    const char *d = dst, *s = src;
+    if (dst == src || !bytes) return;
+    if (bytes >= DT_STREAM_MIN && (d + bytes <= s || s + bytes <= d))
+        dt_copy_stream(dst, src, bytes);
+    else
+        memmove(dst, src, bytes);
 }
 
 /* The selectable collectives run whichever algorithm dt_algo_pick names. */

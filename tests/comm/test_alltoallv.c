@@ -6,7 +6,7 @@
  * asking the library: uneven counts with zeros, a rank that sends nothing
  * at all, a rank that receives nothing, blocks in a shuffled order with
  * gaps between them (which must come back untouched), large blocks for
- * the transports' bulk paths. Every dtype, every algorithm forced (and
+ * the transports' bulk paths and blocks past 4 MiB, written past the cache. Every dtype, every algorithm forced (and
  * ranks forcing different ones), auto, the non-blocking twin overlapped
  * with other collectives, the payload counted (zero counts move none),
  * and every argument check, after each of which the communicator must
@@ -57,6 +57,7 @@ typedef struct {
     size_t big;   /* one pair in four moves this many more (0: none) */
     int quiet;    /* this rank sends nothing at all (-1: none) */
     int deaf;     /* this rank receives nothing at all (-1: none) */
+    int dense;    /* every pair moves big more: no zeros */
 } pattern;
 
 /* Elements rank i sends rank j: a third of the pairs zero. */
@@ -64,9 +65,9 @@ static size_t count_of(const pattern *pt, int i, int j)
 {
     if (i == pt->quiet || j == pt->deaf || pt->most == 0) return 0;
     uint64_t h = draw(pt->seed, (uint64_t)i, (uint64_t)j, 1);
-    if (h % 3 == 0) return 0;
+    if (h % 3 == 0 && !pt->dense) return 0;
     size_t n = 1 + (size_t)(h >> 8) % pt->most;
-    if (pt->big && (h >> 40) % 4 == 0) n += pt->big;
+    if (pt->big && (pt->dense || (h >> 40) % 4 == 0)) n += pt->big;
     return n;
 }
 
@@ -251,7 +252,7 @@ static void patterns(dt_comm *c, int counted, const char *algo)
         for (uint64_t s = 1; s <= 3; s++) {
             /* small random counts; then rank s % size sends nothing and
              * rank (s + 1) % size receives nothing */
-            pattern pt = {s * 31 + (uint64_t)t, 40, 0, -1, -1};
+            pattern pt = {s * 31 + (uint64_t)t, 40, 0, -1, -1, 0};
             if (s >= 2) pt.quiet = (int)(s % (uint64_t)size);
             if (s == 3) pt.deaf = (int)((s + 1) % (uint64_t)size);
             snprintf(what, sizeof what, "alltoallv (%s, seed %llu)", algo,
@@ -259,20 +260,28 @@ static void patterns(dt_comm *c, int counted, const char *algo)
             one_call(c, &pt, (dt_dtype)t, counted, what);
         }
     /* Every count zero: nothing moves, nothing is written. */
-    pattern none = {77, 0, 0, -1, -1};
+    pattern none = {77, 0, 0, -1, -1, 0};
     snprintf(what, sizeof what, "alltoallv (%s, every count zero)", algo);
     one_call(c, &none, DT_I32, counted, what);
     /* Blocks past the shared-memory rings and the CMA threshold. */
-    pattern large = {99, 50, 300000, -1, -1};
+    pattern large = {99, 50, 300000, -1, -1, 0};
     snprintf(what, sizeof what, "alltoallv (%s, large blocks)", algo);
     one_call(c, &large, DT_F32, counted, what);
+}
+
+/* Every block past DT_STREAM_MIN (4 MiB), the rank's own included: the
+ * outputs written past the cache. */
+static void huge_blocks(dt_comm *c)
+{
+    pattern huge = {111, 50, (4u << 20) / sizeof(float) + 1000, -1, -1, 1};
+    one_call(c, &huge, DT_F32, 1, "alltoallv (auto, blocks of 4 MiB and more)");
 }
 
 /* ---- the non-blocking twin among other collectives ----------------------------- */
 
 static void nonblocking(dt_comm *c)
 {
-    pattern a = {501, 60, 0, -1, -1}, b = {502, 60, 70000, 1 % size, -1};
+    pattern a = {501, 60, 0, -1, -1, 0}, b = {502, 60, 70000, 1 % size, -1, 0};
     call ka, kb;
     call_make(&ka, &a, DT_F32);
     call_make(&kb, &b, DT_I64);
@@ -420,6 +429,7 @@ int main(int argc, char **argv)
     must(c, dt_comm_set_algo(c, "alltoallv", "auto"), "dt_comm_set_algo (auto)");
     check_set_label("rank %d: alltoallv=auto: ", rank);
     patterns(c, 1, "auto");
+    huge_blocks(c);
     nonblocking(c);
     bad_arguments(c);
     nonblocking(c); /* the refused calls left the communicator working */

@@ -36,7 +36,6 @@
 #include "comm/transport/transport.h"
 
 #define CMA_PIECE (4u << 20)   /* a plain CMA receive moves this much per call */
-#define STREAM_MIN (32u << 20) /* reductions this large store past the cache */
 
 static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
 {
@@ -169,11 +168,11 @@ static int recv_header(dt_comm *c, shm_link *l, dt_p2p *op)
 
 static void consume(dt_comm *c, dt_p2p *op, const void *from, size_t n)
 {
-    if (op->kind == DT_P2P_RECV && op->bytes >= STREAM_MIN)
+    if (op->kind == DT_P2P_RECV && op->bytes >= DT_STREAM_MIN)
         dt_copy_stream((char *)op->dst + op->done, from, n);
     else if (op->kind == DT_P2P_RECV)
         memcpy((char *)op->dst + op->done, from, n);
-    else if (op->bytes >= STREAM_MIN) /* far beyond the cache: stream the result out */
+    else if (op->bytes >= DT_STREAM_MIN) /* far beyond the cache: stream the result out */
         dt_reduce_elems_stream(c->cur.dtype, c->cur.op, (char *)op->dst + op->done,
                                (const char *)op->src + op->done, from, n / dt_dtype_size(c->cur.dtype));
     else
