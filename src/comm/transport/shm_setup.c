@@ -193,7 +193,8 @@ static int cma_works(pid_t pid, uint64_t addr)
 /* With more ranks on the host than cores, every copy takes a core that
  * another rank waits for, and the second copy the ring costs is no longer
  * free: auto then pulls a message its receiver only copies (no reduction,
- * whose pass over the data is the same either way) from this size up. */
+ * whose pass over the data is the same either way) from this size up, to
+ * where the ring's output is streamed past the cache (shm.c). */
 #define CMA_CROWDED_MIN (256u << 10)
 
 static uint64_t default_ring_bytes(int npeers)
