@@ -46,12 +46,15 @@ uint64_t dt_comm_deadline(const dt_comm *c)
 /* ---- communicator --------------------------------------------------------- */
 
 /* How a wait starts (p2p.c): spin, then (with more ranks than cores)
- * yield the core, then sleep. */
+ * yield the core, then sleep. A crowded host spins only a few polls: the
+ * yield that follows hands the core to a rank on it, and a longer spin
+ * only delays that (4 ranks on 2 cores, 4 KiB all-to-all-v: 6.0 us with
+ * 10 polls, 8.0 with 50). */
 static void set_waiting(dt_comm *c, int ranks_on_host)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int crowded = ranks_on_host > cpus;
-    long spin = crowded ? 50 : 4000;
+    long spin = crowded ? 10 : 4000;
     char e[256];
     if (dt_env_long("DTRAIN_SPIN", 0, 100000000, &spin, e, sizeof e) < 0) DT_WARN("%s", e);
     c->spin_limit = (int)spin;
