@@ -124,6 +124,18 @@ int dt_allgather(dt_comm *c, const void *send, void *recv, size_t count, dt_dtyp
 int dt_reduce_scatter(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t,
                       dt_op op);
 int dt_alltoall(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t);
+/* All-to-all with a count per peer (MPI_Alltoallv): send_counts[j]
+ * elements from send + send_displs[j] go to rank j, and recv_counts[j]
+ * from rank j land at recv + recv_displs[j]; counts and displacements in
+ * elements of t. Rank j's send_counts[i] must equal rank i's
+ * recv_counts[j]: a pair that disagrees fails on both ranks with
+ * DT_ERR_MISMATCH, naming both ranks and both counts, and nothing is
+ * written past recv_counts[j]. Zero counts move no payload. Not in place:
+ * send == recv, and receive blocks that overlap each other or a send
+ * block, are refused (DT_ERR_INVALID). */
+int dt_alltoallv(dt_comm *c, const void *send, const size_t *send_counts,
+                 const size_t *send_displs, void *recv, const size_t *recv_counts,
+                 const size_t *recv_displs, dt_dtype t);
 int dt_barrier(dt_comm *c);
 /* Point to point; the receiver's count must equal the sender's. */
 int dt_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, int peer);
@@ -152,6 +164,12 @@ int dt_ireduce_scatter(dt_comm *c, const void *send, void *recv, size_t count, d
                        dt_op op, dt_request **req);
 int dt_ialltoall(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t,
                  dt_request **req);
+/* The four count and displacement arrays, like the buffers, must stay
+ * valid and unchanged until dt_wait returns: the progress thread reads
+ * them. */
+int dt_ialltoallv(dt_comm *c, const void *send, const size_t *send_counts,
+                  const size_t *send_displs, void *recv, const size_t *recv_counts,
+                  const size_t *recv_displs, dt_dtype t, dt_request **req);
 int dt_ibarrier(dt_comm *c, dt_request **req);
 int dt_isend(dt_comm *c, const void *buf, size_t count, dt_dtype t, int peer, dt_request **req);
 int dt_irecv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer, dt_request **req);
@@ -171,14 +189,16 @@ int dt_wait_timed(dt_request *req, uint64_t *start_ns, uint64_t *end_ns);
 int dt_test_timed(dt_request *req, int *done, uint64_t *start_ns, uint64_t *end_ns);
 
 /*
- * Algorithms. All-reduce, broadcast, all-gather, reduce-scatter and
- * all-to-all each have several (see docs/comm.md); by default ("auto")
- * each call takes the one the cost model predicts fastest for its size,
- * the same on every rank. DTRAIN_<COLLECTIVE>_ALGO (for example
- * DTRAIN_ALLREDUCE_ALGO=ring) or dt_comm_set_algo forces one; the setting
- * applies to calls issued after it, and every rank must make the same.
- * Collective names: "allreduce", "broadcast", "allgather",
- * "reduce_scatter", "alltoall".
+ * Algorithms. All-reduce, broadcast, all-gather, reduce-scatter,
+ * all-to-all and all-to-all-v each have several (see docs/comm.md); by
+ * default ("auto") each call takes the one the cost model predicts fastest
+ * for its size, the same on every rank. DTRAIN_<COLLECTIVE>_ALGO (for
+ * example DTRAIN_ALLREDUCE_ALGO=ring) or dt_comm_set_algo forces one; the
+ * setting applies to calls issued after it, and every rank must make the
+ * same. Collective names: "allreduce", "broadcast", "allgather",
+ * "reduce_scatter", "alltoall", "alltoallv". For "alltoallv" the count of
+ * dt_comm_algo_for and dt_comm_predict_us is a per-peer count, as if every
+ * peer got that many.
  */
 int dt_comm_set_algo(dt_comm *c, const char *collective, const char *algo);
 /* The names of a collective's algorithms (up to max of them into names);

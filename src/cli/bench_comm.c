@@ -33,7 +33,7 @@ static void usage(FILE *f)
             "                         [--calibrate [FILE]]\n"
             "\n"
             "  --op OP          allreduce (default), allgather, reduce_scatter, broadcast,\n"
-            "                   alltoall, or all (one table per op)\n"
+            "                   alltoall, alltoallv, or all (one table per op)\n"
             "  --algo A         auto (the cost model's choice per size), an algorithm, a comma\n"
             "                   list, or all (every algorithm of the op); default: auto, or\n"
             "                   DTRAIN_<OP>_ALGO when set\n"
@@ -199,7 +199,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
             while (k < B_NOPS && strcmp(v, bench_op_names[k])) k++;
             if (k == B_NOPS && strcmp(v, "all"))
                 return bad(f, v, "choices: allreduce, allgather, reduce_scatter, broadcast, "
-                                 "alltoall, all");
+                                 "alltoall, alltoallv, all");
             for (int j = 0; j < B_NOPS; j++) o->op_on[j] = k == B_NOPS || j == k;
             o->op_given = 1;
         } else if (!strcmp(f, "--algo")) {
@@ -355,7 +355,8 @@ int cli_bench_comm(int argc, char **argv)
         b.alloc = o.max_bytes + 64 * b.esz * (size_t)b.size;
         b.send = calloc(1, b.alloc);
         b.recv = calloc(1, b.alloc);
-        if (!b.send || !b.recv) {
+        b.v = calloc(4 * (size_t)b.size, sizeof *b.v);
+        if (!b.send || !b.recv || !b.v) {
             fprintf(stderr, BENCH ": rank %d: cannot allocate %zu bytes\n", b.rank, 2 * b.alloc);
             dt_comm_abort(c, "dtrain bench comm: out of memory for the buffers");
             rc = 1;
@@ -365,6 +366,7 @@ int cli_bench_comm(int argc, char **argv)
     }
     free(b.send);
     free(b.recv);
+    free(b.v);
     dt_comm_destroy(c);
     return rc;
 }

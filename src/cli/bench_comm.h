@@ -14,7 +14,15 @@
 
 #define BENCH "dtrain bench comm"
 
-typedef enum { B_ALLREDUCE, B_ALLGATHER, B_REDUCE_SCATTER, B_BROADCAST, B_ALLTOALL, B_NOPS } bench_op;
+typedef enum {
+    B_ALLREDUCE,
+    B_ALLGATHER,
+    B_REDUCE_SCATTER,
+    B_BROADCAST,
+    B_ALLTOALL,
+    B_ALLTOALLV,
+    B_NOPS
+} bench_op;
 
 /* The collective's name, as dt_comm_set_algo spells it. */
 extern const char *const bench_op_names[B_NOPS];
@@ -40,8 +48,9 @@ typedef struct {
 
 /* One message size of an op's sweep. */
 typedef struct {
-    size_t count; /* the call's count: per rank for all-gather, reduce-scatter, all-to-all */
-    size_t bytes; /* nccl-tests size: the whole message */
+    size_t count; /* the call's count: per rank for all-gather, reduce-scatter, all-to-all;
+                   * for all-to-all-v the elements of one weight (bench_v_count) */
+    size_t bytes; /* nccl-tests size: the whole message (all-to-all-v: what a rank sends) */
 } bench_size;
 
 /* What one rank holds while benchmarking. */
@@ -52,6 +61,7 @@ typedef struct {
     size_t esz;
     char *send, *recv;
     size_t alloc;
+    size_t *v; /* all-to-all-v: send counts, displacements, receive counts, displacements */
     double copy_gbps; /* rank 0: memcpy bandwidth measured at start */
     FILE *note;       /* where notes go: stdout for tables, stderr for CSV */
 } bench_ctx;
@@ -66,6 +76,11 @@ typedef struct {
 
 /* bench_comm_measure.c */
 double bench_bus_factor(bench_op op, int p);
+/* Whether op has an in-place form to time (all-to-all-v has none). */
+int bench_has_inplace(bench_op op);
+/* The count dt_comm_algo_for and dt_comm_predict_us take for a size: the
+ * call's, or for all-to-all-v its largest per-peer count. */
+size_t bench_algo_count(const bench_ctx *b, bench_op op, const bench_size *s);
 /* Sizes from --min-bytes to --max-bytes for op (per-rank counts of at
  * least one element; repeated sizes dropped). Returns how many; *out is
  * malloc'ed. */

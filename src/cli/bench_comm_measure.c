@@ -16,11 +16,49 @@
 #include "core/timer.h"
 
 const char *const bench_op_names[B_NOPS] = {"allreduce", "allgather", "reduce_scatter",
-                                            "broadcast", "alltoall"};
+                                            "broadcast", "alltoall", "alltoallv"};
 
 static int per_rank_op(bench_op op)
 {
     return op == B_ALLGATHER || op == B_REDUCE_SCATTER || op == B_ALLTOALL;
+}
+
+int bench_has_inplace(bench_op op) { return op != B_ALLTOALLV; }
+
+/* The all-to-all-v's pattern, uneven as a mixture of experts' dispatch
+ * is: rank i sends rank j count x (1 + (j - i) mod p) elements, so a
+ * rank's blocks weigh 1 (its own) to p; blocks are packed in rank order
+ * on both sides, and every rank sends and receives count x p(p+1)/2. */
+static size_t v_weight(int from, int to, int p) { return 1 + (size_t)(((to - from) % p + p) % p); }
+
+static size_t v_units(int p) { return (size_t)p * (size_t)(p + 1) / 2; }
+
+/* Where rank from's block for rank to starts in its send buffer. */
+static size_t v_send_displ(size_t count, int from, int to, int p)
+{
+    size_t units = 0;
+    for (int k = 0; k < to; k++) units += v_weight(from, k, p);
+    return count * units;
+}
+
+/* This rank's counts and displacements for weight `count` into b->v. */
+static void v_layout(bench_ctx *b, size_t count)
+{
+    size_t p = (size_t)b->size, *sc = b->v, *sd = sc + p, *rc = sd + p, *rd = rc + p;
+    size_t so = 0, ro = 0;
+    for (int j = 0; j < b->size; j++) {
+        sc[j] = count * v_weight(b->rank, j, b->size);
+        rc[j] = count * v_weight(j, b->rank, b->size);
+        sd[j] = so;
+        rd[j] = ro;
+        so += sc[j];
+        ro += rc[j];
+    }
+}
+
+size_t bench_algo_count(const bench_ctx *b, bench_op op, const bench_size *s)
+{
+    return op == B_ALLTOALLV ? s->count * (size_t)b->size : s->count;
 }
 
 /* nccl-tests: busbw = algbw x this. */
@@ -40,7 +78,9 @@ int bench_sizes(const bench_ctx *b, bench_op op, bench_size **out)
     int cap = 16, n = 0;
     bench_size *v = malloc((size_t)cap * sizeof *v);
     for (double s = (double)o->min_bytes; v && s <= (double)o->max_bytes; s *= o->factor) {
-        size_t unit = b->esz * (per_rank_op(op) ? (size_t)b->size : 1);
+        size_t unit = b->esz * (op == B_ALLTOALLV ? v_units(b->size)
+                                : per_rank_op(op)   ? (size_t)b->size
+                                                    : 1);
         size_t count = (size_t)s / unit;
         if (count == 0) count = 1;
         size_t bytes = count * unit;
@@ -121,6 +161,7 @@ static void extents(const bench_ctx *b, bench_op op, size_t count, size_t *ns, s
     size_t p = (size_t)b->size;
     *ns = op == B_REDUCE_SCATTER || op == B_ALLTOALL ? count * p : count;
     *nr = op == B_ALLGATHER || op == B_ALLTOALL ? count * p : count;
+    if (op == B_ALLTOALLV) *ns = *nr = count * v_units(b->size);
 }
 
 /* Poison what the call will write (0xff: NaN, -1 or 255, never expected),
@@ -134,6 +175,7 @@ static void prepare(bench_ctx *b, bench_op op, size_t count, int inplace)
     size_t first = 0;
     if (inplace && op == B_ALLGATHER) first = (size_t)b->rank * count; /* our slot */
     if (inplace && op == B_BROADCAST && b->rank != 0) return; /* only the root's data counts */
+    if (op == B_ALLTOALLV) v_layout(b, count);
     int vmax = vmax_for(b->o->dtype, b->size);
     for (size_t i = 0; i < ns; i++) put(b->o->dtype, dst, first + i, value_of(vmax, b->rank, i));
 }
@@ -150,13 +192,32 @@ static int run_op(bench_ctx *b, bench_op op, size_t count, int inplace)
     case B_REDUCE_SCATTER: return dt_reduce_scatter(b->c, s, b->recv, count, t, DT_SUM);
     case B_BROADCAST: return dt_broadcast(b->c, s, b->recv, count, t, 0);
     case B_ALLTOALL: return dt_alltoall(b->c, s, b->recv, count, t);
+    case B_ALLTOALLV: {
+        size_t p = (size_t)b->size;
+        return dt_alltoallv(b->c, s, b->v, b->v + p, b->recv, b->v + 2 * p, b->v + 3 * p, t);
+    }
     default: return DT_ERR_INVALID;
     }
+}
+
+/* The all-to-all-v's blocks against what each peer's pattern sent. */
+static long count_wrong_v(const bench_ctx *b, size_t count)
+{
+    int p = b->size, vmax = vmax_for(b->o->dtype, p);
+    const size_t *rc = b->v + 2 * (size_t)p, *rd = rc + p;
+    long wrong = 0;
+    for (int i = 0; i < p; i++) {
+        size_t from = v_send_displ(count, i, b->rank, p);
+        for (size_t e = 0; e < rc[i]; e++)
+            wrong += get(b->o->dtype, b->recv, rd[i] + e) != value_of(vmax, i, from + e);
+    }
+    return wrong;
 }
 
 /* Elements of recv that differ from the exact expected result. */
 static long count_wrong(const bench_ctx *b, bench_op op, size_t count)
 {
+    if (op == B_ALLTOALLV) return count_wrong_v(b, count);
     long wrong = 0;
     int p = b->size, vmax = vmax_for(b->o->dtype, p);
     size_t ns, nr;

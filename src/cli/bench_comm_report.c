@@ -142,7 +142,8 @@ static void csv_row(bench_ctx *b, bench_op op, const char *algo, const char *ran
                     const char *peer, double peer_bus)
 {
     double alg = algbw(s->bytes, pt->us), bus = alg * bench_bus_factor(op, b->size);
-    double pred = dt_comm_predict_us(b->c, bench_op_names[op], ran, s->count, b->o->dtype);
+    double pred = dt_comm_predict_us(b->c, bench_op_names[op], ran, bench_algo_count(b, op, s),
+                                     b->o->dtype);
     printf("%s,%s,%s,%s,%d,%s,%s,%s,%d,%zu,%zu,%d,%d", bench_op_names[op], algo, ran, pick,
            b->size, dt_comm_transport(b->c), dt_dtype_name(b->o->dtype), redop(op), root_of(op),
            s->bytes, s->bytes / b->esz, inplace, pt->iters);
@@ -226,9 +227,11 @@ static int one_table(bench_ctx *b, bench_op op, const char *algo, const bench_si
     if (!csv && b->rank == 0) table_header(b, op, algo);
     double bus_sum = 0;
     long wrong = 0;
+    int modes = bench_has_inplace(op) ? 2 : 1; /* out of place, and in place where there is one */
     for (int i = 0; i < n; i++) {
-        bench_point pt[2];
-        for (int ip = 0; ip < 2 && rc == 0; ip++) rc = bench_measure(b, op, &sz[i], ip, &pt[ip]);
+        bench_point pt[2] = {{0}};
+        for (int ip = 0; ip < modes && rc == 0; ip++)
+            rc = bench_measure(b, op, &sz[i], ip, &pt[ip]);
         if (rc == 0 && b->o->peer_mpi && !peer_ok[i]) {
             rc = force(b, op, "mpi");
             if (rc == 0) rc = bench_measure(b, op, &sz[i], 0, &peer[i]);
@@ -242,7 +245,8 @@ static int one_table(bench_ctx *b, bench_op op, const char *algo, const bench_si
             if (rc < 0) fail_msg(b);
             return rc < 0 ? 1 : rc;
         }
-        const char *ran = dt_comm_algo_for(b->c, bench_op_names[op], sz[i].count, b->o->dtype);
+        const char *ran = dt_comm_algo_for(b->c, bench_op_names[op],
+                                           bench_algo_count(b, op, &sz[i]), b->o->dtype);
         if (!ran) ran = algo;
         double f = bench_bus_factor(op, b->size), bus[2], alg[2];
         for (int ip = 0; ip < 2; ip++) {
@@ -254,7 +258,7 @@ static int one_table(bench_ctx *b, bench_op op, const char *algo, const bench_si
         wrong += pt[0].wrong + pt[1].wrong;
         if (b->rank != 0) continue;
         if (csv) {
-            for (int ip = 0; ip < 2; ip++)
+            for (int ip = 0; ip < modes; ip++)
                 csv_row(b, op, algo, ran, picks[i], &sz[i], ip, &pt[ip], "", peer_bus);
             continue;
         }
@@ -262,8 +266,11 @@ static int one_table(bench_ctx *b, bench_op op, const char *algo, const bench_si
         add(&l, " %11zu %12zu %6s %6s %5d", sz[i].bytes, sz[i].bytes / b->esz,
             dt_dtype_name(b->o->dtype), redop(op), root_of(op));
         for (int ip = 0; ip < 2; ip++)
-            add(&l, "  %10.2f %9.3f %9.3f %7ld %6.1f", pt[ip].us, alg[ip], bus[ip], pt[ip].wrong,
-                b->copy_gbps > 0 ? 100 * bus[ip] / b->copy_gbps : 0);
+            if (ip < modes)
+                add(&l, "  %10.2f %9.3f %9.3f %7ld %6.1f", pt[ip].us, alg[ip], bus[ip],
+                    pt[ip].wrong, b->copy_gbps > 0 ? 100 * bus[ip] / b->copy_gbps : 0);
+            else
+                add(&l, "  %10s %9s %9s %7s %6s", "-", "-", "-", "-", "-");
         if (is_auto) add(&l, "  %-12s", ran);
         if (b->o->peer_mpi) add(&l, " %9.3f %8.2f", peer_bus, peer_bus > 0 ? bus[0] / peer_bus : 0);
         end_line(&l);
@@ -324,7 +331,8 @@ static int explain_op(bench_ctx *b, bench_op op, const algo_list *l, const bench
         }
         if (b->rank != 0) continue;
         for (int a = 0; a < m.n; a++) {
-            double pred = dt_comm_predict_us(b->c, coll, m.name[a], sz[i].count, b->o->dtype);
+            double pred = dt_comm_predict_us(b->c, coll, m.name[a],
+                                             bench_algo_count(b, op, &sz[i]), b->o->dtype);
             char p[32] = "-", r[32] = "-";
             if (pred >= 0) {
                 snprintf(p, sizeof p, "%.2f", pred);
@@ -401,7 +409,8 @@ static int run_op(bench_ctx *b, bench_op op, int *status)
     int *peer_ok = calloc((size_t)n + 1, sizeof *peer_ok);
     int rc = sz && picks && peer && peer_ok ? force(b, op, "auto") : 1;
     for (int i = 0; i < n && rc == 0; i++) {
-        picks[i] = dt_comm_algo_for(b->c, bench_op_names[op], sz[i].count, b->o->dtype);
+        picks[i] = dt_comm_algo_for(b->c, bench_op_names[op], bench_algo_count(b, op, &sz[i]),
+                                    b->o->dtype);
         if (!picks[i]) picks[i] = "";
     }
     if (rc == 0 && b->o->explain) rc = explain_op(b, op, &l, sz, n, picks, status);

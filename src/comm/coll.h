@@ -25,10 +25,21 @@ typedef enum {
     DT_COLL_ALLGATHER,
     DT_COLL_REDUCE_SCATTER,
     DT_COLL_ALLTOALL,
+    DT_COLL_ALLTOALLV,
     DT_COLL_KIND_COUNT
 } dt_coll_kind;
 
 const char *dt_coll_name(dt_coll_kind k);
+
+/* An all-to-all-v's counts and displacements, in elements, one per peer
+ * (MPI_Alltoallv's meaning): the caller's arrays, valid until the call
+ * completes. All NULL in a uniform call (the cost model's and the
+ * simulator's): then every peer gets `count` elements, packed in rank
+ * order, as in an all-to-all. */
+typedef struct {
+    const size_t *send_counts, *send_displs;
+    const size_t *recv_counts, *recv_displs;
+} dt_coll_v;
 
 /* One collective call: what the user asked for. */
 typedef struct {
@@ -41,7 +52,21 @@ typedef struct {
     int root; /* root, or peer for send/recv */
     int is_recv; /* DT_COLL_SEND: 1 for the receiving side */
     int algo;    /* index in dt_algo_table, or DT_ALGO_AUTO; fixed at submit */
+    dt_coll_v v; /* DT_COLL_ALLTOALLV; count is then its largest per-peer count */
 } dt_coll_args;
+
+/* The elements an all-to-all-v sends to (send != 0) or receives from peer,
+ * and their displacement in elements. */
+static inline size_t dt_coll_v_count(const dt_coll_args *a, int peer, int send)
+{
+    const size_t *n = send ? a->v.send_counts : a->v.recv_counts;
+    return n ? n[peer] : a->count;
+}
+static inline size_t dt_coll_v_displ(const dt_coll_args *a, int peer, int send)
+{
+    const size_t *d = send ? a->v.send_displs : a->v.recv_displs;
+    return d ? d[peer] : (size_t)peer * a->count;
+}
 
 #define DT_ALGO_AUTO (-1)
 

@@ -4,6 +4,7 @@
  * algorithm, finish averages. Blocking and non-blocking calls share all of
  * it; only dt_async_submit differs.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -13,12 +14,20 @@
 
 /* ---- validation ---------------------------------------------------------- */
 
+int dt_comm_invalid(dt_comm *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&c->err_lock);
+    if (!atomic_load(&c->failed)) vsnprintf(c->err, sizeof c->err, fmt, ap);
+    pthread_mutex_unlock(&c->err_lock);
+    va_end(ap);
+    return DT_ERR_INVALID;
+}
+
 static int invalid(dt_comm *c, const char *fmt, const char *what, long long v)
 {
-    pthread_mutex_lock(&c->err_lock);
-    if (!atomic_load(&c->failed)) snprintf(c->err, sizeof c->err, fmt, what, v);
-    pthread_mutex_unlock(&c->err_lock);
-    return DT_ERR_INVALID;
+    return dt_comm_invalid(c, fmt, what, v);
 }
 
 static int has_root(dt_coll_kind k)
@@ -50,7 +59,7 @@ static void buffer_counts(const dt_comm *c, const dt_coll_args *a, size_t *ns, s
     }
 }
 
-static int validate(dt_comm *c, const dt_coll_args *a)
+static int validate(dt_comm *c, dt_coll_args *a)
 {
     const char *name = a->kind == DT_COLL_SEND ? (a->is_recv ? "recv" : "send")
                                                : dt_coll_name(a->kind);
@@ -64,6 +73,7 @@ static int validate(dt_comm *c, const dt_coll_args *a)
                        name, a->root);
     if (a->kind == DT_COLL_SEND && a->root == c->rank)
         return invalid(c, "dt_%s: peer %lld is this rank itself", name, a->root);
+    if (a->kind == DT_COLL_ALLTOALLV) return dt_alltoallv_check(c, a);
     size_t ns, nr;
     buffer_counts(c, a, &ns, &nr);
     size_t esz = dt_dtype_size(a->dtype);
@@ -81,7 +91,12 @@ static int validate(dt_comm *c, const dt_coll_args *a)
 
 static void copy_if_distinct(void *dst, const void *src, size_t bytes)
 {
-    if (dst != src && bytes) memmove(dst, src, bytes);
+    const char *d = dst, *s = src;
+    if (dst == src || !bytes) return;
+    if (bytes >= DT_STREAM_MIN && (d + bytes <= s || s + bytes <= d))
+        dt_copy_stream(dst, src, bytes);
+    else
+        memmove(dst, src, bytes);
 }
 
 /* The selectable collectives run whichever algorithm dt_algo_pick names. */
@@ -174,6 +189,16 @@ static int run_alltoall(dt_comm *c, const dt_coll_args *a, size_t esz)
     return c->size > 1 ? run_algo(c, a, send, a->recv) : 0;
 }
 
+/* The rank's own block is copied here; the algorithms exchange the rest. */
+static int run_alltoallv(dt_comm *c, const dt_coll_args *a, size_t esz)
+{
+    int r = c->rank;
+    copy_if_distinct((char *)a->recv + dt_coll_v_displ(a, r, 0) * esz,
+                     (const char *)a->send + dt_coll_v_displ(a, r, 1) * esz,
+                     dt_coll_v_count(a, r, 1) * esz);
+    return c->size > 1 ? run_algo(c, a, a->send, a->recv) : 0;
+}
+
 dt_p2p dt_p2p_from_call(dt_comm *c, const dt_coll_args *a)
 {
     size_t bytes = a->count * dt_dtype_size(a->dtype);
@@ -208,6 +233,7 @@ int dt_coll_execute(dt_comm *c, const dt_coll_args *a)
     case DT_COLL_ALLGATHER: rc = run_allgather(c, a, esz); break;
     case DT_COLL_REDUCE_SCATTER: rc = run_reduce_scatter(c, a, esz); break;
     case DT_COLL_ALLTOALL: rc = run_alltoall(c, a, esz); break;
+    case DT_COLL_ALLTOALLV: rc = run_alltoallv(c, a, esz); break;
     case DT_COLL_BARRIER: rc = c->size > 1 ? dt_barrier_dissemination(c) : 0; break;
     case DT_COLL_SEND: rc = run_p2p(c, a); break;
     default: rc = dt_comm_fail(c, DT_ERR_INVALID, -1, "unknown collective %d", (int)a->kind);
@@ -301,6 +327,23 @@ int dt_alltoall(dt_comm *c, const void *s, void *r, size_t n, dt_dtype t)
 int dt_ialltoall(dt_comm *c, const void *s, void *r, size_t n, dt_dtype t, dt_request **q)
 {
     return q ? submit(c, ARGS(DT_COLL_ALLTOALL, s, r, n, t, DT_SUM, 0), q) : DT_ERR_INVALID;
+}
+static dt_coll_args v_args(const void *s, const size_t *sc, const size_t *sd, void *r,
+                           const size_t *rc, const size_t *rd, dt_dtype t)
+{
+    dt_coll_args a = ARGS(DT_COLL_ALLTOALLV, s, r, 0, t, DT_SUM, 0);
+    a.v = (dt_coll_v){sc, sd, rc, rd};
+    return a;
+}
+int dt_alltoallv(dt_comm *c, const void *s, const size_t *sc, const size_t *sd, void *r,
+                 const size_t *rc, const size_t *rd, dt_dtype t)
+{
+    return submit(c, v_args(s, sc, sd, r, rc, rd, t), NULL);
+}
+int dt_ialltoallv(dt_comm *c, const void *s, const size_t *sc, const size_t *sd, void *r,
+                  const size_t *rc, const size_t *rd, dt_dtype t, dt_request **q)
+{
+    return q ? submit(c, v_args(s, sc, sd, r, rc, rd, t), q) : DT_ERR_INVALID;
 }
 int dt_barrier(dt_comm *c) { return submit(c, ARGS(DT_COLL_BARRIER, 0, 0, 0, DT_U8, DT_SUM, 0), NULL); }
 int dt_ibarrier(dt_comm *c, dt_request **q)

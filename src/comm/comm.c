@@ -45,13 +45,20 @@ uint64_t dt_comm_deadline(const dt_comm *c)
 
 /* ---- communicator --------------------------------------------------------- */
 
-static int spin_limit(int ranks_on_host)
+/* How a wait starts (p2p.c): spin, then (with more ranks than cores)
+ * yield the core, then sleep. A crowded host spins only a few polls: the
+ * yield that follows hands the core to a rank on it, and a longer spin
+ * only delays that (4 ranks on 2 cores, 4 KiB all-to-all-v: 6.0 us with
+ * 10 polls, 8.0 with 50). */
+static void set_waiting(dt_comm *c, int ranks_on_host)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    long spin = ranks_on_host > cpus ? 50 : 4000;
+    int crowded = ranks_on_host > cpus;
+    long spin = crowded ? 10 : 4000;
     char e[256];
     if (dt_env_long("DTRAIN_SPIN", 0, 100000000, &spin, e, sizeof e) < 0) DT_WARN("%s", e);
-    return (int)spin;
+    c->spin_limit = (int)spin;
+    c->yield_ns = crowded ? DT_YIELD_NS : 0;
 }
 
 static dt_comm *comm_alloc(dt_job *job, const char *id, int rank, int size)
@@ -185,7 +192,7 @@ int dt_comm_init(dt_comm **out)
         }
         return rc;
     }
-    c->spin_limit = spin_limit(host_ranks);
+    set_waiting(c, host_ranks);
     the_job = job;
     *out = c;
     return 0;
@@ -250,6 +257,7 @@ int dt_comm_split(dt_comm *c, int color, int key, dt_comm **out)
     }
     free(members);
     s->spin_limit = c->spin_limit;
+    s->yield_ns = c->yield_ns;
     memcpy(s->algo_forced, c->algo_forced, sizeof s->algo_forced);
     rc = dt_job_register(c->job, s);
     if (rc == 0) rc = comm_connect(s);

@@ -238,6 +238,7 @@ struct dt_comm {
     void *scratch;
     size_t scratch_bytes;
     int spin_limit;
+    uint64_t yield_ns; /* after the spin, yield the core this long before sleeping */
     /* Algorithms: forced per collective (DT_ALGO_AUTO: choose), and auto's
      * choices by message size (log2 of bytes), valid for model_seen. */
     int algo_forced[DT_COLL_KIND_COUNT];
@@ -278,6 +279,12 @@ int dt_comm_fail_from_abort(dt_comm *c, const char *during);
 /* Job-wide abort: stores the message, wakes every waiting communicator.
  * Called by the monitor when the store broadcasts, and by dt_comm_fail. */
 void dt_job_abort(dt_job *job, int code, const char *msg);
+/* Record a bad argument's message in c (unless c has failed; c stays
+ * usable) and return DT_ERR_INVALID (collectives.c). */
+int dt_comm_invalid(dt_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A dt_alltoallv call's counts, displacements and buffers, checked
+ * (alltoallv_args.c); sets a->count to the largest per-peer count. */
+int dt_alltoallv_check(dt_comm *c, dt_coll_args *a);
 /* A scratch buffer of at least bytes, owned by c. */
 void *dt_comm_scratch(dt_comm *c, size_t bytes);
 uint64_t dt_comm_deadline(const dt_comm *c);
@@ -289,6 +296,11 @@ int dt_have_mpi(void);
  * the same peer and direction complete in array order; at most
  * DT_P2P_MAX_OPS of them. */
 #define DT_P2P_MAX_OPS 64
+/* With more ranks on a host than cores, a wait that spun in vain yields
+ * the core for up to this long before it sleeps: the peer it waits for is
+ * often runnable on the same core, and a yield hands it over in a couple
+ * of microseconds where a futex sleep and wake take tens. */
+#define DT_YIELD_NS 500000ull
 int dt_p2p_run(dt_comm *c, dt_p2p *ops, int n);
 /* Queued dt_isend/dt_irecv calls that the progress thread runs as one step. */
 #define DT_P2P_BATCH 32

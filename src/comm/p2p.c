@@ -9,7 +9,8 @@
  * doorbell (shared memory's futex), or in poll() on their descriptors
  * (TCP's sockets); links that move only when polled (MPI's) nap instead.
  * With more ranks than cores the spin is short, because a spinning rank
- * steals the core from the rank it waits for. Every wakeup
+ * steals the core from the rank it waits for, and the rank then yields
+ * the core for a while (DT_YIELD_NS) before it sleeps. Every wakeup
  * checks the job's abort flag and the deadline: no progress for
  * DTRAIN_TIMEOUT seconds fails the communicator, naming the peer.
  */
@@ -201,6 +202,10 @@ int dt_p2p_run_growing(dt_comm *c, dt_p2p *ops, int n, int cap, dt_p2p_refill_fn
         }
         int gone = op_on_gone_peer(c, ops, done, n, last_progress, now);
         if (gone >= 0) return dt_comm_fail_left(c, &ops[gone]);
+        if (now - last_progress < c->yield_ns) {
+            sched_yield();
+            continue;
+        }
         if (!armed) { /* one more pass after arming, so no wake-up is lost */
             db->arm(c);
             armed = 1;
@@ -235,11 +240,43 @@ void dt_p2p_fill_hdr(const dt_comm *c, const dt_p2p *op, dt_msg_hdr *h)
     } else {
         h->seq = c->cur_seq;
     }
+    /* An all-to-all-v's pair checks its counts both ways: a message says
+     * what its sender sends (bytes) and what it expects back (count), so
+     * each side of a pair that disagrees sees it in the call itself. For a
+     * receive this is the header the peer's must match. */
+    if (call->kind == DT_COLL_ALLTOALLV)
+        h->count = dt_coll_v_count(call, op->peer, op->kind != DT_P2P_SEND);
 }
 
 static const char *coll_name_of(uint8_t k)
 {
     return k < DT_COLL_KIND_COUNT ? dt_coll_name((dt_coll_kind)k) : "unknown";
+}
+
+static int describe_dtype(const dt_msg_hdr *want, const dt_msg_hdr *got, char *buf, size_t len)
+{
+    return snprintf(buf, len, "dtype: ours %s, rank %%d's %s",
+                    dt_dtype_name((dt_dtype)want->dtype),
+                    got->dtype < DT_DTYPE_COUNT ? dt_dtype_name((dt_dtype)got->dtype) : "?");
+}
+
+/* An all-to-all-v's pair (see dt_p2p_fill_hdr): the peer sends got->bytes
+ * and expects got->count elements back; we expect want->bytes and send
+ * want->count. Both sides of a disagreement say the same sentence. */
+static int describe_v_mismatch(const dt_comm *c, const dt_msg_hdr *want, const dt_msg_hdr *got,
+                               char *buf, size_t len)
+{
+    if (got->dtype != want->dtype) return describe_dtype(want, got, buf, len);
+    unsigned long long esz = dt_dtype_size((dt_dtype)want->dtype);
+    if (got->bytes != want->bytes)
+        return snprintf(buf, len, "alltoallv counts: rank %%d sends %llu elements to rank %d, "
+                        "which expects %llu from it", (unsigned long long)got->bytes / esz,
+                        c->rank, (unsigned long long)want->bytes / esz);
+    if (got->count != want->count)
+        return snprintf(buf, len, "alltoallv counts: rank %d sends %llu elements to rank %%d, "
+                        "which expects %llu from it", c->rank, (unsigned long long)want->count,
+                        (unsigned long long)got->count);
+    return 0;
 }
 
 /* The first field that differs, described for both sides. */
@@ -252,13 +289,11 @@ static int describe_mismatch(const dt_comm *c, const dt_msg_hdr *want, const dt_
     if (got->seq != want->seq)
         return snprintf(buf, len, "sequence: we are at #%llu, rank %%d at #%llu",
                         (unsigned long long)want->seq, (unsigned long long)got->seq);
+    if (want->coll == DT_COLL_ALLTOALLV) return describe_v_mismatch(c, want, got, buf, len);
     if (got->count != want->count)
         return snprintf(buf, len, "count: ours %llu, rank %%d's %llu",
                         (unsigned long long)want->count, (unsigned long long)got->count);
-    if (got->dtype != want->dtype)
-        return snprintf(buf, len, "dtype: ours %s, rank %%d's %s",
-                        dt_dtype_name((dt_dtype)want->dtype),
-                        got->dtype < DT_DTYPE_COUNT ? dt_dtype_name((dt_dtype)got->dtype) : "?");
+    if (got->dtype != want->dtype) return describe_dtype(want, got, buf, len);
     if (got->op != want->op)
         return snprintf(buf, len, "op: ours %s, rank %%d's %s", dt_op_name((dt_op)want->op),
                         got->op < DT_OP_COUNT ? dt_op_name((dt_op)got->op) : "?");
@@ -271,7 +306,6 @@ static int describe_mismatch(const dt_comm *c, const dt_msg_hdr *want, const dt_
     if (got->bytes != want->bytes)
         return snprintf(buf, len, "message size: expected %llu bytes, rank %%d sent %llu",
                         (unsigned long long)want->bytes, (unsigned long long)got->bytes);
-    (void)c;
     return 0;
 }
 

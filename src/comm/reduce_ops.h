@@ -21,6 +21,14 @@ void dt_reduce_elems_stream(dt_dtype t, dt_op op, void *dst, const void *a, cons
 /* memcpy whose stores bypass the cache (where the CPU allows), for copies
  * too large to be read again from it. */
 void dt_copy_stream(void *dst, const void *src, size_t bytes);
+/* Outputs from this size up are written past the cache (the two above):
+ * while a collective runs, its sources, its outputs and the transport's
+ * rings all compete for the last-level cache, so an output of a few MiB
+ * is out of it by the time it is read, and its stores are better spared
+ * the read the cache would do first. Measured with 2 ranks sharing a
+ * 32 MiB L3: 8 MiB all-reduces and all-to-alls 12-20% faster than with
+ * the 32 MiB threshold this replaced. */
+#define DT_STREAM_MIN ((size_t)4 << 20)
 /* x[i] /= divisor, for DT_AVG (integers truncate toward zero). */
 void dt_reduce_finish_avg(dt_dtype t, void *x, size_t n, int divisor);
 

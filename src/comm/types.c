@@ -40,6 +40,7 @@ const char *dt_coll_name(dt_coll_kind k)
 {
     static const char *names[] = {"none",      "send",      "barrier",        "broadcast",
                                   "reduce",    "gather",    "scatter",        "allreduce",
-                                  "allgather", "reduce_scatter", "alltoall"};
+                                  "allgather", "reduce_scatter", "alltoall",
+                                  "alltoallv"};
     return (unsigned)k < DT_COLL_KIND_COUNT ? names[k] : "unknown";
 }

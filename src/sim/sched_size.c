@@ -199,6 +199,12 @@ static void a2a_bruck(const shape *s, dt_sim_entries *e)
     add(e, s->p * s->clg, 2 * s->p * s->clg, s->copy ? copies : 0);
 }
 
+/* Every peer's exchange posted at once, 32 peers a step (alltoallv_linear.c). */
+static void a2av_linear(const shape *s, dt_sim_entries *e)
+{
+    add(e, s->p * ceil((s->p - 1) / 32), 2 * s->p * (s->p - 1), 0);
+}
+
 /* ---- the table ------------------------------------------------------------------ */
 
 static const struct {
@@ -223,6 +229,8 @@ static const struct {
     {DT_COLL_REDUCE_SCATTER, "direct", rs_direct},
     {DT_COLL_ALLTOALL, "pairwise", quadratic},
     {DT_COLL_ALLTOALL, "bruck", a2a_bruck},
+    {DT_COLL_ALLTOALLV, "pairwise", quadratic},
+    {DT_COLL_ALLTOALLV, "linear", a2av_linear},
 };
 
 int dt_sim_sched_entries(const dt_sim_world *w, const dt_algo *al, const dt_coll_args *a,

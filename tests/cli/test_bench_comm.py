@@ -60,14 +60,18 @@ def close(a, b, rel=1e-4, abs_=1e-9):
     return abs(a - b) <= max(abs_, rel * max(abs(a), abs(b)))
 
 
-OPS = ["allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall"]
+OPS = ["allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall", "alltoallv"]
 # Algorithms that exist today; the tool's own list (from its --algo
 # message) must hold at least these.
 KNOWN = {"allreduce": {"ring", "rhd", "butterfly", "tree", "hier", "ps", "naive", "mpi"},
          "allgather": {"ring", "rd", "bruck", "mpi"},
          "reduce_scatter": {"ring", "halving", "mpi"},
          "broadcast": {"binomial", "scatter_allgather", "mpi"},
-         "alltoall": {"pairwise", "bruck", "mpi"}}
+         "alltoall": {"pairwise", "bruck", "mpi"},
+         "alltoallv": {"pairwise", "linear", "mpi"}}
+# The all-to-all-v's size is what a rank sends: weights 1..RANKS of a unit
+# count (docs/bench_comm.md), so a multiple of RANKS (RANKS + 1) / 2 f32.
+V_UNIT = RANKS * (RANKS + 1) // 2 * 4
 
 # ---- bad input first: quick, and no ranks may start ----------------------------
 check("bad flags exit 2 with a message naming the flag")
@@ -134,6 +138,8 @@ for r in rows:
         fail(f"{where}: busbw {bus} != algbw {alg} x {factor(op, RANKS):.4f}")
     if op in ("allgather", "reduce_scatter", "alltoall") and nbytes % (RANKS * 4):
         fail(f"{where}: {nbytes} B is not a whole number of f32 per rank")
+    if op == "alltoallv" and (nbytes % V_UNIT or r["inplace"] != "0"):
+        fail(f"{where}: not a whole number of weight units ({V_UNIT} B), or in place")
     if r["inplace"] not in ("0", "1") or r["dtype"] != "f32":
         fail(f"{where}: inplace {r['inplace']} dtype {r['dtype']}")
     if algo != "mpi" and not float(r["predicted_us"]) > 0:
@@ -147,7 +153,8 @@ for op in OPS:
     for algo in want:
         n_rows = sum(1 for r in rows if r["op"] == op and r["algo"] == algo)
         sizes = {r["bytes"] for r in rows if r["op"] == op and r["algo"] == algo}
-        if n_rows != 2 * len(sizes) or len(sizes) < 5:
+        modes = 1 if op == "alltoallv" else 2  # out of place, and in place where there is one
+        if n_rows != modes * len(sizes) or len(sizes) < 5:
             fail(f"{op}/{algo}: {n_rows} rows over {len(sizes)} sizes")
 
 # ---- the table ------------------------------------------------------------------------

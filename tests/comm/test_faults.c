@@ -17,6 +17,10 @@
  *   root-mismatch [COUNT]   dt_broadcast from root 0; rank 1 says root 1.
  *   coll-mismatch [COUNT]   rank 1 calls dt_allgather, the others
  *                     dt_allreduce.
+ *   alltoallv-mismatch [COUNT]  dt_alltoallv of COUNT f32 to every peer;
+ *                     rank 1 sends rank 0 COUNT + 1 (rank 0 expects COUNT).
+ *   alltoallv-zero-mismatch [COUNT]  the same, but rank 1 sends rank 0
+ *                     nothing (a zero count, which moves no payload).
  *   join              dt_comm_init, a barrier, dt_comm_destroy (the rogue
  *                     process of fault_secret.sh).
  *   leave LEAVER [N]  N all-reduces (default 5) and a barrier; then rank
@@ -56,7 +60,8 @@ static void usage(const char *prog)
 {
     fprintf(stderr,
             "usage: %s stream N [EVERY] | mismatch [COUNT] | dtype-mismatch [COUNT] |\n"
-            "       root-mismatch [COUNT] | coll-mismatch [COUNT] | join |\n"
+            "       root-mismatch [COUNT] | coll-mismatch [COUNT] |\n"
+            "       alltoallv-mismatch [COUNT] | alltoallv-zero-mismatch [COUNT] | join |\n"
             "       leave LEAVER [N] | leave-clean LEAVER [N]\n",
             prog);
     exit(2);
@@ -224,6 +229,39 @@ static void mismatch(dt_comm *c, const char *mode, size_t count)
     free(recv);
 }
 
+/* COUNT f32 to and from every peer, packed in rank order; rank 1 sends
+ * rank 0 COUNT + 1 (or none, with `zero`) where rank 0 expects COUNT. Every
+ * buffer has room for COUNT + 1 a peer, so only the counts disagree, and
+ * a canary after rank 0's block from rank 1 must survive: the receiver may
+ * never write past its own count. Ranks 0 and 1 must both fail the call. */
+static void alltoallv_mismatch(dt_comm *c, size_t count, int zero)
+{
+    size_t p = (size_t)size, slot = count + 1;
+    size_t *v = calloc(4 * p, sizeof *v);
+    float *send = calloc(p * slot, sizeof *send), *recv = calloc(p * slot, sizeof *recv);
+    if (!v || !send || !recv) bug("out of memory", "");
+    for (size_t j = 0; j < p; j++) {
+        v[j] = v[2 * p + j] = count;
+        v[p + j] = v[3 * p + j] = j * slot;
+    }
+    if (rank == 1) v[0] = zero ? 0 : count + 1;
+    for (size_t i = 0; i < p * slot; i++) send[i] = (float)(rank + 1);
+    const float canary = -7;
+    recv[1 * slot + count] = canary;
+    int rc = dt_barrier(c); /* everyone out of dt_comm_init first (see mismatch) */
+    if (rc != 0) comm_error(c);
+    rc = dt_alltoallv(c, send, v, v + p, recv, v + 2 * p, v + 3 * p, DT_F32);
+    if (rank == 0 && recv[1 * slot + count] != canary)
+        bug("dt_alltoallv: ", "rank 0 wrote past its count for rank 1's block");
+    /* The pair fails in the call itself; a rank outside it may get its
+     * (correct) blocks first and then hear of the job's abort. */
+    if (rc == 0 && rank > 1) rc = dt_barrier(c);
+    expect_failure(c, rc, rank > 1 ? "dt_alltoallv, then dt_barrier, after ranks 1 and 0 "
+                                     "disagreed on their counts"
+                                   : "dt_alltoallv with rank 1 sending rank 0 another count "
+                                     "than it expects");
+}
+
 /* ---- a rank that leaves ----------------------------------------------------- */
 
 static void allreduces(dt_comm *c, long n)
@@ -282,7 +320,8 @@ int main(int argc, char **argv)
         n = (long)parse_count(argv[2], argv[0]);
         if (argc == 4) every = (long)parse_count(argv[3], argv[0]);
     } else if (!strcmp(mode, "mismatch") || !strcmp(mode, "dtype-mismatch") ||
-               !strcmp(mode, "root-mismatch") || !strcmp(mode, "coll-mismatch")) {
+               !strcmp(mode, "root-mismatch") || !strcmp(mode, "coll-mismatch") ||
+               !strcmp(mode, "alltoallv-mismatch") || !strcmp(mode, "alltoallv-zero-mismatch")) {
         if (argc > 3) usage(argv[0]);
         if (argc == 3) count = parse_count(argv[2], argv[0]);
     } else if (!strcmp(mode, "leave") || !strcmp(mode, "leave-clean")) {
@@ -318,6 +357,8 @@ int main(int argc, char **argv)
         rc = dt_barrier(c);
         if (rc != 0) comm_error(c);
         say(1, "rank %d: join: joined a job of %d ranks", rank, size);
+    } else if (!strncmp(mode, "alltoallv-", 10)) {
+        alltoallv_mismatch(c, count, !strcmp(mode, "alltoallv-zero-mismatch"));
     } else {
         mismatch(c, mode, count);
     }

@@ -16,6 +16,9 @@
  *   allgather       recv: size blocks of n bytes, ours already in its slot
  *   alltoall        send, recv distinct: size blocks of n bytes each, our
  *                   own block already copied
+ *   alltoallv       send, recv distinct, blocks as c->cur's counts and
+ *                   displacements say (dt_alltoallv_op), our own block
+ *                   already copied; n: the largest block's bytes (unused)
  *
  * Data an algorithm touches outside a step goes through dt_local_copy and
  * dt_local_reduce, and temporary memory through dt_comm_scratch (one call
@@ -94,8 +97,24 @@ int dt_reduce_scatter_ring(dt_comm *c, const void *send, void *recv, size_t n, i
 int dt_reduce_scatter_halving(dt_comm *c, const void *send, void *recv, size_t n, int root);
 int dt_reduce_scatter_direct(dt_comm *c, const void *send, void *recv, size_t n, int root);
 
+/* The all-to-all-v's message to (send != 0) or from peer: its block of
+ * buf as the call's counts and displacements say. Every algorithm sends
+ * each peer exactly this one message, zero counts included (a header
+ * alone, which carries the counts that p2p.c checks), so that the pair's
+ * disagreements show on both sides and algorithms can be mixed. */
+static inline dt_p2p dt_alltoallv_op(const dt_comm *c, const void *buf, int peer, int send)
+{
+    size_t esz = dt_dtype_size(c->cur.dtype);
+    size_t off = dt_coll_v_displ(&c->cur, peer, send) * esz;
+    size_t bytes = dt_coll_v_count(&c->cur, peer, send) * esz;
+    return send ? dt_p2p_send(peer, (const char *)buf + off, bytes)
+                : dt_p2p_recv(peer, (char *)buf + off, bytes);
+}
+
 int dt_alltoall_pairwise(dt_comm *c, const void *send, void *recv, size_t n, int root);
 int dt_alltoall_bruck(dt_comm *c, const void *send, void *recv, size_t n, int root);
+int dt_alltoallv_pairwise(dt_comm *c, const void *send, void *recv, size_t n, int root);
+int dt_alltoallv_linear(dt_comm *c, const void *send, void *recv, size_t n, int root);
 
 /* MPI's own collectives (mpi_coll.c; fail cleanly without MPI). */
 int dt_allreduce_mpi(dt_comm *c, const void *send, void *recv, size_t n, int root);
@@ -103,6 +122,7 @@ int dt_broadcast_mpi(dt_comm *c, const void *send, void *recv, size_t n, int roo
 int dt_allgather_mpi(dt_comm *c, const void *send, void *recv, size_t n, int root);
 int dt_reduce_scatter_mpi(dt_comm *c, const void *send, void *recv, size_t n, int root);
 int dt_alltoall_mpi(dt_comm *c, const void *send, void *recv, size_t n, int root);
+int dt_alltoallv_mpi(dt_comm *c, const void *send, void *recv, size_t n, int root);
 
 /* Single-algorithm collectives. */
 /* Reduction of every rank's send into recv at the root (recv unused

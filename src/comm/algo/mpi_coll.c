@@ -35,11 +35,13 @@ NO_MPI(dt_broadcast_mpi)
 NO_MPI(dt_allgather_mpi)
 NO_MPI(dt_reduce_scatter_mpi)
 NO_MPI(dt_alltoall_mpi)
+NO_MPI(dt_alltoallv_mpi)
 
 #else /* DTRAIN_HAVE_MPI */
 
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "comm/reduce_ops.h"
@@ -311,6 +313,57 @@ int dt_alltoall_mpi(dt_comm *c, const void *send, void *recv, size_t n, int root
     BLOCKING(rc, c, "MPI_Alltoall",
              MPI_Alltoall(send, b.count, b.type, recv, b.count, b.type, b.comm));
     return byte_call_end(&b, rc);
+}
+
+/* An element of the current call's size: the variable all-to-all moves
+ * elements unread, so the unsigned integer of its width is as good as its
+ * own type. */
+static MPI_Datatype element_type(dt_comm *c)
+{
+    switch (dt_dtype_size(c->cur.dtype)) {
+    case 1: return MPI_UINT8_T;
+    case 2: return MPI_UINT16_T;
+    case 4: return MPI_UINT32_T;
+    default: return MPI_UINT64_T;
+    }
+}
+
+/* The call's counts and displacements as MPI's ints: out[0..4p) holds send
+ * counts, send displacements, receive counts, receive displacements. */
+static int v_ints(dt_comm *c, int *out)
+{
+    int p = c->size;
+    for (int k = 0; k < 4; k++)
+        for (int j = 0; j < p; j++) {
+            int send = k < 2;
+            size_t v = k % 2 ? dt_coll_v_displ(&c->cur, j, send)
+                             : dt_coll_v_count(&c->cur, j, send);
+            if (v > (size_t)DT_MPI_COUNT_MAX)
+                return dt_comm_fail(c, DT_ERR_INVALID, -1, "alltoallv algorithm 'mpi' takes "
+                                    "counts and displacements of at most %d elements (MPI's int "
+                                    "counts); %s_%s[%d] is %zu: use another algorithm",
+                                    DT_MPI_COUNT_MAX, send ? "send" : "recv",
+                                    k % 2 ? "displs" : "counts", j, v);
+            out[k * p + j] = (int)v;
+        }
+    return 0;
+}
+
+int dt_alltoallv_mpi(dt_comm *c, const void *send, void *recv, size_t n, int root)
+{
+    (void)n, (void)root;
+    MPI_Comm m = MPI_COMM_NULL;
+    int rc = comm_of(c, &m);
+    if (rc < 0) return rc;
+    int p = c->size, *v = malloc(4 * (size_t)p * sizeof *v);
+    if (!v) return dt_comm_fail(c, DT_ERR_NOMEM, -1, "no memory for %d ranks' counts", p);
+    rc = v_ints(c, v);
+    MPI_Datatype t = element_type(c);
+    if (rc == 0)
+        BLOCKING(rc, c, "MPI_Alltoallv",
+                 MPI_Alltoallv(send, v, v + p, t, recv, v + 2 * p, v + 3 * p, t, m));
+    free(v);
+    return rc;
 }
 
 #endif /* DTRAIN_HAVE_MPI */

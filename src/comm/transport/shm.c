@@ -36,7 +36,6 @@
 #include "comm/transport/transport.h"
 
 #define CMA_PIECE (4u << 20)   /* a plain CMA receive moves this much per call */
-#define STREAM_MIN (32u << 20) /* reductions this large store past the cache */
 
 static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
 {
@@ -87,12 +86,31 @@ static void publish_head(shm_link *l)
     ring_notify(l->peer_inbox);
 }
 
+/* Whether the receiver of the current call's messages may reduce them. */
+static int reducing(const dt_comm *c)
+{
+    dt_coll_kind k = c->cur.kind;
+    return k == DT_COLL_ALLREDUCE || k == DT_COLL_REDUCE || k == DT_COLL_REDUCE_SCATTER;
+}
+
+/* Whether op's payload is to be pulled by cross-memory attach: from
+ * cma_min up (small rings, or forced), and on a crowded host a message
+ * its receiver only copies from cma_copy_min up to the size whose output
+ * is streamed past the cache, where the ring's copy out writes no more
+ * memory than the kernel's (which reads each line of the output first). */
+static int pull_by_cma(const dt_comm *c, const shm_link *l, const dt_p2p *op)
+{
+    if (!l->use_cma) return 0;
+    if (op->bytes >= l->sc->cma_min) return 1;
+    return !reducing(c) && op->bytes >= l->sc->cma_copy_min && op->bytes < DT_STREAM_MIN;
+}
+
 static int send_header(dt_comm *c, shm_link *l, dt_p2p *op)
 {
     uint64_t rb = l->out_bytes;
     if (ring_free(l, rb) < LINE) return 0;
     dt_p2p_fill_hdr(c, op, &op->hdr);
-    if (l->use_cma && op->bytes >= l->sc->cma_min) {
+    if (pull_by_cma(c, l, op)) {
         op->hdr.flags |= DT_MSG_FLAG_CMA;
         op->hdr.aux[0] = (uint64_t)(uintptr_t)op->src;
         op->hdr.aux[1] = op->ticket = ++l->cma_sent;
@@ -161,11 +179,11 @@ static int recv_header(dt_comm *c, shm_link *l, dt_p2p *op)
 
 static void consume(dt_comm *c, dt_p2p *op, const void *from, size_t n)
 {
-    if (op->kind == DT_P2P_RECV && op->bytes >= STREAM_MIN)
+    if (op->kind == DT_P2P_RECV && op->bytes >= DT_STREAM_MIN)
         dt_copy_stream((char *)op->dst + op->done, from, n);
     else if (op->kind == DT_P2P_RECV)
         memcpy((char *)op->dst + op->done, from, n);
-    else if (op->bytes >= STREAM_MIN) /* far beyond the cache: stream the result out */
+    else if (op->bytes >= DT_STREAM_MIN) /* far beyond the cache: stream the result out */
         dt_reduce_elems_stream(c->cur.dtype, c->cur.op, (char *)op->dst + op->done,
                                (const char *)op->src + op->done, from, n / dt_dtype_size(c->cur.dtype));
     else

@@ -190,6 +190,12 @@ static int cma_works(pid_t pid, uint64_t addr)
 #define RING_MIN (64u << 10)
 #define RING_FLOOR (4u << 10)       /* the smallest rings, when /dev/shm is short */
 #define CMA_AUTO_BELOW (512u << 10) /* auto: CMA when rings are smaller than this */
+/* With more ranks on the host than cores, every copy takes a core that
+ * another rank waits for, and the second copy the ring costs is no longer
+ * free: auto then pulls a message its receiver only copies (no reduction,
+ * whose pass over the data is the same either way) from this size up, to
+ * where the ring's output is streamed past the cache (shm.c). */
+#define CMA_CROWDED_MIN (256u << 10)
 
 static uint64_t default_ring_bytes(int npeers)
 {
@@ -216,7 +222,7 @@ static uint64_t fit_rings(dt_comm *c, uint64_t ring, int nlocal)
 static int read_settings(dt_comm *c, struct dt_shm_comm *sc, int nlocal)
 {
     char err[256];
-    long ring_kb = -1, cma_min = 1 << 20, cma = -1;
+    long ring_kb = -1, cma_min = -1, cma = -1;
     if (dt_env_long("DTRAIN_SHM_RING_KB", 4, 1 << 20, &ring_kb, err, sizeof err) < 0 ||
         dt_env_long("DTRAIN_SHM_CMA_MIN", 0, 1L << 40, &cma_min, err, sizeof err) < 0 ||
         dt_env_long("DTRAIN_SHM_CMA", 0, 1, &cma, err, sizeof err) < 0)
@@ -228,8 +234,11 @@ static int read_settings(dt_comm *c, struct dt_shm_comm *sc, int nlocal)
         sc->ring_bytes = (uint64_t)ring_kb << 10;
     else
         sc->ring_bytes = fit_rings(c, default_ring_bytes(nlocal - 1), nlocal);
+    int crowded = cma < 0 && nlocal > sysconf(_SC_NPROCESSORS_ONLN);
     if (cma < 0) cma = sc->ring_bytes < CMA_AUTO_BELOW;
-    sc->cma_min = cma ? (size_t)cma_min : SIZE_MAX;
+    sc->cma_min = cma ? (size_t)(cma_min >= 0 ? cma_min : 1 << 20) : SIZE_MAX;
+    sc->cma_copy_min = sc->cma_min;
+    if (crowded) sc->cma_copy_min = cma_min >= 0 ? (size_t)cma_min : CMA_CROWDED_MIN;
     return 0;
 }
 
@@ -249,7 +258,7 @@ static int link_peers(dt_comm *c, struct dt_shm_comm *sc, const int *local_ranks
         l->in_bytes = sc->ring_bytes;
         l->out = shm_inbox_ring(sc->maps[i], l->out_bytes, sc->my_local);
         l->in = shm_inbox_ring(sc->me, l->in_bytes, i);
-        l->use_cma = sc->cma_min != SIZE_MAX && l->peer_inbox->cma_ok[sc->my_local];
+        l->use_cma = sc->cma_copy_min != SIZE_MAX && l->peer_inbox->cma_ok[sc->my_local];
         c->links[local_ranks[i]] = &l->base;
     }
     return 0;
