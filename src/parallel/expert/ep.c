@@ -67,41 +67,31 @@ static int exchange_counts(void *ctx, const int32_t *send, int32_t *recv, int pe
                    dt_comm_error(L->ep)), -1;
 }
 
-/* Each peer's rows in one message each way, all posted at once; a pair
- * with no rows exchanges nothing (both sides know it from the counts). */
+/* The rows, one variable all-to-all (dt_alltoallv: its algorithm the cost
+ * model's choice; a pair with no rows exchanges nothing). */
 static int exchange_rows(void *ctx, const float *send, const int32_t *send_rows, float *recv,
                          const int32_t *recv_rows, int width, const char *what, char *err,
                          size_t errlen)
 {
     ep_layer *L = ctx;
-    dt_request *req[2 * 256];
-    int n = 0, rc = 0;
-    size_t at_s = 0, at_r = 0;
-    uint64_t t0 = dt_now_ns();
+    size_t sc[256], sd[256], rcnt[256], rd[256], at_s = 0, at_r = 0;
     for (int q = 0; q < L->size; q++) {
-        const size_t ns = (size_t)send_rows[q] * width, nr = (size_t)recv_rows[q] * width;
-        if (q == L->me) {
-            memcpy(recv + at_r, send + at_s, ns * sizeof(float));
-        } else {
-            if (nr && rc == 0) rc = dt_irecv(L->ep, recv + at_r, nr, DT_F32, q, &req[n++]);
-            if (ns && rc == 0) rc = dt_isend(L->ep, send + at_s, ns, DT_F32, q, &req[n++]);
-        }
-        at_s += ns, at_r += nr;
+        sc[q] = (size_t)send_rows[q] * width, rcnt[q] = (size_t)recv_rows[q] * width;
+        sd[q] = at_s, rd[q] = at_r;
+        at_s += sc[q], at_r += rcnt[q];
     }
-    for (int i = 0; i < n; i++) {
-        int w = dt_wait(req[i]);
-        if (rc == 0) rc = w;
-    }
+    const uint64_t t0 = dt_now_ns();
+    const int rc = dt_alltoallv(L->ep, send, sc, sd, recv, rcnt, rd, DT_F32);
     const uint64_t t1 = dt_now_ns();
     L->ms += (double)(t1 - t0) * 1e-6;
-    if (dt_trace_on()) {
+    if (rc == 0 && dt_trace_on()) {
         dt_trace_args ta = dt_trace_noargs();
-        ta.bytes = (long long)((at_s - (size_t)send_rows[L->me] * width) * sizeof(float));
+        ta.bytes = (long long)((at_s - sc[L->me]) * sizeof(float));
         dt_trace_add(DT_TRACE_COMM, what, t0, t1, &ta);
     }
     if (rc == 0) return 0;
-    return dt_strf(err, errlen, "rows over the expert-parallel group: %s", dt_comm_error(L->ep)),
-           -1;
+    return dt_strf(err, errlen, "all-to-all of the rows over the expert-parallel group: %s",
+                   dt_comm_error(L->ep)), -1;
 }
 
 static int ep_relayout(void *self, dt_rank *r, dt_gpt *layout)
