@@ -24,6 +24,8 @@ against PyTorch, and its checkpoints across expert-parallel sizes.
 - checkpoints: saved at ep 4, resumed at ep 2 (the bits of resuming one
   process's checkpoint there) and in one process (the uninterrupted run's
   bits); `ckpt consolidate` names every expert.
+- bf16 mixed precision, and ZeRO-3 with NVMe offload of the optimizer and
+  the parameters: ep 2 over 2 ranks, one process's bits.
 - recomputation: ep 2 with --recompute full (its rebuild exchanges the
   rows again) and selective, one process's bits.
 - refusals: experts that do not split over ep, an ep that does not divide
@@ -114,6 +116,23 @@ def check_recompute(dtrain, tmp):
              "ep 2 with --recompute %s" % mode)
 
 
+def check_precision_offload(dtrain, tmp):
+    """bf16 mixed precision (gradients reduced in fp32), and ZeRO-3 with the
+    optimizer state and the parameters' pieces on NVMe: ep 2 over 2 ranks
+    still gives one process's bits."""
+    bf16 = ["--dtype", "bf16", "--comm-dtype", "fp32"]
+    same(train(dtrain, tmp, "bf_ep2", 2, TINY + bf16 + ["--ep", "2"]),
+         train(dtrain, tmp, "bf_one", 1, TINY + bf16 + ["--grad-accum", "2"]),
+         "bf16, ep 2 over 2 ranks")
+    nvme = os.path.join(tmp, "nvme")
+    os.makedirs(nvme, exist_ok=True)
+    same(train(dtrain, tmp, "nv_ep2", 2, TINY + ["--ep", "2", "--zero-stage", "3",
+                                                 "--offload-optimizer", "nvme", "--offload-param",
+                                                 "nvme", "--nvme-path", nvme]),
+         train(dtrain, tmp, "nv_one", 1, TINY + ["--grad-accum", "2"]),
+         "ep 2 x ZeRO-3 with the optimizer and parameters on NVMe")
+
+
 def check_forced(dtrain, tmp):
     """Every token's router logits [4, 1, 0, -30] (ln_2 outputs its bias
     alone): experts 0 and 1 take every slot, so ep rank 1 (experts 2, 3)
@@ -185,6 +204,7 @@ def main():
         check_gpt2_shapes(dtrain, tmp)
         check_forced(dtrain, tmp)
         check_recompute(dtrain, tmp)
+        check_precision_offload(dtrain, tmp)
         check_four(dtrain, tmp)
         check_checkpoints(dtrain, tmp)
     finish()
