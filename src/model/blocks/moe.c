@@ -52,6 +52,7 @@
 #include <string.h>
 
 #include "core/str.h"
+#include "core/trace.h"
 #include "kernels/gelu.h"
 #include "kernels/router.h"
 #include "model/model_internal.h"
@@ -402,6 +403,15 @@ static void combine(dt_gpt *m, const dt_block_call *c)
     }
 }
 
+/* The experts' own compute on the timeline (--trace), between the
+ * exchanges that the expert-parallel layer records. */
+static void trace_experts(const char *name, uint64_t t0)
+{
+    if (!dt_trace_on()) return;
+    dt_trace_args ta = dt_trace_noargs();
+    dt_trace_add(DT_TRACE_COMPUTE, name, t0, dt_trace_now(), &ta);
+}
+
 /* Dispatch, the experts, and (expert parallelism) the outputs home. */
 static int experts_run(dt_gpt *m, const dt_block_call *c, unsigned run)
 {
@@ -410,6 +420,7 @@ static int experts_run(dt_gpt *m, const dt_block_call *c, unsigned run)
     if ((run & DT_RUN_PRODUCTS) && P > 1 &&
         (exchange_counts(m, c) || exchange_rows(m, c, c->a[XS], xr, C, 0, "dispatch")))
         return -1;
+    const uint64_t t0 = dt_trace_now();
     if ((run & DT_RUN_PRODUCTS) &&
         experts_forward(m, c, c->a[H], xr, FC_W, C, F, 1, "moe experts' c_fc"))
         return -1;
@@ -420,9 +431,10 @@ static int experts_run(dt_gpt *m, const dt_block_call *c, unsigned run)
     if (run & DT_RUN_ELEMENTWISE) dt_gelu_forward(c->a[G], c->a[H], rows * (size_t)F);
     if (!(run & DT_RUN_PRODUCTS)) return 0;
     const int split = m->tp.size > 1;
-    if (experts_forward(m, c, yr, c->a[G], PROJ_W, F, C, !split, "moe experts' c_proj") ||
-        (split && experts_output_sum(m, c, yr, rows)))
+    if (experts_forward(m, c, yr, c->a[G], PROJ_W, F, C, !split, "moe experts' c_proj"))
         return -1;
+    trace_experts("moe experts", t0);
+    if (split && experts_output_sum(m, c, yr, rows)) return -1;
     return P > 1 ? exchange_rows(m, c, yr, c->a[Y], C, 1, "combine") : 0;
 }
 
@@ -492,6 +504,7 @@ static int experts_backward_all(dt_gpt *m, const dt_block_call *c, dt_bwd_part w
     float *xr = P > 1 ? c->a[XR] : c->a[XS];
     if (P > 1 && exchange_rows(m, c, dyl, dy, C, 0, "dispatch of the outputs' gradients"))
         return -1;
+    const uint64_t t0 = dt_trace_now();
     if (experts_backward(m, c, whole, c->a[DG], dy, c->a[G], PROJ_W, F, C,
                          "moe experts' c_proj backward"))
         return -1;
@@ -503,6 +516,7 @@ static int experts_backward_all(dt_gpt *m, const dt_block_call *c, dt_bwd_part w
     if (experts_backward(m, c, whole, c->a[DYX], dh, xr, FC_W, C, F,
                          "moe experts' c_fc backward"))
         return -1;
+    trace_experts("moe experts backward", t0);
     *dxs = c->a[DYX];
     if (P == 1) return 0;
     *dxs = c->a[DYL];
