@@ -20,7 +20,8 @@ against PyTorch, and its checkpoints across expert-parallel sizes.
   x tp 2 with sequence parallelism, with SGD, within 1e-5 (the row-
   parallel sums); ep 2 x cp 2, with SGD, within 1e-5.
 - a router forced to send every token to experts 0 and 1: ep rank 1
-  receives no rows for whole steps; still one process's bits.
+  receives no rows for whole steps; still one process's bits; --trace
+  shows each rank's dispatch, experts and combine.
 - checkpoints: saved at ep 4, resumed at ep 2 (the bits of resuming one
   process's checkpoint there) and in one process (the uninterrupted run's
   bits); `ckpt consolidate` names every expert.
@@ -31,6 +32,7 @@ against PyTorch, and its checkpoints across expert-parallel sizes.
 - refusals: experts that do not split over ep, an ep that does not divide
   the data-parallel ranks, ep without experts.
 """
+import json
 import os
 import sys
 import tempfile
@@ -150,11 +152,19 @@ def check_forced(dtrain, tmp):
     args = ["--init", w, "--batch-size", "2", "--seq-len", "32", "--steps", "2",
             "--eval-batches", "0", "--lr", "1e-4", "--moe-per-layer-logging"]
     one = train(dtrain, tmp, "forced_one", 1, args + ["--grad-accum", "2"])
+    trace = os.path.join(tmp, "forced.trace")
     r = run(dtrain, ["launch", "-n", "2", dtrain, "train", "--data",
-                     os.path.join(tmp, "words.txt")] + COMMON + args + ["--ep", "2"])
+                     os.path.join(tmp, "words.txt")] + COMMON + args + ["--ep", "2", "--trace",
+                                                                        trace])
     check(r.returncode == 0 and "slots per expert min 0 " in r.stdout,
           "forced: ep 2 trained with experts that took no slot (%s)"
           % [l for l in r.stdout.splitlines() if "moe layer" in l][:2])
+    events = json.load(open(trace))["traceEvents"] if r.returncode == 0 else []
+    seen = {(e.get("pid"), e.get("name")) for e in events}
+    want = {(p, n) for p in (0, 1) for n in ("moe dispatch", "moe experts", "moe combine",
+                                             "moe experts backward")}
+    check(want <= seen, "--trace: each rank's dispatch, experts and combine (missing %s)"
+          % sorted(want - seen))
     ep2 = train(dtrain, tmp, "forced_ep2", 2, args + ["--ep", "2"])
     same(ep2, one, "forced router, ep rank 1 without rows")
 
