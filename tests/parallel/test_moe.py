@@ -8,7 +8,7 @@ same global batch, at GPT-2's shapes (two layers of width 768, vocabulary
 - DDP and ZeRO-3 over 2 ranks: the losses, the balance terms and the
   final weights of one process with --grad-accum 2, bit for bit (ZeRO's
   pieces of the experts uneven and padded).
-- full and selective recomputation in one process: its bits.
+- full recomputation in one process: its bits.
 - tensor parallelism (2 ranks, sequence parallelism): each expert's c_fc
   columns and c_proj rows cut as the dense MLP's, with SGD, within 1e-5 of
   one process (the row-parallel sums add in another order).
@@ -56,11 +56,10 @@ def check_strategies(dtrain, tmp):
     one = train(dtrain, tmp, "one", 1, ["--grad-accum", "2"])
     check(any(n.endswith("mlp.experts.2.c_proj.weight") for n in one[1]),
           "the final weights name every expert")
+    # (Selective recomputation: test_moe_ep.py, with expert parallelism.)
     for name, ranks, extra in (("DDP", 2, []), ("ZeRO-3", 2, ["--zero-stage", "3"]),
                                ("recompute full", 1, ["--grad-accum", "2", "--recompute",
-                                                      "full"]),
-                               ("recompute selective", 1, ["--grad-accum", "2", "--recompute",
-                                                           "selective"])):
+                                                      "full"])):
         got = train(dtrain, tmp, name.replace(" ", "_"), ranks, extra)
         check(got[0] == one[0] and same_bits(got[1], one[1]),
               "%s: losses, balance terms and final weights of one process, bit for bit" % name)
@@ -69,19 +68,20 @@ def check_strategies(dtrain, tmp):
     # runs the same batch. The row-parallel sums add in another order; SGD
     # with momentum carries that rounding as it is, where AdamW's first
     # steps divide each element by its own gradient (test_gpt2_shapes.py).
-    sgd = ["--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.01"]
-    tp = train(dtrain, tmp, "tp2sp", 2, sgd + ["--tp", "2", "--sequence-parallel"])
-    one1 = train(dtrain, tmp, "one1", 1, sgd)
-    worst = max(abs(a[0] - b[0]) / b[0] for a, b in zip(tp[0], one1[0]))
-    err, where = rel_err(tp[1], one1[1], 0.01, 2)
-    check(worst <= 1e-6 and err <= 1e-5, "tp 2 + sp: losses within 1e-6 of one process (%.1e), "
-          "weights within 1e-5 (%.1e, %s)" % (worst, err, where))
+    # A capacity, so that dropping is checked under both splits.
+    cap = ["--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.01",
+           "--moe-expert-capacity-factor", "1.0"]
+    one_cap = train(dtrain, tmp, "one_cap", 1, cap)
+    tp = train(dtrain, tmp, "tp2sp", 2, cap + ["--tp", "2", "--sequence-parallel"])
+    worst = max(abs(a[0] - b[0]) / b[0] for a, b in zip(tp[0], one_cap[0]))
+    err, where = rel_err(tp[1], one_cap[1], 0.01, 2)
+    check(worst <= 1e-6 and err <= 1e-5 and [a[3] for a in tp[0]] == [b[3] for b in one_cap[0]],
+          "tp 2 + sp: the same slots dropped, losses within 1e-6 of one process (%.1e), weights "
+          "within 1e-5 (%.1e, %s)" % (worst, err, where))
     # Context parallelism (ring, zig-zag rows) with a capacity: the drops
     # and the balance loss are per whole sequence, so the group gathers its
     # choices; the same slots drop as in one process.
-    cap = sgd + ["--moe-expert-capacity-factor", "1.0"]
     cp = train(dtrain, tmp, "cp2", 2, cap + ["--cp", "2", "--cp-algo", "ring"])
-    one_cap = train(dtrain, tmp, "one_cap", 1, cap)
     worst = max(abs(a[0] - b[0]) / b[0] for a, b in zip(cp[0], one_cap[0]))
     err, where = rel_err(cp[1], one_cap[1], 0.01, 2)
     check(worst <= 1e-6 and err <= 1e-5 and [a[3] for a in cp[0]] == [b[3] for b in one_cap[0]]
