@@ -99,15 +99,19 @@ def check_strategies(dtrain, tmp):
 
 
 def check_checkpoint(dtrain, tmp):
-    """ZeRO-2 over 2 ranks saves at step 2 of 4; one process resumes there
-    with --grad-accum 2 and ends on the uninterrupted run's bits; `ckpt
-    consolidate` writes every expert under its own name."""
+    """ZeRO-2 over 2 ranks saves at step 2 of 4 (top 1); one process resumes
+    there with --grad-accum 2, without repeating --moe-router-topk, and
+    ends on the uninterrupted run's bits; `ckpt consolidate` writes every
+    expert under its own name."""
     small = ["train", "--num-experts", "4", "--n-layer", "2", "--batch-size", "2",
              "--seq-len", "32", "--threads", "1", "--eval-batches", "0", "--steps", "4",
              "--lr-schedule", "constant", "--data", os.path.join(tmp, "words.txt")]
     out, full, res, cons = (os.path.join(tmp, n) for n in ("ck", "full.st", "res.st", "c.st"))
+    # Top 1 when saved; the resume does not repeat the flag and must route
+    # as the checkpoint did, not to the default 2.
     a = run(dtrain, ["launch", "-n", "2", dtrain] + small + [
-        "--zero-stage", "2", "--out", out, "--save-every", "2", "--save-final", full])
+        "--moe-router-topk", "1", "--zero-stage", "2", "--out", out, "--save-every", "2",
+        "--save-final", full])
     b = run(dtrain, small + ["--grad-accum", "2", "--resume=" + os.path.join(out, "ckpt-00000002"),
                              "--save-final", res])
     c = run(dtrain, ["ckpt", "consolidate", os.path.join(out, "ckpt-00000002"), "--out", cons])
