@@ -9,6 +9,7 @@
 #include "core/timer.h"
 #include "core/trace.h"
 #include "parallel/fingerprint.h"
+#include "parallel/slices.h"
 
 /* A segment whose whole tensors' sums are in flight: passed on to the hook
  * below when they end, segments in the order backward reported them. */
@@ -109,18 +110,16 @@ static int ep_relayout(void *self, dt_rank *r, dt_gpt *layout)
 
 /* What this rank alone counts in the norm and writes: its experts, and on
  * the group's first rank the whole tensors too. */
+static int is_expert(const dt_param_tensor *t) { return t->expert; }
+static int is_shared(const dt_param_tensor *t) { return !t->expert; }
+
 static int plan_owned(ep_layer *L)
 {
     const dt_gpt *m = L->m;
     int n = 0;
     if (!(L->own = malloc((size_t)(m->n_tensors + 1) * sizeof *L->own))) return -1;
     if (L->me == 0) L->own[n++] = (dt_flat_range){0, m->n_floats, 0};
-    for (int i = 0; L->me != 0 && i < m->n_tensors; i++) {
-        const dt_param_tensor *t = &m->tensors[i];
-        if (!t->expert || !t->numel) continue;
-        if (n > 0 && L->own[n - 1].hi == t->offset) L->own[n - 1].hi = t->offset + t->numel;
-        else L->own[n++] = (dt_flat_range){t->offset, t->offset + t->numel, t->offset};
-    }
+    else n = dt_slices_ranges(m, is_expert, L->own);
     L->owned = (dt_flat_ranges){n, L->own, m->n_floats};
     return dt_strategy_own(L->S, &L->owned, &L->own_within);
 }
@@ -290,15 +289,8 @@ static void ep_traffic(void *self, double *comm_ms, uint64_t *bytes)
 
 static int place_slice(ep_layer *L, const dt_gpt *lay, const float *local)
 {
-    int n = dt_gpt_tp_ranges(lay, L->whole, NULL, 0);
-    dt_flat_range *map = malloc((size_t)(n ? n : 1) * sizeof *map);
-    if (!map) return failed(L, "gathering the parameters", NULL);
-    dt_gpt_tp_ranges(lay, L->whole, map, n);
-    for (int i = 0; i < n; i++)
-        memcpy(L->whole->params + map[i].lo, local + map[i].at,
-               (map[i].hi - map[i].lo) * sizeof(float));
-    free(map);
-    return 0;
+    return dt_slices_place(lay, L->whole, local) ? failed(L, "gathering the parameters", NULL)
+                                                  : 0;
 }
 
 /* Rank k of slices: tensor slice k % tp, experts of ep rank k / tp. */
@@ -349,12 +341,7 @@ static int ep_gather_params(void *self)
 static int ep_replicas(void *self, uint64_t *hash)
 {
     ep_layer *L = self;
-    const dt_gpt *m = L->m;
-    uint64_t h = 0;
-    for (int i = 0; i < m->n_tensors; i++)
-        if (!m->tensors[i].expert)
-            h = (h ^ dt_fnv1a64(m->params + m->tensors[i].offset,
-                                m->tensors[i].numel * sizeof(float))) * 1099511628211ull;
+    const uint64_t h = dt_slices_hash(L->m, is_shared);
     int64_t lo = (int64_t)h, hi = (int64_t)h;
     int same = dt_fingerprints_agree(L->ep, &lo, &hi, 1);
     if (same < 0) return failed(L, "comparing the whole tensors", L->ep);

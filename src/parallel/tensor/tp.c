@@ -10,6 +10,7 @@
 #include "core/timer.h"
 #include "parallel/fingerprint.h"
 #include "parallel/mesh.h"
+#include "parallel/slices.h"
 
 typedef struct {
     dt_strategy *S;
@@ -80,18 +81,16 @@ static int tp_relayout(void *self, dt_rank *r, dt_gpt *layout)
 /* What this rank alone counts in the norm and writes of a checkpoint: its
  * slices, and on the group's first rank the whole tensors too (every rank
  * holds their same bits), within what a layer above owns. */
+static int is_split(const dt_param_tensor *t) { return t->split; }
+static int is_whole(const dt_param_tensor *t) { return !t->split; }
+
 static int plan_owned(tp_layer *L)
 {
     const dt_gpt *m = L->m;
     int n = 0;
     if (!(L->own = malloc((size_t)(m->n_tensors + 1) * sizeof *L->own))) return -1;
     if (L->me == 0) L->own[n++] = (dt_flat_range){0, m->n_floats, 0};
-    for (int i = 0; L->me != 0 && i < m->n_tensors; i++) {
-        const dt_param_tensor *t = &m->tensors[i];
-        if (!t->split) continue;
-        if (n > 0 && L->own[n - 1].hi == t->offset) L->own[n - 1].hi = t->offset + t->numel;
-        else L->own[n++] = (dt_flat_range){t->offset, t->offset + t->numel, t->offset};
-    }
+    else n = dt_slices_ranges(m, is_split, L->own);
     L->owned = (dt_flat_ranges){n, L->own, m->n_floats};
     return dt_strategy_own(L->S, &L->owned, &L->own_within);
 }
@@ -132,15 +131,8 @@ static void tp_traffic(void *self, double *comm_ms, uint64_t *bytes)
 /* A slice's parameters (local, in lay's layout) into the whole ones. */
 static int place_slice(tp_layer *L, const dt_gpt *lay, const float *local)
 {
-    int n = dt_gpt_tp_ranges(lay, &L->whole, NULL, 0);
-    dt_flat_range *map = malloc((size_t)n * sizeof *map);
-    if (!map) return failed(L, "gathering the parameters", NULL);
-    dt_gpt_tp_ranges(lay, &L->whole, map, n);
-    for (int i = 0; i < n; i++)
-        memcpy(L->whole.params + map[i].lo, local + map[i].at,
-               (map[i].hi - map[i].lo) * sizeof(float));
-    free(map);
-    return 0;
+    return dt_slices_place(lay, &L->whole, local) ? failed(L, "gathering the parameters", NULL)
+                                                   : 0;
 }
 
 /* Rank q's parameters received and placed (on the writer). */
@@ -183,12 +175,7 @@ static int tp_gather_params(void *self)
 static int tp_replicas(void *self, uint64_t *hash)
 {
     tp_layer *L = self;
-    const dt_gpt *m = L->m;
-    uint64_t h = 0;
-    for (int i = 0; i < m->n_tensors; i++)
-        if (!m->tensors[i].split)
-            h = (h ^ dt_fnv1a64(m->params + m->tensors[i].offset,
-                                m->tensors[i].numel * sizeof(float))) * 1099511628211ull;
+    const uint64_t h = dt_slices_hash(L->m, is_whole);
     int64_t lo = (int64_t)h, hi = (int64_t)h;
     int same = dt_fingerprints_agree(L->tp, &lo, &hi, 1);
     if (same < 0) return failed(L, "comparing the whole tensors", L->tp);
