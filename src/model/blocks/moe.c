@@ -379,6 +379,17 @@ static int experts_backward(dt_gpt *m, const dt_block_call *c, int whole, float 
     return 0;
 }
 
+/* The rows the experts here run: what this rank received (expert
+ * parallelism), or its own kept slots. */
+static size_t expert_rows(const dt_gpt *m, const dt_block_call *c)
+{
+    route r = route_of(m, c);
+    size_t rows = 0;
+    for (int q = 0; m->ep.size > 1 && q < m->ep.size; q++) rows += (size_t)r.recv_rows[q];
+    for (int e = 0; m->ep.size == 1 && e < m->cfg.moe.experts; e++) rows += (size_t)r.count[e];
+    return rows;
+}
+
 /* ---- forward ------------------------------------------------------------ */
 
 /* res' = res + sum_k w[i,k] y[pos[i,k]] over the kept slots, k in order,
@@ -424,10 +435,7 @@ static int experts_run(dt_gpt *m, const dt_block_call *c, unsigned run)
     if ((run & DT_RUN_PRODUCTS) &&
         experts_forward(m, c, c->a[H], xr, FC_W, C, F, 1, "moe experts' c_fc"))
         return -1;
-    route r = route_of(m, c);
-    size_t rows = 0;
-    for (int q = 0; q < P; q++) rows += (size_t)(P > 1 ? r.recv_rows[q] : 0);
-    for (int e = 0; P == 1 && e < m->cfg.moe.experts; e++) rows += (size_t)r.count[e];
+    const size_t rows = expert_rows(m, c);
     if (run & DT_RUN_ELEMENTWISE) dt_gelu_forward(c->a[G], c->a[H], rows * (size_t)F);
     if (!(run & DT_RUN_PRODUCTS)) return 0;
     const int split = m->tp.size > 1;
@@ -508,10 +516,7 @@ static int experts_backward_all(dt_gpt *m, const dt_block_call *c, dt_bwd_part w
     if (experts_backward(m, c, whole, c->a[DG], dy, c->a[G], PROJ_W, F, C,
                          "moe experts' c_proj backward"))
         return -1;
-    route r = route_of(m, c);
-    size_t rows = 0;
-    for (int q = 0; q < P; q++) rows += (size_t)(P > 1 ? r.recv_rows[q] : 0);
-    for (int e = 0; P == 1 && e < m->cfg.moe.experts; e++) rows += (size_t)r.count[e];
+    const size_t rows = expert_rows(m, c);
     dt_gelu_backward(dh, c->a[H], c->a[DG], rows * (size_t)F);
     if (experts_backward(m, c, whole, c->a[DYX], dh, xr, FC_W, C, F,
                          "moe experts' c_fc backward"))
