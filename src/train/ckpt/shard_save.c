@@ -195,7 +195,8 @@ typedef struct {
     int np;
     dt_ckpt_record rec;
     char tmp[DT_PATH_MAX + 128];
-    int made; /* rank 0 made tmp */
+    int made;  /* rank 0 made tmp */
+    int known; /* every rank knows tmp's name (and may have written into it) */
 } job;
 
 /* Part 1: every rank's values are checked; rank 0 makes the directory. */
@@ -217,6 +218,7 @@ static int prepare(crew *c, job *j, const dt_flat_ranges *mine, const dt_optimiz
     me.ok = rc == 0;
     if (agree(c, &me, err, err, errlen) != 0) return -1;
     dt_ckpt_tmp_path(j->tmp, sizeof j->tmp, j->out_dir, j->st->step, (long)c->all[0].value[0]);
+    j->known = 1;
     return 0;
 }
 
@@ -269,8 +271,11 @@ int dt_ckpt_save_sharded(const char *out_dir, const dt_gpt *layout, const dt_fla
     if (rc == 0) rc = write_own(&c, &j, err, errlen);
     if (rc == 0) rc = finish(&c, &j, keep_last, err, errlen);
     /* A failed save leaves no temporary directory (the next save's pruning
-     * would remove it otherwise). */
-    if (rc != 0 && j.made) dt_ckpt_remove_tree(j.tmp);
+     * would remove it otherwise). Every rank that may have written into it
+     * removes what is there: a rank still writing when rank 0 cleans up
+     * would otherwise leave its shard, and the directory, behind; the last
+     * to finish empties it (one that finds it gone cannot write there). */
+    if (rc != 0 && (j.made || j.known)) dt_ckpt_remove_tree(j.tmp);
     if (rc == 0 && path_out) dt_ckpt_dir_path(path_out, path_len, out_dir, st->step);
     free(j.p);
     free(c.all);
