@@ -13,6 +13,7 @@
 #include "kernels/threads.h"
 #include "model/gpt.h"
 #include "train/ckpt/checkpoint.h"
+#include "train/ckpt/shard.h"
 #include "train/weights/weights.h"
 #include "core/parse.h"
 
@@ -24,6 +25,7 @@ typedef struct {
     long top_k;
     unsigned long long seed;
     long threads;
+    long moe_topk; /* 0: the file's */
 } sample_args;
 
 static void usage(FILE *f)
@@ -39,7 +41,9 @@ static void usage(FILE *f)
             "  --temperature T     softmax temperature, > 0 (default 0.8)\n"
             "  --top-k K           sample among the K likeliest tokens; 0 = all (default 40)\n"
             "  --seed S            random seed (default 1337)\n"
-            "  --threads N         compute threads (default 1)\n");
+            "  --threads N         compute threads (default 1)\n"
+            "  --moe-router-topk K a mixture of experts' top K, for a weights file that\n"
+            "                      does not record it (default: the file's)\n");
 }
 
 static int parse_number(const char *flag, const char *v, double lo, double hi, double *out)
@@ -55,7 +59,7 @@ static int parse_number(const char *flag, const char *v, double lo, double hi, d
 
 static int parse_args(int argc, char **argv, sample_args *a)
 {
-    *a = (sample_args){NULL, "\n", 256, 0.8, 40, 1337, 1};
+    *a = (sample_args){NULL, "\n", 256, 0.8, 40, 1337, 1, 0};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) {
@@ -84,6 +88,9 @@ static int parse_args(int argc, char **argv, sample_args *a)
         } else if (strcmp(f, "--threads") == 0) {
             if (parse_number(f, v, 1, 1024, &x)) return -1;
             a->threads = (long)x;
+        } else if (strcmp(f, "--moe-router-topk") == 0) {
+            if (parse_number(f, v, 1, DT_MOE_MAX_EXPERTS, &x)) return -1;
+            a->moe_topk = (long)x;
         } else {
             fprintf(stderr, "dtrain sample: unknown option %s (see --help)\n", f);
             return -1;
@@ -121,6 +128,28 @@ static int resolve_model(const char *ckpt, char *path, size_t len, int *is_ckpt,
     dt_strf(path, len, "%s", dir);
     *is_ckpt = 1; /* whole or in shards (ZeRO): loaded as one range */
     return dt_ckpt_model_config(dir, cfg, err, errlen);
+}
+
+/* A mixture of experts routes as it trained: GPT-2's blocks with a moe
+ * branch (a weights file records no blocks), and the top K the file
+ * records, or the one asked for. */
+static int moe_routing(dt_gpt_config *cfg, const sample_args *a, const char *path, char *err,
+                       size_t errlen)
+{
+    if (!cfg->moe.experts) {
+        if (a->moe_topk)
+            return dt_strf(err, errlen, "--moe-router-topk: %s has no experts", path), -1;
+        return 0;
+    }
+    if (!cfg->blocks[0]) dt_strf(cfg->blocks, sizeof cfg->blocks, "%s", dt_blocks_gpt2_moe);
+    if (a->moe_topk) cfg->moe.topk = (int)a->moe_topk;
+    if (!cfg->moe.topk)
+        return dt_strf(err, errlen, "%s does not record its experts' top K: give "
+                       "--moe-router-topk K (the value it trained with)", path), -1;
+    if (cfg->moe.topk > cfg->moe.experts)
+        return dt_strf(err, errlen, "--moe-router-topk %d with %d experts: K <= %d",
+                       cfg->moe.topk, cfg->moe.experts, cfg->moe.experts), -1;
+    return 0;
 }
 
 static int float_desc(const void *x, const void *y)
@@ -240,12 +269,27 @@ int cli_sample(int argc, char **argv)
         fprintf(stderr, "dtrain sample: %s does not record n_head\n", path);
         return 1;
     }
+    if (moe_routing(&cfg, &a, path, err, sizeof err)) {
+        fprintf(stderr, "dtrain sample: %s\n", err);
+        return 1;
+    }
+    /* A checkpoint's experts' bias (aux-loss-free balancing) steers the
+     * routing, so the model samples as it trained. */
+    dt_ckpt_record rec = {0};
+    if (is_ckpt && cfg.moe.experts && dt_ckpt_read_record(path, &rec, err, sizeof err)) {
+        fprintf(stderr, "dtrain sample: %s\n", err);
+        return 1;
+    }
+    cfg.moe.expert_bias = rec.moe_bias_n > 0;
     if (dt_gpt_create(&m, &cfg, DT_PREC_F32, err, sizeof err)) {
         fprintf(stderr, "dtrain sample: %s\n", err);
         return 1;
     }
     rc = is_ckpt ? dt_ckpt_load(path, &m, NULL, NULL, err, sizeof err)
                  : dt_weights_load(&m, path, err, sizeof err);
+    if (rc == 0 && m.moe.bias &&
+        dt_ckpt_read_moe_bias(path, m.moe.bias, rec.moe_bias_n, err, sizeof err) < 0)
+        rc = -1;
     if (rc == 0 && dt_gpt_alloc_acts(&m, 1, cfg.block_size) != 0) {
         dt_strf(err, sizeof err, "%s", m.error);
         rc = -1;

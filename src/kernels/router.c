@@ -6,6 +6,15 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/rand.h"
+
+void dt_router_hash_logits(float *logits, int E, uint64_t salt)
+{
+    const uint64_t h = dt_mix64(salt + 0x9E3779B97F4A7C15ull);
+    for (int e = 0; e < E; e++)
+        logits[e] = (float)((double)(dt_mix64(h + (uint64_t)e) >> 40) * (2.0 / 16777216.0) - 1.0);
+}
+
 void dt_router_softmax(float *probs, float *lse, const float *logits, int N, int E)
 {
     for (int i = 0; i < N; i++) {

@@ -15,6 +15,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Benchmarking's even router (--moe-router-force-load-balancing): one
+ * row's E logits uniform in [-1, 1), a hash of the salt alone (the
+ * caller's: the layer and the row's position), never of the input, whose
+ * last bits differ between layouts that sum in other orders. */
+void dt_router_hash_logits(float *logits, int E, uint64_t salt);
 void dt_router_softmax(float *probs, float *lse, const float *logits, int N, int E);
 void dt_router_topk(int32_t *choice, float *weight, const float *probs, const float *bias,
                     int N, int E, int K);

@@ -26,6 +26,8 @@ typedef struct {
     double z_coeff;   /* the router z-loss's weight */
     int expert_bias;  /* aux-loss-free balance: a bias per expert on the choice */
     double bias_rate; /* how far each step moves the bias */
+    int force_balance; /* benchmarking: logits from a hash of each position,
+                        * not the router (Megatron's --moe-router-force-load-balancing) */
 } dt_moe_config;
 
 /* What one layer's forwards counted since the last reset, over this

@@ -71,10 +71,14 @@ typedef struct {
                   size_t errlen);
     /* rows of `width` floats: send_rows[q] to rank q (consecutive in send,
      * by rank), recv_rows[q] from q (consecutive in recv, by rank); what
-     * names the exchange ("moe dispatch", "moe combine") for a timeline. */
+     * names the exchange ("moe dispatch", "moe combine") for a timeline.
+     * start: return at once, the exchange in flight until rows_wait (one
+     * at a time; buffers untouched meanwhile), so the rows already here
+     * can be computed while the others travel. */
     int (*rows)(void *ctx, const float *send, const int32_t *send_rows, float *recv,
-                const int32_t *recv_rows, int width, const char *what, char *err,
+                const int32_t *recv_rows, int width, const char *what, int start, char *err,
                 size_t errlen);
+    int (*rows_wait)(void *ctx, char *err, size_t errlen);
     void *ctx;
 } dt_gpt_ep;
 

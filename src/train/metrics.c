@@ -112,6 +112,7 @@ int dt_log_json_step(FILE *f, const dt_step_stats *s)
         failed |= json_number(f, "moe_aux_loss", s->aux_loss, 0) < 0;
         failed |= json_number(f, "moe_z_loss", s->z_loss, 0) < 0;
         failed |= json_number(f, "moe_dropped", s->dropped, 0) < 0;
+        if (s->ep_skew > 0) failed |= json_number(f, "moe_ep_skew", s->ep_skew, 0) < 0;
     }
     if (s->ranks > 1) {
         failed |= json_number(f, "comm_ms", s->comm_ms, 0) < 0;

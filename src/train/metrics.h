@@ -27,6 +27,7 @@ typedef struct {
     int moe;              /* a mixture of experts: its balance terms shown */
     double aux_loss, z_loss; /* added to the loss differentiated, not to `loss` */
     double dropped;       /* routing slots the capacity dropped */
+    double ep_skew;       /* busiest expert-parallel rank's slots / mean (0: no ep) */
 } dt_step_stats;
 
 /* The peak FLOP/s of `threads` threads in fp32 or bf16 (train/peak.h:

@@ -15,7 +15,20 @@ void dt_moe_step_begin(dt_run *t)
 /* Doubles per layer on the wire: aux, z, sequences, tokens, dropped, load[E]. */
 enum { FIXED = 5 };
 
-static void print_load(FILE *f, int l, const double *s, int E)
+/* Expert parallelism's rank q holds experts [q E / P, (q + 1) E / P): its
+ * slots' share of the layer over the mean share; 0 without ep. */
+static double ep_skew(const double *load, int E, int P)
+{
+    double hi = 0, sum = 0;
+    for (int q = 0; P > 1 && q < P; q++) {
+        double v = 0;
+        for (int e = q * (E / P); e < (q + 1) * (E / P); e++) v += load[e];
+        hi = v > hi ? v : hi, sum += v;
+    }
+    return sum > 0 ? hi * P / sum : 0.0;
+}
+
+static void print_load(FILE *f, int l, const double *s, int E, int P)
 {
     double lo = s[FIXED], hi = s[FIXED], sum = 0;
     for (int e = 0; e < E; e++) {
@@ -23,7 +36,9 @@ static void print_load(FILE *f, int l, const double *s, int E)
         lo = v < lo ? v : lo, hi = v > hi ? v : hi, sum += v;
     }
     fprintf(f, "  moe layer %d: slots per expert min %.0f max %.0f mean %.1f (max/mean %.2f), "
-            "dropped %.0f\n", l, lo, hi, sum / E, sum > 0 ? hi * E / sum : 0.0, s[4]);
+            "dropped %.0f", l, lo, hi, sum / E, sum > 0 ? hi * E / sum : 0.0, s[4]);
+    if (P > 1) fprintf(f, ", busiest ep rank %.2fx the mean", ep_skew(s + FIXED, E, P));
+    fputc('\n', f);
 }
 
 int dt_moe_step_end(dt_run *t, dt_moe_step *out, FILE *f, int print)
@@ -54,7 +69,8 @@ int dt_moe_step_end(dt_run *t, dt_moe_step *out, FILE *f, int print)
         if (d[3] > 0) out->z_loss += mc->z_coeff * d[1] / d[3];
         out->dropped += d[4];
         dt_gpt_moe_update_bias(&t->model, l, d + FIXED);
-        if (print) print_load(f, l, d, E);
+        out->ep_skew += ep_skew(d + FIXED, E, m->ep.size) / L;
+        if (print) print_load(f, l, d, E, m->ep.size);
     }
     free(s);
     return 0;

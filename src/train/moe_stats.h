@@ -15,6 +15,8 @@ typedef struct {
     double aux_loss; /* coefficient x the sequences' mean of sum_e f_e P_e, summed over layers */
     double z_loss;   /* coefficient x the tokens' mean of logsumexp^2, summed over layers */
     double dropped;  /* routing slots dropped by the capacity, all layers */
+    double ep_skew;  /* expert parallelism: the busiest ep rank's slots over the
+                      * ranks' mean, averaged over layers (0 without ep) */
 } dt_moe_step;
 
 /* Before a step: the model's counts zeroed. */

@@ -123,7 +123,8 @@ static int run_loop(dt_run *t)
                                     (averaged > 0 ? ms_avg : ms) * 1e-3,
                            .ranks = t->r.size > t->S.dp_size ? t->r.size : t->S.dp_size,
                            .moe = moe.on, .aux_loss = moe.aux_loss, .z_loss = moe.z_loss,
-                           .dropped = moe.dropped};
+                           .dropped = moe.dropped,
+                           .ep_skew = moe.ep_skew};
         uint64_t bytes;
         dt_strategy_traffic(&t->S, &s.comm_ms, &bytes);
         s.bytes_sent = bytes;

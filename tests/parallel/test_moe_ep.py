@@ -22,6 +22,10 @@ against PyTorch, and its checkpoints across expert-parallel sizes.
 - a router forced to send every token to experts 0 and 1: ep rank 1
   receives no rows for whole steps; still one process's bits; --trace
   shows each rank's dispatch, experts and combine.
+- --moe-router-force-load-balancing (Megatron's benchmarking router) over
+  the forced router above: every expert takes a near-even share, the
+  router's weights do not move (weight decay 0), ep 2 gives one process's
+  bits, and the log carries the busiest ep rank's share.
 - checkpoints: saved at ep 4, resumed at ep 2 (the bits of resuming one
   process's checkpoint there) and in one process (the uninterrupted run's
   bits); `ckpt consolidate` names every expert.
@@ -135,10 +139,9 @@ def check_precision_offload(dtrain, tmp):
          "ep 2 x ZeRO-3 with the optimizer and parameters on NVMe")
 
 
-def check_forced(dtrain, tmp):
-    """Every token's router logits [4, 1, 0, -30] (ln_2 outputs its bias
-    alone): experts 0 and 1 take every slot, so ep rank 1 (experts 2, 3)
-    receives no rows."""
+def forced_init(tmp):
+    """Weights whose router gives every token the logits [4, 1, 0, -30]
+    (ln_2 outputs its bias alone): experts 0 and 1 take every slot."""
     model = MoEGPT(2, 4, 128, 256, 128, 4, 512, 2)
     model.init_random(torch.Generator().manual_seed(5), scale=0.02)
     with torch.no_grad():
@@ -149,7 +152,12 @@ def check_forced(dtrain, tmp):
                                           v.unsqueeze(0) / (v @ v))
     w = os.path.join(tmp, "forced.safetensors")
     st_write(w, model.hf_state(), {"n_head": "4"})
-    args = ["--init", w, "--batch-size", "2", "--seq-len", "32", "--steps", "2",
+    return w
+
+
+def check_forced(dtrain, tmp):
+    """The forced router: ep rank 1 (experts 2, 3) receives no rows."""
+    args = ["--init", forced_init(tmp), "--batch-size", "2", "--seq-len", "32", "--steps", "2",
             "--eval-batches", "0", "--lr", "1e-4", "--moe-per-layer-logging"]
     one = train(dtrain, tmp, "forced_one", 1, args + ["--grad-accum", "2"])
     trace = os.path.join(tmp, "forced.trace")
@@ -167,6 +175,35 @@ def check_forced(dtrain, tmp):
           % sorted(want - seen))
     ep2 = train(dtrain, tmp, "forced_ep2", 2, args + ["--ep", "2"])
     same(ep2, one, "forced router, ep rank 1 without rows")
+
+
+def check_force_balance(dtrain, tmp):
+    w = forced_init(tmp)
+    args = ["--init", w, "--batch-size", "2", "--seq-len", "32", "--steps", "2",
+            "--eval-batches", "0", "--lr", "1e-3", "--weight-decay", "0",
+            "--moe-router-force-load-balancing", "--moe-per-layer-logging"]
+    one = train(dtrain, tmp, "even_one", 1, args + ["--grad-accum", "2"])
+    log, final = os.path.join(tmp, "even_ep2.json"), os.path.join(tmp, "even_ep2.st")
+    entries, weights, out = train_logged(dtrain, ["launch", "-n", "2", dtrain, "train", "--data",
+                                                  os.path.join(tmp, "words.txt"), "--log-json",
+                                                  log, "--save-final", final, "--ep", "2"]
+                                         + COMMON + args, log, final)
+    loads = [l for l in out.splitlines() if "moe layer" in l]
+    shares = [float(l.split("max/mean ")[1].split(")")[0]) for l in loads]
+    check(len(loads) >= 2 and max(shares) < 1.5 and "min 0 " not in out,
+          "forced balance over a router that sends every token to experts 0 and 1: each layer's "
+          "busiest expert under 1.5x the mean, none idle (%s)" % shares)
+    check(all(0.99 < e.get("moe_ep_skew", 0) < 1.5 for e in entries),
+          "--log-json's moe_ep_skew: the busiest ep rank's share (%s)"
+          % [e.get("moe_ep_skew") for e in entries])
+    init = st_read(w)[0]
+    routers = [k for k in weights if k.endswith("mlp.router.weight")]
+    check(len(routers) == 2 and all(weights[k].equal(init[k]) for k in routers) and
+          not weights["h.0.mlp.experts.2.c_fc.weight"].equal(init["h.0.mlp.experts.2.c_fc.weight"]),
+          "forced balance: the router's weights stay as loaded, the experts train")
+    same(([(e["loss"], e["moe_aux_loss"], e["moe_z_loss"], e["moe_dropped"]) for e in entries],
+          weights, [l for l in out.splitlines() if l.startswith("val loss")]), one,
+         "forced balance, ep 2")
 
 
 def check_checkpoints(dtrain, tmp):
@@ -213,6 +250,7 @@ def main():
         check_refusals(dtrain, tmp)
         check_gpt2_shapes(dtrain, tmp)
         check_forced(dtrain, tmp)
+        check_force_balance(dtrain, tmp)
         check_recompute(dtrain, tmp)
         check_precision_offload(dtrain, tmp)
         check_four(dtrain, tmp)

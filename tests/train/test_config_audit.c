@@ -80,6 +80,7 @@ static const opt_row opt_rows[] = {
     {"moe-router-bias-update-rate", "0.01", "--num-experts 4",
      "add --moe-router-enable-expert-bias"},
     {"moe-per-layer-logging", "1", "--num-experts 4", NULL},
+    {"moe-router-force-load-balancing", "1", "--num-experts 4", NULL},
     {"ep", "2", "--num-experts 4", NULL},
     {"ep", "2", "", "add --num-experts E"},
     {"ep", "2", "--num-experts 4 --pp 2", NULL},

@@ -16,6 +16,11 @@ bias decides which experts a token meets. The reference is one process with
 - the step-2 bias is not zero, `ckpt info` prints it, and a resume from
   the same checkpoint with the bias taken out of its state (so it starts
   at zero, with a warning) ends elsewhere: the bias is what made the bits;
+- `dtrain sample` routes with a checkpoint's bias: the text differs from
+  the same checkpoint's with the bias taken out, which equals the text of
+  its `--save-final` weights file (same weights, no bias; the file records
+  its top K in its metadata). A file without that record is refused
+  unless --moe-router-topk is given, and then samples the same text.
 - refused, naming the file and the counts: a layer's string one value
   short, and a resume without --moe-router-enable-expert-bias.
 """
@@ -23,12 +28,13 @@ import json
 import os
 import shutil
 import struct
+import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
 from checks import check, finish  # noqa: E402
-from dtrain_ref import st_read  # noqa: E402
+from dtrain_ref import st_read, st_write  # noqa: E402
 from dtrain_run import run, same_bits, write_words  # noqa: E402
 
 L, E = 2, 4
@@ -117,6 +123,42 @@ def check_bias_matters(dtrain, tmp, ref, ref_final):
           "resumed with the bias zeroed, the final weights differ from the uninterrupted run's")
 
 
+def sample(dtrain, path, extra=()):
+    """The text as bytes (a byte-level model's need not be UTF-8), stderr as text."""
+    r = subprocess.run([dtrain, "sample", "--ckpt", path, "--tokens", "48", "--seed", "3",
+                        "--prompt", "the "] + list(extra), capture_output=True, timeout=120)
+    r.stderr = r.stderr.decode(errors="replace")
+    return r
+
+
+def check_sample(dtrain, tmp, ref):
+    ck4 = os.path.join(ref, "ckpt-00000004")
+    nobias = os.path.join(tmp, "nobias4")
+    shutil.copytree(ck4, nobias)
+    st = json.load(open(os.path.join(nobias, "state.json")))
+    st.pop("moe_expert_bias", None)
+    json.dump(st, open(os.path.join(nobias, "state.json"), "w"))
+    with_bias, without, final = (sample(dtrain, p) for p in (ck4, nobias,
+                                                              os.path.join(tmp, "ref.st")))
+    check(with_bias.returncode == 0 and without.returncode == 0 and
+          with_bias.stdout != without.stdout,
+          "sample from a checkpoint routes with its bias: the text differs without it (%r / %r)"
+          % (with_bias.stdout[:60], without.stdout[:60]))
+    check(final.returncode == 0 and final.stdout == without.stdout,
+          "sample from the --save-final file (top K from its metadata) is the text of the "
+          "checkpoint without its bias (%s)" % (final.stderr.strip()[-200:] or final.stdout[:60]))
+    tensors, meta = st_read(os.path.join(tmp, "ref.st"))
+    bare = os.path.join(tmp, "bare.st")
+    st_write(bare, tensors, {k: v for k, v in meta.items() if k != "moe_router_topk"})
+    r = sample(dtrain, bare)
+    check(r.returncode != 0 and "does not record its experts' top K" in r.stderr and
+          "--moe-router-topk" in r.stderr, "a file without its top K is refused, naming the "
+          "flag (%s)" % r.stderr.strip()[-200:])
+    r = sample(dtrain, bare, ["--moe-router-topk", "2"])
+    check(r.returncode == 0 and r.stdout == without.stdout, "with --moe-router-topk 2: the "
+          "same text")
+
+
 def check_refusals(dtrain, tmp, ref):
     bad = os.path.join(tmp, "short")
     shutil.copytree(os.path.join(ref, "ckpt-00000002"), bad)
@@ -153,6 +195,7 @@ def main():
         check_resumes(dtrain, tmp, ref_final, ref_bias4)
         check_bias_matters(dtrain, tmp, ref, ref_final)
         check_refusals(dtrain, tmp, ref)
+        check_sample(dtrain, tmp, ref)
     finish()
 
 

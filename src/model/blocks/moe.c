@@ -268,17 +268,24 @@ static int exchange_counts(dt_gpt *m, const dt_block_call *c)
 }
 
 /* Rows of width floats: out (dispatch, this rank's slots to the experts'
- * ranks) or back (combine: what they computed, home). */
+ * ranks) or back (combine: what they computed, home); start: in flight
+ * until exchange_wait. */
 static int exchange_rows(dt_gpt *m, const dt_block_call *c, const float *send, float *recv,
-                         int width, int back, const char *what)
+                         int width, int back, int start, const char *what)
 {
     route r = route_of(m, c);
     char why[200];
     if (m->ep.rows(m->ep.ctx, send, back ? r.recv_rows : r.send_rows, recv,
                    back ? r.send_rows : r.recv_rows, width,
-                   back ? "moe combine" : "moe dispatch", why, sizeof why))
+                   back ? "moe combine" : "moe dispatch", start, why, sizeof why))
         return ep_failed(m, what, why);
     return 0;
+}
+
+static int exchange_wait(dt_gpt *m, const char *what)
+{
+    char why[200];
+    return m->ep.rows_wait(m->ep.ctx, why, sizeof why) ? ep_failed(m, what, why) : 0;
 }
 
 /* ---- the experts' products --------------------------------------------- */
@@ -310,18 +317,48 @@ static int next_chunk(const dt_gpt *m, const dt_block_call *c, int k, chunk *out
     return 1;
 }
 
-/* One product per chunk: out = inp @ W (+ b), W and b tensors j and j + 1
- * of the chunk's expert. */
-static int experts_forward(dt_gpt *m, const dt_block_call *c, float *out, const float *inp,
-                           int j, int IN, int OUT, int bias, const char *name)
+/* Which chunks a pass runs: the rows this rank routed to its own experts
+ * need no exchange, so they run while the other ranks' rows travel. */
+enum { OWN = 1, OTHERS = 2 };
+
+static int in_part(const dt_gpt *m, const chunk *k, int part)
 {
+    return part & (m->ep.size == 1 || k->s == m->ep.rank ? OWN : OTHERS);
+}
+
+/* Where a chunk's rows of width w sit: in `rows` (the received layout),
+ * or for an own chunk in `own` when given (this rank's slots sorted by
+ * expert: what the exchange in flight is still copying into rows). */
+static const float *chunk_in(const dt_gpt *m, const dt_block_call *c, const chunk *k,
+                             const float *rows, const float *own, int w)
+{
+    if (!own || m->ep.size == 1 || k->s != m->ep.rank) return rows + k->first * w;
+    route r = route_of(m, c);
+    size_t first = 0;
+    for (int e = 0; e < m->ep.e0 + k->j; e++) first += (size_t)r.count[e];
+    return own + first * w;
+}
+
+/* A part's chunks forward: h = x W_fc + b, g = gelu(h), y = g W_proj (+ b,
+ * but under tensor parallelism: experts_output_sum). xs: own rows. */
+static int experts_forward(dt_gpt *m, const dt_block_call *c, unsigned run, int part,
+                           const float *xr, const float *xs, float *yr)
+{
+    const int C = m->cfg.n_embd, F = ffn_here(m), bias = m->tp.size == 1;
     chunk k;
     for (int i = 0; next_chunk(m, c, i, &k); i++) {
+        if (!k.rows || !in_part(m, &k, part)) continue;
         const int e = m->ep.e0 + k.j;
-        if (k.rows && dt_linear_forward(m->prec, out + k.first * OUT, inp + k.first * IN,
-                                        W_(c, e, j), bias ? W_(c, e, j + 1) : NULL, k.rows, IN,
-                                        OUT))
-            return dt_model_fail_matmul(m, name);
+        float *h = c->a[H] + k.first * F, *g = c->a[G] + k.first * F;
+        if ((run & DT_RUN_PRODUCTS) &&
+            dt_linear_forward(m->prec, h, chunk_in(m, c, &k, xr, xs, C), W_(c, e, FC_W),
+                              W_(c, e, FC_B), k.rows, C, F))
+            return dt_model_fail_matmul(m, "moe experts' c_fc");
+        if (run & DT_RUN_ELEMENTWISE) dt_gelu_forward(g, h, (size_t)k.rows * F);
+        if ((run & DT_RUN_PRODUCTS) &&
+            dt_linear_forward(m->prec, yr + k.first * C, g, W_(c, e, PROJ_W),
+                              bias ? W_(c, e, PROJ_B) : NULL, k.rows, F, C))
+            return dt_model_fail_matmul(m, "moe experts' c_proj");
     }
     return 0;
 }
@@ -358,24 +395,49 @@ static int chunk_weights(dt_gpt *m, const dt_block_call *c, const chunk *k, floa
     return 0;
 }
 
-/* Each chunk's product backward: dinp (overwritten), and in a whole
- * backward dW and db of tensors j and j + 1. */
-static int experts_backward(dt_gpt *m, const dt_block_call *c, int whole, float *dinp,
-                            const float *dout, const float *inp, int j, int IN, int OUT,
-                            const char *name)
+/* Tensors j and j + 1's gradients (c_fc's or c_proj's) from every chunk,
+ * in chunk order: each expert's ranks in rank order. */
+static int experts_weights(dt_gpt *m, const dt_block_call *c, int j, const float *dout,
+                           const float *inp, int IN, int OUT, const char *name)
 {
     chunk k;
     for (int i = 0; next_chunk(m, c, i, &k); i++) {
         const int e = m->ep.e0 + k.j;
-        if (!k.rows) continue;
-        const size_t a = k.first * IN, b = k.first * OUT;
-        if (dt_linear_backward(m->prec, dinp + a, 0, NULL, NULL, dout + b, NULL, W_(c, e, j),
-                               k.rows, IN, OUT))
-            return dt_model_fail_matmul(m, name);
-        if (whole && chunk_weights(m, c, &k, G_(c, e, j), G_(c, e, j + 1), dout + b, inp + a,
-                                   IN, OUT, name))
+        if (k.rows && chunk_weights(m, c, &k, G_(c, e, j), G_(c, e, j + 1),
+                                    dout + k.first * OUT, inp + k.first * IN, IN, OUT, name))
             return -1;
     }
+    return 0;
+}
+
+/* A part's chunks backward to the hidden layer: dg = dy W_proj^T, then
+ * dh = gelu'(h) dg (in place when dh is dg). dyo: own rows. */
+static int experts_hidden_grads(dt_gpt *m, const dt_block_call *c, int part, const float *dy,
+                                const float *dyo, float *dg, float *dh)
+{
+    const int C = m->cfg.n_embd, F = ffn_here(m);
+    chunk k;
+    for (int i = 0; next_chunk(m, c, i, &k); i++) {
+        if (!k.rows || !in_part(m, &k, part)) continue;
+        const size_t a = k.first * F;
+        if (dt_linear_backward(m->prec, dg + a, 0, NULL, NULL, chunk_in(m, c, &k, dy, dyo, C),
+                               NULL, W_(c, m->ep.e0 + k.j, PROJ_W), k.rows, F, C))
+            return dt_model_fail_matmul(m, "moe experts' c_proj backward");
+        dt_gelu_backward(dh + a, c->a[H] + a, dg + a, (size_t)k.rows * F);
+    }
+    return 0;
+}
+
+/* Every chunk's input gradient: dx = dh W_fc^T. */
+static int experts_input_grads(dt_gpt *m, const dt_block_call *c, const float *dh, float *dx)
+{
+    const int C = m->cfg.n_embd, F = ffn_here(m);
+    chunk k;
+    for (int i = 0; next_chunk(m, c, i, &k); i++)
+        if (k.rows && dt_linear_backward(m->prec, dx + k.first * C, 0, NULL, NULL,
+                                         dh + k.first * F, NULL, W_(c, m->ep.e0 + k.j, FC_W),
+                                         k.rows, C, F))
+            return dt_model_fail_matmul(m, "moe experts' c_fc backward");
     return 0;
 }
 
@@ -423,33 +485,49 @@ static void trace_experts(const char *name, uint64_t t0)
     dt_trace_add(DT_TRACE_COMPUTE, name, t0, dt_trace_now(), &ta);
 }
 
-/* Dispatch, the experts, and (expert parallelism) the outputs home. */
+/* Dispatch, the experts, and (expert parallelism) the outputs home. The
+ * rows this rank keeps run while the others' travel. */
 static int experts_run(dt_gpt *m, const dt_block_call *c, unsigned run)
 {
-    const int C = m->cfg.n_embd, F = ffn_here(m), P = m->ep.size;
-    float *xr = P > 1 ? c->a[XR] : c->a[XS], *yr = P > 1 ? c->a[DYX] : c->a[Y];
-    if ((run & DT_RUN_PRODUCTS) && P > 1 &&
-        (exchange_counts(m, c) || exchange_rows(m, c, c->a[XS], xr, C, 0, "dispatch")))
+    const int C = m->cfg.n_embd, P = m->ep.size;
+    const int move = (run & DT_RUN_PRODUCTS) && P > 1;
+    const float *xr = P > 1 ? c->a[XR] : c->a[XS];
+    float *yr = P > 1 ? c->a[DYX] : c->a[Y];
+    if (move && (exchange_counts(m, c) ||
+                 exchange_rows(m, c, c->a[XS], c->a[XR], C, 0, 1, "dispatch")))
         return -1;
     const uint64_t t0 = dt_trace_now();
-    if ((run & DT_RUN_PRODUCTS) &&
-        experts_forward(m, c, c->a[H], xr, FC_W, C, F, 1, "moe experts' c_fc"))
-        return -1;
-    const size_t rows = expert_rows(m, c);
-    if (run & DT_RUN_ELEMENTWISE) dt_gelu_forward(c->a[G], c->a[H], rows * (size_t)F);
+    int bad = experts_forward(m, c, run, OWN, xr, c->a[XS], yr) != 0;
+    if (move) bad |= exchange_wait(m, "dispatch") != 0;
+    if (bad || experts_forward(m, c, run, OTHERS, xr, NULL, yr)) return -1;
     if (!(run & DT_RUN_PRODUCTS)) return 0;
-    const int split = m->tp.size > 1;
-    if (experts_forward(m, c, yr, c->a[G], PROJ_W, F, C, !split, "moe experts' c_proj"))
-        return -1;
     trace_experts("moe experts", t0);
-    if (split && experts_output_sum(m, c, yr, rows)) return -1;
-    return P > 1 ? exchange_rows(m, c, yr, c->a[Y], C, 1, "combine") : 0;
+    if (m->tp.size > 1 && experts_output_sum(m, c, yr, expert_rows(m, c))) return -1;
+    return P > 1 ? exchange_rows(m, c, yr, c->a[Y], C, 1, 0, "combine") : 0;
+}
+
+/* --moe-router-force-load-balancing: each row's logits hashed from its
+ * layer and its position in its sequence (context parallelism: the
+ * positions dt_seq_shard gives this rank), so the positions spread evenly
+ * over the experts, the same way under every layout. */
+static void hash_route(dt_gpt *m, const dt_block_call *c)
+{
+    const int E = m->cfg.moe.experts;
+    dt_seq_rows sh = dt_seq_span(0, c->t);
+    if (m->cp.size > 1) dt_seq_shard(&sh, c->t * m->cp.size, m->cp.rank, m->cp.size, m->cp.kind);
+    for (int s = 0; s < c->b; s++)
+        for (int ch = 0, i = s * c->t; ch < sh.count; ch++)
+            for (int p = sh.begin[ch]; p < sh.begin[ch] + sh.len[ch]; p++, i++)
+                dt_router_hash_logits(c->a[LOGITS] + (size_t)i * E, E,
+                                      ((uint64_t)c->layer << 32) + (uint64_t)p);
 }
 
 static int forward(dt_gpt *m, const dt_block_call *c, unsigned run)
 {
     const int C = m->cfg.n_embd, E = m->cfg.moe.experts, N = c->N;
-    if ((run & DT_RUN_PRODUCTS) &&
+    if ((run & DT_RUN_PRODUCTS) && m->cfg.moe.force_balance)
+        hash_route(m, c);
+    else if ((run & DT_RUN_PRODUCTS) &&
         dt_matmul(m->prec, 0, 1, N, E, C, 1.0f, c->x, C, c->w[ROUTER], C, 0.0f, c->a[LOGITS],
                   E))
         return dt_model_fail_matmul(m, "mlp.router");
@@ -502,30 +580,32 @@ static void scatter_back(dt_gpt *m, const dt_block_call *c, const float *dxs)
 
 /* From the gradient of the outputs (this rank's slots) to that of the
  * inputs (this rank's slots, in dxs): through the experts, wherever they
- * are. */
+ * are. The own rows start while the others' gradients travel; c_fc's
+ * weights are formed while the inputs' gradients go home. */
 static int experts_backward_all(dt_gpt *m, const dt_block_call *c, dt_bwd_part what,
                                 const float *dyl, float **dxs)
 {
     const int C = m->cfg.n_embd, F = ffn_here(m), P = m->ep.size;
     const int whole = what == DT_BWD_WHOLE;
     float *dy = whole ? c->a[DYX] : c->a[D_Y], *dh = whole ? c->a[DG] : c->a[D_H];
-    float *xr = P > 1 ? c->a[XR] : c->a[XS];
-    if (P > 1 && exchange_rows(m, c, dyl, dy, C, 0, "dispatch of the outputs' gradients"))
-        return -1;
+    const float *xr = P > 1 ? c->a[XR] : c->a[XS];
+    const char *out = "dispatch of the outputs' gradients", *in = "combine of the inputs' "
+                                                                  "gradients";
+    if (P > 1 && exchange_rows(m, c, dyl, dy, C, 0, 1, out)) return -1;
     const uint64_t t0 = dt_trace_now();
-    if (experts_backward(m, c, whole, c->a[DG], dy, c->a[G], PROJ_W, F, C,
-                         "moe experts' c_proj backward"))
+    int bad = experts_hidden_grads(m, c, OWN, dy, dyl, c->a[DG], dh) != 0;
+    if (P > 1) bad |= exchange_wait(m, out) != 0;
+    if (bad || experts_hidden_grads(m, c, OTHERS, dy, NULL, c->a[DG], dh)) return -1;
+    /* c_proj's weights before dx takes dy's place (whole: the same buffer). */
+    if (whole && experts_weights(m, c, PROJ_W, dy, c->a[G], F, C, "moe experts' c_proj"))
         return -1;
-    const size_t rows = expert_rows(m, c);
-    dt_gelu_backward(dh, c->a[H], c->a[DG], rows * (size_t)F);
-    if (experts_backward(m, c, whole, c->a[DYX], dh, xr, FC_W, C, F,
-                         "moe experts' c_fc backward"))
-        return -1;
+    if (experts_input_grads(m, c, dh, c->a[DYX])) return -1;
+    *dxs = P > 1 ? c->a[DYL] : c->a[DYX];
+    if (P > 1 && exchange_rows(m, c, c->a[DYX], c->a[DYL], C, 1, 1, in)) return -1;
+    bad = whole && experts_weights(m, c, FC_W, dh, xr, C, F, "moe experts' c_fc");
     trace_experts("moe experts backward", t0);
-    *dxs = c->a[DYX];
-    if (P == 1) return 0;
-    *dxs = c->a[DYL];
-    return exchange_rows(m, c, c->a[DYX], c->a[DYL], C, 1, "combine of the inputs' gradients");
+    if (P > 1) bad |= exchange_wait(m, in) != 0;
+    return bad ? -1 : 0;
 }
 
 static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
@@ -549,6 +629,9 @@ static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
     dt_router_backward(dlg, c->a[DW], probs, probs + (size_t)N * E, r.choice, r.weight,
                        r.seq_cnt, c->b, c->t, T, E, K, (float)(gs * T * mc->aux_coeff),
                        (float)(gs * mc->z_coeff));
+    /* Forced balance: the logits do not come from the router, so neither
+     * it nor the input learns from them (Megatron's rule). */
+    if (mc->force_balance) memset(dlg, 0, (size_t)N * E * sizeof(float));
     /* The router's part of the input's gradient, once, on this rank's rows. */
     const size_t R = dt_model_region_rows(m, (size_t)N), r0 = dt_model_region_first(m, N);
     if (dt_matmul(m->prec, 0, 0, (int)R, C, E, 1.0f, dlg + r0 * E, E, c->w[ROUTER], C, 1.0f,
@@ -561,20 +644,11 @@ static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
 
 static int weights(dt_gpt *m, const dt_block_call *c)
 {
-    const dt_moe_config *mc = &m->cfg.moe;
-    const int C = m->cfg.n_embd, E = mc->experts, F = ffn_here(m), P = m->ep.size;
-    const float *xr = P > 1 ? c->a[XR] : c->a[XS];
-    chunk k;
-    for (int i = 0; next_chunk(m, c, i, &k); i++) {
-        const int e = m->ep.e0 + k.j;
-        if (!k.rows) continue;
-        if (chunk_weights(m, c, &k, G_(c, e, PROJ_W), G_(c, e, PROJ_B),
-                          c->a[D_Y] + k.first * C, c->a[G] + k.first * F, F, C,
-                          "moe experts' c_proj") ||
-            chunk_weights(m, c, &k, G_(c, e, FC_W), G_(c, e, FC_B), c->a[D_H] + k.first * F,
-                          xr + k.first * C, C, F, "moe experts' c_fc"))
-            return -1;
-    }
+    const int C = m->cfg.n_embd, E = m->cfg.moe.experts, F = ffn_here(m);
+    const float *xr = m->ep.size > 1 ? c->a[XR] : c->a[XS];
+    if (experts_weights(m, c, PROJ_W, c->a[D_Y], c->a[G], F, C, "moe experts' c_proj") ||
+        experts_weights(m, c, FC_W, c->a[D_H], xr, C, F, "moe experts' c_fc"))
+        return -1;
     if (dt_matmul(m->prec, 1, 0, E, C, c->N, 1.0f, c->a[D_LG], E, c->x, C, 1.0f, c->g[ROUTER],
                   C))
         return dt_model_fail_matmul(m, "moe router weights");

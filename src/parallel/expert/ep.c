@@ -45,6 +45,13 @@ typedef struct {
     char why[256];
     uint64_t bytes0;
     double ms;        /* in the exchanges and sums, in the last step */
+    struct {          /* the rows' exchange in flight, started by the model */
+        dt_request *req;
+        size_t sc[256], sd[256], rc[256], rd[256];
+        const char *what;
+        uint64_t t0;
+        long long bytes;
+    } rows;
 } ep_layer;
 
 static int failed(ep_layer *L, const char *what, dt_comm *c)
@@ -68,31 +75,61 @@ static int exchange_counts(void *ctx, const int32_t *send, int32_t *recv, int pe
                    dt_comm_error(L->ep)), -1;
 }
 
-/* The rows, one variable all-to-all (dt_alltoallv: its algorithm the cost
- * model's choice; a pair with no rows exchanges nothing). */
-static int exchange_rows(void *ctx, const float *send, const int32_t *send_rows, float *recv,
-                         const int32_t *recv_rows, int width, const char *what, char *err,
-                         size_t errlen)
+static int rows_failed(ep_layer *L, char *err, size_t errlen)
 {
-    ep_layer *L = ctx;
-    size_t sc[256], sd[256], rcnt[256], rd[256], at_s = 0, at_r = 0;
-    for (int q = 0; q < L->size; q++) {
-        sc[q] = (size_t)send_rows[q] * width, rcnt[q] = (size_t)recv_rows[q] * width;
-        sd[q] = at_s, rd[q] = at_r;
-        at_s += sc[q], at_r += rcnt[q];
-    }
-    const uint64_t t0 = dt_now_ns();
-    const int rc = dt_alltoallv(L->ep, send, sc, sd, recv, rcnt, rd, DT_F32);
-    const uint64_t t1 = dt_now_ns();
-    L->ms += (double)(t1 - t0) * 1e-6;
-    if (rc == 0 && dt_trace_on()) {
-        dt_trace_args ta = dt_trace_noargs();
-        ta.bytes = (long long)((at_s - sc[L->me]) * sizeof(float));
-        dt_trace_add(DT_TRACE_COMM, what, t0, t1, &ta);
-    }
-    if (rc == 0) return 0;
     return dt_strf(err, errlen, "all-to-all of the rows over the expert-parallel group: %s",
                    dt_comm_error(L->ep)), -1;
+}
+
+/* The exchange's span on the timeline (from its start to its end: started
+ * ones overlap the experts' compute), and its exposed part in ms. */
+static void rows_done(ep_layer *L, uint64_t wait0)
+{
+    const uint64_t t1 = dt_now_ns();
+    L->ms += (double)(t1 - wait0) * 1e-6;
+    if (!dt_trace_on()) return;
+    dt_trace_args ta = dt_trace_noargs();
+    ta.bytes = L->rows.bytes;
+    dt_trace_add(DT_TRACE_COMM, L->rows.what, L->rows.t0, t1, &ta);
+}
+
+/* The rows, one variable all-to-all (dt_alltoallv: its algorithm the cost
+ * model's choice; a pair with no rows exchanges nothing), or its non-
+ * blocking twin when started. */
+static int exchange_rows(void *ctx, const float *send, const int32_t *send_rows, float *recv,
+                         const int32_t *recv_rows, int width, const char *what, int start,
+                         char *err, size_t errlen)
+{
+    ep_layer *L = ctx;
+    size_t *sc = L->rows.sc, *sd = L->rows.sd, *rc = L->rows.rc, *rd = L->rows.rd;
+    size_t at_s = 0, at_r = 0;
+    if (L->rows.req) return dt_strf(err, errlen, "an exchange of rows is in flight"), -1;
+    for (int q = 0; q < L->size; q++) {
+        sc[q] = (size_t)send_rows[q] * width, rc[q] = (size_t)recv_rows[q] * width;
+        sd[q] = at_s, rd[q] = at_r;
+        at_s += sc[q], at_r += rc[q];
+    }
+    L->rows.what = what;
+    L->rows.t0 = dt_now_ns();
+    L->rows.bytes = (long long)((at_s - sc[L->me]) * sizeof(float));
+    if (start) return dt_ialltoallv(L->ep, send, sc, sd, recv, rc, rd, DT_F32, &L->rows.req)
+                          ? rows_failed(L, err, errlen) : 0;
+    if (dt_alltoallv(L->ep, send, sc, sd, recv, rc, rd, DT_F32))
+        return rows_failed(L, err, errlen);
+    rows_done(L, L->rows.t0);
+    return 0;
+}
+
+static int exchange_wait(void *ctx, char *err, size_t errlen)
+{
+    ep_layer *L = ctx;
+    if (!L->rows.req) return dt_strf(err, errlen, "no exchange of rows in flight"), -1;
+    const uint64_t t0 = dt_now_ns();
+    const int rc = dt_wait(L->rows.req);
+    L->rows.req = NULL;
+    if (rc) return rows_failed(L, err, errlen);
+    rows_done(L, t0);
+    return 0;
 }
 
 static int ep_relayout(void *self, dt_rank *r, dt_gpt *layout)
@@ -102,6 +139,7 @@ static int ep_relayout(void *self, dt_rank *r, dt_gpt *layout)
         return dt_strf(r->err, sizeof r->err, "%s", layout->error), -1;
     layout->ep.counts = exchange_counts;
     layout->ep.rows = exchange_rows;
+    layout->ep.rows_wait = exchange_wait;
     layout->ep.ctx = L;
     return 0;
 }
@@ -397,6 +435,7 @@ static void ep_destroy(void *self)
     free(L->own);
     free(L->own_within);
     if (L->queue) drain(L, 0);
+    if (L->rows.req) dt_wait(L->rows.req); /* a failed layer left one in flight */
     free(L->queue);
     free(L->dense);
     free(L);

@@ -34,6 +34,7 @@ static const struct {
     {"moe-z-loss-coeff", DT_AGREE_VALUE},
     {"moe-router-enable-expert-bias", DT_AGREE_VALUE},
     {"moe-router-bias-update-rate", DT_AGREE_VALUE},
+    {"moe-router-force-load-balancing", DT_AGREE_VALUE},
     {"init", DT_AGREE_VALUE},
     /* The batch: the sizes of the activations sent, the micro-batches. */
     {"batch-size", DT_AGREE_VALUE},

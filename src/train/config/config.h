@@ -47,6 +47,7 @@ typedef struct dt_train_config {
     double moe_z_coeff;     /* --moe-z-loss-coeff */
     int moe_expert_bias;    /* --moe-router-enable-expert-bias */
     double moe_bias_rate;   /* --moe-router-bias-update-rate */
+    int moe_force_balance;  /* --moe-router-force-load-balancing */
     int moe_log_load;       /* --moe-per-layer-logging: each layer's load on the log */
 
     /* Files; "" means unset. */

@@ -65,6 +65,8 @@ const dt_cfg_opt dt_cfg_options[] = {
         "[=0|1]", NULL, O_OPTVAL, "aux-loss-free balance: a bias per expert on the choice"),
     OPT(G_MODEL, "moe-router-bias-update-rate", NULL, T_DBL, moe_bias_rate, 0, 1e6, "X", NULL,
         0, "how far each step moves an expert's bias toward equal load"),
+    OPT(G_MODEL, "moe-router-force-load-balancing", NULL, T_BOOL, moe_force_balance, 0, 1,
+        "[=0|1]", NULL, O_OPTVAL, "benchmarks: route each position by a hash, evenly"),
     OPT(G_LOG, "moe-per-layer-logging", NULL, T_BOOL, moe_log_load, 0, 1, "[=0|1]", NULL,
         O_OPTVAL, "print each moe layer's load (tokens per expert, dropped)"),
     OPT(G_MODEL, "init", NULL, T_STR, init, 0, 0, "FILE", NULL, 0,

@@ -63,7 +63,8 @@ static int check_moe(dt_train_config *c, char *err, size_t n)
         offsetof(dt_train_config, moe_ffn),       offsetof(dt_train_config, moe_topk),
         offsetof(dt_train_config, moe_capacity),  offsetof(dt_train_config, moe_aux_coeff),
         offsetof(dt_train_config, moe_z_coeff),   offsetof(dt_train_config, moe_expert_bias),
-        offsetof(dt_train_config, moe_bias_rate), offsetof(dt_train_config, moe_log_load)};
+        offsetof(dt_train_config, moe_bias_rate), offsetof(dt_train_config, moe_log_load),
+        offsetof(dt_train_config, moe_force_balance)};
     const int from_file = c->init[0] || c->resume_flag;
     for (size_t i = 0; !c->num_experts && !from_file && i < sizeof moe_only / sizeof *moe_only;
          i++)
@@ -101,7 +102,8 @@ void dt_config_moe(const dt_train_config *c, int experts, int ffn, dt_moe_config
                            .aux_coeff = c->moe_aux_coeff,
                            .z_coeff = c->moe_z_coeff,
                            .expert_bias = c->moe_expert_bias,
-                           .bias_rate = c->moe_bias_rate};
+                           .bias_rate = c->moe_bias_rate,
+                           .force_balance = c->moe_force_balance};
 }
 
 static int check_optim(dt_train_config *c, char *err, size_t n)

@@ -52,14 +52,15 @@ static int sizes_from_file(const dt_train_config *c, const char *resume_dir, dt_
     if (!resume_dir && mc->moe.experts && !DT_CONFIG_GIVEN(c, blocks))
         dt_strf(mc->blocks, sizeof mc->blocks, "%s", dt_blocks_gpt2_moe);
     /* The file gives the experts' shapes; the routing is the run's, but for
-     * a checkpoint's top K when none is given: resuming a top-1 run without
-     * repeating the flag must not route to the default 2. */
+     * the top K the file records (a checkpoint's, or a weights file's
+     * metadata) when none is given: resuming a top-1 run without repeating
+     * the flag must not route to the default 2. */
     const int saved_topk = mc->moe.topk;
     dt_config_moe(c, mc->moe.experts, mc->moe.ffn, &mc->moe);
-    if (resume_dir && saved_topk && !DT_CONFIG_GIVEN(c, moe_topk)) mc->moe.topk = saved_topk;
-    if (resume_dir && saved_topk && mc->moe.topk != saved_topk)
+    if (saved_topk && !DT_CONFIG_GIVEN(c, moe_topk)) mc->moe.topk = saved_topk;
+    if (saved_topk && mc->moe.topk != saved_topk)
         DT_WARN("%s was trained with --moe-router-topk %d; this run routes to %d experts a "
-                "token, as asked", resume_dir, saved_topk, mc->moe.topk);
+                "token, as asked", source, saved_topk, mc->moe.topk);
     if (mc->n_head == 0) {
         /* A wrong head count still runs, silently computing another model. */
         if (!DT_CONFIG_GIVEN(c, n_head) && !DT_CONFIG_GIVEN(c, model))

@@ -82,6 +82,15 @@ int dt_weights_inspect(const char *path, dt_gpt_config *cfg, char *err, size_t e
     const dt_st_tensor *fc = find_hf(&f, "", "h.0.mlp.experts.0.c_fc.weight");
     if (router && router->ndim == 2) cfg->moe.experts = (int)router->shape[0];
     if (router && fc && fc->ndim == 2) cfg->moe.ffn = (int)fc->shape[1];
+    const char *k = router ? dt_st_meta_get(&f, "moe_router_topk") : NULL;
+    long topk = 0;
+    if (k && dt_parse_long(k, 1, cfg->moe.experts, &topk) != 0) {
+        dt_strf(err, errlen, "%s: its metadata gives moe_router_topk '%.32s', not an integer "
+                "in [1, %d] (its experts)", path, k, cfg->moe.experts);
+        dt_st_close(&f);
+        return -1;
+    }
+    cfg->moe.topk = (int)topk; /* 0: not recorded */
     dt_st_close(&f);
     return 0;
 }
@@ -293,13 +302,15 @@ int dt_weights_write(const dt_gpt *m, const float *const *bufs, const char *cons
             x->dtype = DT_ST_F32;
         }
     }
-    char v[5][16];
-    const int sizes[5] = {m->cfg.n_layer, m->cfg.n_head, m->cfg.n_embd, m->cfg.vocab_size,
-                          m->cfg.block_size};
-    for (int i = 0; i < 5; i++) dt_strf(v[i], sizeof v[i], "%d", sizes[i]);
-    const dt_st_meta meta[5] = {{"n_layer", v[0]},    {"n_head", v[1]},    {"n_embd", v[2]},
-                                {"vocab_size", v[3]}, {"block_size", v[4]}};
-    int rc = dt_st_write(path, e, n, meta, 5, err, errlen);
+    /* The routing's K beside the sizes: the shapes give E and F, not K. */
+    char v[6][16];
+    const int sizes[6] = {m->cfg.n_layer,    m->cfg.n_head,     m->cfg.n_embd,
+                          m->cfg.vocab_size, m->cfg.block_size, m->cfg.moe.topk};
+    for (int i = 0; i < 6; i++) dt_strf(v[i], sizeof v[i], "%d", sizes[i]);
+    const dt_st_meta meta[6] = {{"n_layer", v[0]},    {"n_head", v[1]},     {"n_embd", v[2]},
+                                {"vocab_size", v[3]}, {"block_size", v[4]},
+                                {"moe_router_topk", v[5]}};
+    int rc = dt_st_write(path, e, n, meta, m->cfg.moe.experts ? 6 : 5, err, errlen);
     free(e);
     free(names);
     return rc;
