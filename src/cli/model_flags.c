@@ -21,6 +21,7 @@ int cli_model_options(char **argv, int *argc, int cap, dt_train_config *c, dt_gp
                            .vocab_size = c->vocab_size, .block_size = c->block_size};
     memcpy(cfg->blocks, c->blocks, sizeof cfg->blocks);
     dt_config_moe(c, c->num_experts, c->moe_ffn, &cfg->moe);
+    dt_config_family(c, cfg);
     if (cfg->moe.experts && !cfg->blocks[0])
         dt_strf(cfg->blocks, sizeof cfg->blocks, "%s", dt_blocks_gpt2_moe);
     *T = c->seq_len ? c->seq_len : c->block_size;

@@ -1,6 +1,6 @@
 /*
- * Linear layer in Conv1D layout.
- *   inp [N, IN], W [IN, OUT], b [OUT], out/dout [N, OUT], dinp [N, IN]
+ * Linear layer, its weight in Conv1D [IN, OUT] or Linear [OUT, IN] layout.
+ *   inp [N, IN], b [OUT], out/dout [N, OUT], dinp [N, IN]
  * Forward is one product with the bias fused in. Backward is two products
  * (dinp = dout @ W^T, dW += inp^T @ dout) and the bias gradient, a column
  * sum of dout; in bf16 the two products share one rounded copy of dout.
@@ -12,24 +12,44 @@
 #include "kernels/matmul_problem.h"
 #include "kernels/threads.h"
 
-int dt_linear_forward(dt_precision prec, float *out, const float *inp, const float *W,
-                      const float *b, int N, int IN, int OUT)
+int dt_linear_forward_l(dt_precision prec, dt_wlayout lay, float *out, const float *inp,
+                        const float *W, const float *b, int N, int IN, int OUT)
 {
-    dt_matmul_problem p = {.prec = prec, .M = N, .N = OUT, .K = IN, .alpha = 1.0f, .beta = 0.0f,
-                           .A = inp, .B = W, .lda = IN, .ldb = OUT, .ldc = OUT, .bias = b,
-                           .C = out};
+    const int t = lay == DT_LINEAR;
+    dt_matmul_problem p = {.prec = prec, .transB = t, .M = N, .N = OUT, .K = IN, .alpha = 1.0f,
+                           .beta = 0.0f, .A = inp, .B = W, .lda = IN, .ldb = t ? IN : OUT,
+                           .ldc = OUT, .bias = b, .C = out};
     return dt_matmul_solve(&p);
 }
 
-/* dinp = dout @ W^T (or +=), dW += inp^T @ dout */
-static int dinp_product_then_dW(dt_precision prec, float *dinp, int dinp_accumulate, float *dW,
-                                const float *dout, const float *inp, const float *W, int N,
-                                int IN, int OUT)
+int dt_linear_forward(dt_precision prec, float *out, const float *inp, const float *W,
+                      const float *b, int N, int IN, int OUT)
 {
-    if (dinp && dt_matmul(prec, 0, 1, N, IN, OUT, 1.0f, dout, OUT, W, OUT,
-                          dinp_accumulate ? 1.0f : 0.0f, dinp, IN))
-        return -1;
-    return dW ? dt_matmul(prec, 1, 0, IN, OUT, N, 1.0f, inp, IN, dout, OUT, 1.0f, dW, OUT) : 0;
+    return dt_linear_forward_l(prec, DT_CONV1D, out, inp, W, b, N, IN, OUT);
+}
+
+/* The two products of backward, each operand given in fp32 (A, B) or
+ * rounded once to bf16 (dout16):
+ *   dinp = dout @ W^T (Conv1D) or dout @ W (Linear), or +=
+ *   dW += inp^T @ dout (Conv1D) or dout^T @ inp (Linear) */
+static int backward_products(dt_precision prec, dt_wlayout lay, float *dinp, int dinp_accumulate,
+                             float *dW, const float *dout, const uint16_t *dout16,
+                             const float *inp, const float *W, int N, int IN, int OUT)
+{
+    const int t = lay == DT_LINEAR;
+    const float *d = dout16 ? NULL : dout;
+    dt_matmul_problem dx = {.prec = prec, .transB = !t, .M = N, .N = IN, .K = OUT,
+                            .alpha = 1.0f, .beta = dinp_accumulate ? 1.0f : 0.0f, .A = d,
+                            .A16 = dout16, .B = W, .lda = OUT, .ldb = t ? IN : OUT, .ldc = IN,
+                            .C = dinp};
+    dt_matmul_problem conv = {.prec = prec, .transA = 1, .M = IN, .N = OUT, .K = N,
+                              .alpha = 1.0f, .beta = 1.0f, .A = inp, .B = d, .B16 = dout16,
+                              .lda = IN, .ldb = OUT, .ldc = OUT, .C = dW};
+    dt_matmul_problem lin = {.prec = prec, .transA = 1, .M = OUT, .N = IN, .K = N,
+                             .alpha = 1.0f, .beta = 1.0f, .A = d, .A16 = dout16, .B = inp,
+                             .lda = OUT, .ldb = IN, .ldc = IN, .C = dW};
+    if (dinp && dt_matmul_solve(&dx)) return -1;
+    return dW ? dt_matmul_solve(t ? &lin : &conv) : 0;
 }
 
 #define SUM_BLOCK 64
@@ -55,32 +75,27 @@ static void add_column_sums(float *db, const float *dout, int N, int OUT)
     }
 }
 
-/* bf16: dout feeds both products, so it is rounded once, here. */
-static int products_bf16(float *dinp, int dinp_accumulate, float *dW, const float *dout,
-                         const float *inp, const float *W, int N, int IN, int OUT)
+int dt_linear_backward_l(dt_precision prec, dt_wlayout lay, float *dinp, int dinp_accumulate,
+                         float *dW, float *db, const float *dout, const float *inp,
+                         const float *W, int N, int IN, int OUT)
 {
-    uint16_t *dout16 = dt_matmul_bf16_buffer((size_t)N * OUT);
-    if (!dout16) /* no memory for the shared copy: each product rounds its own */
-        return dinp_product_then_dW(DT_PREC_BF16, dinp, dinp_accumulate, dW, dout, inp, W, N,
-                                    IN, OUT);
-    dt_matmul_round_bf16(dout16, dout, N, OUT, OUT);
-    dt_matmul_problem dx = {.prec = DT_PREC_BF16, .transB = 1, .M = N, .N = IN, .K = OUT,
-                            .alpha = 1.0f, .beta = dinp_accumulate ? 1.0f : 0.0f, .A16 = dout16,
-                            .B = W, .lda = OUT, .ldb = OUT, .ldc = IN, .C = dinp};
-    dt_matmul_problem dw = {.prec = DT_PREC_BF16, .transA = 1, .M = IN, .N = OUT, .K = N,
-                            .alpha = 1.0f, .beta = 1.0f, .A = inp, .B16 = dout16, .lda = IN,
-                            .ldb = OUT, .ldc = OUT, .C = dW};
-    return (dinp && dt_matmul_solve(&dx)) || (dW && dt_matmul_solve(&dw)) ? -1 : 0;
+    /* bf16: dout feeds both products, so it is rounded once, here (when
+     * no memory is left for the copy, each product rounds its own: the
+     * same values). */
+    uint16_t *dout16 = NULL;
+    if (prec == DT_PREC_BF16 && (dout16 = dt_matmul_bf16_buffer((size_t)N * OUT)))
+        dt_matmul_round_bf16(dout16, dout, N, OUT, OUT);
+    if (backward_products(prec, lay, dinp, dinp_accumulate, dW, dout, dout16, inp, W, N, IN,
+                          OUT))
+        return -1;
+    if (db) add_column_sums(db, dout, N, OUT);
+    return 0;
 }
 
 int dt_linear_backward(dt_precision prec, float *dinp, int dinp_accumulate, float *dW, float *db,
                        const float *dout, const float *inp, const float *W, int N, int IN,
                        int OUT)
 {
-    int rc = prec == DT_PREC_BF16
-                 ? products_bf16(dinp, dinp_accumulate, dW, dout, inp, W, N, IN, OUT)
-                 : dinp_product_then_dW(prec, dinp, dinp_accumulate, dW, dout, inp, W, N, IN, OUT);
-    if (rc) return -1;
-    if (db) add_column_sums(db, dout, N, OUT);
-    return 0;
+    return dt_linear_backward_l(prec, DT_CONV1D, dinp, dinp_accumulate, dW, db, dout, inp, W,
+                                N, IN, OUT);
 }

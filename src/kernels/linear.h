@@ -1,10 +1,14 @@
-/* A linear layer in Hugging Face GPT-2's Conv1D layout: the weight is stored
- * [IN, OUT], so out = inp @ W + b.
- *   inp [N, IN], W [IN, OUT], b [OUT] (may be NULL), out [N, OUT]. */
+/* A linear layer, its weight in one of Hugging Face's two layouts:
+ *   GPT-2's Conv1D  W [IN, OUT], out = inp @ W + b    (dt_linear_forward)
+ *   torch's Linear  W [OUT, IN], out = inp @ W^T + b  (the Llama family's;
+ *                   the _l functions with DT_LINEAR)
+ *   inp [N, IN], b [OUT] (may be NULL), out [N, OUT]. */
 #ifndef DT_KERNELS_LINEAR_H
 #define DT_KERNELS_LINEAR_H
 
 #include "kernels/matmul.h"
+
+typedef enum { DT_CONV1D = 0, DT_LINEAR = 1 } dt_wlayout;
 
 /* out = inp @ W + b (overwrites out). Returns 0 or -1 (dt_matmul_error). */
 int dt_linear_forward(dt_precision prec, float *out, const float *inp, const float *W,
@@ -17,5 +21,11 @@ int dt_linear_forward(dt_precision prec, float *out, const float *inp, const flo
 int dt_linear_backward(dt_precision prec, float *dinp, int dinp_accumulate, float *dW, float *db,
                        const float *dout, const float *inp, const float *W, int N, int IN,
                        int OUT);
+/* The same in either layout (dW then has W's). */
+int dt_linear_forward_l(dt_precision prec, dt_wlayout lay, float *out, const float *inp,
+                        const float *W, const float *b, int N, int IN, int OUT);
+int dt_linear_backward_l(dt_precision prec, dt_wlayout lay, float *dinp, int dinp_accumulate,
+                         float *dW, float *db, const float *dout, const float *inp,
+                         const float *W, int N, int IN, int OUT);
 
 #endif

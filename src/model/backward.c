@@ -42,7 +42,8 @@ static int backward_input(dt_gpt *m, dt_gpt_slot *st, const float *d_out, float 
         if (dt_model_head_backward(m, st, layer_input(m, st, L), grad_scale, what)) return -1;
         dt_model_segment_close(m, L + 1);
         if (whole) dt_model_segment_report(m, L + 1);
-        if (whole && !embed) dt_model_segment_done(m, 0); /* a tied copy: its part is final */
+        if (whole && !embed && dt_gpt_tied(&m->cfg))
+            dt_model_segment_done(m, 0); /* a tied copy: its part is final */
     } else {
         memcpy(m->acts.d_res, d_out, (size_t)N * C * sizeof(float));
     }
@@ -72,7 +73,7 @@ static int backward_weights(dt_gpt *m, dt_gpt_slot *st)
     if (st->part.l1 == L) {
         if (dt_model_head_weights(m, st)) return -1;
         dt_model_segment_report(m, L + 1);
-        if (!embed) dt_model_segment_done(m, 0);
+        if (!embed && dt_gpt_tied(&m->cfg)) dt_model_segment_done(m, 0);
     }
     for (int l = st->part.l1 - 1; l >= st->part.l0; l--) {
         /* The weights are read only to rebuild the layer. */

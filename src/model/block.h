@@ -18,6 +18,7 @@
 
 #include <stddef.h>
 
+#include "kernels/linear.h"
 #include "model/moe.h"
 #include "model/split.h"
 
@@ -127,6 +128,9 @@ typedef struct {
     /* FLOPs of a training step per token (forward and backward) that
      * MFU counts: its products, 6 per weight; attention's 6 T C. */
     double (*flops)(const dt_gpt_config *cfg, int T);
+    /* Its products' weights: GPT-2's Conv1D [in, out] (the default) or
+     * torch's Linear [out, in] (the Llama family's). */
+    dt_wlayout wlayout;
 } dt_block_kind;
 
 /* A block of the layer: its kind, its name (the prefix of its tensors'
@@ -134,7 +138,7 @@ typedef struct {
  * layer's. */
 struct dt_block {
     const dt_block_kind *kind;
-    char name[24];
+    char name[32];
     int tensor0, n_tensors;
     int act0, n_acts;
     int last; /* the layer's last branch: its residual sum is the layer's output */

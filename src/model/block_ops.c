@@ -41,12 +41,12 @@ size_t dt_model_region_first(const dt_gpt *m, size_t N)
     return m->tp.sp ? (size_t)m->tp.rank * dt_model_region_rows(m, N) : 0;
 }
 
-int dt_model_row_parallel(dt_gpt *m, float *out, const float *inp, const float *W,
-                          const float *bias, int N, int IN, const char *name)
+int dt_model_row_parallel(dt_gpt *m, dt_wlayout lay, float *out, const float *inp,
+                          const float *W, const float *bias, int N, int IN, const char *name)
 {
     const int C = m->cfg.n_embd, split = m->tp.size > 1;
     float *sum = m->tp.sp ? m->acts.d_c : out; /* [N, C]: not in use while a layer runs forward */
-    if (dt_linear_forward(m->prec, sum, inp, W, split ? NULL : bias, N, IN, C))
+    if (dt_linear_forward_l(m->prec, lay, sum, inp, W, split ? NULL : bias, N, IN, C))
         return dt_model_fail_matmul(m, name);
     if (!split) return 0;
     if (dt_model_tp_reduce(m, sum, (size_t)N * C,
@@ -54,7 +54,7 @@ int dt_model_row_parallel(dt_gpt *m, float *out, const float *inp, const float *
         return -1;
     const size_t R = dt_model_region_rows(m, (size_t)N);
     for (size_t i = 0; i < R; i++)
-        for (int j = 0; j < C; j++) out[i * C + j] = sum[i * C + j] + bias[j];
+        for (int j = 0; j < C; j++) out[i * C + j] = sum[i * C + j] + (bias ? bias[j] : 0.0f);
     return 0;
 }
 
@@ -96,14 +96,15 @@ int dt_model_region_grads_end(dt_gpt *m, float *const *g, int k, size_t n, const
     return 0;
 }
 
-int dt_model_product_backward(dt_gpt *m, dt_bwd_part what, float *dinp, float *dW, float *db,
-                              const float *dout, float *keep, const float *inp, const float *W,
-                              int N, int IN, int OUT, const char *name)
+int dt_model_product_backward(dt_gpt *m, dt_bwd_part what, dt_wlayout lay, float *dinp,
+                              int dinp_accumulate, float *dW, float *db, const float *dout,
+                              float *keep, const float *inp, const float *W, int N, int IN,
+                              int OUT, const char *name)
 {
     const int whole = what == DT_BWD_WHOLE;
     if (!whole) memcpy(keep, dout, (size_t)N * OUT * sizeof(float));
-    if (dt_linear_backward(m->prec, dinp, 0, whole ? dW : NULL, whole ? db : NULL, dout, inp, W,
-                           N, IN, OUT))
+    if (dt_linear_backward_l(m->prec, lay, dinp, dinp_accumulate, whole ? dW : NULL,
+                             whole ? db : NULL, dout, inp, W, N, IN, OUT))
         return dt_model_fail_matmul(m, name);
     return 0;
 }
@@ -112,7 +113,8 @@ int dt_model_branch_out(dt_gpt *m, const dt_block_call *c, const float *inp, con
                         const float *bias, int IN, const char *name)
 {
     const size_t C = (size_t)m->cfg.n_embd;
-    if (dt_model_row_parallel(m, c->a[0], inp, W, bias, c->N, IN, name)) return -1;
+    if (dt_model_row_parallel(m, c->blk->kind->wlayout, c->a[0], inp, W, bias, c->N, IN, name))
+        return -1;
     dt_model_add_into(c->a[0], c->a[0], c->res, dt_model_region_rows(m, (size_t)c->N) * C);
     return 0;
 }
@@ -123,24 +125,26 @@ int dt_model_branch_out_backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part 
 {
     const float *d_out = dt_model_rows_gathered(m, m->acts.d_res, c->N, name);
     if (!d_out) return -1;
-    return dt_model_product_backward(m, what, dinp, dW, db, d_out, keep, inp, W, c->N, IN,
-                                     m->cfg.n_embd, name);
+    return dt_model_product_backward(m, what, c->blk->kind->wlayout, dinp, 0, dW, db, d_out,
+                                     keep, inp, W, c->N, IN, m->cfg.n_embd, name);
 }
 
 int dt_model_branch_in_backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what, float *dW,
                                 float *db, const float *dout, float *keep, const float *W,
                                 int OUT, const char *name)
 {
-    if (dt_model_product_backward(m, what, m->acts.d_c, dW, db, dout, keep, c->x, W, c->N,
-                                  m->cfg.n_embd, OUT, name))
+    if (dt_model_product_backward(m, what, c->blk->kind->wlayout, m->acts.d_c, 0, dW, db, dout,
+                                  keep, c->x, W, c->N, m->cfg.n_embd, OUT, name))
         return -1;
     return dt_model_input_grad_sum(m, c->N, name);
 }
 
-int dt_model_product_weights(dt_gpt *m, float *dW, float *db, const float *dout,
-                             const float *inp, int N, int IN, int OUT, const char *name)
+int dt_model_product_weights(dt_gpt *m, const dt_block_call *c, float *dW, float *db,
+                             const float *dout, const float *inp, int N, int IN, int OUT,
+                             const char *name)
 {
-    if (dt_linear_backward(m->prec, NULL, 0, dW, db, dout, inp, NULL, N, IN, OUT))
+    if (dt_linear_backward_l(m->prec, c->blk->kind->wlayout, NULL, 0, dW, db, dout, inp, NULL, N,
+                             IN, OUT))
         return dt_model_fail_matmul(m, name);
     return 0;
 }

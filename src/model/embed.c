@@ -10,7 +10,13 @@
 #include "model/model_internal.h"
 
 static float *wte(const dt_gpt *m, float *flat) { return flat + m->tensors[0].offset; }
-static float *wpe(const dt_gpt *m, float *flat) { return flat + m->tensors[1].offset; }
+/* Learned positions' table at position pos, or NULL (the family rotates
+ * its attention's queries and keys instead). */
+static float *wpe(const dt_gpt *m, float *flat, int pos)
+{
+    if (m->embed_tensors < 2) return NULL;
+    return flat + m->tensors[1].offset + (size_t)pos * m->cfg.n_embd;
+}
 
 /* Calls fn on each run of consecutive positions among this rank's rows
  * of b sequences of t rows: sequence bi, its rows from `row` on (of the
@@ -41,9 +47,8 @@ static void embed_run(dt_gpt *m, const void *arg, size_t row, int pos, int nseq,
     const embed_rows *e = arg;
     const int C = m->cfg.n_embd;
     float *w = dt_model_weights(m);
-    dt_embedding_forward_range(e->out + row * C, e->tokens + row, wte(m, w),
-                               wpe(m, w) + (size_t)pos * C, nseq, len, C, m->tp.v0,
-                               m->tp.vocab);
+    dt_embedding_forward_range(e->out + row * C, e->tokens + row, wte(m, w), wpe(m, w, pos),
+                               nseq, len, C, m->tp.v0, m->tp.vocab);
 }
 
 /* The embeddings' output into encoded, of b x t rows (this rank's
@@ -90,9 +95,8 @@ static void embed_grad_run(dt_gpt *m, const void *arg, size_t row, int pos, int 
     const embed_rows *g = arg;
     const int C = m->cfg.n_embd;
     float *grads = dt_model_grads_of(m, 0);
-    dt_embedding_backward_range(wte(m, grads), wpe(m, grads) + (size_t)pos * C,
-                                g->d + row * C, g->tokens + row, nseq, len, C, m->tp.v0,
-                                m->tp.vocab);
+    dt_embedding_backward_range(wte(m, grads), wpe(m, grads, pos), g->d + row * C,
+                                g->tokens + row, nseq, len, C, m->tp.v0, m->tp.vocab);
 }
 
 int dt_model_embed_backward(dt_gpt *m, const float *d, const dt_gpt_slot *st)

@@ -23,11 +23,16 @@
 
 #include "kernels/matmul.h"
 #include "model/acts.h"
+#include "model/arch.h"
 #include "model/block.h"
 #include "model/gbuf.h"
 #include "model/moe.h"
 #include "model/ranges.h"
 #include "model/split.h"
+
+/* Room for a tensor's name ("model.layers.125.post_attention_layernorm.weight")
+ * and for a layer's blocks string. */
+enum { DT_TENSOR_NAME_MAX = 64, DT_BLOCKS_MAX = 160 };
 
 struct dt_gpt_config {
     int n_layer;
@@ -35,8 +40,15 @@ struct dt_gpt_config {
     int n_embd;
     int vocab_size;
     int block_size; /* the longest sequence: rows of wpe */
-    char blocks[96]; /* a layer's blocks (dt_blocks_parse); "": GPT-2's */
+    char blocks[DT_BLOCKS_MAX]; /* a layer's blocks (dt_blocks_parse); "": the family's */
     dt_moe_config moe; /* a moe branch's experts and routing (model/moe.h) */
+    /* The family (model/arch.h) and what only the Llama family sets. */
+    int arch;          /* dt_arch_kind: DT_ARCH_GPT2 (0) or DT_ARCH_LLAMA */
+    int n_kv_head;     /* grouped-query attention's key/value heads; 0: n_head */
+    int ffn;           /* SwiGLU's hidden width; 0: the family's default (dt_gpt_ffn) */
+    double rope_theta; /* rotary embeddings' base; 0: 10000 */
+    double norm_eps;   /* RMSNorm's epsilon; 0: 1e-5 */
+    int tie;           /* the head is the embedding (GPT-2: always) */
 };
 
 /* One named tensor of the flat layout. Under tensor parallelism it holds
@@ -45,7 +57,7 @@ struct dt_gpt_config {
  * block k from column col0 + k * cstride (rows, cols: shape, a 1-D tensor
  * being one row). Unsplit, the slice is the whole tensor. */
 typedef struct {
-    char name[48]; /* Hugging Face name without the "transformer." prefix */
+    char name[DT_TENSOR_NAME_MAX]; /* Hugging Face's (GPT-2's without "transformer.") */
     size_t offset; /* in floats, from the start of the flat buffer */
     size_t numel;  /* of this rank's slice */
     int ndim;
@@ -135,7 +147,11 @@ struct dt_gpt {
     dt_block blocks[DT_LAYER_MAX_BLOCKS];
     int layer_tensors;                /* tensors of one layer */
     dt_block final_norm;              /* the head's (ln_f): of the kind of the layer's first
-                                         norm; its tensors are the layout's last */
+                                         norm; its tensors follow the last layer's */
+    int embed_tensors;                /* segment 0's: the tokens' table, and the
+                                         positions' unless the family rotates */
+    int head_tensor;                  /* the output head's weight: 0 (tied to the
+                                         tokens' table) or the layout's last */
 
     float *params;    /* fp32 training: what forward and backward read; mixed
                          precision: the fp32 master weights */

@@ -1,5 +1,7 @@
 /* After the layers: the final norm (of the kind of the layer's first
- * norm), the output head tied to wte (logits = norm(x) @ wte^T) and the
+ * norm), the output head (logits = norm(x) @ W^T, W [V, C]: the tokens'
+ * table when tied, GPT-2's wte, or the family's lm_head after the final
+ * norm) and the
  * cross-entropy, whole or over the vocabulary slices of tensor
  * parallelism (kernels/crossentropy_split.h: no rank ever holds a whole
  * row of logits). See gpt.h. */
@@ -9,7 +11,18 @@
 #include "kernels/crossentropy_split.h"
 #include "model/model_internal.h"
 
-static float *wte(const dt_gpt *m, float *flat) { return flat + m->tensors[0].offset; }
+/* The head's segment: 0 (tied to the embedding) or the final norm's. */
+static int head_segment(const dt_gpt *m) { return m->head_tensor ? m->cfg.n_layer + 1 : 0; }
+
+static float *head_w(const dt_gpt *m)
+{
+    return dt_model_weights(m) + m->tensors[m->head_tensor].offset;
+}
+
+static float *head_g(const dt_gpt *m)
+{
+    return dt_model_grads_of(m, head_segment(m)) + m->tensors[m->head_tensor].offset;
+}
 
 /* The final norm's call on N rows of x, reading w and adding to g. */
 static void norm_call(dt_gpt *m, const float *x, int N, float *w, float *g, dt_block_call *c)
@@ -24,15 +37,16 @@ int dt_model_head_forward(dt_gpt *m, const float *x, int N)
 {
     const int C = m->cfg.n_embd, V = m->tp.vocab, L = m->cfg.n_layer;
     dt_block_call c;
-    if (dt_model_need(m, L + 1, DT_USE_FORWARD) || dt_model_need(m, 0, DT_USE_FORWARD))
+    if (dt_model_need(m, L + 1, DT_USE_FORWARD) || (head_segment(m) == 0 &&
+                                                     dt_model_need(m, 0, DT_USE_FORWARD)))
         return -1;
     norm_call(m, x, N, dt_model_weights(m), NULL, &c);
     if (m->final_norm.kind->forward(m, &c, DT_RUN_ALL)) return -1;
-    if (dt_matmul(m->prec, 0, 1, N, V, C, 1.0f, m->acts.final[0], C, wte(m, dt_model_weights(m)),
-                  C, 0.0f, m->acts.logits, V))
+    if (dt_matmul(m->prec, 0, 1, N, V, C, 1.0f, m->acts.final[0], C, head_w(m), C, 0.0f,
+                  m->acts.logits, V))
         return dt_model_fail_matmul(m, "lm_head");
     dt_model_done(m, L + 1, DT_USE_FORWARD);
-    dt_model_done(m, 0, DT_USE_FORWARD);
+    if (head_segment(m) == 0) dt_model_done(m, 0, DT_USE_FORWARD);
     return 0;
 }
 
@@ -70,31 +84,32 @@ int dt_model_head_backward(dt_gpt *m, const dt_gpt_slot *st, const float *lnf_in
     else
         dt_crossentropy_split_backward(a->logits, a->logits, a->ce_sums, st->targets, N, V,
                                        m->tp.v0, m->cfg.vocab_size, grad_scale);
-    if (dt_model_need(m, L + 1, DT_USE_BACKWARD) || dt_model_need(m, 0, wte_use)) return -1;
-    /* dnorm = dlogits @ wte; dwte += dlogits^T @ norm's output. */
-    if (dt_matmul(m->prec, 0, 0, N, C, V, 1.0f, a->logits, V, wte(m, dt_model_weights(m)), C,
-                  0.0f, a->d_c, C) ||
+    const int tied = head_segment(m) == 0;
+    if (dt_model_need(m, L + 1, DT_USE_BACKWARD) || (tied && dt_model_need(m, 0, wte_use)))
+        return -1;
+    /* dnorm = dlogits @ W; dW += dlogits^T @ norm's output. */
+    if (dt_matmul(m->prec, 0, 0, N, C, V, 1.0f, a->logits, V, head_w(m), C, 0.0f, a->d_c, C) ||
         (what == DT_BWD_WHOLE && dt_matmul(m->prec, 1, 0, V, C, N, 1.0f, a->logits, V,
-                                           a->final[0], C, 1.0f,
-                                           wte(m, dt_model_grads_of(m, 0)), C)))
+                                           a->final[0], C, 1.0f, head_g(m), C)))
         return dt_model_fail_matmul(m, "lm_head backward");
     memset(a->d_res, 0, (size_t)N * C * sizeof(float));
     norm_call(m, lnf_in, N, dt_model_weights(m), dt_model_grads_of(m, L + 1), &c);
     if (dt_model_input_grad_sum(m, N, "lm_head backward") ||
         m->final_norm.kind->backward(m, &c, what))
         return -1;
-    dt_model_done(m, 0, wte_use);
+    if (tied) dt_model_done(m, 0, wte_use);
     dt_model_done(m, L + 1, DT_USE_BACKWARD);
     return 0;
 }
 
-/* The head's weight half: the tied head's share of wte's gradient. */
+/* The head's weight half: its weight's gradient (the tied head's share
+ * of the embedding's). */
 int dt_model_head_weights(dt_gpt *m, const dt_gpt_slot *st)
 {
     const int C = m->cfg.n_embd, V = m->tp.vocab, N = st->b * st->t;
-    if (dt_model_grads_open(m, 0)) return -1;
+    if (dt_model_grads_open(m, head_segment(m))) return -1;
     if (dt_matmul(m->prec, 1, 0, V, C, N, 1.0f, m->acts.logits, V, m->acts.final[0], C, 1.0f,
-                  wte(m, dt_model_grads_of(m, 0)), C))
+                  head_g(m), C))
         return dt_model_fail_matmul(m, "lm_head backward (weights)");
     return 0;
 }

@@ -43,12 +43,12 @@ int dt_model_tp_reduce(dt_gpt *m, void *buf, size_t n, dt_tp_op op, const char *
  * products: R rows from row `first`; all N without it. */
 size_t dt_model_region_rows(const dt_gpt *m, size_t N);
 size_t dt_model_region_first(const dt_gpt *m, size_t N);
-/* out [R, C] = inp [N, IN] @ W + bias for a row-parallel product: unsplit
+/* out [R, C] = inp [N, IN] @ W + bias (W in layout lay) for a row-parallel product: unsplit
  * one product; split, this rank's partial product summed over the group
  * (reduce-scattered to its rows with sequence parallelism), then the bias
  * once. */
-int dt_model_row_parallel(dt_gpt *m, float *out, const float *inp, const float *W,
-                          const float *bias, int N, int IN, const char *name);
+int dt_model_row_parallel(dt_gpt *m, dt_wlayout lay, float *out, const float *inp,
+                          const float *W, const float *bias, int N, int IN, const char *name);
 /* A norm's output [N, C] whose region rows this rank wrote: with sequence
  * parallelism the other rows gathered from the group (the column-parallel
  * product after it reads every row). */
@@ -70,18 +70,21 @@ float *dt_model_region_grads_begin(dt_gpt *m, size_t n);
 int dt_model_region_grads_end(dt_gpt *m, float *const *g, int k, size_t n, const char *name);
 void dt_model_add_into(float *dst, const float *a, const float *b, size_t n);
 
-/* One product's share of a backward: dinp = dout @ W^T, and dW, db. A
- * split backward's input half leaves dW and db for later and keeps dout
- * in `keep`; its weight half (dt_model_product_weights) takes it from
- * there. */
-int dt_model_product_backward(dt_gpt *m, dt_bwd_part what, float *dinp, float *dW, float *db,
-                              const float *dout, float *keep, const float *inp, const float *W,
-                              int N, int IN, int OUT, const char *name);
-int dt_model_product_weights(dt_gpt *m, float *dW, float *db, const float *dout,
-                             const float *inp, int N, int IN, int OUT, const char *name);
+/* One product's share of a backward (W in layout lay): dinp, and dW, db.
+ * A split backward's input half leaves dW and db for later and keeps dout
+ * in `keep`; its weight half (dt_model_product_weights, the layout of c's
+ * kind) takes it from there. */
+int dt_model_product_backward(dt_gpt *m, dt_bwd_part what, dt_wlayout lay, float *dinp,
+                              int dinp_accumulate, float *dW, float *db, const float *dout,
+                              float *keep, const float *inp, const float *W, int N, int IN,
+                              int OUT, const char *name);
+int dt_model_product_weights(dt_gpt *m, const dt_block_call *c, float *dW, float *db,
+                             const float *dout, const float *inp, int N, int IN, int OUT,
+                             const char *name);
 
 /* A branch's last product, row-parallel from its inner width IN into the
- * residual stream: c->a[0] (its residual sum) = c->res + inp @ W + bias.
+ * residual stream: c->a[0] (its residual sum) = c->res + inp @ W + bias
+ * (W in the layout of c's kind).
  * And its backward's start: d(residual sum) gathered to every row, then
  * that product's backward (dinp [N, IN]; dW, db, or with a split backward
  * the output's gradient kept in keep). */

@@ -34,7 +34,7 @@ int dt_moe_config_check(const dt_gpt_config *cfg, const dt_block *b, int n, char
         return E ? dt_strf(err, errlen, "model: --num-experts %d, but the layer's blocks (%s) "
                            "have no moe branch; leave --blocks out (its default with experts "
                            "is %s) or name one as mlp:moe", E,
-                           cfg->blocks[0] ? cfg->blocks : dt_blocks_gpt2, dt_blocks_gpt2_moe)
+                           dt_gpt_blocks(cfg), dt_blocks_gpt2_moe)
                  : 0;
     if (E < 1 || E > DT_MOE_MAX_EXPERTS)
         return dt_strf(err, errlen, "model: a moe branch needs --num-experts between 1 and %d "

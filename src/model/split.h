@@ -48,7 +48,8 @@ typedef struct {
     int rank, size;     /* size 1: unsplit */
     int sp;             /* sequence parallelism (above) */
     int heads, attn;    /* this rank's heads and their width: NH / size, C / size */
-    int mlp;            /* its MLP columns F = 4C / size */
+    int kv_heads;       /* its key/value heads (grouped-query attention): KV / size */
+    int mlp;            /* its MLP columns F / size (dt_gpt_ffn: GPT-2's 4C) */
     int v0, vocab;      /* its rows of the vocabulary (dt_vocab_slice) */
     /* In place over the group; 0, or -1 with a message in err. */
     int (*reduce)(void *ctx, void *buf, size_t n, dt_tp_op op, char *err, size_t errlen);

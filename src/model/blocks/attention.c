@@ -103,9 +103,9 @@ static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
 static int weights(dt_gpt *m, const dt_block_call *c)
 {
     const int C = m->cfg.n_embd, A = m->tp.attn, N = c->N;
-    if (dt_model_product_weights(m, c->g[PROJ_W], c->g[PROJ_B], c->a[D_PROJ], c->a[ATT], N, A,
+    if (dt_model_product_weights(m, c, c->g[PROJ_W], c->g[PROJ_B], c->a[D_PROJ], c->a[ATT], N, A,
                                  C, "attn.c_proj") ||
-        dt_model_product_weights(m, c->g[QKV_W], c->g[QKV_B], c->a[D_QKV], c->x, N, C, 3 * A,
+        dt_model_product_weights(m, c, c->g[QKV_W], c->g[QKV_B], c->a[D_QKV], c->x, N, C, 3 * A,
                                  "attn.c_attn"))
         return -1;
     return 0;

@@ -71,9 +71,9 @@ static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
 static int weights(dt_gpt *m, const dt_block_call *c)
 {
     const int C = m->cfg.n_embd, F = m->tp.mlp, N = c->N;
-    if (dt_model_product_weights(m, c->g[PROJ_W], c->g[PROJ_B], c->a[D_FCP], c->a[GELU], N, F,
+    if (dt_model_product_weights(m, c, c->g[PROJ_W], c->g[PROJ_B], c->a[D_FCP], c->a[GELU], N, F,
                                  C, "mlp.c_proj") ||
-        dt_model_product_weights(m, c->g[FC_W], c->g[FC_B], c->a[D_FC], c->x, N, C, F,
+        dt_model_product_weights(m, c, c->g[FC_W], c->g[FC_B], c->a[D_FC], c->x, N, C, F,
                                  "mlp.c_fc"))
         return -1;
     return 0;

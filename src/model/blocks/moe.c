@@ -386,10 +386,10 @@ static int chunk_weights(dt_gpt *m, const dt_block_call *c, const chunk *k, floa
                          float *db, const float *dout, const float *inp, int IN, int OUT,
                          const char *name)
 {
-    if (k->s == 0) return dt_model_product_weights(m, dW, db, dout, inp, k->rows, IN, OUT, name);
+    if (k->s == 0) return dt_model_product_weights(m, c, dW, db, dout, inp, k->rows, IN, OUT, name);
     float *tw = c->a[WT], *tb = tw + (size_t)IN * OUT;
     memset(tw, 0, ((size_t)IN * OUT + (size_t)OUT) * sizeof(float));
-    if (dt_model_product_weights(m, tw, tb, dout, inp, k->rows, IN, OUT, name)) return -1;
+    if (dt_model_product_weights(m, c, tw, tb, dout, inp, k->rows, IN, OUT, name)) return -1;
     dt_model_add_into(dW, dW, tw, (size_t)IN * OUT);
     dt_model_add_into(db, db, tb, (size_t)OUT);
     return 0;

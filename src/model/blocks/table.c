@@ -8,13 +8,17 @@
 #include "core/str.h"
 #include "model/block.h"
 
-extern const dt_block_kind dt_block_layernorm, dt_block_attention, dt_block_mlp, dt_block_moe;
+extern const dt_block_kind dt_block_layernorm, dt_block_attention, dt_block_mlp, dt_block_moe,
+    dt_block_rmsnorm, dt_block_rope_attention, dt_block_swiglu;
 
 static const dt_block_kind *const builtin[] = {
     &dt_block_layernorm,
     &dt_block_attention,
     &dt_block_mlp,
     &dt_block_moe,
+    &dt_block_rmsnorm,
+    &dt_block_rope_attention,
+    &dt_block_swiglu,
 };
 
 enum { MAX_REGISTERED = 16 };

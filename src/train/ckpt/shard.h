@@ -57,7 +57,7 @@ typedef struct {
     uint64_t bytes, checksum;
     int npieces;
     dt_ckpt_piece *pieces; /* `at` unused */
-    char (*names)[48];     /* each piece's tensor name, as the manifest gives it */
+    char (*names)[64];     /* each piece's tensor name, as the manifest gives it */
 } dt_ckpt_shard;
 
 typedef struct {

@@ -81,8 +81,16 @@ cJSON *dt_ckpt_state_json(const dt_ckpt_record *r)
     cJSON_AddNumberToObject(model, "vocab_size", r->model.vocab_size);
     cJSON_AddNumberToObject(model, "block_size", r->model.block_size);
     char blocks[sizeof r->model.blocks + 64];
-    dt_blocks_canonical(r->model.blocks, blocks, sizeof blocks);
+    dt_blocks_canonical(dt_gpt_blocks(&r->model), blocks, sizeof blocks);
     cJSON_AddStringToObject(model, "blocks", blocks);
+    if (r->model.arch == DT_ARCH_LLAMA) { /* the family's options, as it resolved them */
+        cJSON_AddStringToObject(model, "arch", dt_arch_of(&r->model)->name);
+        cJSON_AddNumberToObject(model, "n_kv_head", dt_gpt_kv_heads(&r->model));
+        cJSON_AddNumberToObject(model, "ffn_hidden_size", dt_gpt_ffn(&r->model));
+        cJSON_AddNumberToObject(model, "rope_theta", dt_gpt_rope_theta(&r->model));
+        cJSON_AddNumberToObject(model, "norm_eps", dt_gpt_norm_eps(&r->model));
+        cJSON_AddBoolToObject(model, "tie_word_embeddings", dt_gpt_tied(&r->model));
+    }
     if (r->model.moe.experts) {
         cJSON_AddNumberToObject(model, "num_experts", r->model.moe.experts);
         cJSON_AddNumberToObject(model, "moe_ffn_hidden_size", r->model.moe.ffn);
@@ -242,6 +250,33 @@ static int get_experts(const reader *rd, const cJSON *obj, dt_gpt_config *cfg)
            get_i32(rd, obj, "moe_router_topk", 1, DT_MOE_MAX_EXPERTS, &cfg->moe.topk);
 }
 
+static int get_positive(const reader *rd, const cJSON *obj, const char *key, double *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !isfinite(v->valuedouble))
+        return bad(rd, key, v, "a positive number");
+    *out = v->valuedouble;
+    return 0;
+}
+
+/* The family, recorded for any but GPT-2 (absent: GPT-2). */
+static int get_family(const reader *rd, const cJSON *obj, dt_gpt_config *cfg)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(obj, "arch"), *tie;
+    if (!a) return 0;
+    const dt_arch *f = cJSON_IsString(a) ? dt_arch_find(a->valuestring) : NULL;
+    if (!f) return bad(rd, "arch", a, "a model family (%s)", dt_arch_names());
+    cfg->arch = (int)f->kind;
+    if (cfg->arch != DT_ARCH_LLAMA) return 0;
+    tie = cJSON_GetObjectItemCaseSensitive(obj, "tie_word_embeddings");
+    if (!cJSON_IsBool(tie)) return bad(rd, "tie_word_embeddings", tie, "true or false");
+    cfg->tie = cJSON_IsTrue(tie);
+    return get_i32(rd, obj, "n_kv_head", 1, INT_MAX, &cfg->n_kv_head) ||
+           get_i32(rd, obj, "ffn_hidden_size", 1, INT_MAX, &cfg->ffn) ||
+           get_positive(rd, obj, "rope_theta", &cfg->rope_theta) ||
+           get_positive(rd, obj, "norm_eps", &cfg->norm_eps);
+}
+
 /* The model's sizes, when recorded; they must also make a model. */
 static int get_model(const reader *rd, const cJSON *obj, dt_gpt_config *cfg)
 {
@@ -256,7 +291,7 @@ static int get_model(const reader *rd, const cJSON *obj, dt_gpt_config *cfg)
         get_i32(&sub, m, "n_embd", 1, INT_MAX, &cfg->n_embd) ||
         get_i32(&sub, m, "vocab_size", 1, INT_MAX, &cfg->vocab_size) ||
         get_i32(&sub, m, "block_size", 1, INT_MAX, &cfg->block_size) ||
-        get_blocks(&sub, m, cfg) || get_experts(&sub, m, cfg))
+        get_blocks(&sub, m, cfg) || get_family(&sub, m, cfg) || get_experts(&sub, m, cfg))
         return -1;
     char why[256];
     if (dt_gpt_config_check(cfg, why, sizeof why) == 0) return 0;

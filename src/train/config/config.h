@@ -36,7 +36,14 @@ typedef struct dt_train_config {
     /* Model. vocab_size 0: taken from --init or the data (256 for text). */
     char model[32]; /* preset name, or "" for sizes given one by one */
     int n_layer, n_head, n_embd, vocab_size, block_size;
-    char blocks[96]; /* a layer's blocks (model/block.h); "" = GPT-2's, or with experts
+    /* The family (model/arch.h) and the Llama family's options. */
+    char arch[16];          /* --arch gpt2|llama */
+    int n_kv_head;          /* --n-kv-head (Megatron's --num-query-groups); 0 = n_head */
+    int ffn;                /* --ffn-hidden-size (SwiGLU's); 0 = the family's */
+    double rope_theta;      /* --rope-theta (Megatron's --rotary-base) */
+    double norm_eps;        /* --norm-eps (RMSNorm's) */
+    int tie;                /* --tie-word-embeddings: the head is the embedding */
+    char blocks[160]; /* a layer's blocks (model/block.h); "" = GPT-2's, or with experts
                       * GPT-2's with a moe branch for its MLP */
     /* Mixture of experts (model/moe.h; Megatron's flags). */
     int num_experts;        /* E; 0 = a dense model */
@@ -140,6 +147,9 @@ typedef struct dt_train_config {
 /* The model's experts and routing: E and F (the file's, when it gives
  * them) with the routing options of c. */
 void dt_config_moe(const dt_train_config *c, int experts, int ffn, dt_moe_config *out);
+/* The family (--arch) and its options into a model's configuration, its
+ * blocks spelled out when none were given. */
+void dt_config_family(const dt_train_config *c, dt_gpt_config *out);
 
 /* The defaults: model tiny (L4 H4 C128 T128), batch 8, seq_len = block,
  * accum 1, 200 steps, AdamW (PyTorch defaults, wd 0.01) at lr 1e-3 with a

@@ -36,13 +36,26 @@ const char *const dt_cfg_group_titles[G_COUNT] = {
 
 const dt_cfg_opt dt_cfg_options[] = {
     OPT(G_MODEL, "model", NULL, T_CHOICE, model, 0, 0,
-        "tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl|bench|mixtral-mini|deepseek-moe-mini",
+        "tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl|bench|mixtral-mini|deepseek-moe-mini|"
+        "llama3-1b|llama3-8b|llama3-70b|llama3-405b",
         hook_model, O_EMPTYOK,
         "preset; sets the sizes not given explicitly (\"\" = none)"),
+    OPT(G_MODEL, "arch", NULL, T_CHOICE, arch, 0, 0, "gpt2|llama", NULL, 0,
+        "model family (llama: RMSNorm, rotary, SwiGLU, GQA, untied head)"),
     OPT(G_MODEL, "n-layer", NULL, T_INT, n_layer, 1, IMAX, "N", NULL, 0, "transformer blocks"),
     OPT(G_MODEL, "n-head", NULL, T_INT, n_head, 1, IMAX, "N", NULL, 0, "attention heads"),
     OPT(G_MODEL, "n-embd", NULL, T_INT, n_embd, 1, IMAX, "N", NULL, 0,
         "embedding width, a multiple of --n-head"),
+    OPT(G_MODEL, "n-kv-head", NULL, T_INT, n_kv_head, 0, IMAX, "N", NULL, 0,
+        "llama: key/value heads (grouped-query attention); 0 = --n-head"),
+    OPT(G_MODEL, "ffn-hidden-size", NULL, T_INT, ffn, 0, IMAX, "F", NULL, 0,
+        "llama: SwiGLU's hidden width; 0 = 8 C / 3 rounded up to 256"),
+    OPT(G_MODEL, "rope-theta", NULL, T_DBL, rope_theta, 1, 1e12, "X", NULL, 0,
+        "llama: rotary embeddings' base"),
+    OPT(G_MODEL, "norm-eps", NULL, T_DBL, norm_eps, 1e-12, 1, "X", NULL, 0,
+        "llama: RMSNorm's epsilon"),
+    OPT(G_MODEL, "tie-word-embeddings", NULL, T_BOOL, tie, 0, 1, "[=0|1]", NULL, O_OPTVAL,
+        "llama: the output head is the embedding (GPT-2's always is)"),
     OPT(G_MODEL, "vocab-size", NULL, T_INT, vocab_size, 0, IMAX, "N", NULL, 0,
         "vocabulary; 0 = from --init or the data"),
     OPT(G_MODEL, "block-size", NULL, T_INT, block_size, 1, IMAX, "N", NULL, 0,
@@ -253,6 +266,8 @@ static const struct {
     {"pipeline-model-parallel-size", "pp"},
     {"context-parallel-size", "cp"},
     {"expert-model-parallel-size", "ep"},
+    {"num-query-groups", "n-kv-head"},
+    {"rotary-base", "rope-theta"},
     {"virtual-pipeline-model-parallel-size", "pp-virtual"},
 };
 
@@ -300,6 +315,12 @@ typedef struct preset {
     const char *name;
     int n_layer, n_head, n_embd, block_size, vocab_size;
     int experts, ffn, topk; /* a mixture of experts; experts 0: dense */
+    /* The Llama family (NULL: GPT-2's): key/value heads, SwiGLU width,
+     * rotary base, tied head. */
+    const char *arch;
+    int n_kv_head, llama_ffn;
+    double rope_theta;
+    int tie;
 } preset;
 
 /* The MoE presets keep their models' expert shapes at a width a CPU plans
@@ -307,15 +328,33 @@ typedef struct preset {
  * (V2-Lite, 16B) 64 experts of 0.6875 C, top 6; GPT-2's blocks (LayerNorm,
  * GELU experts, learned positions), no shared experts. */
 static const preset presets[] = {
-    {"tiny", 4, 4, 128, 128, 0, 0, 0, 0},
-    {"gpt2", 12, 12, 768, 1024, 50257, 0, 0, 0},
-    {"gpt2-medium", 24, 16, 1024, 1024, 50257, 0, 0, 0},
-    {"gpt2-large", 36, 20, 1280, 1024, 50257, 0, 0, 0},
-    {"gpt2-xl", 48, 25, 1600, 1024, 50257, 0, 0, 0},
-    {"bench", 6, 6, 384, 256, 256, 0, 0, 0},
-    {"mixtral-mini", 8, 8, 512, 1024, 32000, 8, 1792, 2},
-    {"deepseek-moe-mini", 8, 8, 512, 1024, 32000, 64, 352, 6},
+    {"tiny", 4, 4, 128, 128, 0, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {"gpt2", 12, 12, 768, 1024, 50257, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {"gpt2-medium", 24, 16, 1024, 1024, 50257, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {"gpt2-large", 36, 20, 1280, 1024, 50257, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {"gpt2-xl", 48, 25, 1600, 1024, 50257, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {"bench", 6, 6, 384, 256, 256, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {"mixtral-mini", 8, 8, 512, 1024, 32000, 8, 1792, 2, NULL, 0, 0, 0, 0},
+    {"deepseek-moe-mini", 8, 8, 512, 1024, 32000, 64, 352, 6, NULL, 0, 0, 0, 0},
+    /* Meta's Llama 3 sizes (3.2 for 1B, 3.1 for the rest), at the 8K
+     * context they pretrained at (their files allow 128K). */
+    {"llama3-1b", 16, 32, 2048, 8192, 128256, 0, 0, 0, "llama", 8, 8192, 500000, 1},
+    {"llama3-8b", 32, 32, 4096, 8192, 128256, 0, 0, 0, "llama", 8, 14336, 500000, 0},
+    {"llama3-70b", 80, 64, 8192, 8192, 128256, 0, 0, 0, "llama", 8, 28672, 500000, 0},
+    {"llama3-405b", 126, 128, 16384, 8192, 128256, 0, 0, 0, "llama", 8, 53248, 500000, 0},
 };
+
+/* A Llama preset's family and options, each unless given; a GPT-2 preset
+ * takes the family back to GPT-2's (unless --arch was given). */
+static void preset_family(dt_train_config *c, const preset *p)
+{
+    if (!c->given[DT_CFG_IDX(arch)]) strcpy(c->arch, p->arch ? p->arch : "gpt2");
+    if (!p->arch) return;
+    if (!c->given[DT_CFG_IDX(n_kv_head)]) c->n_kv_head = p->n_kv_head;
+    if (!c->given[DT_CFG_IDX(ffn)]) c->ffn = p->llama_ffn;
+    if (!c->given[DT_CFG_IDX(rope_theta)]) c->rope_theta = p->rope_theta;
+    if (!c->given[DT_CFG_IDX(tie)]) c->tie = p->tie;
+}
 
 /* Sets the sizes that were not given explicitly, so that a preset never
  * undoes a size the user asked for, whichever came first. A dense preset
@@ -334,6 +373,7 @@ static int hook_model(dt_train_config *c, const char *who, char *err, size_t n)
         if (!c->given[DT_CFG_IDX(num_experts)]) c->num_experts = p->experts;
         if (!c->given[DT_CFG_IDX(moe_ffn)]) c->moe_ffn = p->ffn;
         if (p->topk && !c->given[DT_CFG_IDX(moe_topk)]) c->moe_topk = p->topk;
+        preset_family(c, p);
         return 0;
     }
     dt_strf(err, n, "%s: no preset named '%s'", who, c->model);
@@ -380,6 +420,9 @@ void dt_config_defaults(dt_train_config *c)
     strcpy(c->offload_param, "none");
     c->offload_buffers = 4;
     c->sub_group_size = 4 << 20;
+    strcpy(c->arch, "gpt2");
+    c->rope_theta = 10000.0;
+    c->norm_eps = 1e-5;
     c->moe_topk = 2;
     c->moe_aux_coeff = 1e-2;
     c->moe_bias_rate = 1e-3;

@@ -57,6 +57,21 @@ static int check_model(dt_train_config *c, char *err, size_t n)
 /* Mixture of experts: routing options need experts (from --num-experts,
  * or a file's router with --init or --resume), and what a layout cannot
  * split yet is refused. */
+/* The Llama family's options need it (a file of the family brings it). */
+static int check_arch(const dt_train_config *c, char *err, size_t n)
+{
+    static const size_t llama_only[] = {
+        offsetof(dt_train_config, n_kv_head), offsetof(dt_train_config, ffn),
+        offsetof(dt_train_config, rope_theta), offsetof(dt_train_config, norm_eps),
+        offsetof(dt_train_config, tie)};
+    const int llama = !strcmp(c->arch, "llama");
+    for (size_t i = 0; !llama && i < sizeof llama_only / sizeof *llama_only; i++)
+        if (dt_config_given_at(c, llama_only[i]) && !c->init[0] && !c->resume_flag)
+            return dt_strf(err, n, "--%s is an option of the Llama family: add --arch llama",
+                           dt_cfg_options[dt_cfg_opt_at(llama_only[i])].flag), -1;
+    return 0;
+}
+
 static int check_moe(dt_train_config *c, char *err, size_t n)
 {
     static const size_t moe_only[] = {
@@ -91,6 +106,18 @@ static int check_moe(dt_train_config *c, char *err, size_t n)
     if (c->num_experts && !c->blocks[0]) dt_strf(c->blocks, sizeof c->blocks, "%s",
                                                  dt_blocks_gpt2_moe);
     return 0;
+}
+
+void dt_config_family(const dt_train_config *c, dt_gpt_config *out)
+{
+    if (strcmp(c->arch, "llama")) return;
+    out->arch = DT_ARCH_LLAMA;
+    out->n_kv_head = c->n_kv_head;
+    out->ffn = c->ffn;
+    out->rope_theta = c->rope_theta;
+    out->norm_eps = c->norm_eps;
+    out->tie = c->tie;
+    if (!out->blocks[0]) dt_strf(out->blocks, sizeof out->blocks, "%s", dt_gpt_blocks(out));
 }
 
 void dt_config_moe(const dt_train_config *c, int experts, int ffn, dt_moe_config *out)
@@ -273,7 +300,7 @@ int dt_config_validate(dt_train_config *c, int data_parallel_size, char *err, si
 {
     if (data_parallel_size < 1)
         return dt_strf(err, errlen, "data-parallel size %d must be >= 1", data_parallel_size), -1;
-    if (check_fields(c, err, errlen) || check_moe(c, err, errlen) ||
+    if (check_fields(c, err, errlen) || check_arch(c, err, errlen) || check_moe(c, err, errlen) ||
         check_model(c, err, errlen) ||
         check_optim(c, err, errlen) || check_batch(c, data_parallel_size, err, errlen) ||
         check_run(c, data_parallel_size, err, errlen))

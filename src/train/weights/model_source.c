@@ -38,6 +38,51 @@ static int check_sizes_agree(const dt_train_config *c, const char *source,
     return 0;
 }
 
+/* What the Llama family does not run yet, refused by name. */
+static int llama_layouts(const dt_train_config *c, const dt_gpt_config *mc, char *err,
+                         size_t errlen)
+{
+    const struct { int on; const char *what; } later[] = {
+        {c->pp > 1, "--pp (pipeline parallelism)"},
+        {c->tp > 1, "--tp (tensor parallelism)"},
+        {c->cp > 1, "--cp (context parallelism)"},
+        {c->ep > 1 || mc->moe.experts > 0, "--num-experts (Mixtral's experts)"},
+        {strcmp(c->strategy, "ddp") != 0, "--strategy dp or ps"},
+    };
+    for (size_t i = 0; mc->arch == DT_ARCH_LLAMA && i < sizeof later / sizeof *later; i++)
+        if (later[i].on)
+            return dt_strf(err, errlen, "the Llama family trains with data parallelism (DDP, "
+                           "ZeRO 1-3, offload), recomputation and bf16 so far; %s is not wired "
+                           "for it yet", later[i].what), -1;
+    return 0;
+}
+
+/* What a Llama-family file's shapes leave open: the key/value heads (from
+ * k_proj once the heads are known), the context and the rotary base and
+ * norm epsilon (the file's metadata, else the run's flags). */
+static int llama_from_file(const dt_train_config *c, const char *source, dt_gpt_config *mc,
+                           char *err, size_t errlen)
+{
+    if (strcmp(c->arch, "llama") && DT_CONFIG_GIVEN(c, arch))
+        return dt_strf(err, errlen, "%s holds a Llama-family model, but --arch %s was asked "
+                       "for", source, c->arch), -1;
+    if (!mc->n_kv_head) mc->n_kv_head = dt_weights_kv_heads(source, mc->n_head, mc->n_embd);
+    if (!mc->n_kv_head)
+        return dt_strf(err, errlen, "%s: its k_proj [%s] does not hold whole heads of n_embd "
+                       "%d / n_head %d", source, "KV x head_dim, n_embd", mc->n_embd,
+                       mc->n_head), -1;
+    if (DT_CONFIG_GIVEN(c, n_kv_head) && c->n_kv_head != mc->n_kv_head)
+        return dt_strf(err, errlen, "%s has %d key/value heads, but --n-kv-head %d was asked "
+                       "for", source, mc->n_kv_head, c->n_kv_head), -1;
+    if (!mc->block_size) mc->block_size = c->block_size;
+    if (!mc->rope_theta || DT_CONFIG_GIVEN(c, rope_theta)) mc->rope_theta = c->rope_theta;
+    if (!mc->norm_eps || DT_CONFIG_GIVEN(c, norm_eps)) mc->norm_eps = c->norm_eps;
+    if (DT_CONFIG_GIVEN(c, tie) && c->tie != mc->tie)
+        return dt_strf(err, errlen, "%s %s an lm_head.weight, but --tie-word-embeddings=%d was "
+                       "asked for", source, mc->tie ? "has no" : "has", c->tie), -1;
+    return 0;
+}
+
 /* A file's sizes, and the head count, which shapes alone do not give. */
 static int sizes_from_file(const dt_train_config *c, const char *resume_dir, dt_gpt_config *mc,
                            char *err, size_t errlen)
@@ -70,6 +115,8 @@ static int sizes_from_file(const dt_train_config *c, const char *resume_dir, dt_
                            source), -1;
         mc->n_head = c->n_head;
     }
+    if (!resume_dir && mc->arch == DT_ARCH_LLAMA && llama_from_file(c, source, mc, err, errlen))
+        return -1;
     return check_sizes_agree(c, source, mc, err, errlen);
 }
 
@@ -89,6 +136,7 @@ int dt_model_source_config(const dt_train_config *c, const char *resume_dir,
         mc->block_size = c->block_size;
         dt_strf(mc->blocks, sizeof mc->blocks, "%s", c->blocks);
         dt_config_moe(c, c->num_experts, c->moe_ffn, &mc->moe);
+        dt_config_family(c, mc);
         /* Byte-level data gets the full byte vocabulary, so any text can be sampled. */
         int data_vocab = dt_dataset_vocab(train);
         mc->vocab_size = c->vocab_size > 0 ? c->vocab_size : data_vocab <= 256 ? 256 : data_vocab;
@@ -102,5 +150,7 @@ int dt_model_source_config(const dt_train_config *c, const char *resume_dir,
     if (*seq_len > mc->block_size)
         return dt_strf(err, errlen, "--seq-len %d exceeds the model's block_size %d", *seq_len,
                        mc->block_size), -1;
-    return dt_gpt_config_check(mc, err, errlen);
+    /* The family's blocks spelled out: "" stands for GPT-2's everywhere. */
+    if (!mc->blocks[0]) dt_strf(mc->blocks, sizeof mc->blocks, "%s", dt_gpt_blocks(mc));
+    return dt_gpt_config_check(mc, err, errlen) || llama_layouts(c, mc, err, errlen) ? -1 : 0;
 }

@@ -46,15 +46,86 @@ static int n_head_from_config_json(const char *weights_path)
     return v;
 }
 
+/* A positive integer or number from the file's metadata: 1 found, 0 not
+ * there, -1 malformed (err says so). */
+static int meta_long(const dt_st_file *f, const char *path, const char *key, long *out,
+                     char *err, size_t errlen)
+{
+    const char *v = dt_st_meta_get(f, key);
+    if (!v) return 0;
+    if (dt_parse_long(v, 1, INT_MAX, out) == 0) return 1;
+    return dt_strf(err, errlen, "%s: its metadata gives %s '%.32s', not a positive integer",
+                   path, key, v), -1;
+}
+
+static int meta_double(const dt_st_file *f, const char *path, const char *key, double *out,
+                       char *err, size_t errlen)
+{
+    const char *v = dt_st_meta_get(f, key);
+    if (!v) return 0;
+    if (dt_parse_double(v, 1e-300, 1e300, out) == 0) return 1;
+    return dt_strf(err, errlen, "%s: its metadata gives %s '%.32s', not a positive number",
+                   path, key, v), -1;
+}
+
+/* The Llama family's file: sizes from the shapes; the heads, the context,
+ * the rotary base and the norm's epsilon from the metadata dtrain writes
+ * (0 when absent: the run's flags decide). */
+static int inspect_llama(const dt_st_file *f, const char *path, const dt_st_tensor *emb,
+                         dt_gpt_config *cfg, char *err, size_t errlen)
+{
+    char name[96];
+    cfg->arch = DT_ARCH_LLAMA;
+    cfg->vocab_size = (int)emb->shape[0];
+    cfg->n_embd = (int)emb->shape[1];
+    for (;;) {
+        dt_strf(name, sizeof name, "model.layers.%d.input_layernorm.weight", cfg->n_layer);
+        if (!dt_st_find(f, name)) break;
+        cfg->n_layer++;
+    }
+    const dt_st_tensor *gate = dt_st_find(f, "model.layers.0.mlp.gate_proj.weight");
+    if (gate && gate->ndim == 2) cfg->ffn = (int)gate->shape[0];
+    cfg->tie = !dt_st_find(f, "lm_head.weight");
+    long heads = 0, kv = 0, ctx = 0;
+    if (meta_long(f, path, "n_head", &heads, err, errlen) < 0 ||
+        meta_long(f, path, "n_kv_head", &kv, err, errlen) < 0 ||
+        meta_long(f, path, "block_size", &ctx, err, errlen) < 0 ||
+        meta_double(f, path, "rope_theta", &cfg->rope_theta, err, errlen) < 0 ||
+        meta_double(f, path, "norm_eps", &cfg->norm_eps, err, errlen) < 0)
+        return -1;
+    cfg->n_head = (int)heads, cfg->n_kv_head = (int)kv, cfg->block_size = (int)ctx;
+    if (!kv && heads) cfg->n_kv_head = dt_weights_kv_heads(path, cfg->n_head, cfg->n_embd);
+    return 0;
+}
+
+int dt_weights_kv_heads(const char *path, int n_head, int n_embd)
+{
+    dt_st_file f;
+    char err[256];
+    if (n_head <= 0 || n_embd % n_head || dt_st_open(path, &f, err, sizeof err)) return 0;
+    const dt_st_tensor *k = dt_st_find(&f, "model.layers.0.self_attn.k_proj.weight");
+    const int D = n_embd / n_head;
+    const int kv = k && k->ndim == 2 && k->shape[0] % D == 0 ? (int)(k->shape[0] / D) : 0;
+    dt_st_close(&f);
+    return kv;
+}
+
 int dt_weights_inspect(const char *path, dt_gpt_config *cfg, char *err, size_t errlen)
 {
     dt_st_file f;
     if (dt_st_open(path, &f, err, errlen) != 0) return -1;
     memset(cfg, 0, sizeof *cfg);
+    const dt_st_tensor *emb = dt_st_find(&f, "model.embed_tokens.weight");
+    if (emb && emb->ndim == 2) {
+        const int rc = inspect_llama(&f, path, emb, cfg, err, errlen);
+        dt_st_close(&f);
+        return rc;
+    }
     const dt_st_tensor *wte = find_hf(&f, "", "wte.weight");
     const dt_st_tensor *wpe = find_hf(&f, "", "wpe.weight");
     if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2) {
-        dt_strf(err, errlen, "%s: no 2-D wte.weight and wpe.weight: not a GPT-2 weights file",
+        dt_strf(err, errlen, "%s: no 2-D wte.weight and wpe.weight (GPT-2's) nor "
+                "model.embed_tokens.weight (the Llama family's): not a model's weights file",
                 path);
         dt_st_close(&f);
         return -1;
@@ -269,6 +340,39 @@ int dt_weights_load_ranges(dt_gpt *m, const char *path, const dt_flat_ranges *ke
 
 /* ---- writing ------------------------------------------------------------- */
 
+/* x in the fewest digits that read back as x ("1e-05", not 17 digits). */
+static void shortest(char *buf, size_t n, double x)
+{
+    for (int p = 1; p <= 17; p++) {
+        dt_strf(buf, n, "%.*g", p, x);
+        if (strtod(buf, NULL) == x) return;
+    }
+}
+
+/* What the shapes do not say, beside the sizes: the heads, the context,
+ * the routing's K, the family's options. Returns the count. */
+static int write_meta(const dt_gpt_config *c, dt_st_meta *meta, char (*v)[32])
+{
+    int n = 0;
+#define META_INT(key, x) (dt_strf(v[n], 32, "%d", (x)), meta[n] = (dt_st_meta){key, v[n]}, n++)
+#define META_NUM(key, x) (shortest(v[n], 32, (x)), meta[n] = (dt_st_meta){key, v[n]}, n++)
+    META_INT("n_layer", c->n_layer);
+    META_INT("n_head", c->n_head);
+    META_INT("n_embd", c->n_embd);
+    META_INT("vocab_size", c->vocab_size);
+    META_INT("block_size", c->block_size);
+    if (c->moe.experts) META_INT("moe_router_topk", c->moe.topk);
+    if (c->arch == DT_ARCH_LLAMA) {
+        meta[n++] = (dt_st_meta){"arch", "llama"};
+        META_INT("n_kv_head", dt_gpt_kv_heads(c));
+        META_NUM("rope_theta", dt_gpt_rope_theta(c));
+        META_NUM("norm_eps", dt_gpt_norm_eps(c));
+    }
+#undef META_INT
+#undef META_NUM
+    return n;
+}
+
 int dt_weights_write(const dt_gpt *m, const float *const *bufs, const char *const *prefixes,
                      int nbufs, const char *path, char *err, size_t errlen)
 {
@@ -302,15 +406,10 @@ int dt_weights_write(const dt_gpt *m, const float *const *bufs, const char *cons
             x->dtype = DT_ST_F32;
         }
     }
-    /* The routing's K beside the sizes: the shapes give E and F, not K. */
-    char v[6][16];
-    const int sizes[6] = {m->cfg.n_layer,    m->cfg.n_head,     m->cfg.n_embd,
-                          m->cfg.vocab_size, m->cfg.block_size, m->cfg.moe.topk};
-    for (int i = 0; i < 6; i++) dt_strf(v[i], sizeof v[i], "%d", sizes[i]);
-    const dt_st_meta meta[6] = {{"n_layer", v[0]},    {"n_head", v[1]},     {"n_embd", v[2]},
-                                {"vocab_size", v[3]}, {"block_size", v[4]},
-                                {"moe_router_topk", v[5]}};
-    int rc = dt_st_write(path, e, n, meta, m->cfg.moe.experts ? 6 : 5, err, errlen);
+    dt_st_meta meta[10];
+    char v[10][32];
+    const int nm = write_meta(&m->cfg, meta, v);
+    int rc = dt_st_write(path, e, n, meta, nm, err, errlen);
     free(e);
     free(names);
     return rc;

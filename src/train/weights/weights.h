@@ -14,6 +14,9 @@
  * block_size from wpe, n_layer from the h.{i} blocks; n_head from the
  * file's metadata, or a config.json beside it (Hugging Face's), else 0. */
 int dt_weights_inspect(const char *path, dt_gpt_config *cfg, char *err, size_t errlen);
+/* The Llama family's key/value heads from a file's k_proj [KV D, C], D =
+ * n_embd / n_head; 0 when the file has none or the shapes disagree. */
+int dt_weights_kv_heads(const char *path, int n_head, int n_embd);
 
 /* Fills flat (the model's layout) from tensors named prefix + HF name (a
  * "transformer." before the HF name is accepted). Every tensor must be there

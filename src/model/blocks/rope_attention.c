@@ -1,0 +1,230 @@
+/* The Llama family's causal self-attention as a block kind: q_proj [C, C],
+ * k_proj and v_proj [KV D, C], o_proj [C, C] (torch's Linear layout, no
+ * biases; D = C / NH), rotary positions on the queries and keys, and
+ * grouped-query attention: query head h reads key/value head h / (NH /
+ * KV), consecutive heads sharing one (Hugging Face's repeat_kv).
+ *
+ * The attention itself is GPT-2's kernels' (alone, or over the context-
+ * parallel group through dt_gpt_cp's hooks): each key/value head is
+ * repeated into the packed [N, 3A] rows they read, and backward sums the
+ * group's gradients back into its one head. A token's rotation uses its
+ * position in the whole sequence, so a context-parallel rank turns its
+ * rows by the positions it holds (zig-zag included).
+ *
+ * Tensor parallelism (Megatron's): q, k and v column-parallel (this rank's
+ * NH / tp query heads with their KV / tp key/value heads: whole groups),
+ * o_proj row-parallel.
+ * Buffers, N rows of the micro-batch (R between the products), A = C / tp,
+ * Ak = KV D / tp:
+ *   res [R, C]      the residual sum after it                  PRODUCT
+ *   qkv [N, 3A]     q, k, v turned and repeated, as attention reads them
+ *                                                             PRODUCT
+ *   att [N, A]      the heads' output                          PRODUCT
+ *   lse [S N]       what attention keeps                       PRODUCT
+ *   d_proj [N, C], d_q [N, A], d_k, d_v [N, Ak]                SPLIT
+ *   dqkv [N, 3A], dq [N, A], dk, dv [N, Ak], pos [N]           SCRATCH */
+#include <string.h>
+
+#include "kernels/attention.h"
+#include "kernels/rope.h"
+#include "model/model_internal.h"
+
+enum { RES, QKV, ATT, LSE, D_PROJ, D_Q, D_K, D_V, DQKV, DQ, DK, DV, POS, N_ACTS };
+enum { Q_W, K_W, V_W, O_W };
+
+static int head_dim(const dt_gpt_config *cfg) { return cfg->n_embd / cfg->n_head; }
+
+static int tensors(const dt_gpt_config *cfg, const dt_gpt_tp *tp, const dt_gpt_ep *ep,
+                   dt_tensor_spec *out)
+{
+    (void)ep;
+    const int C = cfg->n_embd, KD = dt_gpt_kv_heads(cfg) * head_dim(cfg);
+    const int split = tp && tp->size > 1, r = split ? tp->rank : 0;
+    out[Q_W] = (dt_tensor_spec){"q_proj.weight", C, C, {0}, DT_INIT_NORMAL, 0, 0};
+    out[K_W] = (dt_tensor_spec){"k_proj.weight", KD, C, {0}, DT_INIT_NORMAL, 0, 0};
+    out[V_W] = (dt_tensor_spec){"v_proj.weight", KD, C, {0}, DT_INIT_NORMAL, 0, 0};
+    out[O_W] = (dt_tensor_spec){"o_proj.weight", C, C, {0}, DT_INIT_RESIDUAL, 0, 0};
+    if (split) { /* this rank's heads: their rows of q, k, v; their columns of o */
+        const int A = tp->attn, Ak = KD / tp->size;
+        out[Q_W].slice = (dt_slice){r * A, A, 1, 0, 0, C};
+        out[K_W].slice = out[V_W].slice = (dt_slice){r * Ak, Ak, 1, 0, 0, C};
+        out[O_W].slice = (dt_slice){0, C, 1, r * A, 0, A};
+    }
+    return 4;
+}
+
+/* This rank's key/value width: its kv heads x D. */
+static int kv_width(const dt_gpt *m) { return m->tp.kv_heads * head_dim(&m->cfg); }
+
+static int acts(const dt_gpt *m, size_t N, size_t R, dt_act_spec *out)
+{
+    const size_t C = (size_t)m->cfg.n_embd, A = (size_t)m->tp.attn, Ak = (size_t)kv_width(m);
+    const size_t S = (size_t)m->tp.heads + (size_t)m->cp.saved_widths * A;
+    out[RES] = (dt_act_spec){R * C, DT_ACT_PRODUCT};
+    out[QKV] = (dt_act_spec){N * 3 * A, DT_ACT_PRODUCT};
+    out[ATT] = (dt_act_spec){N * A, DT_ACT_PRODUCT};
+    out[LSE] = (dt_act_spec){S * N, DT_ACT_PRODUCT};
+    out[D_PROJ] = (dt_act_spec){N * C, DT_ACT_SPLIT};
+    out[D_Q] = (dt_act_spec){N * A, DT_ACT_SPLIT};
+    out[D_K] = (dt_act_spec){N * Ak, DT_ACT_SPLIT};
+    out[D_V] = (dt_act_spec){N * Ak, DT_ACT_SPLIT};
+    out[DQKV] = (dt_act_spec){N * 3 * A, DT_ACT_SCRATCH};
+    out[DQ] = (dt_act_spec){N * A, DT_ACT_SCRATCH};
+    out[DK] = (dt_act_spec){N * Ak, DT_ACT_SCRATCH};
+    out[DV] = (dt_act_spec){N * Ak, DT_ACT_SCRATCH};
+    out[POS] = (dt_act_spec){N, DT_ACT_SCRATCH};
+    return N_ACTS;
+}
+
+/* Each row's position in its sequence: t rows of each of b sequences,
+ * the positions this rank holds (context parallelism: its chunks). */
+static const int32_t *positions(const dt_gpt *m, const dt_block_call *c)
+{
+    int32_t *pos = (int32_t *)c->a[POS];
+    const dt_seq_rows whole = dt_seq_span(0, c->t), *rows = m->cp.size > 1 ? &m->cp.rows : &whole;
+    for (int s = 0, i = 0; s < c->b; s++)
+        for (int ch = 0; ch < rows->count; ch++)
+            for (int p = rows->begin[ch]; p < rows->begin[ch] + rows->len[ch]; p++) pos[i++] = p;
+    return pos;
+}
+
+/* Key/value head g's D columns of src [N, Ak] into the columns of each
+ * query head of its group in dst [N, 3A] at column `at` (forward), or the
+ * group's sum back (backward: dst is the source). */
+static void repeat_kv(const dt_gpt *m, float *packed, float *kv, int at, int N, int back)
+{
+    const int D = head_dim(&m->cfg), A = m->tp.attn, Ak = kv_width(m);
+    const int group = m->tp.heads / m->tp.kv_heads;
+    for (int i = 0; i < N; i++) {
+        float *row = packed + (size_t)i * 3 * A + at, *one = kv + (size_t)i * Ak;
+        for (int g = 0; g < m->tp.kv_heads; g++)
+            for (int h = g * group; h < (g + 1) * group; h++)
+                for (int d = 0; d < D; d++) {
+                    if (!back) row[h * D + d] = one[g * D + d];
+                    else one[g * D + d] = (h == g * group ? 0.0f : one[g * D + d]) +
+                                          row[h * D + d];
+                }
+    }
+}
+
+/* q into qkv's first A columns, k and v into scratch; turned; k and v
+ * repeated into qkv. */
+static int project(dt_gpt *m, const dt_block_call *c)
+{
+    const int C = m->cfg.n_embd, A = m->tp.attn, Ak = kv_width(m), N = c->N;
+    const int D = head_dim(&m->cfg);
+    const double theta = dt_gpt_rope_theta(&m->cfg);
+    float *qkv = c->a[QKV], *k = c->a[DK], *v = c->a[DV];
+    if (dt_matmul(m->prec, 0, 1, N, A, C, 1.0f, c->x, C, c->w[Q_W], C, 0.0f, qkv, 3 * A) ||
+        dt_linear_forward_l(m->prec, DT_LINEAR, k, c->x, c->w[K_W], NULL, N, C, Ak) ||
+        dt_linear_forward_l(m->prec, DT_LINEAR, v, c->x, c->w[V_W], NULL, N, C, Ak))
+        return dt_model_fail_matmul(m, "self_attn.q_proj/k_proj/v_proj");
+    const int32_t *pos = positions(m, c);
+    dt_rope(qkv, 3 * A, pos, N, m->tp.heads, D, theta, 1);
+    dt_rope(k, Ak, pos, N, m->tp.kv_heads, D, theta, 1);
+    repeat_kv(m, qkv, k, A, N, 0);
+    repeat_kv(m, qkv, v, 2 * A, N, 0);
+    return 0;
+}
+
+static int attend(dt_gpt *m, const dt_block_call *c)
+{
+    const int A = m->tp.attn, NH = m->tp.heads;
+    if (m->cp.size == 1) {
+        dt_attention_forward(c->a[ATT], c->a[LSE], c->a[QKV], c->b, c->t, A, NH);
+        return 0;
+    }
+    return m->cp.forward(m->cp.ctx, c->a[ATT], c->a[LSE], c->a[QKV], c->b, c->t * m->cp.size, A,
+                         NH, m->error, sizeof m->error);
+}
+
+static int attend_backward(dt_gpt *m, const dt_block_call *c)
+{
+    const int A = m->tp.attn, NH = m->tp.heads;
+    if (m->cp.size == 1) {
+        dt_attention_backward(c->a[DQKV], m->acts.d_c, c->a[QKV], c->a[ATT], c->a[LSE], c->b,
+                              c->t, A, NH);
+        return 0;
+    }
+    return m->cp.backward(m->cp.ctx, c->a[DQKV], m->acts.d_c, c->a[QKV], c->a[ATT], c->a[LSE],
+                          c->b, c->t * m->cp.size, A, NH, m->error, sizeof m->error);
+}
+
+static int forward(dt_gpt *m, const dt_block_call *c, unsigned run)
+{
+    if ((run & DT_RUN_PRODUCTS) && (project(m, c) || attend(m, c))) return -1;
+    if (!(run & DT_RUN_OUTPUT)) return 0;
+    return dt_model_branch_out(m, c, c->a[ATT], c->w[O_W], NULL, m->tp.attn, "self_attn.o_proj");
+}
+
+/* From the packed gradient to q's, k's and v's before the turn: the
+ * groups' sums, turned back. */
+static void unpack_grads(dt_gpt *m, const dt_block_call *c)
+{
+    const int A = m->tp.attn, Ak = kv_width(m), N = c->N, D = head_dim(&m->cfg);
+    const double theta = dt_gpt_rope_theta(&m->cfg);
+    float *dqkv = c->a[DQKV], *dq = c->a[DQ];
+    for (int i = 0; i < N; i++)
+        memcpy(dq + (size_t)i * A, dqkv + (size_t)i * 3 * A, (size_t)A * sizeof(float));
+    repeat_kv(m, dqkv, c->a[DK], A, N, 1);
+    repeat_kv(m, dqkv, c->a[DV], 2 * A, N, 1);
+    const int32_t *pos = positions(m, c);
+    dt_rope(dq, A, pos, N, m->tp.heads, D, theta, -1);
+    dt_rope(c->a[DK], Ak, pos, N, m->tp.kv_heads, D, theta, -1);
+}
+
+static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
+{
+    const int C = m->cfg.n_embd, A = m->tp.attn, Ak = kv_width(m), N = c->N;
+    if (dt_model_branch_out_backward(m, c, what, m->acts.d_c, c->g[O_W], NULL, c->a[D_PROJ],
+                                     c->a[ATT], c->w[O_W], A, "self_attn.o_proj backward"))
+        return -1;
+    if (attend_backward(m, c)) return -1;
+    unpack_grads(m, c);
+    const struct { int w, d, keep, acc, out; const char *name; } p[3] = {
+        {Q_W, DQ, D_Q, 0, A, "self_attn.q_proj backward"},
+        {K_W, DK, D_K, 1, Ak, "self_attn.k_proj backward"},
+        {V_W, DV, D_V, 1, Ak, "self_attn.v_proj backward"},
+    };
+    for (int i = 0; i < 3; i++)
+        if (dt_model_product_backward(m, what, DT_LINEAR, m->acts.d_c, p[i].acc, c->g[p[i].w],
+                                      NULL, c->a[p[i].d], c->a[p[i].keep], c->x, c->w[p[i].w],
+                                      N, C, p[i].out, p[i].name))
+            return -1;
+    return dt_model_input_grad_sum(m, N, "self_attn backward");
+}
+
+static int weights(dt_gpt *m, const dt_block_call *c)
+{
+    const int C = m->cfg.n_embd, A = m->tp.attn, Ak = kv_width(m), N = c->N;
+    if (dt_model_product_weights(m, c, c->g[O_W], NULL, c->a[D_PROJ], c->a[ATT], N, A, C,
+                                 "self_attn.o_proj") ||
+        dt_model_product_weights(m, c, c->g[Q_W], NULL, c->a[D_Q], c->x, N, C, A,
+                                 "self_attn.q_proj") ||
+        dt_model_product_weights(m, c, c->g[K_W], NULL, c->a[D_K], c->x, N, C, Ak,
+                                 "self_attn.k_proj") ||
+        dt_model_product_weights(m, c, c->g[V_W], NULL, c->a[D_V], c->x, N, C, Ak,
+                                 "self_attn.v_proj"))
+        return -1;
+    return 0;
+}
+
+/* 6 per weight of its products (2 C^2 + 2 C KV D), and the attention's
+ * 6 T C (attention.c). */
+static double flops(const dt_gpt_config *cfg, int T)
+{
+    const double C = cfg->n_embd, KD = (double)dt_gpt_kv_heads(cfg) * head_dim(cfg);
+    return 6.0 * (2.0 * C * C + 2.0 * C * KD) + 6.0 * (double)T * C;
+}
+
+const dt_block_kind dt_block_rope_attention = {
+    .name = "rope_attention",
+    .role = DT_BLOCK_BRANCH,
+    .tensors = tensors,
+    .acts = acts,
+    .forward = forward,
+    .backward = backward,
+    .weights = weights,
+    .flops = flops,
+    .wlayout = DT_LINEAR,
+};
