@@ -72,7 +72,7 @@ static int backward_weights(dt_gpt *m, dt_gpt_slot *st)
     const int L = m->cfg.n_layer, embed = st->part.l0 == 0;
     if (st->part.l1 == L) {
         if (dt_model_head_weights(m, st)) return -1;
-        dt_model_segment_report(m, L + 1);
+        dt_model_segment_done(m, L + 1); /* an untied head's gradient lands here */
         if (!embed && dt_gpt_tied(&m->cfg)) dt_model_segment_done(m, 0);
     }
     for (int l = st->part.l1 - 1; l >= st->part.l0; l--) {

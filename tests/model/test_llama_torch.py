@@ -15,8 +15,9 @@ Cases (vocabulary 67 and heads that make odd widths on purpose):
   mha      4 heads, 4 key/value heads, F 24, tied head, theta 500000,
            eps 1e-6
   mqa      4 heads, 1 key/value head, with --recompute full
-Then, on the first case's weights: DDP over 2 ranks and ZeRO-3 over 2
-ranks give one process's final weights bit for bit (with --grad-accum 2).
+Then, on the first case's weights: DDP over 2 ranks, ZeRO-3 over 2 ranks,
+naive data parallelism over 2 devices and the parameter server with 2
+workers give one process's final weights bit for bit (--grad-accum 2).
 Refused with the values named: key/value heads that do not divide the
 heads, an odd head width (rotary pairs), the family's flags without
 --arch llama, and the layouts not wired for the family yet.
@@ -109,13 +110,15 @@ def run_case(dtrain, tmp, name, NH, KV, C, Fw, theta, eps, tie, extra=()):
 
 
 def check_parallel(dtrain, tmp, w, data):
-    """DDP and ZeRO-3 over 2 ranks: one process's bits."""
+    """The data-parallel strategies: one process's bits."""
     out = {}
     for tag, ranks, extra in (("one", 1, ["--grad-accum", "2"]), ("ddp", 2, []),
-                              ("z3", 2, ["--zero-stage", "3"])):
+                              ("z3", 2, ["--zero-stage", "3"]),
+                              ("dp", 1, ["--strategy", "dp", "--devices", "2"]),
+                              ("ps", 3, ["--strategy", "ps", "--servers", "1"])):
         log, final = os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".st")
         a = dtrain_args(dtrain, w, data, log, final, extra)
-        a[a.index("--grad-accum") + 1] = "2" if ranks == 1 else "1"
+        a[a.index("--grad-accum") + 1] = "2" if tag == "one" else "1"
         if ranks > 1:
             a = [dtrain, "launch", "-n", str(ranks)] + a
         r = subprocess.run(a, capture_output=True, text=True, timeout=300)
@@ -124,6 +127,8 @@ def check_parallel(dtrain, tmp, w, data):
         out[tag] = st_read(final)[0] if r.returncode == 0 else {}
     check(same_bits(out["ddp"], out["one"]), "DDP over 2 ranks: one process's bits")
     check(same_bits(out["z3"], out["one"]), "ZeRO-3 over 2 ranks: one process's bits")
+    check(same_bits(out["dp"], out["one"]), "naive DP over 2 devices: one process's bits")
+    check(same_bits(out["ps"], out["one"]), "parameter server, 2 workers: one process's bits")
 
 
 def check_refusals(dtrain, tmp):
@@ -137,8 +142,10 @@ def check_refusals(dtrain, tmp):
         (["--arch", "llama", "--n-head", "4", "--n-embd", "36"],
          "n_embd 36 / n_head 4 = 9 is odd"),
         (["--n-kv-head", "2"], "--n-kv-head is an option of the Llama family: add --arch llama"),
-        (["--arch", "llama", "--n-head", "4", "--n-embd", "32", "--nproc", "2", "--pp", "2"],
-         "--pp (pipeline parallelism) is not wired for it yet"),
+        (["--arch", "llama", "--n-head", "4", "--n-embd", "32", "--num-experts", "4"],
+         "--num-experts (Mixtral's experts) is not wired for it yet"),
+        (["--arch", "llama", "--n-head", "8", "--n-kv-head", "2", "--n-embd", "64",
+          "--nproc", "4", "--tp", "4"], "--tp 4: the model's 2 key/value heads do not split"),
     ])
 
 

@@ -225,6 +225,7 @@ static int pp_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
 {
     pipeline *P = self;
     P->m = layout;
+    if (!dt_gpt_tied(&layout->cfg)) P->tied = NULL; /* an untied head: no copy to keep */
     if (partition(P, r, layout)) return -1;
     P->held = dt_pp_held_ranges(layout, P->cut, P->p, P->V, P->me, P->range);
     P->S->held = &P->held;

@@ -26,7 +26,8 @@ dt_flat_ranges dt_pp_held_ranges(const dt_gpt *m, const int *cut, int p, int V, 
         add_range(r, &n, dt_gpt_segment_start(m, 1 + cut[k]),
                   dt_gpt_segment_start(m, 1 + cut[k + 1]));
     }
-    if (q == 0 || q == last) add_range(r, &n, 0, dt_gpt_segment_start(m, 1));
+    if (q == 0 || (q == last && dt_gpt_tied(&m->cfg)))
+        add_range(r, &n, 0, dt_gpt_segment_start(m, 1));
     if (q == last) add_range(r, &n, dt_gpt_segment_start(m, L + 1), m->n_floats);
     for (int i = 0; i < n; i++) {
         if (w > 0 && r[w - 1].hi == r[i].lo) r[w - 1].hi = r[i].hi;
@@ -56,12 +57,14 @@ static size_t largest_layer(const dt_gpt *m, const int *cut, int p, int V, int q
 }
 
 /* The most floats of rank q's segments in use at once: a layer, the
- * embeddings (stage 0's), or the head's ln_f with the tied copy (the
+ * embeddings (stage 0's), or the head's segment (the final norm, and an
+ * untied head) with the tied copy when the head is the embedding (the
  * head's forward and backward use both). */
 static size_t in_use(const dt_gpt *m, const int *cut, int p, int V, int q)
 {
     const int L = m->cfg.n_layer;
-    size_t most = largest_layer(m, cut, p, V, q), head = seg_len(m, 0) + seg_len(m, L + 1);
+    size_t most = largest_layer(m, cut, p, V, q);
+    const size_t head = (dt_gpt_tied(&m->cfg) ? seg_len(m, 0) : 0) + seg_len(m, L + 1);
     if (q == 0 && seg_len(m, 0) > most) most = seg_len(m, 0);
     if (q == (p * V - 1) % p && head > most) most = head;
     return most;
