@@ -72,38 +72,41 @@ static int acts(const dt_gpt *m, size_t N, size_t R, dt_act_spec *out)
     out[DQ] = (dt_act_spec){N * A, DT_ACT_SCRATCH};
     out[DK] = (dt_act_spec){N * Ak, DT_ACT_SCRATCH};
     out[DV] = (dt_act_spec){N * Ak, DT_ACT_SCRATCH};
-    out[POS] = (dt_act_spec){N, DT_ACT_SCRATCH};
+    out[POS] = (dt_act_spec){N, DT_ACT_SCRATCH}; /* t would do: N is what the arena knows */
     return N_ACTS;
 }
 
-/* Each row's position in its sequence: t rows of each of b sequences,
- * the positions this rank holds (context parallelism: its chunks). */
+/* The positions in their sequence of the t rows this rank holds of each
+ * sequence (context parallelism: its chunks), the same in every one. */
 static const int32_t *positions(const dt_gpt *m, const dt_block_call *c)
 {
     int32_t *pos = (int32_t *)c->a[POS];
     const dt_seq_rows whole = dt_seq_span(0, c->t), *rows = m->cp.size > 1 ? &m->cp.rows : &whole;
-    for (int s = 0, i = 0; s < c->b; s++)
-        for (int ch = 0; ch < rows->count; ch++)
-            for (int p = rows->begin[ch]; p < rows->begin[ch] + rows->len[ch]; p++) pos[i++] = p;
+    for (int ch = 0, i = 0; ch < rows->count; ch++)
+        for (int p = rows->begin[ch]; p < rows->begin[ch] + rows->len[ch]; p++) pos[i++] = p;
     return pos;
 }
 
-/* Key/value head g's D columns of src [N, Ak] into the columns of each
- * query head of its group in dst [N, 3A] at column `at` (forward), or the
- * group's sum back (backward: dst is the source). */
+/* Key/value head g's D columns of kv [N, Ak] into the columns of each
+ * query head of its group in packed [N, 3A] at column `at` (forward), or
+ * the group's sum back, its heads in order (backward). */
 static void repeat_kv(const dt_gpt *m, float *packed, float *kv, int at, int N, int back)
 {
     const int D = head_dim(&m->cfg), A = m->tp.attn, Ak = kv_width(m);
     const int group = m->tp.heads / m->tp.kv_heads;
     for (int i = 0; i < N; i++) {
         float *row = packed + (size_t)i * 3 * A + at, *one = kv + (size_t)i * Ak;
-        for (int g = 0; g < m->tp.kv_heads; g++)
-            for (int h = g * group; h < (g + 1) * group; h++)
-                for (int d = 0; d < D; d++) {
-                    if (!back) row[h * D + d] = one[g * D + d];
-                    else one[g * D + d] = (h == g * group ? 0.0f : one[g * D + d]) +
-                                          row[h * D + d];
-                }
+        for (int g = 0; g < m->tp.kv_heads; g++) {
+            float *src = one + (size_t)g * D, *head = row + (size_t)g * group * D;
+            if (!back) {
+                for (int h = 0; h < group; h++) memcpy(head + (size_t)h * D, src, D * sizeof *src);
+                continue;
+            }
+            memcpy(src, head, D * sizeof *src);
+            for (int h = 1; h < group; h++)
+#pragma omp simd
+                for (int d = 0; d < D; d++) src[d] += head[(size_t)h * D + d];
+        }
     }
 }
 
@@ -120,8 +123,8 @@ static int project(dt_gpt *m, const dt_block_call *c)
         dt_linear_forward_l(m->prec, DT_LINEAR, v, c->x, c->w[V_W], NULL, N, C, Ak))
         return dt_model_fail_matmul(m, "self_attn.q_proj/k_proj/v_proj");
     const int32_t *pos = positions(m, c);
-    dt_rope(qkv, 3 * A, pos, N, m->tp.heads, D, theta, 1);
-    dt_rope(k, Ak, pos, N, m->tp.kv_heads, D, theta, 1);
+    dt_rope(qkv, 3 * A, pos, c->b, c->t, m->tp.heads, D, theta, 1);
+    dt_rope(k, Ak, pos, c->b, c->t, m->tp.kv_heads, D, theta, 1);
     repeat_kv(m, qkv, k, A, N, 0);
     repeat_kv(m, qkv, v, 2 * A, N, 0);
     return 0;
@@ -169,8 +172,8 @@ static void unpack_grads(dt_gpt *m, const dt_block_call *c)
     repeat_kv(m, dqkv, c->a[DK], A, N, 1);
     repeat_kv(m, dqkv, c->a[DV], 2 * A, N, 1);
     const int32_t *pos = positions(m, c);
-    dt_rope(dq, A, pos, N, m->tp.heads, D, theta, -1);
-    dt_rope(c->a[DK], Ak, pos, N, m->tp.kv_heads, D, theta, -1);
+    dt_rope(dq, A, pos, c->b, c->t, m->tp.heads, D, theta, -1);
+    dt_rope(c->a[DK], Ak, pos, c->b, c->t, m->tp.kv_heads, D, theta, -1);
 }
 
 static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
