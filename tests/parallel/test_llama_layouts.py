@@ -11,8 +11,8 @@ or a sequence or the stages, against one process on the same global batch.
   context parallelism 2 by ring attention (zig-zag chunks: each rank turns
   its rows by their positions in the whole sequence) and by Ulysses;
   pipelines of 2 stages under 1f1b and zb1p (the untied head on the last
-  stage, the embedding on the first only), 4 layers; and tp 2 x pp 2 with
-  a tied head.
+  stage, the embedding on the first only), 4 layers; tp 2 x pp 2 with a
+  tied head; and the 8-rank mesh tp 2 x cp 2 x pp 2 (ring attention).
 All with SGD (AdamW's first steps turn the row-parallel sums' rounding
 into whole steps): losses within 1e-6 of one process, final weights
 within 1e-5; zb1p gives 1f1b's bits.
@@ -75,6 +75,8 @@ def main():
         close(train(dtrain, tmp, "tp_pp", 4, SMALL + acc + tied + ["--tp", "2", "--pp", "2"]),
               train(dtrain, tmp, "one_tied", 1, SMALL + acc + tied),
               "tp 2 x pp 2, tied head")
+        close(train(dtrain, tmp, "mesh8", 8, SMALL + acc + ["--tp", "2", "--cp", "2", "--pp", "2"]),
+              one2, "the mesh tp 2 x cp 2 x pp 2 (8 ranks)")
     finish()
 
 
