@@ -23,7 +23,7 @@ int cli_model_options(char **argv, int *argc, int cap, dt_train_config *c, dt_gp
     dt_config_moe(c, c->num_experts, c->moe_ffn, &cfg->moe);
     dt_config_family(c, cfg);
     if (cfg->moe.experts && !cfg->blocks[0])
-        dt_strf(cfg->blocks, sizeof cfg->blocks, "%s", dt_blocks_gpt2_moe);
+        dt_strf(cfg->blocks, sizeof cfg->blocks, "%s", dt_arch_of(cfg)->moe_blocks);
     *T = c->seq_len ? c->seq_len : c->block_size;
     if (cfg->vocab_size < 1)
         return dt_strf(err, n, "the model needs a vocabulary: give --vocab-size N (the tiny "

@@ -141,7 +141,7 @@ static int moe_routing(dt_gpt_config *cfg, const sample_args *a, const char *pat
             return dt_strf(err, errlen, "--moe-router-topk: %s has no experts", path), -1;
         return 0;
     }
-    if (!cfg->blocks[0]) dt_strf(cfg->blocks, sizeof cfg->blocks, "%s", dt_blocks_gpt2_moe);
+    if (!cfg->blocks[0]) dt_strf(cfg->blocks, sizeof cfg->blocks, "%s", dt_gpt_blocks(cfg));
     if (a->moe_topk) cfg->moe.topk = (int)a->moe_topk;
     if (!cfg->moe.topk)
         return dt_strf(err, errlen, "%s does not record its experts' top K: give "

@@ -13,7 +13,8 @@ static const dt_arch table[DT_ARCH_COUNT] = {
                        "model.norm", "lm_head.weight",
                        "input_layernorm:rmsnorm,self_attn:rope_attention,"
                        "post_attention_layernorm:rmsnorm,mlp:swiglu",
-                       NULL},
+                       "input_layernorm:rmsnorm,self_attn:rope_attention,"
+                       "post_attention_layernorm:rmsnorm,block_sparse_moe:moe_swiglu"},
 };
 
 const dt_arch *dt_arch_of(const dt_gpt_config *cfg)

@@ -28,7 +28,7 @@ typedef struct dt_gpt_config dt_gpt_config;
 /* A block's tensors: a mixture of experts has a router and four per expert. */
 enum {
     DT_BLOCK_MAX_TENSORS = 1 + 4 * DT_MOE_MAX_EXPERTS,
-    DT_BLOCK_MAX_ACTS = 20,
+    DT_BLOCK_MAX_ACTS = 24,
     DT_LAYER_MAX_BLOCKS = 8
 };
 
@@ -131,6 +131,9 @@ typedef struct {
     /* Its products' weights: GPT-2's Conv1D [in, out] (the default) or
      * torch's Linear [out, in] (the Llama family's). */
     dt_wlayout wlayout;
+    /* A mixture of experts: routing counts on the log, expert parallelism's
+     * exchanges (the `moe` kinds). */
+    int experts;
 } dt_block_kind;
 
 /* A block of the layer: its kind, its name (the prefix of its tensors'

@@ -21,7 +21,7 @@ int dt_moe_capacity(const dt_moe_config *moe, int t)
 static int has_moe(const dt_block *b, int n)
 {
     for (int i = 0; i < n; i++)
-        if (!strcmp(b[i].kind->name, "moe")) return 1;
+        if (b[i].kind->experts) return 1;
     return 0;
 }
 

@@ -70,9 +70,8 @@ static int moe_per_layer(const dt_gpt_config *m)
 {
     dt_block b[DT_LAYER_MAX_BLOCKS];
     char err[256];
-    const dt_block_kind *moe = dt_block_find("moe");
-    int n = m->moe.experts ? dt_blocks_parse(m->blocks, b, err, sizeof err) : 0, k = 0;
-    for (int i = 0; i < n; i++) k += b[i].kind == moe;
+    int n = m->moe.experts ? dt_blocks_parse(dt_gpt_blocks(m), b, err, sizeof err) : 0, k = 0;
+    for (int i = 0; i < n; i++) k += b[i].kind->experts;
     return k;
 }
 

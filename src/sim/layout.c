@@ -145,9 +145,8 @@ static void experts(lay *L)
     const dt_sim_layout_opts *o = L->o;
     dt_block b[DT_LAYER_MAX_BLOCKS];
     char err[256];
-    const dt_block_kind *moe = dt_block_find("moe");
-    int n = o->ep > 1 ? dt_blocks_parse(o->cfg.blocks, b, err, sizeof err) : 0;
-    for (int i = 0; i < n; i++) L->moe += b[i].kind == moe;
+    int n = o->ep > 1 ? dt_blocks_parse(dt_gpt_blocks(&o->cfg), b, err, sizeof err) : 0;
+    for (int i = 0; i < n; i++) L->moe += b[i].kind->experts;
     const double skew = o->moe_skew > 1 ? o->moe_skew : 1;
     L->ep_rows = (size_t)((double)o->micro * o->seq * o->cfg.moe.topk * o->cfg.n_embd *
                           sizeof(float) * skew);

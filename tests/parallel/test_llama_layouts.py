@@ -13,6 +13,8 @@ or a sequence or the stages, against one process on the same global batch.
   pipelines of 2 stages under 1f1b and zb1p (the untied head on the last
   stage, the embedding on the first only), 4 layers; tp 2 x pp 2 with a
   tied head; and the 8-rank mesh tp 2 x cp 2 x pp 2 (ring attention).
+- Mixtral's sparse MLP (4 SwiGLU experts, top 2): expert parallelism
+  ep 2 gives one process's bits (--grad-accum 2), and tp 2 is within 1e-5.
 All with SGD (AdamW's first steps turn the row-parallel sums' rounding
 into whole steps): losses within 1e-6 of one process, final weights
 within 1e-5; zb1p gives 1f1b's bits.
@@ -77,6 +79,13 @@ def main():
               "tp 2 x pp 2, tied head")
         close(train(dtrain, tmp, "mesh8", 8, SMALL + acc + ["--tp", "2", "--cp", "2", "--pp", "2"]),
               one2, "the mesh tp 2 x cp 2 x pp 2 (8 ranks)")
+        moe = SMALL + ["--num-experts", "4", "--moe-ffn-hidden-size", "40"]
+        one_moe = train(dtrain, tmp, "moe_one", 1, moe + acc)
+        ep = train(dtrain, tmp, "moe_ep2", 2, moe + ["--ep", "2"])
+        check(ep[0] == one_moe[0] and same_bits(ep[1], one_moe[1]),
+              "Mixtral's experts, ep 2: one process's bits")
+        close(train(dtrain, tmp, "moe_tp2", 2, moe + ["--tp", "2"]),
+              train(dtrain, tmp, "moe_one1", 1, moe), "Mixtral's experts, tp 2")
     finish()
 
 

@@ -81,11 +81,15 @@ class MoE(torch.nn.Module):
             load[e] = len(rows)
             if len(rows) == 0:
                 continue
-            y = self.proj[e](F.gelu(self.fc[e](flat_x[rows]), approximate="tanh"))
+            y = self.expert(e, flat_x[rows])
             flat_out = flat_out.index_add(0, rows, tw[rows, ks].unsqueeze(1) * y)
         self.last = (aux_seq.detach(), (lse.detach() ** 2), load, int((~keep).sum()))
         self.step_load += load
         return flat_out.view(B, T, C), aux + zl
+
+    def expert(self, e, x):
+        """Expert e on its rows: GPT-2's MLP."""
+        return self.proj[e](F.gelu(self.fc[e](x), approximate="tanh"))
 
     def end_step(self):
         if self.bias is not None:

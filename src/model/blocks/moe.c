@@ -28,10 +28,16 @@
  * gradients over the group (reduce-scattered to this rank's rows with
  * sequence parallelism) and adds the router's part to those rows once.
  *
- * Tensors: router.weight [E, C] (Linear layout: logits = x Wr^T), then
- * per expert experts.{e}.c_fc.weight [C, F], .c_fc.bias [F],
- * .c_proj.weight [F, C], .c_proj.bias [C] (GPT-2's Conv1D layout); under
- * expert parallelism the other ranks' experts are absent.
+ * Two kinds share this file, differing in their experts' form (`form`):
+ *   moe         GPT-2's MLP: router.weight [E, C] (Linear layout: logits
+ *               = x Wr^T), then per expert experts.{e}.c_fc.weight [C, F],
+ *               .c_fc.bias [F], .c_proj.weight [F, C], .c_proj.bias [C]
+ *               (GPT-2's Conv1D layout), GELU between
+ *   moe_swiglu  Mixtral's (the Llama family's SwiGLU): gate.weight [E, C],
+ *               then per expert experts.{e}.w1.weight [F, C] (gate),
+ *               .w3.weight [F, C] (up), .w2.weight [C, F] (down), torch's
+ *               Linear layout, no biases: w2(silu(w1 x) * w3 x)
+ * Under expert parallelism the other ranks' experts are absent.
  * Buffers, N rows, S = N K routing slots, R the rows the experts here
  * can receive (S in one process; N P min(K, El) under P ranks):
  *   res [N, C]      the residual sum after it                  PRODUCT
@@ -43,32 +49,60 @@
  *                   to and received from each rank              PRODUCT
  *   xs [S, C]       the rows gathered in expert order           ELEMENTWISE
  *   xr [R, C]       the rows received (P > 1; else xs)          PRODUCT
- *   h [R, F]        c_fc's output                               PRODUCT
- *   g [R, F]        GELU's                                      ELEMENTWISE
+ *   h [R, F]        c_fc's (w1's) output                        PRODUCT
+ *   g [R, F]        GELU's (silu(h) * u)                        ELEMENTWISE
+ *   u [R, F]        w3's output (SwiGLU; else none)             PRODUCT
  *   y [S, C]        c_proj's, back in this rank's slot order    PRODUCT
  *   d_y, d_h, d_lg  SPLIT: the products' output gradients for the weight half
  *   dyx [R, C], dg [R, F], dw [S], dlg [N, E], dyl [S, C] (P > 1),
- *   wt [F C + F]    a chunk's weight gradient before it is added SCRATCH */
+ *   wt [F C + F]    a chunk's weight gradient before it is added SCRATCH
+ *   d_u [R, F], du [R, F]  w3's output gradient (SwiGLU)   SPLIT, SCRATCH */
 #include <string.h>
 
 #include "core/str.h"
 #include "core/trace.h"
 #include "kernels/gelu.h"
 #include "kernels/router.h"
+#include "kernels/swiglu.h"
 #include "model/model_internal.h"
 
 enum {
     RES, LOGITS, PROBS, ROUTE, CNT, XS, XR, H, G, Y, D_Y, D_H, D_LG,
-    DYX, DG, DW, DLG, DYL, WT, N_ACTS
+    DYX, DG, DW, DLG, DYL, WT, U, D_U, DU, N_ACTS
 };
-enum { ROUTER, FC_W, FC_B, PROJ_W, PROJ_B }; /* expert e's tensor j: 1 + 4 e + (j - 1) */
+/* Expert e's tensor j at 1 + per e + (j - 1): GPT-2's c_fc weight and
+ * bias, c_proj weight and bias (per 4); SwiGLU's w1, w3 (UP_W), w2 (per 3). */
+enum { ROUTER, FC_W, FC_B, UP_W = FC_B, PROJ_W, PROJ_B };
 
-#define W_(c, e, j) ((c)->w[1 + 4 * (e) + ((j) - 1)])
-#define G_(c, e, j) ((c)->g[1 + 4 * (e) + ((j) - 1)])
+typedef struct {
+    int swiglu;            /* else GPT-2's GELU MLP with biases */
+    int per;               /* tensors an expert has */
+    dt_wlayout lay;        /* its products' weights */
+    const char *router;    /* the router's name */
+    const char *names[4];  /* an expert's tensors, with its index for %d */
+} expert_form;
+
+static const expert_form gelu_form = {
+    0, 4, DT_CONV1D, "router.weight",
+    {"experts.%d.c_fc.weight", "experts.%d.c_fc.bias", "experts.%d.c_proj.weight",
+     "experts.%d.c_proj.bias"}};
+static const expert_form swiglu_form = {
+    1, 3, DT_LINEAR, "gate.weight",
+    {"experts.%d.w1.weight", "experts.%d.w3.weight", "experts.%d.w2.weight", NULL}};
+
+extern const dt_block_kind dt_block_moe_swiglu;
+
+static const expert_form *form(const dt_block_call *c)
+{
+    return c->blk->kind == &dt_block_moe_swiglu ? &swiglu_form : &gelu_form;
+}
+
+#define W_(c, e, j) ((c)->w[1 + form(c)->per * (e) + ((j) - 1)])
+#define G_(c, e, j) ((c)->g[1 + form(c)->per * (e) + ((j) - 1)])
 
 static int ffn(const dt_gpt_config *cfg)
 {
-    return cfg->moe.ffn > 0 ? cfg->moe.ffn : 4 * cfg->n_embd;
+    return cfg->moe.ffn > 0 ? cfg->moe.ffn : dt_gpt_ffn(cfg);
 }
 
 /* An expert's hidden width on this rank (its slice under tensor parallelism). */
@@ -77,33 +111,64 @@ static int ffn_here(const dt_gpt *m)
     return ffn(&m->cfg) / m->tp.size;
 }
 
-static int tensors(const dt_gpt_config *cfg, const dt_gpt_tp *tp, const dt_gpt_ep *ep,
-                   dt_tensor_spec *out)
+/* GPT-2's expert: c_fc [C, F] and its bias, c_proj [F, C] and its bias;
+ * under tp this rank's columns of c_fc, the same rows of c_proj. */
+static void gelu_expert(dt_tensor_spec *t, int C, int F, int r, int Fl, int split)
+{
+    t[0] = (dt_tensor_spec){"", C, F, {0}, DT_INIT_NORMAL, 0, 0};
+    t[1] = (dt_tensor_spec){"", F, 0, {0}, DT_INIT_ZERO, 0, 0};
+    t[2] = (dt_tensor_spec){"", F, C, {0}, DT_INIT_RESIDUAL, 0, 0};
+    t[3] = (dt_tensor_spec){"", C, 0, {0}, DT_INIT_ZERO, 0, 0};
+    if (!split) return;
+    t[0].slice = (dt_slice){0, C, 1, r * Fl, 0, Fl};
+    t[1].slice = (dt_slice){0, 1, 1, r * Fl, 0, Fl};
+    t[2].slice = (dt_slice){r * Fl, Fl, 1, 0, 0, C};
+}
+
+/* SwiGLU's: w1, w3 [F, C], w2 [C, F]; under tp this rank's rows of w1
+ * and w3, the same columns of w2. */
+static void swiglu_expert(dt_tensor_spec *t, int C, int F, int r, int Fl, int split)
+{
+    t[0] = (dt_tensor_spec){"", F, C, {0}, DT_INIT_NORMAL, 0, 0};
+    t[1] = (dt_tensor_spec){"", F, C, {0}, DT_INIT_NORMAL, 0, 0};
+    t[2] = (dt_tensor_spec){"", C, F, {0}, DT_INIT_RESIDUAL, 0, 0};
+    if (!split) return;
+    t[0].slice = t[1].slice = (dt_slice){r * Fl, Fl, 1, 0, 0, C};
+    t[2].slice = (dt_slice){0, C, 1, r * Fl, 0, Fl};
+}
+
+static int tensors_of(const expert_form *f, const dt_gpt_config *cfg, const dt_gpt_tp *tp,
+                      const dt_gpt_ep *ep, dt_tensor_spec *out)
 {
     const int C = cfg->n_embd, E = cfg->moe.experts, F = ffn(cfg);
     const int split = tp && tp->size > 1, r = split ? tp->rank : 0;
     const int Fl = split ? F / tp->size : F;
     const int e0 = ep ? ep->e0 : 0, e1 = ep ? ep->e0 + ep->experts : E;
     const int apart = ep && ep->size > 1;
-    out[0] = (dt_tensor_spec){"router.weight", E, C, {0}, DT_INIT_NORMAL, 0, 0};
+    out[0] = (dt_tensor_spec){"", E, C, {0}, DT_INIT_NORMAL, 0, 0};
+    dt_strf(out[0].name, sizeof out[0].name, "%s", f->router);
     for (int e = 0; e < E; e++) {
-        dt_tensor_spec *t = out + 1 + 4 * e;
+        dt_tensor_spec *t = out + 1 + f->per * e;
         const int absent = e < e0 || e >= e1;
-        t[0] = (dt_tensor_spec){"", C, F, {0}, DT_INIT_NORMAL, absent, apart};
-        t[1] = (dt_tensor_spec){"", F, 0, {0}, DT_INIT_ZERO, absent, apart};
-        t[2] = (dt_tensor_spec){"", F, C, {0}, DT_INIT_RESIDUAL, absent, apart};
-        t[3] = (dt_tensor_spec){"", C, 0, {0}, DT_INIT_ZERO, absent, apart};
-        dt_strf(t[0].name, sizeof t[0].name, "experts.%d.c_fc.weight", e);
-        dt_strf(t[1].name, sizeof t[1].name, "experts.%d.c_fc.bias", e);
-        dt_strf(t[2].name, sizeof t[2].name, "experts.%d.c_proj.weight", e);
-        dt_strf(t[3].name, sizeof t[3].name, "experts.%d.c_proj.bias", e);
-        if (split && !absent) { /* this rank's columns of c_fc, the same rows of c_proj */
-            t[0].slice = (dt_slice){0, C, 1, r * Fl, 0, Fl};
-            t[1].slice = (dt_slice){0, 1, 1, r * Fl, 0, Fl};
-            t[2].slice = (dt_slice){r * Fl, Fl, 1, 0, 0, C};
+        (f->swiglu ? swiglu_expert : gelu_expert)(t, C, F, r, Fl, split && !absent);
+        for (int j = 0; j < f->per; j++) {
+            t[j].absent = absent, t[j].apart = apart;
+            dt_strf(t[j].name, sizeof t[j].name, f->names[j], e);
         }
     }
-    return 1 + 4 * E;
+    return 1 + f->per * E;
+}
+
+static int tensors(const dt_gpt_config *cfg, const dt_gpt_tp *tp, const dt_gpt_ep *ep,
+                   dt_tensor_spec *out)
+{
+    return tensors_of(&gelu_form, cfg, tp, ep, out);
+}
+
+static int tensors_swiglu(const dt_gpt_config *cfg, const dt_gpt_tp *tp, const dt_gpt_ep *ep,
+                          dt_tensor_spec *out)
+{
+    return tensors_of(&swiglu_form, cfg, tp, ep, out);
 }
 
 /* The rows the experts here can receive: every rank's N rows, each
@@ -115,7 +180,7 @@ static size_t received_max(const dt_gpt *m, size_t N)
     return P > 1 ? N * P * (K < El ? K : El) : N * K;
 }
 
-static int acts(const dt_gpt *m, size_t N, size_t R, dt_act_spec *out)
+static int acts_of(int swiglu, const dt_gpt *m, size_t N, size_t R, dt_act_spec *out)
 {
     const size_t C = (size_t)m->cfg.n_embd, E = (size_t)m->cfg.moe.experts;
     const size_t K = (size_t)m->cfg.moe.topk, F = (size_t)ffn_here(m), S = N * K;
@@ -141,7 +206,20 @@ static int acts(const dt_gpt *m, size_t N, size_t R, dt_act_spec *out)
     out[DLG] = (dt_act_spec){N * E, DT_ACT_SCRATCH};
     out[DYL] = (dt_act_spec){P > 1 ? S * C : 0, DT_ACT_SCRATCH};
     out[WT] = (dt_act_spec){P > 1 ? F * C + (F > C ? F : C) : 0, DT_ACT_SCRATCH};
+    out[U] = (dt_act_spec){swiglu ? X * F : 0, DT_ACT_PRODUCT};
+    out[D_U] = (dt_act_spec){swiglu ? X * F : 0, DT_ACT_SPLIT};
+    out[DU] = (dt_act_spec){swiglu ? X * F : 0, DT_ACT_SCRATCH};
     return N_ACTS;
+}
+
+static int acts(const dt_gpt *m, size_t N, size_t R, dt_act_spec *out)
+{
+    return acts_of(0, m, N, R, out);
+}
+
+static int acts_swiglu(const dt_gpt *m, size_t N, size_t R, dt_act_spec *out)
+{
+    return acts_of(1, m, N, R, out);
 }
 
 /* The route buffer's arrays (ints stored in the float arena), and the
@@ -340,38 +418,47 @@ static const float *chunk_in(const dt_gpt *m, const dt_block_call *c, const chun
 }
 
 /* A part's chunks forward: h = x W_fc + b, g = gelu(h), y = g W_proj (+ b,
- * but under tensor parallelism: experts_output_sum). xs: own rows. */
+ * but under tensor parallelism: experts_output_sum); SwiGLU: h = x W1^T,
+ * u = x W3^T, g = silu(h) u, y = g W2^T. xs: own rows. */
 static int experts_forward(dt_gpt *m, const dt_block_call *c, unsigned run, int part,
                            const float *xr, const float *xs, float *yr)
 {
-    const int C = m->cfg.n_embd, F = ffn_here(m), bias = m->tp.size == 1;
+    const expert_form *f = form(c);
+    const int C = m->cfg.n_embd, F = ffn_here(m), bias = !f->swiglu && m->tp.size == 1;
     chunk k;
     for (int i = 0; next_chunk(m, c, i, &k); i++) {
         if (!k.rows || !in_part(m, &k, part)) continue;
         const int e = m->ep.e0 + k.j;
-        float *h = c->a[H] + k.first * F, *g = c->a[G] + k.first * F;
+        const size_t at = k.first * F;
+        float *h = c->a[H] + at, *g = c->a[G] + at, *u = c->a[U] + at;
+        const float *x = chunk_in(m, c, &k, xr, xs, C);
         if ((run & DT_RUN_PRODUCTS) &&
-            dt_linear_forward(m->prec, h, chunk_in(m, c, &k, xr, xs, C), W_(c, e, FC_W),
-                              W_(c, e, FC_B), k.rows, C, F))
+            (dt_linear_forward_l(m->prec, f->lay, h, x, W_(c, e, FC_W),
+                                 f->swiglu ? NULL : W_(c, e, FC_B), k.rows, C, F) ||
+             (f->swiglu && dt_linear_forward_l(m->prec, f->lay, u, x, W_(c, e, UP_W), NULL,
+                                               k.rows, C, F))))
             return dt_model_fail_matmul(m, "moe experts' c_fc");
-        if (run & DT_RUN_ELEMENTWISE) dt_gelu_forward(g, h, (size_t)k.rows * F);
+        if ((run & DT_RUN_ELEMENTWISE) && f->swiglu)
+            dt_swiglu_forward(g, h, u, (size_t)k.rows * F);
+        else if (run & DT_RUN_ELEMENTWISE)
+            dt_gelu_forward(g, h, (size_t)k.rows * F);
         if ((run & DT_RUN_PRODUCTS) &&
-            dt_linear_forward(m->prec, yr + k.first * C, g, W_(c, e, PROJ_W),
-                              bias ? W_(c, e, PROJ_B) : NULL, k.rows, F, C))
+            dt_linear_forward_l(m->prec, f->lay, yr + k.first * C, g, W_(c, e, PROJ_W),
+                                bias ? W_(c, e, PROJ_B) : NULL, k.rows, F, C))
             return dt_model_fail_matmul(m, "moe experts' c_proj");
     }
     return 0;
 }
 
 /* Tensor parallelism: the slots' partial outputs (rows of y) summed over
- * the group, then each expert's bias, once. */
+ * the group, then each expert's bias, once (GPT-2's experts have one). */
 static int experts_output_sum(dt_gpt *m, const dt_block_call *c, float *y, size_t rows)
 {
     const int C = m->cfg.n_embd;
     if (dt_model_tp_reduce(m, y, rows * (size_t)C, DT_TP_SUM_F32, "moe experts' c_proj"))
         return -1;
     chunk k;
-    for (int i = 0; next_chunk(m, c, i, &k); i++) {
+    for (int i = 0; !form(c)->swiglu && next_chunk(m, c, i, &k); i++) {
         const float *b = W_(c, m->ep.e0 + k.j, PROJ_B);
         for (size_t r = k.first; r < k.first + (size_t)k.rows; r++)
             for (int j = 0; j < C; j++) y[r * C + j] += b[j];
@@ -379,23 +466,24 @@ static int experts_output_sum(dt_gpt *m, const dt_block_call *c, float *y, size_
     return 0;
 }
 
-/* A chunk's weight gradient. The first rank's rows add into the gradient;
- * another rank's are formed apart and added once, as one process adds a
- * later micro-batch's (gpt.h: dt_gpt_accum), so the sum is the same. */
+/* A chunk's weight gradient (db NULL: no bias). The first rank's rows add
+ * into the gradient; another rank's are formed apart and added once, as
+ * one process adds a later micro-batch's (gpt.h: dt_gpt_accum), so the
+ * sum is the same. */
 static int chunk_weights(dt_gpt *m, const dt_block_call *c, const chunk *k, float *dW,
                          float *db, const float *dout, const float *inp, int IN, int OUT,
                          const char *name)
 {
     if (k->s == 0) return dt_model_product_weights(m, c, dW, db, dout, inp, k->rows, IN, OUT, name);
-    float *tw = c->a[WT], *tb = tw + (size_t)IN * OUT;
-    memset(tw, 0, ((size_t)IN * OUT + (size_t)OUT) * sizeof(float));
+    float *tw = c->a[WT], *tb = db ? tw + (size_t)IN * OUT : NULL;
+    memset(tw, 0, ((size_t)IN * OUT + (db ? (size_t)OUT : 0)) * sizeof(float));
     if (dt_model_product_weights(m, c, tw, tb, dout, inp, k->rows, IN, OUT, name)) return -1;
     dt_model_add_into(dW, dW, tw, (size_t)IN * OUT);
-    dt_model_add_into(db, db, tb, (size_t)OUT);
+    if (db) dt_model_add_into(db, db, tb, (size_t)OUT);
     return 0;
 }
 
-/* Tensors j and j + 1's gradients (c_fc's or c_proj's) from every chunk,
+/* Tensor j's gradient (and its bias's, j + 1, GPT-2's) from every chunk,
  * in chunk order: each expert's ranks in rank order. */
 static int experts_weights(dt_gpt *m, const dt_block_call *c, int j, const float *dout,
                            const float *inp, int IN, int OUT, const char *name)
@@ -403,41 +491,68 @@ static int experts_weights(dt_gpt *m, const dt_block_call *c, int j, const float
     chunk k;
     for (int i = 0; next_chunk(m, c, i, &k); i++) {
         const int e = m->ep.e0 + k.j;
-        if (k.rows && chunk_weights(m, c, &k, G_(c, e, j), G_(c, e, j + 1),
+        if (k.rows && chunk_weights(m, c, &k, G_(c, e, j),
+                                    form(c)->swiglu ? NULL : G_(c, e, j + 1),
                                     dout + k.first * OUT, inp + k.first * IN, IN, OUT, name))
             return -1;
     }
     return 0;
 }
 
-/* A part's chunks backward to the hidden layer: dg = dy W_proj^T, then
- * dh = gelu'(h) dg (in place when dh is dg). dyo: own rows. */
-static int experts_hidden_grads(dt_gpt *m, const dt_block_call *c, int part, const float *dy,
-                                const float *dyo, float *dg, float *dh)
+/* Every expert tensor's gradient: the output product's (from dy and g),
+ * then the input products' (from dh, and SwiGLU's du, and the rows xr). */
+static int experts_all_weights(dt_gpt *m, const dt_block_call *c, const float *dy,
+                               const float *dh, const float *du, const float *xr)
 {
+    const int C = m->cfg.n_embd, F = ffn_here(m);
+    return experts_weights(m, c, PROJ_W, dy, c->a[G], F, C, "moe experts' c_proj") ||
+                   experts_weights(m, c, FC_W, dh, xr, C, F, "moe experts' c_fc") ||
+                   (form(c)->swiglu && experts_weights(m, c, UP_W, du, xr, C, F,
+                                                       "moe experts' w3"))
+               ? -1
+               : 0;
+}
+
+/* A part's chunks backward to the hidden layer: dg = dy W_proj^T, then
+ * dh = gelu'(h) dg (in place when dh is dg), or SwiGLU's dh (w1's output
+ * gradient) and du (w3's). dyo: own rows. */
+static int experts_hidden_grads(dt_gpt *m, const dt_block_call *c, int part, const float *dy,
+                                const float *dyo, float *dg, float *dh, float *du)
+{
+    const expert_form *f = form(c);
     const int C = m->cfg.n_embd, F = ffn_here(m);
     chunk k;
     for (int i = 0; next_chunk(m, c, i, &k); i++) {
         if (!k.rows || !in_part(m, &k, part)) continue;
-        const size_t a = k.first * F;
-        if (dt_linear_backward(m->prec, dg + a, 0, NULL, NULL, chunk_in(m, c, &k, dy, dyo, C),
-                               NULL, W_(c, m->ep.e0 + k.j, PROJ_W), k.rows, F, C))
+        const size_t a = k.first * F, n = (size_t)k.rows * F;
+        if (dt_linear_backward_l(m->prec, f->lay, dg + a, 0, NULL, NULL,
+                                 chunk_in(m, c, &k, dy, dyo, C), NULL,
+                                 W_(c, m->ep.e0 + k.j, PROJ_W), k.rows, F, C))
             return dt_model_fail_matmul(m, "moe experts' c_proj backward");
-        dt_gelu_backward(dh + a, c->a[H] + a, dg + a, (size_t)k.rows * F);
+        if (f->swiglu) dt_swiglu_backward(dh + a, du + a, dg + a, c->a[H] + a, c->a[U] + a, n);
+        else dt_gelu_backward(dh + a, c->a[H] + a, dg + a, n);
     }
     return 0;
 }
 
-/* Every chunk's input gradient: dx = dh W_fc^T. */
-static int experts_input_grads(dt_gpt *m, const dt_block_call *c, const float *dh, float *dx)
+/* Every chunk's input gradient: dx = dh W_fc^T (SwiGLU: dh W1 + du W3). */
+static int experts_input_grads(dt_gpt *m, const dt_block_call *c, const float *dh,
+                               const float *du, float *dx)
 {
+    const expert_form *f = form(c);
     const int C = m->cfg.n_embd, F = ffn_here(m);
     chunk k;
-    for (int i = 0; next_chunk(m, c, i, &k); i++)
-        if (k.rows && dt_linear_backward(m->prec, dx + k.first * C, 0, NULL, NULL,
-                                         dh + k.first * F, NULL, W_(c, m->ep.e0 + k.j, FC_W),
-                                         k.rows, C, F))
+    for (int i = 0; next_chunk(m, c, i, &k); i++) {
+        const int e = m->ep.e0 + k.j;
+        const size_t a = k.first * F;
+        if (k.rows &&
+            (dt_linear_backward_l(m->prec, f->lay, dx + k.first * C, 0, NULL, NULL, dh + a,
+                                  NULL, W_(c, e, FC_W), k.rows, C, F) ||
+             (f->swiglu && dt_linear_backward_l(m->prec, f->lay, dx + k.first * C, 1, NULL,
+                                                NULL, du + a, NULL, W_(c, e, UP_W), k.rows, C,
+                                                F))))
             return dt_model_fail_matmul(m, "moe experts' c_fc backward");
+    }
     return 0;
 }
 
@@ -580,29 +695,32 @@ static void scatter_back(dt_gpt *m, const dt_block_call *c, const float *dxs)
 
 /* From the gradient of the outputs (this rank's slots) to that of the
  * inputs (this rank's slots, in dxs): through the experts, wherever they
- * are. The own rows start while the others' gradients travel; c_fc's
- * weights are formed while the inputs' gradients go home. */
+ * are. The own rows start while the others' gradients travel; the input
+ * products' weights are formed while the inputs' gradients go home. */
 static int experts_backward_all(dt_gpt *m, const dt_block_call *c, dt_bwd_part what,
                                 const float *dyl, float **dxs)
 {
     const int C = m->cfg.n_embd, F = ffn_here(m), P = m->ep.size;
     const int whole = what == DT_BWD_WHOLE;
     float *dy = whole ? c->a[DYX] : c->a[D_Y], *dh = whole ? c->a[DG] : c->a[D_H];
+    float *du = whole ? c->a[DU] : c->a[D_U];
     const float *xr = P > 1 ? c->a[XR] : c->a[XS];
     const char *out = "dispatch of the outputs' gradients", *in = "combine of the inputs' "
                                                                   "gradients";
     if (P > 1 && exchange_rows(m, c, dyl, dy, C, 0, 1, out)) return -1;
     const uint64_t t0 = dt_trace_now();
-    int bad = experts_hidden_grads(m, c, OWN, dy, dyl, c->a[DG], dh) != 0;
+    int bad = experts_hidden_grads(m, c, OWN, dy, dyl, c->a[DG], dh, du) != 0;
     if (P > 1) bad |= exchange_wait(m, out) != 0;
-    if (bad || experts_hidden_grads(m, c, OTHERS, dy, NULL, c->a[DG], dh)) return -1;
+    if (bad || experts_hidden_grads(m, c, OTHERS, dy, NULL, c->a[DG], dh, du)) return -1;
     /* c_proj's weights before dx takes dy's place (whole: the same buffer). */
     if (whole && experts_weights(m, c, PROJ_W, dy, c->a[G], F, C, "moe experts' c_proj"))
         return -1;
-    if (experts_input_grads(m, c, dh, c->a[DYX])) return -1;
+    if (experts_input_grads(m, c, dh, du, c->a[DYX])) return -1;
     *dxs = P > 1 ? c->a[DYL] : c->a[DYX];
     if (P > 1 && exchange_rows(m, c, c->a[DYX], c->a[DYL], C, 1, 1, in)) return -1;
-    bad = whole && experts_weights(m, c, FC_W, dh, xr, C, F, "moe experts' c_fc");
+    bad = whole && (experts_weights(m, c, FC_W, dh, xr, C, F, "moe experts' c_fc") ||
+                    (form(c)->swiglu &&
+                     experts_weights(m, c, UP_W, du, xr, C, F, "moe experts' w3")));
     trace_experts("moe experts backward", t0);
     if (P > 1) bad |= exchange_wait(m, in) != 0;
     return bad ? -1 : 0;
@@ -644,23 +762,33 @@ static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
 
 static int weights(dt_gpt *m, const dt_block_call *c)
 {
-    const int C = m->cfg.n_embd, E = m->cfg.moe.experts, F = ffn_here(m);
+    const int C = m->cfg.n_embd, E = m->cfg.moe.experts;
     const float *xr = m->ep.size > 1 ? c->a[XR] : c->a[XS];
-    if (experts_weights(m, c, PROJ_W, c->a[D_Y], c->a[G], F, C, "moe experts' c_proj") ||
-        experts_weights(m, c, FC_W, c->a[D_H], xr, C, F, "moe experts' c_fc"))
-        return -1;
+    if (experts_all_weights(m, c, c->a[D_Y], c->a[D_H], c->a[D_U], xr)) return -1;
     if (dt_matmul(m->prec, 1, 0, E, C, c->N, 1.0f, c->a[D_LG], E, c->x, C, 1.0f, c->g[ROUTER],
                   C))
         return dt_model_fail_matmul(m, "moe router weights");
     return 0;
 }
 
-/* 6 per weight a token meets: the router's E C and its K experts' 2 C F. */
+/* 6 per weight a token meets: the router's E C and its K experts' 2 C F
+ * (SwiGLU's 3 C F). */
+static double flops_of(int products, const dt_gpt_config *cfg)
+{
+    const double C = cfg->n_embd, E = cfg->moe.experts, K = cfg->moe.topk, F = ffn(cfg);
+    return 6.0 * (E * C + K * products * C * F);
+}
+
 static double flops(const dt_gpt_config *cfg, int T)
 {
     (void)T;
-    const double C = cfg->n_embd, E = cfg->moe.experts, K = cfg->moe.topk, F = ffn(cfg);
-    return 6.0 * (E * C + K * 2.0 * C * F);
+    return flops_of(2, cfg);
+}
+
+static double flops_swiglu(const dt_gpt_config *cfg, int T)
+{
+    (void)T;
+    return flops_of(3, cfg);
 }
 
 const dt_block_kind dt_block_moe = {
@@ -672,4 +800,18 @@ const dt_block_kind dt_block_moe = {
     .backward = backward,
     .weights = weights,
     .flops = flops,
+    .experts = 1,
+};
+
+const dt_block_kind dt_block_moe_swiglu = {
+    .name = "moe_swiglu",
+    .role = DT_BLOCK_BRANCH,
+    .tensors = tensors_swiglu,
+    .acts = acts_swiglu,
+    .forward = forward,
+    .backward = backward,
+    .weights = weights,
+    .flops = flops_swiglu,
+    .wlayout = DT_LINEAR,
+    .experts = 1,
 };

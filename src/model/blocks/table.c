@@ -9,7 +9,7 @@
 #include "model/block.h"
 
 extern const dt_block_kind dt_block_layernorm, dt_block_attention, dt_block_mlp, dt_block_moe,
-    dt_block_rmsnorm, dt_block_rope_attention, dt_block_swiglu;
+    dt_block_rmsnorm, dt_block_rope_attention, dt_block_swiglu, dt_block_moe_swiglu;
 
 static const dt_block_kind *const builtin[] = {
     &dt_block_layernorm,
@@ -19,6 +19,7 @@ static const dt_block_kind *const builtin[] = {
     &dt_block_rmsnorm,
     &dt_block_rope_attention,
     &dt_block_swiglu,
+    &dt_block_moe_swiglu,
 };
 
 enum { MAX_REGISTERED = 16 };

@@ -37,7 +37,7 @@ const char *const dt_cfg_group_titles[G_COUNT] = {
 const dt_cfg_opt dt_cfg_options[] = {
     OPT(G_MODEL, "model", NULL, T_CHOICE, model, 0, 0,
         "tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl|bench|mixtral-mini|deepseek-moe-mini|"
-        "llama3-1b|llama3-8b|llama3-70b|llama3-405b",
+        "llama3-1b|llama3-8b|llama3-70b|llama3-405b|mixtral-8x7b",
         hook_model, O_EMPTYOK,
         "preset; sets the sizes not given explicitly (\"\" = none)"),
     OPT(G_MODEL, "arch", NULL, T_CHOICE, arch, 0, 0, "gpt2|llama", NULL, 0,
@@ -342,6 +342,8 @@ static const preset presets[] = {
     {"llama3-8b", 32, 32, 4096, 8192, 128256, 0, 0, 0, "llama", 8, 14336, 500000, 0},
     {"llama3-70b", 80, 64, 8192, 8192, 128256, 0, 0, 0, "llama", 8, 28672, 500000, 0},
     {"llama3-405b", 126, 128, 16384, 8192, 128256, 0, 0, 0, "llama", 8, 53248, 500000, 0},
+    /* Mixtral 8x7B: the Llama family with 8 SwiGLU experts a layer, top 2. */
+    {"mixtral-8x7b", 32, 32, 4096, 32768, 32000, 8, 14336, 2, "llama", 8, 0, 1e6, 0},
 };
 
 /* A Llama preset's family and options, each unless given; a GPT-2 preset

@@ -103,8 +103,9 @@ static int check_moe(dt_train_config *c, char *err, size_t n)
     if (c->ep > 1 && !c->num_experts && !from_file)
         return dt_strf(err, n, "--expert-model-parallel-size %d splits a mixture of experts' "
                        "experts over ranks: add --num-experts E", c->ep), -1;
-    if (c->num_experts && !c->blocks[0]) dt_strf(c->blocks, sizeof c->blocks, "%s",
-                                                 dt_blocks_gpt2_moe);
+    const dt_arch *family = dt_arch_find(c->arch);
+    if (c->num_experts && !c->blocks[0] && family && family->moe_blocks)
+        dt_strf(c->blocks, sizeof c->blocks, "%s", family->moe_blocks);
     return 0;
 }
 

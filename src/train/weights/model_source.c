@@ -38,21 +38,6 @@ static int check_sizes_agree(const dt_train_config *c, const char *source,
     return 0;
 }
 
-/* What the Llama family does not run yet, refused by name. */
-static int llama_layouts(const dt_train_config *c, const dt_gpt_config *mc, char *err,
-                         size_t errlen)
-{
-    const struct { int on; const char *what; } later[] = {
-        {c->ep > 1 || mc->moe.experts > 0, "--num-experts (Mixtral's experts)"},
-    };
-    for (size_t i = 0; mc->arch == DT_ARCH_LLAMA && i < sizeof later / sizeof *later; i++)
-        if (later[i].on)
-            return dt_strf(err, errlen, "the Llama family trains under every layout but "
-                           "expert parallelism so far; %s is not wired for it yet",
-                           later[i].what), -1;
-    return 0;
-}
-
 /* What a Llama-family file's shapes leave open: the key/value heads (from
  * k_proj once the heads are known), the context and the rotary base and
  * norm epsilon (the file's metadata, else the run's flags). */
@@ -91,7 +76,7 @@ static int sizes_from_file(const dt_train_config *c, const char *resume_dir, dt_
      * or with experts in it GPT-2's with a moe branch. */
     if (!resume_dir) dt_strf(mc->blocks, sizeof mc->blocks, "%s", c->blocks);
     if (!resume_dir && mc->moe.experts && !DT_CONFIG_GIVEN(c, blocks))
-        dt_strf(mc->blocks, sizeof mc->blocks, "%s", dt_blocks_gpt2_moe);
+        dt_strf(mc->blocks, sizeof mc->blocks, "%s", dt_arch_of(mc)->moe_blocks);
     /* The file gives the experts' shapes; the routing is the run's, but for
      * the top K the file records (a checkpoint's, or a weights file's
      * metadata) when none is given: resuming a top-1 run without repeating
@@ -148,5 +133,5 @@ int dt_model_source_config(const dt_train_config *c, const char *resume_dir,
                        mc->block_size), -1;
     /* The family's blocks spelled out: "" stands for GPT-2's everywhere. */
     if (!mc->blocks[0]) dt_strf(mc->blocks, sizeof mc->blocks, "%s", dt_gpt_blocks(mc));
-    return dt_gpt_config_check(mc, err, errlen) || llama_layouts(c, mc, err, errlen) ? -1 : 0;
+    return dt_gpt_config_check(mc, err, errlen);
 }

@@ -86,14 +86,21 @@ static int inspect_llama(const dt_st_file *f, const char *path, const dt_st_tens
     const dt_st_tensor *gate = dt_st_find(f, "model.layers.0.mlp.gate_proj.weight");
     if (gate && gate->ndim == 2) cfg->ffn = (int)gate->shape[0];
     cfg->tie = !dt_st_find(f, "lm_head.weight");
-    long heads = 0, kv = 0, ctx = 0;
+    /* Mixtral's experts: E from the router [E, C], F from an expert's w1 [F, C]. */
+    const dt_st_tensor *router = dt_st_find(f, "model.layers.0.block_sparse_moe.gate.weight");
+    const dt_st_tensor *w1 = dt_st_find(f, "model.layers.0.block_sparse_moe.experts.0.w1.weight");
+    if (router && router->ndim == 2) cfg->moe.experts = (int)router->shape[0];
+    if (router && w1 && w1->ndim == 2) cfg->moe.ffn = (int)w1->shape[0];
+    long heads = 0, kv = 0, ctx = 0, topk = 0;
     if (meta_long(f, path, "n_head", &heads, err, errlen) < 0 ||
         meta_long(f, path, "n_kv_head", &kv, err, errlen) < 0 ||
         meta_long(f, path, "block_size", &ctx, err, errlen) < 0 ||
+        (router && meta_long(f, path, "moe_router_topk", &topk, err, errlen) < 0) ||
         meta_double(f, path, "rope_theta", &cfg->rope_theta, err, errlen) < 0 ||
         meta_double(f, path, "norm_eps", &cfg->norm_eps, err, errlen) < 0)
         return -1;
     cfg->n_head = (int)heads, cfg->n_kv_head = (int)kv, cfg->block_size = (int)ctx;
+    cfg->moe.topk = (int)topk;
     if (!kv && heads) cfg->n_kv_head = dt_weights_kv_heads(path, cfg->n_head, cfg->n_embd);
     return 0;
 }
