@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/str.h"
 #include "train/ckpt/checkpoint.h"
+#include "train/weights/hf_dir.h"
 #include "train/weights/weights.h"
 
 /* Sizes given explicitly must match the ones a weights file implies. */
@@ -55,6 +56,17 @@ static int llama_layouts(const dt_train_config *c, const dt_gpt_config *mc, char
                            "ZeRO 1-3, offload), recomputation and bf16 so far; %s is not wired "
                            "for it yet", later[i].what), -1;
     return 0;
+}
+
+/* A model directory for --save-final holds only what Hugging Face has an
+ * architecture for: known before training, not after it. */
+static int save_final_fits(const dt_train_config *c, const dt_gpt_config *mc, char *err,
+                           size_t errlen)
+{
+    char why[512];
+    if (!dt_hf_is_dir_path(c->save_final) || dt_hf_check_model(mc, why, sizeof why) == 0)
+        return 0;
+    return dt_strf(err, errlen, "--save-final %s: %s", c->save_final, why), -1;
 }
 
 /* What a Llama-family file's shapes leave open: the key/value heads (from
@@ -152,5 +164,6 @@ int dt_model_source_config(const dt_train_config *c, const char *resume_dir,
                        mc->block_size), -1;
     /* The family's blocks spelled out: "" stands for GPT-2's everywhere. */
     if (!mc->blocks[0]) dt_strf(mc->blocks, sizeof mc->blocks, "%s", dt_gpt_blocks(mc));
-    return dt_gpt_config_check(mc, err, errlen) || llama_layouts(c, mc, err, errlen) ? -1 : 0;
+    if (dt_gpt_config_check(mc, err, errlen) || llama_layouts(c, mc, err, errlen)) return -1;
+    return save_final_fits(c, mc, err, errlen);
 }
