@@ -5,11 +5,14 @@
  *       a checkpoint's layout: whole-model or sharded (stage, rank count,
  *       each shard's pieces), step, data position, model sizes, the
  *       experts' bias; its files are checked first, as a load checks them.
- *   dtrain ckpt consolidate DIR --out FILE
+ *   dtrain ckpt consolidate DIR --out FILE|OUTDIR/
  *       the whole model of a checkpoint of either kind, as one safetensors
  *       file with Hugging Face names (what --save-final writes); atomic.
- *       FILE lies outside the checkpoint, and a run still training in the
- *       directory read or written (its lock, ckpt/lock.h) refuses it.
+ *       An --out that ends in '/' gets a Hugging Face model directory
+ *       instead (config.json and the weights, in shards above 5 GB;
+ *       weights/hf_dir.h). The output lies outside the checkpoint, and a
+ *       run still training in the directory read or written (its lock,
+ *       ckpt/lock.h) refuses it.
  *
  * DIR is a checkpoint directory, or a run directory (its `latest`).
  */
@@ -26,13 +29,14 @@
 #include "train/ckpt/checkpoint.h"
 #include "train/ckpt/lock.h"
 #include "train/ckpt/shard.h"
+#include "train/weights/hf_dir.h"
 #include "train/weights/weights.h"
 
 static void ckpt_usage(FILE *f)
 {
     fprintf(f,
             "usage: dtrain ckpt info DIR\n"
-            "       dtrain ckpt consolidate DIR --out FILE\n"
+            "       dtrain ckpt consolidate DIR --out FILE|OUTDIR/\n"
             "\n"
             "info         print a checkpoint's layout: whole-model or sharded (ZeRO stage,\n"
             "             rank count, each shard's tensor pieces), step, data position,\n"
@@ -44,12 +48,18 @@ static void ckpt_usage(FILE *f)
             "             Every shard is checked first; FILE appears whole or not at all,\n"
             "             and must lie outside the checkpoint. A run still training in the\n"
             "             checkpoint's directory (or FILE's) holds its lock: wait for it.\n"
+            "             OUTDIR/ (a name ending in '/'): a Hugging Face model\n"
+            "             directory instead, config.json and model.safetensors (shards\n"
+            "             and model.safetensors.index.json above 5 GB), as from_pretrained\n"
+            "             reads it; new, empty, or a model directory whose weights it\n"
+            "             replaces.\n"
             "\n"
             "DIR is a checkpoint directory or a run directory (its `latest` is used).\n"
             "\n"
             "examples:\n"
             "  dtrain ckpt info runs/gpt/latest-run\n"
-            "  dtrain ckpt consolidate runs/gpt --out model.safetensors\n");
+            "  dtrain ckpt consolidate runs/gpt --out model.safetensors\n"
+            "  dtrain ckpt consolidate runs/llama --out llama-hf/\n");
 }
 
 static int usage_error(const char *msg, const char *arg)
@@ -194,6 +204,27 @@ static int check_out(const char *dir, const char *out, char *target, size_t len,
     return -1;
 }
 
+/* --out DIR/, a model directory: it lies outside the checkpoint, and
+ * holds nothing but a model's files (dt_hf_check_output). */
+static int check_out_dir(const char *dir, const char *out, char *err, size_t errlen)
+{
+    char ck_real[PATH_MAX], at[DT_PATH_MAX], out_real[PATH_MAX];
+    if (dt_hf_check_output("--out", out, err, errlen)) return -1;
+    /* Where its files go: the directory, or the one it will be made in. */
+    dt_strf(at, sizeof at, "%s", out);
+    while (!realpath(at, out_real) && strcmp(at, "/") && strcmp(at, ".")) {
+        char up[DT_PATH_MAX];
+        dt_dir_of(at, up, sizeof up);
+        dt_strf(at, sizeof at, "%s", up);
+    }
+    if (!realpath(dir, ck_real) || !realpath(at, out_real) ||
+        !part_of_checkpoint(ck_real, out_real, DT_HF_CONFIG))
+        return 0;
+    return dt_strf(err, errlen, "--out %s: inside the checkpoint it reads (%s); writing it "
+                   "would change what it reads; give a directory outside the checkpoint",
+                   out, dir), -1;
+}
+
 /* The lock of the run directory a path lies in (see ckpt/lock.h): no run
  * may replace or remove the checkpoint while it is read, nor own the
  * directory the output goes to. *fd: -1, or the lock to release. */
@@ -204,13 +235,28 @@ static int lock_run_of(const char *path, int *fd, char *err, size_t errlen)
     return dt_ckpt_lock_shared(run, fd, err, errlen);
 }
 
-static int run_consolidate(const char *dir, const char *out, char *err, size_t errlen)
+/* The output checked, and the directory its files go in (a model
+ * directory's own, or a file's). */
+static int check_output(const char *dir, const char *out, char *where, size_t len, char *err,
+                        size_t errlen)
 {
     char target[DT_PATH_MAX];
+    if (dt_hf_is_dir_path(out)) {
+        dt_strf(where, len, "%s", out);
+        return check_out_dir(dir, out, err, errlen);
+    }
+    if (check_out(dir, out, target, sizeof target, err, errlen)) return -1;
+    dt_dir_of(target, where, len);
+    return 0;
+}
+
+static int run_consolidate(const char *dir, const char *out, char *err, size_t errlen)
+{
+    char where[DT_PATH_MAX];
     int locks[2] = {-1, -1};
-    if (check_out(dir, out, target, sizeof target, err, errlen) != 0 ||
+    if (check_output(dir, out, where, sizeof where, err, errlen) != 0 ||
         lock_run_of(dir, &locks[0], err, errlen) != 0 ||
-        lock_run_of(target, &locks[1], err, errlen) != 0) {
+        dt_ckpt_lock_shared(where, &locks[1], err, errlen) != 0) {
         dt_ckpt_unlock(locks[0]);
         return -1;
     }
@@ -250,7 +296,7 @@ int cli_ckpt(int argc, char **argv)
     }
     if (!where) return usage_error("a checkpoint or run directory is required", "");
     int consolidate = strcmp(verb, "consolidate") == 0;
-    if (consolidate && !out) return usage_error("consolidate needs --out FILE", "");
+    if (consolidate && !out) return usage_error("consolidate needs --out FILE or --out DIR/", "");
     if (!consolidate && out) return usage_error("--out is for consolidate", "");
     char dir[DT_PATH_MAX], err[2048];
     int rc = dt_ckpt_resolve(where, dir, sizeof dir, err, sizeof err);

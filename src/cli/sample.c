@@ -14,6 +14,7 @@
 #include "model/gpt.h"
 #include "train/ckpt/checkpoint.h"
 #include "train/ckpt/shard.h"
+#include "train/weights/hf_dir.h"
 #include "train/weights/weights.h"
 #include "core/parse.h"
 
@@ -35,7 +36,8 @@ static void usage(FILE *f)
             "\n"
             "Generates text from a trained byte-level model.\n"
             "  --ckpt PATH         a run directory (its latest checkpoint), a checkpoint\n"
-            "                      directory, or a .safetensors weights file\n"
+            "                      directory, a .safetensors weights file, or a Hugging\n"
+            "                      Face model directory (config.json and its weights)\n"
             "  --prompt TEXT       the text to continue (default: a newline)\n"
             "  --tokens N          tokens to generate (default 256)\n"
             "  --temperature T     softmax temperature, > 0 (default 0.8)\n"
@@ -109,7 +111,7 @@ static int parse_args(int argc, char **argv, sample_args *a)
 
 /* The weights file behind --ckpt and the model's sizes: a checkpoint's
  * from its state.json (checked against the weights), a bare weights
- * file's from the file. */
+ * file's from the file, a model directory's from its config.json. */
 static int resolve_model(const char *ckpt, char *path, size_t len, int *is_ckpt,
                          dt_gpt_config *cfg, char *err, size_t errlen)
 {
@@ -119,7 +121,7 @@ static int resolve_model(const char *ckpt, char *path, size_t len, int *is_ckpt,
         dt_strf(err, errlen, "--ckpt %s: no such file or directory", ckpt);
         return -1;
     }
-    if (!S_ISDIR(st.st_mode)) {
+    if (!S_ISDIR(st.st_mode) || dt_hf_is_model_dir(ckpt)) { /* a Hugging Face directory too */
         dt_strf(path, len, "%s", ckpt);
         return dt_weights_inspect(path, cfg, err, errlen);
     }

@@ -57,7 +57,7 @@ int dt_run_check_outputs(dt_run *t)
         return -1;
     if (!t->S.writes_checkpoints) return 0;
     if (c->out_dir[0] && dt_check_dir_writable("--out", c->out_dir, ERR(t))) return -1;
-    if (c->save_final[0] && dt_check_output_file("--save-final", c->save_final, ERR(t)))
+    if (c->save_final[0] && dt_weights_check_output("--save-final", c->save_final, ERR(t)))
         return -1;
     return 0;
 }

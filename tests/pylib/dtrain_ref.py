@@ -1,8 +1,9 @@
 """PyTorch oracle for dtrain's tests: GPT-2 written plainly with torch.nn,
 safetensors read and written by hand (Debian has no safetensors package),
-and llm.c token shards."""
+model directories as Hugging Face writes them, and llm.c token shards."""
 import json
 import math
+import os
 import struct
 
 import numpy as np
@@ -55,6 +56,61 @@ def st_read(path):
             t = torch.frombuffer(bytearray(raw), dtype=dt)
         out[name] = t.reshape(info["shape"]).float()
     return out, meta
+
+
+# ---- Hugging Face model directories ------------------------------------------
+
+HF_CONFIG, HF_WEIGHTS, HF_INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
+
+
+def hf_shard_name(i, n):
+    return "model-%05d-of-%05d.safetensors" % (i + 1, n)
+
+
+def hf_dir_write(path, tensors, config, shards=1, dtype=None):
+    """A model directory as save_pretrained writes it: config.json, and
+    model.safetensors (shards 1) or `shards` files of consecutive tensors,
+    model-0000i-of-0000n.safetensors, with model.safetensors.index.json
+    naming each tensor's file. tensors: name -> tensor, cast to dtype
+    (torch.bfloat16, torch.float16) when given."""
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, HF_CONFIG), "w") as f:
+        json.dump(config, f, indent=2)
+    if dtype is not None:
+        tensors = {k: v.to(dtype) for k, v in tensors.items()}
+    if shards == 1:
+        st_write(os.path.join(path, HF_WEIGHTS), tensors, {"format": "pt"})
+        return
+    names = list(tensors)
+    per = -(-len(names) // shards)
+    weight_map, total = {}, 0
+    for s in range(shards):
+        part = names[s * per:(s + 1) * per]
+        st_write(os.path.join(path, hf_shard_name(s, shards)), {k: tensors[k] for k in part},
+                 {"format": "pt"})
+        for k in part:
+            weight_map[k] = hf_shard_name(s, shards)
+            total += tensors[k].numel() * tensors[k].element_size()
+    with open(os.path.join(path, HF_INDEX), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+
+
+def hf_dir_read(path):
+    """A model directory: (name -> float32 tensor, config.json as a dict,
+    the index as a dict or None). Every tensor once, wherever it lies."""
+    with open(os.path.join(path, HF_CONFIG)) as f:
+        config = json.load(f)
+    index_path = os.path.join(path, HF_INDEX)
+    if not os.path.exists(index_path):
+        return st_read(os.path.join(path, HF_WEIGHTS))[0], config, None
+    with open(index_path) as f:
+        index = json.load(f)
+    tensors = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        part = st_read(os.path.join(path, shard))[0]
+        assert not set(part) & set(tensors), "a tensor in two shards"
+        tensors.update(part)
+    return tensors, config, index
 
 
 def shard_write(path, tokens):

@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/str.h"
 #include "train/ckpt/checkpoint.h"
+#include "train/weights/hf_dir.h"
 #include "train/weights/weights.h"
 
 /* Sizes given explicitly must match the ones a weights file implies. */
@@ -36,6 +37,17 @@ static int check_sizes_agree(const dt_train_config *c, const char *source,
         return dt_strf(err, errlen, "%s has the blocks \"%s\", but --blocks \"%s\" was asked "
                        "for", source, mc->blocks[0] ? mc->blocks : dt_blocks_gpt2, c->blocks), -1;
     return 0;
+}
+
+/* A model directory for --save-final holds only what Hugging Face has an
+ * architecture for: known before training, not after it. */
+static int save_final_fits(const dt_train_config *c, const dt_gpt_config *mc, char *err,
+                           size_t errlen)
+{
+    char why[512];
+    if (!dt_hf_is_dir_path(c->save_final) || dt_hf_check_model(mc, why, sizeof why) == 0)
+        return 0;
+    return dt_strf(err, errlen, "--save-final %s: %s", c->save_final, why), -1;
 }
 
 /* What a Llama-family file's shapes leave open: the key/value heads (from
@@ -133,5 +145,6 @@ int dt_model_source_config(const dt_train_config *c, const char *resume_dir,
                        mc->block_size), -1;
     /* The family's blocks spelled out: "" stands for GPT-2's everywhere. */
     if (!mc->blocks[0]) dt_strf(mc->blocks, sizeof mc->blocks, "%s", dt_gpt_blocks(mc));
-    return dt_gpt_config_check(mc, err, errlen);
+    if (dt_gpt_config_check(mc, err, errlen)) return -1;
+    return save_final_fits(c, mc, err, errlen);
 }

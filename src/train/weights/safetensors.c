@@ -429,5 +429,7 @@ void dt_st_close(dt_st_file *f)
     free(f->tensors);
     free(f->meta);
     free((char *)f->path);
+    for (int i = 0; i < f->nparts; i++) dt_st_close(&f->parts[i]);
+    free(f->parts);
     memset(f, 0, sizeof *f);
 }

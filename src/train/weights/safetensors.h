@@ -55,14 +55,16 @@ typedef struct {
     const char *value;
 } dt_st_meta;
 
-typedef struct {
+typedef struct dt_st_file {
     const char *path;
     void *map;
     size_t map_size;
-    dt_st_tensor *tensors; /* in data order (by offset) */
+    dt_st_tensor *tensors; /* in data order (by offset); a join's by part */
     int ntensors;
     dt_st_meta *meta; /* __metadata__ entries with string values */
     int nmeta;
+    struct dt_st_file *parts; /* a join's files (dt_st_join), closed with it */
+    int nparts;
 } dt_st_file;
 
 /* "F32", "BF16", ...; NULL for an out-of-range value. */
@@ -89,6 +91,13 @@ int dt_st_read_f32_range(const dt_st_file *f, const dt_st_tensor *t, uint64_t fi
  * out of its resident memory. Reading them again faults them back in. */
 void dt_st_let_go(const dt_st_tensor *t, uint64_t first, uint64_t count);
 void dt_st_close(dt_st_file *f);
+/* The tensors of n open files seen as one file named path (a model in
+ * shards): every tensor of every part, each in one part only (a name in
+ * two is refused, naming both files). The join owns parts (a malloc'd
+ * array) from the call on, and closes them with itself or on failure. It
+ * has no metadata; a tensor's data stays in its part's mapping. */
+int dt_st_join(dt_st_file *parts, int n, const char *path, dt_st_file *f, char *err,
+               size_t errlen);
 
 /* One tensor to write: numel = product of shape[0..ndim-1] elements of
  * dtype at data, written as they are (host order is little-endian). */

@@ -9,10 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/file.h"
 #include "core/parse.h"
 #include "core/str.h"
+#include "train/weights/hf_dir.h"
 
 /* ---- inspecting a file ---------------------------------------------------- */
 
@@ -105,11 +107,22 @@ static int inspect_llama(const dt_st_file *f, const char *path, const dt_st_tens
     return 0;
 }
 
+static int is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int dt_weights_open(const char *path, dt_st_file *f, char *err, size_t errlen)
+{
+    return is_dir(path) ? dt_hf_open(path, f, err, errlen) : dt_st_open(path, f, err, errlen);
+}
+
 int dt_weights_kv_heads(const char *path, int n_head, int n_embd)
 {
     dt_st_file f;
     char err[256];
-    if (n_head <= 0 || n_embd % n_head || dt_st_open(path, &f, err, sizeof err)) return 0;
+    if (n_head <= 0 || n_embd % n_head || dt_weights_open(path, &f, err, sizeof err)) return 0;
     const dt_st_tensor *k = dt_st_find(&f, "model.layers.0.self_attn.k_proj.weight");
     const int D = n_embd / n_head;
     const int kv = k && k->ndim == 2 && k->shape[0] % D == 0 ? (int)(k->shape[0] / D) : 0;
@@ -117,60 +130,58 @@ int dt_weights_kv_heads(const char *path, int n_head, int n_embd)
     return kv;
 }
 
-int dt_weights_inspect(const char *path, dt_gpt_config *cfg, char *err, size_t errlen)
+/* GPT-2's sizes from f's shapes and metadata (path names f in messages). */
+static int inspect_gpt2(const dt_st_file *f, const char *path, dt_gpt_config *cfg, char *err,
+                        size_t errlen)
 {
-    dt_st_file f;
-    if (dt_st_open(path, &f, err, errlen) != 0) return -1;
-    memset(cfg, 0, sizeof *cfg);
-    const dt_st_tensor *emb = dt_st_find(&f, "model.embed_tokens.weight");
-    if (emb && emb->ndim == 2) {
-        const int rc = inspect_llama(&f, path, emb, cfg, err, errlen);
-        dt_st_close(&f);
-        return rc;
-    }
-    const dt_st_tensor *wte = find_hf(&f, "", "wte.weight");
-    const dt_st_tensor *wpe = find_hf(&f, "", "wpe.weight");
-    if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2) {
-        dt_strf(err, errlen, "%s: no 2-D wte.weight and wpe.weight (GPT-2's) nor "
-                "model.embed_tokens.weight (the Llama family's): not a model's weights file",
-                path);
-        dt_st_close(&f);
-        return -1;
-    }
+    const dt_st_tensor *wte = find_hf(f, "", "wte.weight");
+    const dt_st_tensor *wpe = find_hf(f, "", "wpe.weight");
+    if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2)
+        return dt_strf(err, errlen, "%s: no 2-D wte.weight and wpe.weight (GPT-2's) nor "
+                       "model.embed_tokens.weight (the Llama family's): not a model's weights "
+                       "file", path), -1;
     cfg->vocab_size = (int)wte->shape[0];
     cfg->n_embd = (int)wte->shape[1];
     cfg->block_size = (int)wpe->shape[0];
     char name[64];
     for (;;) {
         dt_strf(name, sizeof name, "h.%d.ln_1.weight", cfg->n_layer);
-        if (!find_hf(&f, "", name)) break;
+        if (!find_hf(f, "", name)) break;
         cfg->n_layer++;
     }
-    const char *nh = dt_st_meta_get(&f, "n_head");
+    const char *nh = dt_st_meta_get(f, "n_head");
     long heads = 0;
-    if (nh && dt_parse_long(nh, 1, INT_MAX, &heads) != 0) {
-        dt_strf(err, errlen, "%s: its metadata gives n_head '%.32s', not a positive integer",
-                path, nh);
-        dt_st_close(&f);
-        return -1;
-    }
-    cfg->n_head = nh ? (int)heads : n_head_from_config_json(path);
+    if (nh && dt_parse_long(nh, 1, INT_MAX, &heads) != 0)
+        return dt_strf(err, errlen, "%s: its metadata gives n_head '%.32s', not a positive "
+                       "integer", path, nh), -1;
+    cfg->n_head = nh ? (int)heads : n_head_from_config_json(f->path);
     /* Experts: E from the first layer's router [E, C], F from an expert's c_fc [C, F]. */
-    const dt_st_tensor *router = find_hf(&f, "", "h.0.mlp.router.weight");
-    const dt_st_tensor *fc = find_hf(&f, "", "h.0.mlp.experts.0.c_fc.weight");
+    const dt_st_tensor *router = find_hf(f, "", "h.0.mlp.router.weight");
+    const dt_st_tensor *fc = find_hf(f, "", "h.0.mlp.experts.0.c_fc.weight");
     if (router && router->ndim == 2) cfg->moe.experts = (int)router->shape[0];
     if (router && fc && fc->ndim == 2) cfg->moe.ffn = (int)fc->shape[1];
-    const char *k = router ? dt_st_meta_get(&f, "moe_router_topk") : NULL;
+    const char *k = router ? dt_st_meta_get(f, "moe_router_topk") : NULL;
     long topk = 0;
-    if (k && dt_parse_long(k, 1, cfg->moe.experts, &topk) != 0) {
-        dt_strf(err, errlen, "%s: its metadata gives moe_router_topk '%.32s', not an integer "
-                "in [1, %d] (its experts)", path, k, cfg->moe.experts);
-        dt_st_close(&f);
-        return -1;
-    }
+    if (k && dt_parse_long(k, 1, cfg->moe.experts, &topk) != 0)
+        return dt_strf(err, errlen, "%s: its metadata gives moe_router_topk '%.32s', not an "
+                       "integer in [1, %d] (its experts)", path, k, cfg->moe.experts), -1;
     cfg->moe.topk = (int)topk; /* 0: not recorded */
-    dt_st_close(&f);
     return 0;
+}
+
+int dt_weights_inspect(const char *path, dt_gpt_config *cfg, char *err, size_t errlen)
+{
+    dt_st_file f;
+    if (dt_weights_open(path, &f, err, errlen) != 0) return -1;
+    memset(cfg, 0, sizeof *cfg);
+    const dt_st_tensor *emb = dt_st_find(&f, "model.embed_tokens.weight");
+    int rc = emb && emb->ndim == 2 ? inspect_llama(&f, path, emb, cfg, err, errlen)
+                                   : inspect_gpt2(&f, path, cfg, err, errlen);
+    /* A model directory: its config.json gives what the shapes do not. */
+    if (rc == 0 && is_dir(path))
+        rc = dt_hf_config_read(path, &f, cfg, err, errlen);
+    dt_st_close(&f);
+    return rc;
 }
 
 /* ---- checking values ------------------------------------------------------ */
@@ -300,7 +311,7 @@ int dt_weights_read(const dt_gpt *m, float *flat, const dt_st_file *f, const cha
 int dt_weights_load(dt_gpt *m, const char *path, char *err, size_t errlen)
 {
     dt_st_file f;
-    if (dt_st_open(path, &f, err, errlen) != 0) return -1;
+    if (dt_weights_open(path, &f, err, errlen) != 0) return -1;
     int rc = dt_weights_read(m, m->params, &f, "", err, errlen);
     dt_st_close(&f);
     return rc;
@@ -331,7 +342,7 @@ int dt_weights_load_ranges(dt_gpt *m, const char *path, const dt_flat_ranges *ke
                            int packed, char *err, size_t errlen)
 {
     dt_st_file f;
-    if (dt_st_open(path, &f, err, errlen) != 0) return -1;
+    if (dt_weights_open(path, &f, err, errlen) != 0) return -1;
     int rc = 0;
     for (int k = 0; rc == 0 && k < m->n_tensors; k++) {
         const dt_st_tensor *t = dt_weights_tensor(m, &f, "", k, err, errlen);
@@ -380,17 +391,22 @@ static int write_meta(const dt_gpt_config *c, dt_st_meta *meta, char (*v)[32])
     return n;
 }
 
-int dt_weights_write(const dt_gpt *m, const float *const *bufs, const char *const *prefixes,
-                     int nbufs, const char *path, char *err, size_t errlen)
+/* Tensors [k0, k1) of each buffer into one file, buffer b's named
+ * prefixes[b] + HF name. */
+static int write_tensors(const dt_gpt *m, const float *const *bufs, const char *const *prefixes,
+                         int nbufs, int k0, int k1, const char *path, char *err, size_t errlen)
 {
     char why[256];
+    const size_t lo = m->tensors[k0].offset;
+    const size_t hi = m->tensors[k1 - 1].offset + m->tensors[k1 - 1].numel;
     for (int b = 0; b < nbufs; b++) {
-        if (dt_weights_check_finite(m, bufs[b], prefixes[b], why, sizeof why) != 0) {
+        if (dt_weights_check_finite_range(m, bufs[b] + lo, lo, hi, prefixes[b], why,
+                                          sizeof why) != 0) {
             dt_strf(err, errlen, "%s: refusing to write non-finite values: %s", path, why);
             return -1;
         }
     }
-    int n = m->n_tensors * nbufs;
+    const int per = k1 - k0, n = per * nbufs;
     dt_st_entry *e = calloc((size_t)n, sizeof *e);
     char (*names)[96] = calloc((size_t)n, sizeof *names);
     if (!e || !names) {
@@ -400,10 +416,10 @@ int dt_weights_write(const dt_gpt *m, const float *const *bufs, const char *cons
         return -1;
     }
     for (int b = 0; b < nbufs; b++) {
-        for (int i = 0; i < m->n_tensors; i++) {
-            const dt_param_tensor *p = &m->tensors[i];
-            dt_st_entry *x = &e[b * m->n_tensors + i];
-            char *name = names[b * m->n_tensors + i];
+        for (int i = 0; i < per; i++) {
+            const dt_param_tensor *p = &m->tensors[k0 + i];
+            dt_st_entry *x = &e[b * per + i];
+            char *name = names[b * per + i];
             dt_strf(name, sizeof names[0], "%s%s", prefixes[b], p->name);
             x->name = name;
             x->data = bufs[b] + p->offset;
@@ -422,9 +438,30 @@ int dt_weights_write(const dt_gpt *m, const float *const *bufs, const char *cons
     return rc;
 }
 
+int dt_weights_write(const dt_gpt *m, const float *const *bufs, const char *const *prefixes,
+                     int nbufs, const char *path, char *err, size_t errlen)
+{
+    return write_tensors(m, bufs, prefixes, nbufs, 0, m->n_tensors, path, err, errlen);
+}
+
+int dt_weights_write_part(const dt_gpt *m, const float *flat, const char *prefix, int k0, int k1,
+                          const char *path, char *err, size_t errlen)
+{
+    return write_tensors(m, &flat, &prefix, 1, k0, k1, path, err, errlen);
+}
+
 int dt_weights_save(const dt_gpt *m, const char *path, char *err, size_t errlen)
 {
+    if (dt_hf_is_dir_path(path)) return dt_hf_save(m, m->params, path, err, errlen);
     const float *bufs[1] = {m->params};
     const char *prefixes[1] = {""};
     return dt_weights_write(m, bufs, prefixes, 1, path, err, errlen);
+}
+
+int dt_weights_check_output(const char *what, const char *path, char *err, size_t errlen)
+{
+    if (dt_hf_is_dir_path(path)) return dt_hf_check_output(what, path, err, errlen);
+    if (!is_dir(path)) return dt_check_output_file(what, path, err, errlen);
+    return dt_strf(err, errlen, "%s %s: is a directory; give a file name, or %s/ for a Hugging "
+                   "Face model directory", what, path, path), -1;
 }

@@ -10,9 +10,17 @@
 #include "model/ranges.h"
 #include "train/weights/safetensors.h"
 
+/* path is a safetensors file or a model directory as Hugging Face writes it
+ * (weights/hf_dir.h): every function here that takes a path takes either. */
+
+/* The weights at path as one file: the file, or a model directory's
+ * model.safetensors or its shards joined. */
+int dt_weights_open(const char *path, dt_st_file *f, char *err, size_t errlen);
 /* The model sizes a file implies: vocab_size and n_embd from wte,
  * block_size from wpe, n_layer from the h.{i} blocks; n_head from the
- * file's metadata, or a config.json beside it (Hugging Face's), else 0. */
+ * file's metadata, or a config.json beside it (Hugging Face's), else 0.
+ * A model directory's come from its config.json, checked against the
+ * shapes. */
 int dt_weights_inspect(const char *path, dt_gpt_config *cfg, char *err, size_t errlen);
 /* The Llama family's key/value heads from a file's k_proj [KV D, C], D =
  * n_embd / n_head; 0 when the file has none or the shapes disagree. */
@@ -45,8 +53,17 @@ int dt_weights_load_ranges(dt_gpt *m, const char *path, const dt_flat_ranges *ke
  * Refuses, naming the tensor, a buffer that holds a NaN or an infinity. */
 int dt_weights_write(const dt_gpt *m, const float *const *bufs, const char *const *prefixes,
                      int nbufs, const char *path, char *err, size_t errlen);
-/* The parameters alone, HF names: what --save-final writes. */
+/* Tensors [k0, k1) of the layout from flat, named prefix + HF name, in
+ * one file with the model sizes in __metadata__ (a model's shard). */
+int dt_weights_write_part(const dt_gpt *m, const float *flat, const char *prefix, int k0, int k1,
+                          const char *path, char *err, size_t errlen);
+/* The parameters alone, HF names: what --save-final writes. A path that
+ * ends in '/' gets a model directory (dt_hf_save). */
 int dt_weights_save(const dt_gpt *m, const char *path, char *err, size_t errlen);
+/* Whether dt_weights_save could write path, checked before the work that
+ * produces the weights: a file (dt_check_output_file) or a directory
+ * (dt_hf_check_output). `what` names the option. */
+int dt_weights_check_output(const char *what, const char *path, char *err, size_t errlen);
 
 /* Whether a value of flat (the model's layout, padding left out) makes
  * bad() true: 1 with the first such value's tensor (an index into
