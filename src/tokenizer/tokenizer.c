@@ -24,6 +24,9 @@ struct dt_tokenizer {
     unsigned char byte[256]; /* the bytes tokenizer's tokens */
 };
 
+const dt_tok_ref dt_tok_bytes = {.spec = "bytes", .split = DT_SPLIT_NONE, .eot = -1,
+                                 .vocab = 256};
+
 void dt_tok_ids_free(dt_tok_ids *ids)
 {
     free(ids->v);
@@ -104,7 +107,7 @@ int dt_tokenizer_open(const char *spec, dt_split split, int64_t eot, dt_tokenize
                          "text"), -1);
         t->bytes = 1;
         for (int b = 0; b < 256; b++) t->byte[b] = (unsigned char)b;
-        t->ref = (dt_tok_ref){.spec = "bytes", .split = DT_SPLIT_NONE, .eot = -1, .vocab = 256};
+        t->ref = dt_tok_bytes;
     } else {
         rc = load(t, spec, eot, err, errlen);
         if (rc == 0 && dt_piece_cache_init(&t->cache) != 0)

@@ -35,6 +35,9 @@ typedef struct {
     uint64_t fingerprint;       /* of its tokens, merges, split and end of text */
 } dt_tok_ref;
 
+/* The bytes tokenizer's record. */
+extern const dt_tok_ref dt_tok_bytes;
+
 typedef struct dt_tokenizer dt_tokenizer;
 
 /* Token ids, appended to. */
