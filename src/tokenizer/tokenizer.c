@@ -131,8 +131,13 @@ int dt_tokenizer_open_ref(const dt_tok_ref *ref, const char *spec, dt_tokenizer 
     if (!*where) return dt_strf(err, errlen, "no tokenizer is recorded"), -1;
     /* A ranks file's end of text is the record's; GPT-2's files name theirs. */
     int ranks = strcmp(where, "gpt2") != 0 && strcmp(where, "bytes") != 0 && !is_dir(where);
-    if (dt_tokenizer_open(where, ref->split, ranks ? ref->eot : -1, out, err, errlen) != 0)
-        return -1;
+    if (dt_tokenizer_open(where, ref->split, ranks ? ref->eot : -1, out, err, errlen) != 0) {
+        char why[768];
+        dt_strf(why, sizeof why, "%s", err);
+        return dt_strf(err, errlen, "the recorded tokenizer (%s, vocabulary %d, end of text %d) "
+                       "cannot be opened from %s: %s", ref->spec, ref->vocab, ref->eot, where,
+                       why), -1;
+    }
     const dt_tok_ref *got = dt_tokenizer_ref(*out);
     if (got->fingerprint == ref->fingerprint && got->vocab == ref->vocab && got->eot == ref->eot)
         return 0;
