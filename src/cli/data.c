@@ -269,10 +269,7 @@ static int prepare_tokens(const struct prepare_opts *o, char *err, size_t errlen
     if (dt_dataset_open(o->input, &d, err, errlen) != 0) return -1;
     uint64_t n = dt_dataset_ntokens(d);
     int rc = 0;
-    if (o->tokenizer && !dt_dataset_is_text(d))
-        rc = (dt_strf(err, errlen, "%s is an llm.c shard, tokens already: --tokenizer is for "
-                      "text", o->input), -1);
-    if (rc == 0 && dt_split_point(n, o->val_fraction) == 0)
+    if (dt_split_point(n, o->val_fraction) == 0)
         rc = (dt_strf(err, errlen, "%s: %llu tokens are too few to hold out a validation "
                       "fraction of %g", o->input, (unsigned long long)n, o->val_fraction), -1);
     if (rc == 0)
@@ -290,11 +287,26 @@ static int to_spool(void *ctx, const uint32_t *ids, size_t n, char *err, size_t 
     return dt_spool_append(ctx, ids, n, err, errlen);
 }
 
+/* That input is text (the dataset's own test: no NUL byte, no shard's
+ * magic), not tokens already. */
+static int check_text(const char *input, char *err, size_t errlen)
+{
+    dt_dataset *d;
+    if (dt_dataset_open(input, &d, err, errlen) != 0) return -1;
+    int text = dt_dataset_is_text(d);
+    dt_dataset_close(d);
+    if (text) return 0;
+    return dt_strf(err, errlen, "%s is an llm.c shard, tokens already: --tokenizer is for text",
+                   input), -1;
+}
+
 /* Text through a tokenizer, into the spool, then into the shards. */
 static int prepare_text(const struct prepare_opts *o, char *err, size_t errlen)
 {
     dt_tokenizer *t;
-    if (dt_tokenizer_open(o->tokenizer, o->split, o->eot, &t, err, errlen) != 0) return -1;
+    if (check_text(o->input, err, errlen) != 0 ||
+        dt_tokenizer_open(o->tokenizer, o->split, o->eot, &t, err, errlen) != 0)
+        return -1;
     const dt_tok_ref *ref = dt_tokenizer_ref(t);
     dt_spool spool = {.fd = -1};
     dt_text_stats st;
