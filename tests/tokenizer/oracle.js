@@ -12,7 +12,9 @@
 //       token: its bytes in base64, a space, its rank)
 //   node oracle.js NODE_MODULES classes OUT
 //       a byte per code point, 0 to U+10FFFF: 1 for \p{L}, 2 for \p{N}, 3
-//       for \p{White_Space}, 0 otherwise, 255 for a surrogate
+//       for \p{White_Space}, 0 otherwise; 255 for a surrogate or a code point
+//       this node's Unicode has not assigned (an older node than the one
+//       unicode_gen.js ran under has no opinion on the newer characters)
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -55,7 +57,7 @@ if (mode === 'encode') {
   const out = Buffer.alloc(0x110000);
   for (let cp = 0; cp < 0x110000; cp++) {
     const s = String.fromCodePoint(cp);
-    out[cp] = cp >= 0xd800 && cp <= 0xdfff ? 255 : /\p{L}/u.test(s) ? 1 : /\p{N}/u.test(s) ? 2
+    out[cp] = /\p{Cs}|\p{Cn}/u.test(s) ? 255 : /\p{L}/u.test(s) ? 1 : /\p{N}/u.test(s) ? 2
             : /\p{White_Space}/u.test(s) ? 3 : 0;
   }
   fs.writeFileSync(args[0], out);

@@ -14,7 +14,8 @@
  *       parts gives the same ids as encoded whole
  *   test_tokenizer unicode CLASSES
  *       each code point's class (CLASSES: a byte per code point, as node's
- *       regex engine has it; 255 for a surrogate) is what the tables say
+ *       regex engine has it; 255 for a surrogate or a code point it has
+ *       not assigned) is what the tables say
  */
 #include <stdint.h>
 #include <stdio.h>
