@@ -1,5 +1,8 @@
 /* `dtrain sample`: generate text from a checkpoint or a weights file, so a
- * user sees what the model learned. Byte-level models (vocabulary 256). */
+ * user sees what the model learned. The prompt is encoded and the tokens
+ * decoded with the tokenizer the checkpoint records (its training data's),
+ * or the one --tokenizer names; a model of 256 tokens without one reads
+ * bytes. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,6 +15,7 @@
 #include "core/str.h"
 #include "kernels/threads.h"
 #include "model/gpt.h"
+#include "tokenizer/tokenizer.h"
 #include "train/ckpt/checkpoint.h"
 #include "train/ckpt/shard.h"
 #include "train/weights/hf_dir.h"
@@ -27,6 +31,7 @@ typedef struct {
     unsigned long long seed;
     long threads;
     long moe_topk; /* 0: the file's */
+    const char *tokenizer; /* NULL: the checkpoint's */
 } sample_args;
 
 static void usage(FILE *f)
@@ -34,11 +39,17 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: dtrain sample --ckpt PATH [--prompt TEXT] [options]\n"
             "\n"
-            "Generates text from a trained byte-level model.\n"
+            "Generates text from a trained model, with the tokenizer its data was\n"
+            "prepared with (the checkpoint records it).\n"
             "  --ckpt PATH         a run directory (its latest checkpoint), a checkpoint\n"
             "                      directory, a .safetensors weights file, or a Hugging\n"
             "                      Face model directory (config.json and its weights)\n"
-            "  --prompt TEXT       the text to continue (default: a newline)\n"
+            "  --prompt TEXT       the text to continue (default: a newline for bytes, the\n"
+            "                      end-of-text token for a tokenizer: a new document)\n"
+            "  --tokenizer T       bytes, gpt2, a directory of GPT-2's files or a ranks\n"
+            "                      file: for a weights file or a checkpoint that records\n"
+            "                      none (default: bytes at a vocabulary of 256); for one\n"
+            "                      that does, where to find it (it must be the same)\n"
             "  --tokens N          tokens to generate (default 256)\n"
             "  --temperature T     softmax temperature, > 0 (default 0.8)\n"
             "  --top-k K           sample among the K likeliest tokens; 0 = all (default 40)\n"
@@ -61,7 +72,7 @@ static int parse_number(const char *flag, const char *v, double lo, double hi, d
 
 static int parse_args(int argc, char **argv, sample_args *a)
 {
-    *a = (sample_args){NULL, "\n", 256, 0.8, 40, 1337, 1, 0};
+    *a = (sample_args){NULL, NULL, 256, 0.8, 40, 1337, 1, 0, NULL};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) {
@@ -76,6 +87,7 @@ static int parse_args(int argc, char **argv, sample_args *a)
         double x;
         if (strcmp(f, "--ckpt") == 0) a->ckpt = v;
         else if (strcmp(f, "--prompt") == 0) a->prompt = v;
+        else if (strcmp(f, "--tokenizer") == 0) a->tokenizer = v;
         else if (strcmp(f, "--tokens") == 0) {
             if (parse_number(f, v, 1, 1e7, &x)) return -1;
             a->tokens = (long)x;
@@ -98,7 +110,7 @@ static int parse_args(int argc, char **argv, sample_args *a)
             return -1;
         }
     }
-    if (!a->prompt[0]) {
+    if (a->prompt && !a->prompt[0]) {
         fprintf(stderr, "dtrain sample: --prompt is empty; give at least one character\n");
         return -1;
     }
@@ -201,26 +213,52 @@ static int check_logits(const float *logits, int V, size_t n, char *err, size_t 
     return 0;
 }
 
-static int generate(dt_gpt *m, const sample_args *a, char *err, size_t errlen)
+/* The prompt's tokens into seq (room for its bytes, or one), printed: 0
+ * when memory runs out. */
+static size_t encode_prompt(dt_tokenizer *tok, const sample_args *a, int32_t *seq, char *err,
+                            size_t errlen)
+{
+    const dt_tok_ref *ref = dt_tokenizer_ref(tok);
+    if (!a->prompt && ref->eot >= 0) { /* a new document: nothing to print */
+        seq[0] = ref->eot;
+        return 1;
+    }
+    const char *prompt = a->prompt ? a->prompt : "\n";
+    dt_tok_ids ids = {0};
+    size_t used;
+    if (dt_tokenizer_encode(tok, prompt, strlen(prompt), 1, &ids, &used) != 0) {
+        dt_tok_ids_free(&ids);
+        dt_strf(err, errlen, "out of memory encoding the prompt");
+        return 0;
+    }
+    for (size_t i = 0; i < ids.n; i++) seq[i] = (int32_t)ids.v[i];
+    size_t n = ids.n;
+    dt_tok_ids_free(&ids);
+    fputs(prompt, stdout);
+    return n;
+}
+
+/* Ids past the tokenizer's (a vocabulary padded for speed, a gap in the
+ * ranks) are never drawn: they have no text. */
+static void mask_untokens(dt_tokenizer *tok, float *logits, int V)
+{
+    size_t len;
+    for (int i = 0; i < V; i++)
+        if (!dt_tokenizer_decode(tok, (uint32_t)i, &len)) logits[i] = -INFINITY;
+}
+
+static int generate(dt_gpt *m, dt_tokenizer *tok, const sample_args *a, char *err, size_t errlen)
 {
     const int V = m->cfg.vocab_size, maxT = m->cfg.block_size;
-    size_t plen = strlen(a->prompt);
-    size_t cap = plen + (size_t)a->tokens;
+    size_t cap = (a->prompt ? strlen(a->prompt) : 1) + (size_t)a->tokens;
     int32_t *seq = malloc(cap * sizeof *seq);
     double *prob = malloc((size_t)V * sizeof *prob);
     float *scratch = malloc((size_t)V * sizeof *scratch);
-    if (!seq || !prob || !scratch) {
-        free(seq);
-        free(prob);
-        free(scratch);
-        dt_strf(err, errlen, "out of memory");
-        return -1;
-    }
-    for (size_t i = 0; i < plen; i++) seq[i] = (unsigned char)a->prompt[i];
-    fwrite(a->prompt, 1, plen, stdout);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    int rc = seq && prob && scratch && logits ? 0 : (dt_strf(err, errlen, "out of memory"), -1);
+    size_t n = rc == 0 ? encode_prompt(tok, a, seq, err, errlen) : 0;
+    if (n == 0) rc = -1;
     uint64_t rng = a->seed;
-    size_t n = plen;
-    int rc = 0;
     for (long k = 0; k < a->tokens && rc == 0; k++) {
         int t = n > (size_t)maxT ? maxT : (int)n;
         if (dt_gpt_forward(m, seq + n - t, NULL, 1, t) < 0) {
@@ -228,21 +266,52 @@ static int generate(dt_gpt *m, const sample_args *a, char *err, size_t errlen)
             rc = -1;
             break;
         }
-        const float *logits = m->acts.logits + (size_t)(t - 1) * V;
+        memcpy(logits, m->acts.logits + (size_t)(t - 1) * V, (size_t)V * sizeof *logits);
         if (check_logits(logits, V, n, err, errlen) != 0) {
             rc = -1;
             break;
         }
-        int tok = draw(logits, V, a, &rng, scratch, prob);
-        seq[n++] = tok;
-        putchar(tok);
+        mask_untokens(tok, logits, V);
+        int id = draw(logits, V, a, &rng, scratch, prob);
+        seq[n++] = id;
+        size_t len;
+        const unsigned char *bytes = dt_tokenizer_decode(tok, (uint32_t)id, &len);
+        fwrite(bytes, 1, len, stdout);
         fflush(stdout);
     }
     putchar('\n');
     free(seq);
     free(prob);
     free(scratch);
+    free(logits);
     return rc;
+}
+
+/* The tokenizer to read and write text with: the checkpoint's record
+ * (found where --tokenizer says, if given), else --tokenizer, else bytes
+ * for a model of 256 tokens. */
+static int open_tokenizer(const sample_args *a, const char *path, int is_ckpt,
+                          const dt_gpt_config *cfg, dt_tokenizer **tok, char *err,
+                          size_t errlen)
+{
+    dt_ckpt_record rec = {0};
+    if (is_ckpt && dt_ckpt_read_record(path, &rec, err, errlen)) return -1;
+    const dt_tok_ref *ref = &rec.run.tokenizer;
+    const char *spec = a->tokenizer ? a->tokenizer : "bytes";
+    if (!ref->spec[0] && !a->tokenizer && cfg->vocab_size != 256)
+        return dt_strf(err, errlen, "%s has a vocabulary of %d and records no tokenizer: give "
+                       "--tokenizer (gpt2, a directory of GPT-2's files, or a ranks file)",
+                       path, cfg->vocab_size), -1;
+    int rc = ref->spec[0] ? dt_tokenizer_open_ref(ref, a->tokenizer, tok, err, errlen)
+                          : dt_tokenizer_open(spec, DT_SPLIT_NONE, -1, tok, err, errlen);
+    if (rc != 0) return -1;
+    int need = dt_tokenizer_ref(*tok)->vocab;
+    if (need <= cfg->vocab_size) return 0;
+    dt_strf(err, errlen, "%s has a vocabulary of %d, smaller than its tokenizer's (%s: %d)", path,
+            cfg->vocab_size, dt_tokenizer_ref(*tok)->spec, need);
+    dt_tokenizer_close(*tok);
+    *tok = NULL;
+    return -1;
 }
 
 int cli_sample(int argc, char **argv)
@@ -260,11 +329,9 @@ int cli_sample(int argc, char **argv)
         fprintf(stderr, "dtrain sample: %s\n", err);
         return 1;
     }
-    if (cfg.vocab_size != 256) {
-        fprintf(stderr,
-                "dtrain sample: %s has a vocabulary of %d; sampling supports byte-level models "
-                "(256) only\n",
-                path, cfg.vocab_size);
+    dt_tokenizer *tok = NULL;
+    if (open_tokenizer(&a, path, is_ckpt, &cfg, &tok, err, sizeof err)) {
+        fprintf(stderr, "dtrain sample: %s\n", err);
         return 1;
     }
     if (cfg.n_head == 0) {
@@ -296,8 +363,9 @@ int cli_sample(int argc, char **argv)
         dt_strf(err, sizeof err, "%s", m.error);
         rc = -1;
     }
-    if (rc == 0) rc = generate(&m, &a, err, sizeof err);
+    if (rc == 0) rc = generate(&m, tok, &a, err, sizeof err);
     if (rc != 0) fprintf(stderr, "dtrain sample: %s\n", err);
     dt_gpt_destroy(&m);
+    dt_tokenizer_close(tok);
     return rc != 0;
 }

@@ -359,7 +359,8 @@ int dt_run_save(dt_run *t)
                         .global_batch = t->global_batch,
                         .last_loss = t->last_loss,
                         .data_tokens = dt_dataset_ntokens(t->train),
-                        .moe_bias = t->model.moe.bias};
+                        .moe_bias = t->model.moe.bias,
+                        .tokenizer = *dt_dataset_tokenizer(t->train)};
     char path[DT_CONFIG_PATH + 64], why[256];
     if (dt_optimizer_state_map(&t->opt, ERR(t))) return -1;
     int rc = mine ? save_sharded(t, mine, &st, path, sizeof path)

@@ -154,7 +154,7 @@ static void test_damaged(void)
         if (k == 0) poke(train, 1024 + 2 * 5, &big, 2);
         if (k == 1) poke(train, 12, &vocab, 4); /* the header's vocabulary slot */
         if (k == 2) {
-            const uint16_t xyz[3] = {'x', 'y', 'z'};
+            const uint32_t xyz[3] = {'x', 'y', 'z'};
             CHECK(dt_shard_write(val, xyz, 3, 256, err, sizeof err) == 0, "%s", err);
         }
         CHECK(dt_corpus_build(src, out, train, val, sizeof train, err, sizeof err) == 0,

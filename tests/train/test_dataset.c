@@ -336,11 +336,29 @@ static int count_files(void)
     return n;
 }
 
+/* A shard written by hand: a header with vocab in its slot, then tokens. */
+static const char *shard_with_vocab(const char *name, int32_t vocab, const uint16_t *tok, int n)
+{
+    const char *p = path_in(name);
+    int32_t hdr[256] = {DT_SHARD_MAGIC, 1, n, vocab};
+    FILE *f = fopen(p, "wb");
+    fwrite(hdr, sizeof hdr, 1, f);
+    fwrite(tok, 2, (size_t)n, f);
+    fclose(f);
+    return p;
+}
+
+static long file_size(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 ? (long)st.st_size : -1;
+}
+
 static void test_writer(void)
 {
     char err[1024];
-    uint16_t tok[3000];
-    for (int i = 0; i < 3000; i++) tok[i] = (uint16_t)(i * 31);
+    uint32_t tok[3000];
+    for (int i = 0; i < 3000; i++) tok[i] = (uint32_t)(i * 31) % 65536;
     int before = count_files();
     const char *p = path_in("written.bin");
     CHECK(dt_shard_write(p, tok, 3000, 0, err, sizeof err) == 0, "%s", err);
@@ -348,24 +366,37 @@ static void test_writer(void)
     dt_dataset *d;
     CHECK(dt_dataset_open(p, &d, err, sizeof err) == 0, "%s", err);
     if (failures) return;
-    uint16_t back[3000];
+    uint32_t back[3000];
     CHECK(dt_dataset_read(d, 0, 3000, back, err, sizeof err) == 0, "%s", err);
     CHECK(dt_dataset_ntokens(d) == 3000 && memcmp(back, tok, sizeof tok) == 0, "round trip");
     CHECK(dt_dataset_vocab(d) == 65535, "vocab %d", dt_dataset_vocab(d)); /* max i*31 % 2^16 */
+    CHECK(dt_dataset_width(d) == 2 && file_size(p) == 1024 + 2 * 3000, "uint16 shard");
     dt_dataset_close(d);
 
-    /* the header's vocabulary counts when it is larger and plausible */
-    int vocabs[3][2] = {{300, 300}, {10, 32}, {70000, 32}};
-    for (int k = 0; k < 3; k++) {
-        CHECK(dt_shard_write(p, tok, 2, vocabs[k][0], err, sizeof err) == 0, "%s", err);
-        CHECK(dt_dataset_open(p, &d, err, sizeof err) == 0, "%s", err);
-        CHECK(dt_dataset_vocab(d) == vocabs[k][1], "header vocab %d: %d", vocabs[k][0],
-              dt_dataset_vocab(d));
-        dt_dataset_close(d);
-    }
+    /* the header's vocabulary is the data's, when it is one a uint16 can need */
+    CHECK(dt_shard_write(p, tok, 2, 300, err, sizeof err) == 0, "%s", err);
+    CHECK(dt_dataset_open(p, &d, err, sizeof err) == 0, "%s", err);
+    CHECK(dt_dataset_vocab(d) == 300, "header vocab 300: %d", dt_dataset_vocab(d));
+    dt_dataset_close(d);
+    const uint16_t two[2] = {0, 31};
+    p = shard_with_vocab("implausible.bin", 70000, two, 2); /* no uint16 token needs it */
+    CHECK(dt_dataset_open(p, &d, err, sizeof err) == 0, "%s", err);
+    CHECK(dt_dataset_vocab(d) == 32, "header vocab 70000 in a uint16 shard: %d",
+          dt_dataset_vocab(d));
+    dt_dataset_close(d);
+    /* a token beyond the header's vocabulary: the file is refused, naming both */
+    p = shard_with_vocab("beyond.bin", 10, two, 2);
+    CHECK_ERR(open_err(p, err, sizeof err), err, p, "token 31 at position 1",
+              "beyond the vocabulary of 10");
+    /* and the writer refuses to write one */
+    before = count_files();
+    CHECK_ERR(dt_shard_write(path_in("w10.bin"), tok, 2, 10, err, sizeof err), err, "w10.bin",
+              "token 31 (at position 1) is beyond the vocabulary of 10");
+    CHECK(count_files() == before, "a refused shard left a file");
 
     dt_shard_writer w;
-    CHECK(dt_shard_begin(&w, path_in("bytes.bin"), 256, err, sizeof err) == 0, "%s", err);
+    CHECK(dt_shard_begin(&w, path_in("bytes.bin"), 256, &dt_tok_bytes, err, sizeof err) == 0,
+          "%s", err);
     CHECK(dt_shard_append_bytes(&w, (const unsigned char *)"\xff" "ab", 3, err, 1024) == 0, "a");
     CHECK(dt_shard_append(&w, tok, 2, err, sizeof err) == 0, "%s", err);
     CHECK(dt_shard_commit(&w, err, sizeof err) == 0, "%s", err);
@@ -373,16 +404,58 @@ static void test_writer(void)
     CHECK(dt_dataset_read(d, 0, 5, back, err, sizeof err) == 0, "%s", err);
     CHECK(back[0] == 255 && back[1] == 'a' && back[3] == 0 && back[4] == 31, "bytes");
     CHECK(dt_dataset_vocab(d) == 256, "byte shard vocab %d", dt_dataset_vocab(d));
+    CHECK(strcmp(dt_dataset_tokenizer(d)->spec, "bytes") == 0, "bytes recorded");
     dt_dataset_close(d);
 
     before = count_files();
-    CHECK(dt_shard_begin(&w, path_in("none.bin"), 0, err, sizeof err) == 0, "%s", err);
+    CHECK(dt_shard_begin(&w, path_in("none.bin"), 0, NULL, err, sizeof err) == 0, "%s", err);
     CHECK_ERR(dt_shard_commit(&w, err, sizeof err), err, "none.bin", "no tokens");
-    CHECK(dt_shard_begin(&w, path_in("gone.bin"), 0, err, sizeof err) == 0, "%s", err);
+    CHECK(dt_shard_begin(&w, path_in("gone.bin"), 0, NULL, err, sizeof err) == 0, "%s", err);
     CHECK(dt_shard_append(&w, tok, 100, err, sizeof err) == 0, "%s", err);
     CHECK(access(path_in("gone.bin"), F_OK) != 0, "a shard is visible before its commit");
     dt_shard_abort(&w);
     CHECK(count_files() == before, "an aborted shard left a file");
+}
+
+/* A vocabulary over 65,536 takes llm.c's uint32 shard (magic 20240801,
+ * version 7), and the tokenizer's record comes back as it went. */
+static void test_wide(void)
+{
+    char err[1024];
+    enum { N = 5000, V = 128256 };
+    static uint32_t tok[N], back[N];
+    for (int i = 0; i < N; i++) tok[i] = (uint32_t)((uint64_t)i * 2654435761u % V);
+    tok[7] = V - 1;
+    dt_tok_ref ref = {.spec = "/some/where/tokenizer.model", .split = DT_SPLIT_CL100K,
+                      .eot = 128000, .vocab = V, .fingerprint = 0x0123456789abcdefull};
+    const char *p = path_in("wide.bin");
+    dt_shard_writer w;
+    CHECK(dt_shard_begin(&w, p, V, &ref, err, sizeof err) == 0, "%s", err);
+    CHECK(dt_shard_append(&w, tok, N, err, sizeof err) == 0, "%s", err);
+    CHECK(dt_shard_commit(&w, err, sizeof err) == 0, "%s", err);
+    int32_t hdr[4] = {0};
+    FILE *f = fopen(p, "rb");
+    CHECK(f && fread(hdr, 4, 4, f) == 4, "header");
+    if (f) fclose(f);
+    CHECK(hdr[0] == 20240801 && hdr[1] == 7 && hdr[2] == N && hdr[3] == V,
+          "header %d %d %d %d", hdr[0], hdr[1], hdr[2], hdr[3]);
+    CHECK(file_size(p) == 1024 + 4L * N, "size %ld", file_size(p));
+    dt_dataset *d;
+    CHECK(dt_dataset_open(p, &d, err, sizeof err) == 0, "%s", err);
+    if (failures) return;
+    CHECK(dt_dataset_read(d, 0, N, back, err, sizeof err) == 0, "%s", err);
+    CHECK(memcmp(back, tok, sizeof tok) == 0, "uint32 round trip");
+    CHECK(dt_dataset_vocab(d) == V && dt_dataset_width(d) == 4, "vocab %d", dt_dataset_vocab(d));
+    const dt_tok_ref *got = dt_dataset_tokenizer(d);
+    CHECK(strcmp(got->spec, ref.spec) == 0 && got->split == ref.split && got->eot == ref.eot &&
+          got->vocab == V && got->fingerprint == ref.fingerprint, "record: %s %d %d %d %llx",
+          got->spec, got->split, got->eot, got->vocab, (unsigned long long)got->fingerprint);
+    int32_t in[4], tg[4];
+    dt_sampler s;
+    dt_sampler_init(&s, 0, 0);
+    CHECK(dt_dataset_batch(d, &s, 0, 1, 4, in, tg, err, sizeof err) == 0, "%s", err);
+    CHECK(in[0] == (int32_t)tok[0] && tg[3] == (int32_t)tok[4], "batch of uint32 tokens");
+    dt_dataset_close(d);
 }
 
 static void remove_dir(void)
@@ -409,6 +482,7 @@ static int unit(void)
     test_sampler();
     test_shuffled_batches();
     test_writer();
+    test_wide();
     remove_dir();
     return finish("dataset");
 }

@@ -54,6 +54,22 @@ static cJSON *moe_bias_json(const float *bias, int L, int E)
     return NULL;
 }
 
+/* The tokenizer's record, or NULL when memory runs out. */
+static cJSON *tokenizer_json(const dt_tok_ref *t)
+{
+    cJSON *o = cJSON_CreateObject();
+    char fp[17];
+    dt_strf(fp, sizeof fp, "%016" PRIx64, t->fingerprint);
+    if (o && cJSON_AddStringToObject(o, "spec", t->spec) &&
+        cJSON_AddStringToObject(o, "split", dt_split_name(t->split)) &&
+        cJSON_AddNumberToObject(o, "eot", t->eot) &&
+        cJSON_AddNumberToObject(o, "vocab", t->vocab) &&
+        cJSON_AddStringToObject(o, "fingerprint", fp))
+        return o;
+    cJSON_Delete(o);
+    return NULL;
+}
+
 cJSON *dt_ckpt_state_json(const dt_ckpt_record *r)
 {
     const dt_ckpt_state *s = &r->run;
@@ -97,6 +113,14 @@ cJSON *dt_ckpt_state_json(const dt_ckpt_record *r)
         cJSON_AddNumberToObject(model, "moe_router_topk", r->model.moe.topk);
     }
     cJSON_AddItemToObject(j, "model", model);
+    if (r->run.tokenizer.spec[0]) {
+        cJSON *tok = tokenizer_json(&r->run.tokenizer);
+        if (!tok || !cJSON_AddItemToObject(j, "tokenizer", tok)) {
+            cJSON_Delete(tok);
+            cJSON_Delete(j);
+            return NULL;
+        }
+    }
     if (!r->run.moe_bias || !r->model.moe.experts) return j;
     cJSON *bias = moe_bias_json(r->run.moe_bias, r->model.n_layer, r->model.moe.experts);
     if (bias) {
@@ -365,6 +389,34 @@ static int get_moe_bias(const reader *rd, const cJSON *obj, dt_ckpt_record *r, f
     return 0;
 }
 
+/* The data's tokenizer, when recorded. */
+static int get_tokenizer(const reader *rd, const cJSON *obj, dt_tok_ref *t)
+{
+    memset(t, 0, sizeof *t);
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(obj, "tokenizer");
+    if (!o) return 0;
+    if (!cJSON_IsObject(o)) return bad(rd, "tokenizer", o, "an object naming the tokenizer");
+    reader sub = *rd;
+    sub.prefix = "tokenizer.";
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(o, "spec");
+    const cJSON *split = cJSON_GetObjectItemCaseSensitive(o, "split");
+    const cJSON *fp = cJSON_GetObjectItemCaseSensitive(o, "fingerprint");
+    if (!cJSON_IsString(spec) || !spec->valuestring[0] ||
+        strlen(spec->valuestring) >= sizeof t->spec)
+        return bad(&sub, "spec", spec, "bytes, gpt2 or a path of under %zu bytes", sizeof t->spec);
+    dt_strf(t->spec, sizeof t->spec, "%s", spec->valuestring);
+    if (cJSON_IsString(split) && strcmp(split->valuestring, "none") == 0)
+        t->split = DT_SPLIT_NONE;
+    else if (!cJSON_IsString(split) || dt_split_parse(split->valuestring, &t->split) != 0)
+        return bad(&sub, "split", split, "none, gpt2 or cl100k");
+    if (!cJSON_IsString(fp) || strlen(fp->valuestring) != 16 ||
+        strspn(fp->valuestring, "0123456789abcdef") != 16)
+        return bad(&sub, "fingerprint", fp, "16 hexadecimal digits");
+    t->fingerprint = strtoull(fp->valuestring, NULL, 16);
+    return get_i32(&sub, o, "vocab", 1, INT_MAX, &t->vocab) ||
+           get_i32(&sub, o, "eot", -1, t->vocab - 1, &t->eot);
+}
+
 /* Relations between fields that every run keeps: each step consumes at
  * least one sequence. (The optimizer's step count is not tied to the
  * step: an asynchronous parameter server updates once per worker push.) */
@@ -392,7 +444,8 @@ static int parse_object(const reader *rd, const cJSON *j, dt_ckpt_record *r)
         get_u64(rd, j, "data_tokens", INT64_MAX, 1, &s->data_tokens) ||
         get_optimizer(rd, j, &r->optimizer) ||
         get_long(rd, j, "optimizer_step", 0, INT_MAX - 1, &r->optimizer_step) ||
-        get_model(rd, j, &r->model) || get_moe_bias(rd, j, r, NULL))
+        get_model(rd, j, &r->model) || get_moe_bias(rd, j, r, NULL) ||
+        get_tokenizer(rd, j, &s->tokenizer))
         return -1;
     return check_relations(rd, s);
 }

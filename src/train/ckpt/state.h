@@ -6,14 +6,19 @@
  *    "data_tokens": "1000000", "optimizer": "adamw", "optimizer_step": 20,
  *    "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256,
  *              "block_size": 64},
- *    "moe_expert_bias": ["00000000 3a83126f bf800000", ...]}
+ *    "moe_expert_bias": ["00000000 3a83126f bf800000", ...],
+ *    "tokenizer": {"spec": "gpt2", "split": "gpt2", "eot": 50256, "vocab": 50257,
+ *                  "fingerprint": "dae4cbe1e441ad33"}}
  *
  * 64-bit counters are decimal strings (JSON numbers are doubles). Reading
  * checks every field's type and range and the relations between them, so a
  * hand-edited or damaged file fails with a message naming the file, the
  * field and what it may hold, rather than resuming a run that is wrong.
  * "model" and "data_tokens" are optional: checkpoints written before they
- * were recorded lack them.
+ * were recorded lack them. So is "tokenizer", the one the training data
+ * was prepared with as its shards record it (tokenizer/tokenizer.h), by
+ * which `dtrain sample` reads prompts and writes text; absent when the
+ * data records none.
  *
  * "moe_expert_bias", with --moe-router-enable-expert-bias: the experts'
  * bias of aux-loss-free balancing (model/moe.h), one string per layer of
@@ -31,6 +36,7 @@
 
 #include "model/gpt.h"
 #include "model/optimizer.h"
+#include "tokenizer/tokenizer.h"
 
 #define DT_CKPT_FORMAT 1
 /* The largest step: the largest integer a JSON number (a double) holds
@@ -52,6 +58,7 @@ typedef struct {
     /* The experts' bias to save, [n_layer][E] of the model, or NULL; a
      * read leaves it NULL (dt_ckpt_read_moe_bias fetches the values). */
     const float *moe_bias;
+    dt_tok_ref tokenizer;  /* the data's; spec "": none recorded */
 } dt_ckpt_state;
 
 /* Everything state.json holds. */

@@ -206,7 +206,7 @@ static int write_shard(const char *path, const unsigned char *bytes, size_t n, c
                        size_t errlen)
 {
     dt_shard_writer w;
-    if (dt_shard_begin(&w, path, 256, err, errlen) != 0) return -1;
+    if (dt_shard_begin(&w, path, 256, &dt_tok_bytes, err, errlen) != 0) return -1;
     if (dt_shard_append_bytes(&w, bytes, n, err, errlen) != 0) return -1;
     return dt_shard_commit(&w, err, errlen);
 }
@@ -214,7 +214,7 @@ static int write_shard(const char *path, const unsigned char *bytes, size_t n, c
 /* The first token outside the byte range, as a reason; 0 when none is. */
 static int find_non_byte(const dt_dataset *d, const char *path, char *why, size_t len)
 {
-    uint16_t buf[16384];
+    uint32_t buf[16384];
     uint64_t n = dt_dataset_ntokens(d);
     for (uint64_t at = 0; at < n; at += 16384) {
         size_t k = n - at < 16384 ? (size_t)(n - at) : 16384;

@@ -25,9 +25,10 @@ struct source {
     char *path;
     uint64_t size;     /* bytes when opened */
     uint64_t data_off; /* where token 0 starts: after the header of a shard */
-    int shard;         /* tokens are uint16 (else one per byte) */
+    int width;         /* bytes a token: 1 (text), 2 or 4 */
     uint64_t ntokens;
     int vocab;
+    dt_tok_ref tok;
 };
 
 struct dt_dataset {
@@ -84,16 +85,25 @@ static int check_size(const struct source *s, char *err, size_t errlen)
     return read_failed(s, errno, err, errlen);
 }
 
-/* Tokens at .. at+n-1 of the file, widened to uint16. */
-static int read_tokens(const struct source *s, uint64_t at, size_t n, uint16_t *out, char *err,
+/* Tokens at .. at+n-1 of the file, widened to uint32. */
+static int read_tokens(const struct source *s, uint64_t at, size_t n, uint32_t *out, char *err,
                        size_t errlen)
 {
-    if (s->shard) return read_at(s, s->data_off + 2 * at, out, 2 * n, err, errlen);
-    unsigned char bytes[4096];
+    if (s->width == 4) return read_at(s, s->data_off + 4 * at, out, 4 * n, err, errlen);
+    /* Narrower tokens are read into the front of out, then widened from
+     * the back, where no token is overwritten before it is read. */
+    const size_t w = (size_t)s->width;
     for (size_t done = 0; done < n;) {
-        size_t k = n - done < sizeof bytes ? n - done : sizeof bytes;
-        if (read_at(s, s->data_off + at + done, bytes, k, err, errlen) != 0) return -1;
-        for (size_t i = 0; i < k; i++) out[done + i] = bytes[i];
+        size_t k = n - done < 65536 ? n - done : 65536;
+        uint32_t *o = out + done;
+        if (read_at(s, s->data_off + w * (at + done), o, w * k, err, errlen) != 0) return -1;
+        if (w == 2) {
+            const uint16_t *t = (const uint16_t *)(void *)o;
+            for (size_t i = k; i-- > 0;) o[i] = t[i];
+        } else {
+            const unsigned char *b = (const unsigned char *)o;
+            for (size_t i = k; i-- > 0;) o[i] = b[i];
+        }
         done += k;
     }
     return 0;
@@ -120,23 +130,38 @@ static int open_file(const char *path, struct source *s, char *err, size_t errle
     return 0;
 }
 
-/* The largest token + 1, in one pass over the file. */
-static int scan_vocab(struct source *s, char *err, size_t errlen)
+/* The largest token + 1, in one pass over the file; a token at or beyond
+ * the header's vocabulary (hdr_vocab > 0) is refused, as the tokens and
+ * their vocabulary disagree. */
+static int scan_vocab(struct source *s, int32_t hdr_vocab, char *err, size_t errlen)
 {
-    uint16_t *buf = malloc(SCAN_TOKENS * sizeof *buf);
+    uint32_t *buf = malloc(SCAN_TOKENS * sizeof *buf);
     if (!buf) {
         dt_strf(err, errlen, "%s: out of memory", s->path);
         return -1;
     }
-    uint16_t top = 0;
+    uint32_t top = 0;
     int rc = 0;
     for (uint64_t at = 0; rc == 0 && at < s->ntokens; at += SCAN_TOKENS) {
         size_t n = s->ntokens - at < SCAN_TOKENS ? (size_t)(s->ntokens - at) : SCAN_TOKENS;
         rc = read_tokens(s, at, n, buf, err, errlen);
-        for (size_t i = 0; rc == 0 && i < n; i++) top = buf[i] > top ? buf[i] : top;
+        for (size_t i = 0; rc == 0 && i < n; i++) {
+            top = buf[i] > top ? buf[i] : top;
+            if (hdr_vocab <= 0 || buf[i] < (uint32_t)hdr_vocab) continue;
+            dt_strf(err, errlen, "%s: token %u at position %llu is beyond the vocabulary of %d "
+                    "its header records (ids 0 to %d): the tokens and their vocabulary "
+                    "disagree", s->path, buf[i], (unsigned long long)(at + i), hdr_vocab,
+                    hdr_vocab - 1);
+            rc = -1;
+        }
     }
     free(buf);
-    s->vocab = top + 1;
+    if (rc == 0 && top >= INT32_MAX) {
+        dt_strf(err, errlen, "%s: token %u is beyond any vocabulary dtrain trains", s->path,
+                top);
+        rc = -1;
+    }
+    s->vocab = hdr_vocab > 0 ? hdr_vocab : (int)top + 1;
     return rc;
 }
 
@@ -147,41 +172,30 @@ static int parse_shard(const char *path, struct source *s, char *err, size_t err
 {
     if (s->size < DT_SHARD_HEADER_BYTES) {
         dt_strf(err, errlen,
-                "%s: starts with the llm.c shard magic %d but is only %llu bytes, shorter "
+                "%s: starts with an llm.c shard's magic but is only %llu bytes, shorter "
                 "than the %d-byte header: truncated",
-                path, DT_SHARD_MAGIC, (unsigned long long)s->size, DT_SHARD_HEADER_BYTES);
+                path, (unsigned long long)s->size, DT_SHARD_HEADER_BYTES);
         return -1;
     }
-    int32_t hdr[DT_SHARD_VOCAB_SLOT + 1];
-    if (read_at(s, 0, hdr, sizeof hdr, err, errlen) != 0) return -1;
-    if (hdr[1] != DT_SHARD_VERSION) {
-        dt_strf(err, errlen, "%s: llm.c shard version %d is not supported (expected %d)", path,
-                hdr[1], DT_SHARD_VERSION);
+    int32_t hdr[DT_SHARD_HEADER_INTS];
+    dt_shard_info info;
+    if (read_at(s, 0, hdr, sizeof hdr, err, errlen) != 0 ||
+        dt_shard_header_parse(path, hdr, &info, err, errlen) != 0)
         return -1;
-    }
-    if (hdr[2] <= 0) {
-        dt_strf(err, errlen, "%s: llm.c shard header gives %d tokens; a shard needs at least one",
-                path, hdr[2]);
-        return -1;
-    }
-    uint64_t want = DT_SHARD_HEADER_BYTES + 2 * (uint64_t)hdr[2];
+    uint64_t want = DT_SHARD_HEADER_BYTES + (uint64_t)info.width * (uint64_t)info.ntokens;
     if (s->size != want) {
         dt_strf(err, errlen,
-                "%s: %s: the header says %d tokens, so the file should be %llu bytes, but it "
+                "%s: %s: the header says %lld tokens, so the file should be %llu bytes, but it "
                 "is %llu",
-                path, s->size < want ? "truncated" : "trailing bytes", hdr[2],
+                path, s->size < want ? "truncated" : "trailing bytes", (long long)info.ntokens,
                 (unsigned long long)want, (unsigned long long)s->size);
         return -1;
     }
-    s->shard = 1;
+    s->width = info.width;
     s->data_off = DT_SHARD_HEADER_BYTES;
-    s->ntokens = (uint64_t)hdr[2];
-    if (scan_vocab(s, err, errlen) != 0) return -1;
-    /* Only a value a uint16 token can need: a foreign writer's garbage in
-     * the slot must not size a model. */
-    int32_t hint = hdr[DT_SHARD_VOCAB_SLOT];
-    if (hint > s->vocab && hint <= 65536) s->vocab = hint;
-    return 0;
+    s->ntokens = (uint64_t)info.ntokens;
+    s->tok = info.tok;
+    return scan_vocab(s, info.vocab, err, errlen);
 }
 
 /* Text has no NUL bytes; a binary file (weights, a foreign token format)
@@ -196,13 +210,16 @@ static int parse_text(const char *path, struct source *s, char *err, size_t errl
         const char *nul = memchr(buf, 0, n);
         if (nul) {
             dt_strf(err, errlen,
-                    "%s: neither an llm.c shard (magic %d) nor text (a NUL byte at offset %llu)",
-                    path, DT_SHARD_MAGIC, (unsigned long long)(at + (uint64_t)(nul - buf)));
+                    "%s: neither an llm.c shard (magic %d or %d) nor text (a NUL byte at "
+                    "offset %llu)", path, DT_SHARD_MAGIC, DT_SHARD32_MAGIC,
+                    (unsigned long long)(at + (uint64_t)(nul - buf)));
             return -1;
         }
     }
+    s->width = 1;
     s->ntokens = s->size;
     s->vocab = 256;
+    s->tok = dt_tok_bytes;
     return 0;
 }
 
@@ -211,7 +228,7 @@ static int is_shard(const struct source *s)
     int32_t magic;
     char err[8];
     return s->size >= 4 && read_at(s, 0, &magic, 4, err, sizeof err) == 0 &&
-           magic == DT_SHARD_MAGIC;
+           dt_shard_magic(magic);
 }
 
 static dt_dataset *dataset_new(struct source *src, uint64_t begin, uint64_t end,
@@ -266,16 +283,18 @@ void dt_dataset_close(dt_dataset *d)
 const char *dt_dataset_name(const dt_dataset *d) { return d->name; }
 uint64_t dt_dataset_ntokens(const dt_dataset *d) { return d->end - d->begin; }
 int dt_dataset_vocab(const dt_dataset *d) { return d->src->vocab; }
-int dt_dataset_is_text(const dt_dataset *d) { return !d->src->shard; }
+int dt_dataset_is_text(const dt_dataset *d) { return d->src->width == 1; }
+int dt_dataset_width(const dt_dataset *d) { return d->src->width; }
+const dt_tok_ref *dt_dataset_tokenizer(const dt_dataset *d) { return &d->src->tok; }
 
 uint32_t dt_dataset_token(const dt_dataset *d, uint64_t i)
 {
-    uint16_t t;
+    uint32_t t;
     char err[8];
     return dt_dataset_read(d, i, 1, &t, err, sizeof err) == 0 ? t : UINT32_MAX;
 }
 
-int dt_dataset_read(const dt_dataset *d, uint64_t begin, size_t n, uint16_t *out, char *err,
+int dt_dataset_read(const dt_dataset *d, uint64_t begin, size_t n, uint32_t *out, char *err,
                     size_t errlen)
 {
     return read_tokens(d->src, d->begin + begin, n, out, err, errlen);
@@ -313,7 +332,7 @@ int dt_dataset_batch(const dt_dataset *d, dt_sampler *s, uint64_t first_seq, int
     }
     if (dt_dataset_check(d, T, err, errlen) != 0) return -1;
     if (check_size(d->src, err, errlen) != 0) return -1;
-    uint16_t *seq = malloc(((size_t)T + 1) * sizeof *seq); /* inputs, then the next token */
+    uint32_t *seq = malloc(((size_t)T + 1) * sizeof *seq); /* inputs, then the next token */
     if (!seq) {
         dt_strf(err, errlen, "%s: out of memory for a sequence of %d", d->name, T);
         return -1;
@@ -327,8 +346,8 @@ int dt_dataset_batch(const dt_dataset *d, dt_sampler *s, uint64_t first_seq, int
         int32_t *in = inputs + (size_t)b * (size_t)T;
         int32_t *tg = targets + (size_t)b * (size_t)T;
         for (int t = 0; rc == 0 && t < T; t++) {
-            in[t] = seq[t];
-            tg[t] = seq[t + 1];
+            in[t] = (int32_t)seq[t];
+            tg[t] = (int32_t)seq[t + 1];
         }
     }
     free(seq);

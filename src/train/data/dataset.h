@@ -1,10 +1,10 @@
-/* Token data for training: an llm.c token shard (a header of 256 int32:
- * magic 20240520, version 1, token count; then the tokens as uint16) or,
- * when a file does not start with the magic, plain text read as bytes
- * (vocabulary 256). Files are read (pread) as batches need them, never
- * loaded whole and never mapped: a file truncated under a run is an error
- * at the next batch ("FILE shrank from N to M bytes while training"), not
- * a SIGBUS.
+/* Token data for training: an llm.c token shard (data/shard_header.h:
+ * a header of 256 int32, then the tokens as uint16, or as uint32 for a
+ * vocabulary over 65,536) or, when a file does not start with either
+ * magic, plain text read as bytes (vocabulary 256). Files are read
+ * (pread) as batches need them, never loaded whole and never mapped: a
+ * file truncated under a run is an error at the next batch ("FILE shrank
+ * from N to M bytes while training"), not a SIGBUS.
  *
  * Sequence k of length T is tokens k*T .. k*T+T: the inputs are the first
  * T, the targets the last T (shifted by one). A dataset of n tokens holds
@@ -16,22 +16,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tokenizer/tokenizer.h"
 #include "train/data/sampler.h"
-
-#define DT_SHARD_MAGIC 20240520
-#define DT_SHARD_VERSION 1
-#define DT_SHARD_HEADER_INTS 256
-#define DT_SHARD_HEADER_BYTES (DT_SHARD_HEADER_INTS * 4)
-/* dtrain's one addition to the header, in a slot llm.c leaves zero and
- * ignores: the vocabulary the tokens come from (256 for byte-level text),
- * so that a shard cut from a file needs the same model as the file. */
-#define DT_SHARD_VOCAB_SLOT 3
+#include "train/data/shard_header.h"
 
 typedef struct dt_dataset dt_dataset;
 
 /* Opens a shard or a text file. Fails, with a message naming the file,
- * for an empty file, a shard of the wrong version, or a shard whose size
- * is not 1024 + 2 * count bytes. */
+ * for an empty file, a shard of the wrong version, a shard whose size is
+ * not 1024 + width * count bytes, or one holding a token beyond the
+ * vocabulary its header records. */
 int dt_dataset_open(const char *path, dt_dataset **out, char *err, size_t errlen);
 /* Each dataset and each view is closed on its own; the mapping goes when
  * the last of them does. */
@@ -40,17 +34,22 @@ void dt_dataset_close(dt_dataset *d);
 /* For messages: the file, and for a view which part of it. */
 const char *dt_dataset_name(const dt_dataset *d);
 uint64_t dt_dataset_ntokens(const dt_dataset *d);
-/* The vocabulary the data needs: 256 for text; for a shard the largest
- * token + 1 of the whole file (so that views of one file agree), or the
- * header's vocabulary (DT_SHARD_VOCAB_SLOT) when that is larger. */
+/* The vocabulary the data needs: 256 for text; for a shard the header's
+ * vocabulary (DT_SHARD_VOCAB_SLOT), or without one the largest token + 1
+ * of the whole file (so that views of one file agree). */
 int dt_dataset_vocab(const dt_dataset *d);
 int dt_dataset_is_text(const dt_dataset *d);
+/* Bytes a token in the file: 1 (text), 2 or 4. */
+int dt_dataset_width(const dt_dataset *d);
+/* The tokenizer the tokens come from: "bytes" for text, the header's
+ * record for a shard (spec "" when it records none). */
+const dt_tok_ref *dt_dataset_tokenizer(const dt_dataset *d);
 /* Token i (0 <= i < ntokens), or UINT32_MAX when the file cannot be read
  * any more: for tests and tools that read a few tokens. */
 uint32_t dt_dataset_token(const dt_dataset *d, uint64_t i);
 /* Tokens begin .. begin+n-1 into out; the range must lie inside. Fails
  * only when the file shrank or cannot be read. */
-int dt_dataset_read(const dt_dataset *d, uint64_t begin, size_t n, uint16_t *out, char *err,
+int dt_dataset_read(const dt_dataset *d, uint64_t begin, size_t n, uint32_t *out, char *err,
                     size_t errlen);
 
 /* (ntokens - 1) / T, the sequences of length T the data holds. */
