@@ -304,6 +304,7 @@ int cli_plan_layouts(int argc, char **argv)
     if ((rc = model_of(&o, &in)) || (rc = cluster_of(&o, &in))) return rc;
     progress_clock clock = {dt_now_ns(), dt_now_ns(), o.nodes * o.per_node};
     in.progress = progress, in.progress_arg = &clock;
+    in.show = (int)o.top;
     if (dt_plan_run(&in, &r, err, sizeof err)) {
         fprintf(stderr, "dtrain plan: %s\n", err);
         return strstr(err, "no layout") ? CLI_EXIT_USAGE : 1;

@@ -33,9 +33,24 @@
 
 #define OPT_BYTES_PER_PARAM 28.0
 
+/* The memo's lists of (kind, p, V) at a count of micro-batches. */
+typedef struct {
+    dt_plan_memo *c;
+    dt_pp_kind kind;
+    int p, V;
+} lists_of;
+
+static const dt_pp_schedule *lists(void *ctx, int M, char *err, size_t errlen)
+{
+    const lists_of *x = ctx;
+    const dt_plan_sched *s = dt_plan_sched_of(x->c, x->kind, x->p, x->V, M, 0, err, errlen);
+    return s ? &s->s : NULL;
+}
+
 /* The schedule's makespan in units of a chunk's forward, B the backward
  * (I = W = B / 2 for zb1p), from lists of a bounded length whatever M
- * (pp_figures.h); remembered. -1 when it does not build. */
+ * (pp_figures.h), each built once; remembered. -1 when it does not
+ * build. */
 static double makespan(dt_plan_memo *c, dt_pp_kind kind, int p, int V, int M, double bwd)
 {
     for (int i = 0; i < c->nspans; i++) {
@@ -43,11 +58,11 @@ static double makespan(dt_plan_memo *c, dt_pp_kind kind, int p, int V, int M, do
         if (s->kind == (int)kind && s->p == p && s->V == V && s->M == M && s->bwd == bwd)
             return s->makespan;
     }
-    dt_plan_pp_figures g;
     char err[256];
     const double cost[4] = {1, bwd, bwd / 2, bwd / 2};
-    double span = dt_plan_pp_figures_of(kind, p, V, M, cost, &g, err, sizeof err) ? -1
-                                                                                   : g.makespan;
+    lists_of x = {c, kind, p, V};
+    double span;
+    if (dt_plan_pp_makespan(kind, p, V, M, cost, lists, &x, &span, err, sizeof err)) span = -1;
     if (c->nspans == c->capspans) {
         int cap = c->capspans ? 2 * c->capspans : 64;
         dt_plan_span *v = realloc(c->spans, (size_t)cap * sizeof *v);
