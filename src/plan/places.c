@@ -187,6 +187,32 @@ static int set_rows(const dt_plan_layout *l, const dt_plan_shares *sh, int T, ch
     return 0;
 }
 
+static size_t seg_len(const dt_gpt *m, int s)
+{
+    return dt_gpt_segment_start(m, s + 1) - dt_gpt_segment_start(m, s);
+}
+
+/* An untied head's last pipeline rank holds lm_head with the final norm
+ * (the last segment) and no copy of the embeddings, which only a tied
+ * head multiplies by; the pipeline's stage arithmetic
+ * (parallel/pipeline/stage.c) counts that copy on it for every family (the
+ * Llama family's pipeline is not wired yet), so it is taken out here,
+ * where its ranges hold it, with what it adds to the segments in use. */
+static void untie(const dt_gpt *lay, const dt_plan_sched *s, int q, dt_rank_mem *mem)
+{
+    const int last = (s->p * s->V - 1) % s->p, L = lay->cfg.n_layer;
+    dt_flat_range r[DT_PP_MAX_RANGES];
+    if (dt_gpt_tied(&lay->cfg) || q != last || q == 0) return;
+    dt_flat_ranges h = dt_pp_held_ranges(lay, s->cut, s->p, s->V, q, r);
+    if (h.n == 0 || r[0].lo != 0 || r[0].hi != seg_len(lay, 0)) return;
+    size_t most = seg_len(lay, L + 1);
+    for (int c = 0; c < s->V; c++)
+        for (int l = s->cut[c * s->p + q]; l < s->cut[c * s->p + q + 1]; l++)
+            if (seg_len(lay, 1 + l) > most) most = seg_len(lay, 1 + l);
+    mem->floats -= seg_len(lay, 0);
+    mem->in_use = mem->grads_open = most;
+}
+
 /* Every stage on each share's layout (mesh_places.c's stage_places), or
  * each share's place without a pipeline (slice_places). */
 static int mesh(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layout *l, char *err,
@@ -211,6 +237,7 @@ static int mesh(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layout *
                                       s->parts[q], &sm);
                 p->mem = (dt_rank_mem){.floats = sm.floats, .in_use = sm.in_use,
                                        .grads_open = sm.grads_open, .acts = sm.acts};
+                untie(&sh->lay[k], s, q, &p->mem);
             } else {
                 dt_places_layout_mem(&sh->lay[k], l->B, in->T, &p->mem);
             }

@@ -120,6 +120,25 @@ static void ep_exchanges(const dt_plan_input *in, dt_plan_memo *c, const dt_plan
     *bwd = 2 * a2a;
 }
 
+/* Floats a row of a layer's element-wise buffers (the norms' outputs, the
+ * MLP's activation: GPT-2's C, C and 4 C, Llama's C, C and F), what
+ * selective recomputation forms again, from the kinds' own lists
+ * (model/block.h): the growth of one row more. */
+static double elementwise_row(const dt_gpt *m)
+{
+    dt_act_spec one[DT_BLOCK_MAX_ACTS], two[DT_BLOCK_MAX_ACTS];
+    double floats = 0;
+    for (int i = 0; i < m->n_blocks; i++) {
+        const dt_block_kind *k = m->blocks[i].kind;
+        const int n = k->acts(m, 1, 0, one);
+        k->acts(m, 2, 0, two);
+        for (int j = 0; j < n; j++)
+            if (one[j].cls == DT_ACT_ELEMENTWISE)
+                floats += (double)two[j].floats - (double)one[j].floats;
+    }
+    return floats;
+}
+
 /* The chunk that costs most: the last one, with its layers and the head. */
 static void chunk_of(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layout *l,
                      chunk_cost *k)
@@ -134,10 +153,11 @@ static void chunk_of(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_lay
     k->fwd = flops / 3 / in->flops;
     k->bwd = 2 * flops / 3 / in->flops;
     if (l->rc == DT_RECOMPUTE_FULL) k->bwd += tokens * layers * layer_tok / 3 / in->flops;
-    /* selective: the LayerNorms and GELU again, memory-bound: each reads
-     * and writes its rows (C, C and 4 C floats) */
+    /* selective: the norms and the MLP's activation again, memory-bound:
+     * each reads and writes its rows */
     if (l->rc == DT_RECOMPUTE_SELECTIVE)
-        k->bwd += layers * 2 * 6 * C * sizeof(float) * tokens * l->tp / in->opt_Bps;
+        k->bwd += layers * 2 * elementwise_row(&c->whole) * sizeof(float) * tokens * l->tp /
+                  in->opt_Bps;
     /* tp: two reduces of the micro-batch's rows a layer, each way */
     const size_t act = (size_t)l->B * (size_t)(T / l->cp) * (size_t)C * sizeof(float);
     double ar = dt_plan_coll(c, DT_COLL_ALLREDUCE, l->tp,
@@ -145,7 +165,9 @@ static void chunk_of(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_lay
     k->tp_f = 2 * layers * ar * (l->rc == DT_RECOMPUTE_FULL ? 2 : 1);
     k->tp_b = 2 * layers * ar;
     /* cp: a ring of cp - 1 exchanges of the rank's k and v (backward: and
-     * their gradients), hidden behind attention's products as far as they go */
+     * their gradients), hidden behind attention's products as far as they
+     * go; C wide each under grouped-query attention too, since the
+     * attention packs k and v repeated to the query heads (rope_attention) */
     const int cp_near = l->tp * l->cp <= in->per_node;
     double kv = l->cp > 1 ? (l->cp - 1) * dt_plan_p2p(c, cp_near, 2 * act / (size_t)l->tp) : 0;
     double attn = tokens * layers * 2 * T * C / in->flops; /* forward attention products */
