@@ -213,13 +213,16 @@ static int parse(int argc, char **argv, plan_opts *o)
     return 0;
 }
 
-/* The model's sizes through the trainer's option table (its presets). */
+/* The model's sizes through the trainer's option table (its presets),
+ * checked as the trainer checks a run's options (the Llama family's
+ * options without --arch llama are refused, not ignored). */
 static int model_of(plan_opts *o, dt_plan_input *in)
 {
     dt_train_config c;
     char err[512];
     if (cli_model_options(o->model_argv, &o->model_argc, MODEL_ARGS, &c, &in->model, &in->T, err,
-                          sizeof err))
+                          sizeof err) ||
+        dt_config_validate(&c, 1, err, sizeof err))
         return usage_error("%s", err);
     dt_strf(in->model_name, sizeof in->model_name, "%s", c.model);
     return 0;

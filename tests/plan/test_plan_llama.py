@@ -21,6 +21,8 @@ Tensor parallelism splits whole groups of query heads with their
 key/value head and SwiGLU's width: with 2 key/value heads no layout has
 tp 4 or 8, and --tp 4 is refused naming them; a width of 5004 takes no
 tp 8.
+The family's options on a GPT-2 model are refused naming --arch llama
+(exit 2), as `dtrain train` refuses them, not ignored.
 llama3-70b on 64 hosts of 8 80 GiB ranks, a batch of 1024: the plan
 finishes and has a best layout (its time is docs/plan.md's, not checked
 here).
@@ -141,6 +143,15 @@ def tensor_split(dtrain):
           "--tp 4 with 2 key/value heads: exit %d, %s" % (r.returncode, r.stderr.strip()))
 
 
+def bad_input(dtrain):
+    cluster = ["--nodes", "1", "--ranks-per-node", "8", "--mem-per-rank", "80",
+               "--global-batch", "8", "--tflops", "100"]
+    for flag in (["--n-kv-head", "4"], ["--tie-word-embeddings"], ["--ffn-hidden-size", "3072"]):
+        r = plan(dtrain, ["--model", "gpt2"] + flag + cluster)
+        check(r.returncode == 2 and flag[0] in r.stderr and "--arch llama" in r.stderr,
+              "gpt2 with %s: exit %d, %s" % (flag[0], r.returncode, r.stderr.strip()))
+
+
 def seventy_b(dtrain):
     r = plan(dtrain, ["--model", "llama3-70b", "--nodes", "64", "--ranks-per-node", "8",
                       "--mem-per-rank", "80", "--global-batch", "1024", "--tflops", "400"])
@@ -157,6 +168,7 @@ def main():
     pipeline(dtrain)
     selective(dtrain)
     tensor_split(dtrain)
+    bad_input(dtrain)
     seventy_b(dtrain)
     return finish()
 
