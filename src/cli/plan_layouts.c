@@ -31,6 +31,7 @@
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define PROGRESS_S 5.0      /* a line on stderr this often while layouts are weighed */
 #define LARGE_WORLD 65536L
+#define MODEL_ARGS 48       /* the model's flags and values, for the trainer's option table */
 
 typedef struct {
     long nodes, per_node, batch, top;
@@ -39,7 +40,7 @@ typedef struct {
     double mem_gib, tflops, moe_skew;
     const char *links;
     int json, fp32;
-    char *model_argv[32];
+    char *model_argv[MODEL_ARGS];
     int model_argc;
 } plan_opts;
 
@@ -52,8 +53,12 @@ void cli_plan_layouts_flags(FILE *f)
             "                       nodes x K at most 1048576 ranks)\n"
             "  --mem-per-rank GiB   memory a rank may use (required)\n"
             "  --model NAME         tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl|bench|mixtral-mini|\n"
-            "                       deepseek-moe-mini (default gpt2), or the sizes; --seq-len T\n"
-            "                       (default the block size)\n"
+            "                       deepseek-moe-mini|llama3-1b|llama3-8b|llama3-70b|llama3-405b\n"
+            "                       (default gpt2), or the sizes; --seq-len T (default the\n"
+            "                       block size)\n"
+            "  --arch gpt2|llama, --n-kv-head N (--num-query-groups), --ffn-hidden-size F,\n"
+            "  --tie-word-embeddings[=0|1]\n"
+            "                       the Llama family's options (as `dtrain train` takes them)\n"
             "  --num-experts E, --moe-router-topk K, --moe-ffn-hidden-size F\n"
             "                       a mixture of experts (as `dtrain train` takes them)\n"
             "  --link-model M       builtin (default: this machine's calibration), a file from\n"
@@ -92,7 +97,9 @@ static const char *model_flag(const char *a)
 {
     static const char *flags[] = {"--model", "--n-layer", "--n-head", "--n-embd", "--vocab-size",
                                   "--block-size", "--seq-len", "--blocks", "--num-experts",
-                                  "--moe-router-topk", "--moe-ffn-hidden-size"};
+                                  "--moe-router-topk", "--moe-ffn-hidden-size", "--arch",
+                                  "--n-kv-head", "--num-query-groups", "--ffn-hidden-size",
+                                  "--rope-theta", "--rotary-base", "--norm-eps"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strcmp(a, flags[i])) return flags[i];
     return NULL;
@@ -170,6 +177,11 @@ static int parse(int argc, char **argv, plan_opts *o)
         char a[64];
         const char *eq = cli_flag_split(argv[i], a, sizeof a), *m = model_flag(a);
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return cli_plan_usage(stdout), 1;
+        if (!strcmp(a, "--tie-word-embeddings")) { /* its value, if any, in the same word */
+            if (o->model_argc + 1 >= MODEL_ARGS) return usage_error("too many model options");
+            o->model_argv[o->model_argc++] = argv[i];
+            continue;
+        }
         int *on = !strcmp(a, "--json") ? &o->json : !strcmp(a, "--fp32") ? &o->fp32 : NULL;
         if (on && eq) return usage_error("%s takes no value", a);
         if (on) {
@@ -178,7 +190,7 @@ static int parse(int argc, char **argv, plan_opts *o)
         }
         const char *v = cli_flag_value(argc, argv, &i, eq);
         if (!v) return usage_error("%s needs a value", a);
-        if (m && o->model_argc + 2 >= 32) return usage_error("too many model options");
+        if (m && o->model_argc + 2 >= MODEL_ARGS) return usage_error("too many model options");
         if (m) {
             o->model_argv[o->model_argc++] = (char *)m;
             o->model_argv[o->model_argc++] = (char *)v;
@@ -201,13 +213,16 @@ static int parse(int argc, char **argv, plan_opts *o)
     return 0;
 }
 
-/* The model's sizes through the trainer's option table (its presets). */
+/* The model's sizes through the trainer's option table (its presets),
+ * checked as the trainer checks a run's options (the Llama family's
+ * options without --arch llama are refused, not ignored). */
 static int model_of(plan_opts *o, dt_plan_input *in)
 {
     dt_train_config c;
     char err[512];
-    if (cli_model_options(o->model_argv, &o->model_argc, 32, &c, &in->model, &in->T, err,
-                          sizeof err))
+    if (cli_model_options(o->model_argv, &o->model_argc, MODEL_ARGS, &c, &in->model, &in->T, err,
+                          sizeof err) ||
+        dt_config_validate(&c, 1, err, sizeof err))
         return usage_error("%s", err);
     dt_strf(in->model_name, sizeof in->model_name, "%s", c.model);
     return 0;
@@ -304,6 +319,7 @@ int cli_plan_layouts(int argc, char **argv)
     if ((rc = model_of(&o, &in)) || (rc = cluster_of(&o, &in))) return rc;
     progress_clock clock = {dt_now_ns(), dt_now_ns(), o.nodes * o.per_node};
     in.progress = progress, in.progress_arg = &clock;
+    in.show = (int)o.top;
     if (dt_plan_run(&in, &r, err, sizeof err)) {
         fprintf(stderr, "dtrain plan: %s\n", err);
         return strstr(err, "no layout") ? CLI_EXIT_USAGE : 1;

@@ -67,12 +67,15 @@ static void usage(FILE *f)
             "A DDP training step (forward, backward with bucketed all-reduces, optimizer):\n"
             "  --ddp\n"
             "  --model NAME          tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl|bench|mixtral-mini|\n"
-            "                        deepseek-moe-mini (default gpt2)\n"
+            "                        deepseek-moe-mini|llama3-1b|llama3-8b|llama3-70b|\n"
+            "                        llama3-405b (default gpt2)\n"
             "  --n-layer, --n-head, --n-embd, --vocab-size (--vocab), --block-size,\n"
             "  --seq-len, --batch-size N   sizes, as `dtrain train` takes them (batch 8)\n"
             "  --blocks SPEC         a layer's blocks, as `dtrain train` takes them\n"
             "  --num-experts E, --moe-router-topk K, --moe-ffn-hidden-size F\n"
             "                        a mixture of experts, as `dtrain train` takes them\n"
+            "  --arch gpt2|llama, --n-kv-head N (--num-query-groups), --ffn-hidden-size F,\n"
+            "  --tie-word-embeddings[=0|1]   the Llama family's, as `dtrain train` takes them\n"
             "  --bucket-mb X         DDP's bucket cap in MiB (default 25)\n"
             "  --flops-per-s F       sustained compute rate per rank (default 1e14)\n"
             "  --mem-GBps B          memory bandwidth for the optimizer (default 1500)\n"
@@ -149,10 +152,13 @@ static const char *const model_flags[] = {"--model", "--n-layer", "--n-head", "-
                                           "--vocab-size", "--block-size", "--seq-len",
                                           "--batch-size", "--blocks", "--num-experts",
                                           "--moe-router-topk", "--moe-ffn-hidden-size",
+                                          "--arch", "--n-kv-head", "--num-query-groups",
+                                          "--ffn-hidden-size", "--rope-theta", "--rotary-base",
+                                          "--norm-eps",
                                           "--tp", "--cp", "--dp", "--pp",
                                           "--grad-accum", "--pp-schedule", "--pp-virtual",
                                           "--zero-stage", "--zero-prefetch", "--ep"};
-enum { layout_first = 12 };
+enum { layout_first = 19 };
 
 /* A flag of the model's or the layout's, kept for the trainer's option
  * table. */
@@ -226,6 +232,10 @@ static int parse(int argc, char **argv, sim_opts *o)
         if (bare && eq) return usage_error("%s takes no value (got '%s')", a, eq);
         if (!strcmp(a, "--ddp") || !strcmp(a, "--layout")) {
             *(a[2] == 'd' ? &o->ddp : &o->layout) = 1;
+            continue;
+        }
+        if (!strcmp(a, "--tie-word-embeddings") && o->model_argc + 1 < 48) {
+            o->model_argv[o->model_argc++] = argv[i]; /* its value, if any, in the word */
             continue;
         }
         if (!strcmp(a, "--sequence-parallel") && o->model_argc + 1 < 48) {

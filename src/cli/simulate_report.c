@@ -33,14 +33,28 @@ static void put_split(FILE *f, const char *who, const dt_sim_rank_stats *s, doub
             s->exposed * 1e3, 100 * s->exposed / step, s->idle * 1e3, 100 * s->idle / step);
 }
 
+/* "GPT L12 H12 C768 V50257"; the Llama family's with its key/value
+ * heads, SwiGLU's width and its head. */
+static void model_sizes(const dt_gpt_config *c, char *buf, size_t n)
+{
+    if (c->arch != DT_ARCH_LLAMA) {
+        snprintf(buf, n, "GPT L%d H%d C%d V%d", c->n_layer, c->n_head, c->n_embd, c->vocab_size);
+        return;
+    }
+    snprintf(buf, n, "Llama L%d H%d KV%d C%d F%d V%d, %s head", c->n_layer, c->n_head,
+             dt_gpt_kv_heads(c), c->n_embd, dt_gpt_ffn(c), c->vocab_size,
+             dt_gpt_tied(c) ? "tied" : "untied");
+}
+
 void sim_report_ddp(FILE *f, const dt_sim_world *w, const dt_sim_layout_opts *o,
                     const dt_sim_layout *d)
 {
     const dt_gpt_config *c = &o->cfg;
     put_setup(f, w, o->nics);
-    fprintf(f, "model          GPT L%d H%d C%d V%d: %zu parameters (%.1f MiB of fp32 "
-            "gradients)\n", c->n_layer, c->n_head, c->n_embd, c->vocab_size, d->params,
-            (double)d->params * 4 / 1048576.0);
+    char model[128];
+    model_sizes(c, model, sizeof model);
+    fprintf(f, "model          %s: %zu parameters (%.1f MiB of fp32 gradients)\n", model,
+            d->params, (double)d->params * 4 / 1048576.0);
     fprintf(f, "batch          %d x %d tokens per rank at %.3g FLOP/s\n", o->micro, o->seq,
             o->flops_per_s);
     fprintf(f, "buckets        %d of up to %.1f MiB, all-reduce by %s\n", d->dp_colls,
@@ -104,8 +118,10 @@ void sim_report_layout(FILE *f, const dt_sim_world *w, const dt_sim_layout_opts 
 {
     const dt_gpt_config *c = &o->cfg;
     put_setup(f, w, o->nics);
-    fprintf(f, "model          GPT L%d H%d C%d V%d: %zu parameters, a rank holds up to %zu\n",
-            c->n_layer, c->n_head, c->n_embd, c->vocab_size, l->params, l->params_rank);
+    char model[128];
+    model_sizes(c, model, sizeof model);
+    fprintf(f, "model          %s: %zu parameters, a rank holds up to %zu\n", model, l->params,
+            l->params_rank);
     put_layout(f, o, l);
     fprintf(f, "step           %.3f ms simulated (the busiest rank computes %.3f ms of it%s)\n",
             l->step_s * 1e3, l->compute_s * 1e3,

@@ -12,27 +12,7 @@
 #include "plan/plan_internal.h"
 #include "sim/coll.h"
 
-#define CACHE 4096
-
-int dt_plan_memo_open(dt_plan_memo **c, const dt_plan_input *in, char *err, size_t errlen)
-{
-    *c = calloc(1, sizeof **c);
-    if (!*c || !((*c)->cache = calloc(CACHE, sizeof *(*c)->cache))) {
-        free(*c);
-        return dt_strf(err, errlen, "plan: out of memory"), -1;
-    }
-    (*c)->links = in->links;
-    return 0;
-}
-
-void dt_plan_memo_close(dt_plan_memo *c)
-{
-    if (!c) return;
-    free(c->cache);
-    free(c->spans);
-    dt_plan_places_free(&c->places);
-    free(c);
-}
+#define CACHE DT_PLAN_ANSWERS
 
 static double predict(dt_plan_memo *c, dt_coll_kind kind, int ranks, int per_host, size_t bytes)
 {

@@ -33,14 +33,17 @@ static int push(const walk *W, const dt_plan_layout *l)
     return pinned_out(W->in, l) ? 0 : W->visit(W->ctx, l);
 }
 
-/* Tensor parallelism splits heads, the MLP (each expert as it) and the
- * vocabulary, inside a host (its reduces run several times a layer). */
+/* Tensor parallelism splits the query heads with their key/value heads
+ * (whole groups a rank), the MLP (each expert as it) and the vocabulary,
+ * inside a host (its reduces run several times a layer): as
+ * dt_gpt_set_tp takes them. */
 static int tp_ok(const dt_plan_input *in, int tp)
 {
     const dt_gpt_config *m = &in->model;
     int limit = in->max_tp > 0 ? in->max_tp : in->per_node;
-    const int ffn = m->moe.experts && m->moe.ffn ? m->moe.ffn : 4 * m->n_embd;
-    return tp <= limit && m->n_head % tp == 0 && (4 * m->n_embd) % tp == 0 && ffn % tp == 0 &&
+    const int experts = m->moe.ffn ? m->moe.ffn : 4 * m->n_embd; /* an expert's width */
+    return tp <= limit && m->n_head % tp == 0 && dt_gpt_kv_heads(m) % tp == 0 &&
+           dt_gpt_ffn(m) % tp == 0 && (!m->moe.experts || experts % tp == 0) &&
            (m->vocab_size + tp - 1) / tp * (tp - 1) < m->vocab_size;
 }
 

@@ -7,7 +7,6 @@
 #include "plan/plan.h"
 #include "train/config/config.h"
 #include "plan/plan_internal.h"
-#include "parallel/registry.h"
 #include "train/memory/plan_pp.h"
 
 #define GIB(x) ((double)(x) / (1024.0 * 1024.0 * 1024.0))
@@ -43,52 +42,37 @@ static double total(const dt_mem_plan *p)
            p->window_widened;
 }
 
-/* The layout's places by the ddp kind's own hook (what `dtrain train
- * --dry-run` prints), before the ZeRO stage divides their state: the memo
- * keeps them for the layouts that differ only in the stage. */
-static int places_of(const dt_plan_input *in, dt_plan_places *P, const dt_plan_layout *l,
-                     const dt_train_config *c, char *err, size_t n)
+/* Whether place i holds what place j < i does: the same plan, so not more
+ * (the tensor slices of a stage and the stages of a pipeline's middle
+ * mostly do). */
+static int same_place(const dt_plan_place *a, const dt_plan_place *b)
 {
-    dt_plan_layout key = *l;
-    key.zero = 0;
-    if (P->have && !memcmp(&key, &P->key, sizeof key)) return 0;
-    dt_plan_places_free(P);
-    if (dt_gpt_create_layout(&P->layout, &in->model, in->bf16 ? DT_PREC_BF16 : DT_PREC_F32, err,
-                             n))
-        return -1;
-    P->layout.acts.recompute = l->rc;
-    dt_parallel_opts o = dt_config_parallel_opts(c);
-    o.zero.stage = 0;
-    dt_places_job job = {&o, &P->layout, l->tp * l->cp * l->dp * l->pp, l->B,
-                         c->seq_len ? c->seq_len : P->layout.cfg.block_size};
-    if (dt_strategy_find("ddp")->places(&job, &P->places, err, n))
-        return dt_gpt_destroy(&P->layout), -1;
-    P->have = 1;
-    P->key = key;
-    return 0;
+    return a->mem.floats == b->mem.floats && a->mem.in_use == b->mem.in_use &&
+           a->mem.grads_open == b->mem.grads_open && a->mem.acts == b->mem.acts &&
+           a->mem.copies == b->mem.copies;
 }
 
-void dt_plan_places_free(dt_plan_places *P)
+static int seen(const dt_plan_places *P, int i, int per_stage)
 {
-    if (!P->have) return;
-    dt_places_free(&P->places);
-    dt_gpt_destroy(&P->layout);
-    P->have = 0;
+    return (i >= 1 && same_place(&P->at[i], &P->at[i - 1])) ||
+           (i >= per_stage && same_place(&P->at[i], &P->at[i - per_stage]));
 }
 
 int dt_plan_memory(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layout *l,
                    dt_plan_row *row, char *err, size_t errlen)
 {
     dt_train_config cfg;
-    dt_plan_places *P = &c->places;
+    const dt_plan_places *P = &c->places;
     config_of(in, l, &cfg);
-    if (places_of(in, P, l, &cfg, err, errlen)) return -1;
+    if (dt_plan_places_of(in, c, l, err, errlen)) return -1;
     double most = -1;
     int most_at = 0;
-    for (int i = 0; i < P->places.n; i++) {
-        const dt_place *at = &P->places.at[i];
+    const int per_stage = P->n / l->pp;
+    for (int i = 0; i < P->n; i++) {
+        const dt_plan_place *at = &P->at[i];
         dt_mem_plan plan;
-        if (dt_mem_plan_held(&P->layout, &cfg, at->mem.copies, &at->mem, &plan, err, errlen))
+        if (seen(P, i, per_stage)) continue;
+        if (dt_mem_plan_held(&c->whole, &cfg, at->mem.copies, &at->mem, &plan, err, errlen))
             return -1;
         if (total(&plan) <= most) continue;
         most = total(&plan), most_at = i;
@@ -99,7 +83,7 @@ int dt_plan_memory(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layou
     row->fits = row->mem_total <= in->mem;
     if (!row->fits)
         dt_strf(row->why, sizeof row->why, "needs %.1f GiB per rank (stage %d, tp rank %d), "
-                "has %.1f", GIB(row->mem_total), P->places.at[most_at].stage,
-                P->places.at[most_at].tp_rank, GIB(in->mem));
+                "has %.1f", GIB(row->mem_total), P->at[most_at].stage,
+                P->at[most_at].tp_rank, GIB(in->mem));
     return 0;
 }

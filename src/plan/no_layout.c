@@ -42,11 +42,15 @@ static int size_rule(char *buf, size_t n, const dt_plan_input *in, int i)
 {
     const dt_gpt_config *m = &in->model;
     const int tp_max = in->max_tp > 0 ? in->max_tp : in->per_node;
-    if (i == 0)
+    if (i == 0) {
+        char kv[48] = "";
+        if (dt_gpt_kv_heads(m) != m->n_head)
+            dt_strf(kv, sizeof kv, " (with their %d key/value heads)", dt_gpt_kv_heads(m));
         return dt_strf(buf, n, "tensor parallelism stays within a host (%d ranks), divides the "
-                       "ranks and splits the %d heads and the MLP's %d columns evenly (and the "
-                       "vocabulary of %d, every slice some)", tp_max, m->n_head, 4 * m->n_embd,
-                       m->vocab_size);
+                       "ranks and splits the %d heads%s and the MLP's %d columns evenly (and "
+                       "the vocabulary of %d, every slice some)", tp_max, m->n_head, kv,
+                       dt_gpt_ffn(m), m->vocab_size);
+    }
     if (i == 1)
         return dt_strf(buf, n, "context parallelism is a power of two up to 16 that divides the "
                        "ranks, with 2 cp chunks dividing the sequence of %d", in->T);

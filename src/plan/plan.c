@@ -31,41 +31,61 @@ static int by_rank(const void *a, const void *b)
     return 0;
 }
 
+/* A layout's memory, and its step time where it fits: what does not fit
+ * is not timed, unless the report shows it (time_dropped). */
 static int weigh(const dt_plan_input *in, dt_plan_memo *c, dt_plan_row *row, char *err,
                  size_t errlen)
 {
     if (dt_plan_memory(in, c, &row->l, row, err, errlen)) return -1;
-    return dt_plan_time(in, c, &row->l, row, err, errlen);
+    return row->fits ? dt_plan_time(in, c, &row->l, row, err, errlen) : 0;
+}
+
+/* The dropped layouts the report shows, the first in->show of them in
+ * rank order (which does not depend on their step time), timed. */
+static int time_dropped(const dt_plan_input *in, dt_plan_memo *c, dt_plan_result *out, char *err,
+                        size_t errlen)
+{
+    for (int i = out->nfit; i < out->n && i < out->nfit + in->show; i++)
+        if (dt_plan_time(in, c, &out->rows[i].l, &out->rows[i], err, errlen)) return -1;
+    return 0;
+}
+
+static int weigh_all(const dt_plan_input *in, const dt_plan_layout *ls, dt_plan_result *out,
+                     char *err, size_t errlen)
+{
+    dt_plan_memo *c;
+    if (dt_plan_memo_open(&c, in, err, errlen)) return -1;
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < out->n; i++) {
+        if (in->progress) in->progress(in->progress_arg, i, out->n);
+        out->rows[i].l = ls[i];
+        rc = weigh(in, c, &out->rows[i], err, errlen);
+    }
+    if (rc == 0) {
+        qsort(out->rows, (size_t)out->n, sizeof *out->rows, by_rank);
+        while (out->nfit < out->n && out->rows[out->nfit].fits) out->nfit++;
+        rc = time_dropped(in, c, out, err, errlen);
+    }
+    dt_plan_memo_close(c);
+    return rc;
 }
 
 int dt_plan_run(const dt_plan_input *in, dt_plan_result *out, char *err, size_t errlen)
 {
     uint64_t t0 = dt_now_ns();
     dt_plan_layout *ls;
-    dt_plan_memo *c;
     int n;
     memset(out, 0, sizeof *out);
     if (dt_plan_layouts(in, &ls, &n, err, errlen)) return -1;
-    if (!(out->rows = calloc((size_t)n, sizeof *out->rows)) ||
-        dt_plan_memo_open(&c, in, err, errlen)) {
+    if (!(out->rows = calloc((size_t)n, sizeof *out->rows))) {
         free(ls);
-        free(out->rows);
-        out->rows = NULL;
         return dt_strf(err, errlen, "plan: out of memory for %d layouts", n), -1;
     }
-    int rc = 0;
-    for (int i = 0; rc == 0 && i < n; i++) {
-        if (in->progress) in->progress(in->progress_arg, i, n);
-        out->rows[i].l = ls[i];
-        rc = weigh(in, c, &out->rows[i], err, errlen);
-    }
-    dt_plan_memo_close(c);
-    free(ls);
-    if (rc) return dt_plan_result_free(out), -1;
     out->n = n;
     out->considered = n;
-    qsort(out->rows, (size_t)n, sizeof *out->rows, by_rank);
-    while (out->nfit < n && out->rows[out->nfit].fits) out->nfit++;
+    int rc = weigh_all(in, ls, out, err, errlen);
+    free(ls);
+    if (rc) return dt_plan_result_free(out), -1;
     out->seconds = (double)(dt_now_ns() - t0) * 1e-9;
     return 0;
 }

@@ -49,6 +49,8 @@ typedef struct {
     struct {
         int tp, cp, pp, zero, B, rc, sched, ep;
     } pin;
+    int show;             /* the dropped layouts the report shows (--top): only these of
+                           * them are timed */
     /* Told before each layout is weighed (done of total), or NULL: a long
      * plan can say how far it is. */
     void (*progress)(void *arg, long done, long total);
@@ -91,7 +93,8 @@ typedef struct {
 } dt_plan_row;
 
 typedef struct {
-    dt_plan_row *rows; /* fitting first, fastest first; then the dropped */
+    dt_plan_row *rows; /* fitting first, fastest first; then the dropped (the first
+                        * in->show of them timed, the rest with no step time) */
     int n, nfit;
     long considered;   /* layouts enumerated */
     double seconds;    /* the planner's own time */

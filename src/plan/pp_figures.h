@@ -40,4 +40,16 @@ typedef struct {
 int dt_plan_pp_figures_of(dt_pp_kind kind, int p, int V, int M, const double cost[4],
                           dt_plan_pp_figures *out, char *err, size_t errlen);
 
+/* Where the action lists of M micro-batches come from when they are built
+ * once and kept (the planner's memo): NULL, with err, when they do not
+ * build. */
+typedef const dt_pp_schedule *(*dt_plan_pp_lists)(void *ctx, int M, char *err, size_t errlen);
+
+/* The makespan alone, as dt_plan_pp_figures_of gives it, from the lists
+ * `lists` hands out (the layout planner's step time needs no slots). 0,
+ * or -1 with err. */
+int dt_plan_pp_makespan(dt_pp_kind kind, int p, int V, int M, const double cost[4],
+                        dt_plan_pp_lists lists, void *ctx, double *makespan, char *err,
+                        size_t errlen);
+
 #endif

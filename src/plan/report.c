@@ -12,16 +12,34 @@
 #define GIB(x) ((double)(x) / (1024.0 * 1024.0 * 1024.0))
 #define MS(x) ((x) * 1e3)
 
+/* The model's sizes as its family has them: GPT-2's plain; the Llama
+ * family's with its key/value heads, SwiGLU's width and its head. */
+static void sizes(const dt_gpt_config *m, char *buf, size_t n)
+{
+    if (m->arch != DT_ARCH_LLAMA) {
+        dt_strf(buf, n, "%d layers, %d heads, %d embd, vocab %d", m->n_layer, m->n_head,
+                m->n_embd, m->vocab_size);
+        return;
+    }
+    char kv[64] = "";
+    if (dt_gpt_kv_heads(m) != m->n_head)
+        dt_strf(kv, sizeof kv, " (%d key/value: grouped-query attention)", dt_gpt_kv_heads(m));
+    dt_strf(buf, n, "%s, %d layers, %d heads%s, %d embd, SwiGLU width %d, vocab %d, %s head",
+            dt_arch_of(m)->name, m->n_layer, m->n_head, kv, m->n_embd, dt_gpt_ffn(m),
+            m->vocab_size, dt_gpt_tied(m) ? "tied" : "untied");
+}
+
 static void print_case(FILE *f, const dt_plan_input *in, const dt_plan_result *r)
 {
     const dt_gpt_config *m = &in->model;
     const dt_link_cost *a = &in->links.link[DT_LINK_SHM], *b = &in->links.link[DT_LINK_TCP];
     const double psi = (double)dt_gpt_param_count(m);
-    fprintf(f, "model    %s%s%d layers, %d heads, %d embd, vocab %d: %.3g %s parameters, %s\n",
-            in->model_name, in->model_name[0] ? ": " : "", m->n_layer, m->n_head, m->n_embd,
-            m->vocab_size, psi >= 1e9 ? psi / 1e9 : psi / 1e6, psi >= 1e9 ? "B" : "M",
-            in->bf16 ? "bf16 mixed precision (2 + 2 + 12 bytes a parameter)" : "fp32 (16 bytes "
-            "a parameter with AdamW)");
+    char model[200];
+    sizes(m, model, sizeof model);
+    fprintf(f, "model    %s%s%s: %.3g %s parameters, %s\n", in->model_name,
+            in->model_name[0] ? ": " : "", model, psi >= 1e9 ? psi / 1e9 : psi / 1e6,
+            psi >= 1e9 ? "B" : "M", in->bf16 ? "bf16 mixed precision (2 + 2 + 12 bytes a "
+            "parameter)" : "fp32 (16 bytes a parameter with AdamW)");
     if (m->moe.experts)
         fprintf(f, "experts  %d a layer of width %d, top %d; expert parallelism's all-to-alls "
                 "priced with the busiest rank taking %.2f x the mean rows (an assumption: "

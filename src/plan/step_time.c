@@ -33,9 +33,24 @@
 
 #define OPT_BYTES_PER_PARAM 28.0
 
+/* The memo's lists of (kind, p, V) at a count of micro-batches. */
+typedef struct {
+    dt_plan_memo *c;
+    dt_pp_kind kind;
+    int p, V;
+} lists_of;
+
+static const dt_pp_schedule *lists(void *ctx, int M, char *err, size_t errlen)
+{
+    const lists_of *x = ctx;
+    const dt_plan_sched *s = dt_plan_sched_of(x->c, x->kind, x->p, x->V, M, 0, err, errlen);
+    return s ? &s->s : NULL;
+}
+
 /* The schedule's makespan in units of a chunk's forward, B the backward
  * (I = W = B / 2 for zb1p), from lists of a bounded length whatever M
- * (pp_figures.h); remembered. -1 when it does not build. */
+ * (pp_figures.h), each built once; remembered. -1 when it does not
+ * build. */
 static double makespan(dt_plan_memo *c, dt_pp_kind kind, int p, int V, int M, double bwd)
 {
     for (int i = 0; i < c->nspans; i++) {
@@ -43,11 +58,11 @@ static double makespan(dt_plan_memo *c, dt_pp_kind kind, int p, int V, int M, do
         if (s->kind == (int)kind && s->p == p && s->V == V && s->M == M && s->bwd == bwd)
             return s->makespan;
     }
-    dt_plan_pp_figures g;
     char err[256];
     const double cost[4] = {1, bwd, bwd / 2, bwd / 2};
-    double span = dt_plan_pp_figures_of(kind, p, V, M, cost, &g, err, sizeof err) ? -1
-                                                                                   : g.makespan;
+    lists_of x = {c, kind, p, V};
+    double span;
+    if (dt_plan_pp_makespan(kind, p, V, M, cost, lists, &x, &span, err, sizeof err)) span = -1;
     if (c->nspans == c->capspans) {
         int cap = c->capspans ? 2 * c->capspans : 64;
         dt_plan_span *v = realloc(c->spans, (size_t)cap * sizeof *v);
@@ -104,6 +119,25 @@ static void ep_exchanges(const dt_plan_input *in, dt_plan_memo *c, const dt_plan
     *bwd = 2 * a2a;
 }
 
+/* Floats a row of a layer's element-wise buffers (the norms' outputs, the
+ * MLP's activation: GPT-2's C, C and 4 C, Llama's C, C and F), what
+ * selective recomputation forms again, from the kinds' own lists
+ * (model/block.h): the growth of one row more. */
+static double elementwise_row(const dt_gpt *m)
+{
+    dt_act_spec one[DT_BLOCK_MAX_ACTS], two[DT_BLOCK_MAX_ACTS];
+    double floats = 0;
+    for (int i = 0; i < m->n_blocks; i++) {
+        const dt_block_kind *k = m->blocks[i].kind;
+        const int n = k->acts(m, 1, 0, one);
+        k->acts(m, 2, 0, two);
+        for (int j = 0; j < n; j++)
+            if (one[j].cls == DT_ACT_ELEMENTWISE)
+                floats += (double)two[j].floats - (double)one[j].floats;
+    }
+    return floats;
+}
+
 /* The chunk that costs most: the last one, with its layers and the head. */
 static void chunk_of(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_layout *l,
                      chunk_cost *k)
@@ -118,10 +152,11 @@ static void chunk_of(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_lay
     k->fwd = flops / 3 / in->flops;
     k->bwd = 2 * flops / 3 / in->flops;
     if (l->rc == DT_RECOMPUTE_FULL) k->bwd += tokens * layers * layer_tok / 3 / in->flops;
-    /* selective: the LayerNorms and GELU again, memory-bound: each reads
-     * and writes its rows (C, C and 4 C floats) */
+    /* selective: the norms and the MLP's activation again, memory-bound:
+     * each reads and writes its rows */
     if (l->rc == DT_RECOMPUTE_SELECTIVE)
-        k->bwd += layers * 2 * 6 * C * sizeof(float) * tokens * l->tp / in->opt_Bps;
+        k->bwd += layers * 2 * elementwise_row(&c->whole) * sizeof(float) * tokens * l->tp /
+                  in->opt_Bps;
     /* tp: two reduces of the micro-batch's rows a layer, each way */
     const size_t act = (size_t)l->B * (size_t)(T / l->cp) * (size_t)C * sizeof(float);
     double ar = dt_plan_coll(c, DT_COLL_ALLREDUCE, l->tp,
@@ -129,7 +164,9 @@ static void chunk_of(const dt_plan_input *in, dt_plan_memo *c, const dt_plan_lay
     k->tp_f = 2 * layers * ar * (l->rc == DT_RECOMPUTE_FULL ? 2 : 1);
     k->tp_b = 2 * layers * ar;
     /* cp: a ring of cp - 1 exchanges of the rank's k and v (backward: and
-     * their gradients), hidden behind attention's products as far as they go */
+     * their gradients), hidden behind attention's products as far as they
+     * go; C wide each under grouped-query attention too, since the
+     * attention packs k and v repeated to the query heads (rope_attention) */
     const int cp_near = l->tp * l->cp <= in->per_node;
     double kv = l->cp > 1 ? (l->cp - 1) * dt_plan_p2p(c, cp_near, 2 * act / (size_t)l->tp) : 0;
     double attn = tokens * layers * 2 * T * C / in->flops; /* forward attention products */

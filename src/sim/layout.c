@@ -185,6 +185,7 @@ static int setup(lay *L, char *err, size_t len)
     const dt_sim_layout_opts *o = L->o;
     L->L = o->cfg.n_layer;
     L->S = o->pp * o->V;
+    L->tied = dt_gpt_tied(&o->cfg);
     size_t p = (size_t)o->pp;
     L->cut = malloc(((size_t)L->S + 1) * sizeof *L->cut);
     L->compute = calloc(p, sizeof *L->compute);

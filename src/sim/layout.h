@@ -42,6 +42,10 @@
  * fp32 times moe_skew (the busiest rank's share over the mean). Until the
  * variable all-to-all is in comm/, they run as the even all-to-all of
  * that size.
+ * The first stage holds the embeddings, the last the final norm and the
+ * head: an untied head's own weight (V C, the Llama family's), or a tied
+ * head's copy of the embeddings (GPT-2's), whose gradients it reduces
+ * with the rest of its stage's.
  * Every rank of a pipeline rank's stages runs the same programs: peers are
  * offsets and collectives are over groups (sim/group.h).
  */

@@ -22,6 +22,7 @@ typedef struct {
     dt_sim_world *w;
     int S, L;                 /* stages, layers */
     int *cut;                 /* [S + 1] stage k runs layers cut[k] .. cut[k+1]-1 */
+    int tied;                 /* the head is the embeddings (the last stage holds a copy) */
     size_t *seg_bytes;        /* [L + 2] fp32 bytes of each segment, whole model */
     double layer_f, head_f;   /* seconds of a layer's and the head's forward, a micro-batch */
     double act_bytes;         /* tp's reduce of a micro-batch's activations */

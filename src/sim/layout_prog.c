@@ -1,7 +1,8 @@
 /* A pipeline rank's programs for the layout's step (layout.h): its action
  * list walked in order, each chunk's segments (the embeddings, the layers,
- * the final LayerNorm, and on the last stage the tied copy of the
- * embeddings that the head multiplies by) one after another. */
+ * the final norm with an untied head's weight, and on the last stage the
+ * tied copy of the embeddings that a tied head multiplies by) one after
+ * another. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,26 +97,27 @@ static void wait_at_end(bld *b, int ev)
 /* ---- the model's pieces ------------------------------------------------------- */
 
 /* Chunk k's segments in forward order; L + 2 is the last stage's tied
- * copy of segment 0. */
+ * copy of segment 0 (an untied head's weight is in segment L + 1). */
 static int chunk_segs(const lay *L, int k, int *out)
 {
     int n = 0;
     if (k == 0) out[n++] = 0;
     for (int l = L->cut[k]; l < L->cut[k + 1]; l++) out[n++] = 1 + l;
     if (k == L->S - 1) out[n++] = L->L + 1;
-    if (k == L->S - 1 && k > 0) out[n++] = L->L + 2;
+    if (k == L->S - 1 && k > 0 && L->tied) out[n++] = L->L + 2;
     return n;
 }
 
 static int is_layer(const lay *L, int seg) { return seg >= 1 && seg <= L->L; }
 
-/* Seconds of segment seg's forward: the head's products go with the tied
- * embeddings on the last stage, with the final LayerNorm when one stage
- * holds everything. */
+/* Seconds of segment seg's forward: the head's products go with the
+ * tied embeddings on the last stage, with the final norm's segment when
+ * one stage holds everything or the head is untied (its weight is
+ * there). */
 static double seg_fwd(const lay *L, int seg)
 {
     if (is_layer(L, seg)) return L->layer_f;
-    if (seg == L->L + 2 || (seg == L->L + 1 && L->S == 1)) return L->head_f;
+    if (seg == L->L + 2 || (seg == L->L + 1 && (L->S == 1 || !L->tied))) return L->head_f;
     return 0;
 }
 
@@ -288,7 +290,7 @@ static void action(bld *b, const dt_pp_action *a)
 static int held_ranges(const lay *L, const dt_gpt *m, int r, dt_flat_range *out)
 {
     int n = 0, p = L->o->pp;
-    if (r == (L->S - 1) % p && L->S > 1 && r != 0)
+    if (r == (L->S - 1) % p && L->S > 1 && r != 0 && L->tied)
         out[n++] = (dt_flat_range){0, dt_gpt_segment_start(m, 1), 0};
     for (int k = r; k < L->S; k += p) {
         int first = k == 0 ? 0 : L->cut[k] + 1, last = k == L->S - 1 ? L->L + 1 : L->cut[k + 1];

@@ -24,6 +24,13 @@
  *    stream; 5 L M of them, 4 L M B T K C 4 skew / 2 bytes to the other
  *    rank; none at ep 1; ep on a dense model or not dividing the experts
  *    refused;
+ *  - a Llama-family pipeline of 2 stages (4 layers of width 64, 4 heads
+ *    and 2 key/value heads of 16, SwiGLU of 128, a vocabulary of 1024):
+ *    the last rank holds its 2 layers (2 C^2 + 2 C KV D + 3 C F + 2 C
+ *    each), the final norm (C) and the untied head (V C), no copy of the
+ *    embeddings, and the model holds both V C; with the head tied, the
+ *    last rank holds the embeddings' copy in its place and the model one
+ *    V C less;
  *  - the pipeline bubble of 1f1b, gpipe, zb1p and interleaved (V 2) at
  *    p = 8, 16, 32, 64, with equal stages (the head's share made
  *    negligible: a vocabulary of 1) and a free network: idle / (p x step)
@@ -215,6 +222,23 @@ static void expert_parallel(void)
           "ep 2 of a dense model refused: %s", err);
 }
 
+static void llama_pipeline(int tied)
+{
+    const double C = 64, KV = 2, D = 16, F = 128, V = 1024;
+    const double layer = 2 * C * C + 2 * C * KV * D + 3 * C * F + 2 * C;
+    dt_sim_layout_opts o = layout(4, 64, 1024, 16);
+    o.cfg.n_head = 4, o.cfg.arch = DT_ARCH_LLAMA, o.cfg.n_kv_head = 2, o.cfg.ffn = 128;
+    o.cfg.tie = tied;
+    o.pp = 2, o.accum = 2;
+    dt_sim_layout out;
+    if (run(&o, 2, 1, 1, &out)) return;
+    const double last = 2 * layer + C + V * C, model = 4 * layer + C + (tied ? 1 : 2) * V * C;
+    CHECK((double)out.params_rank == last, "llama pp 2, %s head: the last rank holds %zu, want "
+          "%.0f", tied ? "tied" : "untied", out.params_rank, last);
+    CHECK((double)out.params == model, "llama, %s head: %zu parameters, want %.0f",
+          tied ? "tied" : "untied", out.params, model);
+}
+
 static void bubble(dt_pp_kind kind, int p, int V, int M)
 {
     dt_sim_layout_opts o = layout(p * V, 256, 1, 16);
@@ -234,6 +258,8 @@ int main(void)
     tensor_parallel();
     zero3();
     expert_parallel();
+    llama_pipeline(0);
+    llama_pipeline(1);
     for (int p = 8; p <= 64; p *= 2) {
         bubble(DT_PP_1F1B, p, 1, 2 * p);
         bubble(DT_PP_GPIPE, p, 1, p);
