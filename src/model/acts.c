@@ -235,6 +235,13 @@ int dt_gpt_check_micro_batch(dt_gpt *m, int B, int T)
 static int check_parts(dt_gpt *m, int B, int T, int n, const dt_gpt_part *parts)
 {
     if (dt_gpt_check_micro_batch(m, B, T)) return -1;
+    /* Row offsets are ints in the kernels: this rank's vocabulary rows of
+     * the embedding and the head must stay indexable (a layout alone, as
+     * `plan` builds for Llama 3 405B's 128256 x 16384, indexes nothing). */
+    if ((double)m->tp.vocab * m->cfg.n_embd > 2e9)
+        return dt_strf(m->error, sizeof m->error, "model: a vocabulary of %d rows of %d on a "
+                       "rank is too large for the kernels (2e9 floats): split it with --tp",
+                       m->tp.vocab, m->cfg.n_embd), -1;
     for (int k = 0; k < n; k++)
         if (parts[k].l0 < 0 || parts[k].l0 >= parts[k].l1 || parts[k].l1 > m->cfg.n_layer)
             return dt_strf(m->error, sizeof m->error,

@@ -63,7 +63,7 @@ int dt_gpt_config_check(const dt_gpt_config *cfg, char *err, size_t errlen)
     if (family_check(cfg, err, errlen)) return -1;
     /* Row offsets are ints in the kernels: keep every activation indexable. */
     if ((double)cfg->n_embd * 4 * cfg->block_size > 2e9 ||
-        (double)cfg->vocab_size * cfg->n_embd > 2e9) {
+        (double)cfg->vocab_size * cfg->n_embd > 2e11) {
         dt_strf(err, errlen, "model: n_embd %d with block_size %d / vocab_size %d is too large",
                 cfg->n_embd, cfg->block_size, cfg->vocab_size);
         return -1;
