@@ -329,7 +329,9 @@ static MPI_Datatype element_type(dt_comm *c)
 }
 
 /* The call's counts and displacements as MPI's ints: out[0..4p) holds send
- * counts, send displacements, receive counts, receive displacements. */
+ * counts, send displacements, receive counts, receive displacements. Our
+ * own block counts zero: collectives.c copied it already, and MPI would
+ * copy it a second time. */
 static int v_ints(dt_comm *c, int *out)
 {
     int p = c->size;
@@ -337,7 +339,7 @@ static int v_ints(dt_comm *c, int *out)
         for (int j = 0; j < p; j++) {
             int send = k < 2;
             size_t v = k % 2 ? dt_coll_v_displ(&c->cur, j, send)
-                             : dt_coll_v_count(&c->cur, j, send);
+                      : j == c->rank ? 0 : dt_coll_v_count(&c->cur, j, send);
             if (v > (size_t)DT_MPI_COUNT_MAX)
                 return dt_comm_fail(c, DT_ERR_INVALID, -1, "alltoallv algorithm 'mpi' takes "
                                     "counts and displacements of at most %d elements (MPI's int "
