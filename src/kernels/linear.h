@@ -28,4 +28,29 @@ int dt_linear_backward_l(dt_precision prec, dt_wlayout lay, float *dinp, int din
                          float *dW, float *db, const float *dout, const float *inp,
                          const float *W, int N, int IN, int OUT);
 
+/* Products that read one input (q, k and v; gate and up): Linear-layout
+ * weights W[i] [out[i], IN], their outputs side by side in out [N, sum
+ * out]. Weights stored one after another (W[i + 1] == W[i] + out[i] IN, as
+ * the model's tensor offsets place them when each size is a multiple of
+ * their alignment) are one [sum out, IN] matrix and one product, wider and
+ * so faster than its parts; else each weight is its own product, into its
+ * columns. The same holds for the gradients dW[i]. */
+enum { DT_LINEAR_GROUP_MAX = 4 };
+typedef struct {
+    int n;
+    int out[DT_LINEAR_GROUP_MAX];
+    const float *W[DT_LINEAR_GROUP_MAX];
+    float *dW[DT_LINEAR_GROUP_MAX];
+} dt_linear_group;
+
+/* out = inp @ [W_0; W_1; ...]^T. Returns 0 or -1 (dt_matmul_error). */
+int dt_linear_group_forward(dt_precision prec, float *out, const float *inp,
+                            const dt_linear_group *g, int N, int IN);
+/* dinp = dout @ [W_0; W_1; ...] (or += with dinp_accumulate; dinp NULL to
+ * skip), dW[i] += dout's columns of i, transposed, @ inp (dW[0] NULL to
+ * skip). Returns 0 or -1. */
+int dt_linear_group_backward(dt_precision prec, float *dinp, int dinp_accumulate,
+                             const dt_linear_group *g, const float *dout, const float *inp, int N,
+                             int IN);
+
 #endif

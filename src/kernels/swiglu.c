@@ -28,6 +28,12 @@ void dt_swiglu_forward(float *h, const float *gate, const float *up, size_t n)
     }
 }
 
+/* dL/dgate, given s = sigmoid(a), the output's gradient d and up u. */
+static inline float dgate_of(float a, float s, float d, float u)
+{
+    return d * u * s * (1.0f + a * (1.0f - s));
+}
+
 void dt_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate,
                         const float *up, size_t n)
 {
@@ -36,8 +42,37 @@ void dt_swiglu_backward(float *dgate, float *dup, const float *dh, const float *
     for (size_t i = 0; i < n; i++) {
         const float a = gate[i], s = sigmoid(a), d = dh[i];
         const float silu = a * s;
-        const float dg = d * up[i] * s * (1.0f + a * (1.0f - s));
+        const float dg = dgate_of(a, s, d, up[i]);
         dup[i] = d * silu;
         dgate[i] = dg;
+    }
+}
+
+void dt_swiglu_forward_rows(float *h, const float *gu, int rows, int F, int ld)
+{
+    int nt = dt_kernels_threads();
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int r = 0; r < rows; r++) {
+        const float *g = gu + (size_t)r * ld, *u = g + F;
+        float *o = h + (size_t)r * F;
+#pragma omp simd
+        for (int i = 0; i < F; i++) o[i] = g[i] * sigmoid(g[i]) * u[i];
+    }
+}
+
+void dt_swiglu_backward_rows(float *dgu, const float *dh, const float *gu, int rows, int F,
+                             int ld)
+{
+    int nt = dt_kernels_threads();
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int r = 0; r < rows; r++) {
+        const float *g = gu + (size_t)r * ld, *u = g + F, *d = dh + (size_t)r * F;
+        float *dg = dgu + (size_t)r * ld, *du = dg + F;
+#pragma omp simd
+        for (int i = 0; i < F; i++) {
+            const float a = g[i], s = sigmoid(a);
+            du[i] = d[i] * (a * s);
+            dg[i] = dgate_of(a, s, d[i], u[i]);
+        }
     }
 }

@@ -148,3 +148,47 @@ int dt_model_product_weights(dt_gpt *m, const dt_block_call *c, float *dW, float
         return dt_model_fail_matmul(m, name);
     return 0;
 }
+
+dt_linear_group dt_model_group(const dt_block_call *c, int first, int n, const int *out)
+{
+    dt_linear_group g = {.n = n};
+    for (int i = 0; i < n; i++) {
+        g.out[i] = out[i];
+        g.W[i] = c->w[first + i];
+        g.dW[i] = c->g[first + i];
+    }
+    return g;
+}
+
+int dt_model_group_forward(dt_gpt *m, const dt_block_call *c, const dt_linear_group *g,
+                           float *out, const char *name)
+{
+    if (dt_linear_group_forward(m->prec, out, c->x, g, c->N, m->cfg.n_embd))
+        return dt_model_fail_matmul(m, name);
+    return 0;
+}
+
+int dt_model_group_backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what,
+                            const dt_linear_group *g, const float *dout, float *keep,
+                            const char *name)
+{
+    dt_linear_group input_only = *g;
+    int width = 0;
+    for (int i = 0; i < g->n; i++) width += g->out[i];
+    if (what != DT_BWD_WHOLE) {
+        memcpy(keep, dout, (size_t)c->N * width * sizeof(float));
+        input_only.dW[0] = NULL;
+    }
+    if (dt_linear_group_backward(m->prec, m->acts.d_c, 0, &input_only, dout, c->x, c->N,
+                                 m->cfg.n_embd))
+        return dt_model_fail_matmul(m, name);
+    return dt_model_input_grad_sum(m, c->N, name);
+}
+
+int dt_model_group_weights(dt_gpt *m, const dt_block_call *c, const dt_linear_group *g,
+                           const float *dout, const char *name)
+{
+    if (dt_linear_group_backward(m->prec, NULL, 0, g, dout, c->x, c->N, m->cfg.n_embd))
+        return dt_model_fail_matmul(m, name);
+    return 0;
+}

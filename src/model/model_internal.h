@@ -99,6 +99,20 @@ int dt_model_branch_out_backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part 
 int dt_model_branch_in_backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what, float *dW,
                                 float *db, const float *dout, float *keep, const float *W,
                                 int OUT, const char *name);
+/* A branch's first products when several read its input c->x (q, k and
+ * v; gate and up), as one where their tensors lie one after another
+ * (kernels/linear.h): tensors [first, first + n) of c, Linear layout,
+ * out[i] wide. Forward into out [N, sum out]; backward from dout [N, sum
+ * out] as dt_model_branch_in_backward's; the weight half from the kept
+ * dout. */
+dt_linear_group dt_model_group(const dt_block_call *c, int first, int n, const int *out);
+int dt_model_group_forward(dt_gpt *m, const dt_block_call *c, const dt_linear_group *g,
+                           float *out, const char *name);
+int dt_model_group_backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what,
+                            const dt_linear_group *g, const float *dout, float *keep,
+                            const char *name);
+int dt_model_group_weights(dt_gpt *m, const dt_block_call *c, const dt_linear_group *g,
+                           const float *dout, const char *name);
 
 /* ---- moe.c: the configuration's checks, the counts' buffers ---------- */
 

@@ -2,7 +2,9 @@
  * dt_linear_forward and dt_linear_backward against double references, in
  * fp32 and bf16 (products on bf16-rounded operands, the bias and its
  * gradient exact), with and without bias, overwriting and accumulating
- * dinp, and skipping dinp or db.
+ * dinp, and skipping dinp or db. Groups of Linear-layout weights that
+ * share their input (q, k and v), stored one after another (one product)
+ * and apart (one each), against the same references.
  */
 #include "bf16_ref.h"
 #include "kernel_test.h"
@@ -89,6 +91,63 @@ static void check_backward(dt_precision prec, int N, int IN, int OUT, int accumu
     free(want_dinp), free(want_dW), free(want_db);
 }
 
+/* A group of three weights [out[i], IN] (Linear layout), in one block
+ * (adjacent) or in allocations of their own, and its gradients likewise. */
+static void check_group(dt_precision prec, int N, int IN, const int out[3], int adjacent,
+                        int accumulate)
+{
+    const int bf16 = prec == DT_PREC_BF16, width = out[0] + out[1] + out[2];
+    const size_t nw = (size_t)width * IN;
+    float *inp = rnd_array((size_t)N * IN, 1.0f), *W = rnd_array(nw, 1.0f);
+    float *dW = rnd_array(nw, 1.0f), *dout = rnd_array((size_t)N * width, 1.0f);
+    float *y = rnd_array((size_t)N * width, 1.0f), *dinp = rnd_array((size_t)N * IN, 1.0f);
+    float *before_dW = fcopy(dW, nw), *before_dinp = fcopy(dinp, (size_t)N * IN);
+    dt_linear_group g = {.n = 3};
+    for (int i = 0, row = 0; i < 3; row += out[i++]) {
+        g.out[i] = out[i];
+        const size_t at = (size_t)row * IN, n = (size_t)out[i] * IN;
+        g.W[i] = adjacent ? W + at : fcopy(W + at, n);
+        g.dW[i] = adjacent ? dW + at : fcopy(dW + at, n);
+    }
+    float *ri = rounded(inp, (size_t)N * IN, bf16), *rW = rounded(W, nw, bf16);
+    float *rd = rounded(dout, (size_t)N * width, bf16);
+    double *want_y = dalloc((size_t)N * width), *want_dx = dalloc((size_t)N * IN);
+    double *want_dW = dalloc(nw);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < width; o++) {
+            double s = 0.0;
+            for (int k = 0; k < IN; k++) s += (double)ri[(size_t)n * IN + k] * rW[(size_t)o * IN + k];
+            want_y[(size_t)n * width + o] = s;
+        }
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < IN; k++) {
+            double s = accumulate ? before_dinp[(size_t)n * IN + k] : 0.0;
+            for (int o = 0; o < width; o++) s += (double)rd[(size_t)n * width + o] * rW[(size_t)o * IN + k];
+            want_dx[(size_t)n * IN + k] = s;
+        }
+    for (int o = 0; o < width; o++)
+        for (int k = 0; k < IN; k++) {
+            double s = before_dW[(size_t)o * IN + k];
+            for (int n = 0; n < N; n++) s += (double)rd[(size_t)n * width + o] * ri[(size_t)n * IN + k];
+            want_dW[(size_t)o * IN + k] = s;
+        }
+    const char *p = bf16 ? "bf16" : "fp32", *how = adjacent ? "adjacent" : "apart";
+    CHECK(dt_linear_group_forward(prec, y, inp, &g, N, IN) == 0, "group forward failed");
+    CHECK_CLOSE(y, want_y, (size_t)N * width, 1e-5, "group forward %s %s N=%d IN=%d", p, how, N,
+                IN);
+    CHECK(dt_linear_group_backward(prec, dinp, accumulate, &g, dout, inp, N, IN) == 0,
+          "group backward failed");
+    CHECK_CLOSE(dinp, want_dx, (size_t)N * IN, 1e-5, "group dinp %s %s N=%d IN=%d acc=%d", p,
+                how, N, IN, accumulate);
+    for (int i = 0, row = 0; i < 3; row += out[i++]) {
+        CHECK_CLOSE(g.dW[i], want_dW + (size_t)row * IN, (size_t)out[i] * IN, 1e-5,
+                    "group dW[%d] %s %s N=%d IN=%d", i, p, how, N, IN);
+        if (!adjacent) free((float *)g.W[i]), free(g.dW[i]);
+    }
+    free(inp), free(W), free(dW), free(dout), free(y), free(dinp), free(before_dW);
+    free(before_dinp), free(ri), free(rW), free(rd), free(want_y), free(want_dx), free(want_dW);
+}
+
 static const int shapes[][3] = {{1, 1, 1}, {1, 16, 48}, {7, 5, 3}, {33, 17, 65}, {64, 64, 64},
                                 {130, 48, 200}, {257, 100, 71}};
 
@@ -106,6 +165,13 @@ int main(void)
                 check_backward((dt_precision)prec, N, IN, OUT, 1, 1, 1);
                 check_backward((dt_precision)prec, N, IN, OUT, 0, 0, 0);
             }
+        /* Llama's q, k and v at 6 heads and 2 key/value heads of 8, and odd sizes. */
+        static const int groups[][5] = {{64, 48, 48, 16, 16}, {37, 20, 13, 7, 5}};
+        for (int prec = 0; prec < 2; prec++)
+            for (int k = 0; k < 2; k++)
+                for (int adjacent = 0; adjacent < 2; adjacent++)
+                    check_group((dt_precision)prec, groups[k][0], groups[k][1], groups[k] + 2,
+                                adjacent, k);
     }
     return finish("test_linear");
 }

@@ -13,23 +13,25 @@
  *
  * Tensor parallelism (Megatron's): q, k and v column-parallel (this rank's
  * NH / tp query heads with their KV / tp key/value heads: whole groups),
- * o_proj row-parallel.
+ * o_proj row-parallel. q, k and v are one product when their tensors lie
+ * one after another (dt_model_group), into proj's rows [q | k | v].
  * Buffers, N rows of the micro-batch (R between the products), A = C / tp,
- * Ak = KV D / tp:
+ * Ak = KV D / tp, W = A + 2 Ak:
  *   res [R, C]      the residual sum after it                  PRODUCT
  *   qkv [N, 3A]     q, k, v turned and repeated, as attention reads them
  *                                                             PRODUCT
  *   att [N, A]      the heads' output                          PRODUCT
  *   lse [S N]       what attention keeps                       PRODUCT
- *   d_proj [N, C], d_q [N, A], d_k, d_v [N, Ak]                SPLIT
- *   dqkv [N, 3A], dq [N, A], dk, dv [N, Ak], pos [N]           SCRATCH */
+ *   d_proj [N, C], d_qkv [N, W]                                SPLIT
+ *   dqkv [N, 3A], proj [N, W] (the products' outputs, then their
+ *   gradients), pos [N]                                        SCRATCH */
 #include <string.h>
 
 #include "kernels/attention.h"
 #include "kernels/rope.h"
 #include "model/model_internal.h"
 
-enum { RES, QKV, ATT, LSE, D_PROJ, D_Q, D_K, D_V, DQKV, DQ, DK, DV, POS, N_ACTS };
+enum { RES, QKV, ATT, LSE, D_PROJ, D_QKV, DQKV, PROJ, POS, N_ACTS };
 enum { Q_W, K_W, V_W, O_W };
 
 static int head_dim(const dt_gpt_config *cfg) { return cfg->n_embd / cfg->n_head; }
@@ -56,22 +58,21 @@ static int tensors(const dt_gpt_config *cfg, const dt_gpt_tp *tp, const dt_gpt_e
 /* This rank's key/value width: its kv heads x D. */
 static int kv_width(const dt_gpt *m) { return m->tp.kv_heads * head_dim(&m->cfg); }
 
+/* proj's width: q's, k's and v's columns. */
+static int proj_width(const dt_gpt *m) { return m->tp.attn + 2 * kv_width(m); }
+
 static int acts(const dt_gpt *m, size_t N, size_t R, dt_act_spec *out)
 {
-    const size_t C = (size_t)m->cfg.n_embd, A = (size_t)m->tp.attn, Ak = (size_t)kv_width(m);
+    const size_t C = (size_t)m->cfg.n_embd, A = (size_t)m->tp.attn, W = (size_t)proj_width(m);
     const size_t S = (size_t)m->tp.heads + (size_t)m->cp.saved_widths * A;
     out[RES] = (dt_act_spec){R * C, DT_ACT_PRODUCT};
     out[QKV] = (dt_act_spec){N * 3 * A, DT_ACT_PRODUCT};
     out[ATT] = (dt_act_spec){N * A, DT_ACT_PRODUCT};
     out[LSE] = (dt_act_spec){S * N, DT_ACT_PRODUCT};
     out[D_PROJ] = (dt_act_spec){N * C, DT_ACT_SPLIT};
-    out[D_Q] = (dt_act_spec){N * A, DT_ACT_SPLIT};
-    out[D_K] = (dt_act_spec){N * Ak, DT_ACT_SPLIT};
-    out[D_V] = (dt_act_spec){N * Ak, DT_ACT_SPLIT};
+    out[D_QKV] = (dt_act_spec){N * W, DT_ACT_SPLIT};
     out[DQKV] = (dt_act_spec){N * 3 * A, DT_ACT_SCRATCH};
-    out[DQ] = (dt_act_spec){N * A, DT_ACT_SCRATCH};
-    out[DK] = (dt_act_spec){N * Ak, DT_ACT_SCRATCH};
-    out[DV] = (dt_act_spec){N * Ak, DT_ACT_SCRATCH};
+    out[PROJ] = (dt_act_spec){N * W, DT_ACT_SCRATCH};
     out[POS] = (dt_act_spec){N, DT_ACT_SCRATCH}; /* t would do: N is what the arena knows */
     return N_ACTS;
 }
@@ -87,15 +88,15 @@ static const int32_t *positions(const dt_gpt *m, const dt_block_call *c)
     return pos;
 }
 
-/* Key/value head g's D columns of kv [N, Ak] into the columns of each
- * query head of its group in packed [N, 3A] at column `at` (forward), or
- * the group's sum back, its heads in order (backward). */
-static void repeat_kv(const dt_gpt *m, float *packed, float *kv, int at, int N, int back)
+/* Key/value head g's D columns of kv (rows ld apart) into the columns of
+ * each query head of its group in packed [N, 3A] at column `at`
+ * (forward), or the group's sum back, its heads in order (backward). */
+static void repeat_kv(const dt_gpt *m, float *packed, float *kv, int ld, int at, int N, int back)
 {
-    const int D = head_dim(&m->cfg), A = m->tp.attn, Ak = kv_width(m);
+    const int D = head_dim(&m->cfg), A = m->tp.attn;
     const int group = m->tp.heads / m->tp.kv_heads;
     for (int i = 0; i < N; i++) {
-        float *row = packed + (size_t)i * 3 * A + at, *one = kv + (size_t)i * Ak;
+        float *row = packed + (size_t)i * 3 * A + at, *one = kv + (size_t)i * ld;
         for (int g = 0; g < m->tp.kv_heads; g++) {
             float *src = one + (size_t)g * D, *head = row + (size_t)g * group * D;
             if (!back) {
@@ -110,23 +111,43 @@ static void repeat_kv(const dt_gpt *m, float *packed, float *kv, int at, int N, 
     }
 }
 
-/* q into qkv's first A columns, k and v into scratch; turned; k and v
- * repeated into qkv. */
+/* q's A columns between packed [N, 3A] and proj [N, W]. */
+static void move_q(float *packed, float *proj, int A, int W, int N, int back)
+{
+    for (int i = 0; i < N; i++) {
+        float *p = packed + (size_t)i * 3 * A, *q = proj + (size_t)i * W;
+        memcpy(back ? q : p, back ? p : q, (size_t)A * sizeof(float));
+    }
+}
+
+/* q's and k's heads in proj turned by their rows' positions (sign -1:
+ * back, for their gradients). */
+static void turn(dt_gpt *m, const dt_block_call *c, float *proj, int sign)
+{
+    const int A = m->tp.attn, W = proj_width(m), D = head_dim(&m->cfg);
+    const double theta = dt_gpt_rope_theta(&m->cfg);
+    const int32_t *pos = positions(m, c);
+    dt_rope(proj, W, pos, c->b, c->t, m->tp.heads, D, theta, sign);
+    dt_rope(proj + A, W, pos, c->b, c->t, m->tp.kv_heads, D, theta, sign);
+}
+
+static dt_linear_group qkv_group(const dt_gpt *m, const dt_block_call *c)
+{
+    const int out[3] = {m->tp.attn, kv_width(m), kv_width(m)};
+    return dt_model_group(c, Q_W, 3, out);
+}
+
+/* q, k and v into proj; turned; into qkv, k and v repeated. */
 static int project(dt_gpt *m, const dt_block_call *c)
 {
-    const int C = m->cfg.n_embd, A = m->tp.attn, Ak = kv_width(m), N = c->N;
-    const int D = head_dim(&m->cfg);
-    const double theta = dt_gpt_rope_theta(&m->cfg);
-    float *qkv = c->a[QKV], *k = c->a[DK], *v = c->a[DV];
-    if (dt_matmul(m->prec, 0, 1, N, A, C, 1.0f, c->x, C, c->w[Q_W], C, 0.0f, qkv, 3 * A) ||
-        dt_linear_forward_l(m->prec, DT_LINEAR, k, c->x, c->w[K_W], NULL, N, C, Ak) ||
-        dt_linear_forward_l(m->prec, DT_LINEAR, v, c->x, c->w[V_W], NULL, N, C, Ak))
-        return dt_model_fail_matmul(m, "self_attn.q_proj/k_proj/v_proj");
-    const int32_t *pos = positions(m, c);
-    dt_rope(qkv, 3 * A, pos, c->b, c->t, m->tp.heads, D, theta, 1);
-    dt_rope(k, Ak, pos, c->b, c->t, m->tp.kv_heads, D, theta, 1);
-    repeat_kv(m, qkv, k, A, N, 0);
-    repeat_kv(m, qkv, v, 2 * A, N, 0);
+    const int A = m->tp.attn, Ak = kv_width(m), W = proj_width(m), N = c->N;
+    const dt_linear_group g = qkv_group(m, c);
+    float *qkv = c->a[QKV], *proj = c->a[PROJ];
+    if (dt_model_group_forward(m, c, &g, proj, "self_attn.q_proj/k_proj/v_proj")) return -1;
+    turn(m, c, proj, 1);
+    move_q(qkv, proj, A, W, N, 0);
+    repeat_kv(m, qkv, proj + A, W, A, N, 0);
+    repeat_kv(m, qkv, proj + A + Ak, W, 2 * A, N, 0);
     return 0;
 }
 
@@ -160,56 +181,39 @@ static int forward(dt_gpt *m, const dt_block_call *c, unsigned run)
     return dt_model_branch_out(m, c, c->a[ATT], c->w[O_W], NULL, m->tp.attn, "self_attn.o_proj");
 }
 
-/* From the packed gradient to q's, k's and v's before the turn: the
- * groups' sums, turned back. */
+/* From the packed gradient to q's, k's and v's before the turn, in proj:
+ * the groups' sums, turned back. */
 static void unpack_grads(dt_gpt *m, const dt_block_call *c)
 {
-    const int A = m->tp.attn, Ak = kv_width(m), N = c->N, D = head_dim(&m->cfg);
-    const double theta = dt_gpt_rope_theta(&m->cfg);
-    float *dqkv = c->a[DQKV], *dq = c->a[DQ];
-    for (int i = 0; i < N; i++)
-        memcpy(dq + (size_t)i * A, dqkv + (size_t)i * 3 * A, (size_t)A * sizeof(float));
-    repeat_kv(m, dqkv, c->a[DK], A, N, 1);
-    repeat_kv(m, dqkv, c->a[DV], 2 * A, N, 1);
-    const int32_t *pos = positions(m, c);
-    dt_rope(dq, A, pos, c->b, c->t, m->tp.heads, D, theta, -1);
-    dt_rope(c->a[DK], Ak, pos, c->b, c->t, m->tp.kv_heads, D, theta, -1);
+    const int A = m->tp.attn, Ak = kv_width(m), W = proj_width(m), N = c->N;
+    float *dqkv = c->a[DQKV], *dproj = c->a[PROJ];
+    move_q(dqkv, dproj, A, W, N, 1);
+    repeat_kv(m, dqkv, dproj + A, W, A, N, 1);
+    repeat_kv(m, dqkv, dproj + A + Ak, W, 2 * A, N, 1);
+    turn(m, c, dproj, -1);
 }
 
 static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
 {
-    const int C = m->cfg.n_embd, A = m->tp.attn, Ak = kv_width(m), N = c->N;
+    const int A = m->tp.attn;
+    const dt_linear_group g = qkv_group(m, c);
     if (dt_model_branch_out_backward(m, c, what, m->acts.d_c, c->g[O_W], NULL, c->a[D_PROJ],
                                      c->a[ATT], c->w[O_W], A, "self_attn.o_proj backward"))
         return -1;
     if (attend_backward(m, c)) return -1;
     unpack_grads(m, c);
-    const struct { int w, d, keep, acc, out; const char *name; } p[3] = {
-        {Q_W, DQ, D_Q, 0, A, "self_attn.q_proj backward"},
-        {K_W, DK, D_K, 1, Ak, "self_attn.k_proj backward"},
-        {V_W, DV, D_V, 1, Ak, "self_attn.v_proj backward"},
-    };
-    for (int i = 0; i < 3; i++)
-        if (dt_model_product_backward(m, what, DT_LINEAR, m->acts.d_c, p[i].acc, c->g[p[i].w],
-                                      NULL, c->a[p[i].d], c->a[p[i].keep], c->x, c->w[p[i].w],
-                                      N, C, p[i].out, p[i].name))
-            return -1;
-    return dt_model_input_grad_sum(m, N, "self_attn backward");
+    return dt_model_group_backward(m, c, what, &g, c->a[PROJ], c->a[D_QKV],
+                                   "self_attn.q_proj/k_proj/v_proj backward");
 }
 
 static int weights(dt_gpt *m, const dt_block_call *c)
 {
-    const int C = m->cfg.n_embd, A = m->tp.attn, Ak = kv_width(m), N = c->N;
+    const int C = m->cfg.n_embd, A = m->tp.attn, N = c->N;
+    const dt_linear_group g = qkv_group(m, c);
     if (dt_model_product_weights(m, c, c->g[O_W], NULL, c->a[D_PROJ], c->a[ATT], N, A, C,
-                                 "self_attn.o_proj") ||
-        dt_model_product_weights(m, c, c->g[Q_W], NULL, c->a[D_Q], c->x, N, C, A,
-                                 "self_attn.q_proj") ||
-        dt_model_product_weights(m, c, c->g[K_W], NULL, c->a[D_K], c->x, N, C, Ak,
-                                 "self_attn.k_proj") ||
-        dt_model_product_weights(m, c, c->g[V_W], NULL, c->a[D_V], c->x, N, C, Ak,
-                                 "self_attn.v_proj"))
+                                 "self_attn.o_proj"))
         return -1;
-    return 0;
+    return dt_model_group_weights(m, c, &g, c->a[D_QKV], "self_attn.q_proj/k_proj/v_proj");
 }
 
 /* 6 per weight of its products (2 C^2 + 2 C KV D), and the attention's
