@@ -36,6 +36,14 @@ typedef struct dt_run {
     int lock_fd;        /* the lock on --out (ckpt/lock.h), or -1 */
     double peak;        /* FLOP/s MFU is measured against (all computing ranks); 0: unknown */
     char peak_desc[512]; /* what that peak is */
+    struct {            /* in-memory snapshots and restarts (snapshots.c) */
+        long every;     /* steps between snapshots; 0: none */
+        long restart;   /* restarts before this attempt (TORCHELASTIC_RESTART_COUNT) */
+        long max_restarts; /* TORCHELASTIC_MAX_RESTARTS */
+        uint64_t failure_ns; /* when the launcher saw the failure (CLOCK_MONOTONIC) */
+        long from_step; /* the step this attempt started at */
+        char dir[256];  /* the job's snapshot directory */
+    } snap;
     FILE *json;         /* --log-json, or NULL */
     FILE *out;          /* human-readable lines (rank 0's; /dev/null elsewhere) */
 } dt_run;
@@ -60,8 +68,24 @@ int dt_run_check_outputs(dt_run *t);
 /* The layout, what the strategy says this rank holds, the starting state
  * (resume_dir: a checkpoint, or NULL), and the ranks' agreement on it. */
 int dt_run_setup_model(dt_run *t, const char *resume_dir);
-/* A checkpoint of the current step (collective: the strategy gathers). */
+/* A checkpoint of the current step into --out (collective: the strategy
+ * gathers), or into the run directory dir keeping keep (its path into
+ * path; empty on a rank that writes nothing). */
 int dt_run_save(dt_run *t);
+int dt_run_save_to(dt_run *t, const char *dir, long keep, char *path, size_t len);
+
+/* snapshots.c */
+/* Snapshots (under a launcher that restarts) and, on a restart, where the
+ * run continues from: the snapshot in memory, else --out's newest
+ * checkpoint, else what --resume named, else the start. Sets
+ * t->r.resuming and *where (NULL: a fresh start); 0 or -1. */
+int dt_run_snapshots_setup(dt_run *t, const char **where);
+/* After the starting state is in place: room for the snapshots, and on a
+ * restart what failed and where the run continues from (rank 0's line). */
+int dt_run_snapshots_start(dt_run *t, const char *where);
+/* After step t->step - 1: a snapshot when one is due (collective), and on
+ * a restart's first step the time since the failure. */
+int dt_run_snapshot_after_step(dt_run *t);
 
 /* run_report.c */
 /* The configuration, model, data and batch, and each rank's memory by kind

@@ -317,8 +317,8 @@ int dt_run_setup_model(dt_run *t, const char *resume_dir)
 /* A strategy that holds pieces (ZeRO, a pipeline's stages): every rank of
  * the save group writes its own shard; where the parameters are in the
  * model, this rank's pieces are copied out. */
-static int save_sharded(dt_run *t, const dt_flat_ranges *mine, const dt_ckpt_state *st,
-                        char *path, size_t n)
+static int save_sharded(dt_run *t, const char *dir, long keep, const dt_flat_ranges *mine,
+                        const dt_ckpt_state *st, char *path, size_t n)
 {
     /* A deferred update (--offload-overlap) finished first. */
     if (dt_optimizer_settle(&t->opt, SIZE_MAX, ERR(t))) return -1;
@@ -335,19 +335,21 @@ static int save_sharded(dt_run *t, const dt_flat_ranges *mine, const dt_ckpt_sta
     dt_flat_ranges in_file;
     dt_flat_range *tmp = NULL;
     int rc = file_ranges(t, mine, &in_file, &tmp) ||
-             dt_ckpt_save_sharded(t->cfg->out_dir, file_layout(t), &in_file, params, &t->opt, st,
+             dt_ckpt_save_sharded(dir, file_layout(t), &in_file, params, &t->opt, st,
                                   t->cfg->zero_stage,
-                                  t->S.save_group ? t->S.save_group : t->S.lockstep,
-                                  t->cfg->keep_last, path, n, ERR(t));
+                                  t->S.save_group ? t->S.save_group : t->S.lockstep, keep, path,
+                                  n, ERR(t));
     free(copy);
     free(tmp);
     return rc ? -1 : 0;
 }
 
 /* Collective: the strategy gathers what the writer needs, then it writes
- * (or every rank writes its shard). */
-int dt_run_save(dt_run *t)
+ * (or every rank writes its shard) into the run directory dir, keeping
+ * its keep newest; the checkpoint's path into path. */
+int dt_run_save_to(dt_run *t, const char *dir, long keep, char *path, size_t len)
 {
+    path[0] = 0;
     if (dt_strategy_before_save(&t->S)) return -1;
     const dt_flat_ranges *mine = t->S.saves ? t->S.saves : t->S.shard;
     if (!t->S.writes_checkpoints && !mine) return 0;
@@ -361,14 +363,19 @@ int dt_run_save(dt_run *t)
                         .data_tokens = dt_dataset_ntokens(t->train),
                         .moe_bias = t->model.moe.bias,
                         .tokenizer = *dt_dataset_tokenizer(t->train)};
-    char path[DT_CONFIG_PATH + 64], why[256];
+    char why[256];
     if (dt_optimizer_state_map(&t->opt, ERR(t))) return -1;
-    int rc = mine ? save_sharded(t, mine, &st, path, sizeof path)
-                  : dt_ckpt_save(t->cfg->out_dir, &t->model, &t->opt, &st, t->cfg->keep_last,
-                                 path, sizeof path, ERR(t));
+    int rc = mine ? save_sharded(t, dir, keep, mine, &st, path, len)
+                  : dt_ckpt_save(dir, &t->model, &t->opt, &st, keep, path, len, ERR(t));
     if (dt_optimizer_state_unmap(&t->opt, 0, why, sizeof why) && rc == 0)
         return dt_strf(ERR(t), "%s", why), -1;
-    if (rc) return -1;
-    fprintf(t->out, "checkpoint %s\n", path);
+    return rc ? -1 : 0;
+}
+
+int dt_run_save(dt_run *t)
+{
+    char path[DT_CONFIG_PATH + 64];
+    if (dt_run_save_to(t, t->cfg->out_dir, t->cfg->keep_last, path, sizeof path)) return -1;
+    if (path[0]) fprintf(t->out, "checkpoint %s\n", path);
     return 0;
 }

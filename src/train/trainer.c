@@ -148,6 +148,7 @@ static int run_loop(dt_run *t)
         if (eval_now && dt_run_eval(t, 0)) return -1;
         int save_now = c->out_dir[0] && c->save_every > 0 && t->step % c->save_every == 0;
         if (save_now && dt_run_save(t)) return -1;
+        if (dt_run_snapshot_after_step(t)) return -1;
     }
     return stop < 0 ? -1 : 0;
 }
@@ -250,15 +251,16 @@ static int setup(dt_run *t)
         (t->lock_fd = dt_ckpt_lock(c->out_dir, ERR(t))) < 0)
         return -1;
     char resume_dir[DT_CONFIG_PATH + 64];
-    if (t->r.resuming && dt_ckpt_resolve(c->resume[0] ? c->resume : c->out_dir, resume_dir,
-                                         sizeof resume_dir, ERR(t)))
-        return -1;
+    const char *where;
+    if (dt_run_snapshots_setup(t, &where)) return -1;
+    if (where && dt_ckpt_resolve(where, resume_dir, sizeof resume_dir, ERR(t))) return -1;
     if (!t->r.resuming && c->out_dir[0] && t->r.rank == 0 && dt_ckpt_exists(c->out_dir))
         return dt_strf(ERR(t),
                        "--out %s already holds checkpoints: add --resume to continue that run, "
                        "or choose another directory",
                        c->out_dir), -1;
-    if (dt_run_setup_model(t, t->r.resuming ? resume_dir : NULL)) return -1;
+    if (dt_run_setup_model(t, where ? resume_dir : NULL)) return -1;
+    if (dt_run_snapshots_start(t, where)) return -1;
     /* MFU's peak: every computing rank's threads (a process computes
      * compute_streams models at once, each on t->threads threads). */
     if (!dt_strategy_serves(&t->S) &&

@@ -195,6 +195,7 @@ static const opt_row opt_rows[] = {
     {"save-every", "5", "--out ck", NULL},
     {"keep-last", "5", "--out ck", NULL},
     {"keep-last", "5", "", "needs --out"},
+    {"snapshot-every", "4", "", NULL},
     {"resume", "ck/ckpt-00000005", "", NULL},
     {"save-final", "w.safetensors", "", NULL},
     {"print-every", "10", "", NULL},

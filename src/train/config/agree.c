@@ -116,6 +116,7 @@ static const struct {
     {"out", DT_AGREE_VALUE},
     {"save-every", DT_AGREE_VALUE},
     {"keep-last", DT_AGREE_VALUE},
+    {"snapshot-every", DT_AGREE_VALUE},
     {"resume", DT_AGREE_VALUE},
     /* Written by one rank, but every rank takes part (gathers, clocks). */
     {"save-final", DT_AGREE_SET},

@@ -94,6 +94,7 @@ typedef struct dt_train_config {
     long eval_batches; /* batches per evaluation; 0 = no evaluation */
     long save_every;   /* steps between checkpoints; 0 = only at the end (with out_dir) */
     long keep_last;    /* checkpoints kept in out_dir */
+    long snapshot_every; /* with restarts: steps between in-memory snapshots; 0 = none */
     long print_every;  /* steps between log lines */
     char log_ranks[4]; /* which ranks print: 0 (rank 0 speaks for the job) | all */
     int zero_stage;    /* zero_optimization.stage: 0 (none) to 3, over the ddp ranks */

@@ -222,6 +222,8 @@ const dt_cfg_opt dt_cfg_options[] = {
         "steps between checkpoints; 0 = at the end only"),
     OPT(G_CKPT, "keep-last", NULL, T_LONG, keep_last, 1, LMAX, "N", NULL, 0,
         "checkpoints kept in --out"),
+    OPT(G_CKPT, "snapshot-every", NULL, T_LONG, snapshot_every, 0, LMAX, "N", NULL, 0,
+        "steps between in-memory snapshots (with --max-restarts); 0 = none"),
     OPT(G_CKPT, "resume", NULL, T_STR, resume, 0, 0, "[=DIR]", hook_resume, O_OPTVAL,
         "resume from DIR; bare: the latest in --out"),
     OPT(G_CKPT, "save-final", NULL, T_STR, save_final, 0, 0, "FILE|DIR/", NULL, 0,
@@ -439,6 +441,7 @@ void dt_config_defaults(dt_train_config *c)
     strcpy(c->compress, "none");
     c->eval_batches = 8;
     c->keep_last = 3;
+    c->snapshot_every = 1;
     c->print_every = 1;
     strcpy(c->log_ranks, "0");
 }

@@ -1,0 +1,178 @@
+"""Restarts from in-memory snapshots (`--max-restarts`): a run whose ranks
+are killed ends with the weights of the run that never failed, bit for bit.
+
+  test_restart.py DTRAIN
+
+Each run is `dtrain train --nproc N --max-restarts K` on the tiny preset
+(the built-in corpus, 24 steps); a watcher kills ranks with SIGKILL at
+random moments once the run has logged a few steps (the moments land in
+forward, backward, the all-reduce, the update or the snapshot copy, as
+they fall; the seed is printed), then waits for the restarted ranks to
+log new steps before the next kill. Cases:
+  ddp 3     three kills: a random rank, rank 0 (which serves the store),
+            two ranks at once; against one process with --grad-accum 3
+            (DDP is one process's bits)
+  zero3 3   one kill; against the same one process
+  tp 2      one kill; against tp 2 undisturbed
+  pp2 dp2   one kill; against pp 2 x dp 2 undisturbed
+  stopped   DDP 2, a rank stopped with SIGSTOP: its peers fail after the
+            heartbeat deadline (DTRAIN_HEARTBEAT_TIMEOUT=2), the stopped
+            rank is killed with the rest and the job restarts
+  every 4   --snapshot-every 4: the restart names the steps lost, and the
+            run still ends with the same bits
+  exhausted --max-restarts 1 and two kills: a non-zero exit, and the last
+            snapshot in --out (written there when the last restart began)
+Each restart prints what failed, where the run continued from and the time
+from the failure to the first step after it. And refused: --snapshot-every
+without restarts.
+"""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
+from checks import check, finish  # noqa: E402
+from dtrain_ref import st_read  # noqa: E402
+from dtrain_run import expect_refused, run, same_bits  # noqa: E402
+
+STEPS = 24
+BASE = ["train", "--model", "tiny", "--steps", str(STEPS), "--batch-size", "4",
+        "--seq-len", "64", "--eval-batches", "0", "--threads", "1", "--print-every", "1000"]
+
+
+def ranks_of(launcher):
+    """{RANK: pid} of the launcher's live children."""
+    out = {}
+    try:
+        kids = open("/proc/%d/task/%d/children" % (launcher, launcher)).read().split()
+    except OSError:
+        return out
+    for pid in map(int, kids):
+        try:
+            env = open("/proc/%d/environ" % pid, "rb").read().split(b"\0")
+            state = open("/proc/%d/stat" % pid).read().split(")")[-1].split()[0]
+        except OSError:
+            continue
+        if state == "Z":
+            continue
+        for kv in env:
+            if kv.startswith(b"RANK="):
+                out[int(kv[5:])] = pid
+    return out
+
+
+def logged(log):
+    try:
+        return sum(1 for l in open(log) if '"loss"' in l)
+    except OSError:
+        return 0
+
+
+def run_with_kills(dtrain, tmp, name, nproc, args, kills, rng, sig=signal.SIGKILL,
+                   env=None, restarts=3):
+    """Runs the job, killing per `kills` (each a list of ranks, None for a
+    random one); returns (exit code, output, final weights or None)."""
+    log, final = os.path.join(tmp, name + ".json"), os.path.join(tmp, name + ".st")
+    cmd = [dtrain] + BASE + ["--nproc", str(nproc), "--max-restarts", str(restarts),
+                             "--log-json", log, "--save-final", final] + args
+    e = dict(os.environ)
+    e.update(env or {})
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e)
+    killed = set()
+    for targets in kills:
+        start = logged(log)
+        deadline = time.time() + 60
+        while time.time() < deadline and p.poll() is None:  # the attempt is training
+            live = ranks_of(p.pid)
+            if len(live) == nproc and not killed & set(live.values()) and logged(log) >= start + 2:
+                break
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, 0.4))
+        live = ranks_of(p.pid)
+        chosen = [rng.choice(sorted(live)) if r is None else r for r in targets]
+        for r in chosen:
+            if r in live:
+                os.kill(live[r], sig)
+                killed.add(live[r])
+        print("%s: %s rank(s) %s at logged step %d" % (name, sig.name, chosen, logged(log)))
+    out, _ = p.communicate(timeout=300)
+    return p.returncode, out, (st_read(final)[0] if p.returncode == 0 else None)
+
+
+def reference(dtrain, tmp, name, args, nproc=0):
+    final = os.path.join(tmp, name + ".st")
+    a = BASE + ["--save-final", final] + args + (["--nproc", str(nproc)] if nproc else [])
+    r = run(dtrain, a)
+    if r.returncode != 0:
+        raise SystemExit("reference %s failed:\n%s" % (name, (r.stdout + r.stderr)[-3000:]))
+    return st_read(final)[0]
+
+
+def expect_recovered(name, rc, out, w, ref, restarts):
+    lines = [l for l in out.splitlines() if l.startswith("restart ")]
+    check(rc == 0 and w is not None and same_bits(w, ref),
+          "%s: %d restart(s), the undisturbed run's final weights bit for bit (exit %d)"
+          % (name, restarts, rc))
+    check(len(lines) == restarts and all("continuing at step" in l for l in lines)
+          and out.count("recovered: ") == restarts,
+          "%s: each restart says what failed, where the run continued, and the time to the next "
+          "step (%s)" % (name, lines))
+    if rc != 0:
+        print(out[-3000:])
+
+
+def main():
+    dtrain = sys.argv[1]
+    seed = int(os.environ.get("TEST_SEED", time.time()))
+    rng = random.Random(seed)
+    print("seed", seed, "(TEST_SEED repeats it)")
+    with tempfile.TemporaryDirectory() as tmp:
+        one = reference(dtrain, tmp, "one", ["--grad-accum", "3"])
+        rc, out, w = run_with_kills(dtrain, tmp, "ddp3", 3, [], [[None], [0], [1, 2]], rng)
+        expect_recovered("ddp 3", rc, out, w, one, 3)
+        rc, out, w = run_with_kills(dtrain, tmp, "z3", 3, ["--zero-stage", "3"], [[None]], rng)
+        expect_recovered("zero-3 at 3 ranks", rc, out, w, one, 1)
+
+        tp = reference(dtrain, tmp, "tp_ref", ["--tp", "2"], 2)
+        rc, out, w = run_with_kills(dtrain, tmp, "tp2", 2, ["--tp", "2"], [[None]], rng)
+        expect_recovered("tp 2", rc, out, w, tp, 1)
+        pp = reference(dtrain, tmp, "pp_ref", ["--pp", "2", "--dp", "2"], 4)
+        rc, out, w = run_with_kills(dtrain, tmp, "pp2dp2", 4, ["--pp", "2", "--dp", "2"],
+                                    [[None]], rng)
+        expect_recovered("pp 2 x dp 2", rc, out, w, pp, 1)
+
+        two = reference(dtrain, tmp, "two", ["--grad-accum", "2"])
+        rc, out, w = run_with_kills(dtrain, tmp, "stopped", 2, [], [[1]], rng, signal.SIGSTOP,
+                                    {"DTRAIN_HEARTBEAT_TIMEOUT": "2"})
+        expect_recovered("a rank stopped (SIGSTOP)", rc, out, w, two, 1)
+        check("unresponsive" in out, "stopped: its peers name the rank unresponsive")
+
+        rc, out, w = run_with_kills(dtrain, tmp, "every4", 2, ["--snapshot-every", "4"],
+                                    [[None]], rng)
+        expect_recovered("--snapshot-every 4", rc, out, w, two, 1)
+        lost = [l for l in out.splitlines() if l.startswith("restart ")]
+        check(lost and "step(s) lost" in lost[0], "--snapshot-every 4: the steps lost are named "
+              "(%s)" % lost)
+
+        ckdir = os.path.join(tmp, "ck")
+        rc, out, w = run_with_kills(dtrain, tmp, "exhausted", 2, ["--out", ckdir],
+                                    [[None], [None]], rng, restarts=1)
+        state = os.path.join(ckdir, open(os.path.join(ckdir, "latest")).read().strip(),
+                             "state.json") if os.path.exists(os.path.join(ckdir, "latest")) else ""
+        check(rc != 0 and "giving up" in out and state and json.load(open(state))["step"] > 0,
+              "restarts exhausted: non-zero exit (%d), the launcher gives up, and --out holds "
+              "the last snapshot (%s)" % (rc, state))
+
+        expect_refused(dtrain, BASE, [(["--snapshot-every", "3"], "snapshots serve restarts")])
+        check(not [f for f in os.listdir("/dev/shm") if f.startswith("dtrain-snap-")],
+              "no snapshot directory is left in /dev/shm")
+    return finish("test_restart")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
