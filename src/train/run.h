@@ -43,6 +43,8 @@ typedef struct dt_run {
         uint64_t failure_ns; /* when the launcher saw the failure (CLOCK_MONOTONIC) */
         long from_step; /* the step this attempt started at */
         char dir[256];  /* the job's snapshot directory */
+        long count;     /* snapshots this attempt wrote */
+        uint64_t write_ns; /* and the time they took */
     } snap;
     FILE *json;         /* --log-json, or NULL */
     FILE *out;          /* human-readable lines (rank 0's; /dev/null elsewhere) */
@@ -86,6 +88,9 @@ int dt_run_snapshots_start(dt_run *t, const char *where);
 /* After step t->step - 1: a snapshot when one is due (collective), and on
  * a restart's first step the time since the failure. */
 int dt_run_snapshot_after_step(dt_run *t);
+/* Rank 0's line on the snapshots written, against train_s seconds of
+ * training. */
+void dt_run_snapshots_summary(dt_run *t, double train_s);
 
 /* run_report.c */
 /* The configuration, model, data and batch, and each rank's memory by kind

@@ -121,7 +121,10 @@ int dt_run_snapshot_after_step(dt_run *t)
     if (t->snap.every == 0) return 0;
     if (t->step % t->snap.every == 0) {
         char path[512];
+        uint64_t t0 = dt_now_ns();
         if (dt_run_save_to(t, t->snap.dir, 1, path, sizeof path)) return -1;
+        t->snap.count++;
+        t->snap.write_ns += dt_now_ns() - t0;
     }
     if (t->r.rank == 0) write_progress(t);
     return 0;
@@ -156,4 +159,13 @@ int dt_run_snapshots_setup(dt_run *t, const char **where)
         t->r.resuming = 1;
     }
     return 0;
+}
+
+void dt_run_snapshots_summary(dt_run *t, double train_s)
+{
+    if (t->snap.count == 0) return;
+    const double each = (double)t->snap.write_ns * 1e-9 / (double)t->snap.count;
+    fprintf(t->out, "snapshots: %ld in memory (%s), %.0f ms each, %.1f%% of the training time\n",
+            t->snap.count, t->snap.dir, each * 1e3,
+            train_s > 0 ? 100.0 * (double)t->snap.write_ns * 1e-9 / train_s : 0.0);
 }

@@ -99,6 +99,7 @@ static int run_loop(dt_run *t)
     double ms_avg = 0; /* over steps after the first, which pays for kernel generation */
     long averaged = -1;
     int stop = 0;
+    const uint64_t loop0 = dt_now_ns();
     while (t->step < c->steps && !(stop = stop_requested(t))) {
         uint64_t t0 = dt_now_ns(), read0 = 0, wait0 = 0, read1, wait1;
         if (t->opt.store) dt_opt_store_totals(t->opt.store, &read0, &wait0);
@@ -150,6 +151,7 @@ static int run_loop(dt_run *t)
         if (save_now && dt_run_save(t)) return -1;
         if (dt_run_snapshot_after_step(t)) return -1;
     }
+    dt_run_snapshots_summary(t, (double)(dt_now_ns() - loop0) * 1e-9);
     return stop < 0 ? -1 : 0;
 }
 
