@@ -179,6 +179,19 @@ bad "--max-restarts works on one host so far, but --nnodes is 2" \
 DTRAIN_SECRET=0123456789abcdef0123456789abcdef "$DTRAIN" launch --nnodes 2 --node-rank 1 \
     --master-addr 127.0.0.1 --max-restarts 0 -- true || fail "--max-restarts 0 with --nnodes 2"
 
+check "dtrain train --nproc 2 --max-restarts 1 passes K to the launch"
+rc=0
+"$DTRAIN" train --nproc 2 --max-restarts 1 --no-such-flag >/dev/null 2>"$TMP/train.err" || rc=$?
+expect_eq "$rc" 2 "exit status"
+expect_contains "$TMP/train.err" "dtrain launch: restart 1 of 1: starting the 2 ranks again" \
+    "restart line"
+expect_contains "$TMP/train.err" "failed again after 1 restart; giving up" "giving-up line"
+rc=0
+"$DTRAIN" train --max-restarts 1 --steps 1 >/dev/null 2>"$TMP/train1.err" || rc=$?
+expect_eq "$rc" 2 "exit status without --nproc"
+expect_contains "$TMP/train1.err" "--max-restarts works with --nproc N" "message"
+expect_contains "$TMP/train1.err" "dtrain launch --max-restarts 1" "message"
+
 check "a real 2-rank job (test_faults stream), rank 1 killed with SIGKILL: rank 0's store" \
     "binds its port again, the job restarts and ends 0"
 export E2E="$TMP/e2e"
