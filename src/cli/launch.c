@@ -6,7 +6,10 @@
  *   period to fail on their own (the library makes them report a clear
  *   error of their own), then SIGTERM, then SIGKILL.
  *
- * This file runs a job from start to end; launch.h says which file does
+ * With --max-restarts K, a failure instead ends the attempt at once and all
+ * ranks start again, the same job, up to K times.
+ *
+ * This file runs a job from start to end, attempt after attempt; launch.h says which file does
  * what on the way.
  */
 #include <errno.h>
@@ -20,6 +23,7 @@
 #include "cli/cli.h"
 #include "cli/launch.h"
 #include "comm/transport/shm.h"
+#include "train/ckpt/snapshot.h"
 
 /* Everything sized by the rank count, before any rank exists, so that a
  * shortage of memory is an error up front rather than midway. */
@@ -51,6 +55,7 @@ static void start_ranks(struct job *j)
          * for it until their timeout, with nothing of their own to
          * report: no grace period. (A failed exec is an ordinary failed
          * rank, status 127.) */
+        j->no_restart = 1;
         if (j->ranks[i].pid <= 0) {
             launch_record_failure(j, 1);
             launch_enter_term(j);
@@ -59,7 +64,8 @@ static void start_ranks(struct job *j)
     }
 }
 
-static void finish(struct job *j)
+/* Ends an attempt: the ranks reaped, their slots ready for another. */
+static void end_attempt(struct job *j)
 {
     /* After a failure, whatever the ranks left behind in their groups
      * (helpers, data workers) goes too. */
@@ -72,10 +78,31 @@ static void finish(struct job *j)
             }
         free(r->out.buf);
         free(r->err.buf);
+        *r = (struct rank){.rank = r->rank, .local = r->local, .out.fd = -1, .err.fd = -1};
     }
-    /* Ranks that died cannot remove their shared-memory segments. */
+    /* Ranks that died cannot remove their shared-memory segments, and a
+     * new attempt must not find the last one's. */
     char err[512];
     if (dt_shm_remove_job(j->id.job_id, err, sizeof err) < 0) fprintf(stderr, PROG ": %s\n", err);
+}
+
+static void next_attempt(struct job *j)
+{
+    j->restarts++;
+    j->restart_pending = 0;
+    j->failed = 0;
+    j->exit_status = 0;
+    j->phase = PHASE_RUNNING;
+    fprintf(stderr, PROG ": restart %d of %ld: starting the %d rank%s again\n", j->restarts,
+            j->o->max_restarts, j->nranks, j->nranks == 1 ? "" : "s");
+}
+
+/* The snapshots kept in memory for restarts are of no use once the job is
+ * over, however it ended. */
+static void finish(struct job *j)
+{
+    char err[512];
+    if (dt_snapshot_remove(j->id.job_id, err, sizeof err) < 0) fprintf(stderr, PROG ": %s\n", err);
     if (j->sigfd >= 0) close(j->sigfd);
     free(j->ranks);
     free(j->fds);
@@ -102,8 +129,17 @@ int cli_launch(int argc, char **argv)
     if (alloc_ranks(&j) < 0 || launch_export_env(&o, &j.id) < 0 || launch_setup_signals(&j) < 0)
         return 1;
 
-    start_ranks(&j);
-    launch_watch(&j);
+    for (;;) {
+        if (launch_export_attempt(&j) < 0) {
+            launch_record_failure(&j, 1);
+            break;
+        }
+        start_ranks(&j);
+        launch_watch(&j);
+        end_attempt(&j);
+        if (!launch_take_restart(&j)) break;
+        next_attempt(&j);
+    }
     finish(&j);
     return j.failed ? j.exit_status : 0;
 }

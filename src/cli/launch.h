@@ -20,6 +20,9 @@
 #define PROG "dtrain launch"
 
 #define MAX_NNODES 65536
+/* --max-restarts: torchrun has no bound; this one keeps a job that can never
+ * succeed from looping for ever. */
+#define MAX_RESTARTS 1000
 /* Longest line kept whole under --tag-output; longer ones are split. */
 #define LINE_CAP 16384
 
@@ -31,6 +34,7 @@ struct launch_opts {
     long master_port;        /* 0: not given */
     double grace_s;
     int grace_given;
+    long max_restarts; /* 0: fail fast, no restart */
     int standalone;
     int tag_output;
     int help;
@@ -89,6 +93,14 @@ struct job {
     uint64_t deadline_ns; /* of the current phase (dt_now_ns) */
     int failed;           /* a rank failed, a rank could not start, or we were signalled */
     int exit_status;
+
+    /* Restarts (--max-restarts): the attempts made so far, less one. */
+    int restarts;
+    int restart_pending; /* this attempt failed and another will follow */
+    int no_restart;      /* a rank could not start: trying again would not help */
+    int failed_rank;     /* of the failure that ended the last attempt */
+    uint64_t failure_ns; /* when the launcher noticed it (dt_now_ns) */
+    char failure[96];    /* what happened to that rank, in words */
     char scratch[LINE_CAP + 32];
 };
 
@@ -105,6 +117,9 @@ int launch_resolve_ident(const struct launch_opts *o, struct job_ident *id);
 /* The variables every local rank shares, into our own environment. */
 int launch_export_env(const struct launch_opts *o, const struct job_ident *id);
 int launch_setenv_long(const char *name, long v);
+/* The variables that tell an attempt which one it is and, after a failure,
+ * what ended the last one. */
+int launch_export_attempt(const struct job *j);
 
 /* launch_spawn.c: start one rank; 0, or -1 when it did not start. */
 int launch_spawn_rank(struct job *j, struct rank *r);
@@ -122,5 +137,8 @@ void launch_signal_groups(struct job *j, int sig);
 /* The first failure sets the exit status; later ones are consequences. */
 void launch_record_failure(struct job *j, int status);
 void launch_enter_term(struct job *j);
+/* After launch_watch: whether the failed attempt is to be followed by
+ * another (no stop signal has come meanwhile). */
+int launch_take_restart(struct job *j);
 
 #endif

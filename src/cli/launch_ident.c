@@ -138,6 +138,29 @@ int launch_export_env(const struct launch_opts *o, const struct job_ident *id)
     bad |= launch_setenv_long("MASTER_PORT", id->master_port);
     bad |= setenv("DTRAIN_SECRET", id->secret, 1);
     bad |= setenv("DTRAIN_JOB_ID", id->job_id, 1);
+    bad |= launch_setenv_long("TORCHELASTIC_MAX_RESTARTS", o->max_restarts);
+    if (bad) fprintf(stderr, PROG ": cannot set the environment: %s\n", strerror(errno));
+    return bad ? -1 : 0;
+}
+
+/* torchrun's count of restarts, and ours of what ended the last attempt (a
+ * restarted rank reports how long it took to recover from it). The first
+ * attempt has no failure behind it: a launcher started by a rank of another
+ * job must not hand that job's failure down. */
+int launch_export_attempt(const struct job *j)
+{
+    int bad = launch_setenv_long("TORCHELASTIC_RESTART_COUNT", j->restarts);
+    if (j->restarts == 0) {
+        unsetenv("DTRAIN_FAILURE_NS");
+        unsetenv("DTRAIN_FAILED_RANK");
+        unsetenv("DTRAIN_FAILURE");
+    } else {
+        char ns[32];
+        snprintf(ns, sizeof ns, "%llu", (unsigned long long)j->failure_ns);
+        bad |= setenv("DTRAIN_FAILURE_NS", ns, 1);
+        bad |= launch_setenv_long("DTRAIN_FAILED_RANK", j->failed_rank);
+        bad |= setenv("DTRAIN_FAILURE", j->failure, 1);
+    }
     if (bad) fprintf(stderr, PROG ": cannot set the environment: %s\n", strerror(errno));
     return bad ? -1 : 0;
 }

@@ -3,7 +3,9 @@
  *
  *   the first rank to fail decides the exit status; the others get a grace
  *   period to fail on their own (the library makes them report a clear
- *   error of their own), then SIGTERM, then SIGKILL.
+ *   error of their own), then SIGTERM, then SIGKILL. With restarts left
+ *   (--max-restarts), they get SIGKILL at once and launch.c starts the
+ *   ranks again.
  *
  * One poll() over a signalfd (SIGCHLD and the stop signals) and, with
  * --tag-output, the ranks' output pipes. Nothing runs in a signal handler.
@@ -66,25 +68,62 @@ void launch_record_failure(struct job *j, int status)
     j->exit_status = status;
 }
 
+/* What ended a rank, in words: "exited with status 3", "killed by signal 9
+ * (Killed)". */
+static void describe(const struct rank *r, char *buf, size_t n)
+{
+    if (r->signo)
+        snprintf(buf, n, "killed by signal %d (%s)", r->signo, strsignal(r->signo));
+    else
+        snprintf(buf, n, "exited with status %d", r->code);
+}
+
+static void say_failed(const struct rank *r, const char *what)
+{
+    fprintf(stderr, PROG ": rank %d (pid %d) %s%s\n", r->rank, (int)r->pid,
+            r->signo ? "was " : "", what);
+}
+
+/* With restarts left, the attempt is over at once: the other ranks get no
+ * grace period, since another attempt is coming and every second they take
+ * is a second of recovery. 1 when another attempt follows. */
+static int plan_restart(struct job *j, const struct rank *r, const char *what)
+{
+    if (j->o->max_restarts == 0) return 0;
+    if (j->no_restart) {
+        fprintf(stderr, PROG ": not restarting: the command did not start\n");
+        return 0;
+    }
+    if (j->restarts >= j->o->max_restarts) {
+        fprintf(stderr, PROG ": rank %d failed again after %d restart%s; giving up\n", r->rank,
+                j->restarts, j->restarts == 1 ? "" : "s");
+        return 0;
+    }
+    j->restart_pending = 1;
+    j->failed_rank = r->rank;
+    j->failure_ns = dt_now_ns();
+    snprintf(j->failure, sizeof j->failure, "%s", what);
+    return 1;
+}
+
 static void on_rank_failed(struct job *j, const struct rank *r)
 {
+    char what[sizeof j->failure];
+    describe(r, what, sizeof what);
     /* A later failure is a consequence, unless a signal we did not send
      * killed the rank (kill -9, the OOM killer, a crash): that rank may
      * well have died first, its death noticed after a peer's exit (the
      * peer saw its connection close and failed while it was still being
      * torn down). It is named too; the first failure's status stays. */
     if (j->failed && r->signo && (j->phase == PHASE_RUNNING || j->phase == PHASE_GRACE))
-        fprintf(stderr, PROG ": rank %d (pid %d) was killed by signal %d (%s)\n", r->rank,
-                (int)r->pid, r->signo, strsignal(r->signo));
+        say_failed(r, what);
     if (j->failed) return;
-    if (r->signo)
-        fprintf(stderr, PROG ": rank %d (pid %d) was killed by signal %d (%s)\n", r->rank,
-                (int)r->pid, r->signo, strsignal(r->signo));
-    else
-        fprintf(stderr, PROG ": rank %d (pid %d) exited with status %d\n", r->rank, (int)r->pid,
-                r->code);
+    say_failed(r, what);
     launch_record_failure(j, rank_status(r));
     if (j->phase != PHASE_RUNNING) return;
+    /* The ranks are killed once every rank that has ended is noted (in
+     * check_ranks), so that one killed from outside is still named. */
+    if (plan_restart(j, r, what)) return;
     j->phase = PHASE_GRACE;
     j->deadline_ns = dt_now_ns() + (uint64_t)(j->o->grace_s * 1e9);
 }
@@ -101,6 +140,13 @@ static const char *signal_name(int sig)
 
 static void on_launcher_signal(struct job *j, int sig)
 {
+    if (j->restart_pending) {
+        /* The ranks are being killed already; only the next attempt is
+         * called off. */
+        j->restart_pending = 0;
+        fprintf(stderr, PROG ": received %s; not restarting\n", signal_name(sig));
+        return;
+    }
     if (j->phase == PHASE_TERM || j->phase == PHASE_KILL) {
         /* Asked twice: stop waiting politely. */
         if (j->phase == PHASE_TERM) enter_kill(j);
@@ -131,6 +177,7 @@ static void check_ranks(struct job *j)
         launch_drain_rank(j, r, 0);
         if (rank_status(r) != 0) on_rank_failed(j, r);
     }
+    if (j->restart_pending && j->phase == PHASE_RUNNING) enter_kill(j);
 }
 
 static void on_deadline(struct job *j)
@@ -206,6 +253,13 @@ void launch_watch(struct job *j)
         read_signals(j);
         nanosleep(&(struct timespec){.tv_nsec = 100 * 1000 * 1000}, NULL);
     }
+}
+
+int launch_take_restart(struct job *j)
+{
+    /* A stop signal that came while the ranks were ending calls it off. */
+    if (j->restart_pending) read_signals(j);
+    return j->restart_pending;
 }
 
 int launch_setup_signals(struct job *j)

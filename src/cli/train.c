@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/launch.h" /* MAX_RESTARTS, the bound of the launch it starts */
 #include "comm/bootstrap/bootstrap.h"
 #include "core/parse.h"
 #include "core/str.h"
@@ -13,37 +14,60 @@
 #include "train/dry_run.h"
 #include "train/trainer.h"
 
+/* Takes every `--flag V` and `--flag=V` out of argv; the value of the last
+ * one, or NULL when there is none. */
+static const char *take_flag(int *argc, char **argv, const char *flag)
+{
+    const char *v = NULL;
+    size_t len = strlen(flag);
+    for (int i = 1; i < *argc; i++) {
+        int used = 1;
+        if (strcmp(argv[i], flag) == 0 && i + 1 < *argc) {
+            v = argv[i + 1];
+            used = 2;
+        } else if (strncmp(argv[i], flag, len) == 0 && argv[i][len] == '=') {
+            v = argv[i] + len + 1;
+        } else {
+            continue;
+        }
+        memmove(&argv[i], &argv[i + used], (size_t)(*argc - i - used + 1) * sizeof *argv);
+        *argc -= used;
+        i--;
+    }
+    return v;
+}
+
 /* `--nproc N`: the command starts N ranks of itself through `dtrain launch`
  * (torchrun's standalone mode). Under a launcher already, it only has to
  * agree with the job's size, and a dry run plans for N ranks: both may
  * count the ranks of many hosts. Returns -1 when absent, 0 when invalid. */
 static long take_nproc(int *argc, char **argv)
 {
-    long n = -1;
-    for (int i = 1; i < *argc; i++) {
-        const char *v = NULL;
-        int used = 1;
-        if (strcmp(argv[i], "--nproc") == 0 && i + 1 < *argc) {
-            v = argv[i + 1];
-            used = 2;
-        } else if (strncmp(argv[i], "--nproc=", 8) == 0) {
-            v = argv[i] + 8;
-        } else {
-            continue;
-        }
-        if (dt_parse_long(v, 1, DT_MAX_WORLD_SIZE, &n)) {
-            fprintf(stderr, "dtrain train: --nproc needs a rank count from 1 to %d (%d at "
-                    "most on one host), not '%s'\n", DT_MAX_WORLD_SIZE, DT_MAX_LOCAL_RANKS, v);
-            return 0;
-        }
-        memmove(&argv[i], &argv[i + used], (size_t)(*argc - i - used + 1) * sizeof *argv);
-        *argc -= used;
-        i--;
+    long n;
+    const char *v = take_flag(argc, argv, "--nproc");
+    if (!v) return -1;
+    if (dt_parse_long(v, 1, DT_MAX_WORLD_SIZE, &n)) {
+        fprintf(stderr, "dtrain train: --nproc needs a rank count from 1 to %d (%d at "
+                "most on one host), not '%s'\n", DT_MAX_WORLD_SIZE, DT_MAX_LOCAL_RANKS, v);
+        return 0;
     }
     return n;
 }
 
-static int relaunch(long nproc, int argc, char **argv)
+/* `--max-restarts K`, for the launch that --nproc starts: the text to pass
+ * on; NULL when absent, or after a message when invalid (*bad). */
+static const char *take_max_restarts(int *argc, char **argv, int *bad)
+{
+    long k;
+    const char *v = take_flag(argc, argv, "--max-restarts");
+    *bad = v && dt_parse_long(v, 0, MAX_RESTARTS, &k);
+    if (*bad)
+        fprintf(stderr, "dtrain train: --max-restarts needs a count from 0 to %d, not '%s'\n",
+                MAX_RESTARTS, v);
+    return *bad ? NULL : v;
+}
+
+static int relaunch(long nproc, const char *max_restarts, int argc, char **argv)
 {
     char exe[4096], n[24];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -53,12 +77,16 @@ static int relaunch(long nproc, int argc, char **argv)
     }
     exe[len] = 0;
     snprintf(n, sizeof n, "%ld", nproc);
-    char **args = calloc((size_t)argc + 8, sizeof *args);
+    char **args = calloc((size_t)argc + 10, sizeof *args);
     if (!args) return 1;
     int k = 0;
     args[k++] = "launch";
     args[k++] = "-n";
     args[k++] = n;
+    if (max_restarts) {
+        args[k++] = "--max-restarts";
+        args[k++] = (char *)max_restarts;
+    }
     args[k++] = "--";
     args[k++] = exe;
     args[k++] = "train";
@@ -168,8 +196,19 @@ int cli_train(int argc, char **argv)
 {
     long nproc = take_nproc(&argc, argv);
     if (nproc == 0) return CLI_EXIT_USAGE;
-    if (wants_dry_run(argc, argv)) return dry_run(nproc, argc, argv);
+    int bad;
+    const char *max_restarts = take_max_restarts(&argc, argv, &bad);
+    if (bad) return CLI_EXIT_USAGE;
     const char *world = getenv("WORLD_SIZE");
+    char err[1024];
+    /* Restarts are the launcher's: a rank cannot start its job again. */
+    if (max_restarts && (nproc < 1 || world)) {
+        dt_strf(err, sizeof err, "--max-restarts works with --nproc N, which starts the ranks "
+                "through `dtrain launch`; under a launcher, give it to the launcher (`dtrain "
+                "launch --max-restarts %s`, or torchrun's --max-restarts)", max_restarts);
+        return refuse(err);
+    }
+    if (wants_dry_run(argc, argv)) return dry_run(nproc, argc, argv);
     if (nproc < 0 && !world) nproc = mesh_ranks(argc, argv);
     if (nproc > DT_MAX_LOCAL_RANKS && !world) {
         fprintf(stderr, "dtrain train: %ld ranks to start on this host (--nproc, or --dp x "
@@ -178,8 +217,8 @@ int cli_train(int argc, char **argv)
                 nproc, DT_MAX_LOCAL_RANKS);
         return CLI_EXIT_USAGE;
     }
-    if (nproc > 1 && !world) return relaunch(nproc, argc, argv);
-    char err[1024];
+    /* With restarts, even one rank runs under the launcher, which restarts it. */
+    if ((nproc > 1 || max_restarts) && !world) return relaunch(nproc, max_restarts, argc, argv);
     if (nproc > 0 && world && atol(world) != nproc) {
         dt_strf(err, sizeof err, "--nproc %ld, but the launcher started %s ranks", nproc, world);
         return refuse(err);

@@ -174,6 +174,8 @@ const dt_cfg_opt dt_cfg_options[] = {
     ACT(G_RUN, "nproc", "N", 0,
         "ranks to start here via `dtrain launch` (1 to " NUM(DT_MAX_LOCAL_RANKS)
         "), or the job's size"),
+    ACT(G_RUN, "max-restarts", "K", 0,
+        "with --nproc: start the ranks again after a failure, up to K times"),
     OPT(G_RUN, "strategy", NULL, T_STR, strategy, 0, 0, "ddp|dp|ps", hook_strategy, 0,
         "all-reduce across ranks, threads as devices, parameter server"),
     OPT(G_RUN, "bucket-mb", NULL, T_DBL, bucket_mb, 1e-6, 1e6, "MB", NULL, 0,
