@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -92,6 +93,7 @@ int dt_run_snapshots_start(dt_run *t, const char *where)
     if (where) fprintf(t->out, " (%s)", where);
     if (done >= t->step) fprintf(t->out, ", %ld step(s) lost", done - t->step);
     fprintf(t->out, "\n");
+    fflush(t->out);
     /* The last restart the launcher allows: what memory holds goes to
      * disk first, so that a failure now still leaves it to resume from. */
     if (t->snap.restart >= t->snap.max_restarts && where == t->snap.dir && t->cfg->out_dir[0])
@@ -118,7 +120,9 @@ int dt_run_snapshot_after_step(dt_run *t)
     if (t->snap.restart > 0 && t->steps_run == 1 && t->snap.failure_ns)
         fprintf(t->out, "recovered: %.2f s from the failure to the end of the first step after "
                 "it\n", (double)(dt_now_ns() - t->snap.failure_ns) * 1e-9);
+    if (t->snap.max_restarts > 0) fflush(t->out); /* a rank killed loses no line it printed */
     if (t->snap.every == 0) return 0;
+    if (t->r.rank == 0) write_progress(t); /* first: this step is done, snapshot or not */
     if (t->step % t->snap.every == 0) {
         char path[512];
         uint64_t t0 = dt_now_ns();
@@ -126,7 +130,6 @@ int dt_run_snapshot_after_step(dt_run *t)
         t->snap.count++;
         t->snap.write_ns += dt_now_ns() - t0;
     }
-    if (t->r.rank == 0) write_progress(t);
     return 0;
 }
 
@@ -150,6 +153,11 @@ int dt_run_snapshots_setup(dt_run *t, const char **where)
         return dt_strf(ERR(t), "restarts: DTRAIN_JOB_ID is %s; the launcher sets it",
                        job ? "too long" : "not set"), -1;
     t->snap.every = c->snapshot_every;
+    /* Made here, not by the first snapshot: the progress record goes in
+     * it from the first step. */
+    if (t->snap.every > 0 && mkdir(t->snap.dir, 0700) < 0 && errno != EEXIST)
+        return dt_strf(ERR(t), "snapshots: cannot create %s: %s (--snapshot-every 0 turns "
+                       "snapshots off)", t->snap.dir, strerror(errno)), -1;
     if (t->snap.restart == 0) return 0;
     if (dt_ckpt_exists(t->snap.dir)) {
         *where = t->snap.dir;
