@@ -40,6 +40,7 @@ typedef struct dt_run {
         long every;     /* steps between snapshots; 0: none */
         long restart;   /* restarts before this attempt (TORCHELASTIC_RESTART_COUNT) */
         long max_restarts; /* TORCHELASTIC_MAX_RESTARTS */
+        long lost;      /* on a restart: the failed attempt's steps lost, or -1 */
         uint64_t failure_ns; /* when the launcher saw the failure (CLOCK_MONOTONIC) */
         long from_step; /* the step this attempt started at */
         char dir[256];  /* the job's snapshot directory */

@@ -31,6 +31,7 @@
 #include "train/run.h"
 
 #define PROGRESS "progress"
+#define HISTORY "history" /* rank 0's record of the job's start and its restarts */
 
 /* The restart variables: 0 when there is no launcher that restarts. */
 static int read_env(dt_run *t, long *max_restarts)
@@ -88,6 +89,7 @@ int dt_run_snapshots_start(dt_run *t, const char *where)
                          : where == t->snap.dir       ? "the snapshot in memory"
                                                       : "the checkpoint on disk";
     long done = read_progress(t);
+    t->snap.lost = done >= t->step ? done - t->step : -1;
     fprintf(t->out, "restart %ld: rank %s %s; continuing at step %ld from %s", t->snap.restart,
             rank ? rank : "?", how ? how : "failed", t->step, source);
     if (where) fprintf(t->out, " (%s)", where);
@@ -99,6 +101,17 @@ int dt_run_snapshots_start(dt_run *t, const char *where)
     if (t->snap.restart >= t->snap.max_restarts && where == t->snap.dir && t->cfg->out_dir[0])
         return dt_run_save(t);
     return 0;
+}
+
+/* Appends a line to the job's history (rank 0; first: a new file). */
+static void history_add(const dt_run *t, int first, const char *fmt, long a, long b, uint64_t c)
+{
+    char path[320];
+    snprintf(path, sizeof path, "%s/" HISTORY, t->snap.dir);
+    FILE *f = fopen(path, first ? "w" : "a");
+    if (!f) return;
+    fprintf(f, fmt, a, b, (unsigned long long)c);
+    fclose(f);
 }
 
 /* Rank 0: the last step completed, for a restart's count of steps lost
@@ -117,9 +130,13 @@ static void write_progress(const dt_run *t)
 
 int dt_run_snapshot_after_step(dt_run *t)
 {
-    if (t->snap.restart > 0 && t->steps_run == 1 && t->snap.failure_ns)
+    if (t->snap.restart > 0 && t->steps_run == 1 && t->snap.failure_ns) {
+        const uint64_t took = dt_now_ns() - t->snap.failure_ns;
         fprintf(t->out, "recovered: %.2f s from the failure to the end of the first step after "
-                "it\n", (double)(dt_now_ns() - t->snap.failure_ns) * 1e-9);
+                "it\n", (double)took * 1e-9);
+        if (t->r.rank == 0)
+            history_add(t, 0, "restart %ld %ld %llu\n", t->snap.restart, t->snap.lost, took);
+    }
     if (t->snap.max_restarts > 0) fflush(t->out); /* a rank killed loses no line it printed */
     if (t->snap.every == 0) return 0;
     if (t->r.rank == 0) write_progress(t); /* first: this step is done, snapshot or not */
@@ -153,11 +170,13 @@ int dt_run_snapshots_setup(dt_run *t, const char **where)
         return dt_strf(ERR(t), "restarts: DTRAIN_JOB_ID is %s; the launcher sets it",
                        job ? "too long" : "not set"), -1;
     t->snap.every = c->snapshot_every;
-    /* Made here, not by the first snapshot: the progress record goes in
-     * it from the first step. */
-    if (t->snap.every > 0 && mkdir(t->snap.dir, 0700) < 0 && errno != EEXIST)
-        return dt_strf(ERR(t), "snapshots: cannot create %s: %s (--snapshot-every 0 turns "
-                       "snapshots off)", t->snap.dir, strerror(errno)), -1;
+    /* Made here, not by the first snapshot: the progress record and the
+     * history go in it from the first step. */
+    if (mkdir(t->snap.dir, 0700) < 0 && errno != EEXIST)
+        return dt_strf(ERR(t), "restarts: cannot create %s: %s", t->snap.dir, strerror(errno)),
+               -1;
+    if (t->snap.restart == 0 && t->r.rank == 0)
+        history_add(t, 1, "start %ld %ld %llu\n", 0, 0, dt_now_ns());
     if (t->snap.restart == 0) return 0;
     if (dt_ckpt_exists(t->snap.dir)) {
         *where = t->snap.dir;
@@ -169,11 +188,55 @@ int dt_run_snapshots_setup(dt_run *t, const char **where)
     return 0;
 }
 
+/* The job's restarts from its history: their count, steps lost and
+ * recovery time; the job's start. 0 restarts when there is no history. */
+typedef struct {
+    long restarts, lost;
+    double recovery_s, worst_s;
+    uint64_t start_ns;
+} history;
+
+static history read_history(const dt_run *t)
+{
+    history h = {0};
+    char path[320], kind[16];
+    long a, b;
+    unsigned long long c;
+    snprintf(path, sizeof path, "%s/" HISTORY, t->snap.dir);
+    FILE *f = fopen(path, "r");
+    while (f && fscanf(f, "%15s %ld %ld %llu", kind, &a, &b, &c) == 4) {
+        if (strcmp(kind, "start") == 0) h.start_ns = c;
+        if (strcmp(kind, "restart") != 0) continue;
+        h.restarts++;
+        h.lost += b > 0 ? b : 0;
+        h.recovery_s += (double)c * 1e-9;
+        if ((double)c * 1e-9 > h.worst_s) h.worst_s = (double)c * 1e-9;
+    }
+    if (f) fclose(f);
+    return h;
+}
+
 void dt_run_snapshots_summary(dt_run *t, double train_s)
 {
-    if (t->snap.count == 0) return;
-    const double each = (double)t->snap.write_ns * 1e-9 / (double)t->snap.count;
-    fprintf(t->out, "snapshots: %ld in memory (%s), %.0f ms each, %.1f%% of the training time\n",
-            t->snap.count, t->snap.dir, each * 1e3,
-            train_s > 0 ? 100.0 * (double)t->snap.write_ns * 1e-9 / train_s : 0.0);
+    if (t->snap.count > 0)
+        fprintf(t->out, "snapshots: %ld in memory (%s), %.0f ms each, %.1f%% of the training "
+                "time\n", t->snap.count, t->snap.dir,
+                (double)t->snap.write_ns * 1e-6 / (double)t->snap.count,
+                train_s > 0 ? 100.0 * (double)t->snap.write_ns * 1e-9 / train_s : 0.0);
+    if (t->snap.restart == 0 || t->r.rank != 0 || t->steps_run == 0) return;
+    const history h = read_history(t);
+    if (!h.start_ns || !h.restarts) return;
+    /* torchft's training efficiency: the share of the wall time since the
+     * job started not lost to failures. A failure costs its recovery (to
+     * the end of the first step after it, less that step) and the steps
+     * it lost, at this attempt's pace. */
+    const double wall = (double)(dt_now_ns() - h.start_ns) * 1e-9;
+    const double step_s = train_s / (double)t->steps_run;
+    double lost_s = h.recovery_s + (double)(h.lost - h.restarts) * step_s;
+    if (lost_s < 0) lost_s = 0;
+    if (lost_s > wall) lost_s = wall;
+    fprintf(t->out, "failures: %ld restart(s), %ld step(s) lost, recovery %.2f s on average "
+            "(%.2f s at most), training efficiency %.1f%% (%.1f s of %.1f s since the job "
+            "started lost to failures)\n", h.restarts, h.lost, h.recovery_s / (double)h.restarts,
+            h.worst_s, 100.0 * (1.0 - lost_s / wall), lost_s, wall);
 }

@@ -24,7 +24,9 @@ all-reduce is not one process's bits, so a layout is its own reference)
   exhausted --max-restarts 1 and two kills: a non-zero exit, and the last
             snapshot in --out (written there when the last restart began)
 Each restart prints what failed, where the run continued from and the time
-from the failure to the first step after it. And refused: --snapshot-every
+from the failure to the first step after it; the run's last lines count
+the failures, the steps lost, the recovery times and the training
+efficiency. And refused: --snapshot-every
 without restarts.
 """
 import json
@@ -125,7 +127,9 @@ def expect_recovered(name, rc, out, w, ref, restarts):
     check(same, "%s: %d restart(s), the undisturbed run's final weights bit for bit (exit %d)"
           % (name, restarts, rc))
     said = len(lines) == restarts and all("continuing at step" in l for l in lines) \
-        and out.count("recovered: ") == restarts
+        and out.count("recovered: ") == restarts \
+        and re.search(r"failures: %d restart\(s\), \d+ step\(s\) lost, recovery [\d.]+ s on "
+                      r"average .*training efficiency [\d.]+%%" % restarts, out)
     check(said, "%s: each restart says what failed, where the run continued, and the time to the "
           "next step (%s)" % (name, lines))
     if not (same and said):
