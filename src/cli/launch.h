@@ -67,6 +67,7 @@ struct rank {
     int finished;
     int code;   /* exit code, when it exited */
     int signo;  /* signal, when it was killed */
+    int stopped; /* the signal that stopped it (SIGSTOP, SIGTSTP...), while stopped */
     struct stream out, err;
 };
 

@@ -103,6 +103,12 @@ static int plan_restart(struct job *j, const struct rank *r, const char *what)
     j->failed_rank = r->rank;
     j->failure_ns = dt_now_ns();
     snprintf(j->failure, sizeof j->failure, "%s", what);
+    for (int i = 0; i < j->nranks; i++) /* a stopped rank is why its peers failed */
+        if (j->ranks[i].stopped && !j->ranks[i].finished) {
+            j->failed_rank = j->ranks[i].rank;
+            snprintf(j->failure, sizeof j->failure, "was stopped by signal %d (%s)",
+                     j->ranks[i].stopped, strsignal(j->ranks[i].stopped));
+        }
     return 1;
 }
 
@@ -158,6 +164,19 @@ static void on_launcher_signal(struct job *j, int sig)
     launch_enter_term(j);
 }
 
+/* A rank stopped (SIGSTOP, a debugger) holds up its peers until the
+ * store's heartbeat deadline fails them; it is named when it stops, and a
+ * restart blames it rather than the peer that failed first. */
+static void note_stop(struct job *j, struct rank *r, int sig)
+{
+    (void)j;
+    if (sig && !r->stopped)
+        fprintf(stderr, PROG ": rank %d (pid %d) was stopped by signal %d (%s); its peers wait "
+                "for it until the heartbeat deadline (DTRAIN_HEARTBEAT_TIMEOUT)\n", r->rank,
+                (int)r->pid, sig, strsignal(sig));
+    r->stopped = sig;
+}
+
 /* Notes every rank that has ended, without reaping it (see the top). */
 static void check_ranks(struct job *j)
 {
@@ -166,8 +185,13 @@ static void check_ranks(struct job *j)
         if (r->pid <= 0 || r->finished) continue;
         siginfo_t si;
         memset(&si, 0, sizeof si);
-        if (waitid(P_PID, (id_t)r->pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
+        if (waitid(P_PID, (id_t)r->pid, &si, WEXITED | WSTOPPED | WCONTINUED | WNOHANG | WNOWAIT)
+                < 0 || si.si_pid == 0)
             continue;
+        if (si.si_code == CLD_STOPPED || si.si_code == CLD_CONTINUED) {
+            note_stop(j, r, si.si_code == CLD_STOPPED ? si.si_status : 0);
+            continue;
+        }
         r->finished = 1;
         if (si.si_code == CLD_EXITED)
             r->code = si.si_status;

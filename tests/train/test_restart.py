@@ -155,7 +155,9 @@ def main():
         rc, out, w = run_with_kills(dtrain, tmp, "stopped", 2, [], [[1]], rng, signal.SIGSTOP,
                                     {"DTRAIN_HEARTBEAT_TIMEOUT": "2"})
         expect_recovered("a rank stopped (SIGSTOP)", rc, out, w, two, 1)
-        check("unresponsive" in out, "stopped: its peers name the rank unresponsive")
+        check("unresponsive" in out and "restart 1: rank 1 was stopped by signal" in out,
+              "stopped: its peers name the rank unresponsive, and the restart blames it, not the "
+              "peer that failed first")
 
         rc, out, w = run_with_kills(dtrain, tmp, "every4", 2, ["--snapshot-every", "4"],
                                     [[None]], rng)
