@@ -86,23 +86,11 @@ static void publish_head(shm_link *l)
     ring_notify(l->peer_inbox);
 }
 
-/* Whether the receiver of the current call's messages may reduce them. */
-static int reducing(const dt_comm *c)
-{
-    dt_coll_kind k = c->cur.kind;
-    return k == DT_COLL_ALLREDUCE || k == DT_COLL_REDUCE || k == DT_COLL_REDUCE_SCATTER;
-}
-
 /* Whether op's payload is to be pulled by cross-memory attach: from
- * cma_min up (small rings, or forced), and on a crowded host a message
- * its receiver only copies from cma_copy_min up to the size whose output
- * is streamed past the cache, where the ring's copy out writes no more
- * memory than the kernel's (which reads each line of the output first). */
-static int pull_by_cma(const dt_comm *c, const shm_link *l, const dt_p2p *op)
+ * cma_min up (small rings, or forced). */
+static int pull_by_cma(const shm_link *l, const dt_p2p *op)
 {
-    if (!l->use_cma) return 0;
-    if (op->bytes >= l->sc->cma_min) return 1;
-    return !reducing(c) && op->bytes >= l->sc->cma_copy_min && op->bytes < DT_STREAM_MIN;
+    return l->use_cma && op->bytes >= l->sc->cma_min;
 }
 
 static int send_header(dt_comm *c, shm_link *l, dt_p2p *op)
@@ -110,7 +98,7 @@ static int send_header(dt_comm *c, shm_link *l, dt_p2p *op)
     uint64_t rb = l->out_bytes;
     if (ring_free(l, rb) < LINE) return 0;
     dt_p2p_fill_hdr(c, op, &op->hdr);
-    if (pull_by_cma(c, l, op)) {
+    if (pull_by_cma(l, op)) {
         op->hdr.flags |= DT_MSG_FLAG_CMA;
         op->hdr.aux[0] = (uint64_t)(uintptr_t)op->src;
         op->hdr.aux[1] = op->ticket = ++l->cma_sent;

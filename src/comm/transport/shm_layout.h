@@ -68,7 +68,6 @@ struct dt_shm_comm {
     size_t seg_bytes;    /* of our inbox */
     uint64_t ring_bytes; /* of our inbox's rings; each peer's inbox says its own */
     size_t cma_min;      /* messages from this size up are pulled by CMA (SIZE_MAX: never) */
-    size_t cma_copy_min; /* the same for those the receiver only copies (crowded hosts) */
     int my_local;
     int nlocal;
     void **maps;   /* [nlocal] mapped inboxes, ours included */
