@@ -170,11 +170,12 @@ static int recv_header(dt_comm *c, shm_link *l, dt_p2p *op)
 
 static void consume(dt_comm *c, dt_p2p *op, const void *from, size_t n)
 {
-    if (op->kind == DT_P2P_RECV && op->bytes >= DT_STREAM_MIN)
+    int stream = op->bytes >= DT_STREAM_MIN || c->cur.stream_out; /* past the cache */
+    if (op->kind == DT_P2P_RECV && stream)
         dt_copy_stream((char *)op->dst + op->done, from, n);
     else if (op->kind == DT_P2P_RECV)
         memcpy((char *)op->dst + op->done, from, n);
-    else if (op->bytes >= DT_STREAM_MIN) /* far beyond the cache: stream the result out */
+    else if (stream)
         dt_reduce_elems_stream(c->cur.dtype, c->cur.op, (char *)op->dst + op->done,
                                (const char *)op->src + op->done, from, n / dt_dtype_size(c->cur.dtype));
     else
