@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "comm/comm_internal.h"
+#include "comm/reduce_ops.h"
 
 /* A non-empty block: bytes [lo, hi) of the address space, and its peer. */
 typedef struct {
@@ -28,8 +29,9 @@ static int by_start(const void *x, const void *y)
 static const char *side_name(int send) { return send ? "send" : "recv"; }
 
 /* One side's arrays present, each block within the address space, and a
- * buffer wherever a count is not zero; the largest count into *most. */
-static int check_side(dt_comm *c, const dt_coll_args *a, int send, size_t *most)
+ * buffer wherever a count is not zero; the largest count into *most, the
+ * sum into *total (when given). */
+static int check_side(dt_comm *c, const dt_coll_args *a, int send, size_t *most, size_t *total)
 {
     const size_t *n = send ? a->v.send_counts : a->v.recv_counts;
     const size_t *d = send ? a->v.send_displs : a->v.recv_displs;
@@ -49,6 +51,7 @@ static int check_side(dt_comm *c, const dt_coll_args *a, int send, size_t *most)
             return dt_comm_invalid(c, "dt_alltoallv: %s buffer is NULL with %s_counts[%d] = %zu",
                                    side, side, j, n[j]);
         if (n[j] > *most) *most = n[j];
+        if (total) *total += n[j];
     }
     return 0;
 }
@@ -109,9 +112,9 @@ static int check_overlaps(dt_comm *c, const dt_coll_args *a, span *r, span *s)
 
 int dt_alltoallv_check(dt_comm *c, dt_coll_args *a)
 {
-    size_t most = 0;
-    int rc = check_side(c, a, 1, &most);
-    if (rc == 0) rc = check_side(c, a, 0, &most);
+    size_t most = 0, received = 0;
+    int rc = check_side(c, a, 1, &most, NULL);
+    if (rc == 0) rc = check_side(c, a, 0, &most, &received);
     if (rc) return rc;
     int me = c->rank;
     if (a->v.send_counts[me] != a->v.recv_counts[me])
@@ -128,5 +131,11 @@ int dt_alltoallv_check(dt_comm *c, dt_coll_args *a)
     rc = check_overlaps(c, a, r, r + c->size);
     if (r != small) free(r);
     a->count = most;
+    /* The blocks are parts of one output, and the outputs of the host's
+     * ranks share its last-level cache: past the cache when together they
+     * are twice what DT_STREAM_MIN was measured with, 2 ranks (4 ranks on
+     * 2 cores, 4 MiB a rank: 1.25 ms instead of 1.35). */
+    a->stream_out = (double)received * (double)dt_dtype_size(a->dtype) * c->local_size >=
+                    2.0 * DT_STREAM_MIN;
     return rc;
 }

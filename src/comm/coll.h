@@ -53,6 +53,7 @@ typedef struct {
     int is_recv; /* DT_COLL_SEND: 1 for the receiving side */
     int algo;    /* index in dt_algo_table, or DT_ALGO_AUTO; fixed at submit */
     dt_coll_v v; /* DT_COLL_ALLTOALLV; count is then its largest per-peer count */
+    int stream_out; /* write every output block past the cache (DT_STREAM_MIN), whatever its size */
 } dt_coll_args;
 
 /* The elements an all-to-all-v sends to (send != 0) or receives from peer,

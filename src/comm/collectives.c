@@ -89,14 +89,21 @@ static int validate(dt_comm *c, dt_coll_args *a)
 
 /* ---- per-collective data placement ---------------------------------------- */
 
-static void copy_if_distinct(void *dst, const void *src, size_t bytes)
+/* A copy into the call's output: past the cache when it is large, or
+ * when the call says so (stream_out). */
+static void copy_out(void *dst, const void *src, size_t bytes, int stream)
 {
     const char *d = dst, *s = src;
     if (dst == src || !bytes) return;
-    if (bytes >= DT_STREAM_MIN && (d + bytes <= s || s + bytes <= d))
+    if ((stream || bytes >= DT_STREAM_MIN) && (d + bytes <= s || s + bytes <= d))
         dt_copy_stream(dst, src, bytes);
     else
         memmove(dst, src, bytes);
+}
+
+static void copy_if_distinct(void *dst, const void *src, size_t bytes)
+{
+    copy_out(dst, src, bytes, 0);
 }
 
 /* The selectable collectives run whichever algorithm dt_algo_pick names. */
@@ -193,9 +200,9 @@ static int run_alltoall(dt_comm *c, const dt_coll_args *a, size_t esz)
 static int run_alltoallv(dt_comm *c, const dt_coll_args *a, size_t esz)
 {
     int r = c->rank;
-    copy_if_distinct((char *)a->recv + dt_coll_v_displ(a, r, 0) * esz,
-                     (const char *)a->send + dt_coll_v_displ(a, r, 1) * esz,
-                     dt_coll_v_count(a, r, 1) * esz);
+    copy_out((char *)a->recv + dt_coll_v_displ(a, r, 0) * esz,
+             (const char *)a->send + dt_coll_v_displ(a, r, 1) * esz,
+             dt_coll_v_count(a, r, 1) * esz, a->stream_out);
     return c->size > 1 ? run_algo(c, a, a->send, a->recv) : 0;
 }
 

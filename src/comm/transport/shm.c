@@ -83,41 +83,31 @@ static void ring_write(shm_ring *r, uint64_t ring_bytes, uint64_t pos, const voi
 static void publish_head(shm_link *l)
 {
     atomic_store_explicit(&l->out->head, l->head, memory_order_release);
+    l->head_pub = l->head;
     ring_notify(l->peer_inbox);
 }
 
-/* Whether the receiver of the current call's messages may reduce them. */
-static int reducing(const dt_comm *c)
-{
-    dt_coll_kind k = c->cur.kind;
-    return k == DT_COLL_ALLREDUCE || k == DT_COLL_REDUCE || k == DT_COLL_REDUCE_SCATTER;
-}
-
 /* Whether op's payload is to be pulled by cross-memory attach: from
- * cma_min up (small rings, or forced), and on a crowded host a message
- * its receiver only copies from cma_copy_min up to the size whose output
- * is streamed past the cache, where the ring's copy out writes no more
- * memory than the kernel's (which reads each line of the output first). */
-static int pull_by_cma(const dt_comm *c, const shm_link *l, const dt_p2p *op)
+ * cma_min up (small rings, or forced). */
+static int pull_by_cma(const shm_link *l, const dt_p2p *op)
 {
-    if (!l->use_cma) return 0;
-    if (op->bytes >= l->sc->cma_min) return 1;
-    return !reducing(c) && op->bytes >= l->sc->cma_copy_min && op->bytes < DT_STREAM_MIN;
+    return l->use_cma && op->bytes >= l->sc->cma_min;
 }
 
 static int send_header(dt_comm *c, shm_link *l, dt_p2p *op)
 {
     uint64_t rb = l->out_bytes;
+    int cma = pull_by_cma(l, op);
     if (ring_free(l, rb) < LINE) return 0;
     dt_p2p_fill_hdr(c, op, &op->hdr);
-    if (pull_by_cma(c, l, op)) {
+    if (cma) {
         op->hdr.flags |= DT_MSG_FLAG_CMA;
         op->hdr.aux[0] = (uint64_t)(uintptr_t)op->src;
         op->hdr.aux[1] = op->ticket = ++l->cma_sent;
     }
     ring_write(l->out, rb, l->head, &op->hdr, sizeof op->hdr);
     l->head += LINE;
-    publish_head(l);
+    if (cma) publish_head(l); /* a streamed header goes out with its payload */
     op->hdr_done = 1;
     return 1;
 }
@@ -153,7 +143,9 @@ static int shm_send_progress(dt_comm *c, shm_link *l, dt_p2p *op, int *progresse
     }
     if (op->hdr.flags & DT_MSG_FLAG_CMA)
         return atomic_load_explicit(&l->out->cma_done, memory_order_acquire) >= op->ticket;
-    return send_stream(l, op, progressed);
+    int rc = send_stream(l, op, progressed);
+    if (l->head != l->head_pub) publish_head(l); /* no payload, or no room for it yet */
+    return rc;
 }
 
 /* ---- receiving ---------------------------------------------------------- */
@@ -161,6 +153,7 @@ static int shm_send_progress(dt_comm *c, shm_link *l, dt_p2p *op, int *progresse
 static void publish_tail(shm_link *l)
 {
     atomic_store_explicit(&l->in->tail, l->tail, memory_order_release);
+    l->tail_pub = l->tail;
     ring_notify(l->peer_inbox);
 }
 
@@ -172,18 +165,17 @@ static int recv_header(dt_comm *c, shm_link *l, dt_p2p *op)
     memcpy(&op->hdr, l->in->data + off, sizeof op->hdr);
     l->tail += LINE;
     int rc = dt_p2p_check_hdr(c, op, &op->hdr);
-    if (rc < 0) return rc;
-    op->hdr_done = 1;
-    return 1;
+    return rc < 0 ? rc : 1;
 }
 
 static void consume(dt_comm *c, dt_p2p *op, const void *from, size_t n)
 {
-    if (op->kind == DT_P2P_RECV && op->bytes >= DT_STREAM_MIN)
+    int stream = op->bytes >= DT_STREAM_MIN || c->cur.stream_out; /* past the cache */
+    if (op->kind == DT_P2P_RECV && stream)
         dt_copy_stream((char *)op->dst + op->done, from, n);
     else if (op->kind == DT_P2P_RECV)
         memcpy((char *)op->dst + op->done, from, n);
-    else if (op->bytes >= DT_STREAM_MIN) /* far beyond the cache: stream the result out */
+    else if (stream)
         dt_reduce_elems_stream(c->cur.dtype, c->cur.op, (char *)op->dst + op->done,
                                (const char *)op->src + op->done, from, n / dt_dtype_size(c->cur.dtype));
     else
@@ -204,11 +196,10 @@ static int recv_stream(dt_comm *c, shm_link *l, dt_p2p *op, int *progressed)
         if (n > rb - off) n = rb - off; /* up to the wrap; elements never straddle it */
         consume(c, op, l->in->data + off, n);
         l->tail += n;
-        publish_tail(l);
+        if (op->done < op->bytes) publish_tail(l); /* room for the rest */
         *progressed = 1;
     }
     l->tail = (l->tail + LINE - 1) & ~(uint64_t)(LINE - 1);
-    publish_tail(l);
     return 1;
 }
 
@@ -257,15 +248,14 @@ static int recv_cma(dt_comm *c, shm_link *l, dt_p2p *op, int *progressed)
 
 static int shm_recv_progress(dt_comm *c, shm_link *l, dt_p2p *op, int *progressed)
 {
-    if (!op->hdr_done) {
-        int rc = recv_header(c, l, op);
-        if (rc <= 0) return rc;
-        *progressed = 1;
-        if (op->hdr.flags & DT_MSG_FLAG_CMA) return recv_cma(c, l, op, progressed);
-        publish_tail(l);
-    }
-    if (op->hdr.flags & DT_MSG_FLAG_CMA) return recv_cma(c, l, op, progressed);
-    return recv_stream(c, l, op, progressed);
+    int rc = op->hdr_done ? 1 : recv_header(c, l, op);
+    if (rc > 0 && !op->hdr_done) *progressed = op->hdr_done = 1;
+    if (rc > 0) rc = op->hdr.flags & DT_MSG_FLAG_CMA ? recv_cma(c, l, op, progressed)
+                                                     : recv_stream(c, l, op, progressed);
+    /* The tail goes out once a message, or before a wait: the sender may
+     * need the room. */
+    if (rc >= 0 && l->tail != l->tail_pub) publish_tail(l);
+    return rc;
 }
 
 static int shm_progress(dt_comm *c, dt_link *base, dt_p2p *op, int *progressed)

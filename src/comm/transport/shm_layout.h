@@ -54,7 +54,9 @@ typedef struct {
     uint64_t out_bytes;       /* size of the out ring (the peer's inbox's rings) */
     uint64_t in_bytes;        /* size of the in ring (our inbox's rings) */
     uint64_t head, tail_seen; /* sender side: our head, last tail we read */
+    uint64_t head_pub;        /* the head the receiver was last shown */
     uint64_t tail;            /* receiver side: our tail */
+    uint64_t tail_pub;        /* the tail the sender was last shown */
     uint64_t cma_sent;        /* tickets handed out */
 } shm_link;
 
@@ -68,7 +70,6 @@ struct dt_shm_comm {
     size_t seg_bytes;    /* of our inbox */
     uint64_t ring_bytes; /* of our inbox's rings; each peer's inbox says its own */
     size_t cma_min;      /* messages from this size up are pulled by CMA (SIZE_MAX: never) */
-    size_t cma_copy_min; /* the same for those the receiver only copies (crowded hosts) */
     int my_local;
     int nlocal;
     void **maps;   /* [nlocal] mapped inboxes, ours included */
