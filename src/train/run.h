@@ -93,6 +93,9 @@ int dt_run_file_ranges(dt_run *t, const dt_flat_ranges *mine, dt_flat_ranges *ou
                        dt_flat_range **tmp);
 
 /* snapshot_writer.c */
+/* The writer thread and its staging memory (touched here, before the
+ * first step, rather than by the first snapshot's copy). 0 or -1. */
+int dt_run_snapshot_writer_start(dt_run *t);
 /* A snapshot of the current step into t->snap.dir: this rank's state
  * copied into memory on this thread (collective where the save is), its
  * files written by a background thread while the next steps run (0), or

@@ -170,6 +170,20 @@ static void stage(dt_run *t, dt_snap_writer *w)
     w->st.moe_bias = w->nbias ? bias : NULL;
 }
 
+/* Whether this rank stages snapshots: it writes some, and not from the
+ * optimizer's store. */
+static int stages(const dt_run *t, const dt_flat_ranges *mine)
+{
+    return !t->opt.store && (t->S.writes_checkpoints || mine);
+}
+
+int dt_run_snapshot_writer_start(dt_run *t)
+{
+    const dt_flat_ranges *mine = t->S.saves ? t->S.saves : t->S.shard;
+    if (t->snap.writer || !stages(t, mine)) return 0;
+    return (t->snap.writer = start(t, mine)) ? 0 : -1;
+}
+
 int dt_run_snapshot_stage(dt_run *t)
 {
     if (t->opt.store) return 1;
@@ -182,7 +196,7 @@ int dt_run_snapshot_stage(dt_run *t)
      * save's begin tells every rank. */
     if (prev && !mine) return dt_strf(ERR(t), "snapshot: %s", prev), -1;
     if (dt_strategy_before_save(&t->S)) return -1;
-    if (!t->S.writes_checkpoints && !mine) return 0;
+    if (!stages(t, mine)) return 0;
     if (!w && !(w = t->snap.writer = start(t, mine))) return -1;
     if (dt_optimizer_settle(&t->opt, SIZE_MAX, ERR(t))) return -1;
     stage(t, w);

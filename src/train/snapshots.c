@@ -86,6 +86,7 @@ int dt_run_snapshots_start(dt_run *t, const char *where)
     const char *rank = dt_env_str("DTRAIN_FAILED_RANK"), *how = dt_env_str("DTRAIN_FAILURE");
     t->snap.from_step = t->step;
     if (t->snap.every > 0 && t->snap.restart == 0 && t->r.rank == 0 && check_room(t)) return -1;
+    if (t->snap.every > 0 && dt_run_snapshot_writer_start(t)) return -1;
     if (t->snap.restart == 0) return 0;
     const char *source = !where                       ? "the start (no snapshot or checkpoint yet)"
                          : where == t->snap.dir       ? "the snapshot in memory"
