@@ -369,8 +369,7 @@ dt_ckpt_state dt_run_ckpt_state(dt_run *t)
                            .last_loss = t->last_loss,
                            .data_tokens = dt_dataset_ntokens(t->train),
                            .moe_bias = t->model.moe.bias,
-                           .tokenizer = *dt_dataset_tokenizer(t->train)
-};
+                           .tokenizer = *dt_dataset_tokenizer(t->train)};
 }
 
 int dt_run_save(dt_run *t)

@@ -217,10 +217,7 @@ int dt_run_snapshot_stage(dt_run *t)
 
 int dt_run_snapshot_settle(dt_run *t)
 {
-    if (!t->snap.writer) return 0;
-    const uint64_t t0 = dt_now_ns();
-    const char *prev = wait_previous(t->snap.writer);
-    t->snap.wait_ns += dt_now_ns() - t0;
+    const char *prev = t->snap.writer ? wait_previous(t->snap.writer) : NULL;
     return prev ? (dt_strf(ERR(t), "snapshot: %s", prev), -1) : 0;
 }
 
@@ -234,7 +231,12 @@ int dt_run_snapshot_writer_end(dt_run *t, int abandon)
     w->quit = 1;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
+    const uint64_t t0 = dt_now_ns();
     pthread_join(w->thread, NULL);
+    if (!abandon) { /* the run's last snapshot: the training thread waits for it */
+        t->snap.wait_ns += dt_now_ns() - t0;
+        t->snap.write_ns += dt_now_ns() - t0;
+    }
     int rc = 0;
     if (w->failed && !abandon) rc = (dt_strf(ERR(t), "snapshot: %s", w->err), -1);
     t->snap.bg_ns += w->write_ns;
