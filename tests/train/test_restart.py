@@ -97,11 +97,15 @@ def run_with_kills(dtrain, tmp, name, nproc, args, kills, rng, sig=signal.SIGKIL
         deadline = time.time() + 60
         while time.time() < deadline and p.poll() is None:  # the attempt is training
             live = ranks_of(p.pid)
-            if len(live) == nproc and not killed & set(live.values()) and logged(log) >= start + after:
+            if len(live) == nproc and not killed & set(live.values()) and \
+                    logged(log) >= start + after:
                 break
             time.sleep(0.02)
         time.sleep(rng.uniform(0.0, 0.4))
         live = ranks_of(p.pid)
+        if not live:  # the job ended first: the checks say what is missing
+            print("%s: the job ended before the kill of %s" % (name, targets))
+            break
         chosen = [rng.choice(sorted(live)) if r is None else r for r in targets]
         for r in chosen:
             if r in live:
@@ -185,8 +189,10 @@ def main():
               "--snapshot-every 4: the steps lost are named (%s)" % lost)
 
         ckdir = os.path.join(tmp, "ck")
-        rc, out, w = run_with_kills(dtrain, tmp, "exhausted", 2, ["--out", ckdir],
-                                    [[None], [None]], rng, restarts=1)
+        # More steps than the others: the second kill must land before the end.
+        rc, out, w = run_with_kills(dtrain, tmp, "exhausted", 2,
+                                    ["--out", ckdir, "--steps", "200"], [[None], [None]], rng,
+                                    restarts=1)
         state = os.path.join(ckdir, open(os.path.join(ckdir, "latest")).read().strip(),
                              "state.json") if os.path.exists(os.path.join(ckdir, "latest")) else ""
         check(rc != 0 and "giving up" in out and state and json.load(open(state))["step"] > 0,
