@@ -4,11 +4,13 @@ step, beside the machine's memcpy bandwidth, and the recovery time from a
 SIGKILL to the end of the first step after it, on GPT-2 small at 2 ranks.
 
   /usr/bin/python3 bench/bench_restart.py [--dtrain build/dtrain] [--steps 6] [--seq-len 256]
-                                 [--batch-size 2]
+                                 [--batch-size 2] [--snapshot-every 1]
 
 For each of DDP and ZeRO-3: a run with restarts allowed (snapshots every
-step) reports its snapshots' time and share of the training time (its
-last lines); the same run without restarts gives the step time without
+step, or every --snapshot-every steps) reports its snapshots' time on the
+training thread (the copy into memory, and the wait for the previous
+background write), its share of the training time, and the background
+write's time (bg ms; its last lines); the same run without restarts gives the step time without
 snapshots. Then a run is killed (rank 1, SIGKILL) after its second step,
 and the restarted job's `recovered:` line gives the time from the
 failure to the end of the first step after it, with the steps lost. The
@@ -40,6 +42,8 @@ def parse_args():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=2)
+    ap.add_argument("--snapshot-every", type=int, default=1,
+                    help="steps between snapshots in the timed run (its --snapshot-every)")
     return ap.parse_args()
 
 
@@ -69,15 +73,18 @@ def step_ms(log):
 
 def snapshot_cost(a, tmp, name, extra):
     log = os.path.join(tmp, name + ".json")
-    r = subprocess.run(base(a, log, extra + ["--max-restarts", "1"]), capture_output=True,
+    every = ["--snapshot-every", str(a.snapshot_every)]
+    r = subprocess.run(base(a, log, extra + every + ["--max-restarts", "1"]), capture_output=True,
                        text=True)
     if r.returncode != 0:
         sys.exit(r.stdout[-2000:] + r.stderr[-2000:])
-    m = re.search(r"snapshots: (\d+) in memory .*, (\d+) ms each, ([\d.]+)% of the training",
-                  r.stdout)
+    m = re.search(r"snapshots: (\d+) in memory .*, ([\d.]+) ms each on the training thread "
+                  r"\(([\d.]+) ms of it waiting.*\), ([\d.]+)% of the training time"
+                  r"(?:; written in the background in (\d+) ms each)?", r.stdout)
     with_ms = step_ms(log)
     r = subprocess.run(base(a, log, extra), capture_output=True, text=True)
-    return int(m.group(2)), float(m.group(3)), with_ms, step_ms(log)
+    bg = float(m.group(5)) if m.group(5) else None
+    return float(m.group(2)), float(m.group(3)), bg, float(m.group(4)), with_ms, step_ms(log)
 
 
 def recovery(a, tmp, name, extra):
@@ -108,15 +115,16 @@ def main():
           "memcpy %.1f GB/s (one thread)" % (a.batch_size, a.seq_len, 100 * busy, bw))
     params = 124439808
     state_gb = params * 12 / 1e9
-    print("%-8s %12s %14s %10s %14s %12s %11s %8s" % (
-        "layout", "snapshot ms", "GB/s (state)", "share", "step ms (off)", "recovery s",
-        "steps lost", "target"))
+    print("%-8s %12s %8s %14s %10s %10s %14s %12s %11s %8s" % (
+        "layout", "snapshot ms", "wait ms", "GB/s (state)", "share", "bg ms", "step ms (off)",
+        "recovery s", "steps lost", "target"))
     with tempfile.TemporaryDirectory() as tmp:
         for name, extra in (("ddp", []), ("zero-3", ["--zero-stage", "3"])):
-            ms, share, _, off = snapshot_cost(a, tmp, name, extra)
+            ms, wait, bg, share, _, off = snapshot_cost(a, tmp, name, extra)
             rec, lost = recovery(a, tmp, name, extra)
-            print("%-8s %12d %14.2f %9.1f%% %14.0f %12s %11s %8s" % (
-                name, ms, state_gb / (ms / 1e3), share, off,
+            print("%-8s %12.0f %8.0f %14.2f %9.1f%% %10s %14.0f %12s %11s %8s" % (
+                name, ms, wait, state_gb / (ms / 1e3), share,
+                "%.0f" % bg if bg is not None else "-", off,
                 "%.2f" % rec if rec is not None else "-", lost if lost is not None else "-",
                 "<= 3%, < 3 s, 0"))
 

@@ -13,6 +13,7 @@
 #include "model/gpt.h"
 #include "model/optimizer.h"
 #include "parallel/strategy.h"
+#include "train/ckpt/state.h"
 #include "train/config/config.h"
 #include "train/data/dataset.h"
 #include "train/data/sampler.h"
@@ -45,7 +46,11 @@ typedef struct dt_run {
         long from_step; /* the step this attempt started at */
         char dir[256];  /* the job's snapshot directory */
         long count;     /* snapshots this attempt wrote */
-        uint64_t write_ns; /* and the time they took */
+        uint64_t write_ns; /* and the time they took the training thread */
+        uint64_t wait_ns;  /* of it, waiting for the previous one's write */
+        uint64_t bg_ns;    /* the background writes' time (snapshot_writer.c) */
+        long bg_count;     /* and their number */
+        struct dt_snap_writer *writer; /* NULL: none started */
     } snap;
     FILE *json;         /* --log-json, or NULL */
     FILE *out;          /* human-readable lines (rank 0's; /dev/null elsewhere) */
@@ -76,6 +81,32 @@ int dt_run_setup_model(dt_run *t, const char *resume_dir);
  * path; empty on a rank that writes nothing). */
 int dt_run_save(dt_run *t);
 int dt_run_save_to(dt_run *t, const char *dir, long keep, char *path, size_t len);
+/* What a checkpoint of the current step records of the run. */
+dt_ckpt_state dt_run_ckpt_state(dt_run *t);
+/* The layout checkpoints and weights files are in: the whole model's
+ * where this rank holds slices of it (tensor parallelism), else its own. */
+dt_gpt *dt_run_file_layout(dt_run *t);
+/* Ranges of this rank's flat layout (NULL: all of it, in place) as the
+ * file layout sees them: the same, or moved into the whole model's
+ * layout (S->in_whole). *tmp: what to free after. 0, or -1. */
+int dt_run_file_ranges(dt_run *t, const dt_flat_ranges *mine, dt_flat_ranges *out,
+                       dt_flat_range **tmp);
+
+/* snapshot_writer.c */
+/* The writer thread and its staging memory (touched here, before the
+ * first step, rather than by the first snapshot's copy). 0 or -1. */
+int dt_run_snapshot_writer_start(dt_run *t);
+/* A snapshot of the current step into t->snap.dir: this rank's state
+ * copied into memory on this thread (collective where the save is), its
+ * files written by a background thread while the next steps run (0), or
+ * no way to stage it here (1: the caller saves synchronously), or -1. */
+int dt_run_snapshot_stage(dt_run *t);
+/* The background write finished (abandon 0: waited for; its failure is
+ * the run's) or given up (1: after an error, nothing half published), the
+ * thread joined, the staging memory freed. 0 or -1. */
+int dt_run_snapshot_writer_end(dt_run *t, int abandon);
+/* Waits for the background write, if any: 0, or -1 when it failed. */
+int dt_run_snapshot_settle(dt_run *t);
 
 /* snapshots.c */
 /* Snapshots (under a launcher that restarts) and, on a restart, where the

@@ -99,14 +99,9 @@ static int init_optimizer(dt_run *t, size_t lo, size_t hi)
     return 0;
 }
 
-/* The layout checkpoints and weights files are in: the whole model's
- * where this rank holds slices of it (tensor parallelism), else its own. */
-static dt_gpt *file_layout(dt_run *t) { return t->S.whole ? t->S.whole : &t->model; }
+dt_gpt *dt_run_file_layout(dt_run *t) { return t->S.whole ? t->S.whole : &t->model; }
 
-/* Ranges of this rank's flat layout (NULL: all of it, in place) as the
- * file layout sees them: the same, or moved into the whole model's
- * layout (S->in_whole). *tmp: what to free after. 0, or -1. */
-static int file_ranges(dt_run *t, const dt_flat_ranges *mine, dt_flat_ranges *out,
+int dt_run_file_ranges(dt_run *t, const dt_flat_ranges *mine, dt_flat_ranges *out,
                        dt_flat_range **tmp)
 {
     static const dt_flat_range all_lo = {0, 0, 0};
@@ -133,8 +128,8 @@ static int load_ranges(dt_run *t, const char *dir, const dt_flat_ranges *mine, f
 {
     dt_flat_ranges in_file;
     dt_flat_range *tmp;
-    if (file_ranges(t, mine, &in_file, &tmp)) return -1;
-    int rc = dt_ckpt_load_ranges(dir, file_layout(t), &in_file, params, o, st, ERR(t));
+    if (dt_run_file_ranges(t, mine, &in_file, &tmp)) return -1;
+    int rc = dt_ckpt_load_ranges(dir, dt_run_file_layout(t), &in_file, params, o, st, ERR(t));
     free(tmp);
     return rc ? -1 : 0;
 }
@@ -242,8 +237,8 @@ static int load_init(dt_run *t)
         own = (dt_flat_ranges){keep->n, flat, t->model.n_floats};
         keep = &own;
     }
-    int rc = file_ranges(t, keep, &in_file, &tmp) ||
-             dt_weights_load_ranges(file_layout(t), path, &in_file, dst, 1, ERR(t));
+    int rc = dt_run_file_ranges(t, keep, &in_file, &tmp) ||
+             dt_weights_load_ranges(dt_run_file_layout(t), path, &in_file, dst, 1, ERR(t));
     free(flat);
     free(tmp);
     return rc ? -1 : 0;
@@ -334,8 +329,8 @@ static int save_sharded(dt_run *t, const char *dir, long keep, const dt_flat_ran
     }
     dt_flat_ranges in_file;
     dt_flat_range *tmp = NULL;
-    int rc = file_ranges(t, mine, &in_file, &tmp) ||
-             dt_ckpt_save_sharded(dir, file_layout(t), &in_file, params, &t->opt, st,
+    int rc = dt_run_file_ranges(t, mine, &in_file, &tmp) ||
+             dt_ckpt_save_sharded(dir, dt_run_file_layout(t), &in_file, params, &t->opt, st,
                                   t->cfg->zero_stage,
                                   t->S.save_group ? t->S.save_group : t->S.lockstep, keep, path,
                                   n, ERR(t));
@@ -353,16 +348,7 @@ int dt_run_save_to(dt_run *t, const char *dir, long keep, char *path, size_t len
     if (dt_strategy_before_save(&t->S)) return -1;
     const dt_flat_ranges *mine = t->S.saves ? t->S.saves : t->S.shard;
     if (!t->S.writes_checkpoints && !mine) return 0;
-    dt_ckpt_state st = {.step = t->step,
-                        .seq_counter = t->seq_counter,
-                        .seed = t->cfg->seed,
-                        .shuffle = t->cfg->shuffle,
-                        .seq_len = t->r.T,
-                        .global_batch = t->global_batch,
-                        .last_loss = t->last_loss,
-                        .data_tokens = dt_dataset_ntokens(t->train),
-                        .moe_bias = t->model.moe.bias,
-                        .tokenizer = *dt_dataset_tokenizer(t->train)};
+    dt_ckpt_state st = dt_run_ckpt_state(t);
     char why[256];
     if (dt_optimizer_state_map(&t->opt, ERR(t))) return -1;
     int rc = mine ? save_sharded(t, dir, keep, mine, &st, path, len)
@@ -372,9 +358,24 @@ int dt_run_save_to(dt_run *t, const char *dir, long keep, char *path, size_t len
     return rc ? -1 : 0;
 }
 
+dt_ckpt_state dt_run_ckpt_state(dt_run *t)
+{
+    return (dt_ckpt_state){.step = t->step,
+                           .seq_counter = t->seq_counter,
+                           .seed = t->cfg->seed,
+                           .shuffle = t->cfg->shuffle,
+                           .seq_len = t->r.T,
+                           .global_batch = t->global_batch,
+                           .last_loss = t->last_loss,
+                           .data_tokens = dt_dataset_ntokens(t->train),
+                           .moe_bias = t->model.moe.bias,
+                           .tokenizer = *dt_dataset_tokenizer(t->train)};
+}
+
 int dt_run_save(dt_run *t)
 {
     char path[DT_CONFIG_PATH + 64];
+    if (dt_run_snapshot_settle(t)) return -1; /* not two writes of the state at once */
     if (dt_run_save_to(t, t->cfg->out_dir, t->cfg->keep_last, path, sizeof path)) return -1;
     if (path[0]) fprintf(t->out, "checkpoint %s\n", path);
     return 0;

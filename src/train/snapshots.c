@@ -4,7 +4,9 @@
  * (TORCHELASTIC_MAX_RESTARTS > 0, set by `dtrain launch --max-restarts`
  * and torchrun), every --snapshot-every steps the ranks write their
  * training state with the checkpoints' writers into the job's directory
- * in the host's shared memory (train/ckpt/snapshot.h), keeping the newest.
+ * in the host's shared memory (train/ckpt/snapshot.h), keeping the newest:
+ * the training thread copies its state, a thread of its own writes the
+ * files while the next steps run (snapshot_writer.c).
  * The writers' atomicity is the commit: a snapshot is in place whole, with
  * every rank's shard and the ranks' agreement on it, or not at all.
  *
@@ -84,6 +86,7 @@ int dt_run_snapshots_start(dt_run *t, const char *where)
     const char *rank = dt_env_str("DTRAIN_FAILED_RANK"), *how = dt_env_str("DTRAIN_FAILURE");
     t->snap.from_step = t->step;
     if (t->snap.every > 0 && t->snap.restart == 0 && t->r.rank == 0 && check_room(t)) return -1;
+    if (t->snap.every > 0 && dt_run_snapshot_writer_start(t)) return -1;
     if (t->snap.restart == 0) return 0;
     const char *source = !where                       ? "the start (no snapshot or checkpoint yet)"
                          : where == t->snap.dir       ? "the snapshot in memory"
@@ -143,7 +146,9 @@ int dt_run_snapshot_after_step(dt_run *t)
     if (t->step % t->snap.every == 0) {
         char path[512];
         uint64_t t0 = dt_now_ns();
-        if (dt_run_save_to(t, t->snap.dir, 1, path, sizeof path)) return -1;
+        int rc = dt_run_snapshot_stage(t); /* copied here, written in the background */
+        if (rc == 1) rc = dt_run_save_to(t, t->snap.dir, 1, path, sizeof path);
+        if (rc) return -1;
         t->snap.count++;
         t->snap.write_ns += dt_now_ns() - t0;
     }
@@ -218,11 +223,20 @@ static history read_history(const dt_run *t)
 
 void dt_run_snapshots_summary(dt_run *t, double train_s)
 {
-    if (t->snap.count > 0)
-        fprintf(t->out, "snapshots: %ld in memory (%s), %.0f ms each, %.1f%% of the training "
-                "time\n", t->snap.count, t->snap.dir,
+    if (t->snap.count > 0) {
+        /* The training thread's time (the copy, and any wait for the
+         * previous write), then the background writes' own. */
+        fprintf(t->out, "snapshots: %ld in memory (%s), %.1f ms each on the training thread "
+                "(%.1f ms of it waiting for the previous write), %.1f%% of the training time",
+                t->snap.count, t->snap.dir,
                 (double)t->snap.write_ns * 1e-6 / (double)t->snap.count,
+                (double)t->snap.wait_ns * 1e-6 / (double)t->snap.count,
                 train_s > 0 ? 100.0 * (double)t->snap.write_ns * 1e-9 / train_s : 0.0);
+        if (t->snap.bg_count > 0)
+            fprintf(t->out, "; written in the background in %.0f ms each",
+                    (double)t->snap.bg_ns * 1e-6 / (double)t->snap.bg_count);
+        fprintf(t->out, "\n");
+    }
     if (t->snap.restart == 0 || t->r.rank != 0 || t->steps_run == 0) return;
     const history h = read_history(t);
     if (!h.start_ns || !h.restarts) return;

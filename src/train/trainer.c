@@ -151,6 +151,7 @@ static int run_loop(dt_run *t)
         if (save_now && dt_run_save(t)) return -1;
         if (dt_run_snapshot_after_step(t)) return -1;
     }
+    if (dt_run_snapshot_writer_end(t, 0)) return -1; /* the last snapshot published */
     dt_run_snapshots_summary(t, (double)(dt_now_ns() - loop0) * 1e-9);
     return stop < 0 ? -1 : 0;
 }
@@ -282,6 +283,7 @@ static int setup(dt_run *t)
 
 static void teardown(dt_run *t)
 {
+    dt_run_snapshot_writer_end(t, 1); /* first: it reads the model's layout */
     if (t->json && t->json != stdout) fclose(t->json);
     if (t->out && t->out != stdout && t->out != stderr) fclose(t->out);
     dt_strategy_destroy(&t->S);

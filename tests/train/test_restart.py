@@ -19,6 +19,9 @@ all-reduce is not one process's bits, so a layout is its own reference)
   stopped   DDP 2, a rank stopped with SIGSTOP: its peers fail after the
             heartbeat deadline (DTRAIN_HEARTBEAT_TIMEOUT=2), the stopped
             rank is killed with the rest and the job restarts
+  in flight ZeRO-3 2, rank 1 killed while a snapshot's background write is
+            held back (DTRAIN_SNAPSHOT_TEST_WRITE_MS): the restart continues
+            from the snapshot before it, with the same bits
   every 4   --snapshot-every 4: the restart names the steps lost, and the
             run still ends with the same bits
   exhausted --max-restarts 1 and two kills: a non-zero exit, and the last
@@ -78,9 +81,10 @@ def logged(log):
 
 
 def run_with_kills(dtrain, tmp, name, nproc, args, kills, rng, sig=signal.SIGKILL,
-                   env=None, restarts=3):
+                   env=None, restarts=3, after=2):
     """Runs the job, killing per `kills` (each a list of ranks, None for a
-    random one); returns (exit code, output, final weights or None)."""
+    random one) once `after` more steps are logged; returns (exit code,
+    output, final weights or None)."""
     log, final = os.path.join(tmp, name + ".json"), os.path.join(tmp, name + ".st")
     cmd = [dtrain] + BASE + ["--nproc", str(nproc), "--max-restarts", str(restarts),
                              "--log-json", log, "--save-final", final] + args
@@ -93,11 +97,15 @@ def run_with_kills(dtrain, tmp, name, nproc, args, kills, rng, sig=signal.SIGKIL
         deadline = time.time() + 60
         while time.time() < deadline and p.poll() is None:  # the attempt is training
             live = ranks_of(p.pid)
-            if len(live) == nproc and not killed & set(live.values()) and logged(log) >= start + 2:
+            if len(live) == nproc and not killed & set(live.values()) and \
+                    logged(log) >= start + after:
                 break
             time.sleep(0.02)
         time.sleep(rng.uniform(0.0, 0.4))
         live = ranks_of(p.pid)
+        if not live:  # the job ended first: the checks say what is missing
+            print("%s: the job ended before the kill of %s" % (name, targets))
+            break
         chosen = [rng.choice(sorted(live)) if r is None else r for r in targets]
         for r in chosen:
             if r in live:
@@ -159,6 +167,22 @@ def main():
               "stopped: its peers name the rank unresponsive, and the restart blames it, not the "
               "peer that failed first")
 
+        # Each background write of the first attempt held back 1 s: after 4
+        # steps (the first attempt's steps wait for the writes) the kill lands
+        # while one is in flight (its shard written or not, rank 0 waiting for
+        # the other's), and the restart continues from the snapshot before it.
+        z3 = ["--zero-stage", "3"]
+        z3ref = reference(dtrain, tmp, "z3two_ref", z3, 2)
+        rc, out, w = run_with_kills(dtrain, tmp, "inflight", 2, z3, [[1]], rng,
+                                    env={"DTRAIN_SNAPSHOT_TEST_WRITE_MS": "1000"}, after=4)
+        expect_recovered("killed during a snapshot's background write", rc, out, w, z3ref, 1)
+        lost = re.search(r"continuing at step \d+ from the snapshot.*, (\d+) step\(s\) lost", out)
+        check(lost and int(lost.group(1)) >= 1 and
+              re.search(r"snapshots: \d+ in memory .* on the training thread .*written in the "
+                        r"background in \d+ ms each", out),
+              "in flight: the restart continues from the snapshot before the one being written "
+              "(%s), and the snapshots are written in the background" % (lost and lost.group(0)))
+
         rc, out, w = run_with_kills(dtrain, tmp, "every4", 2, ["--snapshot-every", "4"],
                                     [[None]], rng)
         expect_recovered("--snapshot-every 4", rc, out, w, two, 1)
@@ -167,8 +191,10 @@ def main():
               "--snapshot-every 4: the steps lost are named (%s)" % lost)
 
         ckdir = os.path.join(tmp, "ck")
-        rc, out, w = run_with_kills(dtrain, tmp, "exhausted", 2, ["--out", ckdir],
-                                    [[None], [None]], rng, restarts=1)
+        # More steps than the others: the second kill must land before the end.
+        rc, out, w = run_with_kills(dtrain, tmp, "exhausted", 2,
+                                    ["--out", ckdir, "--steps", "200"], [[None], [None]], rng,
+                                    restarts=1)
         state = os.path.join(ckdir, open(os.path.join(ckdir, "latest")).read().strip(),
                              "state.json") if os.path.exists(os.path.join(ckdir, "latest")) else ""
         check(rc != 0 and "giving up" in out and state and json.load(open(state))["step"] > 0,

@@ -6,6 +6,7 @@
 #define DT_TRAIN_CKPT_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "model/gpt.h"
 #include "model/optimizer.h"
@@ -41,11 +42,50 @@ int dt_ckpt_make_record(const char *out_dir, const dt_gpt *m, const dt_optimizer
                         const dt_ckpt_state *state, dt_ckpt_record *r, char *err,
                         size_t errlen);
 
-/* ---- loading: where a checkpoint's values are -------------------------- */
-
 /* The buffers of a checkpoint, by the prefix of their tensors' names. */
 enum { DT_CKPT_PARAMS, DT_CKPT_EXP_AVG, DT_CKPT_EXP_AVG_SQ, DT_CKPT_NBUF };
 extern const char *const dt_ckpt_prefix[DT_CKPT_NBUF];
+
+/* ---- saving a sharded checkpoint (shard_save.c; shard_async.c) --------- */
+
+/* What a rank tells the others after each part of a save. */
+typedef struct {
+    int64_t ok;
+    int64_t value[3];
+    char msg[224];
+} dt_ckpt_report;
+
+typedef struct {
+    dt_comm *group; /* NULL: a process alone */
+    int rank, size;
+    dt_ckpt_report *all; /* [size] */
+} dt_ckpt_crew;
+
+/* Every rank learns every rank's report; 0 when all succeeded, else -1
+ * with the first failed rank's message (this rank's own kept as it is). */
+int dt_ckpt_agree(dt_ckpt_crew *c, dt_ckpt_report *me, const char *err_in, char *err,
+                  size_t errlen);
+/* -1 with a message naming the tensor when a piece of the nbuf buffers
+ * holds a non-finite value. */
+int dt_ckpt_check_finite(const dt_gpt *layout, const dt_ckpt_piece *p, int np,
+                         const float *const bufs[DT_CKPT_NBUF], int nbuf, int rank, char *err,
+                         size_t errlen);
+/* Writes the pieces of nbuf buffers, with the model's sizes in the
+ * metadata; its size and checksum go to bytes and sum. */
+int dt_ckpt_write_shard(const char *path, const dt_gpt *layout, const dt_ckpt_piece *p, int np,
+                        const float *const bufs[DT_CKPT_NBUF], int nbuf, uint64_t *bytes,
+                        uint64_t *sum, char *err, size_t errlen);
+/* The pieces of every rank (c->all[r].value[2] of them), gathered:
+ * [size][max][3] as (tensor, lo, hi); malloc'd. */
+int64_t *dt_ckpt_gather_pieces(dt_ckpt_crew *c, const dt_ckpt_piece *p, int np, int *max,
+                               char *err, size_t errlen);
+/* Rank 0: the manifest into tmp, from every rank's bytes, checksum and
+ * piece count (c->all[r].value[0..2]) and pieces (all, as gathered). */
+int dt_ckpt_write_manifest(const char *tmp, dt_ckpt_crew *c, const dt_gpt *layout,
+                           const dt_ckpt_record *rec, int stage, int moments, const int64_t *all,
+                           int max, char *err, size_t errlen);
+
+/* ---- loading: where a checkpoint's values are -------------------------- */
 
 /* Elements [lo, hi) of the layout's tensor `tensor`, held for each buffer
  * by a file's tensor (elements from 0 there); NULL for a buffer not

@@ -30,6 +30,7 @@
 #ifndef DT_TRAIN_CKPT_SHARD_H
 #define DT_TRAIN_CKPT_SHARD_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -79,6 +80,28 @@ int dt_ckpt_save_sharded(const char *out_dir, const dt_gpt *layout, const dt_fla
                          const float *params, const dt_optimizer *o, const dt_ckpt_state *st,
                          int stage, dt_comm *group, long keep_last, char *path_out,
                          size_t path_len, char *err, size_t errlen);
+
+/* The same save in two halves, for snapshots written while training goes
+ * on (train/snapshot_writer.c). dt_ckpt_async_begin is collective over
+ * group, on the thread that owns it: the first call finds every rank's
+ * pieces (the layout must not change after), each makes rank 0's
+ * temporary directory and the ranks agree to go on (prev_err: this rank's
+ * previous write's failure, or NULL; any rank's fails the begin on all).
+ * params, o's moments and st must stay as they are until the write is
+ * over. dt_ckpt_async_write then makes no call to the communicator: each
+ * rank writes its shard and a marker beside it with its size and
+ * checksum, and rank 0 waits for every marker (the ranks must share the
+ * directory: one host), writes the manifest and publishes as
+ * dt_ckpt_save_sharded does. Rank 0 stops waiting when *abandon is set,
+ * and then leaves the last checkpoint as it was. */
+typedef struct dt_ckpt_async dt_ckpt_async;
+int dt_ckpt_async_begin(dt_ckpt_async **a, const char *out_dir, const dt_gpt *layout,
+                        const dt_flat_ranges *mine, const float *params, const dt_optimizer *o,
+                        const dt_ckpt_state *st, int stage, dt_comm *group, const char *prev_err,
+                        char *err, size_t errlen);
+int dt_ckpt_async_write(dt_ckpt_async *a, long keep_last, const atomic_int *abandon, char *err,
+                        size_t errlen);
+void dt_ckpt_async_free(dt_ckpt_async *a);
 
 /* Fills this rank's ranges of params, o->m, o->v (and o->t, *st) from a
  * whole-model or a sharded checkpoint of any rank count and stage; the

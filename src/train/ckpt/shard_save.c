@@ -13,22 +13,8 @@
 #include "train/ckpt/internal.h"
 #include "train/ckpt/shard.h"
 
-/* What a rank tells the others after each part of a save. */
-typedef struct {
-    int64_t ok;
-    int64_t value[3];
-    char msg[224];
-} report;
-
-typedef struct {
-    dt_comm *group;
-    int rank, size;
-    report *all; /* [size] */
-} crew;
-
-/* Every rank learns every rank's report; 0 when all succeeded, else -1
- * with the first failed rank's message (this rank's own kept as it is). */
-static int agree(crew *c, report *me, const char *err_in, char *err, size_t errlen)
+int dt_ckpt_agree(dt_ckpt_crew *c, dt_ckpt_report *me, const char *err_in, char *err,
+                  size_t errlen)
 {
     if (!me->ok) dt_strf(me->msg, sizeof me->msg, "%s", err_in);
     if (!c->group) {
@@ -48,9 +34,9 @@ static int agree(crew *c, report *me, const char *err_in, char *err, size_t errl
 
 /* ---- this rank's shard -------------------------------------------------- */
 
-static int check_finite(const dt_gpt *layout, const dt_ckpt_piece *p, int np,
-                        const float *const bufs[DT_CKPT_NBUF], int nbuf, int rank, char *err,
-                        size_t errlen)
+int dt_ckpt_check_finite(const dt_gpt *layout, const dt_ckpt_piece *p, int np,
+                         const float *const bufs[DT_CKPT_NBUF], int nbuf, int rank, char *err,
+                         size_t errlen)
 {
     for (int i = 0; i < np; i++) {
         for (int b = 0; b < nbuf; b++) {
@@ -69,11 +55,9 @@ static int check_finite(const dt_gpt *layout, const dt_ckpt_piece *p, int np,
     return 0;
 }
 
-/* Writes the pieces of nbuf buffers, with the model's sizes in the
- * metadata; its size and checksum go to bytes and sum. */
-static int write_shard(const char *path, const dt_gpt *layout, const dt_ckpt_piece *p, int np,
-                       const float *const bufs[DT_CKPT_NBUF], int nbuf, uint64_t *bytes,
-                       uint64_t *sum, char *err, size_t errlen)
+int dt_ckpt_write_shard(const char *path, const dt_gpt *layout, const dt_ckpt_piece *p, int np,
+                        const float *const bufs[DT_CKPT_NBUF], int nbuf, uint64_t *bytes,
+                        uint64_t *sum, char *err, size_t errlen)
 {
     int n = np * nbuf;
     dt_st_entry *e = calloc((size_t)n + 1, sizeof *e);
@@ -124,9 +108,8 @@ static void test_exit_hook(const char *path, int rank, uint64_t bytes)
 
 /* ---- the manifest (rank 0) ---------------------------------------------- */
 
-/* The pieces of every rank, gathered: [size][max][3] as (tensor, lo, hi). */
-static int64_t *gather_pieces(crew *c, const dt_ckpt_piece *p, int np, int *max, char *err,
-                              size_t errlen)
+int64_t *dt_ckpt_gather_pieces(dt_ckpt_crew *c, const dt_ckpt_piece *p, int np, int *max,
+                               char *err, size_t errlen)
 {
     *max = 1;
     for (int r = 0; r < c->size; r++)
@@ -149,9 +132,9 @@ static int64_t *gather_pieces(crew *c, const dt_ckpt_piece *p, int np, int *max,
     return NULL;
 }
 
-static int write_manifest(const char *tmp, crew *c, const dt_gpt *layout,
-                          const dt_ckpt_record *rec, int stage, int moments, const int64_t *all,
-                          int max, char *err, size_t errlen)
+int dt_ckpt_write_manifest(const char *tmp, dt_ckpt_crew *c, const dt_gpt *layout,
+                           const dt_ckpt_record *rec, int stage, int moments, const int64_t *all,
+                           int max, char *err, size_t errlen)
 {
     dt_ckpt_manifest m = {.stage = stage, .ranks = c->size, .moments = moments,
                           .record = *rec, .nshards = c->size};
@@ -200,13 +183,14 @@ typedef struct {
 } job;
 
 /* Part 1: every rank's values are checked; rank 0 makes the directory. */
-static int prepare(crew *c, job *j, const dt_flat_ranges *mine, const dt_optimizer *o, char *err,
-                   size_t errlen)
+static int prepare(dt_ckpt_crew *c, job *j, const dt_flat_ranges *mine, const dt_optimizer *o,
+                   char *err, size_t errlen)
 {
-    report me = {.ok = 1};
+    dt_ckpt_report me = {.ok = 1};
     int rc = dt_ckpt_pieces(j->layout, mine, &j->p, &j->np, err, errlen);
     if (rc == 0)
-        rc = check_finite(j->layout, j->p, j->np, j->bufs, 1 + j->moments, c->rank, err, errlen);
+        rc = dt_ckpt_check_finite(j->layout, j->p, j->np, j->bufs, 1 + j->moments, c->rank, err,
+                                  errlen);
     if (rc == 0 && c->rank == 0)
         rc = dt_ckpt_make_record(j->out_dir, j->layout, o, j->st, &j->rec, err, errlen);
     if (rc == 0 && c->rank == 0) {
@@ -216,44 +200,44 @@ static int prepare(crew *c, job *j, const dt_flat_ranges *mine, const dt_optimiz
         j->made = rc == 0;
     }
     me.ok = rc == 0;
-    if (agree(c, &me, err, err, errlen) != 0) return -1;
+    if (dt_ckpt_agree(c, &me, err, err, errlen) != 0) return -1;
     dt_ckpt_tmp_path(j->tmp, sizeof j->tmp, j->out_dir, j->st->step, (long)c->all[0].value[0]);
     j->known = 1;
     return 0;
 }
 
 /* Part 2: every rank writes its shard. */
-static int write_own(crew *c, job *j, char *err, size_t errlen)
+static int write_own(dt_ckpt_crew *c, job *j, char *err, size_t errlen)
 {
     char name[64], path[DT_PATH_MAX + 200];
     dt_ckpt_shard_name(name, sizeof name, c->rank, c->size);
     dt_strf(path, sizeof path, "%s/%s", j->tmp, name);
     uint64_t bytes = 0, sum = 0;
-    report me = {.ok = 1};
-    me.ok = write_shard(path, j->layout, j->p, j->np, j->bufs, 1 + j->moments, &bytes, &sum, err,
-                        errlen) == 0;
+    dt_ckpt_report me = {.ok = 1};
+    me.ok = dt_ckpt_write_shard(path, j->layout, j->p, j->np, j->bufs, 1 + j->moments, &bytes,
+                                &sum, err, errlen) == 0;
     if (me.ok) test_exit_hook(path, c->rank, bytes);
     me.value[0] = (int64_t)bytes;
     me.value[1] = (int64_t)sum;
     me.value[2] = j->np;
-    return agree(c, &me, err, err, errlen);
+    return dt_ckpt_agree(c, &me, err, err, errlen);
 }
 
 /* Part 3: rank 0 writes the manifest and moves the checkpoint into place;
  * the others learn how that went. */
-static int finish(crew *c, job *j, long keep_last, char *err, size_t errlen)
+static int finish(dt_ckpt_crew *c, job *j, long keep_last, char *err, size_t errlen)
 {
     int max;
-    int64_t *all = gather_pieces(c, j->p, j->np, &max, err, errlen);
-    report me = {.ok = all != NULL};
+    int64_t *all = dt_ckpt_gather_pieces(c, j->p, j->np, &max, err, errlen);
+    dt_ckpt_report me = {.ok = all != NULL};
     if (me.ok && c->rank == 0) {
-        me.ok = write_manifest(j->tmp, c, j->layout, &j->rec, j->stage, j->moments, all, max,
-                               err, errlen) == 0 &&
+        me.ok = dt_ckpt_write_manifest(j->tmp, c, j->layout, &j->rec, j->stage, j->moments, all,
+                                       max, err, errlen) == 0 &&
                 dt_ckpt_publish(j->out_dir, j->st->step, j->tmp, err, errlen) == 0;
         if (me.ok) dt_ckpt_prune(j->out_dir, j->st->step, keep_last > 0 ? keep_last : 1);
     }
     free(all);
-    return agree(c, &me, err, err, errlen);
+    return dt_ckpt_agree(c, &me, err, err, errlen);
 }
 
 int dt_ckpt_save_sharded(const char *out_dir, const dt_gpt *layout, const dt_flat_ranges *mine,
@@ -261,7 +245,7 @@ int dt_ckpt_save_sharded(const char *out_dir, const dt_gpt *layout, const dt_fla
                          int stage, dt_comm *group, long keep_last, char *path_out,
                          size_t path_len, char *err, size_t errlen)
 {
-    crew c = {.group = group, .rank = group ? dt_comm_rank(group) : 0,
+    dt_ckpt_crew c = {.group = group, .rank = group ? dt_comm_rank(group) : 0,
               .size = group ? dt_comm_size(group) : 1};
     job j = {.out_dir = out_dir, .layout = layout, .st = st, .stage = stage,
              .moments = o->v ? 2 : o->m ? 1 : 0, .bufs = {params, o->m, o->v}};
