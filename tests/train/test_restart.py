@@ -4,7 +4,7 @@ are killed ends with the weights of the run that never failed, bit for bit.
   test_restart.py DTRAIN
 
 Each run is `dtrain train --nproc N --max-restarts K` on the tiny preset
-(the built-in corpus, 24 steps); a watcher kills ranks with SIGKILL at
+(the built-in corpus, 36 steps); a watcher kills ranks with SIGKILL at
 random moments once the run has logged a few steps (the moments land in
 forward, backward, the all-reduce, the update or the snapshot copy, as
 they fall; the seed is printed), then waits for the restarted ranks to
@@ -47,7 +47,7 @@ from checks import check, finish  # noqa: E402
 from dtrain_ref import st_read  # noqa: E402
 from dtrain_run import expect_refused, run, same_bits  # noqa: E402
 
-STEPS = 24
+STEPS = 36
 BASE = ["train", "--model", "tiny", "--steps", str(STEPS), "--batch-size", "4",
         "--seq-len", "64", "--eval-batches", "0", "--threads", "1", "--print-every", "1000"]
 
@@ -101,7 +101,7 @@ def run_with_kills(dtrain, tmp, name, nproc, args, kills, rng, sig=signal.SIGKIL
                     logged(log) >= start + after:
                 break
             time.sleep(0.02)
-        time.sleep(rng.uniform(0.0, 0.4))
+        time.sleep(rng.uniform(0.0, 0.2))
         live = ranks_of(p.pid)
         if not live:  # the job ended first: the checks say what is missing
             print("%s: the job ended before the kill of %s" % (name, targets))

@@ -215,6 +215,7 @@ void dt_ckpt_source_close(dt_ckpt_source *src)
 static int check_values(const dt_ckpt_source_piece *p, int b, const dt_gpt *m, const float *x,
                         uint64_t first, uint64_t n, char *err, size_t errlen)
 {
+    if (dt_weights_all_finite(x, n, b == DT_CKPT_EXP_AVG_SQ)) return 0;
     for (uint64_t i = 0; i < n; i++) {
         if (isfinite(x[i]) && !(b == DT_CKPT_EXP_AVG_SQ && x[i] < 0)) continue;
         const char *name = m->tensors[p->tensor].name;

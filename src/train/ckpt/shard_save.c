@@ -11,6 +11,7 @@
 #include "core/atomic_file.h"
 #include "core/str.h"
 #include "train/ckpt/internal.h"
+#include "train/weights/weights.h"
 #include "train/ckpt/shard.h"
 
 int dt_ckpt_agree(dt_ckpt_crew *c, dt_ckpt_report *me, const char *err_in, char *err,
@@ -41,6 +42,7 @@ int dt_ckpt_check_finite(const dt_gpt *layout, const dt_ckpt_piece *p, int np,
     for (int i = 0; i < np; i++) {
         for (int b = 0; b < nbuf; b++) {
             const float *x = bufs[b] + p[i].at;
+            if (dt_weights_all_finite(x, p[i].hi - p[i].lo, 0)) continue;
             for (uint64_t e = 0; e < p[i].hi - p[i].lo; e++) {
                 if (isfinite(x[e])) continue;
                 dt_strf(err, errlen,

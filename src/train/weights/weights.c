@@ -186,18 +186,21 @@ int dt_weights_inspect(const char *path, dt_gpt_config *cfg, char *err, size_t e
 
 /* ---- checking values ------------------------------------------------------ */
 
-/* The exponent bits all set: an infinity or a NaN. Integer operations, so
- * that the loop vectorizes. */
-static int all_finite(const float *x, size_t n)
+int dt_weights_all_finite(const float *x, size_t n, int nonneg)
 {
     uint32_t any = 0;
+    const uint32_t neg = nonneg ? 1u : 0u;
+#pragma omp simd reduction(| : any)
     for (size_t i = 0; i < n; i++) {
         uint32_t b;
         memcpy(&b, x + i, sizeof b);
-        any |= (b & 0x7f800000u) == 0x7f800000u;
+        any |= (uint32_t)((b & 0x7f800000u) == 0x7f800000u) |
+               (neg & (b >> 31) & (uint32_t)((b & 0x7fffffffu) != 0));
     }
     return !any;
 }
+
+static int all_finite(const float *x, size_t n) { return dt_weights_all_finite(x, n, 0); }
 
 int dt_weights_find(const dt_gpt *m, const float *flat, int (*bad)(float), int *tensor,
                     size_t *elem)

@@ -77,6 +77,10 @@ int dt_weights_find(const dt_gpt *m, const float *flat, int (*bad)(float), int *
  * weights go anywhere. */
 int dt_weights_check_finite(const dt_gpt *m, const float *flat, const char *prefix, char *err,
                             size_t errlen);
+/* 1 when every x[i] is finite and, with nonneg, none is below zero (-0.0
+ * is not); integer operations, so that the pass vectorizes and runs at
+ * memory speed: callers search for the culprit only when it says 0. */
+int dt_weights_all_finite(const float *x, size_t n, int nonneg);
 /* The same over floats [lo, hi) of the flat layout only, held in x (x[0]
  * is float lo): a rank that keeps part of the parameters checks that. */
 int dt_weights_check_finite_range(const dt_gpt *m, const float *x, size_t lo, size_t hi,
