@@ -119,7 +119,7 @@ int dt_linear_backward(dt_precision prec, float *dinp, int dinp_accumulate, floa
 
 /* The group's width, and whether the n arrays p[i] of out[i] x IN floats
  * lie one after another (as one [sum out, IN] matrix). */
-static int group_width(const dt_linear_group *g)
+int dt_linear_group_width(const dt_linear_group *g)
 {
     int w = 0;
     for (int i = 0; i < g->n; i++) w += g->out[i];
@@ -136,7 +136,7 @@ static int adjacent(const float *const *p, const dt_linear_group *g, int IN)
 int dt_linear_group_forward(dt_precision prec, float *out, const float *inp,
                             const dt_linear_group *g, int N, int IN)
 {
-    const int width = group_width(g);
+    const int width = dt_linear_group_width(g);
     if (adjacent(g->W, g, IN))
         return forward_ld(prec, DT_LINEAR, out, width, inp, g->W[0], NULL, N, IN, width);
     for (int i = 0, col = 0; i < g->n; col += g->out[i++])
@@ -152,7 +152,7 @@ int dt_linear_group_backward(dt_precision prec, float *dinp, int dinp_accumulate
                              const dt_linear_group *g, const float *dout, const float *inp, int N,
                              int IN)
 {
-    const int width = group_width(g);
+    const int width = dt_linear_group_width(g);
     const int one_x = !dinp || adjacent(g->W, g, IN);
     const int one_w = !g->dW[0] || adjacent((const float *const *)g->dW, g, IN);
     if (one_x && one_w)

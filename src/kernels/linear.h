@@ -43,6 +43,8 @@ typedef struct {
     float *dW[DT_LINEAR_GROUP_MAX];
 } dt_linear_group;
 
+/* sum out: the group's output width. */
+int dt_linear_group_width(const dt_linear_group *g);
 /* out = inp @ [W_0; W_1; ...]^T. Returns 0 or -1 (dt_matmul_error). */
 int dt_linear_group_forward(dt_precision prec, float *out, const float *inp,
                             const dt_linear_group *g, int N, int IN);

@@ -173,10 +173,8 @@ int dt_model_group_backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what,
                             const char *name)
 {
     dt_linear_group input_only = *g;
-    int width = 0;
-    for (int i = 0; i < g->n; i++) width += g->out[i];
     if (what != DT_BWD_WHOLE) {
-        memcpy(keep, dout, (size_t)c->N * width * sizeof(float));
+        memcpy(keep, dout, (size_t)c->N * dt_linear_group_width(g) * sizeof(float));
         input_only.dW[0] = NULL;
     }
     if (dt_linear_group_backward(m->prec, m->acts.d_c, 0, &input_only, dout, c->x, c->N,

@@ -22,6 +22,7 @@
 
 #include "check.h" /* tests/check.h */
 #include "comm/reduce_ops.h"
+#include "draw.h" /* tests/comm/draw.h */
 #include "dtrain/comm.h"
 
 static int rank, size;
@@ -33,20 +34,6 @@ static void must(dt_comm *c, int rc, const char *what)
                 dt_strerror(rc), dt_comm_error(c));
         exit(1);
     }
-}
-
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-}
-
-static uint64_t draw(uint64_t seed, uint64_t a, uint64_t b, uint64_t what)
-{
-    return mix(seed * 0x9e3779b97f4a7c15ull + a * 1000003u + b * 7919u + what * 104729u);
 }
 
 /* ---- the job's counts and this rank's layout, from the seed ----------------- */

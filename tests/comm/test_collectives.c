@@ -25,6 +25,7 @@
 #include "comm/reduce_ops.h"
 #include "core/hash.h"
 #include "check.h" /* tests/check.h */
+#include "draw.h" /* tests/comm/draw.h */
 #include "dtrain/comm.h"
 
 static int rank, size;
@@ -67,15 +68,6 @@ static double get(dt_dtype t, const void *buf, size_t i)
     case DT_U8: return ((const uint8_t *)buf)[i];
     default: return 0;
     }
-}
-
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
 }
 
 /* Rank r's i-th input: small integers that keep sums and products exact. */

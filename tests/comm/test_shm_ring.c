@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "check.h" /* tests/check.h */
+#include "draw.h" /* tests/comm/draw.h */
 #include "dtrain/comm.h"
 
 #define ROUNDS 600
@@ -31,21 +32,6 @@ static void must(dt_comm *c, int rc, const char *what)
                 dt_comm_error(c));
         exit(1);
     }
-}
-
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-}
-
-static uint64_t draw(int round, int a, int b, int what)
-{
-    return mix((uint64_t)round * 0x9e3779b97f4a7c15ull + (uint64_t)a * 1000003u +
-               (uint64_t)b * 7919u + (uint64_t)what * 104729u);
 }
 
 /* Elements of int32 (4 bytes): empty, tiny, around the rewind point
