@@ -307,5 +307,6 @@ int dt_ddp_strategy_on(dt_strategy *S, dt_comm *group, int owns, size_t bucket_b
  * them step together. */
 int dt_ddp_strategy(dt_strategy *S, size_t bucket_bytes, dt_dtype wire)
 {
+    S->replicas = S->rank->world;
     return dt_ddp_strategy_on(S, S->rank->world, 0, bucket_bytes, wire);
 }

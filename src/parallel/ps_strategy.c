@@ -71,6 +71,7 @@ static int worker_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
     *share = (dt_share){.model = 1, .opt_lo = 0, .opt_hi = with_opt ? layout->n_floats : 0};
     dt_strategy *S = L->S;
     S->lockstep = L->ps.async ? NULL : L->ps.role;
+    S->refreshes_params = 1; /* each step's pull */
     S->dp_index = L->ps.index;
     S->dp_size = L->ps.workers;
     if (r->rank == 0 && L->ps.compress.kind == DT_COMPRESS_TOPK && L->o.optimizer &&

@@ -161,6 +161,7 @@ int dt_strategy_step(dt_strategy *S, long step, uint64_t first, double lr, doubl
         return -1;
     }
     float coef = dt_clip_coef(*norm, r->grad_clip);
+    if (r->before_update) r->before_update(r->update_ctx);
     t0 = dt_trace_now();
     rc = u >= 0 ? S->layer[u].ops->update(S->layer[u].self, lr, coef)
                 : dt_step_local_update(S, lr, coef);

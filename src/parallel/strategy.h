@@ -70,6 +70,10 @@ typedef struct dt_rank {
     int pieces_filled; /* the starting weights went straight into the strategy's own
                           pieces (shard_params): a checkpoint, or --init read piece by piece */
     int saves;        /* the run writes checkpoints */
+    /* Called before each update, when set: a reader of the state the update
+     * writes (a snapshot's copy, train/snapshot_writer.c) is done first. */
+    void (*before_update)(void *ctx);
+    void *update_ctx;
     char err[512];
 } dt_rank;
 
@@ -200,6 +204,11 @@ typedef struct dt_strategy {
     int block_ranks;        /* ranks that compute each block of the batch together (a
                              * pipeline's stages, a tp x cp group); MFU's peak counts them */
     int writes_checkpoints; /* this rank writes the job's checkpoints */
+    int refreshes_params;   /* a layer writes the parameters outside the update (a
+                             * parameter-server worker's pull) */
+    /* Ranks that each hold the same whole state (plain data parallelism):
+     * a snapshot splits its writing among them. NULL: none. */
+    dt_comm *replicas;
     int grads_kept_zero;    /* a layer leaves the gradients zero after each step (no memset) */
     /* The ranks whose gradients are summed into each one's (a data-parallel
      * layer's group; the product where layers nest); 1: none. Each rank

@@ -50,6 +50,7 @@ typedef struct dt_run {
         uint64_t wait_ns;  /* of it, waiting for the previous one's write */
         uint64_t bg_ns;    /* the background writes' time (snapshot_writer.c) */
         long bg_count;     /* and their number */
+        uint64_t shm_bytes; /* this rank's two slots in /dev/shm */
         struct dt_snap_writer *writer; /* NULL: none started */
     } snap;
     FILE *json;         /* --log-json, or NULL */
@@ -114,6 +115,9 @@ int dt_run_snapshot_settle(dt_run *t);
  * checkpoint, else what --resume named, else the start. Sets
  * t->r.resuming and *where (NULL: a fresh start); 0 or -1. */
 int dt_run_snapshots_setup(dt_run *t, const char **where);
+/* Whether the launcher allows restarts (snapshots are then written: a
+ * strategy keeps what a checkpoint needs). */
+int dt_run_snapshots_wanted(void);
 /* After the starting state is in place: room for the snapshots, and on a
  * restart what failed and where the run continues from (rank 0's line). */
 int dt_run_snapshots_start(dt_run *t, const char *where);

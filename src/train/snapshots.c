@@ -29,6 +29,7 @@
 #include "core/env.h"
 #include "core/timer.h"
 #include "train/ckpt/checkpoint.h"
+#include "train/ckpt/shard.h"
 #include "train/ckpt/snapshot.h"
 #include "train/run.h"
 
@@ -155,6 +156,36 @@ int dt_run_snapshot_after_step(dt_run *t)
     return 0;
 }
 
+/* Rank 0 makes the newest snapshot that every rank completed a checkpoint
+ * (the failed attempt's ranks are gone: its files no longer change), and
+ * tells the others whether there is one: 1, 0 when none, or -1. */
+static int recover(dt_run *t)
+{
+    long step = -1;
+    int64_t got = 0;
+    if (t->r.rank == 0) {
+        char slot[320];
+        snprintf(slot, sizeof slot, "%s/slot-0", t->snap.dir);
+        const int rc = dt_ckpt_slots_recover(t->snap.dir, &step, ERR(t));
+        got = rc == 0 ? 1 : rc == 1 ? 0 : -1;
+        /* A run with its optimizer state on NVMe snapshots with the
+         * checkpoint writers, into the directory itself. */
+        if (rc == 1 && access(slot, F_OK) != 0 && dt_ckpt_exists(t->snap.dir)) got = 1;
+    }
+    if (t->r.world && dt_broadcast(t->r.world, &got, &got, 1, DT_I64, 0))
+        return dt_strf(ERR(t), "restart: learning rank 0's snapshot: %s",
+                       dt_comm_error(t->r.world)), -1;
+    if (got < 0 && t->r.rank != 0)
+        dt_strf(ERR(t), "restart: rank 0 could not read the snapshots in %s", t->snap.dir);
+    return (int)got;
+}
+
+int dt_run_snapshots_wanted(void)
+{
+    const char *v = getenv("TORCHELASTIC_MAX_RESTARTS");
+    return v && atol(v) > 0;
+}
+
 int dt_run_snapshots_setup(dt_run *t, const char **where)
 {
     const dt_train_config *c = t->cfg;
@@ -183,7 +214,9 @@ int dt_run_snapshots_setup(dt_run *t, const char **where)
     if (t->snap.restart == 0 && t->r.rank == 0)
         history_add(t, 1, "start %ld %ld %llu\n", 0, 0, dt_now_ns());
     if (t->snap.restart == 0) return 0;
-    if (dt_ckpt_exists(t->snap.dir)) {
+    int found = recover(t);
+    if (found < 0) return -1;
+    if (found) {
         *where = t->snap.dir;
         t->r.resuming = 1;
     } else if (c->out_dir[0] && dt_ckpt_exists(c->out_dir)) {
@@ -224,17 +257,21 @@ static history read_history(const dt_run *t)
 void dt_run_snapshots_summary(dt_run *t, double train_s)
 {
     if (t->snap.count > 0) {
-        /* The training thread's time (the copy, and any wait for the
-         * previous write), then the background writes' own. */
+        /* The training thread's time (the agreement, and any wait for the
+         * copy before an update), then the copies' own. */
         fprintf(t->out, "snapshots: %ld in memory (%s), %.1f ms each on the training thread "
-                "(%.1f ms of it waiting for the previous write), %.1f%% of the training time",
+                "(%.1f ms of it waiting for the copy), %.1f%% of the training time",
                 t->snap.count, t->snap.dir,
                 (double)t->snap.write_ns * 1e-6 / (double)t->snap.count,
                 (double)t->snap.wait_ns * 1e-6 / (double)t->snap.count,
                 train_s > 0 ? 100.0 * (double)t->snap.write_ns * 1e-9 / train_s : 0.0);
         if (t->snap.bg_count > 0)
-            fprintf(t->out, "; written in the background in %.0f ms each",
-                    (double)t->snap.bg_ns * 1e-6 / (double)t->snap.bg_count);
+            fprintf(t->out, "; copied in the background in %.0f ms each (%.2f GB/s), two "
+                    "slots of %.1f MiB in /dev/shm on this rank",
+                    (double)t->snap.bg_ns * 1e-6 / (double)t->snap.bg_count,
+                    (double)t->snap.shm_bytes / 2.0 * (double)t->snap.bg_count /
+                        ((double)t->snap.bg_ns + 1.0),
+                    (double)t->snap.shm_bytes / 2.0 / 1048576.0);
         fprintf(t->out, "\n");
     }
     if (t->snap.restart == 0 || t->r.rank != 0 || t->steps_run == 0) return;

@@ -237,7 +237,7 @@ static int setup(dt_run *t)
     t->r.lr_at = dt_run_lr_at;
     t->r.lr_ctx = c;
     t->r.grad_clip = c->grad_clip;
-    t->r.saves = c->out_dir[0] != '\0';
+    t->r.saves = c->out_dir[0] != '\0' || dt_run_snapshots_wanted();
     t->r.resuming = c->resume_flag;
     t->r.model = &t->model;
     t->r.opt = &t->opt;

@@ -167,10 +167,10 @@ def main():
               "stopped: its peers name the rank unresponsive, and the restart blames it, not the "
               "peer that failed first")
 
-        # Each background write of the first attempt held back 1 s: after 4
-        # steps (the first attempt's steps wait for the writes) the kill lands
-        # while one is in flight (its shard written or not, rank 0 waiting for
-        # the other's), and the restart continues from the snapshot before it.
+        # Each background copy of the first attempt held back 1 s: after 4
+        # steps (each update waits for the copy before it) the kill lands
+        # while one is in flight (one rank's mark written or not), and the
+        # restart continues from the snapshot before it, in the other slot.
         z3 = ["--zero-stage", "3"]
         z3ref = reference(dtrain, tmp, "z3two_ref", z3, 2)
         rc, out, w = run_with_kills(dtrain, tmp, "inflight", 2, z3, [[1]], rng,
@@ -178,10 +178,10 @@ def main():
         expect_recovered("killed during a snapshot's background write", rc, out, w, z3ref, 1)
         lost = re.search(r"continuing at step \d+ from the snapshot.*, (\d+) step\(s\) lost", out)
         check(lost and int(lost.group(1)) >= 1 and
-              re.search(r"snapshots: \d+ in memory .* on the training thread .*written in the "
+              re.search(r"snapshots: \d+ in memory .* on the training thread .*copied in the "
                         r"background in \d+ ms each", out),
-              "in flight: the restart continues from the snapshot before the one being written "
-              "(%s), and the snapshots are written in the background" % (lost and lost.group(0)))
+              "in flight: the restart continues from the snapshot before the one being copied "
+              "(%s), and the snapshots are copied in the background" % (lost and lost.group(0)))
 
         rc, out, w = run_with_kills(dtrain, tmp, "every4", 2, ["--snapshot-every", "4"],
                                     [[None]], rng)

@@ -75,15 +75,20 @@ int dt_ckpt_check_finite(const dt_gpt *layout, const dt_ckpt_piece *p, int np,
 int dt_ckpt_write_shard(const char *path, const dt_gpt *layout, const dt_ckpt_piece *p, int np,
                         const float *const bufs[DT_CKPT_NBUF], int nbuf, uint64_t *bytes,
                         uint64_t *sum, char *err, size_t errlen);
+/* The same with each tensor's values from its own place: src[b * np + i]
+ * holds piece i of buffer b. */
+int dt_ckpt_write_shard_from(const char *path, const dt_gpt *layout, const dt_ckpt_piece *p,
+                             int np, int nbuf, const float *const *src, uint64_t *bytes,
+                             uint64_t *sum, char *err, size_t errlen);
 /* The pieces of every rank (c->all[r].value[2] of them), gathered:
  * [size][max][3] as (tensor, lo, hi); malloc'd. */
 int64_t *dt_ckpt_gather_pieces(dt_ckpt_crew *c, const dt_ckpt_piece *p, int np, int *max,
                                char *err, size_t errlen);
-/* Rank 0: the manifest into tmp, from every rank's bytes, checksum and
- * piece count (c->all[r].value[0..2]) and pieces (all, as gathered). */
-int dt_ckpt_write_manifest(const char *tmp, dt_ckpt_crew *c, const dt_gpt *layout,
-                           const dt_ckpt_record *rec, int stage, int moments, const int64_t *all,
-                           int max, char *err, size_t errlen);
+/* Rank 0: the manifest into tmp/name, from every rank's bytes, checksum
+ * and piece count (c->all[r].value[0..2]) and pieces (all, as gathered). */
+int dt_ckpt_write_manifest(const char *tmp, const char *name, dt_ckpt_crew *c,
+                           const dt_gpt *layout, const dt_ckpt_record *rec, int stage,
+                           int moments, const int64_t *all, int max, char *err, size_t errlen);
 
 /* ---- loading: where a checkpoint's values are -------------------------- */
 

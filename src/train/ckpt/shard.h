@@ -81,27 +81,51 @@ int dt_ckpt_save_sharded(const char *out_dir, const dt_gpt *layout, const dt_fla
                          int stage, dt_comm *group, long keep_last, char *path_out,
                          size_t path_len, char *err, size_t errlen);
 
-/* The same save in two halves, for snapshots written while training goes
- * on (train/snapshot_writer.c). dt_ckpt_async_begin is collective over
- * group, on the thread that owns it: the first call finds every rank's
- * pieces (the layout must not change after), each makes rank 0's
- * temporary directory and the ranks agree to go on (prev_err: this rank's
- * previous write's failure, or NULL; any rank's fails the begin on all).
- * params, o's moments and st must stay as they are until the write is
- * over. dt_ckpt_async_write then makes no call to the communicator: each
- * rank writes its shard and a marker beside it with its size and
- * checksum, and rank 0 waits for every marker (the ranks must share the
- * directory: one host), writes the manifest and publishes as
- * dt_ckpt_save_sharded does. Rank 0 stops waiting when *abandon is set,
- * and then leaves the last checkpoint as it was. */
-typedef struct dt_ckpt_async dt_ckpt_async;
-int dt_ckpt_async_begin(dt_ckpt_async **a, const char *out_dir, const dt_gpt *layout,
-                        const dt_flat_ranges *mine, const float *params, const dt_optimizer *o,
-                        const dt_ckpt_state *st, int stage, dt_comm *group, const char *prev_err,
-                        char *err, size_t errlen);
-int dt_ckpt_async_write(dt_ckpt_async *a, long keep_last, const atomic_int *abandon, char *err,
-                        size_t errlen);
-void dt_ckpt_async_free(dt_ckpt_async *a);
+/* Snapshots for restarts (train/snapshot_writer.c): a sharded checkpoint
+ * kept in two slots, DIR/slot-0 and DIR/slot-1, whose shard files are made
+ * once and then written in place, so that a snapshot is a copy into memory
+ * the host already gave, not a new file. Each snapshot goes to the slot
+ * that does not hold the newest complete one. In a slot:
+ *
+ *   shard-RRRRR-of-NNNNN.safetensors   rank R's pieces, as a sharded save's
+ *   manifest.part                      rank 0's: the manifest, checksums 0
+ *   mark-RRRRR                         rank R's: "STEP BYTES CHECKSUM"
+ *
+ * A slot holds step S whole when manifest.part's step is S and every
+ * rank's mark says S: each rank removes its mark before it writes into
+ * the slot and writes it (atomically) once its shard is whole, and a
+ * snapshot begins only when every rank's previous one is whole, so at
+ * any moment one of the two slots is whole on every rank.
+ * dt_ckpt_slots_recover turns the newest whole slot into a checkpoint the
+ * loaders read (manifest.json with the marks' checksums, `latest`).
+ *
+ * dt_ckpt_slots_open is collective over group, once, on the thread that
+ * owns it: the pieces of mine (moments' `at`) and of mine_params (the
+ * same pieces, `at` indexing params), every rank's pieces, the shard files
+ * made or reused and mapped. The buffers must stay where they are; their
+ * values are read by dt_ckpt_slots_write. */
+typedef struct dt_ckpt_slots dt_ckpt_slots;
+int dt_ckpt_slots_open(dt_ckpt_slots **s, const char *dir, const dt_gpt *layout,
+                       const dt_flat_ranges *mine, const dt_flat_ranges *mine_params,
+                       const float *params, const dt_optimizer *o, int stage, dt_comm *group,
+                       char *err, size_t errlen);
+/* Collective over the group: the ranks agree that every rank's previous
+ * snapshot is whole (prev_err: this rank's previous write's failure, or
+ * NULL; any rank's fails the begin on all), then each removes its mark
+ * from the slot to write and rank 0 writes the slot's manifest.part for
+ * st's step. */
+int dt_ckpt_slots_begin(dt_ckpt_slots *s, const dt_optimizer *o, const dt_ckpt_state *st,
+                        const char *prev_err, char *err, size_t errlen);
+/* Any thread, no communicator: this rank's pieces into the slot begun, its
+ * checksum taken as it copies, then its mark. */
+int dt_ckpt_slots_write(dt_ckpt_slots *s, char *err, size_t errlen);
+/* Bytes of shared memory this rank's two shard files hold. */
+uint64_t dt_ckpt_slots_bytes(const dt_ckpt_slots *s);
+void dt_ckpt_slots_close(dt_ckpt_slots *s);
+/* Files only (the writers are gone): the newest whole slot of DIR made a
+ * checkpoint, its step to *step. 0; 1 when no slot is whole; -1 with a
+ * message. */
+int dt_ckpt_slots_recover(const char *dir, long *step, char *err, size_t errlen);
 
 /* Fills this rank's ranges of params, o->m, o->v (and o->t, *st) from a
  * whole-model or a sharded checkpoint of any rank count and stage; the
@@ -137,8 +161,17 @@ void dt_ckpt_shard_name(char *buf, size_t len, int rank, int ranks);
 void dt_ckpt_piece_name(char *buf, size_t len, const char *prefix, const char *tensor,
                         uint64_t lo);
 
-/* A fingerprint of a file's bytes (not for security). */
+/* A fingerprint of a file's bytes (not for security), in one call or
+ * streamed (the same value for the same bytes however they are cut). */
 uint64_t dt_ckpt_checksum(const void *p, size_t n);
+typedef struct {
+    uint64_t h[4], n;
+    unsigned char pend[32];
+    unsigned npend;
+} dt_ckpt_sum;
+void dt_ckpt_sum_init(dt_ckpt_sum *s);
+void dt_ckpt_sum_add(dt_ckpt_sum *s, const void *p, size_t n);
+uint64_t dt_ckpt_sum_end(const dt_ckpt_sum *s);
 
 /* The manifest's text (malloc'd), or NULL when memory runs out. */
 char *dt_ckpt_manifest_format(const dt_ckpt_manifest *m, const dt_gpt *layout);

@@ -72,22 +72,56 @@ void dt_ckpt_piece_name(char *buf, size_t len, const char *prefix, const char *t
 }
 
 /* FNV-1a over 8-byte words in four interleaved lanes (a byte at a time
- * would take seconds on a large shard), then the tail bytes. */
-uint64_t dt_ckpt_checksum(const void *p, size_t n)
+ * would take seconds on a large shard), then the tail bytes. Streamed:
+ * whole 32-byte blocks go to the lanes as they arrive, a block cut
+ * between two calls waits in pend. */
+#define SUM_PRIME 1099511628211ull
+
+static void sum_block(uint64_t h[4], const unsigned char *b)
+{
+    for (int l = 0; l < 4; l++) {
+        uint64_t w;
+        memcpy(&w, b + 8 * l, 8);
+        h[l] = (h[l] ^ w) * SUM_PRIME;
+    }
+}
+
+void dt_ckpt_sum_init(dt_ckpt_sum *s)
+{
+    *s = (dt_ckpt_sum){.h = {1469598103934665603ull, 1ull, 2ull, 3ull}};
+}
+
+void dt_ckpt_sum_add(dt_ckpt_sum *s, const void *p, size_t n)
 {
     const unsigned char *b = p;
-    const uint64_t prime = 1099511628211ull;
-    uint64_t h[4] = {1469598103934665603ull, 1ull, 2ull, 3ull};
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        for (int l = 0; l < 4; l++) {
-            uint64_t w;
-            memcpy(&w, b + i + 8 * l, 8);
-            h[l] = (h[l] ^ w) * prime;
-        }
+    s->n += n;
+    if (s->npend) {
+        size_t take = 32 - s->npend < n ? 32 - s->npend : n;
+        memcpy(s->pend + s->npend, b, take);
+        s->npend += (unsigned)take;
+        b += take;
+        n -= take;
+        if (s->npend < 32) return;
+        sum_block(s->h, s->pend);
+        s->npend = 0;
     }
-    uint64_t x = h[0];
-    for (int l = 1; l < 4; l++) x = (x ^ h[l]) * prime;
-    for (; i < n; i++) x = (x ^ b[i]) * prime;
-    return (x ^ (uint64_t)n) * prime;
+    for (; n >= 32; b += 32, n -= 32) sum_block(s->h, b);
+    memcpy(s->pend, b, n);
+    s->npend = (unsigned)n;
+}
+
+uint64_t dt_ckpt_sum_end(const dt_ckpt_sum *s)
+{
+    uint64_t x = s->h[0];
+    for (int l = 1; l < 4; l++) x = (x ^ s->h[l]) * SUM_PRIME;
+    for (unsigned i = 0; i < s->npend; i++) x = (x ^ s->pend[i]) * SUM_PRIME;
+    return (x ^ s->n) * SUM_PRIME;
+}
+
+uint64_t dt_ckpt_checksum(const void *p, size_t n)
+{
+    dt_ckpt_sum s;
+    dt_ckpt_sum_init(&s);
+    dt_ckpt_sum_add(&s, p, n);
+    return dt_ckpt_sum_end(&s);
 }

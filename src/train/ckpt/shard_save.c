@@ -61,6 +61,19 @@ int dt_ckpt_write_shard(const char *path, const dt_gpt *layout, const dt_ckpt_pi
                         const float *const bufs[DT_CKPT_NBUF], int nbuf, uint64_t *bytes,
                         uint64_t *sum, char *err, size_t errlen)
 {
+    const float **src = malloc((size_t)(np * nbuf + 1) * sizeof *src);
+    if (!src) return dt_strf(err, errlen, "%s: out of memory", path), -1;
+    for (int b = 0; b < nbuf; b++)
+        for (int i = 0; i < np; i++) src[b * np + i] = bufs[b] + p[i].at;
+    int rc = dt_ckpt_write_shard_from(path, layout, p, np, nbuf, src, bytes, sum, err, errlen);
+    free(src);
+    return rc;
+}
+
+int dt_ckpt_write_shard_from(const char *path, const dt_gpt *layout, const dt_ckpt_piece *p,
+                             int np, int nbuf, const float *const *src, uint64_t *bytes,
+                             uint64_t *sum, char *err, size_t errlen)
+{
     int n = np * nbuf;
     dt_st_entry *e = calloc((size_t)n + 1, sizeof *e);
     char (*names)[128] = calloc((size_t)n + 1, sizeof *names);
@@ -74,7 +87,7 @@ int dt_ckpt_write_shard(const char *path, const dt_gpt *layout, const dt_ckpt_pi
             int k = b * np + i;
             dt_ckpt_piece_name(names[k], sizeof names[k], dt_ckpt_prefix[b],
                                layout->tensors[p[i].tensor].name, p[i].lo);
-            e[k] = (dt_st_entry){.name = names[k], .data = bufs[b] + p[i].at, .ndim = 1,
+            e[k] = (dt_st_entry){.name = names[k], .data = src[k], .ndim = 1,
                                  .shape = {(int64_t)(p[i].hi - p[i].lo)}};
         }
     }
@@ -134,9 +147,9 @@ int64_t *dt_ckpt_gather_pieces(dt_ckpt_crew *c, const dt_ckpt_piece *p, int np, 
     return NULL;
 }
 
-int dt_ckpt_write_manifest(const char *tmp, dt_ckpt_crew *c, const dt_gpt *layout,
-                           const dt_ckpt_record *rec, int stage, int moments, const int64_t *all,
-                           int max, char *err, size_t errlen)
+int dt_ckpt_write_manifest(const char *tmp, const char *name, dt_ckpt_crew *c,
+                           const dt_gpt *layout, const dt_ckpt_record *rec, int stage,
+                           int moments, const int64_t *all, int max, char *err, size_t errlen)
 {
     dt_ckpt_manifest m = {.stage = stage, .ranks = c->size, .moments = moments,
                           .record = *rec, .nshards = c->size};
@@ -162,7 +175,7 @@ int dt_ckpt_write_manifest(const char *tmp, dt_ckpt_crew *c, const dt_gpt *layou
     free(pieces);
     if (!text) return dt_strf(err, errlen, "%s: out of memory for the manifest", tmp), -1;
     char path[DT_PATH_MAX + 160];
-    dt_strf(path, sizeof path, "%s/" DT_CKPT_MANIFEST, tmp);
+    dt_strf(path, sizeof path, "%s/%s", tmp, name);
     int rc = dt_afile_write_file(path, text, strlen(text), err, errlen);
     free(text);
     return rc;
@@ -233,7 +246,7 @@ static int finish(dt_ckpt_crew *c, job *j, long keep_last, char *err, size_t err
     int64_t *all = dt_ckpt_gather_pieces(c, j->p, j->np, &max, err, errlen);
     dt_ckpt_report me = {.ok = all != NULL};
     if (me.ok && c->rank == 0) {
-        me.ok = dt_ckpt_write_manifest(j->tmp, c, j->layout, &j->rec, j->stage, j->moments, all,
+        me.ok = dt_ckpt_write_manifest(j->tmp, DT_CKPT_MANIFEST, c, j->layout, &j->rec, j->stage, j->moments, all,
                                        max, err, errlen) == 0 &&
                 dt_ckpt_publish(j->out_dir, j->st->step, j->tmp, err, errlen) == 0;
         if (me.ok) dt_ckpt_prune(j->out_dir, j->st->step, keep_last > 0 ? keep_last : 1);

@@ -1,0 +1,421 @@
+/* Snapshots in two slots written in place (see ckpt/shard.h). A shard file
+ * is made once per slot, or kept from the attempt before, and mapped; a
+ * snapshot then copies the live buffers into the mapping with the
+ * checksum taken on the way, so that it costs one pass over memory, and
+ * tmpfs allocates no pages for it. */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/atomic_file.h"
+#include "core/file.h"
+#include "core/str.h"
+#include "train/ckpt/internal.h"
+#include "train/ckpt/shard.h"
+
+#define NSLOTS 2
+#define PART "manifest.part"
+/* Copied, then summed while it is still in the cache. */
+#define CHUNK_FLOATS (16u << 10)
+
+typedef struct {
+    float *dst; /* in the mapping */
+    const float *src;
+    size_t n;
+} copy_job;
+
+typedef struct {
+    int fd;
+    unsigned char *map;
+    size_t size;
+    dt_ckpt_sum header; /* the checksum's state after the file's header */
+    copy_job *jobs;     /* [np * nbuf], in file order */
+} slot_file;
+
+struct dt_ckpt_slots {
+    dt_ckpt_crew crew;
+    const dt_gpt *layout;
+    dt_ckpt_piece *p, *pp; /* this rank's pieces: `at` of the moments, of params */
+    int np, nbuf, stage, moments;
+    int64_t *all, *bytes_of, *np_of; /* every rank's pieces, shard size, piece count */
+    int max;
+    char dir[DT_PATH_MAX];
+    slot_file f[NSLOTS];
+    int next, cur; /* the slot the next snapshot writes; the one begun */
+    long step;     /* the step begun */
+};
+
+static void slot_path(char *buf, size_t len, const char *dir, int k, const char *name)
+{
+    dt_strf(buf, len, "%s/slot-%d%s%s", dir, k, name ? "/" : "", name ? name : "");
+}
+
+static void mark_path(char *buf, size_t len, const char *dir, int k, int rank)
+{
+    char name[32];
+    dt_strf(name, sizeof name, "mark-%05d", rank);
+    slot_path(buf, len, dir, k, name);
+}
+
+/* ---- which slot is whole ------------------------------------------------ */
+
+/* Rank r's mark in slot k: 0 with its step, bytes and checksum, or -1. */
+static int read_mark(const char *dir, int k, int r, long *step, uint64_t *bytes, uint64_t *sum)
+{
+    char path[DT_PATH_MAX + 64], line[128] = {0};
+    unsigned long long b, c;
+    mark_path(path, sizeof path, dir, k, r);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int ok = fgets(line, sizeof line, f) && sscanf(line, "%ld %llu %llx", step, &b, &c) == 3;
+    fclose(f);
+    *bytes = b;
+    *sum = c;
+    return ok ? 0 : -1;
+}
+
+/* Slot k's manifest with every rank's checksum filled in, when every mark
+ * gives manifest.part's step: that step, else -1 (*doc NULL). */
+static long whole_step(const char *dir, int k, cJSON **doc)
+{
+    char path[DT_PATH_MAX + 64], e[256];
+    *doc = NULL;
+    slot_path(path, sizeof path, dir, k, PART);
+    char *text = dt_read_file(path, DT_CKPT_MANIFEST_BYTES, NULL, e, sizeof e);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    const cJSON *step = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "state"), "step");
+    const cJSON *shards = cJSON_GetObjectItem(j, "shards");
+    long want = cJSON_IsNumber(step) ? (long)step->valuedouble : -1;
+    int n = cJSON_IsArray(shards) ? cJSON_GetArraySize(shards) : 0;
+    for (int r = 0; want >= 0 && r < n; r++) {
+        cJSON *s = cJSON_GetArrayItem(shards, r);
+        const char *b = cJSON_GetStringValue(cJSON_GetObjectItem(s, "bytes"));
+        long got;
+        uint64_t bytes, sum;
+        char hex[32];
+        if (!b || read_mark(dir, k, r, &got, &bytes, &sum) || got != want ||
+            strtoull(b, NULL, 10) != bytes) {
+            want = -1;
+            break;
+        }
+        dt_strf(hex, sizeof hex, "%016" PRIx64, sum);
+        cJSON_ReplaceItemInObject(s, "checksum", cJSON_CreateString(hex));
+    }
+    if (n == 0 || want < 0) {
+        cJSON_Delete(j);
+        return -1;
+    }
+    *doc = j;
+    return want;
+}
+
+/* The newest whole slot (its manifest to *doc when doc is not NULL), or -1. */
+static int newest_whole(const char *dir, long *step, cJSON **doc)
+{
+    int best = -1;
+    *step = -1;
+    if (doc) *doc = NULL;
+    for (int k = 0; k < NSLOTS; k++) {
+        cJSON *j;
+        long s = whole_step(dir, k, &j);
+        if (s > *step) {
+            best = k;
+            *step = s;
+            if (doc) {
+                cJSON_Delete(*doc);
+                *doc = j;
+                j = NULL;
+            }
+        }
+        cJSON_Delete(j);
+    }
+    return best;
+}
+
+int dt_ckpt_slots_recover(const char *dir, long *step, char *err, size_t errlen)
+{
+    cJSON *doc;
+    const int k = newest_whole(dir, step, &doc);
+    if (k < 0) return 1;
+    char *text = cJSON_Print(doc);
+    cJSON_Delete(doc);
+    if (!text) return dt_strf(err, errlen, "%s: out of memory for a snapshot's manifest", dir), -1;
+    char path[DT_PATH_MAX + 64], line[32];
+    slot_path(path, sizeof path, dir, k, DT_CKPT_MANIFEST);
+    int rc = dt_afile_write_file(path, text, strlen(text), err, errlen);
+    free(text);
+    dt_strf(path, sizeof path, "%s/latest", dir);
+    dt_strf(line, sizeof line, "slot-%d\n", k);
+    return rc ? -1 : dt_afile_write_file(path, line, strlen(line), err, errlen);
+}
+
+/* ---- the shard files ---------------------------------------------------- */
+
+/* Whether the file at path holds exactly the tensors this rank writes. */
+static int reusable(const dt_ckpt_slots *s, const char *path, char (*names)[128])
+{
+    dt_st_file f;
+    char e[256];
+    if (access(path, F_OK) != 0 || dt_st_open(path, &f, e, sizeof e) != 0) return 0;
+    int ok = f.ntensors == s->np * s->nbuf;
+    for (int k = 0; ok && k < s->np * s->nbuf; k++) {
+        const dt_st_tensor *t = dt_st_find(&f, names[k]);
+        const dt_ckpt_piece *q = &s->p[k % s->np];
+        ok = t && t->dtype == DT_ST_F32 && t->numel == q->hi - q->lo;
+    }
+    dt_st_close(&f);
+    return ok;
+}
+
+/* Where each tensor's values go in the mapping, in file order; they must
+ * tile the data section, so that the checksum streamed over them is the
+ * file's. */
+static int place_jobs(dt_ckpt_slots *s, slot_file *sf, const char *path, char (*names)[128],
+                      const float *const *src, char *err, size_t errlen)
+{
+    dt_st_file f;
+    if (dt_st_open(path, &f, err, errlen)) return -1;
+    const int n = s->np * s->nbuf;
+    size_t at = 0;
+    int rc = (sf->jobs = calloc((size_t)n, sizeof *sf->jobs)) ? 0 : -1;
+    for (int k = 0; rc == 0 && k < n; k++) {
+        const dt_st_tensor *t = dt_st_find(&f, names[k]);
+        size_t off = (size_t)((const unsigned char *)t->data - (const unsigned char *)f.map);
+        if (k == 0) at = off;
+        if (off != at) rc = -1;
+        sf->jobs[k] = (copy_job){(float *)(void *)(sf->map + off), src[k], t->numel};
+        at = off + t->nbytes;
+    }
+    dt_st_close(&f);
+    if (rc || at != sf->size)
+        return dt_strf(err, errlen, "%s: its tensors are not in the order written", path), -1;
+    dt_ckpt_sum_init(&sf->header);
+    dt_ckpt_sum_add(&sf->header, sf->map, (size_t)((unsigned char *)sf->jobs[0].dst - sf->map));
+    return 0;
+}
+
+/* Slot k's shard file, made when the one there is not this rank's, then
+ * mapped with its pages in place. */
+static int open_file(dt_ckpt_slots *s, int k, char (*names)[128], const float *const *src,
+                     char *err, size_t errlen)
+{
+    char name[64], path[DT_PATH_MAX + 128];
+    slot_file *sf = &s->f[k];
+    dt_ckpt_shard_name(name, sizeof name, s->crew.rank, s->crew.size);
+    slot_path(path, sizeof path, s->dir, k, name);
+    uint64_t bytes, sum;
+    char mark[DT_PATH_MAX + 64];
+    mark_path(mark, sizeof mark, s->dir, k, s->crew.rank);
+    if (!reusable(s, path, names)) {
+        /* A file made anew holds none of the snapshot its mark would claim. */
+        if (unlink(mark) != 0 && errno != ENOENT)
+            return dt_strf(err, errlen, "%s: %s", mark, strerror(errno)), -1;
+        if (dt_ckpt_write_shard_from(path, s->layout, s->p, s->np, s->nbuf, src, &bytes, &sum,
+                                     err, errlen))
+            return -1;
+    }
+    struct stat st;
+    sf->fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (sf->fd < 0 || fstat(sf->fd, &st) != 0)
+        return dt_strf(err, errlen, "%s: %s", path, strerror(errno)), -1;
+    sf->size = (size_t)st.st_size;
+    void *m = mmap(NULL, sf->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, sf->fd, 0);
+    if (m == MAP_FAILED) return dt_strf(err, errlen, "%s: mmap: %s", path, strerror(errno)), -1;
+    sf->map = m;
+    return place_jobs(s, sf, path, names, src, err, errlen);
+}
+
+/* Rank 0: shard files of another rank count (an attempt before that
+ * shrank) hold memory no snapshot of this one reads. */
+static void remove_strangers(const dt_ckpt_slots *s, int k)
+{
+    char dir[DT_PATH_MAX + 16], mine[64], path[DT_PATH_MAX + 300];
+    slot_path(dir, sizeof dir, s->dir, k, NULL);
+    dt_strf(mine, sizeof mine, "-of-%05d.safetensors", s->crew.size);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "shard-", 6) != 0 || strstr(e->d_name, mine)) continue;
+        dt_strf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    if (d) closedir(d);
+}
+
+/* ---- opening ------------------------------------------------------------ */
+
+static int plan(dt_ckpt_slots *s, const dt_flat_ranges *mine, const dt_flat_ranges *mine_params,
+                char *err, size_t errlen)
+{
+    dt_ckpt_crew *c = &s->crew;
+    dt_ckpt_report me = {.ok = 1};
+    int npp = 0;
+    int rc = dt_ckpt_pieces(s->layout, mine, &s->p, &s->np, err, errlen);
+    if (rc == 0) rc = dt_ckpt_pieces(s->layout, mine_params, &s->pp, &npp, err, errlen);
+    for (int i = 0; rc == 0 && i < s->np; i++)
+        if (npp != s->np || s->pp[i].tensor != s->p[i].tensor || s->pp[i].lo != s->p[i].lo ||
+            s->pp[i].hi != s->p[i].hi)
+            rc = (dt_strf(err, errlen, "snapshot: the parameters' pieces are not the moments' "
+                          "(a bug)"), -1);
+    me.ok = rc == 0;
+    me.value[2] = s->np;
+    if (dt_ckpt_agree(c, &me, err, err, errlen)) return -1;
+    s->np_of = calloc((size_t)c->size, sizeof *s->np_of);
+    s->bytes_of = calloc((size_t)c->size, sizeof *s->bytes_of);
+    if (!s->np_of || !s->bytes_of) return dt_strf(err, errlen, "out of memory"), -1;
+    for (int r = 0; r < c->size; r++) s->np_of[r] = c->all[r].value[2];
+    s->all = dt_ckpt_gather_pieces(c, s->p, s->np, &s->max, err, errlen);
+    return s->all ? 0 : -1;
+}
+
+/* Each tensor's name in the shard and where its values are. */
+static int name_sources(dt_ckpt_slots *s, const float *params, const dt_optimizer *o,
+                        char (*names)[128], const float **src)
+{
+    const float *bufs[DT_CKPT_NBUF] = {params, o->m, o->v};
+    for (int b = 0; b < s->nbuf; b++) {
+        for (int i = 0; i < s->np; i++) {
+            const dt_ckpt_piece *q = b == 0 ? &s->pp[i] : &s->p[i];
+            dt_ckpt_piece_name(names[b * s->np + i], sizeof names[0], dt_ckpt_prefix[b],
+                               s->layout->tensors[q->tensor].name, q->lo);
+            src[b * s->np + i] = bufs[b] + q->at;
+        }
+    }
+    return 0;
+}
+
+/* Both slots' files; the ranks learn every shard's size and which slot
+ * the first snapshot writes (rank 0's choice: not the newest whole one,
+ * which a restarted job has just read). */
+static int open_files(dt_ckpt_slots *s, const float *params, const dt_optimizer *o, char *err,
+                      size_t errlen)
+{
+    const int n = s->np * s->nbuf;
+    char(*names)[128] = calloc((size_t)n + 1, sizeof *names);
+    const float **src = calloc((size_t)n + 1, sizeof *src);
+    dt_ckpt_report me = {.ok = 1};
+    int rc = names && src ? 0 : (dt_strf(err, errlen, "out of memory"), -1);
+    if (rc == 0) name_sources(s, params, o, names, src);
+    for (int k = 0; rc == 0 && k < NSLOTS; k++) {
+        char dir[DT_PATH_MAX + 16];
+        slot_path(dir, sizeof dir, s->dir, k, NULL);
+        if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+            rc = (dt_strf(err, errlen, "%s: %s", dir, strerror(errno)), -1);
+        if (rc == 0 && s->crew.rank == 0) remove_strangers(s, k);
+        if (rc == 0) rc = open_file(s, k, names, src, err, errlen);
+    }
+    long newest;
+    me.ok = rc == 0;
+    me.value[0] = (int64_t)s->f[0].size;
+    me.value[1] = s->crew.rank == 0 ? newest_whole(s->dir, &newest, NULL) : 0;
+    free(names);
+    free(src);
+    if (dt_ckpt_agree(&s->crew, &me, err, err, errlen)) return -1;
+    for (int r = 0; r < s->crew.size; r++) s->bytes_of[r] = s->crew.all[r].value[0];
+    s->next = s->crew.all[0].value[1] == 0 ? 1 : 0;
+    return 0;
+}
+
+int dt_ckpt_slots_open(dt_ckpt_slots **out, const char *dir, const dt_gpt *layout,
+                       const dt_flat_ranges *mine, const dt_flat_ranges *mine_params,
+                       const float *params, const dt_optimizer *o, int stage, dt_comm *group,
+                       char *err, size_t errlen)
+{
+    dt_ckpt_slots *s = calloc(1, sizeof *s);
+    if (!s) return dt_strf(err, errlen, "out of memory"), -1;
+    s->layout = layout;
+    s->stage = stage;
+    s->moments = o->v ? 2 : o->m ? 1 : 0;
+    s->nbuf = 1 + s->moments;
+    s->f[0].fd = s->f[1].fd = -1;
+    dt_strf(s->dir, sizeof s->dir, "%s", dir);
+    s->crew = (dt_ckpt_crew){.group = group, .rank = group ? dt_comm_rank(group) : 0,
+                             .size = group ? dt_comm_size(group) : 1};
+    s->crew.all = calloc((size_t)s->crew.size, sizeof *s->crew.all);
+    int rc = s->crew.all ? 0 : (dt_strf(err, errlen, "out of memory"), -1);
+    if (rc == 0) rc = plan(s, mine, mine_params, err, errlen);
+    if (rc == 0) rc = open_files(s, params, o, err, errlen);
+    if (rc == 0) return *out = s, 0;
+    dt_ckpt_slots_close(s);
+    return -1;
+}
+
+void dt_ckpt_slots_close(dt_ckpt_slots *s)
+{
+    if (!s) return;
+    for (int k = 0; k < NSLOTS; k++) {
+        if (s->f[k].map) munmap(s->f[k].map, s->f[k].size);
+        if (s->f[k].fd >= 0) close(s->f[k].fd);
+        free(s->f[k].jobs);
+    }
+    free(s->p);
+    free(s->pp);
+    free(s->all);
+    free(s->np_of);
+    free(s->bytes_of);
+    free(s->crew.all);
+    free(s);
+}
+
+uint64_t dt_ckpt_slots_bytes(const dt_ckpt_slots *s)
+{
+    return (uint64_t)s->f[0].size + s->f[1].size;
+}
+
+/* ---- a snapshot --------------------------------------------------------- */
+
+int dt_ckpt_slots_begin(dt_ckpt_slots *s, const dt_optimizer *o, const dt_ckpt_state *st,
+                        const char *prev_err, char *err, size_t errlen)
+{
+    dt_ckpt_crew *c = &s->crew;
+    dt_ckpt_report me = {.ok = !prev_err};
+    if (dt_ckpt_agree(c, &me, prev_err ? prev_err : "", err, errlen)) return -1;
+    /* Every rank's previous snapshot is whole: the other slot may go. */
+    const int k = s->next;
+    char path[DT_PATH_MAX + 64];
+    mark_path(path, sizeof path, s->dir, k, c->rank);
+    if (unlink(path) != 0 && errno != ENOENT)
+        return dt_strf(err, errlen, "%s: %s", path, strerror(errno)), -1;
+    s->cur = k;
+    s->next = 1 - k;
+    s->step = st->step;
+    if (c->rank != 0) return 0;
+    slot_path(path, sizeof path, s->dir, k, DT_CKPT_MANIFEST);
+    if (unlink(path) != 0 && errno != ENOENT)
+        return dt_strf(err, errlen, "%s: %s", path, strerror(errno)), -1;
+    dt_ckpt_record rec;
+    if (dt_ckpt_make_record(s->dir, s->layout, o, st, &rec, err, errlen)) return -1;
+    for (int r = 0; r < c->size; r++)
+        c->all[r] = (dt_ckpt_report){.ok = 1, .value = {s->bytes_of[r], 0, s->np_of[r]}};
+    slot_path(path, sizeof path, s->dir, k, NULL);
+    return dt_ckpt_write_manifest(path, PART, c, s->layout, &rec, s->stage, s->moments, s->all,
+                                  s->max, err, errlen);
+}
+
+int dt_ckpt_slots_write(dt_ckpt_slots *s, char *err, size_t errlen)
+{
+    slot_file *sf = &s->f[s->cur];
+    dt_ckpt_sum sum = sf->header;
+    for (int k = 0; k < s->np * s->nbuf; k++) {
+        const copy_job *j = &sf->jobs[k];
+        for (size_t at = 0; at < j->n; at += CHUNK_FLOATS) {
+            const size_t n = j->n - at < CHUNK_FLOATS ? j->n - at : CHUNK_FLOATS;
+            memcpy(j->dst + at, j->src + at, n * sizeof(float));
+            dt_ckpt_sum_add(&sum, j->src + at, n * sizeof(float));
+        }
+    }
+    char path[DT_PATH_MAX + 64], line[96];
+    mark_path(path, sizeof path, s->dir, s->cur, s->crew.rank);
+    dt_strf(line, sizeof line, "%ld %llu %016" PRIx64 "\n", s->step,
+            (unsigned long long)sf->size, dt_ckpt_sum_end(&sum));
+    return dt_afile_write_file(path, line, strlen(line), err, errlen);
+}
