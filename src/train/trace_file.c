@@ -178,23 +178,6 @@ static int gather_events(dt_comm *w, job_events *j, char *err, size_t errlen)
     return 0;
 }
 
-/* A JSON string. The names are literals of this program, but a quote or a
- * control character in one must not break the file. */
-static void put_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 /* Only the fields that are present. */
 static void put_args(FILE *f, const wire_event *e)
 {
@@ -224,7 +207,7 @@ static void put_event(FILE *f, int rank, const wire_event *e, long long t0, int 
     int lane = e->lane >= 0 && e->lane < DT_TRACE_LANES ? e->lane : 0;
     dt_trace_json_next(f, first);
     fputs("{\"name\":", f);
-    put_str(f, e->name);
+    dt_trace_json_str(f, e->name);
     fprintf(f, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f",
             dt_trace_lane_cats[lane], rank, lane, (double)(e->start_ns - t0) * 1e-3,
             (double)(e->end_ns - e->start_ns) * 1e-3);

@@ -54,6 +54,16 @@ static void test_chunks(void)
         ordered &= ev[i].a.micro == (int)i && ev[i].start_ns == i && ev[i].lane == DT_TRACE_COMM;
     CHECK(ordered, "events kept in order with their args");
     free(ev);
+    CHECK(dt_trace_snapshot_from(1000, &ev, &n, &dropped) == 0 && n == 1500 &&
+              ev[0].a.micro == 1000 && ev[1499].a.micro == 2499,
+          "from event 1000 (inside the first chunk's successor): 1000..2499");
+    free(ev);
+    CHECK(dt_trace_snapshot_from(2048, &ev, &n, &dropped) == 0 && n == 452 &&
+              ev[0].a.micro == 2048,
+          "from event 2048 (a chunk's first): 2048..2499, got %zu", n);
+    free(ev);
+    CHECK(dt_trace_snapshot_from(2500, &ev, &n, &dropped) == 0 && n == 0 && ev == NULL,
+          "from the end: none");
     dt_trace_add(DT_TRACE_COMPUTE, "backwards", 9, 3, NULL);
     CHECK(dt_trace_snapshot(&ev, &n, &dropped) == 0 && n == 2501 && ev[2500].end_ns == 9 &&
               ev[2500].a.bytes == -1,
