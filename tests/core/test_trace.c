@@ -1,7 +1,10 @@
 /* The timeline: the recorder (core/trace.h), the file it becomes in one
  * process (train/trace_file.h), read back with cJSON field by field, and
  * the summary's fractions (train/trace_summary.h) against fractions worked
- * out by hand below from the same intervals.
+ * out by hand below from the same intervals. Under restarts: an attempt's
+ * events kept step by step and read back by the next one
+ * (train/trace_spool.h), and the failure and recovery marks
+ * (train/trace_marks.h).
  *
  *   test_trace [SCRATCH_DIR]   (default: a fresh directory under /tmp) */
 #include <cjson/cJSON.h>
@@ -15,6 +18,8 @@
 #include "core/file.h"
 #include "core/trace.h"
 #include "train/trace_file.h"
+#include "train/trace_marks.h"
+#include "train/trace_spool.h"
 #include "train/trace_summary.h"
 
 #define BASE_NS 5000000000ull
@@ -282,6 +287,105 @@ static void test_file(const char *dir)
     CHECK_ERR(rc, err, "--trace", "x.json");
 }
 
+/* ---- a job that restarted ----------------------------------------------------------- */
+
+/* Times in us from BASE_NS. Attempt 0 begins at 0; step 0 [10,110] and a
+ * forward [10,100] are spooled (with a 1 us clock offset); step 1
+ * [110,210] is not (the rank is killed during the next). The failure at
+ * 250; attempt 1 begins at 400: step 1 [500,700], step 2 [700,800]; the
+ * recovery runs from 250 to 700, continuing at step 1 with none lost. */
+static void record_restarted(const char *dir)
+{
+    char err[512];
+    dt_trace_start();
+    CHECK(dt_trace_spool_open(dir, 0, 0, 1000, err, sizeof err) == 0, "spool 0: %s", err);
+    CHECK(dt_trace_marks_open(dir, 0, US(0), 0, NULL, NULL, err, sizeof err) == 0,
+          "marks 0: %s", err);
+    add(DT_TRACE_STEP, "step", 10, 110, 0, -1, -1);
+    add(DT_TRACE_COMPUTE, "forward", 10, 100, -1, 0, -1);
+    CHECK(dt_trace_spool_step(err, sizeof err) == 0 && dt_trace_spool_attempt() == 0,
+          "spool a step: %s", err);
+    add(DT_TRACE_STEP, "step", 110, 210, 1, -1, -1);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/trace-0.0", dir);
+    FILE *f = fopen(path, "a"); /* a record torn by the kill */
+    if (f) fputs("torn!!", f), fclose(f);
+    /* The restart: a new process's recorder. */
+    dt_trace_start();
+    CHECK(dt_trace_spool_open(dir, 0, 1, 0, err, sizeof err) == 0, "spool 1: %s", err);
+    CHECK(dt_trace_marks_open(dir, 1, US(400), US(250), "1", "killed by signal 9 (Killed)", err,
+                              sizeof err) == 0,
+          "marks 1: %s", err);
+    add(DT_TRACE_STEP, "step", 500, 700, 1, -1, -1);
+    dt_trace_mark_recovery(US(250), 450000, 1, 0);
+    add(DT_TRACE_STEP, "step", 700, 800, 2, -1, -1);
+}
+
+static const cJSON *find_mark(const cJSON *ev, const char *name, double ts)
+{
+    const cJSON *e = find_x(ev, name, ts);
+    return e && strcmp(item(e, "cat")->valuestring, "restart") == 0 &&
+                   item(e, "pid")->valueint == 0 && item(e, "tid")->valueint == 3
+               ? e : NULL;
+}
+
+static void check_restarted_file(const cJSON *root, const cJSON *ev)
+{
+    const cJSON *s0 = find_x(ev, "step", 11), *s1 = find_x(ev, "step", 500);
+    CHECK(s0 && item(item(s0, "args"), "attempt")->valueint == 0 &&
+              near(item(s0, "dur")->valuedouble, 100),
+          "attempt 0's step 0 from its spool, on rank 0's clock (+1 us), args.attempt 0");
+    CHECK(find_x(ev, "forward", 11) && !find_x(ev, "step", 110) && !find_x(ev, "step", 111),
+          "its forward kept; its step 1, never spooled, and the torn record left out");
+    CHECK(s1 && item(item(s1, "args"), "attempt")->valueint == 1 &&
+              item(item(s1, "args"), "step")->valueint == 1,
+          "attempt 1's step 1 from memory, args.attempt 1");
+    const cJSON *a0 = find_mark(ev, "attempt", 0), *a1 = find_mark(ev, "attempt", 400);
+    CHECK(a0 && a1 && strcmp(item(a1, "ph")->valuestring, "i") == 0 &&
+              item(item(a1, "args"), "attempt")->valueint == 1,
+          "the attempts' marks at 0 and 400 us (the earliest: t0)");
+    const cJSON *fl = find_mark(ev, "failure", 250), *fa = fl ? item(fl, "args") : NULL;
+    CHECK(fa && strcmp(item(fl, "ph")->valuestring, "i") == 0 &&
+              strcmp(item(fl, "s")->valuestring, "g") == 0 &&
+              item(fa, "restart")->valueint == 1 && item(fa, "rank")->valueint == 1 &&
+              strcmp(item(fa, "how")->valuestring, "killed by signal 9 (Killed)") == 0,
+          "the failure: a global instant at 250 us, restart 1, rank 1, how");
+    const cJSON *rc = find_mark(ev, "recovery", 250), *ra = rc ? item(rc, "args") : NULL;
+    CHECK(ra && strcmp(item(rc, "ph")->valuestring, "X") == 0 &&
+              near(item(rc, "dur")->valuedouble, 450) && item(ra, "from_step")->valueint == 1 &&
+              item(ra, "steps_lost")->valueint == 0 && item(ra, "restart")->valueint == 1,
+          "the recovery: 250 to 700 us, from step 1, 0 lost");
+    CHECK(count_ph(ev, "M", "thread_name") == 4 &&
+              item(item(root, "otherData"), "attempts")->valueint == 2,
+          "a fourth row (restarts) on rank 0; otherData.attempts 2");
+}
+
+static void test_restarted(const char *dir)
+{
+    char path[1024], err[512];
+    record_restarted(dir);
+    snprintf(path, sizeof path, "%s/restarted.json", dir);
+    int rc = dt_trace_write(NULL, path, err, sizeof err);
+    dt_trace_spool_close();
+    dt_trace_marks_close();
+    dt_trace_stop();
+    CHECK(rc == 0, "write: %s", err);
+    char *text = dt_read_file(path, 1 << 20, NULL, err, sizeof err);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    const cJSON *ev = root ? item(root, "traceEvents") : NULL;
+    CHECK(cJSON_IsArray(ev), "the file parses");
+    if (cJSON_IsArray(ev)) check_restarted_file(root, ev);
+    cJSON_Delete(root);
+    free(text);
+    static const char *const names[] = {"trace-0.0", "trace-0.1", "trace-marks"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/restarted.json", dir);
+    unlink(path);
+}
+
 /* ---- the summary on hand-written JSON ---------------------------------------------- */
 
 /* Rank 0: step 0 [0,100]; step 1 [100,300] with compute [100,200]:
@@ -322,6 +426,41 @@ static void test_two_ranks(void)
     dt_trace_summary_free(&s);
 }
 
+/* A job under restarts that never failed: its first attempt's spool and
+ * marks leave the file as it would be without them; a directory that is
+ * not there is refused naming the file. */
+static void test_no_failure(const char *dir)
+{
+    char path[1024], err[512];
+    dt_trace_start();
+    CHECK(dt_trace_spool_open(dir, 0, 0, 0, err, sizeof err) == 0 &&
+              dt_trace_marks_open(dir, 0, US(0), 0, NULL, NULL, err, sizeof err) == 0,
+          "open: %s", err);
+    add(DT_TRACE_STEP, "step", 10, 110, 0, -1, -1);
+    CHECK(dt_trace_spool_step(err, sizeof err) == 0, "spool: %s", err);
+    snprintf(path, sizeof path, "%s/calm.json", dir);
+    int rc = dt_trace_write(NULL, path, err, sizeof err);
+    char *text = rc == 0 ? dt_read_file(path, 1 << 20, NULL, err, sizeof err) : NULL;
+    CHECK(text && !strstr(text, "\"attempt") && !strstr(text, "restart") &&
+              strstr(text, "\"ts\":0.000,\"dur\":100.000"),
+          "no failure: no marks, no args.attempt, t0 the first event");
+    free(text);
+    unlink(path);
+    static const char *const names[] = {"trace-0.0", "trace-marks"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/no/such", dir);
+    rc = dt_trace_spool_open(path, 3, 2, 0, err, sizeof err);
+    CHECK_ERR(rc, err, "--trace", "no/such/trace-3.2");
+    rc = dt_trace_marks_open(path, 2, US(0), US(1), "1", "x", err, sizeof err);
+    CHECK_ERR(rc, err, "--trace", "no/such/trace-marks");
+    dt_trace_spool_close();
+    dt_trace_marks_close();
+    dt_trace_stop();
+}
+
 static void test_errors(void)
 {
     dt_trace_summary s;
@@ -354,6 +493,8 @@ int main(int argc, char **argv)
     test_chunks();
     test_threads();
     test_file(dir);
+    test_restarted(dir);
+    test_no_failure(dir);
     test_two_ranks();
     test_errors();
     if (argc <= 1) {
