@@ -3,8 +3,9 @@
  * the summary's fractions (train/trace_summary.h) against fractions worked
  * out by hand below from the same intervals. Under restarts: an attempt's
  * events kept step by step and read back by the next one
- * (train/trace_spool.h), and the failure and recovery marks
- * (train/trace_marks.h).
+ * (train/trace_spool.h), the failure and recovery marks
+ * (train/trace_marks.h), and the summary's failures and time lost
+ * (train/trace_failures.h) against figures worked out by hand.
  *
  *   test_trace [SCRATCH_DIR]   (default: a fresh directory under /tmp) */
 #include <cjson/cJSON.h>
@@ -293,7 +294,9 @@ static void test_file(const char *dir)
  * forward [10,100] are spooled (with a 1 us clock offset); step 1
  * [110,210] is not (the rank is killed during the next). The failure at
  * 250; attempt 1 begins at 400: step 1 [500,700], step 2 [700,800]; the
- * recovery runs from 250 to 700, continuing at step 1 with none lost. */
+ * recovery runs from 250 to 700, continuing at step 1 with none lost.
+ * The summary: wall 800, pace (800 - 500) / 2 = 150, time lost
+ * 450 + (0 - 1) x 150 = 300. */
 static void record_restarted(const char *dir)
 {
     char err[512];
@@ -377,6 +380,18 @@ static void test_restarted(const char *dir)
     if (cJSON_IsArray(ev)) check_restarted_file(root, ev);
     cJSON_Delete(root);
     free(text);
+    dt_trace_summary s;
+    rc = dt_trace_summarize_file(path, -1, &s, err, sizeof err);
+    CHECK(rc == 0, "summary: %s", err);
+    if (rc) return;
+    const dt_trace_failures *f = &s.failures;
+    CHECK(f->n == 1 && f->restarts == 1 && f->f[0].rank == 1 && near(f->f[0].at_ms, 0.25) &&
+              near(f->f[0].recovery_ms, 0.45) && f->f[0].from_step == 1 && f->f[0].lost == 0 &&
+              strcmp(f->f[0].how, "killed by signal 9 (Killed)") == 0,
+          "one failure: rank 1 at 0.25 ms, recovered in 0.45 ms from step 1");
+    CHECK(near(f->wall_ms, 0.8) && near(f->step_ms, 0.15) && near(f->lost_ms, 0.3),
+          "wall 0.8 ms, pace 0.15, lost 0.3 (got %g %g %g)", f->wall_ms, f->step_ms, f->lost_ms);
+    dt_trace_summary_free(&s);
     static const char *const names[] = {"trace-0.0", "trace-0.1", "trace-marks"};
     for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
@@ -461,6 +476,65 @@ static void test_no_failure(const char *dir)
     dt_trace_stop();
 }
 
+/* Three failures, out of order: restart 1 at 100 us recovered by 400
+ * (from step 3, 2 lost); restart 2 at 1000 with no step after it; restart
+ * 3 at 2000 recovered in 500 (from step 5, 1 lost). Rank 0's last attempt
+ * (3) steps over [2300,2500] twice: pace 100; rank 1 ends last, at 2600.
+ * Lost: 800 + (3 - 2) x 100 = 900 of 2600. */
+static const char *restarted =
+    "{\"traceEvents\":["
+    "{\"name\":\"recovery\",\"cat\":\"restart\",\"ph\":\"X\",\"pid\":0,\"tid\":3,\"ts\":2000,"
+    "\"dur\":500,\"args\":{\"restart\":3,\"from_step\":5,\"steps_lost\":1}},"
+    "{\"name\":\"failure\",\"cat\":\"restart\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":3,"
+    "\"ts\":2000,\"args\":{\"restart\":3,\"rank\":0,\"how\":\"exited with status 1\"}},"
+    "{\"name\":\"failure\",\"cat\":\"restart\",\"ph\":\"i\",\"pid\":0,\"tid\":3,\"ts\":100,"
+    "\"args\":{\"restart\":1,\"rank\":2,\"how\":\"killed by signal 9 (Killed)\"}},"
+    "{\"name\":\"recovery\",\"cat\":\"restart\",\"ph\":\"X\",\"pid\":0,\"tid\":3,\"ts\":100,"
+    "\"dur\":300,\"args\":{\"restart\":1,\"from_step\":3,\"steps_lost\":2}},"
+    "{\"name\":\"failure\",\"cat\":\"restart\",\"ph\":\"i\",\"pid\":0,\"tid\":3,\"ts\":1000,"
+    "\"args\":{\"restart\":2,\"how\":\"exited with status 3\"}},"
+    "{\"name\":\"step\",\"ph\":\"X\",\"pid\":0,\"tid\":2,\"ts\":0,\"dur\":100,"
+    "\"args\":{\"step\":0,\"attempt\":0}},"
+    "{\"name\":\"step\",\"ph\":\"X\",\"pid\":0,\"tid\":2,\"ts\":2300,\"dur\":100,"
+    "\"args\":{\"step\":5,\"attempt\":3}},"
+    "{\"name\":\"step\",\"ph\":\"X\",\"pid\":0,\"tid\":2,\"ts\":2400,\"dur\":100,"
+    "\"args\":{\"step\":6,\"attempt\":3}},"
+    "{\"name\":\"step\",\"ph\":\"X\",\"pid\":1,\"tid\":2,\"ts\":2450,\"dur\":150,"
+    "\"args\":{\"step\":6,\"attempt\":3}}"
+    "]}";
+
+static void test_failures(void)
+{
+    dt_trace_summary s;
+    char err[512];
+    int rc = dt_trace_summarize(restarted, -1, &s, err, sizeof err);
+    CHECK(rc == 0, "restarted: %s", err);
+    if (rc) return;
+    const dt_trace_failures *f = &s.failures;
+    CHECK(f->n == 3 && f->f[0].restart == 1 && f->f[1].restart == 2 && f->f[2].restart == 3,
+          "three failures in the order of their restarts");
+    CHECK(f->f[0].rank == 2 && near(f->f[0].at_ms, 0.1) && near(f->f[0].recovery_ms, 0.3) &&
+              f->f[0].from_step == 3 && f->f[0].lost == 2,
+          "restart 1: rank 2 at 0.1 ms, 0.3 ms, from step 3, 2 lost");
+    CHECK(f->f[1].rank == -1 && f->f[1].recovery_ms < 0 &&
+              strcmp(f->f[1].how, "exited with status 3") == 0,
+          "restart 2: no rank given, no recovery");
+    CHECK(f->restarts == 2 && f->lost == 3 && near(f->recovery_ms, 0.8) && near(f->worst_ms, 0.5),
+          "two recovered, 3 steps lost, 0.8 ms of recovery, 0.5 at most");
+    CHECK(near(f->wall_ms, 2.6) && near(f->step_ms, 0.1) && near(f->lost_ms, 0.9),
+          "wall 2.6 ms, pace 0.1, lost 0.9 (got %g %g %g)", f->wall_ms, f->step_ms, f->lost_ms);
+    dt_trace_summary_free(&s);
+    rc = dt_trace_summarize(two_ranks, -1, &s, err, sizeof err);
+    CHECK(rc == 0 && s.failures.n == 0, "a trace without marks: no failures");
+    dt_trace_summary_free(&s);
+    CHECK_ERR(dt_trace_summarize("[{\"name\":\"recovery\",\"cat\":\"restart\",\"ph\":\"X\","
+                                 "\"pid\":0,\"tid\":3,\"ts\":5,\"args\":{\"restart\":1}},"
+                                 "{\"ph\":\"X\",\"pid\":0,\"tid\":2,\"ts\":1,\"dur\":1,"
+                                 "\"args\":{\"step\":0}}]",
+                                 -1, &s, err, sizeof err),
+              err, "traceEvents[0]", "recovery mark needs ts, dur and args.restart");
+}
+
 static void test_errors(void)
 {
     dt_trace_summary s;
@@ -496,6 +570,7 @@ int main(int argc, char **argv)
     test_restarted(dir);
     test_no_failure(dir);
     test_two_ranks();
+    test_failures();
     test_errors();
     if (argc <= 1) {
         char p[512];

@@ -13,6 +13,10 @@ attempt's steps and before the restarted attempt's events, and a
 "recovery" span from the failure to the end of the restarted attempt's
 first step on rank 0, as long as the run's `recovered:` line (within its
 rounding), with from_step and steps_lost as its restart line says.
+The summary: `dtrain trace summary` prints the run's `failures:` line (the
+same restarts, steps lost and recovery; the training efficiency and time
+lost within a few points of the run's: the trace's wall time ends with the
+last step, the run's after it) and a line for the restart.
 """
 import json
 import os
@@ -127,6 +131,33 @@ def check_marks(ev, restart_step, lost, recovered_s):
           "recovery's args: from step %d, %d lost (%s)" % (restart_step, lost, r["args"]))
 
 
+FAILURES = (r"failures: 1 restart\(s\), (\d+) step\(s\) lost, recovery ([\d.]+) s on average "
+            r"\(([\d.]+) s at most\), training efficiency ([\d.]+)% \(([\d.]+) s of ([\d.]+) s")
+
+
+def check_summary(dtrain, trace, run_line, restart_step, lost, recovered_s):
+    r = subprocess.run([dtrain, "trace", "summary", trace], capture_output=True, text=True,
+                       timeout=60)
+    check(r.returncode == 0, "trace summary: exit 0 (%s)" % r.stderr.strip()[-300:])
+    m = re.search(FAILURES, r.stdout)
+    check(m is not None, "trace summary prints a failures line")
+    if not m:
+        print(r.stdout)
+        return
+    check(m.group(1, 2, 3) == run_line.group(1, 2, 3),
+          "the same restarts, steps lost and recovery as the run's line (%s, %s)"
+          % (m.group(0), run_line.group(0)))
+    eff, lost_s, wall = (float(x) for x in m.group(4, 5, 6))
+    reff, rlost_s, rwall = (float(x) for x in run_line.group(4, 5, 6))
+    check(abs(eff - reff) <= 3 and abs(lost_s - rlost_s) <= 0.15 and abs(wall - rwall) <= 0.3,
+          "efficiency %.1f%% (%.1f s of %.1f s) beside the run's %.1f%% (%.1f s of %.1f s)"
+          % (eff, lost_s, wall, reff, rlost_s, rwall))
+    want = ("  restart 1 at ", ": rank 1 killed by signal 9 (Killed); continued at step %d, "
+            "%d step(s) lost, recovered in %.2f s" % (restart_step, lost, recovered_s))
+    check(any(l.startswith(want[0]) and l.endswith(want[1]) for l in r.stdout.splitlines()),
+          "the restart's line: ...%s" % want[1])
+
+
 def main():
     dtrain = sys.argv[1]
     with tempfile.TemporaryDirectory() as tmp:
@@ -135,11 +166,13 @@ def main():
                       r"(\d+) from [^\n]*?, (\d+) step\(s\) lost", "the restart line")
         restart_step, lost = int(m.group(1)), int(m.group(2))
         recovered_s = float(said(out, r"recovered: ([\d.]+) s", "recovered:").group(1))
+        run_line = said(out, FAILURES, "the failures line")
         print("run: continuing at step %d, %d lost, recovered in %.2f s"
               % (restart_step, lost, recovered_s))
         ev = json.load(open(trace))["traceEvents"]
         check_steps(ev, restart_step)
         check_marks(ev, restart_step, lost, recovered_s)
+        check_summary(dtrain, trace, run_line, restart_step, lost, recovered_s)
     finish()
 
 
