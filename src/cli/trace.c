@@ -5,7 +5,7 @@
  *
  *   dtrain trace summary FILE [--from-step K]
  *       each rank's busy, communication and idle fractions of its steps
- *       from step K on, and the job's means.
+ *       from step K on, and the job's means; a restarted job's failures.
  */
 #include "cli/cli.h"
 
@@ -28,6 +28,10 @@ static void trace_usage(FILE *f)
             "                 compute did not hide),\n"
             "           idle  neither (waiting, data, the rest);\n"
             "         the three add up to 1. Then the job's line: the means over ranks.\n"
+            "         A job that restarted (dtrain launch --max-restarts K) adds its\n"
+            "         failures: each one, its recovery (from the failure to the end of\n"
+            "         the first step after it), the steps lost, and the training\n"
+            "         efficiency, as the run's own `failures:` line counts them.\n"
             "\n"
             "--from-step K  count steps K and later (default: all but the trace's first\n"
             "               step, which pays for kernel generation, when it has several)\n"
@@ -80,6 +84,34 @@ static void print_summary(const char *path, const dt_trace_summary *s)
     print_row("job", &j, note);
 }
 
+/* The run's own `failures:` line, from the trace's marks, then each one. */
+static void print_failures(const dt_trace_failures *t)
+{
+    if (t->n == 0) return;
+    if (t->restarts > 0)
+        printf("failures: %d restart(s), %ld step(s) lost, recovery %.2f s on average (%.2f s "
+               "at most), training efficiency %.1f%% (%.1f s of %.1f s since the job started "
+               "lost to failures)\n", t->restarts, t->lost, t->recovery_ms * 1e-3 / t->restarts,
+               t->worst_ms * 1e-3, t->wall_ms > 0 ? 100.0 * (1.0 - t->lost_ms / t->wall_ms) : 0,
+               t->lost_ms * 1e-3, t->wall_ms * 1e-3);
+    else
+        printf("failures: %d, none followed by a step in the trace\n", t->n);
+    for (int i = 0; i < t->n; i++) {
+        const dt_trace_failure *f = &t->f[i];
+        char who[16] = "?";
+        if (f->rank >= 0) snprintf(who, sizeof who, "%d", f->rank);
+        printf("  restart %d at %.3f s: rank %s %s", f->restart, f->at_ms * 1e-3, who,
+               f->how[0] ? f->how : "failed");
+        if (f->recovery_ms < 0) {
+            printf("; no step after it (the next attempt failed first)\n");
+            continue;
+        }
+        printf("; continued at step %d, ", f->from_step);
+        if (f->lost >= 0) printf("%d step(s) lost, ", f->lost);
+        printf("recovered in %.2f s\n", f->recovery_ms * 1e-3);
+    }
+}
+
 static int run_summary(const char *path, int from)
 {
     dt_trace_summary s;
@@ -89,6 +121,7 @@ static int run_summary(const char *path, int from)
         return 1;
     }
     print_summary(path, &s);
+    print_failures(&s.failures);
     dt_trace_summary_free(&s);
     return 0;
 }

@@ -24,6 +24,7 @@ static atomic_int on;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static chunk *head, *tail;
 static size_t total, dropped;
+static uint64_t started_ns;
 
 dt_trace_args dt_trace_noargs(void)
 {
@@ -47,6 +48,7 @@ int dt_trace_start(void)
     pthread_mutex_lock(&lock);
     free_chunks();
     head = tail = calloc(1, sizeof *head);
+    started_ns = dt_now_ns();
     atomic_store(&on, head != NULL);
     pthread_mutex_unlock(&lock);
     return head ? 0 : -1;
@@ -59,6 +61,8 @@ void dt_trace_stop(void)
     free_chunks();
     pthread_mutex_unlock(&lock);
 }
+
+uint64_t dt_trace_started_ns(void) { return started_ns; }
 
 int dt_trace_on(void) { return atomic_load_explicit(&on, memory_order_relaxed); }
 
@@ -95,20 +99,28 @@ void dt_trace_add(dt_trace_lane lane, const char *name, uint64_t start_ns, uint6
     pthread_mutex_unlock(&lock);
 }
 
-int dt_trace_snapshot(dt_trace_event **ev, size_t *n, size_t *ndropped)
+int dt_trace_snapshot_from(size_t first, dt_trace_event **ev, size_t *n, size_t *ndropped)
 {
     pthread_mutex_lock(&lock);
     *ev = NULL;
-    *n = total;
+    *n = total > first ? total - first : 0;
     *ndropped = dropped;
     int rc = 0;
-    if (total > 0 && !(*ev = malloc(total * sizeof **ev))) rc = -1;
-    size_t at = 0;
-    for (chunk *c = head; c && *ev; c = c->next) {
-        memcpy(*ev + at, c->ev, c->n * sizeof *c->ev);
-        at += c->n;
+    if (*n > 0 && !(*ev = malloc(*n * sizeof **ev))) rc = -1;
+    size_t at = 0, skip = first; /* every chunk but the last is full */
+    chunk *c = head;
+    for (; c && skip >= CHUNK_EVENTS && c->next; c = c->next) skip -= CHUNK_EVENTS;
+    for (; c && *ev; c = c->next, skip = 0) {
+        size_t k = skip < c->n ? c->n - skip : 0;
+        memcpy(*ev + at, c->ev + (c->n - k), k * sizeof *c->ev);
+        at += k;
     }
     pthread_mutex_unlock(&lock);
     if (rc) *n = 0;
     return rc;
+}
+
+int dt_trace_snapshot(dt_trace_event **ev, size_t *n, size_t *ndropped)
+{
+    return dt_trace_snapshot_from(0, ev, n, ndropped);
 }

@@ -36,6 +36,8 @@ dt_trace_args dt_trace_noargs(void);
 /* Recording on for this process, the events of an earlier recording
  * dropped. 0, or -1 when memory for the first events cannot be had. */
 int dt_trace_start(void);
+/* When recording last started (dt_now_ns()), or 0 when it never did. */
+uint64_t dt_trace_started_ns(void);
 /* Recording off; the events are freed. Safe when never started. */
 void dt_trace_stop(void);
 /* Whether recording is on (one load). */
@@ -51,5 +53,9 @@ void dt_trace_add(dt_trace_lane lane, const char *name, uint64_t start_ns, uint6
  * caller frees it; NULL when there are none), and how many were dropped.
  * 0, or -1 out of memory. */
 int dt_trace_snapshot(dt_trace_event **ev, size_t *n, size_t *dropped);
+/* The same from the first-th event recorded on (events keep their place
+ * in that order, so a caller that saved what it copied so far gets only
+ * the new ones). */
+int dt_trace_snapshot_from(size_t first, dt_trace_event **ev, size_t *n, size_t *dropped);
 
 #endif

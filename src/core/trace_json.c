@@ -10,6 +10,21 @@ void dt_trace_json_next(FILE *f, int *first)
     *first = 0;
 }
 
+void dt_trace_json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
 void dt_trace_json_rank(FILE *f, int rank, int *first)
 {
     dt_trace_json_next(f, first);

@@ -17,6 +17,10 @@ extern const char *const dt_trace_lane_cats[DT_TRACE_LANES];
 /* The separator before an element of traceEvents (none before the first). */
 void dt_trace_json_next(FILE *f, int *first);
 
+/* s as a JSON string, quoted and escaped: a quote or a control character
+ * in a name must not break the file. */
+void dt_trace_json_str(FILE *f, const char *s);
+
 /* Rank r's metadata: its process name and sort order, its lanes' names. */
 void dt_trace_json_rank(FILE *f, int rank, int *first);
 

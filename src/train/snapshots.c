@@ -32,6 +32,7 @@
 #include "train/ckpt/shard.h"
 #include "train/ckpt/snapshot.h"
 #include "train/run.h"
+#include "train/trace_marks.h"
 
 #define PROGRESS "progress"
 #define HISTORY "history" /* rank 0's record of the job's start and its restarts */
@@ -140,6 +141,7 @@ int dt_run_snapshot_after_step(dt_run *t)
                 "it\n", (double)took * 1e-9);
         if (t->r.rank == 0)
             history_add(t, 0, "restart %ld %ld %llu\n", t->snap.restart, t->snap.lost, took);
+        dt_trace_mark_recovery(t->snap.failure_ns, took, t->snap.from_step, t->snap.lost);
     }
     if (t->snap.max_restarts > 0) fflush(t->out); /* a rank killed loses no line it printed */
     if (t->snap.every == 0) return 0;

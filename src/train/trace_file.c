@@ -1,6 +1,8 @@
 /* The job's timeline file: clocks aligned to rank 0's, every rank's events
  * sent to rank 0 (a count, then the records: there is no gatherv), and
- * rank 0 writing Trace Event JSON. See trace_file.h.
+ * rank 0 writing Trace Event JSON; under restarts, the earlier attempts'
+ * events from each rank's spool and rank 0's marks of the failures. See
+ * trace_file.h.
  *
  * The JSON is printed, not built as a cJSON tree: a long run holds
  * hundreds of thousands of events, and each is one line whose strings are
@@ -17,15 +19,18 @@
 #include "core/timer.h"
 #include "core/trace.h"
 #include "core/trace_json.h"
+#include "train/trace_marks.h"
+#include "train/trace_spool.h"
 
 #define SYNC_ROUNDS 8
-#define NAME_MAX_LEN 32
 
 /* Nanoseconds to add to this process's clock to read rank 0's. */
 static long long clock_offset_ns;
 static int clock_estimated; /* the offsets were measured, not known to be 0 */
 
 /* ---- clocks --------------------------------------------------------------- */
+
+long long dt_trace_clock_offset_ns(void) { return clock_offset_ns; }
 
 /* Rank 0's side with peer: SYNC_ROUNDS pings; the peer answers with its
  * clock. The round trip of least delay was disturbed least, and its
@@ -81,57 +86,39 @@ int dt_trace_sync_clock(dt_comm *world)
 
 /* ---- events on the wire ----------------------------------------------------- */
 
-/* One event as it travels to rank 0 (the same binary on every rank: the
- * same layout), its times already on rank 0's clock. */
-typedef struct {
-    char name[NAME_MAX_LEN];
-    int32_t lane, step, micro, stage, layer_lo, layer_hi, peer, pad;
-    int64_t bytes, start_ns, end_ns;
-} wire_event;
-
 /* What a rank sends first: its event count, events dropped, its offset. */
 typedef struct {
     long long n, dropped, offset_ns;
 } wire_head;
 
-static void to_wire(const dt_trace_event *e, wire_event *w)
-{
-    memset(w, 0, sizeof *w);
-    dt_strf(w->name, sizeof w->name, "%s", e->name ? e->name : "?");
-    w->lane = (int32_t)e->lane;
-    w->step = e->a.step;
-    w->micro = e->a.micro;
-    w->stage = e->a.stage;
-    w->layer_lo = e->a.layer_lo;
-    w->layer_hi = e->a.layer_hi;
-    w->peer = e->a.peer;
-    w->bytes = e->a.bytes;
-    w->start_ns = (long long)e->start_ns + clock_offset_ns;
-    w->end_ns = (long long)e->end_ns + clock_offset_ns;
-}
-
-/* This rank's events as wire records (malloc'd, NULL when none). */
-static int local_events(wire_event **out, wire_head *h)
+/* This rank's events as records (malloc'd, NULL when none): under
+ * restarts, its earlier attempts' from the spool, then this attempt's. */
+static int local_events(dt_trace_record **out, wire_head *h)
 {
     dt_trace_event *ev;
-    size_t n, dropped;
+    dt_trace_record *earlier;
+    size_t n, dropped, k;
     *out = NULL;
-    if (dt_trace_snapshot(&ev, &n, &dropped)) return -1;
-    h->n = (long long)n;
+    if (dt_trace_spool_earlier(&earlier, &k)) return -1;
+    if (dt_trace_snapshot(&ev, &n, &dropped)) return free(earlier), -1;
+    h->n = (long long)(k + n);
     h->dropped = (long long)dropped;
     h->offset_ns = clock_offset_ns;
-    if (n > 0 && !(*out = malloc(n * sizeof **out))) {
+    if (k + n > 0 && !(*out = realloc(earlier, (k + n) * sizeof **out))) {
+        free(earlier);
         free(ev);
         return -1;
     }
-    for (size_t i = 0; i < n; i++) to_wire(&ev[i], &(*out)[i]);
+    int attempt = (int)dt_trace_spool_attempt();
+    for (size_t i = 0; i < n; i++)
+        dt_trace_record_of(&ev[i], clock_offset_ns, attempt, &(*out)[k + i]);
     free(ev);
     return 0;
 }
 
 static int send_events(dt_comm *w, char *err, size_t errlen)
 {
-    wire_event *ev;
+    dt_trace_record *ev;
     wire_head h = {0, 0, clock_offset_ns};
     if (local_events(&ev, &h)) h.n = 0; /* out of memory: the rank's row stays empty */
     int rc = dt_send(w, &h, 3, DT_I64, 0);
@@ -146,8 +133,10 @@ static int send_events(dt_comm *w, char *err, size_t errlen)
 
 typedef struct {
     int ranks;
-    wire_event **ev; /* per rank */
-    wire_head *head; /* per rank */
+    dt_trace_record **ev; /* per rank */
+    wire_head *head;      /* per rank */
+    dt_trace_marks *marks; /* the job's restarts, or NULL */
+    int restarts;          /* before the attempt writing; > 0: args.attempt on every event */
 } job_events;
 
 static void job_free(job_events *j)
@@ -155,6 +144,7 @@ static void job_free(job_events *j)
     for (int r = 0; j->ev && r < j->ranks; r++) free(j->ev[r]);
     free(j->ev);
     free(j->head);
+    dt_trace_marks_free(j->marks);
 }
 
 static int gather_events(dt_comm *w, job_events *j, char *err, size_t errlen)
@@ -167,10 +157,10 @@ static int gather_events(dt_comm *w, job_events *j, char *err, size_t errlen)
     for (int r = 1; r < j->ranks; r++) {
         wire_head *h = &j->head[r];
         int rc = dt_recv(w, h, 3, DT_I64, r);
-        if (rc == 0 && h->n > 0 && !(j->ev[r] = malloc((size_t)h->n * sizeof(wire_event))))
+        if (rc == 0 && h->n > 0 && !(j->ev[r] = malloc((size_t)h->n * sizeof(dt_trace_record))))
             return dt_strf(err, errlen, "--trace: out of memory for rank %d's events", r), -1;
         if (rc == 0 && h->n > 0)
-            rc = dt_recv(w, j->ev[r], (size_t)h->n * sizeof(wire_event), DT_U8, r);
+            rc = dt_recv(w, j->ev[r], (size_t)h->n * sizeof(dt_trace_record), DT_U8, r);
         if (rc)
             return dt_strf(err, errlen, "--trace: receiving rank %d's events: %s", r,
                            dt_comm_error(w)), -1;
@@ -178,25 +168,8 @@ static int gather_events(dt_comm *w, job_events *j, char *err, size_t errlen)
     return 0;
 }
 
-/* A JSON string. The names are literals of this program, but a quote or a
- * control character in one must not break the file. */
-static void put_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 /* Only the fields that are present. */
-static void put_args(FILE *f, const wire_event *e)
+static void put_args(FILE *f, const dt_trace_record *e, int restarts)
 {
     const char *sep = "";
     fputs(",\"args\":{", f);
@@ -215,28 +188,31 @@ static void put_args(FILE *f, const wire_event *e)
             fprintf(f, "%s\"layers\":\"%d\"", sep, lo >= 0 ? lo : hi);
         sep = ",";
     }
-    if (e->bytes >= 0) fprintf(f, "%s\"bytes\":%lld", sep, (long long)e->bytes);
+    if (e->bytes >= 0) fprintf(f, "%s\"bytes\":%lld", sep, (long long)e->bytes), sep = ",";
+    if (restarts && e->attempt >= 0) fprintf(f, "%s\"attempt\":%d", sep, (int)e->attempt);
     fputc('}', f);
 }
 
-static void put_event(FILE *f, int rank, const wire_event *e, long long t0, int *first)
+static void put_event(FILE *f, int rank, const dt_trace_record *e, long long t0, int restarts,
+                      int *first)
 {
     int lane = e->lane >= 0 && e->lane < DT_TRACE_LANES ? e->lane : 0;
     dt_trace_json_next(f, first);
     fputs("{\"name\":", f);
-    put_str(f, e->name);
+    dt_trace_json_str(f, e->name);
     fprintf(f, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f",
             dt_trace_lane_cats[lane], rank, lane, (double)(e->start_ns - t0) * 1e-3,
             (double)(e->end_ns - e->start_ns) * 1e-3);
-    put_args(f, e);
+    put_args(f, e, restarts);
     fputc('}', f);
 }
 
-/* The earliest start of any rank's event (0 when there are none). */
+/* The earliest start of any rank's event or of a restart's mark (0 when
+ * there are none). */
 static long long job_t0(const job_events *j)
 {
-    long long t0 = 0;
-    int any = 0;
+    long long t0 = j->marks ? dt_trace_marks_t0(j->marks) : 0;
+    int any = j->marks != NULL;
     for (int r = 0; r < j->ranks; r++)
         for (long long i = 0; i < j->head[r].n; i++)
             if (!any || j->ev[r][i].start_ns < t0) t0 = j->ev[r][i].start_ns, any = 1;
@@ -245,8 +221,9 @@ static long long job_t0(const job_events *j)
 
 static void put_other(FILE *f, const job_events *j, long long t0)
 {
-    fprintf(f, "\"otherData\":{\"producer\":\"dtrain\",\"ranks\":%d,\"t0_ns\":%lld,"
-               "\"clock\":\"%s\",\"clock_offsets_ns\":[", j->ranks, t0,
+    fprintf(f, "\"otherData\":{\"producer\":\"dtrain\",\"ranks\":%d,", j->ranks);
+    if (j->restarts) fprintf(f, "\"attempts\":%d,", j->restarts + 1);
+    fprintf(f, "\"t0_ns\":%lld,\"clock\":\"%s\",\"clock_offsets_ns\":[", t0,
             clock_estimated ? "CLOCK_MONOTONIC, offsets to rank 0 estimated by ping-pong"
                             : "CLOCK_MONOTONIC shared by all ranks (one host)");
     for (int r = 0; r < j->ranks; r++) fprintf(f, "%s%lld", r ? "," : "", j->head[r].offset_ns);
@@ -265,7 +242,9 @@ static int render(const job_events *j, char **buf, size_t *len)
     fputs("{\"traceEvents\":[\n", f);
     for (int r = 0; r < j->ranks; r++) dt_trace_json_rank(f, r, &first);
     for (int r = 0; r < j->ranks; r++)
-        for (long long i = 0; i < j->head[r].n; i++) put_event(f, r, &j->ev[r][i], t0, &first);
+        for (long long i = 0; i < j->head[r].n; i++)
+            put_event(f, r, &j->ev[r][i], t0, j->restarts, &first);
+    if (j->marks) dt_trace_marks_put(f, j->marks, t0, &first);
     fputs("\n],\n\"displayTimeUnit\":\"ms\",\n", f);
     put_other(f, j, t0);
     int bad = ferror(f);
@@ -284,6 +263,9 @@ int dt_trace_write(dt_comm *world, const char *path, char *err, size_t errlen)
     char *buf = NULL;
     size_t len = 0;
     int rc = gather_events(world, &j, err, errlen);
+    long attempt = dt_trace_spool_attempt();
+    j.restarts = attempt > 0 ? (int)attempt : 0;
+    j.marks = dt_trace_marks_read();
     if (rc == 0 && render(&j, &buf, &len))
         rc = (dt_strf(err, errlen, "--trace %s: out of memory for the file's text", path), -1);
     if (rc == 0) {

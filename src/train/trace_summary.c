@@ -9,6 +9,7 @@
 
 #include "core/file.h"
 #include "core/str.h"
+#include "train/trace_failures.h"
 
 #define LANES 3 /* compute, comm, step: the tids of core/trace.h */
 #define LANE_STEP 2
@@ -118,12 +119,6 @@ static void trace_free(trace_ivals *t)
     free(t->r);
 }
 
-static double num(const cJSON *o, const char *key, double dflt)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
-}
-
 /* One element of traceEvents: complete events ("X") of the three lanes
  * become intervals (1), a process_name names a rank that may have none,
  * anything else is skipped (0); -1 on an error (err empty: out of memory). */
@@ -131,16 +126,16 @@ static int read_event(trace_ivals *t, const cJSON *e, int i, char *err, size_t e
 {
     const cJSON *ph = cJSON_GetObjectItemCaseSensitive(e, "ph");
     if (!cJSON_IsString(ph)) return 0;
-    double pid = num(e, "pid", -1), tid = num(e, "tid", -1);
+    double pid = dt_trace_num(e, "pid", -1), tid = dt_trace_num(e, "tid", -1);
     if (strcmp(ph->valuestring, "M") == 0 && pid >= 0) return rank_of(t, (int)pid) ? 0 : -1;
     if (strcmp(ph->valuestring, "X") != 0 || tid < 0 || tid >= LANES) return 0;
-    double ts = num(e, "ts", -1), dur = num(e, "dur", -1);
+    double ts = dt_trace_num(e, "ts", -1), dur = dt_trace_num(e, "dur", -1);
     if (pid < 0 || ts < 0 || dur < 0)
         return dt_strf(err, errlen, "traceEvents[%d]: a complete event needs a pid, ts and dur "
                                     "(numbers, not negative)", i), -1;
     ival x = {ts, ts + dur, -1};
     if ((int)tid == LANE_STEP) {
-        x.step = (int)num(cJSON_GetObjectItemCaseSensitive(e, "args"), "step", -1);
+        x.step = (int)dt_trace_num(cJSON_GetObjectItemCaseSensitive(e, "args"), "step", -1);
         if (x.step < 0)
             return dt_strf(err, errlen, "traceEvents[%d]: a step event (tid 2) without "
                                         "args.step", i), -1;
@@ -156,7 +151,8 @@ static const cJSON *events_of(const cJSON *root)
     return cJSON_IsArray(ev) ? ev : NULL;
 }
 
-static int read_trace(const char *json, trace_ivals *t, char *err, size_t errlen)
+static int read_trace(const char *json, trace_ivals *t, dt_trace_failures *f, char *err,
+                      size_t errlen)
 {
     cJSON *root = cJSON_Parse(json);
     if (!root) {
@@ -173,6 +169,7 @@ static int read_trace(const char *json, trace_ivals *t, char *err, size_t errlen
         if (got < 0) rc = -1;
         complete += got > 0;
     }
+    if (rc == 0) rc = dt_trace_failures_of(ev, f, err, errlen);
     cJSON_Delete(root);
     if (rc && !err[0]) dt_strf(err, errlen, "out of memory reading the events");
     if (rc == 0 && complete == 0)
@@ -275,7 +272,7 @@ int dt_trace_summarize(const char *json, int from_step, dt_trace_summary *s, cha
     trace_ivals t = {0};
     memset(s, 0, sizeof *s);
     err[0] = '\0';
-    int rc = read_trace(json, &t, err, errlen);
+    int rc = read_trace(json, &t, &s->failures, err, errlen);
     if (rc == 0) rc = choose_from(&t, from_step, s, err, errlen);
     if (rc == 0 && !(s->rank = calloc((size_t)t.n, sizeof *s->rank)))
         rc = (dt_strf(err, errlen, "out of memory"), -1);
@@ -305,6 +302,7 @@ int dt_trace_summarize_file(const char *path, int from_step, dt_trace_summary *s
 void dt_trace_summary_free(dt_trace_summary *s)
 {
     free(s->rank);
+    dt_trace_failures_free(&s->failures);
     s->rank = NULL;
     s->nranks = 0;
 }

@@ -8,11 +8,14 @@
  * A rank's window is the union of its "step" events (tid 2) whose step is
  * at least from_step. Within it, busy is the union of its compute events
  * (tid 0), communication the union of its comm events (tid 1) minus what
- * compute overlaps, idle the remainder: the three add up to 1. */
+ * compute overlaps, idle the remainder: the three add up to 1. A restarted
+ * job's failures come with them (trace_failures.h). */
 #ifndef DT_TRAIN_TRACE_SUMMARY_H
 #define DT_TRAIN_TRACE_SUMMARY_H
 
 #include <stddef.h>
+
+#include "train/trace_failures.h"
 
 typedef struct {
     int rank;          /* the trace's pid; -1 for the job's line */
@@ -29,6 +32,7 @@ typedef struct {
     /* Means over the ranks with a window (their mean window_ms too);
      * steps: how many ranks that is. */
     dt_trace_rank_stats job;
+    dt_trace_failures failures; /* a restarted job's (trace_failures.h); n 0: none */
 } dt_trace_summary;
 
 /* from_step < 0: the default, the trace's first step + 1 when it holds

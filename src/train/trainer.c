@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "comm/bootstrap/bootstrap.h"
+#include "core/env.h"
 #include "core/log.h"
 #include "core/str.h"
 #include "core/timer.h"
@@ -32,6 +33,8 @@
 #include "train/run.h"
 #include "train/stop_signals.h"
 #include "train/trace_file.h"
+#include "train/trace_marks.h"
+#include "train/trace_spool.h"
 #include "train/weights/weights.h"
 
 
@@ -150,6 +153,8 @@ static int run_loop(dt_run *t)
         int save_now = c->out_dir[0] && c->save_every > 0 && t->step % c->save_every == 0;
         if (save_now && dt_run_save(t)) return -1;
         if (dt_run_snapshot_after_step(t)) return -1;
+        char why[512];
+        if (dt_trace_spool_step(why, sizeof why)) DT_WARN("%s", why);
     }
     if (dt_run_snapshot_writer_end(t, 0)) return -1; /* the last snapshot published */
     dt_run_snapshots_summary(t, (double)(dt_now_ns() - loop0) * 1e-9);
@@ -226,6 +231,25 @@ static int start_trace(dt_run *t)
     return 0;
 }
 
+/* --trace under a launcher that restarts: a rank killed writes no trace,
+ * so each rank keeps its events in the job's directory step by step, and
+ * rank 0 marks the attempt and the failure before it, for the attempt that
+ * writes the file (trace_spool.h, trace_marks.h). Without them the file
+ * still holds this attempt: a warning, not an error. */
+static void trace_across_restarts(dt_run *t)
+{
+    char why[512];
+    if (!t->cfg->trace[0] || t->snap.max_restarts == 0) return;
+    if (dt_trace_spool_open(t->snap.dir, t->r.rank, t->snap.restart, dt_trace_clock_offset_ns(),
+                            why, sizeof why))
+        DT_WARN("%s", why);
+    if (t->r.rank == 0 &&
+        dt_trace_marks_open(t->snap.dir, t->snap.restart, dt_trace_started_ns(),
+                            t->snap.failure_ns, dt_env_str("DTRAIN_FAILED_RANK"),
+                            dt_env_str("DTRAIN_FAILURE"), why, sizeof why))
+        DT_WARN("%s", why);
+}
+
 static int setup(dt_run *t)
 {
     dt_train_config *c = t->cfg;
@@ -264,6 +288,7 @@ static int setup(dt_run *t)
                        c->out_dir), -1;
     if (dt_run_setup_model(t, where ? resume_dir : NULL)) return -1;
     if (dt_run_snapshots_start(t, where)) return -1;
+    trace_across_restarts(t);
     /* MFU's peak: every computing rank's threads (a process computes
      * compute_streams models at once, each on t->threads threads). */
     if (!dt_strategy_serves(&t->S) &&
@@ -287,6 +312,8 @@ static void teardown(dt_run *t)
     if (t->json && t->json != stdout) fclose(t->json);
     if (t->out && t->out != stdout && t->out != stderr) fclose(t->out);
     dt_strategy_destroy(&t->S);
+    dt_trace_spool_close();
+    dt_trace_marks_close();
     dt_trace_stop();
     dt_ckpt_unlock(t->lock_fd);
     if (t->r.world) dt_comm_destroy(t->r.world);
