@@ -295,6 +295,23 @@ static int open_source(const char *dir, const dt_gpt *m, const int want[DT_CKPT_
     return dt_ckpt_open_sharded(dir, man, m, want, need, nneed, src, err, errlen);
 }
 
+/* Zeroes the floats of buf[len] that no piece fills (padding), and only
+ * those when the pieces lie in order: a second pass over the whole state
+ * would cost a restart as much as the copy. */
+static void zero_padding(float *buf, size_t len, const dt_ckpt_piece *p, int n)
+{
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        if (p[i].at < at) { /* out of order: all of it */
+            memset(buf, 0, len * sizeof(float));
+            return;
+        }
+        memset(buf + at, 0, (p[i].at - at) * sizeof(float));
+        at = p[i].at + (size_t)(p[i].hi - p[i].lo);
+    }
+    if (at < len) memset(buf + at, 0, (len - at) * sizeof(float));
+}
+
 int dt_ckpt_load_ranges(const char *dir, const dt_gpt *layout, const dt_flat_ranges *mine,
                         float *params, dt_optimizer *o, dt_ckpt_state *st, char *err,
                         size_t errlen)
@@ -313,7 +330,7 @@ int dt_ckpt_load_ranges(const char *dir, const dt_gpt *layout, const dt_flat_ran
     dt_ckpt_source src = {0};
     int rc = open_source(dir, layout, want, need, nneed, &man, &src, err, errlen);
     for (int b = 0; rc == 0 && b < DT_CKPT_NBUF; b++)
-        if (bufs[b]) memset(bufs[b], 0, mine->len * sizeof(float)); /* the padding */
+        if (bufs[b]) zero_padding(bufs[b], mine->len, need, nneed);
     for (int i = 0; rc == 0 && i < nneed; i++)
         rc = fill_piece(&src, layout, &need[i], bufs, err, errlen);
     dt_ckpt_source_close(&src);
