@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "core/timer.h"
+#include "core/trace.h"
 #include "train/ckpt/shard.h"
 #include "train/run.h"
 
@@ -65,9 +66,13 @@ static void copy_now(dt_snap_writer *w)
     const uint64_t t0 = dt_now_ns();
     test_delay();
     const int rc = dt_ckpt_slots_write(w->slots, w->err, sizeof w->err);
+    const uint64_t t1 = dt_now_ns();
     w->failed = rc != 0;
-    w->write_ns += dt_now_ns() - t0;
+    w->write_ns += t1 - t0;
     w->writes++;
+    dt_trace_args a = dt_trace_noargs();
+    a.bytes = (long long)(dt_ckpt_slots_bytes(w->slots) / 2);
+    dt_trace_add(DT_TRACE_COMM, "snapshot_copy", t0, t1, &a);
 }
 
 static void *copier_main(void *arg)
@@ -102,8 +107,10 @@ static void before_update(void *ctx)
     dt_run *t = ctx;
     const uint64_t t0 = dt_now_ns();
     wait_copy(t->snap.writer);
-    t->snap.wait_ns += dt_now_ns() - t0;
-    t->snap.write_ns += dt_now_ns() - t0;
+    const uint64_t t1 = dt_now_ns();
+    t->snap.wait_ns += t1 - t0;
+    t->snap.write_ns += t1 - t0;
+    dt_trace_add(DT_TRACE_COMPUTE, "snapshot_wait", t0, t1, NULL);
 }
 
 /* ---- what this rank writes ---------------------------------------------- */
@@ -206,7 +213,9 @@ int dt_run_snapshot_stage(dt_run *t)
     if (dt_optimizer_settle(&t->opt, SIZE_MAX, ERR(t))) return -1;
     if (!w->slots && open_slots(t, w, &s)) return -1;
     const dt_ckpt_state st = dt_run_ckpt_state(t);
+    const uint64_t b0 = dt_trace_now();
     if (dt_ckpt_slots_begin(w->slots, &t->opt, &st, prev, ERR(t))) return -1;
+    dt_trace_add(DT_TRACE_COMPUTE, "snapshot_begin", b0, dt_trace_now(), NULL);
     if (t->S.refreshes_params) {
         copy_now(w);
         return 0;

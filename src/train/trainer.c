@@ -250,11 +250,8 @@ static void trace_across_restarts(dt_run *t)
         DT_WARN("%s", why);
 }
 
-#include <stdlib.h>
-#define DBGT(what) do { const char *f_ = getenv("DTRAIN_FAILURE_NS"); if (f_) fprintf(stderr, "DBG rank %d %s: %.3f s\n", t->r.rank, what, (double)(dt_now_ns() - strtoull(f_, 0, 10)) * 1e-9); } while (0)
 static int setup(dt_run *t)
 {
-    DBGT("setup start");
     dt_train_config *c = t->cfg;
     t->r.B = c->batch_size;
     t->r.T = c->seq_len;
@@ -282,9 +279,7 @@ static int setup(dt_run *t)
         return -1;
     char resume_dir[DT_CONFIG_PATH + 64];
     const char *where;
-    DBGT("before snapshots_setup");
     if (dt_run_snapshots_setup(t, &where)) return -1;
-    DBGT("after snapshots_setup");
     if (where && dt_ckpt_resolve(where, resume_dir, sizeof resume_dir, ERR(t))) return -1;
     if (!t->r.resuming && c->out_dir[0] && t->r.rank == 0 && dt_ckpt_exists(c->out_dir))
         return dt_strf(ERR(t),
@@ -292,9 +287,7 @@ static int setup(dt_run *t)
                        "or choose another directory",
                        c->out_dir), -1;
     if (dt_run_setup_model(t, where ? resume_dir : NULL)) return -1;
-    DBGT("after setup_model");
     if (dt_run_snapshots_start(t, where)) return -1;
-    DBGT("after snapshots_start");
     trace_across_restarts(t);
     /* MFU's peak: every computing rank's threads (a process computes
      * compute_streams models at once, each on t->threads threads). */
