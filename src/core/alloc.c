@@ -4,13 +4,20 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* Each block carries a header (one alignment unit) recording its size and
  * kind, so dt_free can account without a lookup table. */
 typedef struct {
     size_t bytes;
-    int kind;
+    int kind, mapped;
 } block_header;
+
+/* Large blocks come zeroed and in place from the kernel in one call (a
+ * mapping populated up front), not page by page on the first write: a
+ * restarted rank allocates its whole state at once, and half a million
+ * page faults took most of its load time. */
+#define MAP_FROM ((size_t)8 << 20)
 
 static _Atomic size_t current[DT_MEM_KIND_COUNT];
 static _Atomic size_t peak[DT_MEM_KIND_COUNT];
@@ -19,12 +26,20 @@ void *dt_alloc(size_t bytes, dt_mem_kind kind)
 {
     if ((unsigned)kind >= DT_MEM_KIND_COUNT || bytes > SIZE_MAX - 2 * DT_ALIGN) return NULL;
     size_t total = (bytes + DT_ALIGN + DT_ALIGN - 1) / DT_ALIGN * DT_ALIGN;
-    char *base = aligned_alloc(DT_ALIGN, total);
-    if (!base) return NULL;
-    memset(base, 0, total);
+    char *base;
+    const int mapped = total >= MAP_FROM;
+    if (mapped) {
+        base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                    -1, 0);
+        if (base == MAP_FAILED) return NULL;
+    } else {
+        if (!(base = aligned_alloc(DT_ALIGN, total))) return NULL;
+        memset(base, 0, total);
+    }
     block_header *h = (block_header *)base;
     h->bytes = bytes;
     h->kind = (int)kind;
+    h->mapped = mapped;
     dt_mem_account(kind, (long long)bytes);
     return base + DT_ALIGN;
 }
@@ -53,7 +68,10 @@ void dt_free(void *p)
     char *base = (char *)p - DT_ALIGN;
     block_header *h = (block_header *)base;
     atomic_fetch_sub(&current[h->kind], h->bytes);
-    free(base);
+    if (h->mapped)
+        munmap(base, (h->bytes + DT_ALIGN + DT_ALIGN - 1) / DT_ALIGN * DT_ALIGN);
+    else
+        free(base);
 }
 
 size_t dt_mem_current(dt_mem_kind kind) { return atomic_load(&current[kind]); }

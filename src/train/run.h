@@ -51,6 +51,7 @@ typedef struct dt_run {
         uint64_t bg_ns;    /* the background writes' time (snapshot_writer.c) */
         long bg_count;     /* and their number */
         uint64_t shm_bytes; /* this rank's two slots in /dev/shm */
+        uint64_t open_ns;   /* making or mapping them (once an attempt; not in write_ns) */
         struct dt_snap_writer *writer; /* NULL: none started */
     } snap;
     FILE *json;         /* --log-json, or NULL */

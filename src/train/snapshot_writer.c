@@ -211,7 +211,9 @@ int dt_run_snapshot_stage(dt_run *t)
     share s;
     choose(t, &s);
     if (dt_optimizer_settle(&t->opt, SIZE_MAX, ERR(t))) return -1;
+    const uint64_t o0 = dt_now_ns();
     if (!w->slots && open_slots(t, w, &s)) return -1;
+    t->snap.open_ns += dt_now_ns() - o0;
     const dt_ckpt_state st = dt_run_ckpt_state(t);
     const uint64_t b0 = dt_trace_now();
     if (dt_ckpt_slots_begin(w->slots, &t->opt, &st, prev, ERR(t))) return -1;
