@@ -37,20 +37,31 @@ static int alloc_ranks(struct job *j)
         fprintf(stderr, PROG ": out of memory\n");
         return -1;
     }
+    for (int i = 0; i < j->nranks; i++)
+        j->ranks[i] = (struct rank){.out.fd = -1, .err.fd = -1, .joined_fd = -1};
+    j->active = j->nranks;
+    j->shrink_slot = -1;
+    return 0;
+}
+
+/* The slots not lost, numbered in slot order. */
+static void number_ranks(struct job *j)
+{
+    int k = 0;
     for (int i = 0; i < j->nranks; i++) {
         struct rank *r = &j->ranks[i];
-        r->local = i;
-        r->rank = (int)(o->node_rank * o->nproc) + i;
-        r->out.fd = r->err.fd = -1;
+        if (r->lost) continue;
+        r->local = k;
+        r->rank = (int)(j->o->node_rank * j->o->nproc) + k++;
     }
-    return 0;
 }
 
 static void start_ranks(struct job *j)
 {
     fflush(NULL);
+    number_ranks(j);
     for (int i = 0; i < j->nranks; i++) {
-        if (launch_spawn_rank(j, &j->ranks[i]) == 0) continue;
+        if (j->ranks[i].lost || launch_spawn_rank(j, &j->ranks[i]) == 0) continue;
         /* A rank that could not even be forked leaves the others waiting
          * for it until their timeout, with nothing of their own to
          * report: no grace period. (A failed exec is an ordinary failed
@@ -71,6 +82,7 @@ static void end_attempt(struct job *j)
      * (helpers, data workers) goes too. */
     if (j->failed) launch_signal_groups(j, SIGKILL);
     for (int i = 0; i < j->nranks; i++) launch_drain_rank(j, &j->ranks[i], 1);
+    launch_read_joined(j);
     for (int i = 0; i < j->nranks; i++) {
         struct rank *r = &j->ranks[i];
         if (r->pid > 0)
@@ -78,7 +90,9 @@ static void end_attempt(struct job *j)
             }
         free(r->out.buf);
         free(r->err.buf);
-        *r = (struct rank){.rank = r->rank, .local = r->local, .out.fd = -1, .err.fd = -1};
+        if (r->joined_fd >= 0) close(r->joined_fd);
+        *r = (struct rank){.rank = r->rank, .local = r->local, .lost = r->lost, .out.fd = -1,
+                           .err.fd = -1, .joined_fd = -1};
     }
     /* Ranks that died cannot remove their shared-memory segments, and a
      * new attempt must not find the last one's. */
@@ -86,15 +100,33 @@ static void end_attempt(struct job *j)
     if (dt_shm_remove_job(j->id.job_id, err, sizeof err) < 0) fprintf(stderr, PROG ": %s\n", err);
 }
 
+/* The slot a restarted rank could not be started in is given up, and
+ * the job goes on without it: the ranks left still compute the blocks of
+ * each batch that the ranks the job started with did
+ * (DTRAIN_VIRTUAL_WORLD_SIZE), the first rank the lost ones'. */
+static void shrink(struct job *j)
+{
+    const int was = j->active;
+    j->ranks[j->shrink_slot].lost = 1;
+    j->active--;
+    j->shrink_slot = -1;
+    fprintf(stderr, PROG ": the job shrinks from %d to %d ranks (of the %d it started with; "
+            "--min-nproc %ld): %s, so its slot is given up; the global batch is kept: the "
+            "ranks left compute the %d ranks' blocks of each batch, rank 0 computing %d of "
+            "them (DTRAIN_VIRTUAL_WORLD_SIZE=%d)\n", was, j->active, j->nranks,
+            j->o->min_nproc, j->shrink_why, j->nranks, j->nranks - j->active + 1, j->nranks);
+}
+
 static void next_attempt(struct job *j)
 {
+    if (j->shrink_slot >= 0) shrink(j);
     j->restarts++;
     j->restart_pending = 0;
     j->failed = 0;
     j->exit_status = 0;
     j->phase = PHASE_RUNNING;
     fprintf(stderr, PROG ": restart %d of %ld: starting the %d rank%s again\n", j->restarts,
-            j->o->max_restarts, j->nranks, j->nranks == 1 ? "" : "s");
+            j->o->max_restarts, j->active, j->active == 1 ? "" : "s");
 }
 
 /* The snapshots kept in memory for restarts are of no use once the job is

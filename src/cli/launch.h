@@ -35,6 +35,9 @@ struct launch_opts {
     double grace_s;
     int grace_given;
     long max_restarts; /* 0: fail fast, no restart */
+    long min_nproc;    /* --min-nproc: the fewest ranks the job may shrink to */
+    int min_nproc_given;
+    long lost_slot;    /* DTRAIN_LAUNCH_TEST_LOST_RANK: a slot that cannot start again; -1 */
     int standalone;
     int tag_output;
     int help;
@@ -60,9 +63,15 @@ struct stream {
     char *buf;  /* LINE_CAP bytes */
 };
 
+/* A rank's slot: j->ranks[i] is the i-th rank the job started with. A job
+ * that shrank leaves the slots it lost empty and numbers the others'
+ * ranks in slot order. */
 struct rank {
-    int rank; /* global */
+    int rank; /* global, in this attempt */
     int local;
+    int lost;      /* the slot could not be started again: no rank from now on */
+    int joined_fd; /* read end of the pipe the rank writes a byte to once it joined; -1 */
+    int joined;    /* it did */
     pid_t pid; /* 0: never started */
     int finished;
     int code;   /* exit code, when it exited */
@@ -100,6 +109,13 @@ struct job {
     int restart_pending; /* this attempt failed and another will follow */
     int no_restart;      /* a rank could not start: trying again would not help */
     int failed_rank;     /* of the failure that ended the last attempt */
+    /* Shrinking (--min-nproc): the ranks each attempt starts, whether any
+     * rank ever said it joined (a command that does not say so is never
+     * shrunk), and the slot the next attempt gives up (-1: none). */
+    int active;
+    int ever_joined;
+    int shrink_slot;
+    char shrink_why[224];
     uint64_t failure_ns; /* when the launcher noticed it (dt_now_ns) */
     char failure[96];    /* what happened to that rank, in words */
     char scratch[LINE_CAP + 32];
@@ -122,8 +138,13 @@ int launch_setenv_long(const char *name, long v);
  * what ended the last one. */
 int launch_export_attempt(const struct job *j);
 
+/* Whether the job may go on with fewer ranks (--min-nproc below -n). */
+int launch_may_shrink(const struct launch_opts *o);
+
 /* launch_spawn.c: start one rank; 0, or -1 when it did not start. */
 int launch_spawn_rank(struct job *j, struct rank *r);
+/* Notes the ranks that said they joined the job (their pipes). */
+void launch_read_joined(struct job *j);
 
 /* launch_output.c */
 int launch_stream_open(struct stream *s, int dest, int *write_end);

@@ -139,17 +139,29 @@ int launch_export_env(const struct launch_opts *o, const struct job_ident *id)
     bad |= setenv("DTRAIN_SECRET", id->secret, 1);
     bad |= setenv("DTRAIN_JOB_ID", id->job_id, 1);
     bad |= launch_setenv_long("TORCHELASTIC_MAX_RESTARTS", o->max_restarts);
+    /* The ranks the job started with, which a job that may shrink keeps
+     * as blocks of each batch; said from the first attempt on, so that a
+     * layout that could not is refused before it fails. */
+    if (launch_may_shrink(o))
+        bad |= launch_setenv_long("DTRAIN_VIRTUAL_WORLD_SIZE", o->nproc);
+    else
+        unsetenv("DTRAIN_VIRTUAL_WORLD_SIZE");
     if (bad) fprintf(stderr, PROG ": cannot set the environment: %s\n", strerror(errno));
     return bad ? -1 : 0;
 }
 
-/* torchrun's count of restarts, and ours of what ended the last attempt (a
- * restarted rank reports how long it took to recover from it). The first
- * attempt has no failure behind it: a launcher started by a rank of another
- * job must not hand that job's failure down. */
+/* torchrun's count of restarts, the ranks of a job that shrank, and ours
+ * of what ended the last attempt (a restarted rank reports how long it
+ * took to recover from it). The first attempt has no failure behind it: a
+ * launcher started by a rank of another job must not hand that job's
+ * failure down. */
 int launch_export_attempt(const struct job *j)
 {
     int bad = launch_setenv_long("TORCHELASTIC_RESTART_COUNT", j->restarts);
+    if (launch_may_shrink(j->o)) { /* one host: the ranks left are the job */
+        bad |= launch_setenv_long("WORLD_SIZE", j->active);
+        bad |= launch_setenv_long("LOCAL_WORLD_SIZE", j->active);
+    }
     if (j->restarts == 0) {
         unsetenv("DTRAIN_FAILURE_NS");
         unsetenv("DTRAIN_FAILED_RANK");

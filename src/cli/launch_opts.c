@@ -2,6 +2,7 @@
  * `dtrain launch`'s options: both the dtrain spellings and torchrun's, so
  * that a torchrun command line works after replacing the program name.
  */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@ enum opt_id {
     OPT_MASTER_PORT,
     OPT_GRACE,
     OPT_MAX_RESTARTS,
+    OPT_MIN_NPROC,
     OPT_STANDALONE,
     OPT_TAG_OUTPUT,
     OPT_HELP,
@@ -48,6 +50,8 @@ static const struct opt_spec opt_specs[] = {
     {"--grace_period", OPT_GRACE, 1},
     {"--max-restarts", OPT_MAX_RESTARTS, 1},
     {"--max_restarts", OPT_MAX_RESTARTS, 1},
+    {"--min-nproc", OPT_MIN_NPROC, 1},
+    {"--min_nproc", OPT_MIN_NPROC, 1},
     {"--standalone", OPT_STANDALONE, 0},
     {"--tag-output", OPT_TAG_OUTPUT, 0},
     {"--tag_output", OPT_TAG_OUTPUT, 0},
@@ -60,14 +64,15 @@ void launch_usage(FILE *f)
     fprintf(f,
             "usage: dtrain launch [-n N] [--nnodes M] [--node-rank R] [--master-addr A]\n"
             "                     [--master-port P] [--standalone] [--tag-output]\n"
-            "                     [--grace-period S] [--max-restarts K] [--] CMD [ARGS...]\n"
+            "                     [--grace-period S] [--max-restarts K [--min-nproc MIN]]\n"
+            "                     [--] CMD [ARGS...]\n"
             "\n"
             "Start N ranks of CMD on this host with the torchrun environment (RANK,\n"
             "WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, NODE_RANK,\n"
             "MASTER_ADDR, MASTER_PORT) plus DTRAIN_SECRET and DTRAIN_JOB_ID.\n"
             "\n"
             "options (torchrun's spellings --nproc_per_node, --node_rank, --master_addr,\n"
-            "--master_port, --max_restarts and --flag=value are accepted too):\n"
+            "--master_port, --max_restarts, --min_nproc and --flag=value are accepted too):\n"
             "  -n, --nproc-per-node N  ranks on this host (default 1)\n"
             "  --nnodes M              hosts in the job (default 1)\n"
             "  --node-rank R           this host's index, 0..M-1 (default 0)\n"
@@ -83,6 +88,13 @@ void launch_usage(FILE *f)
             "  --max-restarts K        after a rank fails, stop the others at once and\n"
             "                          start all ranks again, up to K times (0 to 1000;\n"
             "                          default 0: fail fast). One host only (M = 1)\n"
+            "  --min-nproc MIN         with restarts: when a restarted rank fails before it\n"
+            "                          joins the job (as if its host were gone), go on with\n"
+            "                          one rank fewer, down to MIN (1 to N; default N: never).\n"
+            "                          The ranks keep the N ranks' share of each batch\n"
+            "                          (DTRAIN_VIRTUAL_WORLD_SIZE=N; dtrain train runs DDP\n"
+            "                          and ZeRO-1/2 so, rank 0 taking on the lost ranks'\n"
+            "                          work)\n"
             "  -h, --help              show this text\n"
             "\n"
             "If a rank fails, the others are stopped and the exit status is the first\n"
@@ -163,6 +175,12 @@ static int apply_opt(struct launch_opts *o, const struct opt_spec *spec, const c
         return parse_seconds(flag, value, &o->grace_s);
     case OPT_MAX_RESTARTS:
         return parse_long(flag, value, 0, MAX_RESTARTS, &o->max_restarts);
+    case OPT_MIN_NPROC: /* its range depends on -n: launch_check_opts */
+        o->min_nproc_given = 1;
+        if (dt_parse_long(value, LONG_MIN, LONG_MAX, &o->min_nproc))
+            return usage_error("invalid value '%s' for %s: expected a rank count from 1 to N "
+                               "(-n N)", value, flag);
+        return 0;
     case OPT_STANDALONE:
         o->standalone = 1;
         return 0;
@@ -236,6 +254,27 @@ static int resolve_grace(struct launch_opts *o)
     return 0;
 }
 
+/* --min-nproc, and the test hook that makes a slot lost for good:
+ * DTRAIN_LAUNCH_TEST_LOST_RANK=K, slot K cannot be started again once the
+ * job has restarted. */
+static int check_min_nproc(struct launch_opts *o)
+{
+    o->lost_slot = -1;
+    const char *hook = getenv("DTRAIN_LAUNCH_TEST_LOST_RANK");
+    if (hook && *hook &&
+        parse_long("DTRAIN_LAUNCH_TEST_LOST_RANK", hook, 0, o->nproc - 1, &o->lost_slot) < 0)
+        return -1;
+    if (!o->min_nproc_given) return 0;
+    if (o->min_nproc < 1 || o->min_nproc > o->nproc)
+        return usage_error("--min-nproc %ld is out of range for -n %ld (valid: 1 to %ld)",
+                           o->min_nproc, o->nproc, o->nproc);
+    if (o->max_restarts == 0)
+        return usage_error("--min-nproc %ld needs --max-restarts K above 0: the job shrinks "
+                           "when a restarted rank cannot be started",
+                           o->min_nproc);
+    return 0;
+}
+
 int launch_check_opts(struct launch_opts *o)
 {
     if (resolve_grace(o) < 0) return -1;
@@ -255,6 +294,12 @@ int launch_check_opts(struct launch_opts *o)
                            "store is served by rank 0, which a restart on several hosts would "
                            "need to outlive",
                            o->nnodes);
+    if (check_min_nproc(o) < 0) return -1;
     if (!o->cmd) return usage_error("no command to run");
     return 0;
+}
+
+int launch_may_shrink(const struct launch_opts *o)
+{
+    return o->min_nproc_given && o->min_nproc < o->nproc;
 }

@@ -3,7 +3,9 @@
  * group (so that killpg() reaches whatever it starts), tie its life to the
  * launcher's, give it its RANK and LOCAL_RANK, and exec the command. The
  * child reports a failure before exec through a close-on-exec pipe, so
- * the launcher knows at once whether the rank runs.
+ * the launcher knows at once whether the rank runs. In a job that may
+ * shrink, a second pipe stays open in the command, which says through it
+ * that the rank joined the job.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,8 +33,29 @@ static _Noreturn void child_fail(int errfd, int step, int err)
     _exit(127);
 }
 
+/* The test hook (DTRAIN_LAUNCH_TEST_LOST_RANK=K): once the job has
+ * restarted, slot K's rank ends before it can join the job, as one whose
+ * host is gone would never join it. It runs the launcher's real path: a
+ * restarted rank that fails before joining. */
+static void lost_for_test(const struct job *j, const struct rank *r)
+{
+    if (j->restarts == 0 || r - j->ranks != j->o->lost_slot) return;
+    fprintf(stderr, PROG ": DTRAIN_LAUNCH_TEST_LOST_RANK=%ld: rank %d (slot %ld) cannot be "
+            "started again\n", j->o->lost_slot, r->rank, j->o->lost_slot);
+    _exit(1);
+}
+
+/* The pipe's write end stays open in the command, which writes a byte to
+ * it once it has joined the job (dtrain train does). */
+static void pass_joined_fd(int errfd, int joined_w)
+{
+    if (joined_w < 0) return;
+    if (fcntl(joined_w, F_SETFD, 0) < 0 || launch_setenv_long("DTRAIN_LAUNCH_JOINED_FD", joined_w))
+        child_fail(errfd, 1, errno);
+}
+
 static _Noreturn void run_child(struct job *j, const struct rank *r, int errfd, int out_w,
-                                int err_w)
+                                int err_w, int joined_w)
 {
     /* Its own group, so that killpg() reaches everything the rank starts. */
     if (setpgid(0, 0) < 0) child_fail(errfd, 1, errno);
@@ -50,6 +73,8 @@ static _Noreturn void run_child(struct job *j, const struct rank *r, int errfd, 
     }
     if (launch_setenv_long("RANK", r->rank) || launch_setenv_long("LOCAL_RANK", r->local))
         child_fail(errfd, 1, errno);
+    pass_joined_fd(errfd, joined_w);
+    lost_for_test(j, r);
 
     sigaction(SIGPIPE, &j->orig_sigpipe, NULL);
     sigprocmask(SIG_SETMASK, &j->orig_mask, NULL);
@@ -80,24 +105,39 @@ static int await_exec(struct job *j, int errfd, const struct rank *r)
     return -1;
 }
 
+void launch_read_joined(struct job *j)
+{
+    for (int i = 0; i < j->nranks; i++) {
+        struct rank *r = &j->ranks[i];
+        char c;
+        if (r->joined_fd < 0 || r->joined) continue;
+        if (read(r->joined_fd, &c, 1) == 1) r->joined = j->ever_joined = 1;
+    }
+}
+
 int launch_spawn_rank(struct job *j, struct rank *r)
 {
-    int out_w = -1, err_w = -1, errp[2] = {-1, -1};
+    int out_w = -1, err_w = -1, errp[2] = {-1, -1}, joined[2] = {-1, -1};
     if (j->o->tag_output &&
         (launch_stream_open(&r->out, 1, &out_w) < 0 || launch_stream_open(&r->err, 2, &err_w) < 0))
         goto fail;
     if (pipe2(errp, O_CLOEXEC) < 0) goto fail;
+    /* Only a job that may shrink asks whether a rank failed before it
+     * joined (launch_watch.c). */
+    if (launch_may_shrink(j->o) && pipe2(joined, O_CLOEXEC | O_NONBLOCK) < 0) goto fail;
 
     pid_t pid = fork();
     if (pid < 0) goto fail;
-    if (pid == 0) run_child(j, r, errp[1], out_w, err_w);
+    if (pid == 0) run_child(j, r, errp[1], out_w, err_w, joined[1]);
 
     /* Also here, so that the group exists before we might killpg() it. */
     setpgid(pid, pid);
     r->pid = pid;
+    r->joined_fd = joined[0];
     close_fd(&errp[1]);
     close_fd(&out_w);
     close_fd(&err_w);
+    close_fd(&joined[1]);
     int rc = await_exec(j, errp[0], r);
     close(errp[0]);
     return rc;
@@ -106,6 +146,8 @@ fail:
     fprintf(stderr, PROG ": cannot start rank %d: %s\n", r->rank, strerror(errno));
     close_fd(&errp[0]);
     close_fd(&errp[1]);
+    close_fd(&joined[0]);
+    close_fd(&joined[1]);
     close_fd(&out_w);
     close_fd(&err_w);
     return -1;

@@ -84,6 +84,31 @@ static void say_failed(const struct rank *r, const char *what)
             r->signo ? "was " : "", what);
 }
 
+/* A rank of a restarted attempt that failed before it joined the job
+ * cannot be started: its slot is given up at the next attempt (--min-nproc)
+ * rather than tried again. Only for a command that said in some attempt
+ * that it joined (one that never says so cannot be told apart), and not
+ * when a stopped rank is the cause. 0: restart as usual, 1: shrink, -1:
+ * not below --min-nproc, give up. */
+static int plan_shrink(struct job *j, const struct rank *r, const char *what)
+{
+    if (!launch_may_shrink(j->o) || j->restarts == 0) return 0;
+    launch_read_joined(j);
+    if (r->joined || !j->ever_joined) return 0;
+    for (int i = 0; i < j->nranks; i++)
+        if (j->ranks[i].stopped && !j->ranks[i].finished) return 0;
+    if (j->active - 1 < j->o->min_nproc) {
+        fprintf(stderr, PROG ": rank %d %s before it joined the job after a restart, and the "
+                "job may not shrink below --min-nproc %ld ranks; giving up\n", r->rank, what,
+                j->o->min_nproc);
+        return -1;
+    }
+    j->shrink_slot = (int)(r - j->ranks);
+    snprintf(j->shrink_why, sizeof j->shrink_why, "rank %d (slot %d) %s before it joined the "
+             "job after a restart", r->rank, j->shrink_slot, what);
+    return 1;
+}
+
 /* With restarts left, the attempt is over at once: the other ranks get no
  * grace period, since another attempt is coming and every second they take
  * is a second of recovery. 1 when another attempt follows. */
@@ -99,6 +124,7 @@ static int plan_restart(struct job *j, const struct rank *r, const char *what)
                 j->restarts, j->restarts == 1 ? "" : "s");
         return 0;
     }
+    if (plan_shrink(j, r, what) < 0) return 0;
     j->restart_pending = 1;
     j->failed_rank = r->rank;
     j->failure_ns = dt_now_ns();

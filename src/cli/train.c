@@ -67,7 +67,25 @@ static const char *take_max_restarts(int *argc, char **argv, int *bad)
     return *bad ? NULL : v;
 }
 
-static int relaunch(long nproc, const char *max_restarts, int argc, char **argv)
+/* --min-nproc M, passed on to the launch as text (the launcher checks its
+ * range against N): up front, the layout checked for a job that may
+ * shrink, so that a layout that cannot is refused before any rank starts.
+ * 0, or a usage error after a message. */
+static int check_min_nproc(long nproc, const char *min_nproc, int argc, char **argv)
+{
+    long m;
+    if (!min_nproc || dt_parse_long(min_nproc, 1, nproc - 1, &m)) return 0;
+    dt_train_config c;
+    char err[1024];
+    dt_config_defaults(&c);
+    if (dt_config_parse_args(&c, argc, argv, err, sizeof err) != 0) return 0; /* the ranks say */
+    if (dt_config_check_shrink(&c, err, sizeof err) == 0) return 0;
+    fprintf(stderr, "dtrain train: %s\n", err);
+    return CLI_EXIT_USAGE;
+}
+
+static int relaunch(long nproc, const char *max_restarts, const char *min_nproc, int argc,
+                    char **argv)
 {
     char exe[4096], n[24];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -77,7 +95,7 @@ static int relaunch(long nproc, const char *max_restarts, int argc, char **argv)
     }
     exe[len] = 0;
     snprintf(n, sizeof n, "%ld", nproc);
-    char **args = calloc((size_t)argc + 10, sizeof *args);
+    char **args = calloc((size_t)argc + 12, sizeof *args);
     if (!args) return 1;
     int k = 0;
     args[k++] = "launch";
@@ -86,6 +104,10 @@ static int relaunch(long nproc, const char *max_restarts, int argc, char **argv)
     if (max_restarts) {
         args[k++] = "--max-restarts";
         args[k++] = (char *)max_restarts;
+    }
+    if (min_nproc) {
+        args[k++] = "--min-nproc";
+        args[k++] = (char *)min_nproc;
     }
     args[k++] = "--";
     args[k++] = exe;
@@ -199,6 +221,7 @@ int cli_train(int argc, char **argv)
     int bad;
     const char *max_restarts = take_max_restarts(&argc, argv, &bad);
     if (bad) return CLI_EXIT_USAGE;
+    const char *min_nproc = take_flag(&argc, argv, "--min-nproc");
     const char *world = getenv("WORLD_SIZE");
     char err[1024];
     /* Restarts are the launcher's: a rank cannot start its job again. */
@@ -206,6 +229,12 @@ int cli_train(int argc, char **argv)
         dt_strf(err, sizeof err, "--max-restarts works with --nproc N, which starts the ranks "
                 "through `dtrain launch`; under a launcher, give it to the launcher (`dtrain "
                 "launch --max-restarts %s`, or torchrun's --max-restarts)", max_restarts);
+        return refuse(err);
+    }
+    if (min_nproc && (nproc < 1 || world)) {
+        dt_strf(err, sizeof err, "--min-nproc works with --nproc N and --max-restarts K, which "
+                "start the ranks through `dtrain launch`; under a launcher, give it to the "
+                "launcher (`dtrain launch --max-restarts K --min-nproc %s`)", min_nproc);
         return refuse(err);
     }
     if (wants_dry_run(argc, argv)) return dry_run(nproc, argc, argv);
@@ -218,9 +247,15 @@ int cli_train(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     /* With restarts, even one rank runs under the launcher, which restarts it. */
-    if ((nproc > 1 || max_restarts) && !world) return relaunch(nproc, max_restarts, argc, argv);
-    if (nproc > 0 && world && atol(world) != nproc) {
-        dt_strf(err, sizeof err, "--nproc %ld, but the launcher started %s ranks", nproc, world);
+    if ((nproc > 1 || max_restarts || min_nproc) && !world) {
+        if (check_min_nproc(nproc, min_nproc, argc, argv)) return CLI_EXIT_USAGE;
+        return relaunch(nproc, max_restarts, min_nproc, argc, argv);
+    }
+    /* A job that shrank is still the job of the ranks it started with. */
+    const char *started = getenv("DTRAIN_VIRTUAL_WORLD_SIZE");
+    if (nproc > 0 && world && atol(started && *started ? started : world) != nproc) {
+        dt_strf(err, sizeof err, "--nproc %ld, but the launcher started %s ranks", nproc,
+                started && *started ? started : world);
         return refuse(err);
     }
     dt_train_config c;

@@ -297,9 +297,7 @@ int dt_ddp_strategy_on(dt_strategy *S, dt_comm *group, int owns, size_t bucket_b
     L->bucket_bytes = bucket_bytes;
     L->wire = wire;
     S->lockstep = r->world;
-    S->dp_index = dt_comm_rank(group);
-    S->dp_size = dt_comm_size(group);
-    S->grad_ranks *= dt_comm_size(group);
+    dt_strategy_dp_blocks(S, group);
     return dt_strategy_add(S, &ddp_ops, L);
 }
 

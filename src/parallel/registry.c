@@ -28,7 +28,10 @@ static int ddp_size(const dt_parallel_opts *o, int world, int *dp, char *err, si
 static int ddp_build(dt_strategy *S, const dt_parallel_opts *o)
 {
     if (on_mesh(o)) return dt_mesh_strategy(S, o); /* DDP or ZeRO over the replicas, if any */
-    if (S->rank->size == 1) return 0; /* one process shares nothing */
+    /* One process shares nothing, unless it is what is left of a job that
+     * shrank: it computes every block, and the layer reduces them as the
+     * job did (dt_strategy_dp_blocks). */
+    if (S->rank->size == 1 && S->rank->vsize <= 1) return 0;
     if (o->zero.stage == 0) return dt_ddp_strategy(S, o->bucket_bytes, o->grad_wire);
     dt_zero_opts z = o->zero;
     z.wire = o->grad_wire;

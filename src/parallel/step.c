@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/str.h"
 #include "core/trace.h"
 #include "kernels/optimizer.h"
@@ -21,38 +22,127 @@ void dt_strategy_before_backward(dt_strategy *S, int micro, int last)
             S->layer[i].ops->before_backward(S->layer[i].self, micro, last);
 }
 
-int dt_step_local_grads(dt_strategy *S, uint64_t first, double *loss)
+/* Rank 0 of a job that shrank computes the blocks of several
+ * data-parallel ranks (S->dp_hosted) and hands the reduction what a
+ * rank-order fold of theirs would be by then, (g0 + g1) + g2, each block's
+ * gradient formed as its own rank formed it:
+ *  - a layer that reduces every micro-batch (ZeRO-2) sums micro-batch j
+ *    over the ranks: j's blocks of the hosted ranks run in rank order, the
+ *    model forms each apart and adds it (dt_gpt_accum), and only the last
+ *    one's backward reports its segments to the layer;
+ *  - a layer that reduces once a step sums the ranks' whole gradients:
+ *    each hosted rank's micro-batches run in turn, and with accumulation
+ *    the sum so far is set aside (hosted_sum) while the next rank's forms
+ *    from zero, then added to the last one's as each segment is reported. */
+typedef struct {
+    void (*report)(void *ctx, size_t lo, size_t hi);
+    void *ctx;
+    dt_gpt *m;
+    const float *sum;
+    size_t added; /* floats: every segment must come by once */
+} hosted_add;
+
+static void add_hosted_sum(void *ctx, size_t lo, size_t hi)
+{
+    hosted_add *h = ctx;
+    dt_gbuf_accumulate(dt_gbuf_f32(h->m->grads + lo), h->sum + lo, hi - lo, 0);
+    h->added += hi - lo;
+    if (h->report) h->report(h->ctx, lo, hi);
+}
+
+/* The gradients of the hosted ranks so far into hosted_sum (the first
+ * copied, later ones added), and zero again for the next rank's. */
+static int set_aside(dt_strategy *S, int first)
+{
+    dt_gpt *m = S->rank->model;
+    if (!S->hosted_sum && !(S->hosted_sum = dt_alloc(m->n_floats * sizeof(float), DT_MEM_GRADS)))
+        return dt_strf(S->rank->err, sizeof S->rank->err, "out of memory for the sum of the "
+                       "data-parallel blocks this rank computes (%.1f MiB)",
+                       (double)m->n_floats * 4 / 1048576.0), -1;
+    dt_gbuf_accumulate(dt_gbuf_f32(S->hosted_sum), m->grads, m->n_floats, first);
+    dt_gpt_zero_grads(m);
+    return 0;
+}
+
+/* One micro-batch's backward with the layers' report of each segment
+ * as `mode` says: as they set it (0), withheld (1: a hosted block before
+ * the last of a reduction), or after the hosted sum is added (2). */
+static int backward(dt_strategy *S, float grad_scale, int mode)
 {
     dt_rank *r = S->rank;
     dt_gpt *m = r->model;
+    const dt_gpt_hooks saved = m->hooks;
+    hosted_add add = {saved.grad_ready, saved.grad_ctx, m, S->hosted_sum, 0};
+    if (mode == 1) m->hooks.grad_ready = NULL;
+    if (mode == 2) m->hooks.grad_ready = add_hosted_sum, m->hooks.grad_ctx = &add;
+    int rc = dt_gpt_backward(m, r->inputs, r->B, r->T, grad_scale);
+    m->hooks.grad_ready = saved.grad_ready;
+    m->hooks.grad_ctx = saved.grad_ctx;
+    if (rc) return dt_strf(r->err, sizeof r->err, "%s", m->error), -1;
+    if (mode == 2 && add.added != m->n_floats)
+        return dt_strf(r->err, sizeof r->err, "backward reported %zu of the %zu gradients, "
+                       "so the blocks this rank computes were not all added (a bug)",
+                       add.added, m->n_floats), -1;
+    return 0;
+}
+
+/* Micro-batch j of block v: its sequences, forward, the layers told,
+ * backward; its mean loss into *l. */
+static int micro(dt_strategy *S, uint64_t first, int v, int j, int tell, int last,
+                 float grad_scale, int mode, double *l)
+{
+    dt_rank *r = S->rank;
+    dt_gpt *m = r->model;
+    const uint64_t at = first + ((uint64_t)v * (uint64_t)r->accum + (uint64_t)j) * (uint64_t)r->B;
+    if (r->batch(r->batch_ctx, at, r->B, r->inputs, r->targets, r->err, sizeof r->err))
+        return -1;
+    dt_trace_args ta = dt_trace_noargs();
+    ta.micro = j;
+    ta.layer_lo = 0;
+    ta.layer_hi = m->cfg.n_layer - 1;
+    uint64_t t0 = dt_trace_now();
+    *l = dt_gpt_forward(m, r->inputs, r->targets, r->B, r->T);
+    uint64_t t1 = dt_trace_now();
+    dt_trace_add(DT_TRACE_COMPUTE, "forward", t0, t1, &ta);
+    if (*l < 0) return dt_strf(r->err, sizeof r->err, "%s", m->error), -1;
+    if (tell) dt_strategy_before_backward(S, j, last);
+    t1 = dt_trace_now();
+    if (backward(S, grad_scale, mode)) return -1;
+    dt_trace_add(DT_TRACE_COMPUTE, "backward", t1, dt_trace_now(), &ta);
+    return 0;
+}
+
+int dt_step_local_grads(dt_strategy *S, uint64_t first, double *loss)
+{
+    dt_rank *r = S->rank;
+    const int A = r->accum, H = S->dp_hosted, per_micro = S->reduce_each_micro;
     /* Each token's loss weighs 1 / (tokens of the ranks that sum their
      * gradients): the sum over micro-batches and ranks is the mean (context
      * parallelism: the rank's rows of the sequences). */
-    const float grad_scale = dt_strategy_grad_scale(S, r->B, dt_gpt_rows(m, r->T), r->accum);
-    const uint64_t mine = first + (uint64_t)S->dp_index * (uint64_t)r->B * (uint64_t)r->accum;
-    double sum = 0;
-    if (!S->grads_kept_zero) dt_gpt_zero_grads(m);
-    for (int j = 0; j < r->accum; j++) {
-        if (r->batch(r->batch_ctx, mine + (uint64_t)j * (uint64_t)r->B, r->B, r->inputs,
-                     r->targets, r->err, sizeof r->err))
-            return -1;
-        dt_trace_args ta = dt_trace_noargs();
-        ta.micro = j;
-        ta.layer_lo = 0;
-        ta.layer_hi = m->cfg.n_layer - 1;
-        uint64_t t0 = dt_trace_now();
-        double l = dt_gpt_forward(m, r->inputs, r->targets, r->B, r->T);
-        uint64_t t1 = dt_trace_now();
-        dt_trace_add(DT_TRACE_COMPUTE, "forward", t0, t1, &ta);
-        dt_strategy_before_backward(S, j, j == r->accum - 1);
-        t1 = dt_trace_now();
-        if (l < 0 || dt_gpt_backward(m, r->inputs, r->B, r->T, grad_scale))
-            return dt_strf(r->err, sizeof r->err, "%s", m->error), -1;
-        dt_trace_add(DT_TRACE_COMPUTE, "backward", t1, dt_trace_now(), &ta);
-        sum += l;
+    const float grad_scale = dt_strategy_grad_scale(S, r->B, dt_gpt_rows(r->model, r->T), A);
+    double *sums = calloc((size_t)H, sizeof *sums);
+    if (!sums) return dt_strf(r->err, sizeof r->err, "out of memory"), -1;
+    if (!S->grads_kept_zero) dt_gpt_zero_grads(r->model);
+    int rc = 0;
+    for (int n = 0; n < H * A && rc == 0; n++) {
+        const int k = per_micro ? n % H : n / A, j = per_micro ? n / H : n % A;
+        const int last_of_rank = j == A - 1 && (per_micro || k == H - 1);
+        int mode = 0;
+        if (per_micro && k < H - 1) mode = 1;
+        if (!per_micro && A > 1 && H > 1 && k == H - 1 && j == A - 1) mode = 2;
+        if (!per_micro && A > 1 && k > 0 && j == 0) rc = set_aside(S, k == 1);
+        double l = 0;
+        if (rc == 0)
+            rc = micro(S, first, S->dp_index + k, j, !per_micro || k == 0, last_of_rank,
+                       grad_scale, mode, &l);
+        sums[k] += l;
     }
-    *loss = sum / r->accum;
-    return 0;
+    /* Each block's mean, summed in rank order: the loss the ranks bring to
+     * the step's mean (strategy.c) is then the same bits as theirs. */
+    *loss = 0;
+    for (int k = 0; k < H; k++) *loss += sums[k] / A;
+    free(sums);
+    return rc;
 }
 
 float dt_strategy_grad_scale(const dt_strategy *S, int B, int rows, int micro)

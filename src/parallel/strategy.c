@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/str.h"
 #include "core/trace.h"
 
@@ -33,10 +34,27 @@ void dt_strategy_init(dt_strategy *S, dt_rank *r)
     memset(S, 0, sizeof *S);
     S->rank = r;
     S->dp_size = 1;
+    S->dp_hosted = 1;
     S->grad_ranks = 1;
     S->compute_streams = 1;
     S->block_ranks = 1;
     S->writes_checkpoints = r->rank == 0;
+}
+
+void dt_virtual_blocks(int rank, int size, int vsize, int *first, int *count)
+{
+    const int extra = vsize > size ? vsize - size : 0;
+    *first = rank == 0 ? 0 : rank + extra;
+    *count = rank == 0 ? extra + 1 : 1;
+}
+
+void dt_strategy_dp_blocks(dt_strategy *S, dt_comm *group)
+{
+    const int n = dt_comm_size(group), me = dt_comm_rank(group);
+    const int vsize = S->rank->vsize > n && group == S->rank->world ? S->rank->vsize : n;
+    dt_virtual_blocks(me, n, vsize, &S->dp_index, &S->dp_hosted);
+    S->dp_size = vsize;
+    S->grad_ranks *= vsize;
 }
 
 int dt_strategy_add(dt_strategy *S, const dt_strategy_ops *ops, void *self)
@@ -127,11 +145,18 @@ int dt_strategy_start(dt_strategy *S)
     return 0;
 }
 
-/* The mean of the loss over the ranks that share the batch. */
+/* The mean of the loss over the ranks that share the batch. In a job
+ * that may shrink, each rank brings the sum of its blocks' losses and the
+ * total is divided by the blocks: the same bits as the average of a job
+ * of one block a rank, when the sum is in rank order. */
 static int mean_loss(dt_strategy *S, double *loss)
 {
     if (!S->lockstep) return 0;
-    if (dt_allreduce(S->lockstep, loss, loss, 1, DT_F64, DT_AVG) == 0) return 0;
+    const int blocks = S->rank->vsize > 0;
+    if (dt_allreduce(S->lockstep, loss, loss, 1, DT_F64, blocks ? DT_SUM : DT_AVG) == 0) {
+        if (blocks) *loss /= S->dp_size;
+        return 0;
+    }
     return dt_strf(S->rank->err, sizeof S->rank->err, "loss: %s", dt_comm_error(S->lockstep)),
            -1;
 }
@@ -298,4 +323,6 @@ void dt_strategy_destroy(dt_strategy *S)
     for (int i = S->nlayers - 1; i >= 0; i--)
         if (S->layer[i].ops->destroy) S->layer[i].ops->destroy(S->layer[i].self);
     S->nlayers = 0;
+    dt_free(S->hosted_sum);
+    S->hosted_sum = NULL;
 }

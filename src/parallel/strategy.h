@@ -74,6 +74,11 @@ typedef struct dt_rank {
      * writes (a snapshot's copy, train/snapshot_writer.c) is done first. */
     void (*before_update)(void *ctx);
     void *update_ctx;
+    /* The data-parallel ranks the job started with, when it may go on
+     * with fewer (dtrain launch --min-nproc: DTRAIN_VIRTUAL_WORLD_SIZE);
+     * 0 otherwise. The job then keeps vsize blocks of each batch over its
+     * size ranks (dt_virtual_blocks). */
+    int vsize;
     char err[512];
 } dt_rank;
 
@@ -200,6 +205,12 @@ typedef struct dt_strategy {
     /* Set by the layers when they are built or planned. */
     dt_comm *lockstep;      /* ranks that share each batch and step together; NULL: alone */
     int dp_index, dp_size;  /* this rank's block of the global batch, and the blocks */
+    int dp_hosted;          /* the blocks this rank computes, from dp_index: 1, or more on
+                             * rank 0 of a job that shrank (dt_strategy_dp_blocks) */
+    int reduce_each_micro;  /* the gradients are reduced after every micro-batch (ZeRO-2),
+                             * not once a step: how rank 0 orders the blocks it hosts */
+    float *hosted_sum;      /* rank 0 of a shrunk job with accumulation: the sum of the
+                             * blocks it computed before the last (step.c) */
     int compute_streams;    /* models computing at once in this process (threads share cores) */
     int block_ranks;        /* ranks that compute each block of the batch together (a
                              * pipeline's stages, a tp x cp group); MFU's peak counts them */
@@ -249,6 +260,19 @@ typedef struct dt_strategy {
     const dt_flat_ranges *in_whole;
 } dt_strategy;
 
+/* A data-parallel layer over `group` takes its blocks of the global batch
+ * (dp_index, dp_size, dp_hosted) and counts them in grad_ranks. A job that
+ * shrank (dt_rank.vsize above its size) keeps vsize blocks over the
+ * group, which is then the job: see dt_virtual_blocks. */
+void dt_strategy_dp_blocks(dt_strategy *S, dt_comm *group);
+/* The blocks of a job of `size` ranks that keeps vsize >= size blocks of
+ * each batch: rank 0 computes blocks 0 .. vsize - size (*first, *count),
+ * rank p > 0 block p + vsize - size. Rank 0 hosts a prefix because a
+ * rank-order reduction is a left fold, ((g0 + g1) + g2) + g3: rank 0's
+ * (g0 + g1), each block's gradient formed apart as its rank's was, is that
+ * fold's first step, and the other ranks' blocks follow in order. */
+void dt_virtual_blocks(int rank, int size, int vsize, int *first, int *count);
+
 /* An empty stack (one process) for r. */
 void dt_strategy_init(dt_strategy *S, dt_rank *r);
 /* Adds a layer on top; self is freed by ops->destroy. Refuses a layer that
@@ -291,10 +315,11 @@ int dt_strategy_mem_plan(dt_strategy *S, int r, dt_rank_mem *out);
 void dt_strategy_destroy(dt_strategy *S);
 
 /* The default step pieces, for layers that wrap rather than replace them:
- * this rank's micro-batches through forward and backward (block dp_index
- * of the global batch); the norm of the gradients it owns (S->owned),
- * their block sums added over the norm groups; the optimizer over the
- * ranges it updates (dt_strategy_updates), then every after_update. */
+ * this rank's micro-batches through forward and backward (blocks dp_index
+ * .. dp_index + dp_hosted - 1 of the global batch); the norm of the
+ * gradients it owns (S->owned), their block sums added over the norm
+ * groups; the optimizer over the ranges it updates (dt_strategy_updates),
+ * then every after_update. */
 int dt_step_local_grads(dt_strategy *S, uint64_t first, double *loss);
 /* Tells every layer that micro-batch `micro`'s backward comes next (last:
  * the step's last backward on this rank), for a layer that runs the

@@ -129,6 +129,16 @@ int dt_run_snapshot_after_step(dt_run *t);
  * training. */
 void dt_run_snapshots_summary(dt_run *t, double train_s);
 
+/* shrink.c: a job that may shrink (dtrain launch --min-nproc) */
+/* DTRAIN_VIRTUAL_WORLD_SIZE into r.vsize, and the layout checked for it
+ * (before joining the job). 0, or -1 with err. */
+int dt_run_virtual_env(dt_run *t, char *err, size_t n);
+/* Once this rank has joined the job: the variable checked against its
+ * size, and the launcher told (DTRAIN_LAUNCH_JOINED_FD). 0, or -1. */
+int dt_run_virtual_joined(dt_run *t, char *err, size_t n);
+/* Rank 0's line when the job runs on fewer ranks than it started with. */
+void dt_run_print_shrink(dt_run *t);
+
 /* run_report.c */
 /* The configuration, model, data and batch, and each rank's memory by kind
  * beside the ZeRO formulas for its stage, dtype and rank count, with the

@@ -289,11 +289,13 @@ static int setup(dt_run *t)
     if (dt_run_setup_model(t, where ? resume_dir : NULL)) return -1;
     if (dt_run_snapshots_start(t, where)) return -1;
     trace_across_restarts(t);
+    dt_run_print_shrink(t);
     /* MFU's peak: every computing rank's threads (a process computes
-     * compute_streams models at once, each on t->threads threads). */
+     * compute_streams models at once, each on t->threads threads; a job
+     * that shrank computes its blocks on the ranks it has). */
+    const int computing = t->r.vsize ? t->r.size : t->S.dp_size * t->S.block_ranks;
     if (!dt_strategy_serves(&t->S) &&
-        dt_mfu_peak(t->threads * t->S.compute_streams,
-                    t->S.dp_size * t->S.block_ranks / t->S.compute_streams,
+        dt_mfu_peak(t->threads * t->S.compute_streams, computing / t->S.compute_streams,
                     t->model.prec == DT_PREC_BF16, &t->peak, t->peak_desc, sizeof t->peak_desc))
         return dt_strf(ERR(t), "%s", t->peak_desc), -1;
     /* The header reports the model actually built (sizes may come from a file). */
@@ -338,13 +340,16 @@ static int join_job(dt_run *t, char *err, size_t errlen)
 {
     dt_bootstrap b;
     t->r.size = 1;
-    if (dt_bootstrap_from_env(&b, err, errlen) != 0) return -1;
-    if (b.size <= 1) return 0;
+    if (dt_run_virtual_env(t, err, errlen) || dt_bootstrap_from_env(&b, err, errlen) != 0)
+        return -1;
+    /* One rank left of a job that shrank still reduces as the job did. */
+    if (b.size <= 1 && t->r.vsize <= 1) return 0;
     if (dt_comm_init(&t->r.world) != 0)
         return dt_strf(err, errlen, "joining the job: %s", dt_last_error()), -1;
     t->r.rank = dt_comm_rank(t->r.world);
     t->r.size = dt_comm_size(t->r.world);
     dt_log_set_rank(t->r.rank);
+    if (dt_run_virtual_joined(t, err, errlen)) return -1;
     /* Every rank started with the same options, checked before anything
      * whose collectives depend on them (the algorithms forced below, the
      * strategy's groups) and before a rank refuses its own: a rank given
@@ -375,7 +380,8 @@ int dt_train(dt_train_config *cfg, char *err, size_t errlen)
      * gradients as the kernels do, denormals flushed (kernels/threads.h). */
     dt_kernels_flush_denormals();
     if (join_job(&t, err, errlen) ||
-        dt_config_data_parallel_size(cfg, t.r.size, &t.dp_size, err, errlen) ||
+        dt_config_data_parallel_size(cfg, t.r.vsize ? t.r.vsize : t.r.size, &t.dp_size, err,
+                                     errlen) ||
         dt_config_validate(cfg, t.dp_size, err, errlen)) {
         /* The options agree (dt_config_agree), so every rank refuses them
          * alike and none waits for another: a goodbye, not an abort, which

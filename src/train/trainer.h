@@ -12,4 +12,9 @@
  * dt_train validates it. */
 int dt_train(dt_train_config *cfg, char *err, size_t errlen);
 
+/* Whether the layout can keep its data-parallel blocks over fewer ranks
+ * (dtrain launch --min-nproc): 0, or -1 with err naming what cannot and
+ * what can (train/shrink.c). */
+int dt_config_check_shrink(const dt_train_config *c, char *err, size_t n);
+
 #endif

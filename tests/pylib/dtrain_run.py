@@ -32,6 +32,35 @@ def train_logged(dtrain, args, log, final, env=None):
     return entries, st_read(final)[0], r.stdout
 
 
+def ranks_of(launcher):
+    """{RANK: pid} of the launcher's live children."""
+    out = {}
+    try:
+        kids = open("/proc/%d/task/%d/children" % (launcher, launcher)).read().split()
+    except OSError:
+        return out
+    for pid in map(int, kids):
+        try:
+            env = open("/proc/%d/environ" % pid, "rb").read().split(b"\0")
+            state = open("/proc/%d/stat" % pid).read().split(")")[-1].split()[0]
+        except OSError:
+            continue
+        if state == "Z":
+            continue
+        for kv in env:
+            if kv.startswith(b"RANK="):
+                out[int(kv[5:])] = pid
+    return out
+
+
+def logged(log):
+    """The steps a --log-json file holds so far."""
+    try:
+        return sum(1 for l in open(log) if '"loss"' in l)
+    except OSError:
+        return 0
+
+
 def write_words(path, seed, n=30000):
     rng = random.Random(seed)
     with open(path, "w") as f:

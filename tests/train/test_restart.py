@@ -45,39 +45,11 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
 from checks import check, finish  # noqa: E402
 from dtrain_ref import st_read  # noqa: E402
-from dtrain_run import expect_refused, run, same_bits  # noqa: E402
+from dtrain_run import expect_refused, logged, ranks_of, run, same_bits  # noqa: E402
 
 STEPS = 36
 BASE = ["train", "--model", "tiny", "--steps", str(STEPS), "--batch-size", "4",
         "--seq-len", "64", "--eval-batches", "0", "--threads", "1", "--print-every", "1000"]
-
-
-def ranks_of(launcher):
-    """{RANK: pid} of the launcher's live children."""
-    out = {}
-    try:
-        kids = open("/proc/%d/task/%d/children" % (launcher, launcher)).read().split()
-    except OSError:
-        return out
-    for pid in map(int, kids):
-        try:
-            env = open("/proc/%d/environ" % pid, "rb").read().split(b"\0")
-            state = open("/proc/%d/stat" % pid).read().split(")")[-1].split()[0]
-        except OSError:
-            continue
-        if state == "Z":
-            continue
-        for kv in env:
-            if kv.startswith(b"RANK="):
-                out[int(kv[5:])] = pid
-    return out
-
-
-def logged(log):
-    try:
-        return sum(1 for l in open(log) if '"loss"' in l)
-    except OSError:
-        return 0
 
 
 def run_with_kills(dtrain, tmp, name, nproc, args, kills, rng, sig=signal.SIGKILL,

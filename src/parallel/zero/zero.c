@@ -437,9 +437,8 @@ int dt_zero_strategy_on(dt_strategy *S, dt_comm *group, int owns, const dt_zero_
     }
     S->lockstep = r->world;
     S->defer_update = o->stage >= 3 && o->defer_update && !o->offload_params;
-    S->dp_index = z->me;
-    S->dp_size = z->n;
-    S->grad_ranks *= z->n;
+    S->reduce_each_micro = o->stage >= 2;
+    dt_strategy_dp_blocks(S, group);
     return dt_strategy_add(S, o->stage >= 3 ? &zero3_ops : &zero_ops, z);
 fail:
     if (z && z->hpz_comm) dt_comm_destroy(z->hpz_comm);
