@@ -98,11 +98,12 @@ int dt_run_file_ranges(dt_run *t, const dt_flat_ranges *mine, dt_flat_ranges *ou
 /* The writer thread and its staging memory (touched here, before the
  * first step, rather than by the first snapshot's copy). 0 or -1. */
 int dt_run_snapshot_writer_start(dt_run *t);
-/* A snapshot of the current step into t->snap.dir: this rank's state
- * copied into memory on this thread (collective where the save is), its
- * files written by a background thread while the next steps run (0), or
- * no way to stage it here (1: the caller saves synchronously), or -1. */
-int dt_run_snapshot_stage(dt_run *t);
+/* A snapshot of the current step into t->snap.dir (collective over the
+ * ranks that write): begun here, copied by a background thread while the
+ * next step computes (0); with save, also saved to --out from the slot in
+ * the background. 1: no way to take it so (the optimizer's state on NVMe:
+ * the caller saves synchronously). -1 on failure. */
+int dt_run_snapshot_stage(dt_run *t, int save);
 /* The background write finished (abandon 0: waited for; its failure is
  * the run's) or given up (1: after an error, nothing half published), the
  * thread joined, the staging memory freed. 0 or -1. */
@@ -122,9 +123,13 @@ int dt_run_snapshots_wanted(void);
 /* After the starting state is in place: room for the snapshots, and on a
  * restart what failed and where the run continues from (rank 0's line). */
 int dt_run_snapshots_start(dt_run *t, const char *where);
-/* After step t->step - 1: a snapshot when one is due (collective), and on
- * a restart's first step the time since the failure. */
-int dt_run_snapshot_after_step(dt_run *t);
+/* After step t->step - 1: a snapshot when one is due or save is set
+ * (collective), and on a restart's first step the time since the
+ * failure. save: the snapshot goes to --out too (--save-every). */
+int dt_run_snapshot_after_step(dt_run *t, int save);
+/* Whether --save-every's saves are taken from snapshots in the background
+ * (snapshots on, the state in memory): the same on every rank. */
+int dt_run_snapshots_save_async(const dt_run *t);
 /* Rank 0's line on the snapshots written, against train_s seconds of
  * training. */
 void dt_run_snapshots_summary(dt_run *t, double train_s);

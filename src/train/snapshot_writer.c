@@ -23,6 +23,7 @@
  * writes the parameters before the update (a parameter-server worker's
  * pull) has its snapshot copied on the training thread too. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +40,12 @@ typedef struct dt_snap_writer {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int pending, quit;
+    int copied; /* the job's copy is done (its save, if any, may still run) */
+    atomic_int abandon;
     dt_ckpt_slots *slots; /* opened by the first snapshot */
+    long keep;            /* --keep-last, for a save */
+    char saved[4096];     /* the checkpoint the last save published, to print */
+    uint64_t save_ns;
     /* The last copy's result: the copier's while pending. */
     int failed;
     char err[1024];
@@ -75,6 +81,28 @@ static void copy_now(dt_snap_writer *w)
     dt_trace_add(DT_TRACE_COMM, "snapshot_copy", t0, t1, &a);
 }
 
+/* The snapshot's save to disk, from the slot (--save-every). */
+static void save_now(dt_snap_writer *w)
+{
+    const uint64_t t0 = dt_now_ns();
+    const int rc = dt_ckpt_slots_save(w->slots, w->keep, &w->abandon, w->saved, sizeof w->saved,
+                                      w->err, sizeof w->err);
+    w->failed = rc != 0;
+    w->save_ns = dt_now_ns() - t0;
+    dt_trace_add(DT_TRACE_COMM, "checkpoint_save", t0, t0 + w->save_ns, NULL);
+}
+
+/* A job: the copy, then (its slot read, not written) the save. */
+static void run_job(dt_snap_writer *w)
+{
+    copy_now(w);
+    pthread_mutex_lock(&w->mu);
+    w->copied = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    if (!w->failed && dt_ckpt_slots_saving(w->slots) && !atomic_load(&w->abandon)) save_now(w);
+}
+
 static void *copier_main(void *arg)
 {
     dt_snap_writer *w = arg;
@@ -83,7 +111,7 @@ static void *copier_main(void *arg)
         while (!w->pending && !w->quit) pthread_cond_wait(&w->cv, &w->mu);
         if (!w->pending) break;
         pthread_mutex_unlock(&w->mu);
-        copy_now(w);
+        run_job(w);
         pthread_mutex_lock(&w->mu);
         w->pending = 0;
         pthread_cond_broadcast(&w->cv);
@@ -92,7 +120,8 @@ static void *copier_main(void *arg)
     return NULL;
 }
 
-/* Waits for the copy under way; its failure's message, or NULL. */
+/* Waits for the job under way, its save included; its failure's message,
+ * or NULL. */
 static const char *wait_copy(dt_snap_writer *w)
 {
     pthread_mutex_lock(&w->mu);
@@ -101,12 +130,16 @@ static const char *wait_copy(dt_snap_writer *w)
     return w->failed ? w->err : NULL;
 }
 
-/* dt_rank.before_update: the copy reads what the update writes. */
+/* dt_rank.before_update: the copy reads what the update writes (a save
+ * reads the slot, not the state, and goes on). */
 static void before_update(void *ctx)
 {
     dt_run *t = ctx;
+    dt_snap_writer *w = t->snap.writer;
     const uint64_t t0 = dt_now_ns();
-    wait_copy(t->snap.writer);
+    pthread_mutex_lock(&w->mu);
+    while (w->pending && !w->copied) pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
     const uint64_t t1 = dt_now_ns();
     t->snap.wait_ns += t1 - t0;
     t->snap.write_ns += t1 - t0;
@@ -199,13 +232,23 @@ int dt_run_snapshot_writer_start(dt_run *t)
     return dt_strf(ERR(t), "snapshots: cannot start the copying thread"), -1;
 }
 
-int dt_run_snapshot_stage(dt_run *t)
+/* Rank 0's line for a checkpoint a save published in the background. */
+static void report_saved(dt_run *t, dt_snap_writer *w)
+{
+    if (!w->saved[0]) return;
+    fprintf(t->out, "checkpoint %s (saved from the snapshot in the background in %.0f ms)\n",
+            w->saved, (double)w->save_ns * 1e-6);
+    w->saved[0] = 0;
+}
+
+int dt_run_snapshot_stage(dt_run *t, int save)
 {
     if (t->opt.store) return 1;
     dt_snap_writer *w = t->snap.writer;
     const uint64_t t0 = dt_now_ns();
     const char *prev = w ? wait_copy(w) : NULL;
     t->snap.wait_ns += dt_now_ns() - t0;
+    if (w) report_saved(t, w);
     if (dt_strategy_before_save(&t->S)) return -1;
     if (!w) return 0;
     share s;
@@ -216,14 +259,18 @@ int dt_run_snapshot_stage(dt_run *t)
     t->snap.open_ns += dt_now_ns() - o0;
     const dt_ckpt_state st = dt_run_ckpt_state(t);
     const uint64_t b0 = dt_trace_now();
-    if (dt_ckpt_slots_begin(w->slots, &t->opt, &st, prev, ERR(t))) return -1;
+    if (dt_ckpt_slots_begin(w->slots, &t->opt, &st, save ? t->cfg->out_dir : NULL, prev,
+                            ERR(t)))
+        return -1;
     dt_trace_add(DT_TRACE_COMPUTE, "snapshot_begin", b0, dt_trace_now(), NULL);
+    w->keep = t->cfg->keep_last;
     if (t->S.refreshes_params) {
-        copy_now(w);
+        run_job(w);
         return 0;
     }
     pthread_mutex_lock(&w->mu);
     w->failed = 0;
+    w->copied = 0;
     w->pending = 1;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
@@ -243,11 +290,13 @@ int dt_run_snapshot_writer_end(dt_run *t, int abandon)
     t->snap.writer = NULL;
     t->r.before_update = NULL;
     pthread_mutex_lock(&w->mu);
+    if (abandon) atomic_store(&w->abandon, 1);
     w->quit = 1;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     const uint64_t t0 = dt_now_ns();
     pthread_join(w->thread, NULL);
+    if (!abandon) report_saved(t, w);
     if (!abandon) { /* the run's last snapshot: the training thread waits for it */
         t->snap.wait_ns += dt_now_ns() - t0;
         t->snap.write_ns += dt_now_ns() - t0;

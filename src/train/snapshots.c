@@ -133,7 +133,9 @@ static void write_progress(const dt_run *t)
     close(fd);
 }
 
-int dt_run_snapshot_after_step(dt_run *t)
+int dt_run_snapshots_save_async(const dt_run *t) { return t->snap.every > 0 && !t->opt.store; }
+
+int dt_run_snapshot_after_step(dt_run *t, int save)
 {
     if (t->snap.restart > 0 && t->steps_run == 1 && t->snap.failure_ns) {
         const uint64_t took = dt_now_ns() - t->snap.failure_ns;
@@ -146,10 +148,10 @@ int dt_run_snapshot_after_step(dt_run *t)
     if (t->snap.max_restarts > 0) fflush(t->out); /* a rank killed loses no line it printed */
     if (t->snap.every == 0) return 0;
     if (t->r.rank == 0) write_progress(t); /* first: this step is done, snapshot or not */
-    if (t->step % t->snap.every == 0) {
+    if (t->step % t->snap.every == 0 || save) {
         char path[512];
         const uint64_t t0 = dt_now_ns(), opened = t->snap.open_ns;
-        int rc = dt_run_snapshot_stage(t); /* begun here, copied in the background */
+        int rc = dt_run_snapshot_stage(t, save); /* begun here, copied in the background */
         if (rc == 1) rc = dt_run_save_to(t, t->snap.dir, 1, path, sizeof path);
         if (rc) return -1;
         t->snap.count++;

@@ -151,8 +151,9 @@ static int run_loop(dt_run *t)
         int eval_now = c->eval_every > 0 && t->step % c->eval_every == 0 && t->step < c->steps;
         if (eval_now && dt_run_eval(t, 0)) return -1;
         int save_now = c->out_dir[0] && c->save_every > 0 && t->step % c->save_every == 0;
-        if (save_now && dt_run_save(t)) return -1;
-        if (dt_run_snapshot_after_step(t)) return -1;
+        const int from_snapshot = save_now && dt_run_snapshots_save_async(t);
+        if (save_now && !from_snapshot && dt_run_save(t)) return -1;
+        if (dt_run_snapshot_after_step(t, from_snapshot)) return -1;
         char why[512];
         if (dt_trace_spool_step(why, sizeof why)) DT_WARN("%s", why);
     }

@@ -9,14 +9,18 @@
  *     killed during its copy) leaves the one before to recover; a process
  *     that opens the slots again (a restarted job) keeps the files and
  *     writes first into the slot it did not recover from;
+ *   - --save-every's save from a slot publishes a checkpoint with its values,
+ *     and one that fails leaves none;
  *   - a value changed in a recovered shard fails the load on its checksum.
  *
  *   test_ckpt_slots          (in a scratch directory of its own, removed after)
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "model/gpt.h"
@@ -111,7 +115,7 @@ static int snapshot(dt_ckpt_slots *sl, state *s, long step, int write)
     char err[1024];
     dt_ckpt_state st = {.step = step, .seq_counter = (uint64_t)step * 4, .seed = 7, .shuffle = 1,
                         .seq_len = 12, .global_batch = 4, .data_tokens = 1000};
-    if (dt_ckpt_slots_begin(sl, &s->o, &st, NULL, err, sizeof err) ||
+    if (dt_ckpt_slots_begin(sl, &s->o, &st, NULL, NULL, err, sizeof err) ||
         (write && dt_ckpt_slots_write(sl, err, sizeof err)))
         return fprintf(stderr, "snapshot %ld: %s\n", step, err), -1;
     return 0;
@@ -155,6 +159,43 @@ static void damage(const char *dir)
     fseek(f, -8, SEEK_END);
     fputc(0x5a, f);
     fclose(f);
+}
+
+/* --save-every from a slot: a checkpoint in the run directory with the
+ * snapshot's values; a save whose directory went away fails and leaves
+ * no checkpoint, and the slots go on. */
+static void test_save(dt_ckpt_slots *sl, state *s, const char *dir)
+{
+    char out[1100], err[1024], path[4096], where[1024];
+    snprintf(out, sizeof out, "%s/out", dir);
+    dt_ckpt_state st = {.step = 9, .seq_counter = 36, .seed = 7, .shuffle = 1, .seq_len = 12,
+                        .global_batch = 4, .data_tokens = 1000};
+    atomic_int abandon = 0;
+    fill(s, 5.0f);
+    int rc = dt_ckpt_slots_begin(sl, &s->o, &st, out, NULL, err, sizeof err) ||
+             dt_ckpt_slots_write(sl, err, sizeof err) ||
+             dt_ckpt_slots_save(sl, 2, &abandon, path, sizeof path, err, sizeof err);
+    CHECK(rc == 0 && strstr(path, "ckpt-00000009"), "save from the slot: %s (%s)", err, path);
+    state got;
+    make_state(&got);
+    dt_ckpt_state back;
+    rc = dt_ckpt_resolve(out, where, sizeof where, err, sizeof err) ||
+         dt_ckpt_load_ranges(where, &got.m, &got.mine, got.m.params, &got.o, &back, err,
+                             sizeof err);
+    CHECK(rc == 0 && back.step == 9, "the saved checkpoint loads: %s", err);
+    expect_state(&got, s, "the checkpoint saved from the slot");
+    st.step = 10;
+    rc = dt_ckpt_slots_begin(sl, &s->o, &st, out, NULL, err, sizeof err) ||
+         dt_ckpt_slots_write(sl, err, sizeof err);
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "rm -rf %s/.ckpt-00000010.tmp.*", out);
+    CHECK(rc == 0 && system(tmp) == 0, "snapshot 10: %s", err);
+    rc = dt_ckpt_slots_save(sl, 2, &abandon, path, sizeof path, err, sizeof err);
+    snprintf(tmp, sizeof tmp, "%s/ckpt-00000010", out);
+    CHECK(rc != 0 && access(tmp, F_OK) != 0, "a failed save left %s (rc %d)", tmp, rc);
+    long step;
+    CHECK(dt_ckpt_slots_recover(dir, &step, err, sizeof err) == 0 && step == 10,
+          "the snapshot of the failed save is still whole (%ld)", step);
 }
 
 static void test_slots(const char *dir)
@@ -207,6 +248,7 @@ static void test_slots(const char *dir)
     make_state(&got);
     CHECK(recover_load(dir, &got, err, sizeof err) == 8, "recover after step 8: %s", err);
     expect_state(&got, &s, "step 8");
+    test_save(sl, &s, dir);
     dt_ckpt_slots_close(sl);
     damage(dir);
     CHECK(recover_load(dir, &got, err, sizeof err) == -1 && strstr(err, "checksum"),

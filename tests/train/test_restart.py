@@ -23,7 +23,9 @@ all-reduce is not one process's bits, so a layout is its own reference)
             held back (DTRAIN_SNAPSHOT_TEST_WRITE_MS): the restart continues
             from the snapshot before it, with the same bits
   every 4   --snapshot-every 4: the restart names the steps lost, and the
-            run still ends with the same bits
+            run still ends with the same bits; with --save-every 6 its
+            checkpoints are saved from snapshots in the background, and
+            one resumed ends with the same bits
   exhausted --max-restarts 1 and two kills: a non-zero exit, and the last
             snapshot in --out (written there when the last restart began)
 Each restart prints what failed, where the run continued from and the time
@@ -155,12 +157,28 @@ def main():
               "in flight: the restart continues from the snapshot before the one being copied "
               "(%s), and the snapshots are copied in the background" % (lost and lost.group(0)))
 
-        rc, out, w = run_with_kills(dtrain, tmp, "every4", 2, ["--snapshot-every", "4"],
+        ck4 = os.path.join(tmp, "ck4")
+        rc, out, w = run_with_kills(dtrain, tmp, "every4", 2,
+                                    ["--snapshot-every", "4", "--out", ck4, "--save-every", "6"],
                                     [[None]], rng)
         expect_recovered("--snapshot-every 4", rc, out, w, two, 1)
         lost = [l for l in out.splitlines() if l.startswith("restart ")]
         check(lost and re.search(r"step \d+ from the (snapshot|start).*step\(s\) lost", lost[0]),
               "--snapshot-every 4: the steps lost are named (%s)" % lost)
+        # --save-every 6 saves from snapshots (one taken at 6, 18, 30 for it)
+        # in the background; such a checkpoint resumed without restarts ends
+        # with the undisturbed run's bits.
+        bg = re.findall(r"checkpoint (\S+) \(saved from the snapshot in the background", out)
+        c30 = os.path.join(ck4, "ckpt-00000030")
+        check(any(p.endswith("ckpt-00000030") for p in bg) and
+              os.path.exists(os.path.join(c30, "manifest.json")),
+              "--save-every with snapshots: checkpoints saved from them in the background (%s)"
+              % bg)
+        r = run(dtrain, BASE + ["--nproc", "2", "--resume", c30, "--save-final",
+                                os.path.join(tmp, "from30.st")])
+        check(r.returncode == 0 and same_bits(st_read(os.path.join(tmp, "from30.st"))[0], two),
+              "resumed from the checkpoint saved in the background at step 30: the undisturbed "
+              "run's final weights bit for bit (exit %d)" % r.returncode)
 
         ckdir = os.path.join(tmp, "ck")
         # More steps than the others: the second kill must land before the end.

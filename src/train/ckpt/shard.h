@@ -115,12 +115,26 @@ int dt_ckpt_slots_open(dt_ckpt_slots **s, const char *dir, const dt_gpt *layout,
  * from the slot to write and rank 0 writes the slot's manifest.part for
  * st's step. */
 int dt_ckpt_slots_begin(dt_ckpt_slots *s, const dt_optimizer *o, const dt_ckpt_state *st,
-                        const char *prev_err, char *err, size_t errlen);
+                        const char *save_dir, const char *prev_err, char *err, size_t errlen);
 /* Any thread, no communicator: this rank's pieces into the slot begun, its
  * checksum taken as it copies, then its mark. */
 int dt_ckpt_slots_write(dt_ckpt_slots *s, char *err, size_t errlen);
+/* A begin given save_dir (a run directory: --save-every) also saves the
+ * snapshot there as a checkpoint, rank 0 making its temporary directory.
+ * Then, after dt_ckpt_slots_write, with no communicator: each rank writes
+ * its shard file from the slot into it and a marker beside it, and rank 0
+ * waits for every marker (the ranks share the host), writes the manifest,
+ * moves the checkpoint into place (its path to path) and prunes beyond
+ * keep, or, failing or abandoned, removes it: a checkpoint is whole or
+ * absent. The slot must not be begun again until this returns. */
+int dt_ckpt_slots_save(dt_ckpt_slots *s, long keep, const atomic_int *abandon, char *path,
+                       size_t pathlen, char *err, size_t errlen);
+/* Whether the snapshot begun goes to disk too. */
+int dt_ckpt_slots_saving(const dt_ckpt_slots *s);
 /* Bytes of shared memory this rank's two shard files hold. */
 uint64_t dt_ckpt_slots_bytes(const dt_ckpt_slots *s);
+/* Closes the mappings; a save's temporary directory left (a run given up
+ * during it) is removed by rank 0. */
 void dt_ckpt_slots_close(dt_ckpt_slots *s);
 /* Files only (the writers are gone): the newest whole slot of DIR made a
  * checkpoint, its step to *step. 0; 1 when no slot is whole; -1 with a

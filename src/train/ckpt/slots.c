@@ -4,6 +4,7 @@
  * checksum taken on the way, so that it costs one pass over memory, and
  * tmpfs allocates no pages for it. */
 #include <cjson/cJSON.h>
+#include <stdatomic.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/atomic_file.h"
@@ -51,6 +53,9 @@ struct dt_ckpt_slots {
     slot_file f[NSLOTS];
     int next, cur; /* the slot the next snapshot writes; the one begun */
     long step;     /* the step begun */
+    /* The save to disk that goes with it (--save-every), when one does:
+     * the run directory and the checkpoint's temporary directory there. */
+    char save_dir[DT_PATH_MAX], tmp[DT_PATH_MAX + 128];
 };
 
 static void slot_path(char *buf, size_t len, const char *dir, int k, const char *name)
@@ -352,6 +357,7 @@ int dt_ckpt_slots_open(dt_ckpt_slots **out, const char *dir, const dt_gpt *layou
 void dt_ckpt_slots_close(dt_ckpt_slots *s)
 {
     if (!s) return;
+    if (s->crew.rank == 0 && s->tmp[0]) dt_ckpt_remove_tree(s->tmp); /* a save never run */
     for (int k = 0; k < NSLOTS; k++) {
         if (s->f[k].map) munmap(s->f[k].map, s->f[k].size);
         if (s->f[k].fd >= 0) close(s->f[k].fd);
@@ -374,11 +380,25 @@ uint64_t dt_ckpt_slots_bytes(const dt_ckpt_slots *s)
 /* ---- a snapshot --------------------------------------------------------- */
 
 int dt_ckpt_slots_begin(dt_ckpt_slots *s, const dt_optimizer *o, const dt_ckpt_state *st,
-                        const char *prev_err, char *err, size_t errlen)
+                        const char *save_dir, const char *prev_err, char *err, size_t errlen)
 {
     dt_ckpt_crew *c = &s->crew;
     dt_ckpt_report me = {.ok = !prev_err};
-    if (dt_ckpt_agree(c, &me, prev_err ? prev_err : "", err, errlen)) return -1;
+    char why[512] = "";
+    s->save_dir[0] = s->tmp[0] = 0;
+    if (me.ok && save_dir && c->rank == 0) {
+        me.value[0] = (int64_t)getpid();
+        me.ok = dt_ckpt_make_tmp(save_dir, st->step, (long)me.value[0], s->tmp, sizeof s->tmp,
+                                 why, sizeof why) == 0;
+    }
+    if (dt_ckpt_agree(c, &me, prev_err ? prev_err : why, err, errlen)) {
+        if (s->tmp[0]) dt_ckpt_remove_tree(s->tmp);
+        return -1;
+    }
+    if (save_dir) {
+        dt_strf(s->save_dir, sizeof s->save_dir, "%s", save_dir);
+        dt_ckpt_tmp_path(s->tmp, sizeof s->tmp, save_dir, st->step, (long)c->all[0].value[0]);
+    }
     /* Every rank's previous snapshot is whole: the other slot may go. */
     const int k = s->next;
     char path[DT_PATH_MAX + 64];
@@ -419,3 +439,98 @@ int dt_ckpt_slots_write(dt_ckpt_slots *s, char *err, size_t errlen)
             (unsigned long long)sf->size, dt_ckpt_sum_end(&sum));
     return dt_afile_write_file(path, line, strlen(line), err, errlen);
 }
+
+/* ---- the save to disk from a slot (--save-every) ------------------------ */
+
+/* How long rank 0 waits for the other ranks' shards of one save. */
+#define SAVE_WAIT_S 600
+
+static void done_path(char *buf, size_t len, const char *tmp, int rank)
+{
+    dt_strf(buf, len, "%s/.done-%05d", tmp, rank);
+}
+
+/* Rank r's result in the save's directory: 1 done, 0 not yet, -1 failed
+ * (its message to err). */
+static int read_done(const dt_ckpt_slots *s, int r, char *err, size_t errlen)
+{
+    char path[DT_PATH_MAX + 200], line[512] = {0};
+    done_path(path, sizeof path, s->tmp, r);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int got = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    if (got && strncmp(line, "ok", 2) == 0) return unlink(path), 1;
+    line[strcspn(line, "\n")] = 0;
+    return dt_strf(err, errlen, "rank %d failed: %s", r, line), -1;
+}
+
+/* Rank 0: until every rank's shard is in the save's directory (the ranks
+ * share the host), the deadline passes, or abandon is set. */
+static int wait_done(const dt_ckpt_slots *s, const atomic_int *abandon, char *err,
+                     size_t errlen)
+{
+    const struct timespec nap = {0, 2000000};
+    const time_t deadline = time(NULL) + SAVE_WAIT_S;
+    for (int r = 0; r < s->crew.size;) {
+        const int got = read_done(s, r, err, errlen);
+        if (got < 0) return -1;
+        if (got) {
+            r++;
+            continue;
+        }
+        if (atomic_load(abandon)) return dt_strf(err, errlen, "abandoned"), -1;
+        if (time(NULL) > deadline)
+            return dt_strf(err, errlen, "%s: rank %d's shard did not come within %d s", s->tmp,
+                           r, SAVE_WAIT_S), -1;
+        nanosleep(&nap, NULL);
+    }
+    return 0;
+}
+
+/* Rank 0: the slot's manifest (its marks' checksums are the shards'), then
+ * the checkpoint moved into place. */
+static int publish(const dt_ckpt_slots *s, long keep, char *path, size_t pathlen, char *err,
+                   size_t errlen)
+{
+    cJSON *doc;
+    if (whole_step(s->dir, s->cur, &doc) != s->step) {
+        cJSON_Delete(doc);
+        return dt_strf(err, errlen, "%s: the snapshot of step %ld is not whole", s->dir,
+                       s->step), -1;
+    }
+    char *text = cJSON_Print(doc), file[DT_PATH_MAX + 160];
+    cJSON_Delete(doc);
+    if (!text) return dt_strf(err, errlen, "%s: out of memory for the manifest", s->tmp), -1;
+    dt_strf(file, sizeof file, "%s/" DT_CKPT_MANIFEST, s->tmp);
+    int rc = dt_afile_write_file(file, text, strlen(text), err, errlen);
+    free(text);
+    if (rc == 0) rc = dt_ckpt_publish(s->save_dir, s->step, s->tmp, err, errlen);
+    if (rc == 0) dt_ckpt_prune(s->save_dir, s->step, keep > 0 ? keep : 1);
+    if (rc == 0) dt_ckpt_dir_path(path, pathlen, s->save_dir, s->step);
+    return rc;
+}
+
+int dt_ckpt_slots_save(dt_ckpt_slots *s, long keep, const atomic_int *abandon, char *path,
+                       size_t pathlen, char *err, size_t errlen)
+{
+    char name[64], file[DT_PATH_MAX + 200], line[600], why[512];
+    const slot_file *sf = &s->f[s->cur];
+    path[0] = 0;
+    dt_ckpt_shard_name(name, sizeof name, s->crew.rank, s->crew.size);
+    dt_strf(file, sizeof file, "%s/%s", s->tmp, name);
+    int rc = dt_afile_write_file(file, sf->map, sf->size, err, errlen);
+    dt_strf(line, sizeof line, rc == 0 ? "ok\n" : "failed %.500s\n", err);
+    done_path(file, sizeof file, s->tmp, s->crew.rank);
+    if (dt_afile_write_file(file, line, strlen(line), why, sizeof why) && rc == 0)
+        rc = (dt_strf(err, errlen, "%s", why), -1);
+    if (s->crew.rank == 0 && rc == 0) rc = wait_done(s, abandon, err, errlen);
+    if (s->crew.rank == 0 && rc == 0) rc = publish(s, keep, path, pathlen, err, errlen);
+    /* Nothing half-written: a failed save leaves no directory (rank 0
+     * removes it once the others' results cannot still be waited for). */
+    if (s->crew.rank == 0 && rc != 0) dt_ckpt_remove_tree(s->tmp);
+    s->tmp[0] = 0;
+    return rc;
+}
+
+int dt_ckpt_slots_saving(const dt_ckpt_slots *s) { return s->save_dir[0] != 0; }
