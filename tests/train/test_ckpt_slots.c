@@ -98,6 +98,13 @@ static void make_state(state *s)
     s->mine = (dt_flat_ranges){1, &s->all, s->m.n_floats};
 }
 
+static void free_state(state *s)
+{
+    dt_gpt_destroy(&s->m);
+    free(s->mom[0]);
+    free(s->mom[1]);
+}
+
 static dt_ckpt_slots *open_slots(state *s, const char *dir)
 {
     dt_ckpt_slots *sl = NULL;
@@ -184,6 +191,7 @@ static void test_save(dt_ckpt_slots *sl, state *s, const char *dir)
                              sizeof err);
     CHECK(rc == 0 && back.step == 9, "the saved checkpoint loads: %s", err);
     expect_state(&got, s, "the checkpoint saved from the slot");
+    free_state(&got);
     st.step = 10;
     rc = dt_ckpt_slots_begin(sl, &s->o, &st, out, NULL, err, sizeof err) ||
          dt_ckpt_slots_write(sl, err, sizeof err);
@@ -245,6 +253,7 @@ static void test_slots(const char *dir)
           "the restarted job's first snapshot went into the slot it recovered from: %s", err);
     expect_state(&got, &at7, "step 7 after 8 was begun");
     CHECK(dt_ckpt_slots_write(sl, err, sizeof err) == 0, "snapshot 8 copied: %s", err);
+    free_state(&got);
     make_state(&got);
     CHECK(recover_load(dir, &got, err, sizeof err) == 8, "recover after step 8: %s", err);
     expect_state(&got, &s, "step 8");
@@ -253,6 +262,10 @@ static void test_slots(const char *dir)
     damage(dir);
     CHECK(recover_load(dir, &got, err, sizeof err) == -1 && strstr(err, "checksum"),
           "a damaged shard loaded (%s)", err);
+    free_state(&at6);
+    free_state(&at7);
+    free_state(&got);
+    free_state(&s);
 }
 
 int main(void)
