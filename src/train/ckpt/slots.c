@@ -1,8 +1,10 @@
 /* Snapshots in two slots written in place (see ckpt/shard.h). A shard file
  * is made once per slot, or kept from the attempt before, and mapped; a
  * snapshot then copies the live buffers into the mapping with the
- * checksum taken on the way, so that it costs one pass over memory, and
- * tmpfs allocates no pages for it. */
+ * checksum taken on the way (dt_ckpt_sum_copy: one read and one write past
+ * the cache), and tmpfs allocates no pages for it. The mapping is page
+ * aligned, so a tensor's place in memory and in the file agree modulo 32,
+ * as that copy wants. */
 #include <cjson/cJSON.h>
 #include <stdatomic.h>
 #include <dirent.h>
@@ -25,8 +27,6 @@
 
 #define NSLOTS 2
 #define PART "manifest.part"
-/* Copied, then summed while it is still in the cache. */
-#define CHUNK_FLOATS (16u << 10)
 
 typedef struct {
     float *dst; /* in the mapping */
@@ -425,14 +425,8 @@ int dt_ckpt_slots_write(dt_ckpt_slots *s, char *err, size_t errlen)
 {
     slot_file *sf = &s->f[s->cur];
     dt_ckpt_sum sum = sf->header;
-    for (int k = 0; k < s->np * s->nbuf; k++) {
-        const copy_job *j = &sf->jobs[k];
-        for (size_t at = 0; at < j->n; at += CHUNK_FLOATS) {
-            const size_t n = j->n - at < CHUNK_FLOATS ? j->n - at : CHUNK_FLOATS;
-            memcpy(j->dst + at, j->src + at, n * sizeof(float));
-            dt_ckpt_sum_add(&sum, j->src + at, n * sizeof(float));
-        }
-    }
+    for (int k = 0; k < s->np * s->nbuf; k++)
+        dt_ckpt_sum_copy(&sum, sf->jobs[k].dst, sf->jobs[k].src, sf->jobs[k].n * sizeof(float));
     char path[DT_PATH_MAX + 64], line[96];
     mark_path(path, sizeof path, s->dir, s->cur, s->crew.rank);
     dt_strf(line, sizeof line, "%ld %llu %016" PRIx64 "\n", s->step,
