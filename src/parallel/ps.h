@@ -55,6 +55,7 @@ enum {
     DT_PS_STEP,     /* pushes follow, then the trailer; the server replies and sends parameters */
     DT_PS_PULL,     /* the server sends its parameters */
     DT_PS_FETCH,    /* the server sends parameters, moments and its step count */
+    DT_PS_DONE,     /* the worker pushes no more steps: it holds the others back no longer */
     DT_PS_STOP
 };
 typedef struct {

@@ -234,6 +234,7 @@ static void *serve_worker(void *arg)
         int rc = dt_ps_recv_ctrl(ws->link, 0, &ctrl);
         if (rc == 0) {
             switch (ctrl.kind) {
+            case DT_PS_DONE: stopped(v, ws->w); break;
             case DT_PS_STOP: stopped(v, ws->w); return NULL;
             case DT_PS_PULL: rc = send_state(v, ws, 0); break;
             case DT_PS_FETCH: rc = send_state(v, ws, 1); break;

@@ -159,10 +159,13 @@ static int worker_before_save(void *self)
 }
 
 /* Asynchronous workers end at different moments and with different
- * parameters: they wait for each other, then all take the servers' last. */
+ * parameters: they wait for each other, then all take the servers' last.
+ * One that stops early (a signal) first tells the servers, so that the
+ * others' steps no longer wait for its pushes. */
 static int worker_end(void *self)
 {
     ps_layer *L = self;
+    if (dt_ps_worker_done(&L->w)) return failed_on(L, L->w.link, "telling the servers it is done");
     if (dt_barrier(L->ps.role)) return failed_on(L, L->ps.role, "waiting for the other workers");
     if (dt_ps_worker_pull(&L->w)) return failed_on(L, L->w.link, "pulling the final parameters");
     return 0;
