@@ -55,7 +55,7 @@ static int split_links(dt_ps *ps, dt_comm *world)
 }
 
 int dt_ps_join(dt_ps *ps, dt_comm *world, int servers, const dt_gpt *layout,
-               const dt_compress_spec *compress, int async, int staleness, char *err,
+               const dt_compress_spec *compress, const dt_ps_mode *mode, char *err,
                size_t errlen)
 {
     memset(ps, 0, sizeof *ps);
@@ -65,8 +65,9 @@ int dt_ps_join(dt_ps *ps, dt_comm *world, int servers, const dt_gpt *layout,
     ps->is_server = rank >= ps->workers;
     ps->index = ps->is_server ? rank - ps->workers : rank;
     ps->compress = *compress;
-    ps->async = async;
-    ps->staleness = staleness;
+    ps->async = mode->async;
+    ps->staleness = mode->staleness;
+    ps->fixed = mode->async && mode->fixed;
     ps->shard_lo = calloc((size_t)servers + 1, sizeof *ps->shard_lo);
     ps->links = calloc((size_t)ps->workers, sizeof *ps->links);
     if (!ps->shard_lo || !ps->links) {

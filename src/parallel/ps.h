@@ -13,6 +13,15 @@
  * parallel). Pushes may be compressed (top-k or int8, with error feedback
  * kept on the worker).
  *
+ * Asynchronous mode with a fixed staleness K: the staleness a push sees no
+ * longer depends on how the workers are scheduled. A server applies the
+ * pushes in a fixed order, step by step and worker by worker within a step,
+ * and answers a push of step t with the parameters as they stood once every
+ * worker's pushes of the steps before t + 1 - K were in: every worker
+ * computes step t on the parameters after t - K steps (the starting ones
+ * before step K), so a run is reproducible bit for bit. K = 0 is what
+ * staleness 0 does in arrival order, in a fixed order within each step.
+ *
  * Every worker talks to the servers over a communicator of its own (the
  * worker and the S servers), so a server serves each worker on a thread of
  * its own and one slow worker never stalls the messages of another. */
@@ -47,7 +56,15 @@ typedef struct {
     dt_compress_spec compress;
     int async;
     int staleness;
+    int fixed;            /* async: the fixed staleness above */
 } dt_ps;
+
+/* How a server orders its updates. */
+typedef struct {
+    int async;     /* one update per push (else one per step, from all workers) */
+    int staleness; /* async: steps a worker may lead the slowest */
+    int fixed;     /* async: every worker reads exactly `staleness` steps late */
+} dt_ps_mode;
 
 /* Control messages from a worker to a server, on the worker's link. */
 enum {
@@ -55,6 +72,7 @@ enum {
     DT_PS_STEP,     /* pushes follow, then the trailer; the server replies and sends parameters */
     DT_PS_PULL,     /* the server sends its parameters */
     DT_PS_FETCH,    /* the server sends parameters, moments and its step count */
+    DT_PS_DONE,     /* the worker pushes no more steps: it holds the others back no longer */
     DT_PS_STOP
 };
 typedef struct {
@@ -65,7 +83,7 @@ typedef struct {
 /* Splits the job (world = servers + workers) and the model's layout. A
  * collective over world. 0, or -1 with a message. */
 int dt_ps_join(dt_ps *ps, dt_comm *world, int servers, const dt_gpt *layout,
-               const dt_compress_spec *compress, int async, int staleness, char *err,
+               const dt_compress_spec *compress, const dt_ps_mode *mode, char *err,
                size_t errlen);
 void dt_ps_leave(dt_ps *ps);
 

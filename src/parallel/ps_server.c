@@ -9,7 +9,10 @@
  * Asynchronous mode: each thread decodes its worker's push and applies it
  * at once, under the shard's lock, clipped by that worker's own norm. It
  * answers when its worker is no more than `staleness` steps ahead of the
- * slowest one still running. */
+ * slowest one still running. With a fixed staleness K (ps.h) a thread
+ * instead waits for its worker's turn (every worker's previous step in, and
+ * this step of the workers before it), and answers with the shard as it
+ * stood after step + 1 - K, kept in a ring of the last K + 1 steps. */
 #include "parallel/ps_server.h"
 
 #include <limits.h>
@@ -53,6 +56,9 @@ struct server {
     long generation; /* sync: updates done */
     double norm;     /* sync: of the last update */
     long *clock;     /* async: steps each worker has pushed; LONG_MAX once stopped */
+    long first;      /* async: the step the run started at */
+    long round;      /* fixed: the last step every worker's pushes are in for */
+    float *rounds;   /* fixed: the shard after each of the last K + 1 such steps */
     long updates;
     int failed;      /* a thread failed: the others stop waiting */
     char err[512];
@@ -179,20 +185,65 @@ static long slowest_clock(const server *v)
     return lo;
 }
 
+/* fixed: the shard as it stood once every worker's pushes before step
+ * `round` were in. */
+static float *round_params(const server *v, long round)
+{
+    return v->rounds + (size_t)(round % (v->ps->staleness + 1)) * v->n;
+}
+
+/* fixed: the steps every worker has now pushed enter the ring. A worker
+ * that stopped early completes several at once; those all hold the shard
+ * as it is. */
+static void keep_rounds(server *v)
+{
+    long done = slowest_clock(v);
+    if (done == LONG_MAX) return; /* every worker has stopped */
+    long from = done - v->ps->staleness;
+    for (long r = from > v->round + 1 ? from : v->round + 1; r <= done; r++)
+        memcpy(round_params(v, r), v->params, v->n * sizeof(float));
+    if (done > v->round) v->round = done;
+}
+
+/* fixed: worker w's push of `step` comes after this step's pushes of the
+ * workers before it and the previous step's of those after it. */
+static int my_turn(const server *v, int w, long step)
+{
+    for (int u = 0; u < v->ps->workers; u++)
+        if (v->clock[u] < step + (u < w)) return 0;
+    return 1;
+}
+
+/* Under the lock, after worker w's push of `step`: the parameters of its
+ * next step, once they exist. A worker whose clock is past the slowest by
+ * more than the bound waits here: it cannot start its next step. With a
+ * fixed staleness it waits for the shard of step + 1 - K instead. */
+static const float *await_params(server *v, int w, long step)
+{
+    if (!v->ps->fixed) {
+        while (!v->failed && v->clock[w] - slowest_clock(v) > v->ps->staleness)
+            pthread_cond_wait(&v->cv, &v->mu);
+        return v->params;
+    }
+    long want = step + 1 - v->ps->staleness;
+    if (want < v->first) want = v->first;
+    while (!v->failed && v->round < want) pthread_cond_wait(&v->cv, &v->mu);
+    return round_params(v, want);
+}
+
 static int async_step(server *v, worker_slot *ws, long step)
 {
     memset(ws->dense, 0, v->n * sizeof(float));
     add_push(v, ws->inbox, ws->dense);
     double norm = sqrt(ws->sumsq);
     pthread_mutex_lock(&v->mu);
+    while (v->ps->fixed && !v->failed && !my_turn(v, ws->w, step))
+        pthread_cond_wait(&v->cv, &v->mu);
     apply(v, ws->dense, 1.0f, norm, step);
     v->clock[ws->w] = step + 1;
+    if (v->ps->fixed) keep_rounds(v);
     pthread_cond_broadcast(&v->cv);
-    /* A worker whose clock is past the slowest by more than the bound waits
-     * here for its parameters: it cannot start its next step. */
-    while (!v->failed && v->clock[ws->w] - slowest_clock(v) > v->ps->staleness)
-        pthread_cond_wait(&v->cv, &v->mu);
-    memcpy(ws->snapshot, v->params, v->n * sizeof(float));
+    memcpy(ws->snapshot, await_params(v, ws->w, step), v->n * sizeof(float));
     int failed = v->failed;
     pthread_mutex_unlock(&v->mu);
     if (failed) return DT_ERR_ABORTED;
@@ -201,12 +252,24 @@ static int async_step(server *v, worker_slot *ws, long step)
 
 /* ---- control ------------------------------------------------------------- */
 
-/* Parameters, and for FETCH the moments and step count, as they stand. */
-static int send_state(server *v, worker_slot *ws, int with_optimizer)
+/* Parameters, and for FETCH the moments and step count, as they stand.
+ * With a fixed staleness, what stands must not depend on how far the other
+ * workers got: a PULL takes the last step every worker's pushes are in for,
+ * and a FETCH after `step` waits for all of that step's (no worker can push
+ * the next one before the fetching worker does). Once every worker is done
+ * pushing, all that was pushed stands. */
+static int send_state(server *v, worker_slot *ws, int with_optimizer, long step)
 {
     const dt_optimizer *o = v->a->opt;
     pthread_mutex_lock(&v->mu);
-    int rc = dt_send(ws->link, v->params, v->n, DT_F32, 0);
+    const float *params = v->params;
+    int pushing = v->ps->fixed && slowest_clock(v) != LONG_MAX;
+    if (pushing && with_optimizer)
+        while (!v->failed && v->round <= step && slowest_clock(v) != LONG_MAX)
+            pthread_cond_wait(&v->cv, &v->mu);
+    else if (pushing)
+        params = round_params(v, v->round);
+    int rc = v->failed ? DT_ERR_ABORTED : dt_send(ws->link, params, v->n, DT_F32, 0);
     if (with_optimizer) {
         if (rc == 0 && o->m) rc = dt_send(ws->link, o->m, v->n, DT_F32, 0);
         if (rc == 0 && o->v) rc = dt_send(ws->link, o->v, v->n, DT_F32, 0);
@@ -221,6 +284,7 @@ static void stopped(server *v, int w)
 {
     pthread_mutex_lock(&v->mu);
     v->clock[w] = LONG_MAX; /* no longer holds the others back */
+    if (v->ps->fixed) keep_rounds(v);
     pthread_cond_broadcast(&v->cv);
     pthread_mutex_unlock(&v->mu);
 }
@@ -234,9 +298,10 @@ static void *serve_worker(void *arg)
         int rc = dt_ps_recv_ctrl(ws->link, 0, &ctrl);
         if (rc == 0) {
             switch (ctrl.kind) {
+            case DT_PS_DONE: stopped(v, ws->w); break;
             case DT_PS_STOP: stopped(v, ws->w); return NULL;
-            case DT_PS_PULL: rc = send_state(v, ws, 0); break;
-            case DT_PS_FETCH: rc = send_state(v, ws, 1); break;
+            case DT_PS_PULL: rc = send_state(v, ws, 0, ctrl.step); break;
+            case DT_PS_FETCH: rc = send_state(v, ws, 1, ctrl.step); break;
             case DT_PS_STEP:
                 rc = recv_push(v, ws);
                 if (rc == 0)
@@ -271,6 +336,10 @@ static int receive_init(server *v)
         if (rc == 0 && o->v) rc = dt_recv(link, o->v, v->n, DT_F32, 0);
         if (rc == 0) o->t = (long)ctrl.arg;
     }
+    v->first = v->round = ctrl.step;
+    for (int w = 0; w < v->ps->workers; w++) v->clock[w] = ctrl.step;
+    if (rc == 0 && v->ps->fixed)
+        memcpy(round_params(v, v->first), v->params, v->n * sizeof(float));
     if (rc != 0)
         dt_strf(v->err, sizeof v->err, "parameter server %d: receiving the starting state: %s",
                 v->s, rc == DT_ERR_PROTOCOL ? "unexpected message" : dt_comm_error(link));
@@ -309,6 +378,19 @@ static int setup(server *v, const dt_ps_server_args *a)
     return 0;
 }
 
+/* fixed: the ring of the last K + 1 steps' shards. */
+static int alloc_rounds(server *v)
+{
+    if (!v->ps->fixed) return 0;
+    size_t steps = (size_t)v->ps->staleness + 1, bytes = steps * v->n * sizeof(float);
+    if ((v->rounds = dt_alloc(bytes, DT_MEM_PARAMS))) return 0;
+    dt_strf(v->err, sizeof v->err,
+            "parameter server %d: out of memory for the %zu copies of its shard (%.1f MiB) "
+            "that --fixed-staleness keeps with --staleness %d; a lower --staleness needs "
+            "fewer", v->s, steps, (double)bytes / 1048576.0, v->ps->staleness);
+    return -1;
+}
+
 static void teardown(server *v)
 {
     for (int w = 0; v->slots && w < v->ps->workers; w++) {
@@ -321,6 +403,7 @@ static void teardown(server *v)
     free(v->in_off);
     free(v->clock);
     dt_free(v->acc);
+    dt_free(v->rounds);
     pthread_mutex_destroy(&v->mu);
     pthread_cond_destroy(&v->cv);
 }
@@ -333,6 +416,7 @@ int dt_ps_server_run(const dt_ps_server_args *a, float **params_out, long *updat
     *params_out = NULL;
     int rc = setup(&v, a);
     if (rc != 0) dt_strf(v.err, sizeof v.err, "parameter server: out of memory for its shard");
+    if (rc == 0) rc = alloc_rounds(&v);
     if (rc == 0) rc = receive_init(&v);
     int W = a->ps->workers, started = 0;
     pthread_t *threads = rc == 0 ? calloc((size_t)W, sizeof *threads) : NULL;

@@ -30,8 +30,9 @@ static int join(ps_layer *L, dt_rank *r, const dt_gpt *layout)
 {
     dt_compress_spec spec;
     if (dt_compress_parse(L->o.compress, &spec, r->err, sizeof r->err)) return -1;
-    return dt_ps_join(&L->ps, r->world, L->o.servers, layout, &spec, L->o.ps_async,
-                      L->o.staleness, r->err, sizeof r->err);
+    dt_ps_mode mode = {L->o.ps_async, L->o.staleness, L->o.fixed_staleness};
+    return dt_ps_join(&L->ps, r->world, L->o.servers, layout, &spec, &mode, r->err,
+                      sizeof r->err);
 }
 
 static int replicas(void *self, uint64_t *hash)
@@ -160,10 +161,13 @@ static int worker_before_save(void *self)
 }
 
 /* Asynchronous workers end at different moments and with different
- * parameters: they wait for each other, then all take the servers' last. */
+ * parameters: they wait for each other, then all take the servers' last.
+ * One that stops early (a signal) first tells the servers, so that the
+ * others' steps no longer wait for its pushes. */
 static int worker_end(void *self)
 {
     ps_layer *L = self;
+    if (dt_ps_worker_done(&L->w)) return failed_on(L, L->w.link, "telling the servers it is done");
     if (dt_barrier(L->ps.role)) return failed_on(L, L->ps.role, "waiting for the other workers");
     if (dt_ps_worker_pull(&L->w)) return failed_on(L, L->w.link, "pulling the final parameters");
     return 0;
@@ -182,7 +186,7 @@ static void worker_describe(void *self, FILE *f)
     fprintf(f, " x %d workers (parameter server over %s: %d server%s, %s", ps->workers,
             dt_comm_transport(L->S->rank->world), ps->servers, ps->servers > 1 ? "s" : "",
             ps->async ? "async" : "sync");
-    if (ps->async) fprintf(f, " with staleness %d", ps->staleness);
+    if (ps->async) fprintf(f, " with staleness %d%s", ps->staleness, ps->fixed ? " fixed" : "");
     fprintf(f, ", %d pieces per push, compression %s)", ps->npieces, L->o.compress);
 }
 

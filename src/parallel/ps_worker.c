@@ -207,4 +207,6 @@ int dt_ps_worker_fetch(dt_ps_worker *w, dt_optimizer *o)
     return rc;
 }
 
+int dt_ps_worker_done(dt_ps_worker *w) { return send_ctrl_all(w, DT_PS_DONE, w->step, 0); }
+
 int dt_ps_worker_stop(dt_ps_worker *w) { return send_ctrl_all(w, DT_PS_STOP, w->step, 0); }

@@ -47,6 +47,9 @@ int dt_ps_worker_pull(dt_ps_worker *w);
 /* The servers' parameters into the model and their optimizer state into o
  * (which covers the whole layout), for a checkpoint. */
 int dt_ps_worker_fetch(dt_ps_worker *w, dt_optimizer *o);
+/* Tells every server that this worker pushes no more steps (it may still
+ * pull and fetch). */
+int dt_ps_worker_done(dt_ps_worker *w);
 /* Tells every server that this worker is done. */
 int dt_ps_worker_stop(dt_ps_worker *w);
 

@@ -21,6 +21,7 @@ typedef struct {
     int servers;           /* ps: server ranks, the last ones */
     int ps_async;          /* ps: asynchronous updates */
     int staleness;         /* ps async: steps a worker may lead the slowest */
+    int fixed_staleness;   /* ps async: pushes in a fixed order, each `staleness` steps late */
     const char *compress;  /* ps: what workers push ("none", "topk:R", "int8") */
     const char *optimizer; /* the optimizer's name, for advice about pairings */
     int pp;                /* ddp: pipeline stages (1: none) */

@@ -185,6 +185,7 @@ static const opt_row opt_rows[] = {
     {"servers", "2", "--strategy ps", NULL},
     {"ps-mode", "async", "--strategy ps", NULL},
     {"staleness", "4", "--strategy ps --ps-mode async", NULL},
+    {"fixed-staleness", "1", "--strategy ps --ps-mode async", NULL},
     {"compress", "int8", "--strategy ps", NULL},
     {"comm-algo", "allreduce=ring", "", NULL},
     {"eval-every", "10", "", NULL},

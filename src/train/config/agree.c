@@ -83,6 +83,7 @@ static const struct {
     {"servers", DT_AGREE_VALUE},
     {"ps-mode", DT_AGREE_VALUE},
     {"staleness", DT_AGREE_VALUE},
+    {"fixed-staleness", DT_AGREE_VALUE},
     {"compress", DT_AGREE_VALUE},
     {"comm-algo", DT_AGREE_VALUE},
     /* The numbers: precision, initialization, the order of the data. */

@@ -109,6 +109,7 @@ typedef struct dt_train_config {
     int servers;       /* ps: ranks that hold the parameters (the last ones) */
     char ps_mode[8];   /* ps: sync | async */
     int staleness;     /* ps async: steps a worker may run ahead of the slowest */
+    int fixed_staleness; /* ps async: pushes in a fixed order, each exactly `staleness` late */
     char compress[24]; /* ps: what workers push: none | topk:R | int8 */
     char comm_algo[160]; /* forced collective algorithms: "allreduce=ring,allgather=bruck" */
     int pp;              /* pipeline stages (--pipeline-model-parallel-size); 1 = none */

@@ -191,6 +191,8 @@ const dt_cfg_opt dt_cfg_options[] = {
         "ps: one update per step from all workers, or one per push"),
     OPT(G_RUN, "staleness", NULL, T_INT, staleness, 0, 1000000, "K", NULL, 0,
         "ps async: steps a worker may run ahead of the slowest"),
+    OPT(G_RUN, "fixed-staleness", NULL, T_BOOL, fixed_staleness, 0, 1, "[=0|1]", NULL, O_OPTVAL,
+        "ps async: pushes in fixed order, each --staleness steps late"),
     OPT(G_RUN, "compress", NULL, T_STR, compress, 0, 0, "none|topk:R|int8", hook_compress, 0,
         "ps: compress pushes (error feedback)"),
     OPT(G_RUN, "comm-algo", NULL, T_STR, comm_algo, 0, 0, "COLL=ALGO,...", hook_comm_algo, 0,

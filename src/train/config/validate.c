@@ -316,6 +316,7 @@ int dt_config_data_parallel_size(const dt_train_config *c, int world, int *dp_si
     static const struct { size_t off; int strategy; } owned[] = {
         {offsetof(dt_train_config, devices), 1},   {offsetof(dt_train_config, servers), 2},
         {offsetof(dt_train_config, ps_mode), 2},   {offsetof(dt_train_config, staleness), 2},
+        {offsetof(dt_train_config, fixed_staleness), 2},
         {offsetof(dt_train_config, compress), 2}, {offsetof(dt_train_config, bucket_mb), 0},
     };
     static const char *const names[] = {"ddp", "dp", "ps"};
@@ -334,6 +335,15 @@ int dt_config_data_parallel_size(const dt_train_config *c, int world, int *dp_si
                 "run holds what DDP would (it shards over the ranks of --nproc N)", c->zero_stage);
     if (ps && DT_CONFIG_GIVEN(c, staleness) && strcmp(c->ps_mode, "async"))
         return dt_strf(err, n, "--staleness applies to --ps-mode async"), -1;
+    if (ps && c->fixed_staleness && strcmp(c->ps_mode, "async"))
+        return dt_strf(err, n, "--fixed-staleness applies to --ps-mode async (a synchronous "
+                       "run is reproducible already)"), -1;
+    /* Step t computes on the parameters after step t - K: the last one too
+     * would see the starting ones. */
+    if (ps && c->fixed_staleness && c->staleness > 0 && c->staleness >= c->steps - 1)
+        return dt_strf(err, n, "--staleness %d with --fixed-staleness: each of the %ld steps "
+                       "would compute on the starting parameters; give a staleness of at "
+                       "most %ld", c->staleness, c->steps, c->steps > 2 ? c->steps - 2 : 0), -1;
     /* The strategy itself says how it splits the batch, and which jobs it
      * cannot run. */
     const dt_strategy_kind *kind = dt_strategy_find(c->strategy);
@@ -372,6 +382,7 @@ dt_parallel_opts dt_config_parallel_opts(const dt_train_config *c)
                               .servers = c->servers,
                               .ps_async = strcmp(c->ps_mode, "async") == 0,
                               .staleness = c->staleness,
+                              .fixed_staleness = c->fixed_staleness,
                               .compress = c->compress,
                               .optimizer = c->optimizer,
                               .pp = c->pp,
