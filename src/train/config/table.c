@@ -177,8 +177,7 @@ const dt_cfg_opt dt_cfg_options[] = {
     ACT(G_RUN, "max-restarts", "K", 0,
         "with --nproc: start the ranks again after a failure, up to K times"),
     ACT(G_RUN, "min-nproc", "MIN", 0,
-        "with --max-restarts: go on with fewer ranks, down to MIN, when one cannot be "
-        "started again; same batch (DDP, ZeRO-1/2)"),
+        "a rank lost for good: go on with down to MIN ranks (DDP, ZeRO-1/2)"),
     OPT(G_RUN, "strategy", NULL, T_STR, strategy, 0, 0, "ddp|dp|ps", hook_strategy, 0,
         "all-reduce across ranks, threads as devices, parameter server"),
     OPT(G_RUN, "bucket-mb", NULL, T_DBL, bucket_mb, 1e-6, 1e6, "MB", NULL, 0,
