@@ -5,15 +5,17 @@ recovery time from a SIGKILL to the end of the first step after it, on
 GPT-2 small at 2 ranks.
 
   /usr/bin/python3 bench/bench_restart.py [--dtrain build/dtrain] [--steps 8] [--seq-len 256]
-                      [--batch-size 2] [--snapshot-every 1] [--recovery-batch 1x128]
+                      [--batch-size 2] [--snapshot-every 1] [--pairs 3]
+                      [--recovery-batch 1x128]
 
 For each of DDP and ZeRO-3: a run with restarts allowed (snapshots every
 step, or every --snapshot-every steps) reports, on its last lines, the
 training thread's time at each snapshot (begin: the ranks' agreement and
 rank 0's manifest, after the step) and its wait for the copy before the
 next update, and the background copy's time. The same run without
-restarts gives the step time without snapshots; the cost is what the
-snapshots add to the step (the wait, and the copy's share of the cores)
+restarts gives the step time without snapshots (--pairs of each,
+alternated, their medians: two single 8-step runs differ by a few
+percent on a small machine); the cost is what the snapshots add to the step (the wait, and the copy's share of the cores)
 plus the begin. Then a run at --recovery-batch (a short step: the
 recovery ends with one) is killed (rank 1, SIGKILL) halfway through its
 third step, and the restarted job's `recovered:` line gives the time from
@@ -47,6 +49,8 @@ def parse_args():
     ap.add_argument("--batch-size", type=int, default=2)
     ap.add_argument("--snapshot-every", type=int, default=1,
                     help="steps between snapshots in the timed run (its --snapshot-every)")
+    ap.add_argument("--pairs", type=int, default=3,
+                    help="runs with and without snapshots, alternated; their medians")
     ap.add_argument("--recovery-batch", default="1x128",
                     help="BxT of the run killed: the recovery ends with a step, so a short one")
     return ap.parse_args()
@@ -78,19 +82,28 @@ def step_ms(log):
 
 
 def snapshot_cost(a, tmp, name, extra):
+    """--pairs runs with snapshots and as many without, alternated so that
+    a drift in the machine's speed falls on both; the medians of their
+    step times, and the with-snapshots runs' last lines."""
     log = os.path.join(tmp, name + ".json")
     every = ["--snapshot-every", str(a.snapshot_every)]
-    r = subprocess.run(base(a, log, extra + every + ["--max-restarts", "1"]), capture_output=True,
-                       text=True)
-    if r.returncode != 0:
-        sys.exit(r.stdout[-2000:] + r.stderr[-2000:])
-    m = re.search(r"snapshots: (\d+) in memory .*, ([\d.]+) ms each on the training thread "
-                  r"\(([\d.]+) ms of it waiting.*\), ([\d.]+)% of the training time"
-                  r"(?:; copied in the background in (\d+) ms each)?", r.stdout)
-    with_ms = step_ms(log)
-    r = subprocess.run(base(a, log, extra), capture_output=True, text=True)
-    bg = float(m.group(5)) if m.group(5) else None
-    return float(m.group(2)), float(m.group(3)), bg, float(m.group(4)), with_ms, step_ms(log)
+    with_ms, off_ms, found = [], [], []
+    for _ in range(a.pairs):
+        r = subprocess.run(base(a, log, extra + every + ["--max-restarts", "1"]),
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(r.stdout[-2000:] + r.stderr[-2000:])
+        m = re.search(r"snapshots: (\d+) in memory .*, ([\d.]+) ms each on the training thread "
+                      r"\(([\d.]+) ms of it waiting.*\), ([\d.]+)% of the training time"
+                      r"(?:; copied in the background in (\d+) ms each)?", r.stdout)
+        found.append([float(m.group(g)) if m.group(g) else None for g in (2, 3, 5, 4)])
+        with_ms.append(step_ms(log))
+        r = subprocess.run(base(a, log, extra), capture_output=True, text=True)
+        off_ms.append(step_ms(log))
+    med = lambda v: float(np.median(v))
+    ms, wait, bg, share = [med([f[i] for f in found]) if found[0][i] is not None else None
+                           for i in range(4)]
+    return ms, wait, bg, share, med(with_ms), med(off_ms)
 
 
 def recovery(a, tmp, name, extra):
