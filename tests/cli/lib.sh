@@ -70,3 +70,13 @@ wait_for_pids() {
 # waits on the child: the child shows whether the launcher reaches a rank's
 # whole process group, not just the rank.
 RANK_WITH_CHILD='echo $$ > "$TMP/rank$RANK.pid"; sleep 60 & echo $! > "$TMP/child$RANK.pid"; wait'
+
+# `dtrain launch ARGS -- true` must exit 2 with want in its message.
+bad() { # expected-text args...
+    local want=$1
+    shift
+    rc=0
+    "$DTRAIN" launch "$@" -- true 2>"$TMP/bad.err" || rc=$?
+    expect_eq "$rc" 2 "exit status of launch $*"
+    expect_contains "$TMP/bad.err" "$want" "message of launch $*"
+}

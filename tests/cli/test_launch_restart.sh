@@ -164,14 +164,6 @@ expect_eq "$rc" 143 "exit status"
 expect_eq "$(attempts "$SEEN" | tr '\n' ' ')" "0 " "attempts"
 
 check "bad values are refused with exit 2"
-bad() { # expected-text args...
-    local want=$1
-    shift
-    rc=0
-    "$DTRAIN" launch "$@" -- true 2>"$TMP/bad.err" || rc=$?
-    expect_eq "$rc" 2 "exit status of launch $*"
-    expect_contains "$TMP/bad.err" "$want" "message of launch $*"
-}
 bad "invalid value '-1' for --max-restarts: expected an integer from 0 to 1000" --max-restarts -1
 bad "invalid value 'abc' for --max_restarts: expected an integer from 0 to 1000" --max_restarts abc
 bad "invalid value '1001' for --max-restarts" --max-restarts=1001

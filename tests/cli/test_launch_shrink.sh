@@ -122,14 +122,6 @@ for args in "--min-nproc 3" ""; do
 done
 
 check "bad values are refused with exit 2"
-bad() { # expected-text args...
-    local want=$1
-    shift
-    rc=0
-    "$DTRAIN" launch "$@" -- true 2>"$TMP/bad.err" || rc=$?
-    expect_eq "$rc" 2 "exit status of launch $*"
-    expect_contains "$TMP/bad.err" "$want" "message of launch $*"
-}
 bad "--min-nproc 3 needs --max-restarts K above 0" -n 4 --min-nproc 3
 bad "--min-nproc 5 is out of range for -n 4 (valid: 1 to 4)" -n 4 --max-restarts 1 --min-nproc 5
 bad "--min-nproc -1 is out of range for -n 4 (valid: 1 to 4)" -n 4 --max-restarts 1 \

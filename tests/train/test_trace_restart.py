@@ -29,31 +29,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
 from checks import check, finish  # noqa: E402
+from dtrain_run import logged, ranks_of  # noqa: E402
 
 STEPS, KILL_AFTER = 24, 6
-
-
-def rank_pid(launcher, rank):
-    """The pid of the launcher's live child with RANK=rank, or None."""
-    try:
-        kids = open("/proc/%d/task/%d/children" % (launcher, launcher)).read().split()
-    except OSError:
-        return None
-    for pid in map(int, kids):
-        try:
-            env = open("/proc/%d/environ" % pid, "rb").read().split(b"\0")
-        except OSError:
-            continue
-        if ("RANK=%d" % rank).encode() in env:
-            return pid
-    return None
-
-
-def logged(log):
-    try:
-        return sum(1 for l in open(log) if '"loss"' in l)
-    except OSError:
-        return 0
 
 
 def train_with_kill(dtrain, tmp):
@@ -66,7 +44,7 @@ def train_with_kill(dtrain, tmp):
     deadline = time.time() + 60
     while logged(log) < KILL_AFTER and p.poll() is None and time.time() < deadline:
         time.sleep(0.005)
-    pid = rank_pid(p.pid, 1)
+    pid = ranks_of(p.pid).get(1)
     if pid:
         os.kill(pid, signal.SIGKILL)
     out, _ = p.communicate(timeout=120)
