@@ -44,6 +44,7 @@ typedef struct dt_run {
         long lost;      /* on a restart: the failed attempt's steps lost, or -1 */
         uint64_t failure_ns; /* when the launcher saw the failure (CLOCK_MONOTONIC) */
         long from_step; /* the step this attempt started at */
+        uint64_t moved[2]; /* files and bytes its recovery copied between hosts */
         char dir[256];  /* the job's snapshot directory */
         long count;     /* snapshots this attempt wrote */
         uint64_t write_ns; /* and the time they took the training thread */

@@ -87,7 +87,11 @@ int dt_run_snapshots_start(dt_run *t, const char *where)
 {
     const char *rank = dt_env_str("DTRAIN_FAILED_RANK"), *how = dt_env_str("DTRAIN_FAILURE");
     t->snap.from_step = t->step;
-    if (t->snap.every > 0 && t->snap.restart == 0 && t->r.rank == 0 && check_room(t)) return -1;
+    /* Each host's first rank: a host may come to hold every shard of a
+     * slot (its own, its partners' copies, or all of them after a
+     * recovery fetched what it lacked). */
+    const int first = !t->r.world || dt_comm_local_rank(t->r.world) == 0;
+    if (t->snap.every > 0 && t->snap.restart == 0 && first && check_room(t)) return -1;
     if (t->snap.every > 0 && dt_run_snapshot_writer_start(t)) return -1;
     if (t->snap.restart == 0) return 0;
     const char *source = !where                       ? "the start (no snapshot or checkpoint yet)"
@@ -98,6 +102,9 @@ int dt_run_snapshots_start(dt_run *t, const char *where)
     fprintf(t->out, "restart %ld: rank %s %s; continuing at step %ld from %s", t->snap.restart,
             rank ? rank : "?", how ? how : "failed", t->step, source);
     if (where) fprintf(t->out, " (%s)", where);
+    if (where == t->snap.dir && t->snap.moved[0])
+        fprintf(t->out, ", %llu file(s) of it (%.1f MiB) copied between hosts",
+                (unsigned long long)t->snap.moved[0], (double)t->snap.moved[1] / 1048576.0);
     if (done >= t->step) fprintf(t->out, ", %ld step(s) lost", done - t->step);
     fprintf(t->out, "\n");
     fflush(t->out);
@@ -160,27 +167,26 @@ int dt_run_snapshot_after_step(dt_run *t, int save)
     return 0;
 }
 
-/* Rank 0 makes the newest snapshot that every rank completed a checkpoint
- * (the failed attempt's ranks are gone: its files no longer change), and
- * tells the others whether there is one: 1, 0 when none, or -1. */
+/* The ranks make the newest snapshot that every rank completed a
+ * checkpoint on every host (the failed attempt's ranks are gone: its files
+ * no longer change): 1, 0 when there is none, or -1. */
 static int recover(dt_run *t)
 {
     long step = -1;
     int64_t got = 0;
+    const int rc = dt_ckpt_slots_recover(t->snap.dir, t->r.world, &step, t->snap.moved, ERR(t));
+    if (rc < 0) return -1;
+    if (rc == 0) return 1;
+    /* A run with its optimizer state on NVMe snapshots with the checkpoint
+     * writers, into the directory itself (rank 0's host). */
     if (t->r.rank == 0) {
         char slot[320];
         snprintf(slot, sizeof slot, "%s/slot-0", t->snap.dir);
-        const int rc = dt_ckpt_slots_recover(t->snap.dir, &step, ERR(t));
-        got = rc == 0 ? 1 : rc == 1 ? 0 : -1;
-        /* A run with its optimizer state on NVMe snapshots with the
-         * checkpoint writers, into the directory itself. */
-        if (rc == 1 && access(slot, F_OK) != 0 && dt_ckpt_exists(t->snap.dir)) got = 1;
+        got = access(slot, F_OK) != 0 && dt_ckpt_exists(t->snap.dir);
     }
     if (t->r.world && dt_broadcast(t->r.world, &got, &got, 1, DT_I64, 0))
         return dt_strf(ERR(t), "restart: learning rank 0's snapshot: %s",
                        dt_comm_error(t->r.world)), -1;
-    if (got < 0 && t->r.rank != 0)
-        dt_strf(ERR(t), "restart: rank 0 could not read the snapshots in %s", t->snap.dir);
     return (int)got;
 }
 

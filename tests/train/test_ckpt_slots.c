@@ -146,9 +146,10 @@ static int snapshot(dt_ckpt_slots *sl, state *s, long step, int write)
 static long recover_load(const char *dir, state *got, char *err, size_t errlen)
 {
     long step = -1;
+    uint64_t moved[2];
     char where[1024];
     dt_ckpt_state st;
-    if (dt_ckpt_slots_recover(dir, &step, err, errlen) != 0 ||
+    if (dt_ckpt_slots_recover(dir, NULL, &step, moved, err, errlen) != 0 ||
         dt_ckpt_resolve(dir, where, sizeof where, err, errlen) ||
         dt_ckpt_load_ranges(where, &got->m, &got->mine, got->m.params, &got->o, &st, err, errlen))
         return -1;
@@ -216,7 +217,8 @@ static void test_save(dt_ckpt_slots *sl, state *s, const char *dir)
     snprintf(tmp, sizeof tmp, "%s/ckpt-00000010", out);
     CHECK(rc != 0 && access(tmp, F_OK) != 0, "a failed save left %s (rc %d)", tmp, rc);
     long step;
-    CHECK(dt_ckpt_slots_recover(dir, &step, err, sizeof err) == 0 && step == 10,
+    uint64_t moved[2];
+    CHECK(dt_ckpt_slots_recover(dir, NULL, &step, moved, err, sizeof err) == 0 && step == 10,
           "the snapshot of the failed save is still whole (%ld)", step);
 }
 
@@ -228,7 +230,8 @@ static void test_slots(const char *dir)
     make_state(&got);
     dt_ckpt_slots *sl = open_slots(&s, dir);
     long step;
-    CHECK(dt_ckpt_slots_recover(dir, &step, err, sizeof err) == 1,
+    uint64_t moved[2];
+    CHECK(dt_ckpt_slots_recover(dir, NULL, &step, moved, err, sizeof err) == 1,
           "no snapshot yet, but recover found step %ld", step);
     fill(&s, 1.0f);
     CHECK(snapshot(sl, &s, 5, 1) == 0, "snapshot 5");

@@ -90,6 +90,22 @@ int dt_ckpt_write_manifest(const char *tmp, const char *name, dt_ckpt_crew *c,
                            const dt_gpt *layout, const dt_ckpt_record *rec, int stage,
                            int moments, const int64_t *all, int max, char *err, size_t errlen);
 
+/* ---- the snapshot slots (slots.c, slots_recover.c) ---------------------- */
+
+#define DT_CKPT_SLOTS 2
+#define DT_CKPT_SLOT_PART "manifest.part"
+/* DIR/slot-K, or DIR/slot-K/NAME when name is not NULL. */
+void dt_ckpt_slot_path(char *buf, size_t len, const char *dir, int k, const char *name);
+/* DIR/slot-K/mark-RRRRR */
+void dt_ckpt_slot_mark_path(char *buf, size_t len, const char *dir, int k, int rank);
+/* Rank r's mark in slot k: 0 with its step, bytes and checksum, or -1. */
+int dt_ckpt_slot_read_mark(const char *dir, int k, int r, long *step, uint64_t *bytes,
+                           uint64_t *sum);
+/* Slot k's manifest.part, checked to be step's with n shards, with their
+ * checksums filled in from sums: malloc'd text, or NULL with a message. */
+char *dt_ckpt_slot_manifest(const char *dir, int k, long step, const uint64_t *sums, int n,
+                            char *err, size_t errlen);
+
 /* ---- loading: where a checkpoint's values are -------------------------- */
 
 /* Elements [lo, hi) of the layout's tensor `tensor`, held for each buffer

@@ -91,6 +91,9 @@ int dt_ckpt_save_sharded(const char *out_dir, const dt_gpt *layout, const dt_fla
  *   manifest.part                      rank 0's: the manifest, checksums 0
  *   mark-RRRRR                         rank R's: "STEP BYTES CHECKSUM"
  *
+ * On several hosts each holds its own ranks' files (and the manifest only
+ * rank 0's host) until a recovery pools them.
+ *
  * A slot holds step S whole when manifest.part's step is S and every
  * rank's mark says S: each rank removes its mark before it writes into
  * the slot and writes it (atomically) once its shard is whole, and a
@@ -136,10 +139,14 @@ uint64_t dt_ckpt_slots_bytes(const dt_ckpt_slots *s);
 /* Closes the mappings; a save's temporary directory left (a run given up
  * during it) is removed by rank 0. */
 void dt_ckpt_slots_close(dt_ckpt_slots *s);
-/* Files only (the writers are gone): the newest whole slot of DIR made a
- * checkpoint, its step to *step. 0; 1 when no slot is whole; -1 with a
- * message. */
-int dt_ckpt_slots_recover(const char *dir, long *step, char *err, size_t errlen);
+/* After a restart (the writers are gone), collective over world (NULL: a
+ * process alone): the newest slot whole across the hosts' DIRs, fetched
+ * where a host lacks a file of it, made a checkpoint on every host (see
+ * slots_recover.c), its step to *step and the files and bytes copied
+ * between hosts for it (over the job) to moved. 0; 1 when no slot is
+ * whole; -1 with a message. */
+int dt_ckpt_slots_recover(const char *dir, dt_comm *world, long *step, uint64_t moved[2],
+                          char *err, size_t errlen);
 
 /* Fills this rank's ranges of params, o->m, o->v (and o->t, *st) from a
  * whole-model or a sharded checkpoint of any rank count and stage; the

@@ -24,60 +24,29 @@
 #include "core/str.h"
 #include "train/ckpt/internal.h"
 #include "train/ckpt/shard.h"
+#include "train/ckpt/slots_internal.h"
 
-#define NSLOTS 2
-#define PART "manifest.part"
+#define NSLOTS DT_CKPT_SLOTS
+#define PART DT_CKPT_SLOT_PART
 
-typedef struct {
-    float *dst; /* in the mapping */
-    const float *src;
-    size_t n;
-} copy_job;
-
-typedef struct {
-    int fd;
-    unsigned char *map;
-    size_t size;
-    dt_ckpt_sum header; /* the checksum's state after the file's header */
-    copy_job *jobs;     /* [np * nbuf], in file order */
-} slot_file;
-
-struct dt_ckpt_slots {
-    dt_ckpt_crew crew;
-    const dt_gpt *layout;
-    dt_ckpt_piece *p, *pp; /* this rank's pieces: `at` of the moments, of params */
-    int np, nbuf, stage, moments;
-    int64_t *all, *bytes_of, *np_of; /* every rank's pieces, shard size, piece count */
-    int max;
-    char dir[DT_PATH_MAX];
-    slot_file f[NSLOTS];
-    int next, cur; /* the slot the next snapshot writes; the one begun */
-    long step;     /* the step begun */
-    /* The save to disk that goes with it (--save-every), when one does:
-     * the run directory and the checkpoint's temporary directory there. */
-    char save_dir[DT_PATH_MAX], tmp[DT_PATH_MAX + 128];
-};
-
-static void slot_path(char *buf, size_t len, const char *dir, int k, const char *name)
+void dt_ckpt_slot_path(char *buf, size_t len, const char *dir, int k, const char *name)
 {
     dt_strf(buf, len, "%s/slot-%d%s%s", dir, k, name ? "/" : "", name ? name : "");
 }
 
-static void mark_path(char *buf, size_t len, const char *dir, int k, int rank)
+void dt_ckpt_slot_mark_path(char *buf, size_t len, const char *dir, int k, int rank)
 {
     char name[32];
     dt_strf(name, sizeof name, "mark-%05d", rank);
-    slot_path(buf, len, dir, k, name);
+    dt_ckpt_slot_path(buf, len, dir, k, name);
 }
 
-/* ---- which slot is whole ------------------------------------------------ */
-
-/* Rank r's mark in slot k: 0 with its step, bytes and checksum, or -1. */
-static int read_mark(const char *dir, int k, int r, long *step, uint64_t *bytes, uint64_t *sum)
+int dt_ckpt_slot_read_mark(const char *dir, int k, int r, long *step, uint64_t *bytes,
+                           uint64_t *sum)
 {
     char path[DT_PATH_MAX + 64], line[128] = {0};
     unsigned long long b, c;
-    mark_path(path, sizeof path, dir, k, r);
+    dt_ckpt_slot_mark_path(path, sizeof path, dir, k, r);
     FILE *f = fopen(path, "r");
     if (!f) return -1;
     int ok = fgets(line, sizeof line, f) && sscanf(line, "%ld %llu %llx", step, &b, &c) == 3;
@@ -87,80 +56,50 @@ static int read_mark(const char *dir, int k, int r, long *step, uint64_t *bytes,
     return ok ? 0 : -1;
 }
 
-/* Slot k's manifest with every rank's checksum filled in, when every mark
- * gives manifest.part's step: that step, else -1 (*doc NULL). */
-static long whole_step(const char *dir, int k, cJSON **doc)
+char *dt_ckpt_slot_manifest(const char *dir, int k, long step, const uint64_t *sums, int n,
+                            char *err, size_t errlen)
 {
-    char path[DT_PATH_MAX + 64], e[256];
-    *doc = NULL;
-    slot_path(path, sizeof path, dir, k, PART);
-    char *text = dt_read_file(path, DT_CKPT_MANIFEST_BYTES, NULL, e, sizeof e);
-    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    char path[DT_PATH_MAX + 64];
+    dt_ckpt_slot_path(path, sizeof path, dir, k, PART);
+    char *text = dt_read_file(path, DT_CKPT_MANIFEST_BYTES, NULL, err, errlen);
+    if (!text) return NULL;
+    cJSON *j = cJSON_Parse(text);
     free(text);
-    const cJSON *step = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "state"), "step");
-    const cJSON *shards = cJSON_GetObjectItem(j, "shards");
-    long want = cJSON_IsNumber(step) ? (long)step->valuedouble : -1;
-    int n = cJSON_IsArray(shards) ? cJSON_GetArraySize(shards) : 0;
-    for (int r = 0; want >= 0 && r < n; r++) {
-        cJSON *s = cJSON_GetArrayItem(shards, r);
-        const char *b = cJSON_GetStringValue(cJSON_GetObjectItem(s, "bytes"));
-        long got;
-        uint64_t bytes, sum;
+    const cJSON *st = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "state"), "step");
+    cJSON *shards = cJSON_GetObjectItem(j, "shards");
+    if (!cJSON_IsNumber(st) || (long)st->valuedouble != step || !cJSON_IsArray(shards) ||
+        cJSON_GetArraySize(shards) != n) {
+        cJSON_Delete(j);
+        return dt_strf(err, errlen, "%s: not the manifest of step %ld's %d shards", path, step,
+                       n), NULL;
+    }
+    for (int r = 0; r < n; r++) {
         char hex[32];
-        if (!b || read_mark(dir, k, r, &got, &bytes, &sum) || got != want ||
-            strtoull(b, NULL, 10) != bytes) {
-            want = -1;
-            break;
-        }
-        dt_strf(hex, sizeof hex, "%016" PRIx64, sum);
-        cJSON_ReplaceItemInObject(s, "checksum", cJSON_CreateString(hex));
+        dt_strf(hex, sizeof hex, "%016" PRIx64, sums[r]);
+        cJSON_ReplaceItemInObject(cJSON_GetArrayItem(shards, r), "checksum",
+                                  cJSON_CreateString(hex));
     }
-    if (n == 0 || want < 0) {
-        cJSON_Delete(j);
-        return -1;
-    }
-    *doc = j;
-    return want;
+    text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text) dt_strf(err, errlen, "%s: out of memory for the manifest", path);
+    return text;
 }
 
-/* The newest whole slot (its manifest to *doc when doc is not NULL), or -1. */
-static int newest_whole(const char *dir, long *step, cJSON **doc)
+/* The slot a recovery made the checkpoint (`latest`), or -1: the one a
+ * restarted job has just read, which its first snapshot must not write. */
+static int recovered_slot(const char *dir)
 {
-    int best = -1;
-    *step = -1;
-    if (doc) *doc = NULL;
-    for (int k = 0; k < NSLOTS; k++) {
-        cJSON *j;
-        long s = whole_step(dir, k, &j);
-        if (s > *step) {
-            best = k;
-            *step = s;
-            if (doc) {
-                cJSON_Delete(*doc);
-                *doc = j;
-                j = NULL;
-            }
-        }
-        cJSON_Delete(j);
-    }
-    return best;
-}
-
-int dt_ckpt_slots_recover(const char *dir, long *step, char *err, size_t errlen)
-{
-    cJSON *doc;
-    const int k = newest_whole(dir, step, &doc);
-    if (k < 0) return 1;
-    char *text = cJSON_Print(doc);
-    cJSON_Delete(doc);
-    if (!text) return dt_strf(err, errlen, "%s: out of memory for a snapshot's manifest", dir), -1;
-    char path[DT_PATH_MAX + 64], line[32];
-    slot_path(path, sizeof path, dir, k, DT_CKPT_MANIFEST);
-    int rc = dt_afile_write_file(path, text, strlen(text), err, errlen);
-    free(text);
+    char path[DT_PATH_MAX + 16], line[32] = {0};
+    int k = -1;
     dt_strf(path, sizeof path, "%s/latest", dir);
-    dt_strf(line, sizeof line, "slot-%d\n", k);
-    return rc ? -1 : dt_afile_write_file(path, line, strlen(line), err, errlen);
+    FILE *f = fopen(path, "r");
+    if (f && fgets(line, sizeof line, f) && sscanf(line, "slot-%d", &k) == 1 && k >= 0 &&
+        k < NSLOTS) {
+        fclose(f);
+        return k;
+    }
+    if (f) fclose(f);
+    return -1;
 }
 
 /* ---- the shard files ---------------------------------------------------- */
@@ -216,10 +155,10 @@ static int open_file(dt_ckpt_slots *s, int k, char (*names)[128], const float *c
     char name[64], path[DT_PATH_MAX + 128];
     slot_file *sf = &s->f[k];
     dt_ckpt_shard_name(name, sizeof name, s->crew.rank, s->crew.size);
-    slot_path(path, sizeof path, s->dir, k, name);
+    dt_ckpt_slot_path(path, sizeof path, s->dir, k, name);
     uint64_t bytes, sum;
     char mark[DT_PATH_MAX + 64];
-    mark_path(mark, sizeof mark, s->dir, k, s->crew.rank);
+    dt_ckpt_slot_mark_path(mark, sizeof mark, s->dir, k, s->crew.rank);
     if (!reusable(s, path, names)) {
         /* A file made anew holds none of the snapshot its mark would claim. */
         if (unlink(mark) != 0 && errno != ENOENT)
@@ -244,7 +183,7 @@ static int open_file(dt_ckpt_slots *s, int k, char (*names)[128], const float *c
 static void remove_strangers(const dt_ckpt_slots *s, int k)
 {
     char dir[DT_PATH_MAX + 16], mine[64], path[DT_PATH_MAX + 300];
-    slot_path(dir, sizeof dir, s->dir, k, NULL);
+    dt_ckpt_slot_path(dir, sizeof dir, s->dir, k, NULL);
     dt_strf(mine, sizeof mine, "-of-%05d.safetensors", s->crew.size);
     DIR *d = opendir(dir);
     struct dirent *e;
@@ -276,7 +215,8 @@ static int plan(dt_ckpt_slots *s, const dt_flat_ranges *mine, const dt_flat_rang
     if (dt_ckpt_agree(c, &me, err, err, errlen)) return -1;
     s->np_of = calloc((size_t)c->size, sizeof *s->np_of);
     s->bytes_of = calloc((size_t)c->size, sizeof *s->bytes_of);
-    if (!s->np_of || !s->bytes_of) return dt_strf(err, errlen, "out of memory"), -1;
+    s->sum_of = calloc((size_t)c->size, sizeof *s->sum_of);
+    if (!s->np_of || !s->bytes_of || !s->sum_of) return dt_strf(err, errlen, "out of memory"), -1;
     for (int r = 0; r < c->size; r++) s->np_of[r] = c->all[r].value[2];
     s->all = dt_ckpt_gather_pieces(c, s->p, s->np, &s->max, err, errlen);
     return s->all ? 0 : -1;
@@ -312,16 +252,15 @@ static int open_files(dt_ckpt_slots *s, const float *params, const dt_optimizer 
     if (rc == 0) name_sources(s, params, o, names, src);
     for (int k = 0; rc == 0 && k < NSLOTS; k++) {
         char dir[DT_PATH_MAX + 16];
-        slot_path(dir, sizeof dir, s->dir, k, NULL);
+        dt_ckpt_slot_path(dir, sizeof dir, s->dir, k, NULL);
         if (mkdir(dir, 0700) != 0 && errno != EEXIST)
             rc = (dt_strf(err, errlen, "%s: %s", dir, strerror(errno)), -1);
         if (rc == 0 && s->crew.rank == 0) remove_strangers(s, k);
         if (rc == 0) rc = open_file(s, k, names, src, err, errlen);
     }
-    long newest;
     me.ok = rc == 0;
     me.value[0] = (int64_t)s->f[0].size;
-    me.value[1] = s->crew.rank == 0 ? newest_whole(s->dir, &newest, NULL) : 0;
+    me.value[1] = s->crew.rank == 0 ? recovered_slot(s->dir) : 0;
     free(names);
     free(src);
     if (dt_ckpt_agree(&s->crew, &me, err, err, errlen)) return -1;
@@ -342,6 +281,7 @@ int dt_ckpt_slots_open(dt_ckpt_slots **out, const char *dir, const dt_gpt *layou
     s->moments = o->v ? 2 : o->m ? 1 : 0;
     s->nbuf = 1 + s->moments;
     s->f[0].fd = s->f[1].fd = -1;
+    s->rep.fd[0] = s->rep.fd[1] = -1;
     dt_strf(s->dir, sizeof s->dir, "%s", dir);
     s->crew = (dt_ckpt_crew){.group = group, .rank = group ? dt_comm_rank(group) : 0,
                              .size = group ? dt_comm_size(group) : 1};
@@ -349,6 +289,7 @@ int dt_ckpt_slots_open(dt_ckpt_slots **out, const char *dir, const dt_gpt *layou
     int rc = s->crew.all ? 0 : (dt_strf(err, errlen, "out of memory"), -1);
     if (rc == 0) rc = plan(s, mine, mine_params, err, errlen);
     if (rc == 0) rc = open_files(s, params, o, err, errlen);
+    if (rc == 0) rc = dt_ckpt_replica_open(s, err, errlen);
     if (rc == 0) return *out = s, 0;
     dt_ckpt_slots_close(s);
     return -1;
@@ -358,6 +299,7 @@ void dt_ckpt_slots_close(dt_ckpt_slots *s)
 {
     if (!s) return;
     if (s->crew.rank == 0 && s->tmp[0]) dt_ckpt_remove_tree(s->tmp); /* a save never run */
+    dt_ckpt_replica_close(s);
     for (int k = 0; k < NSLOTS; k++) {
         if (s->f[k].map) munmap(s->f[k].map, s->f[k].size);
         if (s->f[k].fd >= 0) close(s->f[k].fd);
@@ -368,6 +310,7 @@ void dt_ckpt_slots_close(dt_ckpt_slots *s)
     free(s->all);
     free(s->np_of);
     free(s->bytes_of);
+    free(s->sum_of);
     free(s->crew.all);
     free(s);
 }
@@ -402,21 +345,22 @@ int dt_ckpt_slots_begin(dt_ckpt_slots *s, const dt_optimizer *o, const dt_ckpt_s
     /* Every rank's previous snapshot is whole: the other slot may go. */
     const int k = s->next;
     char path[DT_PATH_MAX + 64];
-    mark_path(path, sizeof path, s->dir, k, c->rank);
+    dt_ckpt_slot_mark_path(path, sizeof path, s->dir, k, c->rank);
     if (unlink(path) != 0 && errno != ENOENT)
         return dt_strf(err, errlen, "%s: %s", path, strerror(errno)), -1;
+    if (dt_ckpt_replica_begin(s, k, err, errlen)) return -1;
     s->cur = k;
     s->next = 1 - k;
     s->step = st->step;
     if (c->rank != 0) return 0;
-    slot_path(path, sizeof path, s->dir, k, DT_CKPT_MANIFEST);
+    dt_ckpt_slot_path(path, sizeof path, s->dir, k, DT_CKPT_MANIFEST);
     if (unlink(path) != 0 && errno != ENOENT)
         return dt_strf(err, errlen, "%s: %s", path, strerror(errno)), -1;
     dt_ckpt_record rec;
     if (dt_ckpt_make_record(s->dir, s->layout, o, st, &rec, err, errlen)) return -1;
     for (int r = 0; r < c->size; r++)
         c->all[r] = (dt_ckpt_report){.ok = 1, .value = {s->bytes_of[r], 0, s->np_of[r]}};
-    slot_path(path, sizeof path, s->dir, k, NULL);
+    dt_ckpt_slot_path(path, sizeof path, s->dir, k, NULL);
     return dt_ckpt_write_manifest(path, PART, c, s->layout, &rec, s->stage, s->moments, s->all,
                                   s->max, err, errlen);
 }
@@ -428,10 +372,12 @@ int dt_ckpt_slots_write(dt_ckpt_slots *s, char *err, size_t errlen)
     for (int k = 0; k < s->np * s->nbuf; k++)
         dt_ckpt_sum_copy(&sum, sf->jobs[k].dst, sf->jobs[k].src, sf->jobs[k].n * sizeof(float));
     char path[DT_PATH_MAX + 64], line[96];
-    mark_path(path, sizeof path, s->dir, s->cur, s->crew.rank);
+    dt_ckpt_slot_mark_path(path, sizeof path, s->dir, s->cur, s->crew.rank);
+    s->sum = dt_ckpt_sum_end(&sum);
     dt_strf(line, sizeof line, "%ld %llu %016" PRIx64 "\n", s->step,
-            (unsigned long long)sf->size, dt_ckpt_sum_end(&sum));
-    return dt_afile_write_file(path, line, strlen(line), err, errlen);
+            (unsigned long long)sf->size, s->sum);
+    if (dt_afile_write_file(path, line, strlen(line), err, errlen)) return -1;
+    return dt_ckpt_replica_send(s, err, errlen);
 }
 
 /* ---- the save to disk from a slot (--save-every) ------------------------ */
@@ -444,23 +390,28 @@ static void done_path(char *buf, size_t len, const char *tmp, int rank)
     dt_strf(buf, len, "%s/.done-%05d", tmp, rank);
 }
 
-/* Rank r's result in the save's directory: 1 done, 0 not yet, -1 failed
- * (its message to err). */
+/* Rank r's result in the save's directory: 1 done (its shard's checksum
+ * to s->sum_of[r]), 0 not yet, -1 failed (its message to err). */
 static int read_done(const dt_ckpt_slots *s, int r, char *err, size_t errlen)
 {
     char path[DT_PATH_MAX + 200], line[512] = {0};
+    unsigned long long sum;
     done_path(path, sizeof path, s->tmp, r);
     FILE *f = fopen(path, "r");
     if (!f) return 0;
     int got = fgets(line, sizeof line, f) != NULL;
     fclose(f);
-    if (got && strncmp(line, "ok", 2) == 0) return unlink(path), 1;
+    if (got && sscanf(line, "ok %llx", &sum) == 1) {
+        s->sum_of[r] = sum;
+        return unlink(path), 1;
+    }
     line[strcspn(line, "\n")] = 0;
     return dt_strf(err, errlen, "rank %d failed: %s", r, line), -1;
 }
 
-/* Rank 0: until every rank's shard is in the save's directory (the ranks
- * share the host), the deadline passes, or abandon is set. */
+/* Rank 0: until every rank's shard is in the save's directory (a file
+ * system every rank's host sees, as --out must be), the deadline passes,
+ * or abandon is set. */
 static int wait_done(const dt_ckpt_slots *s, const atomic_int *abandon, char *err,
                      size_t errlen)
 {
@@ -482,20 +433,15 @@ static int wait_done(const dt_ckpt_slots *s, const atomic_int *abandon, char *er
     return 0;
 }
 
-/* Rank 0: the slot's manifest (its marks' checksums are the shards'), then
- * the checkpoint moved into place. */
+/* Rank 0: the slot's manifest with the shards' checksums, then the
+ * checkpoint moved into place. */
 static int publish(const dt_ckpt_slots *s, long keep, char *path, size_t pathlen, char *err,
                    size_t errlen)
 {
-    cJSON *doc;
-    if (whole_step(s->dir, s->cur, &doc) != s->step) {
-        cJSON_Delete(doc);
-        return dt_strf(err, errlen, "%s: the snapshot of step %ld is not whole", s->dir,
-                       s->step), -1;
-    }
-    char *text = cJSON_Print(doc), file[DT_PATH_MAX + 160];
-    cJSON_Delete(doc);
-    if (!text) return dt_strf(err, errlen, "%s: out of memory for the manifest", s->tmp), -1;
+    char file[DT_PATH_MAX + 160];
+    char *text = dt_ckpt_slot_manifest(s->dir, s->cur, s->step, s->sum_of, s->crew.size, err,
+                                       errlen);
+    if (!text) return -1;
     dt_strf(file, sizeof file, "%s/" DT_CKPT_MANIFEST, s->tmp);
     int rc = dt_afile_write_file(file, text, strlen(text), err, errlen);
     free(text);
@@ -514,7 +460,8 @@ int dt_ckpt_slots_save(dt_ckpt_slots *s, long keep, const atomic_int *abandon, c
     dt_ckpt_shard_name(name, sizeof name, s->crew.rank, s->crew.size);
     dt_strf(file, sizeof file, "%s/%s", s->tmp, name);
     int rc = dt_afile_write_file(file, sf->map, sf->size, err, errlen);
-    dt_strf(line, sizeof line, rc == 0 ? "ok\n" : "failed %.500s\n", err);
+    if (rc == 0) dt_strf(line, sizeof line, "ok %016" PRIx64 "\n", s->sum);
+    else dt_strf(line, sizeof line, "failed %.500s\n", err);
     done_path(file, sizeof file, s->tmp, s->crew.rank);
     if (dt_afile_write_file(file, line, strlen(line), why, sizeof why) && rc == 0)
         rc = (dt_strf(err, errlen, "%s", why), -1);
