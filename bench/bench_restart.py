@@ -128,6 +128,9 @@ def recovery(a, tmp, name, extra):
     out, _ = p.communicate()
     rec = re.search(r"recovered: ([\d.]+) s", out)
     lost = re.search(r"(\d+) step\(s\) lost", out)
+    parts = re.search(r"recovered: .*\((.*)\)", out)
+    if parts:
+        print("  %s recovery: %s" % (name, parts.group(1)))
     return (float(rec.group(1)) if rec else None), (int(lost.group(1)) if lost else None), step
 
 

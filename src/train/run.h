@@ -45,6 +45,10 @@ typedef struct dt_run {
         uint64_t failure_ns; /* when the launcher saw the failure (CLOCK_MONOTONIC) */
         long from_step; /* the step this attempt started at */
         uint64_t moved[2]; /* files and bytes its recovery copied between hosts */
+        /* The parts of a recovery (dt_now_ns): this attempt's start
+         * (dt_train's entry), the end of its rendezvous, the start and end
+         * of finding the snapshot, the end of the model's build and load. */
+        uint64_t entry_ns, joined_ns, pool_ns, pooled_ns, loaded_ns;
         char dir[256];  /* the job's snapshot directory */
         long count;     /* snapshots this attempt wrote */
         uint64_t write_ns; /* and the time they took the training thread */

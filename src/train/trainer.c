@@ -287,7 +287,10 @@ static int setup(dt_run *t)
                        "--out %s already holds checkpoints: add --resume to continue that run, "
                        "or choose another directory",
                        c->out_dir), -1;
+    const uint64_t load0 = dt_now_ns();
     if (dt_run_setup_model(t, where ? resume_dir : NULL)) return -1;
+    t->snap.loaded_ns = dt_now_ns();
+    if (!t->snap.pooled_ns) t->snap.pool_ns = t->snap.pooled_ns = load0;
     if (dt_run_snapshots_start(t, where)) return -1;
     trace_across_restarts(t);
     dt_run_print_shrink(t);
@@ -377,10 +380,13 @@ int dt_train(dt_train_config *cfg, char *err, size_t errlen)
     memset(&t, 0, sizeof t);
     t.cfg = cfg;
     t.lock_fd = -1;
+    t.snap.entry_ns = dt_now_ns();
     /* Before any thread starts: the communicator's progress thread adds
      * gradients as the kernels do, denormals flushed (kernels/threads.h). */
     dt_kernels_flush_denormals();
-    if (join_job(&t, err, errlen) ||
+    const int joined = join_job(&t, err, errlen);
+    t.snap.joined_ns = dt_now_ns();
+    if (joined ||
         dt_config_data_parallel_size(cfg, t.r.vsize ? t.r.vsize : t.r.size, &t.dp_size, err,
                                      errlen) ||
         dt_config_validate(cfg, t.dp_size, err, errlen)) {

@@ -105,6 +105,13 @@ def expect_shrunk(name, out, lost, restarts):
           % (lost, lost, lost) in out,
           "%s: the launcher says the job shrank, why, and how the batch is kept; rank 0 of "
           "each shrunk attempt says which blocks each rank computes" % name)
+    # The attempt whose rank could not start never completed a step: the
+    # summary still counts its restart.
+    summary = re.search(r"failures: (\d+) restart\(s\)( \(1 of them failed before their "
+                        r"first step\))?,", out)
+    check(summary and int(summary.group(1)) == restarts and summary.group(2),
+          "%s: the summary counts the %d restarts, the failed start among them (%s)"
+          % (name, restarts, summary.group(0) if summary else "no failures line"))
 
 
 def exact_case(dtrain, tmp, name, args, lost, then_kill_rank0):
