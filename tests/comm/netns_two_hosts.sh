@@ -1,11 +1,6 @@
 #!/usr/bin/env bash
-# Two hosts for real, on one machine: two network namespaces joined by a
-# veth pair (198.18.0.1 and 198.18.0.2, the benchmarking range), each with
-# its own hostname (UTS namespace) and its own /dev/shm (mount namespace).
-# Without the hostnames the library would see one host (it groups ranks by
-# hostname and boot id, and the boot id is the kernel's) and use shared
-# memory between the "hosts"; without the private /dev/shm both hosts would
-# share shared-memory names, which real hosts never do.
+# Two hosts for real, on one machine: two network namespaces, each with its
+# own hostname and its own /dev/shm (lib_netns.sh).
 #
 # One `dtrain launch -n 2 --nnodes 2` per host runs the collective test
 # matrix with DTRAIN_TRANSPORT unset: the two ranks of a host must talk over
@@ -25,61 +20,8 @@ COLL_ARGS=("$@")
 [[ ${#COLL_ARGS[@]} -gt 0 ]] || COLL_ARGS=(--quick)
 source "$(dirname "$0")/lib_launch.sh"
 
-skip() {
-    echo "SKIP: $*"
-    exit 77
-}
-
-for tool in ip unshare mount; do
-    command -v $tool >/dev/null || skip "no '$tool' command"
-done
-
-# A random suffix keeps concurrent runs (two build trees, ctest -j) apart.
-SUFFIX=$(random_hex 3)
-NS_A="dtrainA$SUFFIX"
-NS_B="dtrainB$SUFFIX"
-VETH_A="dtva$SUFFIX" # at most 15 characters
-VETH_B="dtvb$SUFFIX"
-ADDR_A=198.18.0.1
-ADDR_B=198.18.0.2
-
-netns_cleanup() {
-    local ns pid
-    for ns in "$NS_A" "$NS_B"; do
-        ip netns list 2>/dev/null | grep -qw "$ns" || continue
-        for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null; done
-        # Deleting a namespace also deletes its end of the veth pair, and
-        # with it the other end.
-        ip netns del "$ns" 2>/dev/null
-    done
-}
-CLEANUP_HOOKS+=(netns_cleanup)
-
-check "two network namespaces joined by a veth pair"
-ip netns add "$NS_A" 2>"$TMP/ip.err" || skip "cannot create a network namespace: $(cat "$TMP/ip.err")"
-ip netns add "$NS_B" 2>"$TMP/ip.err" || skip "cannot create a network namespace: $(cat "$TMP/ip.err")"
-ip link add "$VETH_A" netns "$NS_A" type veth peer name "$VETH_B" netns "$NS_B" 2>"$TMP/ip.err" ||
-    skip "cannot create a veth pair: $(cat "$TMP/ip.err")"
-ip -n "$NS_A" addr add $ADDR_A/24 dev "$VETH_A"
-ip -n "$NS_B" addr add $ADDR_B/24 dev "$VETH_B"
-for ns in "$NS_A" "$NS_B"; do
-    ip -n "$ns" link set lo up
-done
-ip -n "$NS_A" link set "$VETH_A" up
-ip -n "$NS_B" link set "$VETH_B" up
-# The UTS and mount namespaces need CAP_SYS_ADMIN as well; try once, so a
-# refusal is a SKIP rather than two failed launches.
-ip netns exec "$NS_A" unshare --uts --mount --propagation private \
-    sh -c 'hostname probe && mount -t tmpfs none /dev/shm' 2>"$TMP/ip.err" ||
-    skip "cannot create UTS and mount namespaces: $(cat "$TMP/ip.err")"
-# A veth link takes a moment to come up; wait until A reaches B.
-if command -v ping >/dev/null; then
-    for i in $(seq 1 50); do
-        ip netns exec "$NS_A" ping -c 1 -W 1 $ADDR_B >/dev/null 2>&1 && break
-        [[ $i -lt 50 ]] || fail "$ADDR_A cannot reach $ADDR_B over the veth pair"
-        sleep 0.1
-    done
-fi
+source "$(dirname "$0")/lib_netns.sh"
+netns_two_hosts_up
 
 check "2 hosts x 2 ranks, DTRAIN_TRANSPORT unset: test_collectives ${COLL_ARGS[*]} passes on" \
     "both, over shm+tcp"
@@ -93,7 +35,6 @@ DTRAIN_SECRET=$(random_hex 16)
 # kept: that is what real hosts do.
 JOB_ID_FROM_LAUNCHER=1 # read by start_job
 HOST_LAUNCHERS=()
-HOST_SETUP='mount -t tmpfs -o size=512m dtrain-shm /dev/shm && hostname "$0" && exec "$@"'
 for node in 0 1; do
     if [[ $node -eq 0 ]]; then ns=$NS_A host=hostA; else ns=$NS_B host=hostB; fi
     LAUNCH_WRAP=(ip netns exec "$ns" unshare --uts --mount --propagation private
