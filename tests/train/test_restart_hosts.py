@@ -18,6 +18,10 @@ steps), each against the same layout undisturbed:
   ddp, 2 hosts x 1 rank     host 1 lost: its shard comes from host 0's copy
   zero-3, 2 hosts x 1 rank  host 0 lost (rank 0, the manifest's writer)
   pp 2 x dp 2, 2 hosts x 2  host 1 lost (a whole pipeline stage)
+  ddp, 2 hosts x 1 rank     host 1 lost, then its rank killed again as it
+                            fetches the snapshot in the first recovery
+                            (DTRAIN_SNAPSHOT_TEST_DIE_FETCHING): the second
+                            recovery continues, bit for bit
 Each restart must continue from the snapshot in memory, and one that lost a
 host say how much was copied between hosts. Needs CAP_SYS_ADMIN for the mount namespaces; says
 SKIP and exits 77 without it.
@@ -40,14 +44,15 @@ BASE = ["train", "--model", "tiny", "--steps", "24", "--batch-size", "4", "--seq
         "--eval-batches", "0", "--threads", "1", "--print-every", "1000"]
 
 
-def job(dtrain, tmp, name, nproc, per_host, args, lose=None, victims=()):
+def job(dtrain, tmp, name, nproc, per_host, args, lose=None, victims=(), env=None):
     """Runs nproc ranks, per_host to a host; once 8 steps are logged, empties
     host `lose`'s shared memory (if given) and kills `victims`. Returns
     (exit code, output, final weights or None)."""
     shm = os.path.join(tmp, name + ".shm")
     os.makedirs(shm)
     log, final = os.path.join(tmp, name + ".json"), os.path.join(tmp, name + ".st")
-    env = dict(os.environ, DTRAIN_TEST_SHM_ROOT=shm, DTRAIN_TEST_PER_HOST=str(per_host))
+    env = dict(os.environ, DTRAIN_TEST_SHM_ROOT=shm, DTRAIN_TEST_PER_HOST=str(per_host),
+               **(env or {}))
     cmd = [dtrain, "launch", "-n", str(nproc), "--max-restarts", "2", "--", WRAP, dtrain] + \
         BASE + ["--log-json", log, "--save-final", final] + args
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -90,6 +95,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         cases = [("ddp", 2, 1, [], [(None, [1], "rank 1 killed, its host's memory kept"),
                                     (1, [1], "host 1 lost")]),
+                 ("die", 2, 1, [], [(1, [1], "host 1 lost, then a rank killed while it "
+                                     "fetches the snapshot")]),
                  ("zero3", 2, 1, ["--zero-stage", "3"], [(0, [0], "host 0 lost (rank 0)")]),
                  ("pp2dp2", 4, 2, ["--pp", "2", "--dp", "2"], [(1, [2, 3], "host 1 lost")])]
         for name, n, per, args, kills in cases:
@@ -98,11 +105,20 @@ def main():
                 print(out[-4000:])
                 raise SystemExit("the undisturbed %s run failed" % name)
             for i, (lose, victims, what) in enumerate(kills):
-                rc, out, w = job(dtrain, tmp, "%s_%d" % (name, i), n, per, args, lose, victims)
+                env = {"DTRAIN_SNAPSHOT_TEST_DIE_FETCHING": "1"} if name == "die" else None
+                rc, out, w = job(dtrain, tmp, "%s_%d" % (name, i), n, per, args, lose, victims,
+                                 env)
                 same = rc == 0 and w is not None and same_bits(w, ref)
                 check(same, "%s on %d hosts, %s: the undisturbed run's final weights bit for "
                       "bit (exit %d)" % (name, n // per, what, rc))
-                said = [l for l in out.splitlines() if l.startswith("restart 1:")]
+                # The failure during the first recovery ends its attempt:
+                # the second recovers.
+                first = "restart 2:" if name == "die" else "restart 1:"
+                said = [l for l in out.splitlines() if l.startswith(first)]
+                if name == "die":
+                    check("restart 2 of 2" in out and "killed by signal 9" in out,
+                          "die: the failure during the first recovery was restarted from (%s)"
+                          % [l for l in out.splitlines() if "dtrain launch:" in l])
                 # With two hosts each holds every shard (its own and its
                 # partner's copy) unless one is lost.
                 told = len(said) == 1 and "from the snapshot in memory" in said[0] and \

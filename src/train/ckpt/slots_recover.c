@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,6 +192,16 @@ static int send_file(dt_comm *c, const char *path, int peer, char *err, size_t e
     return 0;
 }
 
+/* For the test of a failure during a recovery: with
+ * DTRAIN_SNAPSHOT_TEST_DIE_FETCHING set, a rank of the job's first restart
+ * is killed (SIGKILL) as it starts to receive a file. */
+static void test_die(void)
+{
+    const char *v = getenv("DTRAIN_SNAPSHOT_TEST_DIE_FETCHING");
+    const char *restart = getenv("TORCHELASTIC_RESTART_COUNT");
+    if (v && *v && restart && atol(restart) == 1) raise(SIGKILL);
+}
+
 /* -1: a failure here (the run goes on to agree on it); -2: the communicator
  * failed (the job is failing). */
 static int recv_file(dt_comm *c, const char *path, int peer, char *err, size_t errlen)
@@ -204,6 +215,7 @@ static int recv_file(dt_comm *c, const char *path, int peer, char *err, size_t e
     if (!buf) return dt_strf(err, errlen, "restart: out of memory receiving %s", path), -2;
     dt_afile a;
     int ok = dt_afile_open(&a, path, err, errlen) == 0;
+    test_die();
     for (int64_t at = 0; at < size; at += (int64_t)CHUNK) {
         const size_t n = (size_t)(size - at) < CHUNK ? (size_t)(size - at) : CHUNK;
         if (dt_recv(c, buf, n, DT_U8, peer)) {
