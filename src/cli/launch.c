@@ -7,7 +7,8 @@
  *   error of their own), then SIGTERM, then SIGKILL.
  *
  * With --max-restarts K, a failure instead ends the attempt at once and all
- * ranks start again, the same job, up to K times.
+ * ranks start again, the same job, up to K times; on every node, which
+ * agree through the store that node 0's launcher then serves.
  *
  * This file runs a job from start to end, attempt after attempt; launch.h says which file does
  * what on the way.
@@ -32,7 +33,8 @@ static int alloc_ranks(struct job *j)
     const struct launch_opts *o = j->o;
     j->nranks = (int)o->nproc;
     j->ranks = calloc((size_t)j->nranks, sizeof *j->ranks);
-    j->fds = calloc((size_t)(1 + 2 * j->nranks), sizeof *j->fds);
+    /* The signalfd, each rank's two pipes, the verdict's pipe. */
+    j->fds = calloc((size_t)(2 + 2 * j->nranks), sizeof *j->fds);
     if (!j->ranks || !j->fds) {
         fprintf(stderr, PROG ": out of memory\n");
         return -1;
@@ -69,6 +71,7 @@ static void start_ranks(struct job *j)
         j->no_restart = 1;
         if (j->ranks[i].pid <= 0) {
             launch_record_failure(j, 1);
+            launch_store_report(j, j->ranks[i].rank, 1, "could not be started", 0);
             launch_enter_term(j);
         }
         break;
@@ -98,6 +101,7 @@ static void end_attempt(struct job *j)
      * new attempt must not find the last one's. */
     char err[512];
     if (dt_shm_remove_job(j->id.job_id, err, sizeof err) < 0) fprintf(stderr, PROG ": %s\n", err);
+    launch_store_close(j);
 }
 
 /* The slot a restarted rank could not be started in is given up, and
@@ -135,6 +139,8 @@ static void finish(struct job *j)
 {
     char err[512];
     if (dt_snapshot_remove(j->id.job_id, err, sizeof err) < 0) fprintf(stderr, PROG ": %s\n", err);
+    launch_store_free(j);
+    free(j->id.secret_copy);
     if (j->sigfd >= 0) close(j->sigfd);
     free(j->ranks);
     free(j->fds);
@@ -157,16 +163,19 @@ int cli_launch(int argc, char **argv)
     j.launcher_pid = getpid();
     j.stdin_is_tty = isatty(0);
     int rc = launch_resolve_ident(&o, &j.id);
+    if (rc == 0) rc = launch_store_init(&j);
     if (rc != 0) return rc;
     if (alloc_ranks(&j) < 0 || launch_export_env(&o, &j.id) < 0 || launch_setup_signals(&j) < 0)
         return 1;
 
     for (;;) {
-        if (launch_export_attempt(&j) < 0) {
-            launch_record_failure(&j, 1);
+        int start = launch_export_attempt(&j);
+        if (start == 0) start = launch_store_open(&j);
+        if (start < 0) {
+            launch_record_failure(&j, 1); /* unless the cause was said already */
             break;
         }
-        start_ranks(&j);
+        if (start == 0) start_ranks(&j); /* else the verdict came first: the watch has it */
         launch_watch(&j);
         end_attempt(&j);
         if (!launch_take_restart(&j)) break;

@@ -2,8 +2,10 @@
  * `dtrain launch`, inside: what its files share. launch.c runs a job
  * through them: the options (launch_opts.c), the job's identity and
  * environment (launch_ident.c), starting each rank (launch_spawn.c), the
- * ranks' tagged output (launch_output.c), and watching the ranks under the
- * failure policy (launch_watch.c).
+ * ranks' tagged output (launch_output.c), watching the ranks under the
+ * failure policy (launch_watch.c), and, for a job that restarts, the store
+ * node 0's launcher serves and through which the nodes agree on how each
+ * attempt ended (launch_store.c).
  */
 #ifndef DT_CLI_LAUNCH_H
 #define DT_CLI_LAUNCH_H
@@ -50,6 +52,7 @@ struct job_ident {
     char master_addr[256];
     int master_port;
     char secret_buf[DT_SECRET_HEX + 1];
+    char *secret_copy; /* of DTRAIN_SECRET, when given */
     const char *secret;
     char job_id[DT_JOB_ID_MAX + 1];
 };
@@ -87,9 +90,29 @@ enum phase {
     PHASE_KILL,    /* SIGKILL sent */
 };
 
+/* How an attempt ended, as the nodes agreed on it through the store
+ * (launch_store.c): the first node to report a failure decides it. */
+struct verdict {
+    int done;    /* every node's ranks exited 0 */
+    int lost;    /* the store is gone, node 0's launcher with it (why says so) */
+    int ours;    /* this node's own report decided it */
+    long node;   /* of the failure */
+    int rank;    /* the failed rank; -1: a launcher ended the job */
+    int status;  /* its exit status */
+    int restart; /* the attempt is to be followed by another */
+    char what[96];
+    char why[1024];
+};
+
+struct launch_store;
+
 struct job {
     const struct launch_opts *o;
     struct job_ident id;
+    /* With restarts: this attempt's secret (DTRAIN_SECRET), and the
+     * attempt's store (NULL without restarts). */
+    char attempt_secret[DT_ATTEMPT_SECRET_HEX + 1];
+    struct launch_store *store;
     struct rank *ranks;
     int nranks;
     struct pollfd *fds; /* the signalfd, then each rank's stdout and stderr */
@@ -102,6 +125,7 @@ struct job {
     enum phase phase;
     uint64_t deadline_ns; /* of the current phase (dt_now_ns) */
     int failed;           /* a rank failed, a rank could not start, or we were signalled */
+    int signalled;        /* a stop signal came: the job ends */
     int exit_status;
 
     /* Restarts (--max-restarts): the attempts made so far, less one. */
@@ -134,9 +158,9 @@ int launch_resolve_ident(const struct launch_opts *o, struct job_ident *id);
 /* The variables every local rank shares, into our own environment. */
 int launch_export_env(const struct launch_opts *o, const struct job_ident *id);
 int launch_setenv_long(const char *name, long v);
-/* The variables that tell an attempt which one it is and, after a failure,
- * what ended the last one. */
-int launch_export_attempt(const struct job *j);
+/* The variables that tell an attempt which one it is, its secret and,
+ * after a failure, what ended the last one. */
+int launch_export_attempt(struct job *j);
 
 /* Whether the job may go on with fewer ranks (--min-nproc below -n). */
 int launch_may_shrink(const struct launch_opts *o);
@@ -162,5 +186,33 @@ void launch_enter_term(struct job *j);
 /* After launch_watch: whether the failed attempt is to be followed by
  * another (no stop signal has come meanwhile). */
 int launch_take_restart(struct job *j);
+/* Handles the signals that have come (a stop signal: j->signalled). */
+void launch_read_signals(struct job *j);
+
+/* launch_store.c: with --max-restarts, the store node 0's launcher serves
+ * for each attempt, and the nodes' agreement on how the attempt ends.
+ * Each does nothing without restarts. */
+/* Once: the timeouts; 0, or CLI_EXIT_USAGE after a message. */
+int launch_store_init(struct job *j);
+/* Before an attempt's ranks start: serve (node 0), connect, and meet the
+ * other nodes. 0: start the ranks; 1: the verdict came before they
+ * started; -1: no attempt (said why, j->failed set). */
+int launch_store_open(struct job *j);
+/* This node's failure (rank -1: its launcher's) or its ranks' success;
+ * the first node to report decides the attempt's verdict. */
+void launch_store_report(struct job *j, int rank, int status, const char *what, int restart);
+void launch_store_done(struct job *j);
+/* The pipe that is readable once the verdict is in (-1: none to wait for),
+ * and whether it is still to come. */
+int launch_store_fd(const struct job *j);
+int launch_store_waiting(const struct job *j);
+/* Reads the verdict once launch_store_fd is readable, and tells node 0
+ * that this node has it. */
+void launch_store_verdict(struct job *j, struct verdict *v);
+/* After the attempt's ranks are reaped: node 0 waits (a while) for every
+ * node to have read the verdict and stops its server; another node before
+ * a restart waits for that. */
+void launch_store_close(struct job *j);
+void launch_store_free(struct job *j);
 
 #endif

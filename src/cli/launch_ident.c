@@ -4,7 +4,9 @@
  * secret (DTRAIN_SECRET, or a random one for a job on one host) and the
  * job id; and the environment that hands them to the ranks. The secret
  * goes through the environment, never the command line: another user can
- * read a process's command line in /proc, but not its environment.
+ * read a process's command line in /proc, but not its environment. With
+ * restarts, each attempt's ranks get a secret of their own, derived from
+ * the job's (identity.h), and are told that the launcher serves the store.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -45,8 +47,11 @@ static int resolve_secret(const struct launch_opts *o, struct job_ident *id)
 {
     const char *env = getenv("DTRAIN_SECRET");
     if (env && *env) {
-        id->secret = env;
-        return 0;
+        /* A copy: with restarts, the variable changes with each attempt. */
+        id->secret = id->secret_copy = strdup(env);
+        if (id->secret) return 0;
+        fprintf(stderr, PROG ": out of memory\n");
+        return -1;
     }
     if (o->nnodes > 1) {
         fprintf(stderr,
@@ -139,6 +144,11 @@ int launch_export_env(const struct launch_opts *o, const struct job_ident *id)
     bad |= setenv("DTRAIN_SECRET", id->secret, 1);
     bad |= setenv("DTRAIN_JOB_ID", id->job_id, 1);
     bad |= launch_setenv_long("TORCHELASTIC_MAX_RESTARTS", o->max_restarts);
+    /* A store that rank 0 served would go with it at a restart. */
+    if (o->max_restarts > 0)
+        bad |= setenv("DTRAIN_STORE_SERVER", "launcher", 1);
+    else
+        unsetenv("DTRAIN_STORE_SERVER");
     /* The ranks the job started with, which a job that may shrink keeps
      * as blocks of each batch; said from the first attempt on, so that a
      * layout that could not is refused before it fails. */
@@ -150,14 +160,28 @@ int launch_export_env(const struct launch_opts *o, const struct job_ident *id)
     return bad ? -1 : 0;
 }
 
+/* With restarts, attempt k's secret: no rank of an earlier attempt can
+ * join it, and every node derives the same. */
+static int export_attempt_secret(struct job *j)
+{
+    if (j->o->max_restarts == 0) return 0;
+    if (dt_ident_attempt_secret(j->id.secret, j->restarts, j->attempt_secret,
+                                sizeof j->attempt_secret) < 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    return setenv("DTRAIN_SECRET", j->attempt_secret, 1);
+}
+
 /* torchrun's count of restarts, the ranks of a job that shrank, and ours
  * of what ended the last attempt (a restarted rank reports how long it
  * took to recover from it). The first attempt has no failure behind it: a
  * launcher started by a rank of another job must not hand that job's
  * failure down. */
-int launch_export_attempt(const struct job *j)
+int launch_export_attempt(struct job *j)
 {
     int bad = launch_setenv_long("TORCHELASTIC_RESTART_COUNT", j->restarts);
+    bad |= export_attempt_secret(j);
     if (launch_may_shrink(j->o)) { /* one host: the ranks left are the job */
         bad |= launch_setenv_long("WORLD_SIZE", j->active);
         bad |= launch_setenv_long("LOCAL_WORLD_SIZE", j->active);

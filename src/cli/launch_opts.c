@@ -87,14 +87,15 @@ void launch_usage(FILE *f)
             "                          or DTRAIN_GRACE_PERIOD)\n"
             "  --max-restarts K        after a rank fails, stop the others at once and\n"
             "                          start all ranks again, up to K times (0 to 1000;\n"
-            "                          default 0: fail fast). One host only (M = 1)\n"
-            "  --min-nproc MIN         with restarts: when a restarted rank fails before it\n"
-            "                          joins the job (as if its host were gone), go on with\n"
-            "                          one rank fewer, down to MIN (1 to N; default N: never).\n"
-            "                          The ranks keep the N ranks' share of each batch\n"
-            "                          (DTRAIN_VIRTUAL_WORLD_SIZE=N; dtrain train runs DDP\n"
-            "                          and ZeRO-1/2 so, rank 0 taking on the lost ranks'\n"
-            "                          work)\n"
+            "                          default 0: fail fast); on every host, with the same\n"
+            "                          K on each (node 0's launcher then serves the store)\n"
+            "  --min-nproc MIN         with restarts, one host only: when a restarted rank\n"
+            "                          fails before it joins the job (as if its host were\n"
+            "                          gone), go on with one rank fewer, down to MIN (1 to N;\n"
+            "                          default N: never). The ranks keep the N ranks' share\n"
+            "                          of each batch (DTRAIN_VIRTUAL_WORLD_SIZE=N; dtrain\n"
+            "                          train runs DDP and ZeRO-1/2 so, rank 0 taking on the\n"
+            "                          lost ranks' work)\n"
             "  -h, --help              show this text\n"
             "\n"
             "If a rank fails, the others are stopped and the exit status is the first\n"
@@ -272,6 +273,13 @@ static int check_min_nproc(struct launch_opts *o)
         return usage_error("--min-nproc %ld needs --max-restarts K above 0: the job shrinks "
                            "when a restarted rank cannot be started",
                            o->min_nproc);
+    /* Every node would have to agree on which slot goes, and the ranks
+     * on how the blocks of a batch fall then. */
+    if (o->nnodes > 1)
+        return usage_error("--min-nproc works on one host so far, but --nnodes is %ld: a job of "
+                           "several hosts restarts (--max-restarts) with all its ranks, and "
+                           "does not shrink",
+                           o->nnodes);
     return 0;
 }
 
@@ -286,13 +294,6 @@ int launch_check_opts(struct launch_opts *o)
     if (o->nnodes > 1 && !o->master_addr)
         return usage_error("--nnodes %ld needs --master-addr (the address of node 0, the same "
                            "on every node)",
-                           o->nnodes);
-    /* Rank 0 serves the store: a restart on one host kills it, and the
-     * other hosts' ranks would lose their rendezvous with it. */
-    if (o->nnodes > 1 && o->max_restarts > 0)
-        return usage_error("--max-restarts works on one host so far, but --nnodes is %ld: the "
-                           "store is served by rank 0, which a restart on several hosts would "
-                           "need to outlive",
                            o->nnodes);
     if (check_min_nproc(o) < 0) return -1;
     if (!o->cmd) return usage_error("no command to run");

@@ -7,8 +7,13 @@
  *   (--max-restarts), they get SIGKILL at once and launch.c starts the
  *   ranks again.
  *
- * One poll() over a signalfd (SIGCHLD and the stop signals) and, with
- * --tag-output, the ranks' output pipes. Nothing runs in a signal handler.
+ * With restarts, the nodes of a job agree on each attempt's end through
+ * the store (launch_store.c): a failure on any node is every node's
+ * verdict, which each applies to its own ranks.
+ *
+ * One poll() over a signalfd (SIGCHLD and the stop signals), with
+ * --tag-output the ranks' output pipes, and with restarts the pipe that
+ * says the verdict is in. Nothing runs in a signal handler.
  * A finished rank stays a zombie (waitid WNOWAIT) until the end: that keeps
  * its pid, and so its process-group id, reserved, so a late killpg() can
  * never hit an unrelated process that happened to get a recycled pid.
@@ -155,7 +160,11 @@ static void on_rank_failed(struct job *j, const struct rank *r)
     if (j->phase != PHASE_RUNNING) return;
     /* The ranks are killed once every rank that has ended is noted (in
      * check_ranks), so that one killed from outside is still named. */
-    if (plan_restart(j, r, what)) return;
+    if (plan_restart(j, r, what)) {
+        launch_store_report(j, j->failed_rank, rank_status(r), j->failure, 1);
+        return;
+    }
+    launch_store_report(j, r->rank, rank_status(r), what, 0);
     j->phase = PHASE_GRACE;
     j->deadline_ns = dt_now_ns() + (uint64_t)(j->o->grace_s * 1e9);
 }
@@ -172,6 +181,7 @@ static const char *signal_name(int sig)
 
 static void on_launcher_signal(struct job *j, int sig)
 {
+    j->signalled++;
     if (j->restart_pending) {
         /* The ranks are being killed already; only the next attempt is
          * called off. */
@@ -187,6 +197,9 @@ static void on_launcher_signal(struct job *j, int sig)
     fprintf(stderr, PROG ": received %s; stopping %d rank(s)\n", signal_name(sig),
             ranks_alive(j));
     launch_record_failure(j, 128 + sig);
+    char what[64];
+    snprintf(what, sizeof what, "its launcher received %s", signal_name(sig));
+    launch_store_report(j, -1, 128 + sig, what, 0);
     launch_enter_term(j);
 }
 
@@ -228,6 +241,70 @@ static void check_ranks(struct job *j)
         if (rank_status(r) != 0) on_rank_failed(j, r);
     }
     if (j->restart_pending && j->phase == PHASE_RUNNING) enter_kill(j);
+    if (!j->failed && ranks_alive(j) == 0) launch_store_done(j);
+}
+
+/* "exited with status 3" and "was stopped by signal 19 (...)" are said as
+ * they are, "killed by signal 9 (Killed)" with a "was". */
+static const char *was(const char *what)
+{
+    return strncmp(what, "killed", 6) == 0 ? "was " : "";
+}
+
+/* Another node's failure, or one here that another node's reached the
+ * store before, ends the attempt here too: the others are to restart. */
+static void apply_restart(struct job *j, const struct verdict *v)
+{
+    if (!j->restart_pending) j->failure_ns = dt_now_ns(); /* when we learned of it */
+    j->restart_pending = 1;
+    j->failed_rank = v->rank;
+    snprintf(j->failure, sizeof j->failure, "%s", v->what);
+    if (j->phase != PHASE_RUNNING) return;
+    fprintf(stderr, PROG ": rank %d on node %ld %s%s; stopping this node's %d rank(s) to "
+            "restart with the others\n", v->rank, v->node, was(v->what), v->what,
+            ranks_alive(j));
+    launch_record_failure(j, v->status);
+    enter_kill(j);
+}
+
+/* The job ends for a failure on another node: this node's ranks get the
+ * usual policy, and the launcher that failure's status (unless one of
+ * its own failed first). */
+static void apply_end(struct job *j, const struct verdict *v)
+{
+    j->restart_pending = 0;
+    if (v->rank >= 0)
+        fprintf(stderr, PROG ": the job failed on node %ld and ends (restarts used: %d of %ld): "
+                "rank %d %s%s\n", v->node, j->restarts, j->o->max_restarts, v->rank,
+                was(v->what), v->what);
+    else
+        fprintf(stderr, PROG ": the job failed on node %ld and ends (restarts used: %d of %ld): "
+                "%s\n", v->node, j->restarts, j->o->max_restarts, v->what);
+    launch_record_failure(j, v->status);
+    if (j->phase != PHASE_RUNNING || ranks_alive(j) == 0) return;
+    j->phase = PHASE_GRACE;
+    j->deadline_ns = dt_now_ns() + (uint64_t)(j->o->grace_s * 1e9);
+}
+
+static void on_verdict(struct job *j)
+{
+    struct verdict v;
+    launch_store_verdict(j, &v);
+    if (v.lost) {
+        j->restart_pending = 0;
+        fprintf(stderr, PROG ": %s; stopping %d rank(s)\n", v.why, ranks_alive(j));
+        launch_record_failure(j, 1);
+        if (j->phase == PHASE_RUNNING || j->phase == PHASE_GRACE) launch_enter_term(j);
+        return;
+    }
+    if (v.done || v.ours) return;
+    /* A node that decided to end (its command did not start, it was
+     * stopped) outranks one that would restart; this node, when it
+     * decided to end on its own, ends whatever the others do. */
+    if (v.restart && !j->signalled && (j->restart_pending || !j->failed))
+        apply_restart(j, &v);
+    else if (!j->failed || j->restart_pending)
+        apply_end(j, &v);
 }
 
 static void on_deadline(struct job *j)
@@ -280,6 +357,8 @@ static int watch_once(struct job *j)
         fds[nfds++] = (struct pollfd){.fd = j->ranks[i].out.fd, .events = POLLIN};
         fds[nfds++] = (struct pollfd){.fd = j->ranks[i].err.fd, .events = POLLIN};
     }
+    const int verdict_fd = launch_store_waiting(j) ? launch_store_fd(j) : -1;
+    fds[nfds++] = (struct pollfd){.fd = verdict_fd, .events = POLLIN};
     int rc = poll(fds, (nfds_t)nfds, poll_timeout_ms(j));
     if (rc < 0 && errno != EINTR) return -1;
     if (rc > 0) {
@@ -288,15 +367,18 @@ static int watch_once(struct job *j)
             if (fds[2 + 2 * i].revents) launch_stream_read(j, &j->ranks[i].err, j->ranks[i].rank, 0);
         }
         if (fds[0].revents) read_signals(j);
+        if (fds[nfds - 1].revents && launch_store_waiting(j)) on_verdict(j);
     }
     if (in_timed_phase(j) && dt_now_ns() >= j->deadline_ns)
         on_deadline(j);
     return 0;
 }
 
+/* With restarts, a node whose ranks have ended still waits for the
+ * verdict: every node's success, or a failure to restart for. */
 void launch_watch(struct job *j)
 {
-    while (ranks_alive(j) > 0) {
+    while (ranks_alive(j) > 0 || launch_store_waiting(j)) {
         if (watch_once(j) == 0) continue;
         /* poll() fails only for want of memory; the ranks must still be
          * followed to the end, so keep going at a slower pace. */
@@ -304,6 +386,8 @@ void launch_watch(struct job *j)
         nanosleep(&(struct timespec){.tv_nsec = 100 * 1000 * 1000}, NULL);
     }
 }
+
+void launch_read_signals(struct job *j) { read_signals(j); }
 
 int launch_take_restart(struct job *j)
 {

@@ -186,7 +186,8 @@ typedef struct dt_job {
     char boot_id[64];
     dt_cost_model model; /* alpha/beta/gamma per link kind, same on every rank */
     _Atomic unsigned model_version; /* bumped when the model changes */
-    struct dt_store_server *server; /* rank 0 */
+    int store_by_launcher;          /* DTRAIN_STORE_SERVER=launcher: rank 0 does not serve */
+    struct dt_store_server *server; /* rank 0, unless the launcher serves */
     struct dt_store *store;
     struct dt_monitor *monitor;
     pthread_mutex_t store_lock; /* the store connection has one user at a time */

@@ -1,8 +1,9 @@
 /*
  * The job: one per process, made from what the launcher's environment
- * says (bootstrap/), joined to the store that rank 0 serves and to the
- * control channel that carries heartbeats and aborts, and holding the
- * communicators alive in this process so that an abort can wake them.
+ * says (bootstrap/), joined to the store that rank 0 (or the launcher)
+ * serves and to the control channel that carries heartbeats and aborts,
+ * and holding the communicators alive in this process so that an abort
+ * can wake them.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,6 +132,7 @@ int dt_job_create(dt_job **out, char *err, size_t errlen)
     job->timeout_s = b.timeout_s;
     job->force_tcp = b.force_tcp;
     job->use_mpi = b.use_mpi;
+    job->store_by_launcher = b.store_by_launcher;
     dt_cost_model_defaults(&job->model);
     job->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     dt_topo_read_host(job);
@@ -141,8 +143,9 @@ int dt_job_create(dt_job **out, char *err, size_t errlen)
     return 0;
 }
 
-/* Rank 0 serves the store; everyone connects to it and opens the control
- * channel that carries heartbeats and aborts. */
+/* Rank 0 serves the store, unless the launcher does (so that the store
+ * outlives every rank of a job that restarts); everyone connects to it and
+ * opens the control channel that carries heartbeats and aborts. */
 int dt_job_connect(dt_job *job, char *err, size_t errlen)
 {
     uint64_t deadline = dt_now_ns() + (uint64_t)(job->timeout_s * 1e9);
@@ -154,7 +157,7 @@ int dt_job_connect(dt_job *job, char *err, size_t errlen)
     }
     double interval = hb_timeout / 4 < 1.0 ? hb_timeout / 4 : 1.0;
     int rc;
-    if (job->rank == 0 &&
+    if (job->rank == 0 && !job->store_by_launcher &&
         (rc = dt_store_server_start(job->master_addr, job->master_port, job->size, job->secret,
                                     hb_timeout, &job->server, e, sizeof e)) < 0) {
         snprintf(err, errlen, "rank 0 could not serve the store on port %d: %s",

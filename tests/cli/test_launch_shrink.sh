@@ -130,6 +130,8 @@ bad "--min-nproc 0 is out of range for -n 2 (valid: 1 to 2)" -n 2 --max-restarts
     --min_nproc=0
 bad "invalid value 'x' for --min-nproc: expected a rank count from 1 to N (-n N)" -n 2 \
     --max-restarts 1 --min-nproc x
+bad "--min-nproc works on one host so far, but --nnodes is 2" -n 2 --nnodes 2 \
+    --master-addr 10.0.0.1 --max-restarts 1 --min-nproc 1
 DTRAIN_LAUNCH_TEST_LOST_RANK=4 bad \
     "invalid value '4' for DTRAIN_LAUNCH_TEST_LOST_RANK: expected an integer from 0 to 3" \
     -n 4 --max-restarts 1 --min-nproc 2

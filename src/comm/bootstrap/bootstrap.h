@@ -9,6 +9,9 @@
  * through the launcher, so it has the same bound. */
 #define DT_MAX_WORLD_SIZE (1 << 20)
 #define DT_MAX_LOCAL_RANKS 1024
+/* DTRAIN_TIMEOUT's default, in seconds: the launcher's waits for the
+ * store follow it too. */
+#define DT_DEFAULT_TIMEOUT_S 300.0
 
 typedef struct {
     int rank, size;
@@ -23,6 +26,10 @@ typedef struct {
     double timeout_s;
     int force_tcp;
     int use_mpi; /* DTRAIN_TRANSPORT=mpi */
+    /* DTRAIN_STORE_SERVER=launcher: the launcher serves the store, not
+     * rank 0 (`dtrain launch --max-restarts`, so that it outlives every
+     * rank). */
+    int store_by_launcher;
 } dt_bootstrap;
 
 /* 0, or -1 with a message naming the offending variable. */

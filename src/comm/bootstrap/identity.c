@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
@@ -52,6 +53,21 @@ void dt_ident_job_id(const char *secret, const char *master_addr, int master_por
         memset(md, 0, 8);
     to_hex(md, 8, hex);
     snprintf(out, len, "%s", hex);
+}
+
+int dt_ident_attempt_secret(const char *secret, long attempt, char *out, size_t len)
+{
+    char text[48];
+    int n = snprintf(text, sizeof text, "dtrain attempt %ld", attempt);
+    unsigned char mac[EVP_MAX_MD_SIZE];
+    unsigned int maclen = 0;
+    if (len <= DT_ATTEMPT_SECRET_HEX ||
+        !HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)text, (size_t)n,
+              mac, &maclen) ||
+        maclen != DT_ATTEMPT_SECRET_HEX / 2)
+        return -1;
+    to_hex(mac, maclen, out);
+    return 0;
 }
 
 int dt_ident_job_id_valid(const char *s)
