@@ -58,7 +58,11 @@ wait_hosts() {
     fi
 }
 
-logged() { grep -c '"loss"' "$1" 2>/dev/null || true; }
+logged() { # the steps a --log-json file holds so far (0 before it exists)
+    local n
+    n=$(grep -c '"loss"' "$1" 2>/dev/null) || true
+    echo "${n:-0}"
+}
 
 # lose NAME NODE: once 8 steps are logged, the host's snapshots are
 # emptied (in its mount namespace) and its rank killed.
