@@ -1,6 +1,7 @@
 /* Forward of a micro-batch, or of slot k's part as a pipeline stage runs
  * it: the embeddings, each layer's blocks, the head and the loss. See
  * gpt.h. */
+#include "core/fault.h"
 #include "core/str.h"
 #include "model/model_internal.h"
 
@@ -35,6 +36,7 @@ static const float *run_layers(dt_gpt *m, const dt_gpt_slot *st, int b, int t)
         if (dt_model_need(m, 1 + l, DT_USE_FORWARD) || dt_model_layer_forward(m, l, x, b, t))
             return NULL;
         dt_model_done(m, 1 + l, DT_USE_FORWARD);
+        if (l == st->part.l0) dt_fault_point("forward");
         x = dt_model_layer_output(m, l);
     }
     return x;

@@ -1,4 +1,5 @@
 /* Optimizer state and steps over ranges of the flat layout. See optimizer.h. */
+#include "core/fault.h"
 #include "model/optimizer.h"
 
 #include <math.h>
@@ -150,6 +151,7 @@ void dt_optimizer_update(dt_optimizer *o, const dt_gpt *m, float *params, dt_gbu
 {
     update_range(o, m, params, grads, o->m ? o->m + at : NULL, o->v ? o->v + at : NULL, lo, hi,
                  lr, grad_scale);
+    dt_fault_point("update"); /* a range updated, maybe not all of them */
 }
 
 typedef struct {

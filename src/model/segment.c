@@ -5,6 +5,7 @@
  * Every block kind's parameters and gradients pass through here, so a
  * strategy that hooks a segment (ZeRO-3's gathers, DDP's buckets) never
  * needs to know the kinds. */
+#include "core/fault.h"
 #include "core/alloc.h"
 #include "core/str.h"
 #include "core/window.h"
@@ -109,6 +110,7 @@ void dt_model_segment_report(dt_gpt *m, int segment)
 void dt_model_segment_done(dt_gpt *m, int segment)
 {
     dt_model_segment_close(m, segment);
+    dt_fault_point("backward");
     dt_model_segment_report(m, segment);
 }
 

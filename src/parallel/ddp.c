@@ -1,4 +1,5 @@
 /* DDP: bucketed, overlapped gradient all-reduce. See ddp.h. */
+#include "core/fault.h"
 #include "parallel/ddp.h"
 
 #include <stdlib.h>
@@ -104,6 +105,7 @@ static void on_grad_ready(void *ctx, size_t lo, size_t hi)
         return;
     }
     /* Each rank's share is weighed already (dt_strategy.grad_ranks). */
+    dt_fault_point("allreduce");
     int rc = dt_iallreduce(d->comm, b->wire.buf, b->wire.buf, n, d->wire, DT_SUM, &b->req);
     if (rc != 0) d->error = rc;
 }

@@ -7,6 +7,7 @@
  * s*G .. s*G+G-1 (data/sampler.h maps counters to sequences); the strategy
  * gives each rank its block. The logged loss of step s is the mean over
  * the global batch, before the update. */
+#include "core/fault.h"
 #include "train/trainer.h"
 
 #include <math.h>
@@ -104,6 +105,7 @@ static int run_loop(dt_run *t)
     int stop = 0;
     const uint64_t loop0 = dt_now_ns();
     while (t->step < c->steps && !(stop = stop_requested(t))) {
+        dt_fault_set_step(t->step + 1); /* as the log numbers it */
         uint64_t t0 = dt_now_ns(), read0 = 0, wait0 = 0, read1, wait1;
         if (t->opt.store) dt_opt_store_totals(t->opt.store, &read0, &wait0);
         double loss = 0, norm = 0;

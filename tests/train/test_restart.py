@@ -22,6 +22,10 @@ all-reduce is not one process's bits, so a layout is its own reference)
   in flight ZeRO-3 2, rank 1 killed while a snapshot's background write is
             held back (DTRAIN_SNAPSHOT_TEST_WRITE_MS): the restart continues
             from the snapshot before it, with the same bits
+  points    DDP 2, a rank killed (DTRAIN_TEST_KILL_AT) in step 6's forward,
+            backward, bucket all-reduce, update, snapshot copy, and in a
+            save to --out (--save-every 6): each ends with the same bits,
+            and --out holds only whole checkpoints
   every 4   --snapshot-every 4: the restart names the steps lost, and the
             run still ends with the same bits; with --save-every 6 its
             checkpoints are saved from snapshots in the background, and
@@ -140,6 +144,25 @@ def main():
         check("unresponsive" in out and "restart 1: rank 1 was stopped by signal" in out,
               "stopped: its peers name the rank unresponsive, and the restart blames it, not the "
               "peer that failed first")
+
+        # Deterministic moments (DTRAIN_TEST_KILL_AT, core/fault.h): a rank
+        # kills itself in the forward, the backward, a bucket's all-reduce,
+        # the update, a snapshot's copy and a save to --out of step 6 (the
+        # save's copy runs during step 7).
+        for point, step, rank in (("forward", 6, 1), ("backward", 6, 0), ("allreduce", 6, 1),
+                                  ("update", 6, 0), ("snapshot", 6, 1), ("save", 7, 0)):
+            out_dir = os.path.join(tmp, "fault-" + point)
+            rc, out, w = run_with_kills(
+                dtrain, tmp, "fault-" + point, 2, ["--out", out_dir, "--save-every", "6"], [],
+                rng, env={"DTRAIN_TEST_KILL_AT": "%s:%d:%d" % (point, step, rank)})
+            expect_recovered("rank %d killed in step %d's %s" % (rank, step, point), rc, out, w,
+                             two, 1)
+            said = [l for l in out.splitlines() if l.startswith("restart 1:")]
+            cks = [d for d in os.listdir(out_dir) if d.startswith("ckpt-")]
+            check(said and "rank %d killed by signal 9" % rank in said[0] and cks and
+                  all(os.path.exists(os.path.join(out_dir, d, "manifest.json")) for d in cks),
+                  "%s: the restart names rank %d, and every checkpoint in --out is whole (%s)"
+                  % (point, rank, sorted(cks)))
 
         # Each background copy of the first attempt held back 1 s: after 4
         # steps (each update waits for the copy before it) the kill lands

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/fault.h"
 #include "core/atomic_file.h"
 #include "core/str.h"
 #include "train/ckpt/internal.h"
@@ -232,6 +233,7 @@ static int write_own(dt_ckpt_crew *c, job *j, char *err, size_t errlen)
     me.ok = dt_ckpt_write_shard(path, j->layout, j->p, j->np, j->bufs, 1 + j->moments, &bytes,
                                 &sum, err, errlen) == 0;
     if (me.ok) test_exit_hook(path, c->rank, bytes);
+    dt_fault_point("save"); /* its shard written, the checkpoint not yet whole */
     me.value[0] = (int64_t)bytes;
     me.value[1] = (int64_t)sum;
     me.value[2] = j->np;

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/fault.h"
 #include "core/atomic_file.h"
 #include "core/file.h"
 #include "core/str.h"
@@ -369,8 +370,10 @@ int dt_ckpt_slots_write(dt_ckpt_slots *s, char *err, size_t errlen)
 {
     slot_file *sf = &s->f[s->cur];
     dt_ckpt_sum sum = sf->header;
-    for (int k = 0; k < s->np * s->nbuf; k++)
+    for (int k = 0; k < s->np * s->nbuf; k++) {
+        if (k == s->np * s->nbuf / 2) dt_fault_point("snapshot");
         dt_ckpt_sum_copy(&sum, sf->jobs[k].dst, sf->jobs[k].src, sf->jobs[k].n * sizeof(float));
+    }
     char path[DT_PATH_MAX + 64], line[96];
     dt_ckpt_slot_mark_path(path, sizeof path, s->dir, s->cur, s->crew.rank);
     s->sum = dt_ckpt_sum_end(&sum);
@@ -460,6 +463,7 @@ int dt_ckpt_slots_save(dt_ckpt_slots *s, long keep, const atomic_int *abandon, c
     dt_ckpt_shard_name(name, sizeof name, s->crew.rank, s->crew.size);
     dt_strf(file, sizeof file, "%s/%s", s->tmp, name);
     int rc = dt_afile_write_file(file, sf->map, sf->size, err, errlen);
+    dt_fault_point("save"); /* its shard written, the checkpoint not yet whole */
     if (rc == 0) dt_strf(line, sizeof line, "ok %016" PRIx64 "\n", s->sum);
     else dt_strf(line, sizeof line, "failed %.500s\n", err);
     done_path(file, sizeof file, s->tmp, s->crew.rank);

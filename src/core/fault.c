@@ -1,0 +1,49 @@
+/* Fault points for tests (see fault.h). */
+#include "core/fault.h"
+
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char want_point[32];
+static long want_step = -1;
+static atomic_long step_now = -1;
+static atomic_int armed; /* 1 once the variable named a point for this rank */
+
+static void read_env(void)
+{
+    const char *v = getenv("DTRAIN_TEST_KILL_AT");
+    const char *restart = getenv("TORCHELASTIC_RESTART_COUNT");
+    const char *rank = getenv("RANK");
+    char point[32];
+    long step, who = -1;
+    if (!v || (restart && atol(restart) > 0)) return;
+    int n = sscanf(v, "%31[a-z]:%ld:%ld", point, &step, &who);
+    if (n < 2) {
+        fprintf(stderr, "DTRAIN_TEST_KILL_AT='%s': expected POINT:STEP or POINT:STEP:RANK\n", v);
+        return;
+    }
+    if (n == 3 && (!rank || atol(rank) != who)) return;
+    snprintf(want_point, sizeof want_point, "%s", point);
+    want_step = step;
+    atomic_store(&armed, 1);
+}
+
+void dt_fault_set_step(long step)
+{
+    static int read;
+    if (!read) {
+        read = 1;
+        read_env();
+    }
+    atomic_store(&step_now, step);
+}
+
+void dt_fault_point(const char *point)
+{
+    if (!atomic_load_explicit(&armed, memory_order_relaxed)) return;
+    if (atomic_load(&step_now) != want_step || strcmp(point, want_point) != 0) return;
+    raise(SIGKILL);
+}
