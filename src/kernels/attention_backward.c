@@ -17,6 +17,7 @@
 #include "kernels/attention.h"
 #include "kernels/attention_blocks.h"
 #include "kernels/fast_exp.h"
+#include "kernels/profile.h"
 #include "kernels/threads.h"
 
 typedef struct {
@@ -134,8 +135,8 @@ static void backward_head(const backward_scratch *s, const attn_dims *d, const f
     }
 }
 
-void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                           const float *lse, int B, int T, int C, int NH)
+static void attention_backward_body(float *dqkv, const float *dout, const float *qkv,
+                                    const float *out, const float *lse, int B, int T, int C, int NH)
 {
     if (B <= 0 || T <= 0 || NH <= 0 || C <= 0) return;
     attn_dims d = attn_make_dims(T, C, NH);
@@ -163,4 +164,13 @@ void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, con
         free(base);
     }
     if (failed) dt_log(DT_LOG_ERROR, "attention backward: out of memory, gradient set to NaN");
+}
+
+void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                           const float *lse, int B, int T, int C, int NH)
+{
+    const uint64_t t0 = dt_prof_begin();
+    attention_backward_body(dqkv, dout, qkv, out, lse, B, T, C, NH);
+    dt_prof_end(DT_PROF_ATTENTION, t0, 5.0 * (double)B * T * T * C,
+                4.0 * (9.0 * B * T * C + (double)B * NH * T));
 }

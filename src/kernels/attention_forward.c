@@ -17,6 +17,7 @@
 #include "kernels/attention.h"
 #include "kernels/attention_blocks.h"
 #include "kernels/fast_exp.h"
+#include "kernels/profile.h"
 #include "kernels/threads.h"
 
 typedef struct {
@@ -80,7 +81,8 @@ static void query_block(const forward_scratch *s, const attn_dims *d, const floa
     }
 }
 
-void dt_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH)
+static void attention_forward_body(float *out, float *lse, const float *qkv, int B, int T, int C,
+                                   int NH)
 {
     if (B <= 0 || T <= 0 || NH <= 0 || C <= 0) return;
     attn_dims d = attn_make_dims(T, C, NH);
@@ -107,4 +109,12 @@ void dt_attention_forward(float *out, float *lse, const float *qkv, int B, int T
         free(base);
     }
     if (failed) dt_log(DT_LOG_ERROR, "attention forward: out of memory, output set to NaN");
+}
+
+void dt_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH)
+{
+    const uint64_t t0 = dt_prof_begin();
+    attention_forward_body(out, lse, qkv, B, T, C, NH);
+    dt_prof_end(DT_PROF_ATTENTION, t0, 2.0 * (double)B * T * T * C,
+                4.0 * (4.0 * B * T * C + (double)B * NH * T));
 }

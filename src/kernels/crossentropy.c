@@ -14,6 +14,7 @@
 #include <stddef.h>
 
 #include "kernels/crossentropy_rows.h"
+#include "kernels/profile.h"
 #include "kernels/threads.h"
 
 static float row_loss(float *d, const float *x, int target, int V, float grad_scale)
@@ -34,8 +35,8 @@ static float row_loss(float *d, const float *x, int target, int V, float grad_sc
     return (float)((double)max + log(sum) - x_target);
 }
 
-double dt_crossentropy(float *dlogits, float *losses, const float *logits,
-                       const int32_t *targets, int N, int V, float grad_scale)
+static double crossentropy_body(float *dlogits, float *losses, const float *logits,
+                                const int32_t *targets, int N, int V, float grad_scale)
 {
     int nt = dt_kernels_threads();
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -47,4 +48,14 @@ double dt_crossentropy(float *dlogits, float *losses, const float *logits,
     double total = 0.0;
     for (int i = 0; i < N; i++) total += losses[i];
     return total;
+}
+
+double dt_crossentropy(float *dlogits, float *losses, const float *logits,
+                       const int32_t *targets, int N, int V, float grad_scale)
+{
+    const uint64_t t0 = dt_prof_begin();
+    const double r = crossentropy_body(dlogits, losses, logits, targets, N, V, grad_scale);
+    dt_prof_end(DT_PROF_CROSSENTROPY, t0, 4.0 * (double)N * V,
+                4.0 * (2.0 * (double)N * V + 3.0 * N));
+    return r;
 }

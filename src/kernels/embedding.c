@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <stddef.h>
 
+#include "kernels/profile.h"
 #include "kernels/threads.h"
 
 #define COLUMN_SLICE 64 /* a whole number of cache lines per thread */
@@ -19,8 +20,8 @@
 /* a token counts on this rank only when it lies in [v0, v0 + Vl) */
 static int in_range(int32_t token, int v0, int Vl) { return token >= v0 && token - v0 < Vl; }
 
-void dt_embedding_forward_range(float *out, const int32_t *tokens, const float *wte_slice,
-                                const float *wpe, int B, int T, int C, int v0, int Vl)
+static void embedding_forward_range_body(float *out, const int32_t *tokens, const float *wte_slice,
+                                         const float *wpe, int B, int T, int C, int v0, int Vl)
 {
     int nt = dt_kernels_threads();
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -41,11 +42,20 @@ void dt_embedding_forward_range(float *out, const int32_t *tokens, const float *
     }
 }
 
+void dt_embedding_forward_range(float *out, const int32_t *tokens, const float *wte_slice,
+                                const float *wpe, int B, int T, int C, int v0, int Vl)
+{
+    const uint64_t t0 = dt_prof_begin();
+    embedding_forward_range_body(out, tokens, wte_slice, wpe, B, T, C, v0, Vl);
+    dt_prof_end(DT_PROF_EMBEDDING, t0, (double)B * T * C, 4.0 * 3.0 * B * T * C);
+}
+
 /* Column slices per thread as in dt_embedding_backward: every element of
  * dwte_slice and dwpe sees the rows in the same order, so the slice's rows
  * get the unsplit backward's bits. */
-void dt_embedding_backward_range(float *dwte_slice, float *dwpe, const float *dout,
-                                 const int32_t *tokens, int B, int T, int C, int v0, int Vl)
+static void embedding_backward_range_body(float *dwte_slice, float *dwpe, const float *dout,
+                                          const int32_t *tokens, int B, int T, int C, int v0,
+                                          int Vl)
 {
     int slices = (C + COLUMN_SLICE - 1) / COLUMN_SLICE;
     int nt = dt_kernels_threads();
@@ -66,6 +76,14 @@ void dt_embedding_backward_range(float *dwte_slice, float *dwpe, const float *do
             }
         }
     }
+}
+
+void dt_embedding_backward_range(float *dwte_slice, float *dwpe, const float *dout,
+                                 const int32_t *tokens, int B, int T, int C, int v0, int Vl)
+{
+    const uint64_t t0 = dt_prof_begin();
+    embedding_backward_range_body(dwte_slice, dwpe, dout, tokens, B, T, C, v0, Vl);
+    dt_prof_end(DT_PROF_EMBEDDING, t0, 2.0 * B * T * C, 4.0 * 5.0 * B * T * C);
 }
 
 /* The whole vocabulary is the slice that holds every token. */

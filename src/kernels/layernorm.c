@@ -12,6 +12,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "kernels/profile.h"
 #include "kernels/threads.h"
 
 static void normalize_row(float *out, float *mean_out, float *rstd_out, const float *x,
@@ -31,8 +32,8 @@ static void normalize_row(float *out, float *mean_out, float *rstd_out, const fl
     *rstd_out = rstd;
 }
 
-void dt_layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w,
-                          const float *b, float eps, int N, int C)
+static void layernorm_forward_body(float *out, float *mean, float *rstd, const float *x,
+                                   const float *w, const float *b, float eps, int N, int C)
 {
     int nt = dt_kernels_threads();
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -40,6 +41,15 @@ void dt_layernorm_forward(float *out, float *mean, float *rstd, const float *x, 
         size_t off = (size_t)r * C;
         normalize_row(out + off, mean + r, rstd + r, x + off, w, b, eps, C);
     }
+}
+
+void dt_layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w,
+                          const float *b, float eps, int N, int C)
+{
+    const uint64_t t0 = dt_prof_begin();
+    layernorm_forward_body(out, mean, rstd, x, w, b, eps, N, C);
+    dt_prof_end(DT_PROF_NORM, t0, 8.0 * (double)N * C,
+                4.0 * (2.0 * (double)N * C + 2.0 * N + 2.0 * C));
 }
 
 /* One row of the input gradient, plus its terms of dw and db. With
@@ -67,8 +77,9 @@ static void backward_row(float *dx, double *dw_part, double *db_part, const floa
     }
 }
 
-void dt_layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
-                           const float *w, const float *mean, const float *rstd, int N, int C)
+static void layernorm_backward_body(float *dx, float *dw, float *db, const float *dout,
+                                    const float *x, const float *w, const float *mean,
+                                    const float *rstd, int N, int C)
 {
     if (N <= 0 || C <= 0) return;
     int nt = dt_kernels_threads();
@@ -96,4 +107,13 @@ void dt_layernorm_backward(float *dx, float *dw, float *db, const float *dout, c
             db[i] += (float)db_sum;
         }
     } /* the loop's closing barrier keeps every part alive until all are summed */
+}
+
+void dt_layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
+                           const float *w, const float *mean, const float *rstd, int N, int C)
+{
+    const uint64_t t0 = dt_prof_begin();
+    layernorm_backward_body(dx, dw, db, dout, x, w, mean, rstd, N, C);
+    dt_prof_end(DT_PROF_NORM, t0, 12.0 * (double)N * C,
+                4.0 * (4.0 * (double)N * C + 2.0 * N + 5.0 * C));
 }

@@ -41,6 +41,7 @@
 #include "kernels/matmul_plans.h"
 #include "kernels/matmul_problem.h"
 #include "kernels/matmul_workspace.h"
+#include "kernels/profile.h"
 #include "kernels/threads.h"
 
 /* ---- errors ------------------------------------------------------------- */
@@ -285,7 +286,7 @@ static int sgemm_solve(const dt_matmul_problem *p, dt_mm_workspace *ws)
 
 /* ---- the entry ------------------------------------------------------------ */
 
-int dt_matmul_solve(const dt_matmul_problem *p)
+static int matmul_solve_body(const dt_matmul_problem *p)
 {
     if (check_problem(p)) return -1;
     if (p->M == 0 || p->N == 0) return 0;
@@ -317,6 +318,19 @@ int dt_matmul_solve(const dt_matmul_problem *p)
     s = execute(&k, &plan, ws, handles);
     dt_mm_plan_release(&plan);
     return s == dnnl_success ? 0 : fail(p, "running the oneDNN matmul: %s", dnnl_status2str(s));
+}
+
+int dt_matmul_solve(const dt_matmul_problem *p)
+{
+    const uint64_t t0 = dt_prof_begin();
+    const int r = matmul_solve_body(p);
+    /* Operands read (2 bytes each in bf16), the result written (and read
+     * when it accumulates). */
+    const double size = p->prec == DT_PREC_BF16 ? 2.0 : 4.0;
+    dt_prof_end(DT_PROF_MATMUL, t0, 2.0 * p->M * p->N * p->K,
+                size * ((double)p->M * p->K + (double)p->K * p->N) +
+                    (p->beta != 0.0f ? 8.0 : 4.0) * p->M * p->N);
+    return r;
 }
 
 int dt_matmul(dt_precision prec, int transA, int transB, int M, int N, int K, float alpha,

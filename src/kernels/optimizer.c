@@ -13,6 +13,7 @@
 #include <math.h>
 #include <omp.h>
 
+#include "kernels/profile.h"
 #include "kernels/threads.h"
 
 #if defined(__AVX512F__)
@@ -98,23 +99,40 @@ static void adam_all(float *p, const float *g, float *m, float *v, size_t n,
 #endif
 }
 
-void dt_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
-                     float beta1, float beta2, float eps, float wd, int t, float grad_scale)
+static void adamw_update_body(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                              float beta1, float beta2, float eps, float wd, int t,
+                              float grad_scale)
 {
     float decay = (float)(1.0 - (double)lr * (double)wd);
     adam_scalars s = adam_step_scalars(lr, beta1, beta2, eps, t, grad_scale, decay, 0.0f);
     adam_all(p, g, m, v, n, &s);
 }
 
-void dt_adam_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
-                    float beta1, float beta2, float eps, float wd, int t, float grad_scale)
+void dt_adamw_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                     float beta1, float beta2, float eps, float wd, int t, float grad_scale)
+{
+    const uint64_t t0 = dt_prof_begin();
+    adamw_update_body(p, g, m, v, n, lr, beta1, beta2, eps, wd, t, grad_scale);
+    dt_prof_end(DT_PROF_OPTIMIZER, t0, 14.0 * (double)n, 4.0 * 7.0 * (double)n);
+}
+
+static void adam_update_body(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                             float beta1, float beta2, float eps, float wd, int t, float grad_scale)
 {
     adam_scalars s = adam_step_scalars(lr, beta1, beta2, eps, t, grad_scale, 1.0f, wd);
     adam_all(p, g, m, v, n, &s);
 }
 
-void dt_sgd_update(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
-                   float wd, int t, float grad_scale)
+void dt_adam_update(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                    float beta1, float beta2, float eps, float wd, int t, float grad_scale)
+{
+    const uint64_t t0 = dt_prof_begin();
+    adam_update_body(p, g, m, v, n, lr, beta1, beta2, eps, wd, t, grad_scale);
+    dt_prof_end(DT_PROF_OPTIMIZER, t0, 14.0 * (double)n, 4.0 * 7.0 * (double)n);
+}
+
+static void sgd_update_body(float *p, const float *g, float *buf, size_t n, float lr,
+                            float momentum, float wd, int t, float grad_scale)
 {
     int use_buf = momentum != 0.0f && buf;
 #pragma omp parallel for simd schedule(static) num_threads(threads_for(n))
@@ -129,10 +147,18 @@ void dt_sgd_update(float *p, const float *g, float *buf, size_t n, float lr, flo
     }
 }
 
+void dt_sgd_update(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
+                   float wd, int t, float grad_scale)
+{
+    const uint64_t t0 = dt_prof_begin();
+    sgd_update_body(p, g, buf, n, lr, momentum, wd, t, grad_scale);
+    dt_prof_end(DT_PROF_OPTIMIZER, t0, 4.0 * (double)n, 4.0 * 5.0 * (double)n);
+}
+
 /* Each thread sums one contiguous range (static split) and the partial
  * sums are added in thread order afterwards: OpenMP's own reduction would
  * add them in whatever order the threads finish. */
-double dt_sum_squares(const float *g, size_t n)
+static double sum_squares_body(const float *g, size_t n)
 {
     int nt = threads_for(n);
     double partial[nt];
@@ -153,6 +179,14 @@ double dt_sum_squares(const float *g, size_t n)
     return total;
 }
 
+double dt_sum_squares(const float *g, size_t n)
+{
+    const uint64_t t0 = dt_prof_begin();
+    const double r = sum_squares_body(g, n);
+    dt_prof_end(DT_PROF_GRAD_NORM, t0, 2.0 * (double)n, 4.0 * (double)n);
+    return r;
+}
+
 static double block_squares(const float *g, size_t n)
 {
     double lane[8] = {0};
@@ -163,7 +197,7 @@ static double block_squares(const float *g, size_t n)
     return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }
 
-void dt_sum_squares_blocks(const float *g, size_t n, size_t block, double *out)
+static void sum_squares_blocks_body(const float *g, size_t n, size_t block, double *out)
 {
     long nb = (long)((n + block - 1) / block);
 #pragma omp parallel for num_threads(threads_for(n)) schedule(static)
@@ -171,4 +205,11 @@ void dt_sum_squares_blocks(const float *g, size_t n, size_t block, double *out)
         size_t lo = (size_t)b * block, len = n - lo < block ? n - lo : block;
         out[b] = block_squares(g + lo, len);
     }
+}
+
+void dt_sum_squares_blocks(const float *g, size_t n, size_t block, double *out)
+{
+    const uint64_t t0 = dt_prof_begin();
+    sum_squares_blocks_body(g, n, block, out);
+    dt_prof_end(DT_PROF_GRAD_NORM, t0, 2.0 * (double)n, 4.0 * (double)n);
 }

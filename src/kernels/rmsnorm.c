@@ -12,6 +12,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "kernels/profile.h"
 #include "kernels/threads.h"
 
 static float row_rstd(const float *x, float eps, int C)
@@ -22,8 +23,8 @@ static float row_rstd(const float *x, float eps, int C)
     return 1.0f / sqrtf(sq / (float)C + eps);
 }
 
-void dt_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, float eps,
-                        int N, int C)
+static void rmsnorm_forward_body(float *out, float *rstd, const float *x, const float *w, float eps,
+                                 int N, int C)
 {
     int nt = dt_kernels_threads();
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -34,6 +35,14 @@ void dt_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w,
         for (int i = 0; i < C; i++) out[off + i] = x[off + i] * s * w[i];
         rstd[r] = s;
     }
+}
+
+void dt_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, float eps,
+                        int N, int C)
+{
+    const uint64_t t0 = dt_prof_begin();
+    rmsnorm_forward_body(out, rstd, x, w, eps, N, C);
+    dt_prof_end(DT_PROF_NORM, t0, 4.0 * (double)N * C, 4.0 * (2.0 * (double)N * C + N + C));
 }
 
 /* One row of the input gradient, plus its terms of dw. With xhat = x rstd
@@ -53,8 +62,8 @@ static void backward_row(float *dx, double *dw_part, const float *dout, const fl
     }
 }
 
-void dt_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x,
-                         const float *w, const float *rstd, int N, int C)
+static void rmsnorm_backward_body(float *dx, float *dw, const float *dout, const float *x,
+                                  const float *w, const float *rstd, int N, int C)
 {
     if (N <= 0 || C <= 0) return;
     int nt = dt_kernels_threads();
@@ -78,4 +87,12 @@ void dt_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x
             dw[i] += (float)sum;
         }
     } /* the loop's closing barrier keeps every part alive until all are summed */
+}
+
+void dt_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x,
+                         const float *w, const float *rstd, int N, int C)
+{
+    const uint64_t t0 = dt_prof_begin();
+    rmsnorm_backward_body(dx, dw, dout, x, w, rstd, N, C);
+    dt_prof_end(DT_PROF_NORM, t0, 8.0 * (double)N * C, 4.0 * (4.0 * (double)N * C + N + 3.0 * C));
 }

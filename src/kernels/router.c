@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/rand.h"
+#include "kernels/profile.h"
 
 void dt_router_hash_logits(float *logits, int E, uint64_t salt)
 {
@@ -15,7 +16,7 @@ void dt_router_hash_logits(float *logits, int E, uint64_t salt)
         logits[e] = (float)((double)(dt_mix64(h + (uint64_t)e) >> 40) * (2.0 / 16777216.0) - 1.0);
 }
 
-void dt_router_softmax(float *probs, float *lse, const float *logits, int N, int E)
+static void router_softmax_body(float *probs, float *lse, const float *logits, int N, int E)
 {
     for (int i = 0; i < N; i++) {
         const float *x = logits + (size_t)i * E;
@@ -25,6 +26,13 @@ void dt_router_softmax(float *probs, float *lse, const float *logits, int N, int
         for (int e = 0; e < E; e++) p[e] /= sum;
         lse[i] = mx + logf(sum);
     }
+}
+
+void dt_router_softmax(float *probs, float *lse, const float *logits, int N, int E)
+{
+    const uint64_t t0 = dt_prof_begin();
+    router_softmax_body(probs, lse, logits, N, E);
+    dt_prof_end(DT_PROF_ROUTER, t0, 4.0 * (double)N * E, 4.0 * (2.0 * (double)N * E + N));
 }
 
 void dt_router_topk(int32_t *choice, float *weight, const float *probs, const float *bias,

@@ -9,6 +9,7 @@
 #include "kernels/swiglu.h"
 
 #include "kernels/fast_exp.h"
+#include "kernels/profile.h"
 #include "kernels/threads.h"
 
 /* sigmoid(a): exp(-a) is 0 in the sum's bits above 88 and +inf below -88. */
@@ -18,7 +19,7 @@ static inline float sigmoid(float a)
     return 1.0f / (1.0f + dt_fast_expf(m));
 }
 
-void dt_swiglu_forward(float *h, const float *gate, const float *up, size_t n)
+static void swiglu_forward_body(float *h, const float *gate, const float *up, size_t n)
 {
     int nt = dt_kernels_threads();
 #pragma omp parallel for simd schedule(static) num_threads(nt)
@@ -28,14 +29,21 @@ void dt_swiglu_forward(float *h, const float *gate, const float *up, size_t n)
     }
 }
 
+void dt_swiglu_forward(float *h, const float *gate, const float *up, size_t n)
+{
+    const uint64_t t0 = dt_prof_begin();
+    swiglu_forward_body(h, gate, up, n);
+    dt_prof_end(DT_PROF_ACTIVATION, t0, 8.0 * (double)n, 12.0 * (double)n);
+}
+
 /* dL/dgate, given s = sigmoid(a), the output's gradient d and up u. */
 static inline float dgate_of(float a, float s, float d, float u)
 {
     return d * u * s * (1.0f + a * (1.0f - s));
 }
 
-void dt_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate,
-                        const float *up, size_t n)
+static void swiglu_backward_body(float *dgate, float *dup, const float *dh, const float *gate,
+                                 const float *up, size_t n)
 {
     int nt = dt_kernels_threads();
 #pragma omp parallel for simd schedule(static) num_threads(nt)
@@ -48,7 +56,15 @@ void dt_swiglu_backward(float *dgate, float *dup, const float *dh, const float *
     }
 }
 
-void dt_swiglu_forward_rows(float *h, const float *gu, int rows, int F, int ld)
+void dt_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate,
+                        const float *up, size_t n)
+{
+    const uint64_t t0 = dt_prof_begin();
+    swiglu_backward_body(dgate, dup, dh, gate, up, n);
+    dt_prof_end(DT_PROF_ACTIVATION, t0, 16.0 * (double)n, 20.0 * (double)n);
+}
+
+static void swiglu_forward_rows_body(float *h, const float *gu, int rows, int F, int ld)
 {
     int nt = dt_kernels_threads();
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -60,8 +76,15 @@ void dt_swiglu_forward_rows(float *h, const float *gu, int rows, int F, int ld)
     }
 }
 
-void dt_swiglu_backward_rows(float *dgu, const float *dh, const float *gu, int rows, int F,
-                             int ld)
+void dt_swiglu_forward_rows(float *h, const float *gu, int rows, int F, int ld)
+{
+    const uint64_t t0 = dt_prof_begin();
+    swiglu_forward_rows_body(h, gu, rows, F, ld);
+    dt_prof_end(DT_PROF_ACTIVATION, t0, 8.0 * rows * F, 12.0 * rows * F);
+}
+
+static void swiglu_backward_rows_body(float *dgu, const float *dh, const float *gu, int rows, int F,
+                                      int ld)
 {
     int nt = dt_kernels_threads();
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -75,4 +98,12 @@ void dt_swiglu_backward_rows(float *dgu, const float *dh, const float *gu, int r
             dg[i] = dgate_of(a, s, d[i], u[i]);
         }
     }
+}
+
+void dt_swiglu_backward_rows(float *dgu, const float *dh, const float *gu, int rows, int F,
+                             int ld)
+{
+    const uint64_t t0 = dt_prof_begin();
+    swiglu_backward_rows_body(dgu, dh, gu, rows, F, ld);
+    dt_prof_end(DT_PROF_ACTIVATION, t0, 16.0 * rows * F, 20.0 * rows * F);
 }

@@ -1,5 +1,4 @@
 /* Optimizer state and steps over ranges of the flat layout. See optimizer.h. */
-#include "core/fault.h"
 #include "model/optimizer.h"
 
 #include <math.h>
@@ -8,6 +7,7 @@
 #include <strings.h>
 
 #include "core/alloc.h"
+#include "core/fault.h"
 #include "kernels/optimizer.h"
 
 static const char *const kind_names[] = {"adamw", "adam", "sgd"};

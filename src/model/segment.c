@@ -5,8 +5,8 @@
  * Every block kind's parameters and gradients pass through here, so a
  * strategy that hooks a segment (ZeRO-3's gathers, DDP's buckets) never
  * needs to know the kinds. */
-#include "core/fault.h"
 #include "core/alloc.h"
+#include "core/fault.h"
 #include "core/str.h"
 #include "core/window.h"
 #include "kernels/cast.h"

@@ -1,10 +1,10 @@
 /* DDP: bucketed, overlapped gradient all-reduce. See ddp.h. */
-#include "core/fault.h"
 #include "parallel/ddp.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fault.h"
 #include "core/hash.h"
 #include "core/str.h"
 #include "core/trace.h"

@@ -10,6 +10,7 @@
 
 #include "core/str.h"
 #include "dtrain/comm.h"
+#include "kernels/profile.h"
 #include "model/gpt.h"
 #include "model/optimizer.h"
 #include "parallel/strategy.h"
@@ -36,7 +37,16 @@ typedef struct dt_run {
     int dp_size;        /* blocks of each global batch, as the configuration was validated */
     int lock_fd;        /* the lock on --out (ckpt/lock.h), or -1 */
     double peak;        /* FLOP/s MFU is measured against (all computing ranks); 0: unknown */
+    double rank_peak;   /* this process's share of it */
     char peak_desc[512]; /* what that peak is */
+    struct {            /* --profile (profile.c) */
+        int on;
+        double bw;              /* copy bandwidth, bytes/s */
+        double step_ms, comm_ms; /* summed over the steps counted */
+        uint64_t data_ns, step_data_ns;
+        long steps;
+        dt_prof_part sum[DT_PROF_NKINDS];
+    } prof;
     struct {            /* in-memory snapshots and restarts (snapshots.c) */
         long every;     /* steps between snapshots; 0: none */
         long restart;   /* restarts before this attempt (TORCHELASTIC_RESTART_COUNT) */

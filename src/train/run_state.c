@@ -9,11 +9,13 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "core/str.h"
+#include "core/timer.h"
 #include "train/ckpt/checkpoint.h"
 #include "train/ckpt/shard.h"
 #include "train/data/corpus.h"
-#include "train/weights/model_source.h"
+#include "train/profile.h"
 #include "train/run.h"
+#include "train/weights/model_source.h"
 #include "train/weights/weights.h"
 
 int dt_run_open_data(dt_run *t)
@@ -41,8 +43,11 @@ int dt_run_fetch_batch(void *ctx, uint64_t first, int n, int32_t *inputs, int32_
                        char *err, size_t errlen)
 {
     dt_run *t = ctx;
-    return dt_dataset_batch(t->train, &t->train_order, first, n, t->r.T, inputs, targets, err,
-                            errlen);
+    const uint64_t t0 = t->prof.on ? dt_now_ns() : 0;
+    const int rc = dt_dataset_batch(t->train, &t->train_order, first, n, t->r.T, inputs, targets,
+                                    err, errlen);
+    if (t0) dt_run_profile_data(t, dt_now_ns() - t0);
+    return rc;
 }
 
 double dt_run_lr_at(const void *cfg, long step) { return dt_config_lr_at(cfg, step); }

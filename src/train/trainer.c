@@ -7,7 +7,6 @@
  * s*G .. s*G+G-1 (data/sampler.h maps counters to sequences); the strategy
  * gives each rank its block. The logged loss of step s is the mean over
  * the global batch, before the update. */
-#include "core/fault.h"
 #include "train/trainer.h"
 
 #include <math.h>
@@ -18,6 +17,7 @@
 
 #include "comm/bootstrap/bootstrap.h"
 #include "core/env.h"
+#include "core/fault.h"
 #include "core/log.h"
 #include "core/str.h"
 #include "core/timer.h"
@@ -31,6 +31,7 @@
 #include "train/metrics.h"
 #include "train/moe_stats.h"
 #include "train/peak.h"
+#include "train/profile.h"
 #include "train/run.h"
 #include "train/stop_signals.h"
 #include "train/trace_file.h"
@@ -104,6 +105,7 @@ static int run_loop(dt_run *t)
     long averaged = -1;
     int stop = 0;
     const uint64_t loop0 = dt_now_ns();
+    if (c->profile) dt_run_profile_start(t);
     while (t->step < c->steps && !(stop = stop_requested(t))) {
         dt_fault_set_step(t->step + 1); /* as the log numbers it */
         uint64_t t0 = dt_now_ns(), read0 = 0, wait0 = 0, read1, wait1;
@@ -134,6 +136,7 @@ static int run_loop(dt_run *t)
         uint64_t bytes;
         dt_strategy_traffic(&t->S, &s.comm_ms, &bytes);
         s.bytes_sent = bytes;
+        if (t->prof.on) dt_run_profile_step(t, ms, s.comm_ms);
         if (t->opt.store) {
             s.offload = 1;
             dt_opt_store_last_step(t->opt.store, &bytes, &s.io_wall_ms);
@@ -161,6 +164,7 @@ static int run_loop(dt_run *t)
     }
     if (dt_run_snapshot_writer_end(t, 0)) return -1; /* the last snapshot published */
     dt_run_snapshots_summary(t, (double)(dt_now_ns() - loop0) * 1e-9);
+    dt_run_profile_report(t);
     return stop < 0 ? -1 : 0;
 }
 
@@ -304,6 +308,8 @@ static int setup(dt_run *t)
         dt_mfu_peak(t->threads * t->S.compute_streams, computing / t->S.compute_streams,
                     t->model.prec == DT_PREC_BF16, &t->peak, t->peak_desc, sizeof t->peak_desc))
         return dt_strf(ERR(t), "%s", t->peak_desc), -1;
+    t->rank_peak = t->peak / (double)(computing / t->S.compute_streams > 0
+                                          ? computing / t->S.compute_streams : 1);
     /* The header reports the model actually built (sizes may come from a file). */
     c->n_layer = t->model.cfg.n_layer;
     c->n_head = t->model.cfg.n_head;

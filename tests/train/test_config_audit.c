@@ -201,6 +201,7 @@ static const opt_row opt_rows[] = {
     {"save-final", "w.safetensors", "", NULL},
     {"print-every", "10", "", NULL},
     {"log-ranks", "all", "", NULL},
+    {"profile", "1", "", NULL},
     {"log-json", "log.json", "", NULL},
 };
 

@@ -8,12 +8,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/fault.h"
 #include "core/atomic_file.h"
+#include "core/fault.h"
 #include "core/str.h"
 #include "train/ckpt/internal.h"
-#include "train/weights/weights.h"
 #include "train/ckpt/shard.h"
+#include "train/weights/weights.h"
 
 int dt_ckpt_agree(dt_ckpt_crew *c, dt_ckpt_report *me, const char *err_in, char *err,
                   size_t errlen)

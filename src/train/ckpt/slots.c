@@ -19,8 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/fault.h"
 #include "core/atomic_file.h"
+#include "core/fault.h"
 #include "core/file.h"
 #include "core/str.h"
 #include "train/ckpt/internal.h"

@@ -129,6 +129,7 @@ static const struct {
     {"log-ranks", DT_AGREE_FREE},
     {"log-json", DT_AGREE_FREE},
     {"moe-per-layer-logging", DT_AGREE_FREE},
+    {"profile", DT_AGREE_FREE},
 };
 
 enum { NRULES = (int)(sizeof rules / sizeof rules[0]), TEXT = 160 };

@@ -138,6 +138,7 @@ typedef struct dt_train_config {
     char pp_partition[12]; /* layers per stage: uniform | params | cost */
     int pp_virtual;      /* interleaved: model chunks per rank */
     char trace[DT_CONFIG_PATH]; /* Chrome/Perfetto trace of the run; "" = none */
+    int profile;                /* --profile: each part's time against its bound */
     int resume_flag;   /* --resume was given (with or without a directory) */
 
     /* Internal: given[i] = option i of the table was set explicitly, so that

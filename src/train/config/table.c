@@ -216,6 +216,8 @@ const dt_cfg_opt dt_cfg_options[] = {
         0, "layers per stage: equal counts, parameters or measured time"),
     OPT(G_RUN, "pp-virtual", NULL, T_INT, pp_virtual, 1, 64, "V", NULL, 0,
         "interleaved: model chunks per rank"),
+    OPT(G_LOG, "profile", NULL, T_BOOL, profile, 0, 1, "[=0|1]", NULL, O_OPTVAL,
+        "time each part of a step against its roofline bound"),
     OPT(G_LOG, "trace", NULL, T_STR, trace, 0, 0, "FILE", NULL, 0,
         "write a Chrome/Perfetto timeline of every rank (Trace Event JSON)"),
     OPT(G_CKPT, "eval-every", NULL, T_LONG, eval_every, 0, LMAX, "N", NULL, 0,

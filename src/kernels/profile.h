@@ -1,0 +1,43 @@
+/* Where a step's compute time goes, by part (`dtrain train --profile`):
+ * the kernels time themselves when the profile is on and add their time,
+ * their floating-point operations and the bytes they move (both counted
+ * from the shapes, as a roofline counts them) to their part. Off, a kernel
+ * pays one relaxed load. Any thread may add; parts are summed atomically. */
+#ifndef DT_KERNELS_PROFILE_H
+#define DT_KERNELS_PROFILE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+typedef enum {
+    DT_PROF_MATMUL,       /* every matrix product (dt_matmul_solve) */
+    DT_PROF_ATTENTION,    /* the attention core: scores, softmax, weighted values */
+    DT_PROF_NORM,         /* LayerNorm, RMSNorm */
+    DT_PROF_ACTIVATION,   /* GELU, SwiGLU */
+    DT_PROF_CROSSENTROPY, /* the head's softmax and cross-entropy */
+    DT_PROF_EMBEDDING,    /* token and position embeddings */
+    DT_PROF_ROUTER,       /* a mixture of experts' routing */
+    DT_PROF_OPTIMIZER,    /* the update */
+    DT_PROF_GRAD_NORM,    /* the gradient's norm, for clipping */
+    DT_PROF_NKINDS
+} dt_prof_kind;
+
+typedef struct {
+    uint64_t ns;
+    double flops, bytes;
+    long calls;
+} dt_prof_part;
+
+extern atomic_int dt_prof_enabled;
+
+void dt_prof_enable(int on);
+/* A kernel's start: 0 when the profile is off. */
+uint64_t dt_prof_begin(void);
+/* Its end (nothing when t0 is 0). */
+void dt_prof_end(dt_prof_kind k, uint64_t t0, double flops, double bytes);
+/* The parts since the last call, and zeroes them. */
+void dt_prof_take(dt_prof_part out[DT_PROF_NKINDS]);
+/* "matrix products", ... */
+const char *dt_prof_name(dt_prof_kind k);
+
+#endif

@@ -1,0 +1,98 @@
+/* `dtrain train --profile` (see profile.h). A step's parts are the
+ * kernels' (each adds its time, FLOPs and bytes: kernels/profile.h), the
+ * data, the communication the step waited for (the strategy's exposed
+ * time), and the rest: what no part claims (the strategies' own copies and
+ * casts, the model's bookkeeping, waits a strategy does not count as
+ * communication). Each kernel part is set beside its roofline bound: its
+ * FLOPs at this process's measured peak, or its bytes at the measured
+ * copy bandwidth, whichever takes longer; "of bound" is that bound over
+ * the time taken, 100% at the machine's limit. */
+#include "train/profile.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/timer.h"
+#include "kernels/bandwidth.h"
+#include "kernels/profile.h"
+#include "train/run.h"
+
+void dt_run_profile_start(dt_run *t)
+{
+    memset(&t->prof, 0, sizeof t->prof);
+    t->prof.bw = dt_copy_bandwidth();
+    dt_prof_part drop[DT_PROF_NKINDS];
+    dt_prof_take(drop); /* whatever ran before the loop (an evaluation, a warm-up) */
+    dt_prof_enable(1);
+    t->prof.on = 1;
+}
+
+void dt_run_profile_data(dt_run *t, uint64_t ns) { t->prof.step_data_ns += ns; }
+
+void dt_run_profile_step(dt_run *t, double step_ms, double comm_ms)
+{
+    dt_prof_part p[DT_PROF_NKINDS];
+    dt_prof_take(p);
+    const uint64_t data = t->prof.step_data_ns;
+    t->prof.step_data_ns = 0;
+    if (t->steps_run == 0) return; /* the first step builds the kernels */
+    for (int k = 0; k < DT_PROF_NKINDS; k++) {
+        t->prof.sum[k].ns += p[k].ns;
+        t->prof.sum[k].flops += p[k].flops;
+        t->prof.sum[k].bytes += p[k].bytes;
+        t->prof.sum[k].calls += p[k].calls;
+    }
+    t->prof.step_ms += step_ms;
+    t->prof.comm_ms += comm_ms;
+    t->prof.data_ns += data;
+    t->prof.steps++;
+}
+
+static void row(FILE *out, const char *name, double ms, double step_ms)
+{
+    fprintf(out, "  %-24s %9.2f %6.1f%%\n", name, ms, 100.0 * ms / step_ms);
+}
+
+/* A kernel part's line: its time, FLOPs, bytes, bound and what bounds it. */
+static void kernel_row(FILE *out, const dt_run *t, int k, double n, double step_ms)
+{
+    const dt_prof_part *p = &t->prof.sum[k];
+    if (p->calls == 0) return;
+    const double ms = (double)p->ns * 1e-6 / n, flops = p->flops / n, bytes = p->bytes / n;
+    const double by_flops = t->rank_peak > 0 ? flops / t->rank_peak * 1e3 : 0;
+    const double by_bytes = t->prof.bw > 0 ? bytes / t->prof.bw * 1e3 : 0;
+    const double bound = by_flops > by_bytes ? by_flops : by_bytes;
+    fprintf(out, "  %-24s %9.2f %6.1f%% %9.2f %8.3f %9.2f  %-7s %6.1f%%\n", dt_prof_name(k), ms,
+            100.0 * ms / step_ms, flops * 1e-9, bytes * 1e-9, bound,
+            by_flops > by_bytes ? "compute" : "memory", ms > 0 ? 100.0 * bound / ms : 0.0);
+}
+
+void dt_run_profile_report(dt_run *t)
+{
+    dt_prof_enable(0);
+    if (!t->prof.on || t->r.rank != 0) return;
+    FILE *out = t->out;
+    if (t->prof.steps == 0) {
+        fprintf(out, "profile: no step after the first, which builds the kernels, to profile "
+                "(run 2 steps or more)\n");
+        return;
+    }
+    const double n = (double)t->prof.steps, step = t->prof.step_ms / n;
+    fprintf(out, "profile of rank 0, per step (the mean of %ld steps after the first: %.2f ms a "
+            "step); FLOPs and bytes counted from the shapes; bounds at this process's share of "
+            "the peak MFU is measured against, %.1f GFLOP/s, and at %.1f GB/s, what its %d "
+            "thread%s copy (bytes read and written; over 100%% of a memory bound: the data came "
+            "from the caches)\n", t->prof.steps, step, t->rank_peak * 1e-9, t->prof.bw * 1e-9,
+            t->threads, t->threads == 1 ? "" : "s");
+    fprintf(out, "  %-24s %9s %7s %9s %8s %9s  %-7s %7s\n", "part", "ms", "share", "GFLOP",
+            "GB", "bound ms", "bound", "of bound");
+    double claimed = 0;
+    for (int k = 0; k < DT_PROF_NKINDS; k++) {
+        kernel_row(out, t, k, n, step);
+        claimed += (double)t->prof.sum[k].ns * 1e-6 / n;
+    }
+    const double data = (double)t->prof.data_ns * 1e-6 / n, comm = t->prof.comm_ms / n;
+    row(out, "data", data, step);
+    row(out, "communication waited on", comm, step);
+    row(out, "the rest", step - claimed - data - comm, step);
+}

@@ -1,0 +1,70 @@
+"""`dtrain train --profile`: the table's counts, checked against the model's
+sizes.
+
+  test_profile.py DTRAIN
+
+GPT-2's shapes (vocabulary 50257, C 768, 12 heads) with 1 layer, batch
+2 x 64 (uneven against every block size), 3 steps. The FLOPs of the
+matrix products a step must be 6 x tokens x the weights the products use
+(each layer's 12 C^2, the tied head's V C): the forward's 2 per weight
+and token, and the backward's 4, the standard count, derived here from
+the sizes alone. Attention's are the causal count (half the T x T scores:
+2 B T^2 C forward, 5 B T^2 C backward, a layer). No part's time may exceed
+the step's: what the kernels claim, with the data and the communication,
+leaves a rest of at least 0 (a kernel counted twice would not). Timing
+itself is not checked. And --profile with one step says there is nothing
+to profile.
+"""
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
+from checks import check, finish  # noqa: E402
+from dtrain_run import run  # noqa: E402
+
+L, C, V, B, T = 1, 768, 50257, 2, 64
+
+
+def parts(out):
+    rows = {}
+    for m in re.finditer(r"^  (\S.*?)\s{2,}(-?[\d.]+)\s+(-?[\d.]+)%(?:\s+([\d.]+)\s+([\d.]+))?",
+                         out, re.M):
+        rows[m.group(1)] = [float(x) if x else None for x in m.groups()[1:]]
+    return rows
+
+
+def main():
+    dtrain = sys.argv[1]
+    base = ["train", "--model", "gpt2", "--n-layer", str(L), "--batch-size", str(B),
+            "--seq-len", str(T), "--threads", "1", "--eval-batches", "0"]
+    r = run(dtrain, base + ["--steps", "3", "--profile"])
+    out = r.stdout
+    check(r.returncode == 0 and "profile of rank 0, per step" in out,
+          "--profile prints its table (exit %d)" % r.returncode)
+    p = parts(out)
+    step = float(re.search(r"the mean of 2 steps after the first: ([\d.]+) ms", out).group(1))
+    mm = 6 * B * T * (L * 12 * C * C + V * C) / 1e9
+    got = p.get("matrix products", [None] * 4)[2]
+    check(got is not None and abs(got - mm) <= 0.005 + 1e-4 * mm,
+          "matrix products: %s GFLOP a step, 6 x tokens x weights = %.2f" % (got, mm))
+    att = 7 * B * T * T * C * L / 1e9
+    got = p.get("attention", [None] * 4)[2]
+    check(got is not None and abs(got - att) <= 0.005 + 1e-4 * att,
+          "attention: %s GFLOP a step, the causal count %.3f" % (got, att))
+    for name in ("layer norms", "activations", "cross-entropy", "embeddings", "optimizer",
+                 "gradient norm", "data", "communication waited on", "the rest"):
+        check(name in p, "the table has a row for %s" % name)
+    rest = p.get("the rest", [None])[0]
+    total = sum(v[0] for k, v in p.items() if k != "the rest")
+    check(rest is not None and rest >= 0 and abs(total + rest - step) < 0.05,
+          "the parts (%.2f ms) and the rest (%s ms) make the step (%.2f ms), the rest not below "
+          "0" % (total, rest, step))
+    r = run(dtrain, base + ["--steps", "1", "--profile"])
+    check(r.returncode == 0 and "no step after the first" in r.stdout,
+          "--profile with one step: nothing to profile, said so")
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
