@@ -12,7 +12,9 @@
 #include "cli/cli.h"
 #include "core/atomic_file.h"
 #include "core/parse.h"
+#include "kernels/bandwidth.h"
 #include "kernels/matmul.h"
+#include "kernels/threads.h"
 #include "train/peak.h"
 
 #define BENCH_PEAK "dtrain bench peak"
@@ -54,6 +56,19 @@ static void print_loops(int threads)
             double gf = dt_peak_measure((dt_peak_loop)l, counts[k]);
             printf("%-36s %8d %12.1f %12.1f\n", desc, counts[k], gf, gf * counts[k]);
         }
+    }
+}
+
+/* The memory side of the roofline: what --profile bounds memory-bound
+ * kernels with, at 1 thread and at `threads`. */
+static void print_bandwidth(int threads)
+{
+    printf("\nmemory: a 128 MiB copy (bytes read and written), the best of 4:\n");
+    const int counts[2] = {1, threads};
+    for (int k = 0; k < (threads > 1 ? 2 : 1); k++) {
+        dt_kernels_set_threads(counts[k]);
+        printf("  %d thread%s: %.1f GB/s\n", counts[k], counts[k] == 1 ? "" : "s",
+               dt_copy_bandwidth() * 1e-9);
     }
 }
 
@@ -130,6 +145,7 @@ int cli_bench_peak(int argc, char **argv)
     print_loops((int)threads);
     const char *env = getenv("DTRAIN_PEAK_GFLOPS");
     if (env && *env) printf("\nDTRAIN_PEAK_GFLOPS=%s replaces the measured peak per thread\n", env);
+    print_bandwidth((int)threads);
     if (print_run_peaks((int)threads) != 0) return 1;
     print_cache();
     return 0;
