@@ -264,6 +264,7 @@ static int dial(struct job *j, dt_store **out, uint64_t deadline)
 {
     char err[512];
     const int signals = j->signalled;
+    dt_store_set_server_name("node 0's launcher");
     for (;;) {
         uint64_t now = dt_now_ns();
         uint64_t until = deadline - now > DIAL_SLICE_NS ? now + DIAL_SLICE_NS : deadline;

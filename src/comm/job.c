@@ -133,6 +133,7 @@ int dt_job_create(dt_job **out, char *err, size_t errlen)
     job->force_tcp = b.force_tcp;
     job->use_mpi = b.use_mpi;
     job->store_by_launcher = b.store_by_launcher;
+    if (job->store_by_launcher) dt_store_set_server_name("node 0's launcher");
     dt_cost_model_defaults(&job->model);
     job->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     dt_topo_read_host(job);

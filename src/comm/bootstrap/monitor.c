@@ -47,8 +47,9 @@ static void monitor_lost(dt_monitor *m)
 {
     if (atomic_load(&m->stopping)) return; /* our own goodbye, not a failure */
     char msg[512];
-    snprintf(msg, sizeof msg,
-             "lost the connection to the store on rank 0 (%s): rank 0 died or was killed", m->addr);
+    const char *who = dt_store_server_name();
+    snprintf(msg, sizeof msg, "lost the connection to the store on %s (%s): %s died or was killed",
+             who, m->addr, who);
     monitor_fire(m, DT_ERR_PEER, msg);
 }
 
@@ -79,7 +80,7 @@ static int monitor_read(dt_monitor *m)
     if (h.type != DT_WIRE_ABORT) {
         free(body);
         if (!atomic_load(&m->stopping))
-            monitor_fire(m, DT_ERR_PROTOCOL, "the store on rank 0 sent an unexpected message");
+            monitor_fire(m, DT_ERR_PROTOCOL, "the store sent an unexpected message");
         return -1;
     }
     monitor_fire(m, h.a < 0 ? h.a : DT_ERR_ABORTED, (const char *)body);
@@ -130,10 +131,12 @@ static int monitor_hello(const char *host, int port, int rank, const char *secre
     if (rc == 0) rc = dt_wire_read(fd, &rh, &body, deadline_ns, why, sizeof why);
     if (rc == 0 && (rh.type != DT_WIRE_REPLY || rh.id != 1)) rc = DT_ERR_PROTOCOL;
     if (rc == 0 && rh.a != 0) {
-        snprintf(err, errlen, "the store on rank 0 refused rank %d: %s", rank, (char *)body);
+        snprintf(err, errlen, "the store on %s refused rank %d: %s", dt_store_server_name(), rank,
+                 (char *)body);
         rc = rh.a < 0 ? rh.a : DT_ERR_PROTOCOL;
     } else if (rc) {
-        snprintf(err, errlen, "no answer from the store on rank 0 to rank %d's HELLO (%s)", rank,
+        snprintf(err, errlen, "no answer from the store on %s to rank %d's HELLO (%s)",
+                 dt_store_server_name(), rank,
                  rc == DT_ERR_TIMEOUT ? "timed out" : rc == DT_ERR_PEER ? "connection closed" : "bad reply");
     }
     free(body);

@@ -43,6 +43,12 @@ int dt_store_server_start(const char *addr, int port, int world_size, const char
  * and closes everything. */
 void dt_store_server_stop(dt_store_server *s, uint64_t deadline_ns);
 
+/* Who serves the store, as the errors name it when it cannot be reached
+ * or stops answering: "rank 0" unless set (under `dtrain launch
+ * --max-restarts`, "node 0's launcher"). Set it before connecting. */
+void dt_store_set_server_name(const char *who);
+const char *dt_store_server_name(void);
+
 /* Request connection. Calls return 0 or DT_ERR_*; dt_store_error says why.
  * Not thread-safe: one caller at a time. */
 int dt_store_connect(const char *host, int port, const char *secret, uint64_t deadline_ns,

@@ -34,6 +34,15 @@ struct dt_store {
     char err[768];
 };
 
+static char server_name[64] = "rank 0";
+
+void dt_store_set_server_name(const char *who)
+{
+    snprintf(server_name, sizeof server_name, "%s", who);
+}
+
+const char *dt_store_server_name(void) { return server_name; }
+
 static int store_fail(dt_store *s, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -57,8 +66,8 @@ static int store_broke(dt_store *s, int rc, const char *doing, const char *why)
 {
     s->broken = 1;
     if (rc == DT_ERR_PEER)
-        return store_fail(s, rc, "lost the connection to the store at %s while %s (rank 0 died or was killed?)",
-                          s->addr, doing);
+        return store_fail(s, rc, "lost the connection to the store at %s while %s (%s died or "
+                          "was killed?)", s->addr, doing, dt_store_server_name());
     if (rc == DT_ERR_TIMEOUT)
         return store_fail(s, rc, "the store at %s stalled in the middle of a message while %s",
                           s->addr, doing);
@@ -181,8 +190,8 @@ static int store_set_until(dt_store *s, const char *key, const void *val, size_t
     unsigned char *body;
     int rc = store_call(s, &h, key, val, deadline_ns, "setting a key", &rh, &body);
     if (rc == DT_ERR_TIMEOUT && !s->broken)
-        return store_fail(s, rc, "timed out setting key '%s' in the store at %s (rank 0 stopped or hung?)",
-                          key, s->addr);
+        return store_fail(s, rc, "timed out setting key '%s' in the store at %s (%s stopped or "
+                          "hung?)", key, s->addr, dt_store_server_name());
     free(body);
     return rc;
 }
@@ -232,8 +241,8 @@ static int store_add_until(dt_store *s, const char *key, int64_t delta, int64_t 
     unsigned char *body;
     int rc = store_call(s, &h, key, d, deadline_ns, "adding to a counter", &rh, &body);
     if (rc == DT_ERR_TIMEOUT && !s->broken)
-        return store_fail(s, rc, "timed out adding to counter '%s' in the store at %s (rank 0 stopped or hung?)",
-                          key, s->addr);
+        return store_fail(s, rc, "timed out adding to counter '%s' in the store at %s (%s "
+                          "stopped or hung?)", key, s->addr, dt_store_server_name());
     if (rc) return rc;
     if (rh.val_len != 8) {
         free(body);

@@ -180,7 +180,7 @@ int dt_wire_dial(const char *host, int port, const char *secret, uint64_t deadli
     int fd;
     int rc = dt_net_connect(host, port, deadline_ns, &fd, why, sizeof why);
     if (rc) {
-        snprintf(err, errlen, "cannot reach the store on rank 0: %s", why);
+        snprintf(err, errlen, "cannot reach the store on %s: %s", dt_store_server_name(), why);
         return rc;
     }
     dt_net_tune(fd);
