@@ -148,6 +148,11 @@ int dt_bootstrap_from_env(dt_bootstrap *b, char *err, size_t errlen)
     }
     if (read_master(b, err, errlen) < 0) return -1;
     read_secret(b);
+    return dt_bootstrap_read_settings(b, err, errlen);
+}
+
+int dt_bootstrap_read_settings(dt_bootstrap *b, char *err, size_t errlen)
+{
     double timeout = 300;
     if (dt_env_double("DTRAIN_TIMEOUT", 0.1, 1e7, &timeout, err, errlen) < 0) return -1;
     b->timeout_s = timeout;
