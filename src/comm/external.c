@@ -110,8 +110,9 @@ static int share_secret(dt_job *job, char *err, size_t len)
         free(val);
     }
     if (rc < 0) {
-        snprintf(err, len, "rank %d could not %s the job's secret: %s", job->rank,
-                 job->rank == 0 ? "publish" : "read rank 0's", e);
+        snprintf(err, len, "rank %d could not %s: %s", job->rank,
+                 job->rank == 0 ? "publish the job's secret" : "read the job's secret from rank 0",
+                 e);
         return rc;
     }
     dt_ident_job_id(job->secret, "external", job->size, job->job_id, sizeof job->job_id);
