@@ -81,6 +81,19 @@ def quiet(limit_s=60):
     return first
 
 
+def cpu_line():
+    """The CPU's name and whether it has AVX-512 and AMX (lscpu)."""
+    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    name = re.search(r"^Model name:\s*(.*)$", out, re.M)
+    m = re.search(r"^Flags:\s*(.*)$", out, re.M)
+    flags = set(m.group(1).split()) if m else set()
+    return "CPU: %s, %s cores; avx512f %s, amx %s" % (
+        name.group(1) if name else "unknown", os.cpu_count(),
+        "yes" if "avx512f" in flags else "no",
+        "yes (%s)" % " ".join(sorted(f for f in flags if f.startswith("amx")))
+        if any(f.startswith("amx") for f in flags) else "no")
+
+
 def write_corpus(path, ntokens):
     """Random words, at least ntokens bytes: every step reads fresh data."""
     rng = random.Random(0)

@@ -34,14 +34,13 @@ Nothing here is a unit test: timing belongs to benchmarks.
 """
 import json
 import os
-import re
 import resource
 import subprocess
 import sys
 import tempfile
 
-from bench_common import (B, C, H, L, PYLIB, T, TORCH_PYTHON, V, check_peer, dtrain_cmd, log_means,
-                          parse_args, quiet, write_corpus)
+from bench_common import (B, C, H, L, PYLIB, T, TORCH_PYTHON, V, check_peer, cpu_line, dtrain_cmd,
+                          log_means, parse_args, quiet, write_corpus)
 
 E, K = 8, 2
 FFN = 4 * C // K
@@ -112,19 +111,6 @@ tps = [%(B)d * %(T)d / t for t in times[%(skip)d:]]
 n = (%(steps)d - %(skip)d) * %(B)d * %(T)d
 print(json.dumps({"wall": sum(tps) / len(tps), "cpu": n / sum(cpu[%(skip)d:])}))
 """
-
-
-def cpu_line():
-    """The CPU's name and whether it has AVX-512 and AMX (lscpu)."""
-    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    name = re.search(r"^Model name:\s*(.*)$", out, re.M)
-    m = re.search(r"^Flags:\s*(.*)$", out, re.M)
-    flags = set(m.group(1).split()) if m else set()
-    return "CPU: %s, %s cores; avx512f %s, amx %s" % (
-        name.group(1) if name else "unknown", os.cpu_count(),
-        "yes" if "avx512f" in flags else "no",
-        "yes (%s)" % " ".join(sorted(f for f in flags if f.startswith("amx")))
-        if any(f.startswith("amx") for f in flags) else "no")
 
 
 def run_cpu(cmd):

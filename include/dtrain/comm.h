@@ -86,6 +86,48 @@ int dt_comm_init(dt_comm **out);
 /* The message of the last failed dt_comm_init in this process. */
 const char *dt_last_error(void);
 
+/*
+ * A key-value store the caller already has (a framework's rendezvous, such
+ * as PyTorch's c10d store), for dt_comm_init_external. Each call returns
+ * 0 or a negative DT_ERR_* code, and on failure writes a message into err
+ * (errlen bytes). dtrain makes one call at a time per communicator, from
+ * the thread that creates it and from a watcher thread of its own, so ctx
+ * must stay valid until dt_comm_destroy returns.
+ */
+typedef struct dt_kv_ops {
+    /* Store len bytes of val under key. */
+    int (*set)(void *ctx, const char *key, const void *val, size_t len, char *err,
+               size_t errlen);
+    /* Wait up to timeout_s seconds for key to exist, then give a malloc'd
+     * copy of its value (dtrain frees it) and its length; DT_ERR_TIMEOUT
+     * when it did not appear in time. dtrain waits in slices of under a
+     * second, so a timeout must leave the store usable. */
+    int (*get)(void *ctx, const char *key, double timeout_s, void **val, size_t *len, char *err,
+               size_t errlen);
+    /* Add delta to the integer counter under key (0 when absent) and give
+     * its new value; delta 0 reads it. */
+    int (*add)(void *ctx, const char *key, int64_t delta, int64_t *result, char *err,
+               size_t errlen);
+} dt_kv_ops;
+
+/*
+ * Join a job through the caller's store instead of the environment: a
+ * world communicator of size ranks, this one being rank. Every rank calls
+ * it with the same store (keys may be prefixed, as long as every rank's
+ * calls reach the same keys), which must be fresh: dtrain's keys from an
+ * earlier communicator must not be in it. timeout_s bounds every wait
+ * (DTRAIN_TIMEOUT, when set, overrides it; 0 takes DTRAIN_TIMEOUT or its
+ * default). The ranks of a host share memory, the others are joined by
+ * TCP (DTRAIN_TRANSPORT applies; mpi does not); for several hosts, set
+ * MASTER_ADDR to an address of rank 0's host (the interface that reaches
+ * it is advertised) or DTRAIN_ADVERTISE_ADDR on each host. Unlike
+ * dt_comm_init, a process may hold several such communicators at once,
+ * each its own job; failures are told through the store (docs/comm.md).
+ * On failure *out is NULL and the message is in dt_last_error().
+ */
+int dt_comm_init_external(const dt_kv_ops *ops, void *ctx, int rank, int size, double timeout_s,
+                          dt_comm **out);
+
 int dt_comm_rank(const dt_comm *c);
 int dt_comm_size(const dt_comm *c);
 /* Rank among the communicator's members on this host, and their number. */

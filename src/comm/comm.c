@@ -16,6 +16,7 @@
 #include "comm/async.h"
 #include "comm/bootstrap/store.h"
 #include "comm/comm_internal.h"
+#include "comm/external.h"
 #include "comm/mpi.h"
 #include "comm/topo.h"
 #include "comm/transport/transport.h"
@@ -26,7 +27,8 @@
 #include "core/str.h"
 #include "core/timer.h"
 
-static char last_error[1024];
+/* Per thread: communicators of external jobs may start on several at once. */
+static _Thread_local char last_error[1024];
 static dt_job *the_job; /* one job per process */
 
 const char *dt_last_error(void) { return last_error; }
@@ -146,6 +148,54 @@ static int share_cost_model(dt_comm *c, char *err, size_t len)
     return rc;
 }
 
+/* A failed start: the message into last_error (the first failure's, when
+ * another rank's abort came first), told to the other ranks, and
+ * everything made so far freed. Returns rc. */
+static int init_failed(dt_job *job, dt_comm *c, int rc, const char *what, char *err,
+                       size_t errlen)
+{
+    if (job && atomic_load(&job->aborted)) { /* another rank failed first: its cause */
+        pthread_mutex_lock(&job->lock);
+        dt_strf(err, errlen, "job aborted: %s", job->abort_msg);
+        pthread_mutex_unlock(&job->lock);
+    }
+    dt_strf(last_error, sizeof last_error, "%s: %s", what, err[0] ? err : dt_strerror(rc));
+    if (job && !atomic_load(&job->aborted)) dt_job_report(job, rc, -1, 0, last_error);
+    if (job && job->kv) dt_ext_leave(job); /* before the store it polls goes */
+    if (c) {
+        dt_job_unregister(job, c);
+        comm_free(c);
+    }
+    if (job) {
+        dt_job_disconnect(job);
+        dt_job_free(job);
+    }
+    return rc;
+}
+
+int dt_comm_world_init(dt_job *job, const char *what, dt_comm **out)
+{
+    char err[768] = "";
+    dt_comm *c = comm_alloc(job, "w", job->rank, job->size);
+    int rc = c ? 0 : DT_ERR_NOMEM;
+    if (rc == 0) {
+        for (int r = 0; r < c->size; r++) c->world_rank[r] = r;
+        rc = dt_job_register(job, c);
+        if (rc == 0 && !job->kv) rc = dt_mpi_comm_world(c);
+        if (rc == 0 && c->size > 1) rc = dt_topo_find_hosts(c);
+        if (rc == 0) rc = comm_connect(c);
+        if (rc == 0) rc = share_cost_model(c, err, sizeof err);
+        if (rc == 0) rc = dt_algo_read_env(c, err, sizeof err);
+        if (rc < 0 && c->err[0]) snprintf(err, sizeof err, "%s", c->err);
+    }
+    if (rc < 0) return init_failed(job, c, rc, what, err, sizeof err);
+    int host_ranks = 0;
+    for (int r = 0; r < c->size; r++) host_ranks += c->host_of[r] == c->host_of[c->rank];
+    set_waiting(c, host_ranks);
+    *out = c;
+    return 0;
+}
+
 int dt_comm_init(dt_comm **out)
 {
     char err[768] = "";
@@ -159,43 +209,17 @@ int dt_comm_init(dt_comm **out)
     dt_job *job = NULL;
     int rc = dt_job_create(&job, err, sizeof err);
     if (rc == 0 && job->size > 1) rc = dt_job_connect(job, err, sizeof err);
-    dt_comm *c = NULL;
-    if (rc == 0 && !(c = comm_alloc(job, "w", job->rank, job->size))) rc = DT_ERR_NOMEM;
-    if (rc == 0) {
-        for (int r = 0; r < c->size; r++) c->world_rank[r] = r;
-        rc = dt_job_register(job, c);
-        if (rc == 0) rc = dt_mpi_comm_world(c);
-        if (rc == 0 && c->size > 1) rc = dt_topo_find_hosts(c);
-        if (rc == 0) rc = comm_connect(c);
-        if (rc == 0) rc = share_cost_model(c, err, sizeof err);
-        if (rc == 0) rc = dt_algo_read_env(c, err, sizeof err);
-        if (rc < 0 && c->err[0]) snprintf(err, sizeof err, "%s", c->err);
-    }
-    int host_ranks = 0;
-    for (int r = 0; rc == 0 && r < c->size; r++) host_ranks += c->host_of[r] == c->host_of[c->rank];
-    if (rc < 0) {
-        if (job && atomic_load(&job->aborted)) { /* another rank failed first: its cause */
-            pthread_mutex_lock(&job->lock);
-            dt_strf(err, sizeof err, "job aborted: %s", job->abort_msg);
-            pthread_mutex_unlock(&job->lock);
-        }
-        dt_strf(last_error, sizeof last_error, "dt_comm_init: %s", err[0] ? err : dt_strerror(rc));
-        if (job && job->monitor && !atomic_load(&job->aborted))
-            dt_monitor_report(job->monitor, rc, -1, 0, last_error);
-        if (c) {
-            dt_job_unregister(job, c);
-            comm_free(c);
-        }
-        if (job) {
-            dt_job_disconnect(job);
-            dt_job_free(job);
-        }
-        return rc;
-    }
-    set_waiting(c, host_ranks);
-    the_job = job;
-    *out = c;
-    return 0;
+    if (rc < 0) return init_failed(job, NULL, rc, "dt_comm_init", err, sizeof err);
+    rc = dt_comm_world_init(job, "dt_comm_init", out);
+    if (rc == 0) the_job = job;
+    return rc;
+}
+
+int dt_comm_init_failed(dt_job *job, int rc, const char *what, const char *err)
+{
+    char e[768];
+    snprintf(e, sizeof e, "%s", err);
+    return init_failed(job, NULL, rc, what, e, sizeof e);
 }
 
 static int cmp_member(const void *a, const void *b)
@@ -280,14 +304,17 @@ void dt_comm_destroy(dt_comm *c)
     if (!c) return;
     dt_async_drain(c);
     dt_job *job = c->job;
-    int is_world = job && job == the_job && !strcmp(c->id, "w");
-    if (is_world) dt_job_leave(job);
+    int external = job && job->kv;
+    int is_world = job && (job == the_job || external) && !strcmp(c->id, "w");
+    if (is_world && external) dt_ext_leave(job);
+    if (is_world && !external) dt_job_leave(job);
     if (job) dt_job_unregister(job, c);
     comm_free(c);
     if (is_world) {
         int failed = atomic_load(&job->aborted);
         dt_job_disconnect(job);
         dt_job_free(job);
+        if (external) return;
         dt_mpi_job_fini(failed);
         the_job = NULL;
     }

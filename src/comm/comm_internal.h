@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/bootstrap/bootstrap.h"
 #include "comm/coll.h"
 #include "comm/cost/model.h"
 #include "dtrain/comm.h"
@@ -32,6 +33,7 @@ struct dt_store;
 struct dt_monitor;
 struct dt_shm_comm;
 struct dt_async;
+struct dt_ext_watch;
 
 /* ---- messages ----------------------------------------------------------- */
 
@@ -190,11 +192,19 @@ typedef struct dt_job {
     struct dt_store_server *server; /* rank 0, unless the launcher serves */
     struct dt_store *store;
     struct dt_monitor *monitor;
+    /* Joined through the caller's store (external.c): its callbacks, and
+     * the watcher that stands in for the control channel; else NULL. */
+    const dt_kv_ops *kv;
+    void *kv_ctx;
+    struct dt_ext_watch *watch;
     pthread_mutex_t store_lock; /* the store connection has one user at a time */
     /* Ranks that left (called dt_comm_destroy) while the job ran, as the
      * store told: when we heard (dt_now_ns), 0 for ranks still here. */
     _Atomic uint64_t *left_ns; /* [size] */
     atomic_int nleft;
+    /* Of them, ranks whose process ended without leaving (seen by an
+     * external job's watcher); NULL in other jobs. */
+    atomic_uchar *exited;
     /* Abort state: set once, by a local failure or by the store. */
     atomic_int aborted;
     int abort_code;
@@ -251,8 +261,10 @@ struct dt_comm {
 };
 
 /* The job (job.c): made from the environment, joined to the store and the
- * control channel (multi-rank jobs), holding its live communicators. */
+ * control channel (multi-rank jobs), holding its live communicators.
+ * dt_job_new makes one from what a bootstrap says, however it was found. */
 int dt_job_create(dt_job **out, char *err, size_t errlen);
+int dt_job_new(const dt_bootstrap *b, dt_job **out);
 int dt_job_connect(dt_job *job, char *err, size_t errlen);
 void dt_job_disconnect(dt_job *job);
 /* Say goodbye to the store (the rank leaves the job): first thing in the
@@ -262,6 +274,15 @@ void dt_job_free(dt_job *job);
 int dt_job_register(dt_job *job, dt_comm *c);
 void dt_job_unregister(dt_job *job, dt_comm *c);
 
+/* The world communicator of a job just made and joined (comm.c): the host
+ * map, the links, the shared cost model. On failure the job is freed, the
+ * message (prefixed with what) is in dt_last_error() and *out is NULL. */
+int dt_comm_world_init(dt_job *job, const char *what, dt_comm **out);
+/* A start that failed before its world communicator: the message
+ * (prefixed with what) into dt_last_error(), told to the other ranks, and
+ * the job freed. Returns rc. */
+int dt_comm_init_failed(dt_job *job, int rc, const char *what, const char *err);
+
 /* Record a failure of c (first one wins), prefixed with the collective, its
  * sequence number and the peer; also aborts the job so that every rank
  * learns of it. Returns code. */
@@ -269,6 +290,10 @@ int dt_comm_fail(dt_comm *c, int code, int peer, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* The store says world rank `rank` left the job (failure.c). */
 void dt_job_note_left(dt_job *job, int rank);
+/* Tell the other ranks of this rank's failure, through the control
+ * channel or, in an external job, the caller's store; 0 when the job has
+ * neither (a job of one rank). */
+int dt_job_report(dt_job *job, int code, int suspect, int is_timeout, const char *msg);
 /* Whether the peer of op (a member of c) has left the job, waiting up to
  * wait_s for the store's word while the job has not aborted. */
 int dt_comm_peer_left(dt_comm *c, int peer, double wait_s);

@@ -2,7 +2,9 @@
  * Failure handling. A failure anywhere fails the whole job: the first rank
  * to see it tells the store, the store tells every rank, and every pending
  * or later call returns an error whose message names the collective, its
- * sequence number and the peer.
+ * sequence number and the peer. (A job joined through the caller's store
+ * tells it through that store instead, and its watcher hears it:
+ * external_watch.c.)
  *
  * For a timeout the local view can blame the wrong rank (in a ring, every
  * rank waits on its left neighbour, only one of which is the stopped
@@ -15,6 +17,7 @@
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
+#include "comm/external.h"
 #include "comm/mpi.h"
 #include "comm/bootstrap/store.h"
 #include "core/log.h"
@@ -83,6 +86,11 @@ int dt_comm_fail_left(dt_comm *c, const dt_p2p *op)
         snprintf(who, sizeof who, "rank %d", op->peer);
     else
         snprintf(who, sizeof who, "rank %d (rank %d of the job)", op->peer, w);
+    if (c->job->exited && atomic_load(&c->job->exited[w]))
+        return dt_comm_fail(c, DT_ERR_PEER, op->peer,
+                            "%s's process ended (crashed, killed or exited) while this rank "
+                            "still waited for it %s",
+                            who, op->kind == DT_P2P_SEND ? "to take our send" : "to send");
     return dt_comm_fail(c, DT_ERR_PEER, op->peer,
                         "%s left: it called dt_comm_destroy while this rank still waited for it "
                         "%s",
@@ -106,6 +114,19 @@ static int describe_call(const dt_comm *c, char *buf, size_t len)
                     comm ? ", communicator " : "", comm ? comm : "");
 }
 
+int dt_job_report(dt_job *job, int code, int suspect, int is_timeout, const char *msg)
+{
+    if (job->monitor) {
+        dt_monitor_report(job->monitor, code, suspect, is_timeout, msg);
+        return 1;
+    }
+    if (job->kv) {
+        dt_ext_report(job, msg);
+        return 1;
+    }
+    return 0;
+}
+
 static void wait_for_verdict(dt_job *job)
 {
     double until = dt_now_s() + VERDICT_WAIT_S;
@@ -126,11 +147,10 @@ int dt_comm_fail(dt_comm *c, int code, int peer, const char *fmt, ...)
 
     dt_job *job = c->job;
     int from_abort = atomic_load(&job->aborted);
-    if (!from_abort && job->monitor) {
-        char report[800];
-        snprintf(report, sizeof report, "rank %d: %s: %s", job->rank, where, detail);
-        dt_monitor_report(job->monitor, code, peer >= 0 ? c->world_rank[peer] : -1,
-                          code == DT_ERR_TIMEOUT, report);
+    char report[800];
+    snprintf(report, sizeof report, "rank %d: %s: %s", job->rank, where, detail);
+    if (!from_abort && dt_job_report(job, code, peer >= 0 ? c->world_rank[peer] : -1,
+                                     code == DT_ERR_TIMEOUT, report)) {
         /* A timeout or a lost peer is often the echo of a failure elsewhere
          * (a peer that exited because of it); rank 0 must not exit, taking
          * the store with it, before the others heard. Wait for the cause. */
@@ -172,8 +192,7 @@ void dt_comm_abort(dt_comm *c, const char *reason)
     dt_job *job = c->job;
     char report[800];
     snprintf(report, sizeof report, "rank %d failed: %s", job->rank, reason ? reason : "");
-    if (!atomic_load(&job->aborted) && job->monitor) {
-        dt_monitor_report(job->monitor, DT_ERR_ABORTED, -1, 0, report);
+    if (!atomic_load(&job->aborted) && dt_job_report(job, DT_ERR_ABORTED, -1, 0, report)) {
         /* Rank 0 holds the store: it must not leave before the others heard. */
         if (job->server) wait_for_verdict(job);
     }

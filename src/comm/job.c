@@ -85,6 +85,7 @@ void dt_job_free(dt_job *job)
     if (job->wake_fd >= 0) close(job->wake_fd);
     free(job->comms);
     free(job->left_ns);
+    free(job->exited);
     pthread_mutex_destroy(&job->lock);
     pthread_mutex_destroy(&job->store_lock);
     free(job);
@@ -106,41 +107,47 @@ static void warn_guessable_secret(const dt_bootstrap *b)
             by);
 }
 
-int dt_job_create(dt_job **out, char *err, size_t errlen)
+int dt_job_new(const dt_bootstrap *b, dt_job **out)
 {
-    dt_bootstrap b;
-    if (dt_bootstrap_from_env(&b, err, errlen) < 0) return DT_ERR_INVALID;
-    int rc = dt_mpi_job_init(&b, err, errlen); /* under mpirun: MPI up, rank 0's store address */
-    if (rc < 0) return rc;
     dt_job *job = calloc(1, sizeof *job);
-    if (job) job->left_ns = calloc((size_t)b.size, sizeof *job->left_ns);
+    if (job) job->left_ns = calloc((size_t)b->size, sizeof *job->left_ns);
     if (!job || !job->left_ns) {
         free(job);
         return DT_ERR_NOMEM;
     }
     pthread_mutex_init(&job->lock, NULL);
     pthread_mutex_init(&job->store_lock, NULL);
-    job->rank = b.rank;
-    job->size = b.size;
-    job->local_rank = b.local_rank;
-    job->local_size = b.local_size;
-    snprintf(job->launcher, sizeof job->launcher, "%s", b.launcher);
-    snprintf(job->master_addr, sizeof job->master_addr, "%s", b.master_addr);
-    job->master_port = b.master_port;
-    snprintf(job->secret, sizeof job->secret, "%s", b.secret);
-    snprintf(job->job_id, sizeof job->job_id, "%s", b.job_id);
-    job->timeout_s = b.timeout_s;
-    job->force_tcp = b.force_tcp;
-    job->use_mpi = b.use_mpi;
-    job->store_by_launcher = b.store_by_launcher;
+    job->rank = b->rank;
+    job->size = b->size;
+    job->local_rank = b->local_rank;
+    job->local_size = b->local_size;
+    snprintf(job->launcher, sizeof job->launcher, "%s", b->launcher);
+    snprintf(job->master_addr, sizeof job->master_addr, "%s", b->master_addr);
+    job->master_port = b->master_port;
+    snprintf(job->secret, sizeof job->secret, "%s", b->secret);
+    snprintf(job->job_id, sizeof job->job_id, "%s", b->job_id);
+    job->timeout_s = b->timeout_s;
+    job->force_tcp = b->force_tcp;
+    job->use_mpi = b->use_mpi;
+    job->store_by_launcher = b->store_by_launcher;
     if (job->store_by_launcher) dt_store_set_server_name("node 0's launcher");
     dt_cost_model_defaults(&job->model);
     job->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     dt_topo_read_host(job);
     find_advertise_addr(job);
-    dt_log_set_rank(job->rank);
-    if (!b.secret_from_env && job->size > 1 && job->rank == 0) warn_guessable_secret(&b);
     *out = job;
+    return 0;
+}
+
+int dt_job_create(dt_job **out, char *err, size_t errlen)
+{
+    dt_bootstrap b;
+    if (dt_bootstrap_from_env(&b, err, errlen) < 0) return DT_ERR_INVALID;
+    int rc = dt_mpi_job_init(&b, err, errlen); /* under mpirun: MPI up, rank 0's store address */
+    if (rc < 0) return rc;
+    if ((rc = dt_job_new(&b, out)) < 0) return rc;
+    dt_log_set_rank(b.rank);
+    if (!b.secret_from_env && b.size > 1 && b.rank == 0) warn_guessable_secret(&b);
     return 0;
 }
 

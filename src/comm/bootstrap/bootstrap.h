@@ -34,5 +34,8 @@ typedef struct {
 
 /* 0, or -1 with a message naming the offending variable. */
 int dt_bootstrap_from_env(dt_bootstrap *b, char *err, size_t errlen);
+/* Of them, what does not depend on the launcher: the timeout
+ * (DTRAIN_TIMEOUT) and the transport (DTRAIN_TRANSPORT). */
+int dt_bootstrap_read_settings(dt_bootstrap *b, char *err, size_t errlen);
 
 #endif

@@ -148,9 +148,6 @@ int dt_bootstrap_from_env(dt_bootstrap *b, char *err, size_t errlen)
     }
     if (read_master(b, err, errlen) < 0) return -1;
     read_secret(b);
-    double timeout = DT_DEFAULT_TIMEOUT_S;
-    if (dt_env_double("DTRAIN_TIMEOUT", 0.1, 1e7, &timeout, err, errlen) < 0) return -1;
-    b->timeout_s = timeout;
     const char *by = dt_env_str("DTRAIN_STORE_SERVER");
     if (by && strcmp(by, "launcher")) {
         snprintf(err, errlen, "DTRAIN_STORE_SERVER=%s is not 'launcher' (the launcher serves the "
@@ -158,6 +155,14 @@ int dt_bootstrap_from_env(dt_bootstrap *b, char *err, size_t errlen)
         return -1;
     }
     b->store_by_launcher = by != NULL;
+    return dt_bootstrap_read_settings(b, err, errlen);
+}
+
+int dt_bootstrap_read_settings(dt_bootstrap *b, char *err, size_t errlen)
+{
+    double timeout = DT_DEFAULT_TIMEOUT_S;
+    if (dt_env_double("DTRAIN_TIMEOUT", 0.1, 1e7, &timeout, err, errlen) < 0) return -1;
+    b->timeout_s = timeout;
     const char *tr = dt_env_str("DTRAIN_TRANSPORT");
     if (tr && strcmp(tr, "tcp") && strcmp(tr, "auto") && strcmp(tr, "shm") && strcmp(tr, "mpi")) {
         snprintf(err, errlen, "DTRAIN_TRANSPORT=%s is not one of auto, shm, tcp, mpi", tr);

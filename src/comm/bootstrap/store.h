@@ -17,12 +17,19 @@
  * Its files: store_wire.c (the messages), store_server.c, store_accept.c,
  * store_keys.c and store_control.c (the server), store_client.c (request
  * connections), monitor.c (the control connection).
+ *
+ * A job joined through the caller's store (dt_comm_init_external) has no
+ * server and no control channel: its dt_store hands SET, GET and ADD to
+ * the caller's callbacks (store_external.c), and failures travel as keys
+ * of that store (dt_kv_publish_abort, dt_kv_poll_abort).
  */
 #ifndef DT_COMM_STORE_H
 #define DT_COMM_STORE_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "dtrain/comm.h"
 
 #define DT_STORE_MAX_KEY 1024
 #define DT_STORE_MAX_VALUE (64u << 20)
@@ -66,6 +73,29 @@ int dt_store_barrier(dt_store *s, const char *key, int n, uint64_t deadline_ns);
 void dt_store_set_abort_fd(dt_store *s, int fd);
 const char *dt_store_error(const dt_store *s);
 void dt_store_close(dt_store *s);
+
+/* A request "connection" whose calls go to the caller's callbacks; the
+ * barrier is made of them as over TCP. ops and ctx must outlive it. */
+int dt_store_external(const dt_kv_ops *ops, void *ctx, dt_store **out);
+
+/* The callbacks behind it (store_external.c), each 0 or a DT_ERR_* code
+ * with a message in err. A get waits in slices, and ends early with
+ * DT_ERR_ABORTED once abort_fd is readable (-1: none) or a failure was
+ * published in the store. */
+int dt_kv_set(const dt_kv_ops *ops, void *ctx, const char *key, const void *val, size_t len,
+              char *err, size_t errlen);
+int dt_kv_get(const dt_kv_ops *ops, void *ctx, const char *key, void **val, size_t *len,
+              uint64_t deadline_ns, int abort_fd, char *err, size_t errlen);
+int dt_kv_add(const dt_kv_ops *ops, void *ctx, const char *key, int64_t delta, int64_t *result,
+              char *err, size_t errlen);
+/* A job's failure, told to every rank through the store: the first
+ * report's message is the one every rank reads. */
+int dt_kv_publish_abort(const dt_kv_ops *ops, void *ctx, const char *msg, char *err,
+                        size_t errlen);
+/* 1 with the message when a failure was published, 0 when none, or a
+ * DT_ERR_* code when the store cannot say. */
+int dt_kv_poll_abort(const dt_kv_ops *ops, void *ctx, char *msg, size_t msglen, char *err,
+                     size_t errlen);
 
 /*
  * Control connection with its own thread: says HELLO(rank), sends a

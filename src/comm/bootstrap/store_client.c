@@ -3,7 +3,8 @@
  * barrier made of them, each a request and its reply. Replies to GETs that
  * timed out are recognised by their id and dropped, so a timeout leaves
  * the stream in step; a transfer that fails half-way does not, and breaks
- * the connection for good.
+ * the connection for good. An external store (dt_store_external) takes
+ * the same three calls to the caller's callbacks instead.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -32,6 +33,8 @@ struct dt_store {
     int abort_fd;           /* readable once the job aborted: waits end; -1 = none */
     char addr[300];
     char err[768];
+    const dt_kv_ops *kv; /* an external store's callbacks, or NULL */
+    void *kv_ctx;
 };
 
 static char server_name[64] = "rank 0";
@@ -180,6 +183,7 @@ static int store_set_until(dt_store *s, const char *key, const void *val, size_t
                            uint64_t deadline_ns)
 {
     if (check_key(s, key)) return DT_ERR_INVALID;
+    if (s->kv) return dt_kv_set(s->kv, s->kv_ctx, key, val, len, s->err, sizeof s->err);
     if (len && !val)
         return store_fail(s, DT_ERR_INVALID, "store value for '%s' is NULL", key);
     if (len > DT_STORE_MAX_VALUE)
@@ -213,6 +217,9 @@ int dt_store_get(dt_store *s, const char *key, void **val, size_t *len, uint64_t
     *val = NULL;
     *len = 0;
     if (check_key(s, key)) return DT_ERR_INVALID;
+    if (s->kv)
+        return dt_kv_get(s->kv, s->kv_ctx, key, val, len, deadline_ns, s->abort_fd, s->err,
+                         sizeof s->err);
     uint64_t start = dt_now_ns();
     dt_wire_hdr h = {.type = DT_WIRE_GET, .key_len = (uint32_t)strlen(key)};
     dt_wire_hdr rh;
@@ -234,6 +241,7 @@ static int store_add_until(dt_store *s, const char *key, int64_t delta, int64_t 
                            uint64_t deadline_ns)
 {
     if (check_key(s, key)) return DT_ERR_INVALID;
+    if (s->kv) return dt_kv_add(s->kv, s->kv_ctx, key, delta, result, s->err, sizeof s->err);
     unsigned char d[8];
     dt_wire_put_i64(d, delta);
     dt_wire_hdr h = {.type = DT_WIRE_ADD, .key_len = (uint32_t)strlen(key), .val_len = 8};
@@ -302,6 +310,19 @@ const char *dt_store_error(const dt_store *s) { return s ? s->err : "no store co
 void dt_store_close(dt_store *s)
 {
     if (!s) return;
-    close(s->fd);
+    if (s->fd >= 0) close(s->fd);
     free(s);
+}
+
+int dt_store_external(const dt_kv_ops *ops, void *ctx, dt_store **out)
+{
+    dt_store *s = calloc(1, sizeof *s);
+    *out = s;
+    if (!s) return DT_ERR_NOMEM;
+    s->fd = -1;
+    s->abort_fd = -1;
+    s->kv = ops;
+    s->kv_ctx = ctx;
+    snprintf(s->addr, sizeof s->addr, "the caller's store");
+    return 0;
 }

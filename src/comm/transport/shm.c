@@ -315,3 +315,9 @@ static void bell_wake(dt_comm *c)
 }
 
 const dt_doorbell dt_shm_doorbell = {bell_read, bell_arm, bell_disarm, bell_sleep, bell_wake};
+
+int dt_shm_peer_pid(const dt_comm *c, int rank)
+{
+    const dt_link *l = rank >= 0 && rank < c->size ? c->links[rank] : NULL;
+    return l && l->ops == &dt_shm_link_ops ? (int)((const shm_link *)l)->peer_pid : 0;
+}

@@ -13,4 +13,9 @@
  * job. 0, or -1 with the first failure in err (the others are tried too). */
 int dt_shm_remove_job(const char *job_id, char *err, size_t errlen);
 
+struct dt_comm;
+/* The process id of member rank of c when shared memory links them, else
+ * 0: for a watcher that notices a peer's process is gone. */
+int dt_shm_peer_pid(const struct dt_comm *c, int rank);
+
 #endif

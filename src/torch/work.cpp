@@ -1,0 +1,89 @@
+// The Work of a collective and the thread that completes them (work.hpp).
+#include "work.hpp"
+
+#include <ATen/core/ivalue.h>
+#include <ATen/core/jit_type.h>
+
+#include <exception>
+#include <stdexcept>
+#include <utility>
+
+namespace dtrain_torch {
+
+WorkDtrain::WorkDtrain(int rank, c10d::OpType type, const char *name,
+                       std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep,
+                       std::function<void()> then, int source_rank)
+    : c10d::Work(rank, type), name_(name), outputs_(std::move(outputs)), keep_(std::move(keep)),
+      then_(std::move(then)), source_rank_(source_rank),
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get())))
+{
+}
+
+std::vector<at::Tensor> WorkDtrain::result() { return outputs_; }
+
+c10::intrusive_ptr<c10::ivalue::Future> WorkDtrain::getFuture() { return future_; }
+
+int WorkDtrain::sourceRank() const { return source_rank_; }
+
+void WorkDtrain::complete(int status, const std::string &message)
+{
+    std::exception_ptr error;
+    if (status == 0 && then_) {
+        try {
+            then_();
+        } catch (...) {
+            error = std::current_exception();
+        }
+    } else if (status != 0) {
+        error = std::make_exception_ptr(
+            std::runtime_error("dtrain " + name_ + " failed: " + message));
+    }
+    keep_.clear();
+    then_ = nullptr;
+    if (error)
+        future_->setError(error);
+    else
+        future_->markCompleted(c10::IValue(outputs_));
+    finish(error);
+}
+
+Completer::Completer(dt_comm *comm) : comm_(comm), thread_([this] { run(); }) {}
+
+Completer::~Completer()
+{
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+}
+
+void Completer::push(c10::intrusive_ptr<WorkDtrain> work)
+{
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        queue_.push_back(std::move(work));
+    }
+    cv_.notify_all();
+}
+
+void Completer::run()
+{
+    for (;;) {
+        c10::intrusive_ptr<WorkDtrain> work;
+        {
+            std::unique_lock<std::mutex> lock(mu_);
+            cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+            if (queue_.empty()) return;
+            work = std::move(queue_.front());
+            queue_.pop_front();
+        }
+        int status = dt_wait(work->request);
+        work->request = nullptr;
+        work->complete(status, status ? dt_comm_error(comm_) : "");
+    }
+}
+
+} // namespace dtrain_torch
