@@ -27,13 +27,17 @@ slowest "the main suite" "$log"
 if [ "${DTRAIN_SKIP_SANITIZERS:-0}" != 1 ]; then
   # The sanitizer builds run the communication tests at a few rank counts
   # (the full matrix already ran above); TSan checks the threads of the
-  # communication layer (progress thread, monitor, store server).
-  bash scripts/build.sh build-asan -DDTRAIN_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  # communication layer (progress thread, monitor, store server). Neither
+  # builds the PyTorch extension: its tests are not in these labels, and
+  # libtorch is not built with the sanitizers.
+  bash scripts/build.sh build-asan -DDTRAIN_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DDTRAIN_WITH_TORCH=OFF
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j"$jobs" -L "sanitize|asan" 2>&1 |
     tee build-asan/ctest.log
   slowest "ASan + UBSan" build-asan/ctest.log
-  bash scripts/build.sh build-tsan -DDTRAIN_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  bash scripts/build.sh build-tsan -DDTRAIN_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DDTRAIN_WITH_TORCH=OFF
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     ctest --test-dir build-tsan --output-on-failure -j"$jobs" -L sanitize 2>&1 |
     tee build-tsan/ctest.log

@@ -23,7 +23,6 @@
  * writes the parameters before the update (a parameter-server worker's
  * pull) has its snapshot copied on the training thread too. */
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -107,10 +106,6 @@ static void run_job(dt_snap_writer *w)
 static void *copier_main(void *arg)
 {
     dt_snap_writer *w = arg;
-    if (getenv("DTRAIN_SNAPSHOT_IDLE")) { /* EXPERIMENT */
-        struct sched_param sp = {0};
-        pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
-    }
     pthread_mutex_lock(&w->mu);
     for (;;) {
         while (!w->pending && !w->quit) pthread_cond_wait(&w->cv, &w->mu);
