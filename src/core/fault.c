@@ -41,9 +41,11 @@ void dt_fault_set_step(long step)
     atomic_store(&step_now, step);
 }
 
-void dt_fault_point(const char *point)
+void dt_fault_point_of(const char *point, long step)
 {
     if (!atomic_load_explicit(&armed, memory_order_relaxed)) return;
-    if (atomic_load(&step_now) != want_step || strcmp(point, want_point) != 0) return;
+    if (step != want_step || strcmp(point, want_point) != 0) return;
     raise(SIGKILL);
 }
+
+void dt_fault_point(const char *point) { dt_fault_point_of(point, atomic_load(&step_now)); }

@@ -6,8 +6,8 @@
  * a random one. The points: forward (after the step's first layer),
  * backward (after its first segment), allreduce (as DDP starts a bucket's
  * all-reduce), update (after the optimizer's first range), snapshot (halfway
- * through an in-memory snapshot's copy), save (halfway through a
- * checkpoint shard's write). Without the variable a point costs a load and
+ * through the copy of the snapshot taken after STEP), save (a save of
+ * STEP's checkpoint, once this rank's shard is written). Without the variable a point costs a load and
  * a compare. */
 #ifndef DT_CORE_FAULT_H
 #define DT_CORE_FAULT_H
@@ -15,7 +15,10 @@
 /* The step the training loop is in (the trainer, at each step's start);
  * the first call also reads the environment. */
 void dt_fault_set_step(long step);
-/* Any thread. */
+/* Any thread: a point of the step the loop is in. */
 void dt_fault_point(const char *point);
+/* A point that belongs to a given step whatever the loop's (a snapshot's
+ * copy or a save, which run after their step, on another thread). */
+void dt_fault_point_of(const char *point, long step);
 
 #endif

@@ -146,11 +146,11 @@ def main():
               "peer that failed first")
 
         # Deterministic moments (DTRAIN_TEST_KILL_AT, core/fault.h): a rank
-        # kills itself in the forward, the backward, a bucket's all-reduce,
-        # the update, a snapshot's copy and a save to --out of step 6 (the
-        # save's copy runs during step 7).
+        # kills itself in step 6's forward, backward, a bucket's all-reduce
+        # and update, in the copy of the snapshot taken after step 5 (which
+        # runs during step 6) and in the save of step 6's checkpoint.
         for point, step, rank in (("forward", 6, 1), ("backward", 6, 0), ("allreduce", 6, 1),
-                                  ("update", 6, 0), ("snapshot", 6, 1), ("save", 7, 0)):
+                                  ("update", 6, 0), ("snapshot", 5, 1), ("save", 6, 0)):
             out_dir = os.path.join(tmp, "fault-" + point)
             rc, out, w = run_with_kills(
                 dtrain, tmp, "fault-" + point, 2, ["--out", out_dir, "--save-every", "6"], [],

@@ -233,7 +233,7 @@ static int write_own(dt_ckpt_crew *c, job *j, char *err, size_t errlen)
     me.ok = dt_ckpt_write_shard(path, j->layout, j->p, j->np, j->bufs, 1 + j->moments, &bytes,
                                 &sum, err, errlen) == 0;
     if (me.ok) test_exit_hook(path, c->rank, bytes);
-    dt_fault_point("save"); /* its shard written, the checkpoint not yet whole */
+    dt_fault_point_of("save", j->st->step); /* its shard written, not yet whole */
     me.value[0] = (int64_t)bytes;
     me.value[1] = (int64_t)sum;
     me.value[2] = j->np;

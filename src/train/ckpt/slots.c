@@ -371,7 +371,7 @@ int dt_ckpt_slots_write(dt_ckpt_slots *s, char *err, size_t errlen)
     slot_file *sf = &s->f[s->cur];
     dt_ckpt_sum sum = sf->header;
     for (int k = 0; k < s->np * s->nbuf; k++) {
-        if (k == s->np * s->nbuf / 2) dt_fault_point("snapshot");
+        if (k == s->np * s->nbuf / 2) dt_fault_point_of("snapshot", s->step);
         dt_ckpt_sum_copy(&sum, sf->jobs[k].dst, sf->jobs[k].src, sf->jobs[k].n * sizeof(float));
     }
     char path[DT_PATH_MAX + 64], line[96];
@@ -463,7 +463,7 @@ int dt_ckpt_slots_save(dt_ckpt_slots *s, long keep, const atomic_int *abandon, c
     dt_ckpt_shard_name(name, sizeof name, s->crew.rank, s->crew.size);
     dt_strf(file, sizeof file, "%s/%s", s->tmp, name);
     int rc = dt_afile_write_file(file, sf->map, sf->size, err, errlen);
-    dt_fault_point("save"); /* its shard written, the checkpoint not yet whole */
+    dt_fault_point_of("save", s->step); /* its shard written, the checkpoint not yet whole */
     if (rc == 0) dt_strf(line, sizeof line, "ok %016" PRIx64 "\n", s->sum);
     else dt_strf(line, sizeof line, "failed %.500s\n", err);
     done_path(file, sizeof file, s->tmp, s->crew.rank);
