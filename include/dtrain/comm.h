@@ -223,6 +223,10 @@ int dt_test(dt_request *req, int *done);
 uint64_t dt_comm_bytes_sent(const dt_comm *c);
 /* Of them, the bytes sent to ranks on other hosts (over the network). */
 uint64_t dt_comm_bytes_sent_off_host(const dt_comm *c);
+/* Nanoseconds the progress threads of this process (every communicator's)
+ * have spent running non-blocking operations so far: communication that
+ * ran beside the caller's work, or was waited for. */
+uint64_t dt_comm_background_ns(void);
 
 /* dt_wait that also gives when the progress thread started and finished
  * the operation (CLOCK_MONOTONIC, ns), for overlap studies. */

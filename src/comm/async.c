@@ -1,5 +1,6 @@
 #include "comm/async.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "core/log.h"
@@ -74,6 +75,10 @@ static int refill_p2p(void *arg, dt_p2p *ops, int n, int cap)
     return st->n;
 }
 
+static _Atomic uint64_t background_ns;
+
+uint64_t dt_comm_background_ns(void) { return background_ns; }
+
 /* Called with a->mu held; returns with it held. */
 static void run_next(dt_comm *c, struct dt_async *a)
 {
@@ -104,6 +109,7 @@ static void run_next(dt_comm *c, struct dt_async *a)
         pthread_mutex_lock(&a->mu);
     }
     uint64_t end = dt_now_ns();
+    background_ns += end - start;
     for (int i = 0; i < ndone; i++) {
         done[i]->status = status;
         done[i]->start_ns = start;

@@ -6,13 +6,15 @@
  * communication). Each kernel part is set beside its roofline bound: its
  * FLOPs at this process's measured peak, or its bytes at the measured
  * copy bandwidth, whichever takes longer; "of bound" is that bound over
- * the time taken, 100% at the machine's limit. */
+ * the time taken, 100% at the machine's limit. The communication that the
+ * progress threads ran while the step computed is shown beside it. */
 #include "train/profile.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include "core/timer.h"
+#include "dtrain/comm.h"
 #include "kernels/bandwidth.h"
 #include "kernels/profile.h"
 #include "train/run.h"
@@ -24,6 +26,7 @@ void dt_run_profile_start(dt_run *t)
     dt_prof_part drop[DT_PROF_NKINDS];
     dt_prof_take(drop); /* whatever ran before the loop (an evaluation, a warm-up) */
     dt_prof_enable(1);
+    t->prof.bg_mark = dt_comm_background_ns();
     t->prof.on = 1;
 }
 
@@ -33,9 +36,12 @@ void dt_run_profile_step(dt_run *t, double step_ms, double comm_ms)
 {
     dt_prof_part p[DT_PROF_NKINDS];
     dt_prof_take(p);
-    const uint64_t data = t->prof.step_data_ns;
+    const uint64_t data = t->prof.step_data_ns, bg = dt_comm_background_ns();
+    const uint64_t step_bg = bg - t->prof.bg_mark;
     t->prof.step_data_ns = 0;
+    t->prof.bg_mark = bg;
     if (t->steps_run == 0) return; /* the first step builds the kernels */
+    t->prof.bg_ns += step_bg;
     for (int k = 0; k < DT_PROF_NKINDS; k++) {
         t->prof.sum[k].ns += p[k].ns;
         t->prof.sum[k].flops += p[k].flops;
@@ -95,4 +101,10 @@ void dt_run_profile_report(dt_run *t)
     row(out, "data", data, step);
     row(out, "communication waited on", comm, step);
     row(out, "the rest", step - claimed - data - comm, step);
+    /* Beside the step, not in its sum: what the progress threads ran while
+     * the step computed (their whole time less what the step waited for). */
+    const double bg = (double)t->prof.bg_ns * 1e-6 / n;
+    fprintf(out, "  %-24s %9.2f %6.1f%%   (beside the step: the progress threads' %.2f ms of "
+            "communication less the %.2f ms waited on)\n", "communication hidden",
+            bg > comm ? bg - comm : 0.0, 100.0 * (bg > comm ? bg - comm : 0.0) / step, bg, comm);
 }
