@@ -124,6 +124,12 @@ int dt_log_json_step(FILE *f, const dt_step_stats *s)
         failed |= fprintf(f, "\"io_bytes\":%llu,", s->io_bytes) < 0;
         failed |= fprintf(f, "\"io_param_bytes\":%llu,", s->io_param_bytes) < 0;
     }
+    if (s->nprof > 0) {
+        failed |= fprintf(f, "\"profile_ms\":{") < 0;
+        for (int i = 0; i < s->nprof; i++)
+            failed |= json_number(f, s->prof_names[i], s->prof_ms[i], i == s->nprof - 1) < 0;
+        failed |= fprintf(f, "},") < 0;
+    }
     failed |= json_number(f, "grad_norm", s->grad_norm, s->mfu < 0) < 0;
     if (s->mfu >= 0) failed |= json_number(f, "mfu", s->mfu, 1) < 0;
     return end_line(f, failed);

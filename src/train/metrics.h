@@ -28,6 +28,11 @@ typedef struct {
     double aux_loss, z_loss; /* added to the loss differentiated, not to `loss` */
     double dropped;       /* routing slots the capacity dropped */
     double ep_skew;       /* busiest expert-parallel rank's slots / mean (0: no ep) */
+    /* --profile: the step's milliseconds by part (names[i], prof_ms[i]), in
+     * the log's "profile_ms" object; nprof 0 when off. */
+    int nprof;
+    const char *const *prof_names;
+    const double *prof_ms;
 } dt_step_stats;
 
 /* The peak FLOP/s of `threads` threads in fp32 or bf16 (train/peak.h:

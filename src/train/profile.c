@@ -32,6 +32,34 @@ void dt_run_profile_start(dt_run *t)
 
 void dt_run_profile_data(dt_run *t, uint64_t ns) { t->prof.step_data_ns += ns; }
 
+/* The JSON log's names for the parts, then the step's other four. */
+static const char *const json_names[DT_PROF_NKINDS + 4] = {
+    "matmul",    "attention", "norm",        "activation", "crossentropy",
+    "embedding", "routing",   "optimizer",   "grad_norm",  "data",
+    "comm_waited", "rest",    "comm_hidden"};
+
+int dt_run_profile_last(const dt_run *t, const char *const **names, const double **ms)
+{
+    *names = json_names;
+    *ms = t->prof.last;
+    return t->prof.on ? DT_PROF_NKINDS + 4 : 0;
+}
+
+/* The step's parts, as the JSON log gives them. */
+static void keep_last(dt_run *t, const dt_prof_part *p, double step_ms, double comm_ms,
+                      double data_ms, double bg_ms)
+{
+    double claimed = 0;
+    for (int k = 0; k < DT_PROF_NKINDS; k++) {
+        t->prof.last[k] = (double)p[k].ns * 1e-6;
+        claimed += t->prof.last[k];
+    }
+    t->prof.last[DT_PROF_NKINDS] = data_ms;
+    t->prof.last[DT_PROF_NKINDS + 1] = comm_ms;
+    t->prof.last[DT_PROF_NKINDS + 2] = step_ms - claimed - data_ms - comm_ms;
+    t->prof.last[DT_PROF_NKINDS + 3] = bg_ms > comm_ms ? bg_ms - comm_ms : 0.0;
+}
+
 void dt_run_profile_step(dt_run *t, double step_ms, double comm_ms)
 {
     dt_prof_part p[DT_PROF_NKINDS];
@@ -40,6 +68,7 @@ void dt_run_profile_step(dt_run *t, double step_ms, double comm_ms)
     const uint64_t step_bg = bg - t->prof.bg_mark;
     t->prof.step_data_ns = 0;
     t->prof.bg_mark = bg;
+    keep_last(t, p, step_ms, comm_ms, (double)data * 1e-6, (double)step_bg * 1e-6);
     if (t->steps_run == 0) return; /* the first step builds the kernels */
     t->prof.bg_ns += step_bg;
     for (int k = 0; k < DT_PROF_NKINDS; k++) {

@@ -17,6 +17,9 @@ void dt_run_profile_start(struct dt_run *t);
 void dt_run_profile_step(struct dt_run *t, double step_ms, double comm_ms);
 /* A rank's data loading time, for the step's account. */
 void dt_run_profile_data(struct dt_run *t, uint64_t ns);
+/* The last step's parts for the JSON log: their count (0 when off), names
+ * and milliseconds. */
+int dt_run_profile_last(const struct dt_run *t, const char *const **names, const double **ms);
 /* The table (rank 0, of its own steps). */
 void dt_run_profile_report(struct dt_run *t);
 

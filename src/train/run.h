@@ -47,6 +47,7 @@ typedef struct dt_run {
         uint64_t data_ns, step_data_ns;
         long steps;
         dt_prof_part sum[DT_PROF_NKINDS];
+        double last[DT_PROF_NKINDS + 4]; /* the last step's, for the JSON log */
     } prof;
     struct {            /* in-memory snapshots and restarts (snapshots.c) */
         long every;     /* steps between snapshots; 0: none */

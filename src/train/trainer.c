@@ -137,6 +137,7 @@ static int run_loop(dt_run *t)
         dt_strategy_traffic(&t->S, &s.comm_ms, &bytes);
         s.bytes_sent = bytes;
         if (t->prof.on) dt_run_profile_step(t, ms, s.comm_ms);
+        s.nprof = dt_run_profile_last(t, &s.prof_names, &s.prof_ms);
         if (t->opt.store) {
             s.offload = 1;
             dt_opt_store_last_step(t->opt.store, &bytes, &s.io_wall_ms);

@@ -12,9 +12,11 @@ the sizes alone. Attention's are the causal count (half the T x T scores:
 2 B T^2 C forward, 5 B T^2 C backward, a layer). No part's time may exceed
 the step's: what the kernels claim, with the data and the communication,
 leaves a rest of at least 0 (a kernel counted twice would not). Timing
-itself is not checked. And --profile with one step says there is nothing
-to profile.
+itself is not checked. Each step's --log-json entry carries its parts,
+which add up to its time. And --profile with one step says there is
+nothing to profile.
 """
+import json
 import os
 import re
 import sys
@@ -38,8 +40,18 @@ def main():
     dtrain = sys.argv[1]
     base = ["train", "--model", "gpt2", "--n-layer", str(L), "--batch-size", str(B),
             "--seq-len", str(T), "--threads", "1", "--eval-batches", "0"]
-    r = run(dtrain, base + ["--steps", "3", "--profile"])
+    log = os.path.join(os.environ.get("TMPDIR", "/tmp"), "dtrain-profile-%d.json" % os.getpid())
+    r = run(dtrain, base + ["--steps", "3", "--profile", "--log-json", log])
     out = r.stdout
+    steps = [json.loads(l) for l in open(log)] if os.path.exists(log) else []
+    if os.path.exists(log):
+        os.unlink(log)
+    per_step = [e.get("profile_ms", {}) for e in steps]
+    check(len(steps) == 3 and all(
+        abs(sum(v for k, v in p.items() if k != "comm_hidden") - e["ms"]) < 1e-3 * e["ms"] and
+        p.get("matmul", 0) > 0 and p.get("rest", -1) >= 0 for p, e in zip(per_step, steps)),
+        "--log-json: each step's profile_ms parts (%s) add up to its ms"
+        % sorted(per_step[0]) if per_step else "no log")
     check(r.returncode == 0 and "profile of rank 0, per step" in out,
           "--profile prints its table (exit %d)" % r.returncode)
     p = parts(out)
