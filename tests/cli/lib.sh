@@ -80,3 +80,12 @@ bad() { # expected-text args...
     expect_eq "$rc" 2 "exit status of launch $*"
     expect_contains "$TMP/bad.err" "$want" "message of launch $*"
 }
+
+# The restart tests' ranks write what they saw to DIR/RANK.ATTEMPT as
+# NAME=value lines.
+field() { # file name: the value
+    sed -n "s/^$2=//p" "$1"
+}
+attempts() { # dir: the attempts seen, one per line
+    find "$1" -name '[0-9]*.[0-9]*' ! -name '*.tmp' -printf '%f\n' | sed 's/.*\.//' | sort -un
+}

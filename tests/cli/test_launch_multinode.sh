@@ -73,12 +73,6 @@ esac
 exit 0
 EOF
 
-field() { # file name
-    sed -n "s/^$2=//p" "$1"
-}
-attempts() { # dir: the attempts seen, one per line
-    find "$1" -name '[0-9]*.[0-9]*' ! -name '*.tmp' -printf '%f\n' | sed 's/.*\.//' | sort -un
-}
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
 print(s.getsockname()[1])'

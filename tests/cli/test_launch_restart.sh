@@ -54,12 +54,6 @@ esac
 exit 0
 EOF
 
-field() { # file name
-    sed -n "s/^$2=//p" "$1"
-}
-attempts() { # dir: the attempts seen, one per line
-    find "$1" -name '*.[0-9]*' ! -name '*.tmp' -printf '%f\n' | sed 's/.*\.//' | sort -un
-}
 run_case() { # name mode launch-args...: sets rc; stderr in $TMP/name.err
     local name=$1 mode=$2
     shift 2

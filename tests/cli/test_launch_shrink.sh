@@ -45,9 +45,6 @@ silent) [[ $RANK == 1 ]] && exit 1; exec sleep 30 ;;
 esac
 EOF
 
-field() { # file name
-    sed -n "s/^$2=//p" "$1"
-}
 run_case() { # name mode launch-args...: sets rc; stderr in $TMP/name.err
     local name=$1 mode=$2
     shift 2

@@ -101,6 +101,10 @@ void dt_ckpt_slot_mark_path(char *buf, size_t len, const char *dir, int k, int r
 /* Rank r's mark in slot k: 0 with its step, bytes and checksum, or -1. */
 int dt_ckpt_slot_read_mark(const char *dir, int k, int r, long *step, uint64_t *bytes,
                            uint64_t *sum);
+/* Slot k's manifest.part parsed (cJSON_Delete it), its step and shard
+ * count set; NULL (step -1, n 0) when there is none whole. */
+struct cJSON *dt_ckpt_slot_part(const char *dir, int k, long *step, int *n, char *err,
+                                size_t errlen);
 /* Slot k's manifest.part, checked to be step's with n shards, with their
  * checksums filled in from sums: malloc'd text, or NULL with a message. */
 char *dt_ckpt_slot_manifest(const char *dir, int k, long step, const uint64_t *sums, int n,

@@ -57,32 +57,50 @@ int dt_ckpt_slot_read_mark(const char *dir, int k, int r, long *step, uint64_t *
     return ok ? 0 : -1;
 }
 
-char *dt_ckpt_slot_manifest(const char *dir, int k, long step, const uint64_t *sums, int n,
-                            char *err, size_t errlen)
+cJSON *dt_ckpt_slot_part(const char *dir, int k, long *step, int *n, char *err,
+                         size_t errlen)
 {
     char path[DT_PATH_MAX + 64];
     dt_ckpt_slot_path(path, sizeof path, dir, k, PART);
+    *step = -1;
+    *n = 0;
     char *text = dt_read_file(path, DT_CKPT_MANIFEST_BYTES, NULL, err, errlen);
-    if (!text) return NULL;
-    cJSON *j = cJSON_Parse(text);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
     free(text);
     const cJSON *st = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "state"), "step");
-    cJSON *shards = cJSON_GetObjectItem(j, "shards");
-    if (!cJSON_IsNumber(st) || (long)st->valuedouble != step || !cJSON_IsArray(shards) ||
-        cJSON_GetArraySize(shards) != n) {
-        cJSON_Delete(j);
-        return dt_strf(err, errlen, "%s: not the manifest of step %ld's %d shards", path, step,
-                       n), NULL;
+    const cJSON *shards = cJSON_GetObjectItem(j, "shards");
+    if (cJSON_IsNumber(st) && cJSON_IsArray(shards) && cJSON_GetArraySize(shards) > 0) {
+        *step = (long)st->valuedouble;
+        *n = cJSON_GetArraySize(shards);
+        return j;
     }
+    if (text) dt_strf(err, errlen, "%s: not a snapshot's manifest", path);
+    cJSON_Delete(j);
+    return NULL;
+}
+
+char *dt_ckpt_slot_manifest(const char *dir, int k, long step, const uint64_t *sums, int n,
+                            char *err, size_t errlen)
+{
+    long got;
+    int count;
+    cJSON *j = dt_ckpt_slot_part(dir, k, &got, &count, err, errlen);
+    if (!j) return NULL;
+    if (got != step || count != n) {
+        cJSON_Delete(j);
+        return dt_strf(err, errlen, "%s/slot-%d: not the manifest of step %ld's %d shards", dir,
+                       k, step, n), NULL;
+    }
+    cJSON *shards = cJSON_GetObjectItem(j, "shards");
     for (int r = 0; r < n; r++) {
         char hex[32];
         dt_strf(hex, sizeof hex, "%016" PRIx64, sums[r]);
         cJSON_ReplaceItemInObject(cJSON_GetArrayItem(shards, r), "checksum",
                                   cJSON_CreateString(hex));
     }
-    text = cJSON_Print(j);
+    char *text = cJSON_Print(j);
     cJSON_Delete(j);
-    if (!text) dt_strf(err, errlen, "%s: out of memory for the manifest", path);
+    if (!text) dt_strf(err, errlen, "%s/slot-%d: out of memory for the manifest", dir, k);
     return text;
 }
 

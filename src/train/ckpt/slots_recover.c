@@ -43,85 +43,82 @@ typedef struct {
     int64_t *tab; /* [size][1 + DT_CKPT_SLOTS * (HDR + PER * nmax)]: leader flag, slots */
 } view;
 
-static int64_t *row(const view *v, int r, int k)
+/* A slot's row: the header, then each shard's fields. */
+static size_t row_width(int nmax) { return HDR + PER * (size_t)nmax; }
+
+/* Rank r's part of the table: its leader flag, then a row per slot. */
+static int64_t *rank_of(const view *v, int r)
 {
-    return v->tab + (size_t)r * (1 + DT_CKPT_SLOTS * (HDR + PER * (size_t)v->nmax)) + 1 +
-           (size_t)k * (HDR + PER * (size_t)v->nmax);
+    return v->tab + (size_t)r * (1 + DT_CKPT_SLOTS * row_width(v->nmax));
 }
 
-static int is_leader(const view *v, int r)
+static int64_t *row(const view *v, int r, int k)
 {
-    return v->tab[(size_t)r * (1 + DT_CKPT_SLOTS * (HDR + PER * (size_t)v->nmax))] != 0;
+    return rank_of(v, r) + 1 + (size_t)k * row_width(v->nmax);
 }
+
+static int is_leader(const view *v, int r) { return rank_of(v, r)[0] != 0; }
 
 /* ---- what this host holds ----------------------------------------------- */
 
-/* Slot k's manifest.part: its step, and each shard's bytes into want
- * (NULL: only the count). The shard count, or 0 when there is none. */
-static int read_part(const char *dir, int k, long *step, int64_t *want, int nmax)
-{
-    char path[DT_PATH_MAX + 64], e[256];
-    dt_ckpt_slot_path(path, sizeof path, dir, k, DT_CKPT_SLOT_PART);
-    char *text = dt_read_file(path, DT_CKPT_MANIFEST_BYTES, NULL, e, sizeof e);
-    cJSON *j = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    const cJSON *st = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "state"), "step");
-    const cJSON *shards = cJSON_GetObjectItem(j, "shards");
-    int n = cJSON_IsNumber(st) && cJSON_IsArray(shards) ? cJSON_GetArraySize(shards) : 0;
-    *step = n ? (long)st->valuedouble : -1;
-    for (int r = 0; want && r < n && r < nmax; r++) {
-        const char *b = cJSON_GetStringValue(
-            cJSON_GetObjectItem(cJSON_GetArrayItem(shards, r), "bytes"));
-        want[r] = b ? (int64_t)strtoull(b, NULL, 10) : -1;
-    }
-    cJSON_Delete(j);
-    return n;
-}
-
+/* Slot k's row of this host, w[row_width(nmax)]: its manifest's step,
+ * shard count and shards' bytes, and the marks (-1 where absent). */
 static void fill_row(const char *dir, int k, int64_t *w, int nmax)
 {
+    char e[256];
     long step;
-    for (int i = 0; i < HDR + PER * nmax; i++) w[i] = -1;
-    int64_t *want = calloc((size_t)nmax + 1, sizeof *want);
-    const int n = want ? read_part(dir, k, &step, want, nmax) : 0;
-    w[0] = n ? step : -1;
+    int n;
+    for (size_t i = 0; i < row_width(nmax); i++) w[i] = -1;
+    cJSON *j = dt_ckpt_slot_part(dir, k, &step, &n, e, sizeof e);
+    const cJSON *shards = cJSON_GetObjectItem(j, "shards");
+    w[0] = step;
     w[1] = n;
     for (int r = 0; r < nmax; r++) {
         int64_t *s = w + HDR + PER * r;
         long ms;
         uint64_t bytes, sum;
-        if (r < n) s[M_WANT] = want[r];
+        const char *b = r < n ? cJSON_GetStringValue(
+                                    cJSON_GetObjectItem(cJSON_GetArrayItem(shards, r), "bytes"))
+                              : NULL;
+        if (b) s[M_WANT] = (int64_t)strtoull(b, NULL, 10);
         if (dt_ckpt_slot_read_mark(dir, k, r, &ms, &bytes, &sum) == 0) {
             s[M_STEP] = ms;
             s[M_BYTES] = (int64_t)bytes;
             s[M_SUM] = (int64_t)sum;
         }
     }
-    free(want);
+    cJSON_Delete(j);
 }
 
 /* Every rank's table: the leaders' rows, the others' empty. */
 static int gather(view *v, const char *dir, char *err, size_t errlen)
 {
     const int leader = !v->world || dt_comm_local_rank(v->world) == 0;
-    int64_t n[DT_CKPT_SLOTS] = {0}, most = 0;
-    long step;
-    for (int k = 0; leader && k < DT_CKPT_SLOTS; k++) n[k] = read_part(dir, k, &step, NULL, 0);
-    most = n[0] > n[1] ? n[0] : n[1];
+    int64_t most = 0;
+    for (int k = 0; leader && k < DT_CKPT_SLOTS; k++) {
+        char e[256];
+        long step;
+        int n;
+        cJSON_Delete(dt_ckpt_slot_part(dir, k, &step, &n, e, sizeof e));
+        if (n > most) most = n;
+    }
     if (v->world && dt_allreduce(v->world, &most, &most, 1, DT_I64, DT_MAX))
         return dt_strf(err, errlen, "restart: pooling the hosts' snapshots: %s",
                        dt_comm_error(v->world)), -1;
     v->nmax = (int)most;
-    const size_t per = 1 + DT_CKPT_SLOTS * (HDR + PER * (size_t)v->nmax);
+    const size_t width = row_width(v->nmax), per = 1 + DT_CKPT_SLOTS * width;
     int64_t *mine = calloc(per, sizeof *mine);
     v->tab = calloc(per * (size_t)v->size, sizeof *v->tab);
     if (!mine || !v->tab) return free(mine), dt_strf(err, errlen, "out of memory"), -1;
     mine[0] = leader;
-    for (int k = 0; k < DT_CKPT_SLOTS; k++)
-        if (leader) fill_row(dir, k, mine + 1 + (size_t)k * (HDR + PER * (size_t)v->nmax),
-                             v->nmax);
-        else for (size_t i = 0; i < HDR + PER * (size_t)v->nmax; i++)
-            mine[1 + (size_t)k * (HDR + PER * (size_t)v->nmax) + i] = -1;
+    for (int k = 0; k < DT_CKPT_SLOTS; k++) {
+        int64_t *w = mine + 1 + (size_t)k * width;
+        if (leader) {
+            fill_row(dir, k, w, v->nmax);
+        } else {
+            for (size_t i = 0; i < width; i++) w[i] = -1;
+        }
+    }
     int rc = 0;
     if (!v->world) memcpy(v->tab, mine, per * sizeof *mine);
     else if (dt_allgather(v->world, mine, v->tab, per, DT_I64))
@@ -249,8 +246,6 @@ static int move_one(view *v, const char *dir, int k, int from, int to, int r,
     }
     if (rc == 0 && r >= 0) {
         char line[96];
-        dt_ckpt_slot_path(path, sizeof path, dir, k, NULL);
-        if (mkdir(path, 0700) != 0 && errno != EEXIST) return -1;
         dt_ckpt_slot_mark_path(path, sizeof path, dir, k, r);
         dt_strf(line, sizeof line, "%ld %llu %016" PRIx64 "\n", step,
                 (unsigned long long)mark[M_BYTES], (uint64_t)mark[M_SUM]);
