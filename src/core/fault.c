@@ -12,6 +12,17 @@ static long want_step = -1;
 static atomic_long step_now = -1;
 static atomic_int armed; /* 1 once the variable named a point for this rank */
 
+static int known(const char *point)
+{
+    static const char *const points[] = {"forward", "backward", "allreduce",
+                                         "update",  "snapshot", "save"};
+    for (size_t i = 0; i < sizeof points / sizeof *points; i++)
+        if (strcmp(point, points[i]) == 0) return 1;
+    return 0;
+}
+
+/* A test hook that would never fire must not pass for one that did: a
+ * value it cannot use ends the process. */
 static void read_env(void)
 {
     const char *v = getenv("DTRAIN_TEST_KILL_AT");
@@ -21,9 +32,11 @@ static void read_env(void)
     long step, who = -1;
     if (!v || (restart && atol(restart) > 0)) return;
     int n = sscanf(v, "%31[a-z]:%ld:%ld", point, &step, &who);
-    if (n < 2) {
-        fprintf(stderr, "DTRAIN_TEST_KILL_AT='%s': expected POINT:STEP or POINT:STEP:RANK\n", v);
-        return;
+    if (n < 2 || !known(point) || step < 1) {
+        fprintf(stderr, "DTRAIN_TEST_KILL_AT='%s': expected POINT:STEP or POINT:STEP:RANK, "
+                "POINT one of forward, backward, allreduce, update, snapshot, save, STEP from "
+                "1\n", v);
+        exit(2);
     }
     if (n == 3 && (!rank || atol(rank) != who)) return;
     snprintf(want_point, sizeof want_point, "%s", point);

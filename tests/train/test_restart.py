@@ -215,6 +215,10 @@ def main():
               "the last snapshot (%s)" % (rc, state))
 
         expect_refused(dtrain, BASE, [(["--snapshot-every", "3"], "snapshots serve restarts")])
+        # A fault point that would never fire is refused, not ignored.
+        r = run(dtrain, BASE, env={"DTRAIN_TEST_KILL_AT": "forwrad:3"}, timeout=60)
+        check(r.returncode != 0 and "POINT one of forward" in r.stdout + r.stderr,
+              "DTRAIN_TEST_KILL_AT=forwrad:3: refused, naming the points (exit %d)" % r.returncode)
         left = [d for d in SNAPSHOT_DIRS if os.path.exists(d)]
         check(SNAPSHOT_DIRS and not left, "the launcher removed every job's snapshot directory "
               "(%d seen, left: %s)" % (len(SNAPSHOT_DIRS), left))

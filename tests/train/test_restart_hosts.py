@@ -18,6 +18,7 @@ steps), each against the same layout undisturbed:
   ddp, 2 hosts x 1 rank     host 1 lost: its shard comes from host 0's copy
   zero-3, 2 hosts x 1 rank  host 0 lost (rank 0, the manifest's writer)
   pp 2 x dp 2, 2 hosts x 2  host 1 lost (a whole pipeline stage)
+  gpt2, 2 hosts x 1 rank    GPT-2's shapes, 1 layer, ZeRO-3: host 1 lost
   ddp, 2 hosts x 1 rank     host 1 lost, then its rank killed again as it
                             fetches the snapshot in the first recovery
                             (DTRAIN_SNAPSHOT_TEST_DIE_FETCHING): the second
@@ -98,7 +99,13 @@ def main():
                  ("die", 2, 1, [], [(1, [1], "host 1 lost, then a rank killed while it "
                                      "fetches the snapshot")]),
                  ("zero3", 2, 1, ["--zero-stage", "3"], [(0, [0], "host 0 lost (rank 0)")]),
-                 ("pp2dp2", 4, 2, ["--pp", "2", "--dp", "2"], [(1, [2, 3], "host 1 lost")])]
+                 ("pp2dp2", 4, 2, ["--pp", "2", "--dp", "2"], [(1, [2, 3], "host 1 lost")]),
+                 # GPT-2's shapes (vocabulary 50257: ZeRO-3's halves of the
+                 # state are not equal), one layer: 0.5 GB of state crosses
+                 # to the partner each step and back in the recovery.
+                 ("gpt2", 2, 1, ["--model", "gpt2", "--n-layer", "1", "--batch-size", "1",
+                                 "--seq-len", "64", "--steps", "12", "--zero-stage", "3"],
+                  [(1, [1], "host 1 lost")])]
         for name, n, per, args, kills in cases:
             rc, out, ref = job(dtrain, tmp, name + "_ref", n, per, args)
             if rc != 0:
