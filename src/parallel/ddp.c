@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/fault.h"
-#include "core/hash.h"
+#include "core/sum.h"
 #include "core/str.h"
 #include "core/trace.h"
 #include "core/timer.h"
@@ -167,7 +167,7 @@ int dt_ddp_broadcast_params(dt_ddp *d) { return each_held(d, broadcast_range, NU
 static int hash_range(const dt_ddp *d, size_t lo, size_t hi, void *arg)
 {
     uint64_t *h = arg;
-    *h ^= dt_fnv1a64(d->model->params + lo, (hi - lo) * sizeof(float)) + 0x9E3779B97F4A7C15ull +
+    *h ^= dt_sum64(d->model->params + lo, (hi - lo) * sizeof(float)) + 0x9E3779B97F4A7C15ull +
           (*h << 6) + (*h >> 2);
     return 0;
 }
@@ -178,7 +178,7 @@ int dt_ddp_replicas_identical(dt_ddp *d, uint64_t *hash_out)
     if (d->held) {
         each_held(d, hash_range, &h);
     } else {
-        h = dt_fnv1a64(d->model->params, d->model->n_floats * sizeof(float));
+        h = dt_sum64(d->model->params, d->model->n_floats * sizeof(float));
     }
     int64_t lo = (int64_t)h, hi = (int64_t)h;
     int same = dt_fingerprints_agree(d->comm, &lo, &hi, 1);

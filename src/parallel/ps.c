@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/hash.h"
+#include "core/sum.h"
 #include "core/str.h"
 #include "parallel/fingerprint.h"
 
@@ -150,7 +151,7 @@ int dt_ps_params_identical(dt_ps *ps, dt_comm *world, const float *params, uint6
         int have = !ps->is_server || ps->index == s;
         if (have) {
             const float *p = ps->is_server ? params : params + ps->shard_lo[s];
-            h = (int64_t)dt_fnv1a64(p, dt_ps_shard_len(ps, s) * sizeof(float));
+            h = (int64_t)dt_sum64(p, dt_ps_shard_len(ps, s) * sizeof(float));
         }
         lo[s] = have ? h : INT64_MAX; /* neutral for the side that lacks it */
         hi[s] = have ? h : INT64_MIN;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/hash.h"
+#include "core/sum.h"
 
 int dt_slices_ranges(const dt_gpt *m, dt_slices_pick pick, dt_flat_range *out)
 {
@@ -23,8 +23,8 @@ uint64_t dt_slices_hash(const dt_gpt *m, dt_slices_pick pick)
     uint64_t h = 0;
     for (int i = 0; i < m->n_tensors; i++)
         if (pick(&m->tensors[i]))
-            h = (h ^ dt_fnv1a64(m->params + m->tensors[i].offset,
-                                m->tensors[i].numel * sizeof(float))) * 1099511628211ull;
+            h = (h ^ dt_sum64(m->params + m->tensors[i].offset,
+                              m->tensors[i].numel * sizeof(float))) * 1099511628211ull;
     return h;
 }
 

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "core/sum.h"
 #include "model/gpt.h"
 #include "model/optimizer.h"
 #include "train/ckpt/checkpoint.h"
@@ -55,31 +56,31 @@ static void test_streamed_sum(void)
         const size_t n = 1 + rnd_u64() % 5000;
         unsigned char *b = malloc(n);
         for (size_t i = 0; i < n; i++) b[i] = (unsigned char)rnd_u64();
-        dt_ckpt_sum s;
-        dt_ckpt_sum_init(&s);
+        dt_sum s;
+        dt_sum_init(&s);
         for (size_t at = 0; at < n;) {
             size_t cut = 1 + rnd_u64() % (trial % 2 ? 7 : 300);
             if (cut > n - at) cut = n - at;
-            dt_ckpt_sum_add(&s, b + at, cut);
+            dt_sum_add(&s, b + at, cut);
             at += cut;
         }
         const uint64_t want = reference_sum(b, n);
-        CHECK(dt_ckpt_sum_end(&s) == want, "streamed sum of %zu bytes differs", n);
+        CHECK(dt_sum_end(&s) == want, "streamed sum of %zu bytes differs", n);
         /* Copied and summed at once, cut as above, the destination at the
          * stream's place modulo 32 (a file's mapping) or anywhere. */
         unsigned char *d = aligned_alloc(64, (n + 127) / 64 * 64);
         const size_t skew = trial % 3 == 0 ? 5 : 0;
-        dt_ckpt_sum_init(&s);
+        dt_sum_init(&s);
         for (size_t at = 0; at < n;) {
             size_t cut = 1 + rnd_u64() % (trial % 2 ? 7 : 3000);
             if (cut > n - at) cut = n - at;
-            dt_ckpt_sum_copy(&s, d + skew + at, b + at, cut);
+            dt_sum_copy(&s, d + skew + at, b + at, cut);
             at += cut;
         }
-        CHECK(dt_ckpt_sum_end(&s) == want && memcmp(d + skew, b, n) == 0,
+        CHECK(dt_sum_end(&s) == want && memcmp(d + skew, b, n) == 0,
               "copied and summed %zu bytes (skew %zu): sum or bytes differ", n, skew);
         free(d);
-        CHECK(dt_ckpt_checksum(b, n) == want, "one-call sum of %zu bytes differs", n);
+        CHECK(dt_sum64(b, n) == want, "one-call sum of %zu bytes differs", n);
         free(b);
     }
 }

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
-#include "core/hash.h"
+#include "core/sum.h"
 #include "core/str.h"
 #include "core/window.h"
 #include "kernels/optimizer.h"
@@ -350,7 +350,7 @@ static int pp_replicas(void *self, uint64_t *hash)
     pipeline *P = self;
     (void)hash;
     if (!P->tied) return 1;
-    uint64_t h = dt_fnv1a64(P->m->params, dt_gpt_segment_start(P->m, 1) * sizeof(float));
+    uint64_t h = dt_sum64(P->m->params, dt_gpt_segment_start(P->m, 1) * sizeof(float));
     int64_t lo = (int64_t)h, hi = (int64_t)h;
     int same = dt_fingerprints_agree(P->tied, &lo, &hi, 1);
     return same < 0 ? fail(P, "comparing the tied embedding", P->tied) : same;

@@ -6,6 +6,7 @@
 
 #include "core/alloc.h"
 #include "core/hash.h"
+#include "core/sum.h"
 #include "core/str.h"
 #include "core/timer.h"
 #include "core/window.h"
@@ -278,7 +279,7 @@ static int zero_replicas(void *self, uint64_t *hash)
             return free(h), failed(z, "replica check");
         const char *w = dt_zero_working(z);
         size_t esz = dt_zero_esz(z);
-        h[s] = dt_fnv1a64(w + dt_zero_seg_lo(z, s) * esz, dt_zero_seg_len(z, s) * esz);
+        h[s] = dt_sum64(w + dt_zero_seg_lo(z, s) * esz, dt_zero_seg_len(z, s) * esz);
         if (z->o.stage >= 3 && !was) dt_zero_release_one(z, s);
     }
     uint64_t all = dt_fnv1a64(h, (size_t)z->nseg * sizeof *h);

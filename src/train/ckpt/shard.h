@@ -182,21 +182,6 @@ void dt_ckpt_shard_name(char *buf, size_t len, int rank, int ranks);
 void dt_ckpt_piece_name(char *buf, size_t len, const char *prefix, const char *tensor,
                         uint64_t lo);
 
-/* A fingerprint of a file's bytes (not for security), in one call or
- * streamed (the same value for the same bytes however they are cut). */
-uint64_t dt_ckpt_checksum(const void *p, size_t n);
-typedef struct {
-    uint64_t h[4], n;
-    unsigned char pend[32];
-    unsigned npend;
-} dt_ckpt_sum;
-void dt_ckpt_sum_init(dt_ckpt_sum *s);
-void dt_ckpt_sum_add(dt_ckpt_sum *s, const void *p, size_t n);
-uint64_t dt_ckpt_sum_end(const dt_ckpt_sum *s);
-/* memcpy(dst, src, n) and dt_ckpt_sum_add(s, src, n) in one pass; dst at
- * the same place modulo 32 as the stream's position (a mapping of the file
- * being summed) takes the fast way. */
-void dt_ckpt_sum_copy(dt_ckpt_sum *s, void *dst, const void *src, size_t n);
 
 /* The manifest's text (malloc'd), or NULL when memory runs out. */
 char *dt_ckpt_manifest_format(const dt_ckpt_manifest *m, const dt_gpt *layout);

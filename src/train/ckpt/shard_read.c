@@ -11,6 +11,7 @@
 #include "core/atomic_file.h"
 #include "core/parse.h"
 #include "core/str.h"
+#include "core/sum.h"
 #include "train/ckpt/internal.h"
 
 /* Whether the shard holds any element of the wanted pieces. */
@@ -46,7 +47,7 @@ static int check_file(const char *path, const dt_ckpt_shard *s, int rank, char *
 
 static int check_checksum(const dt_st_file *f, const dt_ckpt_shard *s, char *err, size_t errlen)
 {
-    uint64_t sum = dt_ckpt_checksum(f->map, f->map_size);
+    uint64_t sum = dt_sum64(f->map, f->map_size);
     if (sum == s->checksum) return 0;
     dt_strf(err, errlen,
             "%s: checksum %016" PRIx64 ", the manifest says %016" PRIx64 ": the shard is damaged",

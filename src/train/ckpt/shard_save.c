@@ -11,6 +11,7 @@
 #include "core/atomic_file.h"
 #include "core/fault.h"
 #include "core/str.h"
+#include "core/sum.h"
 #include "train/ckpt/internal.h"
 #include "train/ckpt/shard.h"
 #include "train/weights/weights.h"
@@ -102,7 +103,7 @@ int dt_ckpt_write_shard_from(const char *path, const dt_gpt *layout, const dt_ck
     if (dt_st_write(path, e, n, meta, 5, err, errlen) != 0 || dt_st_open(path, &f, err, errlen))
         goto out;
     *bytes = f.map_size;
-    *sum = dt_ckpt_checksum(f.map, f.map_size);
+    *sum = dt_sum64(f.map, f.map_size);
     dt_st_close(&f);
     rc = 0;
 out:

@@ -1,7 +1,7 @@
 /* Snapshots in two slots written in place (see ckpt/shard.h). A shard file
  * is made once per slot, or kept from the attempt before, and mapped; a
  * snapshot then copies the live buffers into the mapping with the
- * checksum taken on the way (dt_ckpt_sum_copy: one read and one write past
+ * checksum taken on the way (dt_sum_copy: one read and one write past
  * the cache), and tmpfs allocates no pages for it. The mapping is page
  * aligned, so a tensor's place in memory and in the file agree modulo 32,
  * as that copy wants. */
@@ -22,6 +22,7 @@
 #include "core/atomic_file.h"
 #include "core/fault.h"
 #include "core/file.h"
+#include "core/sum.h"
 #include "core/str.h"
 #include "train/ckpt/internal.h"
 #include "train/ckpt/shard.h"
@@ -161,8 +162,8 @@ static int place_jobs(dt_ckpt_slots *s, slot_file *sf, const char *path, char (*
     dt_st_close(&f);
     if (rc || at != sf->size)
         return dt_strf(err, errlen, "%s: its tensors are not in the order written", path), -1;
-    dt_ckpt_sum_init(&sf->header);
-    dt_ckpt_sum_add(&sf->header, sf->map, (size_t)((unsigned char *)sf->jobs[0].dst - sf->map));
+    dt_sum_init(&sf->header);
+    dt_sum_add(&sf->header, sf->map, (size_t)((unsigned char *)sf->jobs[0].dst - sf->map));
     return 0;
 }
 
@@ -387,14 +388,14 @@ int dt_ckpt_slots_begin(dt_ckpt_slots *s, const dt_optimizer *o, const dt_ckpt_s
 int dt_ckpt_slots_write(dt_ckpt_slots *s, char *err, size_t errlen)
 {
     slot_file *sf = &s->f[s->cur];
-    dt_ckpt_sum sum = sf->header;
+    dt_sum sum = sf->header;
     for (int k = 0; k < s->np * s->nbuf; k++) {
         if (k == s->np * s->nbuf / 2) dt_fault_point_of("snapshot", s->step);
-        dt_ckpt_sum_copy(&sum, sf->jobs[k].dst, sf->jobs[k].src, sf->jobs[k].n * sizeof(float));
+        dt_sum_copy(&sum, sf->jobs[k].dst, sf->jobs[k].src, sf->jobs[k].n * sizeof(float));
     }
     char path[DT_PATH_MAX + 64], line[96];
     dt_ckpt_slot_mark_path(path, sizeof path, s->dir, s->cur, s->crew.rank);
-    s->sum = dt_ckpt_sum_end(&sum);
+    s->sum = dt_sum_end(&sum);
     dt_strf(line, sizeof line, "%ld %llu %016" PRIx64 "\n", s->step,
             (unsigned long long)sf->size, s->sum);
     if (dt_afile_write_file(path, line, strlen(line), err, errlen)) return -1;

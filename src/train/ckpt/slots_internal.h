@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "core/file.h"
+#include "core/sum.h"
 #include "train/ckpt/internal.h"
 #include "train/ckpt/shard.h"
 
@@ -32,7 +33,7 @@ typedef struct {
     int fd;
     unsigned char *map;
     size_t size;
-    dt_ckpt_sum header; /* the checksum's state after the file's header */
+    dt_sum header; /* the checksum's state after the file's header */
     copy_job *jobs;     /* [np * nbuf], in file order */
 } slot_file;
 
