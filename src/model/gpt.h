@@ -160,6 +160,10 @@ struct dt_gpt {
     dt_gpt_accum accum;
     dt_gpt_acts acts;
     dt_gpt_hooks hooks;
+    /* At DT_USE_INIT, the floats [lo, hi) of the segment whose initial
+     * values are drawn: the whole segment, unless param_need narrows it to
+     * what the strategy keeps (the rest of params there is left zero). */
+    size_t init_lo, init_hi;
     dt_gpt_moe moe;
     char error[256];
 };

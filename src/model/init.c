@@ -18,42 +18,48 @@ static double normal_at(uint64_t state0, uint64_t g)
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-/* N(0, std) values of the whole tensor from its stream, element g of the
- * tensor in row-major order taking the stream's normal g: a slice draws
- * only what it holds, every layout gets the same numbers, and the threads
- * share the work without changing a bit (GPT-2's 124M took seconds on one). */
-static void init_normal(const dt_param_tensor *t, float *p, double std, uint64_t state0)
+/* Element k of the tensor's values on this rank: its place in the whole
+ * tensor, row-major (a slice's blocks of rows, gpt.h), and so the number
+ * of the stream it takes. */
+static uint64_t stream_index(const dt_param_tensor *t, size_t k)
 {
-    const int nt = dt_kernels_threads();
-    if (!t->split) {
-#pragma omp parallel for schedule(static) num_threads(nt)
-        for (size_t k = 0; k < t->numel; k++) p[k] = (float)(std * normal_at(state0, k));
-        return;
-    }
-    const int gcols = t->gshape[1], cols = t->shape[1], bw = cols / t->nblk;
-#pragma omp parallel for schedule(static) num_threads(nt)
-    for (int r = 0; r < t->shape[0]; r++) {
-        const uint64_t row = (uint64_t)(t->row0 + r) * (uint64_t)gcols;
-        for (int b = 0; b < t->nblk; b++) {
-            const int c0 = t->col0 + b * t->cstride;
-            float *dst = p + (size_t)r * cols + (size_t)b * bw;
-            for (int j = 0; j < bw; j++) dst[j] = (float)(std * normal_at(state0, row + c0 + j));
-        }
-    }
+    if (!t->split) return k;
+    const size_t cols = (size_t)t->shape[1], bw = cols / (size_t)t->nblk;
+    const size_t r = k / cols, b = k % cols / bw, j = k % cols % bw;
+    return ((uint64_t)t->row0 + r) * (uint64_t)t->gshape[1] + (uint64_t)t->col0 +
+           b * (uint64_t)t->cstride + j;
 }
 
-static void init_tensor(const dt_gpt *m, int i, float *p, uint64_t seed)
+/* N(0, std) values of elements [a, b) of the tensor, element k taking the
+ * normal number stream_index(k) of its stream: a slice or a shard draws
+ * only what it holds, every layout gets the same numbers, and the threads
+ * share the work without changing a bit (GPT-2's 124M took seconds on one). */
+static void init_normal(const dt_param_tensor *t, float *p, size_t a, size_t b, double std,
+                        uint64_t state0)
+{
+#pragma omp parallel for schedule(static) num_threads(dt_kernels_threads())
+    for (size_t k = a; k < b; k++) p[k] = (float)(std * normal_at(state0, stream_index(t, k)));
+}
+
+/* Tensor i's elements that fall in floats [lo, hi) of the flat layout. */
+static void init_tensor(const dt_gpt *m, int i, size_t lo, size_t hi, uint64_t seed)
 {
     const dt_param_tensor *t = &m->tensors[i];
+    const size_t a = lo > t->offset ? lo - t->offset : 0;
+    const size_t b = hi < t->offset + t->numel ? hi - t->offset : t->numel;
+    if (hi <= t->offset || a >= b) return;
+    float *p = m->params + t->offset;
     /* A stream per tensor: a tensor's values do not depend on the layout before it. */
     const uint64_t state = seed * 0x9E3779B97F4A7C15ull + (uint64_t)i * 0xD1B54A32D192ED03ull;
     switch (t->init) {
     case DT_INIT_ONE:
     case DT_INIT_ZERO:
-        for (size_t k = 0; k < t->numel; k++) p[k] = t->init == DT_INIT_ONE ? 1.0f : 0.0f;
+        for (size_t k = a; k < b; k++) p[k] = t->init == DT_INIT_ONE ? 1.0f : 0.0f;
         break;
-    case DT_INIT_NORMAL: init_normal(t, p, 0.02, state); break;
-    case DT_INIT_RESIDUAL: init_normal(t, p, 0.02 / sqrt(2.0 * m->cfg.n_layer), state); break;
+    case DT_INIT_NORMAL: init_normal(t, p, a, b, 0.02, state); break;
+    case DT_INIT_RESIDUAL:
+        init_normal(t, p, a, b, 0.02 / sqrt(2.0 * m->cfg.n_layer), state);
+        break;
     }
 }
 
@@ -66,11 +72,13 @@ void dt_gpt_init_weights(dt_gpt *m, uint64_t seed)
         if (dt_model_segment_of(m, i) != seg) {
             if (seg >= 0) dt_model_done(m, seg, DT_USE_INIT);
             seg = dt_model_segment_of(m, i);
+            const size_t lo = dt_gpt_segment_start(m, seg), hi = dt_gpt_segment_start(m, seg + 1);
+            m->init_lo = lo;
+            m->init_hi = hi;
             (void)dt_model_need(m, seg, DT_USE_INIT);
-            size_t lo = dt_gpt_segment_start(m, seg), hi = dt_gpt_segment_start(m, seg + 1);
             memset(m->params + lo, 0, (hi - lo) * sizeof(float));
         }
-        init_tensor(m, i, m->params + m->tensors[i].offset, seed);
+        init_tensor(m, i, m->init_lo, m->init_hi, seed);
     }
     if (seg >= 0) dt_model_done(m, seg, DT_USE_INIT);
 }

@@ -376,6 +376,11 @@ static int need(zero *z, int s, int use)
     if (z->error) return -1;
     if (use == DT_USE_BACKWARD) hold_grads(z, s);
     if (use == DT_USE_INIT && dt_zero_keeps_pieces(z)) {
+        /* Only this rank's piece is drawn: the rest is dropped unread. */
+        const dt_flat_range *p = &z->map.mine[s];
+        z->m->init_lo = p->lo > z->m->init_lo ? p->lo : z->m->init_lo;
+        z->m->init_hi = p->hi < z->m->init_hi ? p->hi : z->m->init_hi;
+        if (z->m->init_hi < z->m->init_lo) z->m->init_hi = z->m->init_lo;
         dt_mem_account(DT_MEM_PARAMS, (long long)init_bytes(z, s));
         return 0;
     }
@@ -394,7 +399,8 @@ static void done(zero *z, int s, int use)
         /* Keep this rank's piece of the initial values; let the rest go. */
         if (dt_zero_keep_piece(z, s)) return;
         dt_zero_drop_segment(z, z->m->params, sizeof(float), s, DT_MEM_PARAMS, 0);
-        if (z->window16) dt_zero_drop_segment(z, z->m->mixed.params16, sizeof(uint16_t), s, DT_MEM_PARAMS, 0);
+        if (z->window16)
+            dt_zero_drop_segment(z, z->m->mixed.params16, sizeof(uint16_t), s, DT_MEM_PARAMS, 0);
         dt_mem_account(DT_MEM_PARAMS, -(long long)init_bytes(z, s));
         z->inited = 1;
         return;
