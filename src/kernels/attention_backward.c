@@ -8,6 +8,9 @@
  *   dQ += dS K,    dK += dS^T Q.
  * dK and dV of a key block gather in scratch and are written once; dQ adds
  * up in dqkv itself. A slice belongs to one thread, so nothing is shared.
+ * With AVX-512, P and dS are formed a register tile of query rows at a
+ * time, the exp and dS's terms applied in registers (attention_tiles.h),
+ * and each tile's dQ is updated while its dS is in cache.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -16,6 +19,7 @@
 #include "core/log.h"
 #include "kernels/attention.h"
 #include "kernels/attention_blocks.h"
+#include "kernels/attention_tiles.h"
 #include "kernels/fast_exp.h"
 #include "kernels/profile.h"
 #include "kernels/threads.h"
@@ -25,13 +29,14 @@ typedef struct {
     float *probs, *dS;  /* [ATTN_BLOCK, ATTN_BLOCK] */
     float *dk, *dv;     /* [ATTN_BLOCK, HS] */
     float *D;           /* [T_padded]: rowsum(dout * out) */
+    float *q, *dout;    /* [DT_TILE_ROWS, HS]: a tile at the end of the sequence */
 } backward_scratch;
 
 static float *backward_scratch_alloc(backward_scratch *s, const attn_dims *d)
 {
     size_t packed = (size_t)d->HS * d->T_padded, block = ATTN_BLOCK * ATTN_BLOCK;
-    size_t grad = (size_t)ATTN_BLOCK * d->HS;
-    size_t bytes = (2 * packed + 2 * block + 2 * grad + d->T_padded) * sizeof(float);
+    size_t grad = (size_t)ATTN_BLOCK * d->HS, tile = (size_t)DT_TILE_ROWS * d->HS;
+    size_t bytes = (2 * packed + 2 * block + 2 * grad + d->T_padded + 2 * tile) * sizeof(float);
     float *base = aligned_alloc(64, bytes);
     if (!base) return NULL;
     memset(base, 0, bytes);
@@ -42,9 +47,49 @@ static float *backward_scratch_alloc(backward_scratch *s, const attn_dims *d)
     s->dk = s->dS + block;
     s->dv = s->dk + grad;
     s->D = s->dv + grad;
+    s->q = s->D + d->T_padded;
+    s->dout = s->q + tile;
     return base;
 }
 
+#if defined(__AVX512F__)
+/* A tile of query rows [r0, r0 + DT_TILE_ROWS) against the key block at
+ * k0: from rows of src (q or dout, ld apart), or from a zero-padded copy
+ * in buf where the tile runs past the sequence. */
+static attn_tile make_tile(const attn_dims *d, const float *src, size_t ld, float *buf,
+                           const float *bt, int r0, int rows, int k0, int width)
+{
+    attn_tile t = {.a = src + r0 * ld, .a_row = ld, .bt = bt + k0,
+                   .bt_row = (size_t)d->T_padded, .HS = d->HS, .rows = rows,
+                   .first = r0 + 1 - k0, .width = width, .scale = d->scale};
+    if (r0 + DT_TILE_ROWS > d->T) {
+        attn_tile_load(buf, t.a, ld, rows, d->HS);
+        t.a = buf, t.a_row = (size_t)d->HS;
+    }
+    return t;
+}
+
+/* P and dS of queries [q0, q0 + bq) against the key block at k0, a
+ * register tile of rows at a time, each tile's dq updated while its dS is
+ * in cache. */
+static void block_grads(const backward_scratch *s, const attn_dims *d, const float *q,
+                        const float *k, const float *dout, const float *lse, float *dq, int q0,
+                        int k0, int bk)
+{
+    int bq = d->T - q0 < ATTN_BLOCK ? d->T - q0 : ATTN_BLOCK;
+    for (int t0 = 0; t0 < bq; t0 += DT_TILE_ROWS) {
+        int rows = bq - t0 < DT_TILE_ROWS ? bq - t0 : DT_TILE_ROWS, r0 = q0 + t0;
+        int width = q0 == k0 && t0 + DT_TILE_ROWS < bk ? t0 + DT_TILE_ROWS : bk;
+        float *p = s->probs + t0 * ATTN_BLOCK, *ds = s->dS + t0 * ATTN_BLOCK;
+        attn_tile tq = make_tile(d, q, d->ld, s->q, s->kt, r0, rows, k0, width);
+        attn_tile_probs(&tq, lse + r0, p);
+        attn_tile tdo = make_tile(d, dout, d->ld_out, s->dout, s->vt, r0, rows, k0, width);
+        attn_tile_dscores(&tdo, s->D + r0, p, ds);
+        attn_block_gemm(BLOCK_FULL, rows, width, d->HS, ds, ATTN_BLOCK, 1, k + k0 * d->ld, d->ld,
+                        dq + r0 * d->ld, d->ld, 1);
+    }
+}
+#else
 /* scores -> probabilities, zero where the mask hides the key. Whole-width
  * loops with the hidden entries selected away vectorise without remainders
  * (the rows are initialised memory beyond bk: the scratch starts zeroed). */
@@ -76,28 +121,35 @@ static void score_grads(float *dS, const float *p, const float *D, int bq, int b
     }
 }
 
+static void block_grads(const backward_scratch *s, const attn_dims *d, const float *q,
+                        const float *k, const float *dout, const float *lse, float *dq, int q0,
+                        int k0, int bk)
+{
+    int bq = d->T - q0 < ATTN_BLOCK ? d->T - q0 : ATTN_BLOCK, diagonal = q0 == k0;
+    block_shape by_width = diagonal ? BLOCK_CAUSAL_WIDTH : BLOCK_FULL;
+    attn_block_gemm(by_width, bq, d->HS, bk, q + q0 * d->ld, d->ld, 1, s->kt + k0, d->T_padded,
+                    s->probs, ATTN_BLOCK, 0);
+    probabilities(s->probs, lse + q0, bq, bk, diagonal, d->scale);
+    attn_block_gemm(by_width, bq, d->HS, bk, dout + q0 * d->ld_out, d->ld_out, 1, s->vt + k0,
+                    d->T_padded, s->dS, ATTN_BLOCK, 0);
+    score_grads(s->dS, s->probs, s->D + q0, bq, bk, diagonal, d->scale);
+    attn_block_gemm(diagonal ? BLOCK_CAUSAL_K_END : BLOCK_FULL, bq, bk, d->HS, s->dS, ATTN_BLOCK,
+                    1, k + k0 * d->ld, d->ld, dq + q0 * d->ld, d->ld, 1);
+}
+#endif
+
 /* One query block against one key block: adds to s->dk, s->dv and dq. */
 static void block_pair(const backward_scratch *s, const attn_dims *d, const float *q,
                        const float *k, const float *dout, const float *lse, float *dq, int q0,
                        int k0, int bk)
 {
-    int bq = d->T - q0 < ATTN_BLOCK ? d->T - q0 : ATTN_BLOCK, diagonal = q0 == k0;
-    block_shape by_width = diagonal ? BLOCK_CAUSAL_WIDTH : BLOCK_FULL;
-    block_shape k_from_row = diagonal ? BLOCK_CAUSAL_K_BEGIN : BLOCK_FULL;
-    block_shape k_to_row = diagonal ? BLOCK_CAUSAL_K_END : BLOCK_FULL;
-    const float *q_blk = q + q0 * d->ld, *dout_blk = dout + q0 * d->ld_out;
-    attn_block_gemm(by_width, bq, d->HS, bk, q_blk, d->ld, 1, s->kt + k0, d->T_padded, s->probs,
-                    ATTN_BLOCK, 0);
-    probabilities(s->probs, lse + q0, bq, bk, diagonal, d->scale);
-    attn_block_gemm(k_from_row, bk, bq, d->HS, s->probs, 1, ATTN_BLOCK, dout_blk, d->ld_out,
-                    s->dv, d->HS, 1);
-    attn_block_gemm(by_width, bq, d->HS, bk, dout_blk, d->ld_out, 1, s->vt + k0, d->T_padded,
-                    s->dS, ATTN_BLOCK, 0);
-    score_grads(s->dS, s->probs, s->D + q0, bq, bk, diagonal, d->scale);
-    attn_block_gemm(k_to_row, bq, bk, d->HS, s->dS, ATTN_BLOCK, 1, k + k0 * d->ld, d->ld,
-                    dq + q0 * d->ld, d->ld, 1);
-    attn_block_gemm(k_from_row, bk, bq, d->HS, s->dS, 1, ATTN_BLOCK, q_blk, d->ld, s->dk, d->HS,
-                    1);
+    int bq = d->T - q0 < ATTN_BLOCK ? d->T - q0 : ATTN_BLOCK;
+    block_shape k_from_row = q0 == k0 ? BLOCK_CAUSAL_K_BEGIN : BLOCK_FULL;
+    block_grads(s, d, q, k, dout, lse, dq, q0, k0, bk);
+    attn_block_gemm(k_from_row, bk, bq, d->HS, s->probs, 1, ATTN_BLOCK, dout + q0 * d->ld_out,
+                    d->ld_out, s->dv, d->HS, 1);
+    attn_block_gemm(k_from_row, bk, bq, d->HS, s->dS, 1, ATTN_BLOCK, q + q0 * d->ld, d->ld, s->dk,
+                    d->HS, 1);
 }
 
 static void row_dots(float *D, const float *dout, const float *out, const attn_dims *d)

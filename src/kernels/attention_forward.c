@@ -8,6 +8,13 @@
  * exp(score - m) and the unnormalised output; when m grows, l and the
  * output are rescaled by exp(m_old - m_new). At the end out = output / l
  * and lse = m + log(l) is saved for backward.
+ *
+ * With AVX-512 the scores of a block are formed a register tile of rows
+ * at a time and become probabilities while still in registers
+ * (attention_tiles.h); otherwise they are stored and then folded in row by
+ * row. Measured on the benchmark model's shape (1 thread): the tiles made
+ * the forward about 10% faster, the scores' softmax pass having cost a
+ * third of its time.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -16,33 +23,91 @@
 #include "core/log.h"
 #include "kernels/attention.h"
 #include "kernels/attention_blocks.h"
+#include "kernels/attention_tiles.h"
 #include "kernels/fast_exp.h"
 #include "kernels/profile.h"
 #include "kernels/threads.h"
 
 typedef struct {
-    float *kt;     /* [HS, T_padded]: K transposed */
-    float *scores; /* [ATTN_BLOCK, ATTN_BLOCK]: scores, then probabilities */
-    float *acc;    /* [ATTN_BLOCK, HS]: unnormalised output of the query block */
-    float *m, *l;  /* [ATTN_BLOCK] */
+    float *kt;      /* [HS, T_padded]: K transposed */
+    float *scores;  /* [ATTN_BLOCK, ATTN_BLOCK]: scores, then probabilities */
+    float *acc;     /* [ATTN_BLOCK, HS]: unnormalised output of the query group */
+    float *q;       /* [DT_TILE_ROWS, HS]: a tile at the end of the sequence */
+    float *m, *l;   /* [ATTN_BLOCK] */
+    float *rescale; /* [ATTN_BLOCK]: each row's factor for its output so far */
 } forward_scratch;
 
 static float *forward_scratch_alloc(forward_scratch *s, const attn_dims *d)
 {
     size_t kt = (size_t)d->HS * d->T_padded, block = ATTN_BLOCK * ATTN_BLOCK;
-    size_t acc = (size_t)ATTN_BLOCK * d->HS;
-    size_t bytes = (kt + block + acc + 2 * ATTN_BLOCK) * sizeof(float);
+    size_t acc = (size_t)ATTN_BLOCK * d->HS, tile = (size_t)DT_TILE_ROWS * d->HS;
+    size_t bytes = (kt + block + acc + tile + 3 * ATTN_BLOCK) * sizeof(float);
     float *base = aligned_alloc(64, bytes);
     if (!base) return NULL;
-    memset(base, 0, bytes); /* the softmax reads whole rows of scores */
+    memset(base, 0, bytes); /* the softmax reads whole rows of scores and of K^T */
     s->kt = base;
     s->scores = s->kt + kt;
     s->acc = s->scores + block;
-    s->m = s->acc + acc;
+    s->q = s->acc + acc;
+    s->m = s->q + tile;
     s->l = s->m + ATTN_BLOCK;
+    s->rescale = s->l + ATTN_BLOCK;
     return base;
 }
 
+static void start_rows(const forward_scratch *s, int rows, int HS)
+{
+    for (int r = 0; r < rows; r++) {
+        s->m[r] = -INFINITY;
+        s->l[r] = 0.0f;
+    }
+    memset(s->acc, 0, (size_t)rows * HS * sizeof(float));
+}
+
+/* out = acc / l and lse = m + log(l) for rows [q0, q0 + rows) */
+static void finish_rows(const forward_scratch *s, const attn_dims *d, float *out, float *lse,
+                        int q0, int rows)
+{
+    for (int r = 0; r < rows; r++) {
+        float inv_l = 1.0f / s->l[r];
+        float *o = out + (q0 + r) * d->ld_out;
+        const float *acc = s->acc + (size_t)r * d->HS;
+#pragma omp simd
+        for (int j = 0; j < d->HS; j++) o[j] = acc[j] * inv_l;
+        lse[q0 + r] = s->m[r] + logf(s->l[r]);
+    }
+}
+
+#if defined(__AVX512F__)
+/* The scores of queries [q0, q0 + bq) against the keys of the block at k0,
+ * folded into the rows' running softmax a register tile at a time: the
+ * probabilities land in s->scores, each row's rescale factor beside. */
+static void block_softmax(const forward_scratch *s, const attn_dims *d, const float *q, int q0,
+                          int bq, int k0)
+{
+    for (int t0 = 0; t0 < bq; t0 += ATTN_TILE_ROWS) {
+        int rows = bq - t0 < ATTN_TILE_ROWS ? bq - t0 : ATTN_TILE_ROWS;
+        int diagonal_width = bq < t0 + ATTN_TILE_ROWS ? bq : t0 + ATTN_TILE_ROWS;
+        attn_tile t = {.a = q + (q0 + t0) * d->ld, .a_row = d->ld, .bt = s->kt + k0,
+                       .bt_row = (size_t)d->T_padded, .HS = d->HS, .rows = rows,
+                       .first = q0 + t0 + 1 - k0,
+                       .width = k0 == q0 ? diagonal_width : ATTN_BLOCK, .scale = d->scale};
+        if (q0 + t0 + ATTN_TILE_ROWS > d->T) {
+            attn_tile_load(s->q, t.a, d->ld, rows, d->HS);
+            t.a = s->q, t.a_row = (size_t)d->HS;
+        }
+        attn_tile_softmax_state st = {s->m + t0, s->l + t0, s->rescale + t0,
+                                      s->scores + t0 * ATTN_BLOCK};
+        attn_tile_softmax(&t, &st);
+    }
+    for (int r = 0; r < bq; r++) {
+        if (s->rescale[r] == 1.0f) continue;
+        float *acc = s->acc + (size_t)r * d->HS, f = s->rescale[r];
+#pragma omp simd
+        for (int j = 0; j < d->HS; j++) acc[j] *= f;
+    }
+}
+#else
 /* Folds one block of scores into the running softmax of each query row
  * (attn_softmax_row); on the diagonal, row r sees keys up to its own. */
 static void online_softmax(const forward_scratch *s, int bq, int bk, int diagonal, int HS,
@@ -52,33 +117,27 @@ static void online_softmax(const forward_scratch *s, int bq, int bk, int diagona
         attn_softmax_row(s->scores + r * ATTN_BLOCK, diagonal ? r + 1 : bk, scale, &s->m[r],
                          &s->l[r], s->acc + (size_t)r * HS, HS);
 }
+#endif
 
 static void query_block(const forward_scratch *s, const attn_dims *d, const float *q,
                         const float *v, float *out, float *lse, int q0)
 {
     int bq = d->T - q0 < ATTN_BLOCK ? d->T - q0 : ATTN_BLOCK;
-    for (int r = 0; r < bq; r++) {
-        s->m[r] = -INFINITY;
-        s->l[r] = 0.0f;
-    }
-    for (size_t i = 0; i < (size_t)bq * d->HS; i++) s->acc[i] = 0.0f;
+    start_rows(s, bq, d->HS);
     for (int k0 = 0; k0 <= q0; k0 += ATTN_BLOCK) {
         int diagonal = k0 == q0, bk = diagonal ? bq : ATTN_BLOCK;
+#if defined(__AVX512F__)
+        block_softmax(s, d, q, q0, bq, k0);
+#else
         attn_block_gemm(diagonal ? BLOCK_CAUSAL_WIDTH : BLOCK_FULL, bq, d->HS, bk,
                         q + q0 * d->ld, d->ld, 1, s->kt + k0, d->T_padded, s->scores, ATTN_BLOCK,
                         0);
         online_softmax(s, bq, bk, diagonal, d->HS, d->scale);
+#endif
         attn_block_gemm(diagonal ? BLOCK_CAUSAL_K_END : BLOCK_FULL, bq, bk, d->HS, s->scores,
                         ATTN_BLOCK, 1, v + k0 * d->ld, d->ld, s->acc, d->HS, 1);
     }
-    for (int r = 0; r < bq; r++) {
-        float inv_l = 1.0f / s->l[r];
-        float *o = out + (q0 + r) * d->ld_out;
-        const float *acc = s->acc + (size_t)r * d->HS;
-#pragma omp simd
-        for (int j = 0; j < d->HS; j++) o[j] = acc[j] * inv_l;
-        lse[q0 + r] = s->m[r] + logf(s->l[r]);
-    }
+    finish_rows(s, d, out, lse, q0, bq);
 }
 
 static void attention_forward_body(float *out, float *lse, const float *qkv, int B, int T, int C,

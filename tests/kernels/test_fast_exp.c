@@ -50,10 +50,35 @@ static void check_vector_form(void)
 #endif
 }
 
+/* 2^x against libm's exp2 in double over the normal range, and its edges */
+static void check_exp2(void)
+{
+#if defined(__AVX512F__)
+    double worst = 0.0, worst_x = 0.0;
+    for (int i = 0; i <= 2000000; i += 16) {
+        float x[16], y[16];
+        for (int j = 0; j < 16; j++) x[j] = -125.0f + 252.0f * (float)(i + j) / 2000000.0f;
+        _mm512_storeu_ps(y, dt_fast_exp2_512(_mm512_loadu_ps(x)));
+        for (int j = 0; j < 16; j++) {
+            double err = fabs(y[j] - exp2((double)x[j])) / exp2((double)x[j]);
+            if (err > worst) worst = err, worst_x = x[j];
+        }
+    }
+    CHECK(worst < 2e-7, "exp2: worst relative error %.3g at x = %.9g", worst, worst_x);
+    float x[16] = {0.0f, -INFINITY, INFINITY, NAN, -160.0f, 130.0f, 1.0f, -1.0f}, y[16];
+    _mm512_storeu_ps(y, dt_fast_exp2_512(_mm512_loadu_ps(x)));
+    CHECK(y[0] == 1.0f && y[1] == 0.0f && isinf(y[2]) && isnan(y[3]), "exp2 of 0, -inf, inf, nan:"
+          " %g %g %g %g", y[0], y[1], y[2], y[3]);
+    CHECK(y[4] == 0.0f && isinf(y[5]) && y[6] == 2.0f && y[7] == 0.5f,
+          "exp2 of -160, 130, 1, -1: %g %g %g %g", y[4], y[5], y[6], y[7]);
+#endif
+}
+
 int main(void)
 {
     check_accuracy();
     check_special_values();
     check_vector_form();
+    check_exp2();
     return finish("test_fast_exp");
 }
