@@ -6,14 +6,28 @@
 
 #include <exception>
 #include <stdexcept>
+#include <string>
+#include <unordered_map>
 #include <utility>
 
 namespace dtrain_torch {
 
+// "dtrain:<op>", the span PyTorch's profiler records from the issue to the
+// completion of each collective, as it records "gloo:<op>" for gloo's. The
+// profiler keeps the pointer, so each title is made once and kept.
+static const char *profiling_title(const char *name)
+{
+    static std::mutex mu;
+    static std::unordered_map<std::string, std::string> titles;
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = titles.emplace(name, std::string("dtrain:") + name).first;
+    return it->second.c_str();
+}
+
 WorkDtrain::WorkDtrain(int rank, c10d::OpType type, const char *name,
                        std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep,
                        std::function<void()> then, int source_rank)
-    : c10d::Work(rank, type), name_(name), outputs_(std::move(outputs)), keep_(std::move(keep)),
+    : c10d::Work(rank, type, profiling_title(name)), name_(name), outputs_(std::move(outputs)), keep_(std::move(keep)),
       then_(std::move(then)), source_rank_(source_rank),
       future_(c10::make_intrusive<c10::ivalue::Future>(
           c10::ListType::create(c10::TensorType::get())))
