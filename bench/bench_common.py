@@ -252,17 +252,17 @@ TORCH_TRAIN = r"""
 import os, sys, time, json
 import numpy as np, torch, torch.distributed as dist
 sys.path.insert(0, %(pylib)r)
+%(imports)s
 from dtrain_ref import GPT, param_groups
 torch.set_num_threads(1)
-dist.init_process_group("gloo")
+dist.init_process_group(%(backend)r)
 rank, world = dist.get_rank(), dist.get_world_size()
 torch.manual_seed(0)
 model = GPT(%(L)d, %(H)d, %(C)d, %(V)d, %(T)d)
 %(wrap)s
 data = np.frombuffer(open(%(data)r, "rb").read(), dtype=np.uint8).astype(np.int64)
-times = []
-for s in range(%(steps)d):
-    t0 = time.perf_counter()
+
+def step(s):
     k = (s * world + rank) * %(B)d * %(T)d
     x = torch.from_numpy(data[k:k + %(B)d * %(T)d].reshape(%(B)d, %(T)d))
     y = torch.from_numpy(data[k + 1:k + 1 + %(B)d * %(T)d].reshape(%(B)d, %(T)d))
@@ -271,18 +271,30 @@ for s in range(%(steps)d):
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
+    return loss.item()
+
+times = []
+for s in range(%(steps)d):
+    t0 = time.perf_counter()
+    loss = step(s)
     times.append(time.perf_counter() - t0)
 tps = [world * %(B)d * %(T)d / t for t in times[%(skip)d:]]
+result = {"tokens_per_s": sum(tps) / len(tps), "loss": loss,
+          "step_ms": 1e3 * sum(times[%(skip)d:]) / len(times[%(skip)d:])}
+%(after)s
 if rank == 0:
-    print(json.dumps({"tokens_per_s": sum(tps) / len(tps)}))
+    print(json.dumps(result))
 """
 
 
-def torch_train(what, wrap, n, data, steps, skip, port):
-    """Mean tokens/s of the PyTorch loop on n ranks (gloo), each pinned to
-    its own core with one thread."""
+def torch_train(what, wrap, n, data, steps, skip, port, backend="gloo", imports="", after="",
+                key="tokens_per_s"):
+    """The PyTorch loop on n ranks of `backend`, each pinned to its own core
+    with one thread: the mean tokens/s, or with key=None the whole result
+    (after: code run once the timed steps are done, adding to `result`)."""
     script = TORCH_TRAIN % dict(pylib=PYLIB, L=L, H=H, C=C, V=V, T=T, B=B, data=data,
-                                steps=steps, skip=skip, wrap=wrap)
+                                steps=steps, skip=skip, wrap=wrap, backend=backend,
+                                imports=imports, after=after)
     procs = []
     for r in range(n):
         env = dict(os.environ, OMP_NUM_THREADS="1", RANK=str(r), WORLD_SIZE=str(n),
@@ -293,4 +305,5 @@ def torch_train(what, wrap, n, data, steps, skip, port):
     outs = [p.communicate() for p in procs]
     if any(p.returncode for p in procs):
         sys.exit("%s failed:\n" % what + "\n".join(o[1][-2000:] for o in outs))
-    return json.loads(outs[0][0].strip().splitlines()[-1])["tokens_per_s"]
+    result = json.loads(outs[0][0].strip().splitlines()[-1])
+    return result[key] if key else result

@@ -28,49 +28,21 @@ bit-identical at 2 ranks: the same additions in the same order).
 Timing is of this machine, printed first; nothing here is a unit test.
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
-from bench_common import (B, C, H, L, PYLIB, ROOT, T, TORCH_PYTHON, V, cpu_line, quiet,
-                          write_corpus)
+from bench_common import B, C, H, L, ROOT, T, V, cpu_line, quiet, torch_train, write_corpus
 
-SCRIPT = r"""
-import json, os, sys, time
-import numpy as np, torch, torch.distributed as dist
-sys.path.insert(0, %(pylib)r)
-sys.path.insert(0, %(pydir)r)
-import dtrain_torch  # noqa: F401  (registers the backend)
-from dtrain_ref import GPT, param_groups
-torch.set_num_threads(1)
-dist.init_process_group(%(backend)r)
-rank, world = dist.get_rank(), dist.get_world_size()
-torch.manual_seed(0)
-model = GPT(%(L)d, %(H)d, %(C)d, %(V)d, %(T)d)
+WRAP = """
 ddp = torch.nn.parallel.DistributedDataParallel(model)
 opt = torch.optim.AdamW(param_groups(model, 0.01), lr=1e-3)
-data = np.frombuffer(open(%(data)r, "rb").read(), dtype=np.uint8).astype(np.int64)
+"""
 
-def step(s):
-    k = (s * world + rank) * %(B)d * %(T)d
-    x = torch.from_numpy(data[k:k + %(B)d * %(T)d].reshape(%(B)d, %(T)d))
-    y = torch.from_numpy(data[k + 1:k + 1 + %(B)d * %(T)d].reshape(%(B)d, %(T)d))
-    opt.zero_grad(set_to_none=True)
-    _, loss = ddp(x, y)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    return loss.item()
-
-times = []
-for s in range(%(steps)d):
-    t0 = time.perf_counter()
-    loss = step(s)
-    times.append(time.perf_counter() - t0)
-
+# Run after the timed steps: --profiled more under torch.profiler, and the
+# communication they exposed (the module's docstring).
+PROFILE = r"""
 from torch.profiler import profile, ProfilerActivity
 with profile(activities=[ProfilerActivity.CPU]) as prof:
     t0 = time.perf_counter()
@@ -95,22 +67,16 @@ busy = union((e.time_range.start, e.time_range.end) for e in events
              if e.thread in main and e.name.startswith("aten::"))
 exposed, j = 0.0, 0
 for a, b in comm:
-    covered = 0.0
     while j < len(busy) and busy[j][1] <= a:
         j += 1
-    k = j
+    covered, k = 0.0, j
     while k < len(busy) and busy[k][0] < b:
         covered += min(b, busy[k][1]) - max(a, busy[k][0])
         k += 1
     exposed += (b - a) - covered
-tps = [world * %(B)d * %(T)d / t for t in times[%(skip)d:]]
-if rank == 0:
-    print(json.dumps({"tokens_per_s": sum(tps) / len(tps),
-                      "step_ms": 1e3 * sum(times[%(skip)d:]) / len(times[%(skip)d:]),
-                      "comm_ms": sum(b - a for a, b in comm) / 1e3 / %(profiled)d,
-                      "exposed_ms": exposed / 1e3 / %(profiled)d,
-                      "profiled_step_ms": 1e3 * profiled_s / %(profiled)d,
-                      "loss": loss}))
+result.update(comm_ms=sum(b - a for a, b in comm) / 1e3 / %(profiled)d,
+              exposed_ms=exposed / 1e3 / %(profiled)d,
+              profiled_step_ms=1e3 * profiled_s / %(profiled)d)
 """
 
 
@@ -126,19 +92,10 @@ def parse_args():
 
 def run(a, backend, data, port):
     pydir = os.path.join(os.path.abspath(a.build), "python")
-    script = SCRIPT % dict(pylib=PYLIB, pydir=pydir, backend=backend, L=L, H=H, C=C, V=V, T=T,
-                           B=B, data=data, steps=a.steps, skip=a.skip, profiled=a.profiled)
-    procs = []
-    for r in range(2):
-        env = dict(os.environ, OMP_NUM_THREADS="1", RANK=str(r), WORLD_SIZE="2",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen(["taskset", "-c", str(r), TORCH_PYTHON, "-c", script],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      env=env))
-    outs = [p.communicate() for p in procs]
-    if any(p.returncode for p in procs):
-        sys.exit("PyTorch DDP on %s failed:\n" % backend + "\n".join(o[1][-2000:] for o in outs))
-    return json.loads(outs[0][0].strip().splitlines()[-1])
+    after = PROFILE % dict(steps=a.steps, profiled=a.profiled, backend=backend)
+    return torch_train("PyTorch DDP on " + backend, WRAP, 2, data, a.steps, a.skip, port,
+                       backend=backend, key=None, after=after,
+                       imports="sys.path.insert(0, %r)\nimport dtrain_torch" % pydir)
 
 
 def main():
