@@ -24,6 +24,11 @@ Hugging Face's LlamaConfig and GPT2Config. Checked:
     from the directory as from the file (the same bits after 2 steps);
   - `dtrain sample` samples the directory as the file;
   - `ckpt consolidate --out DIR/` writes the checkpoint's weights;
+  - a Mixtral directory (MixtralConfig's fields: 4 experts, top 3) loads,
+    its first loss PyTorch's Mixtral (llama_ref.py with experts), written
+    back in Mixtral's names and config fields; sizes the shapes
+    contradict, a top K above the experts, a sliding window shorter than
+    the context, and model_type "llama" over experts are refused;
   - a GPT-2 directory in fp16 ("transformer." names, no lm_head) loads,
     trains as its file does, and is written back in GPT2LMHeadModel's
     names and config fields;
@@ -34,7 +39,7 @@ Hugging Face's LlamaConfig and GPT2Config. Checked:
     the index or held by two shards, what dtrain does not compute
     (rope_scaling, another model_type), no config.json, both layouts at
     once, and outputs it must not write (a directory of other files, a
-    checkpoint's inside, a model with experts).
+    checkpoint's inside, a GPT-2 model with experts).
 """
 import json
 import os
@@ -51,7 +56,7 @@ from checks import check, finish  # noqa: E402
 from dtrain_ref import (GPT, HF_CONFIG, HF_INDEX, HF_WEIGHTS,  # noqa: E402
                         hf_dir_read, hf_dir_write, hf_shard_name, shard_write, st_read, st_write)
 from dtrain_run import same_bits  # noqa: E402
-from llama_ref import Llama  # noqa: E402
+from llama_ref import Llama, mixtral_name  # noqa: E402
 
 torch.set_num_threads(1)
 L, NH, KV, C, FW, V, CTX, B, T = 2, 4, 2, 32, 24, 256, 64, 2, 16
@@ -72,6 +77,24 @@ LLAMA_KEYS = ["model_type", "architectures", "vocab_size", "hidden_size", "inter
               "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
               "max_position_embeddings", "rope_theta", "rms_norm_eps", "tie_word_embeddings",
               "hidden_act", "attention_bias", "mlp_bias", "rope_scaling"]
+# What HF's MixtralConfig holds for a Mixtral of the same sizes, 4 experts
+# of FW, top 3: save_pretrained's fields (intermediate_size is an expert's).
+E, K = 4, 3
+MIXTRAL_CONFIG = {
+    "architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
+    "eos_token_id": 2, "hidden_act": "silu", "hidden_size": C, "initializer_range": 0.02,
+    "intermediate_size": FW, "max_position_embeddings": CTX, "model_type": "mixtral",
+    "num_attention_heads": NH, "num_experts_per_tok": K, "num_hidden_layers": L,
+    "num_key_value_heads": KV, "num_local_experts": E, "output_router_logits": False,
+    "rms_norm_eps": EPS, "rope_theta": THETA, "router_aux_loss_coef": 0.02,
+    "router_jitter_noise": 0.0, "sliding_window": None, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16", "transformers_version": "4.40.0", "use_cache": True,
+    "vocab_size": V}
+MIXTRAL_KEYS = ["model_type", "architectures", "vocab_size", "hidden_size", "intermediate_size",
+                "num_local_experts", "num_experts_per_tok", "num_hidden_layers",
+                "num_attention_heads", "num_key_value_heads", "max_position_embeddings",
+                "rope_theta", "rms_norm_eps", "tie_word_embeddings", "hidden_act",
+                "sliding_window"]
 GPT2_CONFIG = {
     "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"],
     "attn_pdrop": 0.1, "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256,
@@ -187,6 +210,45 @@ def check_trains_as_file(dtrain, tmp, src, model, state, tokens):
     check(same_bits(got, st_read(os.path.join(tmp, "trained.safetensors"))[0]),
           "trained from the directory and from the file: the same final weights, bit for bit")
     return single
+
+
+def check_mixtral(dtrain, tmp, tokens):
+    """A Mixtral directory: its first loss PyTorch's (num_experts_per_tok
+    routes, rope_theta and rms_norm_eps read), written back in Mixtral's
+    names and fields; what it would compute otherwise, refused."""
+    model = Llama(L, NH, KV, C, V, FW, THETA, EPS, tie=False, E=E, K=K)
+    model.init_random(torch.Generator().manual_seed(8))
+    state = {k: v.bfloat16().float() for k, v in model.hf_state().items()}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(state[mixtral_name(name if name.startswith("lm_head") else "model." + name)])
+    src = os.path.join(tmp, "mixtral")
+    hf_dir_write(src, state, MIXTRAL_CONFIG, dtype=torch.bfloat16)
+    out = os.path.join(tmp, "mixtral_back") + "/"
+    losses, _ = train(dtrain, tmp, src, out)
+    ref = first_loss(model, tokens)
+    check(abs(losses[0] - ref) <= 1e-5 * ref, "Mixtral: the directory's first loss %.6f is "
+          "PyTorch's %.6f (%d experts, top %d)" % (losses[0], ref, E, K))
+    got, config, _ = hf_dir_read(out)
+    check(same_values(got, state), "Mixtral round trip: the same names and values (names "
+          "differing: %s)" % sorted(set(got) ^ set(state))[:3])
+    diff = {k: (config.get(k), MIXTRAL_CONFIG[k]) for k in MIXTRAL_KEYS
+            if config.get(k) != MIXTRAL_CONFIG[k]}
+    check(not diff, "Mixtral round trip: config.json gives back MixtralConfig's fields "
+          "(differing: %s)" % diff)
+    r0 = "model.layers.0.block_sparse_moe.gate.weight"
+    check_bad_dirs(dtrain, tmp, src, [
+        ("num_local_experts", edit_config(num_local_experts=5),
+         "config.json: num_local_experts 5, but the weights have 4 (block_sparse_moe.gate"),
+        ("intermediate_size of the experts", edit_config(intermediate_size=40),
+         "config.json: intermediate_size 40, but the weights have 24 (block_sparse_moe.experts"),
+        ("num_experts_per_tok", edit_config(num_experts_per_tok=5),
+         "config.json: num_experts_per_tok 5 is more than num_local_experts 4"),
+        ("sliding_window", edit_config(sliding_window=32),
+         "config.json: sliding_window 32, which dtrain does not compute"),
+        ("model_type llama over experts", edit_config(model_type="llama"),
+         'config.json: model_type "llama", but the weights have experts (%s)' % r0),
+    ], "llama")
 
 
 def check_zero3(dtrain, tmp, src, single):
@@ -328,7 +390,9 @@ def llama_bad(state):
         ("head_dim", edit_config(head_dim=16),
          "config.json: head_dim 16, which dtrain does not compute"),
         ("model_type", edit_config(model_type="mistral"),
-         'config.json: model_type "mistral"; dtrain reads "llama" and "gpt2"'),
+         'config.json: model_type "mistral"; dtrain reads "llama", "mixtral" and "gpt2"'),
+        ("model_type mixtral without experts", edit_config(model_type="mixtral"),
+         'config.json: model_type "mixtral", but the weights have no experts'),
         ("model_type of the other family", edit_config(model_type="gpt2"),
          'config.json: model_type "gpt2", but the weights are named as the llama family'),
         ("a missing shard", lambda d: os.remove(os.path.join(d, shard2)),
@@ -437,6 +501,7 @@ def main():
         check_zero3(dtrain, tmp, src, single)
         check_sample(dtrain, src, single)
         check_consolidate(dtrain, tmp, single)
+        check_mixtral(dtrain, tmp, tokens)
         gpt2 = check_gpt2(dtrain, tmp)
         check_bad_dirs(dtrain, tmp, src, llama_bad(state), "llama")
         check_bad_dirs(dtrain, tmp, gpt2, GPT2_BAD, "gpt2")

@@ -203,6 +203,41 @@ static int read_llama(const conf *c, const dt_st_file *f, dt_gpt_config *cfg, ch
                : 0;
 }
 
+/* Mixtral: the Llama family whose MLP is E SwiGLU experts and a router,
+ * intermediate_size each expert's width. A sliding window shorter than
+ * the context would mask keys dtrain's attention sees. */
+static int read_mixtral(const conf *c, const dt_st_file *f, dt_gpt_config *cfg, char *err,
+                        size_t errlen)
+{
+    const shape_size s[] = {
+        {"vocab_size", &cfg->vocab_size, "model.embed_tokens.weight's rows"},
+        {"hidden_size", &cfg->n_embd, "model.embed_tokens.weight's columns"},
+        {"num_hidden_layers", &cfg->n_layer, "the model.layers.{i} in the files"},
+        {"intermediate_size", &cfg->moe.ffn, "block_sparse_moe.experts.0.w1.weight's rows"},
+        {"num_local_experts", &cfg->moe.experts, "block_sparse_moe.gate.weight's rows"},
+    };
+    double window;
+    if (check_sizes(c, s, 5, err, errlen) ||
+        heads(c, "num_attention_heads", "num_key_value_heads", f, cfg, err, errlen) ||
+        check_tie(c, 0, cfg, err, errlen) || llama_refusals(c, cfg, err, errlen) ||
+        count(c, "num_experts_per_tok", 2, &cfg->moe.topk, err, errlen) ||
+        count(c, "max_position_embeddings", 4096 * 32, &cfg->block_size, err, errlen) ||
+        positive(c, "rope_theta", 1e6, &cfg->rope_theta, err, errlen) ||
+        positive(c, "rms_norm_eps", 1e-5, &cfg->norm_eps, err, errlen))
+        return -1;
+    if (cfg->moe.topk > cfg->moe.experts)
+        return dt_strf(err, errlen, "%s: num_experts_per_tok %d is more than num_local_experts "
+                       "%d", c->path, cfg->moe.topk, cfg->moe.experts), -1;
+    const int rc = number(c, "sliding_window", &window, err, errlen);
+    if (rc < 0) return -1;
+    if (rc > 0 && window < cfg->block_size) {
+        char what[96];
+        dt_strf(what, sizeof what, "sliding_window %g", window);
+        return refuse(c, what, "attention sees every earlier position: null", err, errlen);
+    }
+    return 0;
+}
+
 static int read_gpt2(const conf *c, const dt_st_file *f, dt_gpt_config *cfg, char *err,
                      size_t errlen)
 {
@@ -218,15 +253,28 @@ static int read_gpt2(const conf *c, const dt_st_file *f, dt_gpt_config *cfg, cha
                : 0;
 }
 
-/* model_type names the family; the weights' names must be that family's. */
+static int is_mixtral(const conf *c)
+{
+    const char *type = string(c, "model_type");
+    return type && !strcmp(type, "mixtral");
+}
+
+/* model_type names the family; the weights' names must be that family's,
+ * with experts for Mixtral ("mixtral": the Llama family's names) and
+ * without for Llama. */
 static int check_family(const conf *c, const dt_gpt_config *cfg, char *err, size_t errlen)
 {
     const char *type = string(c, "model_type");
     if (!type) return 0; /* old files lack it: the names decide */
-    const dt_arch *a = dt_arch_find(type);
+    const dt_arch *a = is_mixtral(c) ? dt_arch_find("llama") : dt_arch_find(type);
     if (!a)
-        return dt_strf(err, errlen, "%s: model_type \"%.40s\"; dtrain reads \"llama\" and "
-                       "\"gpt2\" model directories", c->path, type), -1;
+        return dt_strf(err, errlen, "%s: model_type \"%.40s\"; dtrain reads \"llama\", "
+                       "\"mixtral\" and \"gpt2\" model directories", c->path, type), -1;
+    if ((int)a->kind == cfg->arch && a->kind == DT_ARCH_LLAMA &&
+        is_mixtral(c) != (cfg->moe.experts > 0))
+        return dt_strf(err, errlen, "%s: model_type \"%s\", but the weights have %s "
+                       "(model.layers.0.block_sparse_moe.gate.weight)", c->path, type,
+                       cfg->moe.experts ? "experts" : "no experts"), -1;
     if ((int)a->kind == cfg->arch) return 0;
     return dt_strf(err, errlen, "%s: model_type \"%s\", but the weights are named as the %s "
                    "family's (%s)", c->path, type, dt_arch_of(cfg)->name,
@@ -246,8 +294,9 @@ int dt_hf_config_read(const char *dir, const dt_st_file *f, dt_gpt_config *cfg, 
     if (!cJSON_IsObject(c.root))
         dt_strf(err, errlen, "%s: not a JSON object", c.path);
     else if (check_family(&c, cfg, err, errlen) == 0)
-        rc = cfg->arch == DT_ARCH_LLAMA ? read_llama(&c, f, cfg, err, errlen)
-                                        : read_gpt2(&c, f, cfg, err, errlen);
+        rc = cfg->arch != DT_ARCH_LLAMA ? read_gpt2(&c, f, cfg, err, errlen)
+             : cfg->moe.experts         ? read_mixtral(&c, f, cfg, err, errlen)
+                                        : read_llama(&c, f, cfg, err, errlen);
     cJSON_Delete(c.root);
     return rc;
 }
@@ -261,13 +310,21 @@ static void add_class(cJSON *o, const char *name)
     if (list) cJSON_AddItemToArray(list, cJSON_CreateString(name));
 }
 
+/* The Llama family's keys; with experts, Mixtral's (intermediate_size is
+ * then an expert's width). */
 static void add_llama(cJSON *o, const dt_gpt_config *cfg)
 {
-    add_class(o, "LlamaForCausalLM");
-    cJSON_AddStringToObject(o, "model_type", "llama");
+    const int moe = cfg->moe.experts > 0;
+    add_class(o, moe ? "MixtralForCausalLM" : "LlamaForCausalLM");
+    cJSON_AddStringToObject(o, "model_type", moe ? "mixtral" : "llama");
     cJSON_AddNumberToObject(o, "vocab_size", cfg->vocab_size);
     cJSON_AddNumberToObject(o, "hidden_size", cfg->n_embd);
-    cJSON_AddNumberToObject(o, "intermediate_size", dt_gpt_ffn(cfg));
+    cJSON_AddNumberToObject(o, "intermediate_size", moe ? cfg->moe.ffn : dt_gpt_ffn(cfg));
+    if (moe) {
+        cJSON_AddNumberToObject(o, "num_local_experts", cfg->moe.experts);
+        cJSON_AddNumberToObject(o, "num_experts_per_tok", cfg->moe.topk);
+        cJSON_AddNullToObject(o, "sliding_window");
+    }
     cJSON_AddNumberToObject(o, "num_hidden_layers", cfg->n_layer);
     cJSON_AddNumberToObject(o, "num_attention_heads", cfg->n_head);
     cJSON_AddNumberToObject(o, "num_key_value_heads", dt_gpt_kv_heads(cfg));
@@ -300,10 +357,15 @@ static void add_gpt2(cJSON *o, const dt_gpt_config *cfg)
 int dt_hf_check_model(const dt_gpt_config *cfg, char *err, size_t errlen)
 {
     const dt_arch *a = dt_arch_of(cfg);
-    if (!cfg->moe.experts && dt_blocks_same(dt_gpt_blocks(cfg), a->blocks)) return 0;
+    /* Mixtral: the Llama family with experts */
+    const char *want = cfg->moe.experts && a->kind == DT_ARCH_LLAMA ? a->moe_blocks : a->blocks;
+    if (dt_blocks_same(dt_gpt_blocks(cfg), want) && (!cfg->moe.experts || want == a->moe_blocks))
+        return 0;
     return dt_strf(err, errlen, "a model of the blocks \"%s\" has no Hugging Face "
-                   "architecture (%s's are \"%s\"); write a .safetensors file instead",
-                   dt_gpt_blocks(cfg), a->name, a->blocks), -1;
+                   "architecture (%s's are \"%s\"%s); write a .safetensors file instead",
+                   dt_gpt_blocks(cfg), a->name, a->blocks,
+                   a->kind == DT_ARCH_LLAMA ? ", Mixtral's the same with "
+                                              "\"block_sparse_moe:moe_swiglu\"" : ""), -1;
 }
 
 char *dt_hf_config_text(const dt_gpt_config *cfg, const char *torch_dtype, char *err,
