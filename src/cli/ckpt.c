@@ -5,7 +5,7 @@
  *       a checkpoint's layout: whole-model or sharded (stage, rank count,
  *       each shard's pieces), step, data position, model sizes, the
  *       experts' bias; its files are checked first, as a load checks them.
- *   dtrain ckpt consolidate DIR --out FILE|OUTDIR/
+ *   dtrain ckpt consolidate DIR --out FILE|OUTDIR/ [--dtype fp32|bf16|fp16]
  *       the whole model of a checkpoint of either kind, as one safetensors
  *       file with Hugging Face names (what --save-final writes); atomic.
  *       An --out that ends in '/' gets a Hugging Face model directory
@@ -36,7 +36,7 @@ static void ckpt_usage(FILE *f)
 {
     fprintf(f,
             "usage: dtrain ckpt info DIR\n"
-            "       dtrain ckpt consolidate DIR --out FILE|OUTDIR/\n"
+            "       dtrain ckpt consolidate DIR --out FILE|OUTDIR/ [--dtype fp32|bf16|fp16]\n"
             "\n"
             "info         print a checkpoint's layout: whole-model or sharded (ZeRO stage,\n"
             "             rank count, each shard's tensor pieces), step, data position,\n"
@@ -53,13 +53,15 @@ static void ckpt_usage(FILE *f)
             "             and model.safetensors.index.json above 5 GB), as from_pretrained\n"
             "             reads it; new, empty, or a model directory whose weights it\n"
             "             replaces.\n"
+            "             --dtype: the values stored as bf16 or fp16 (rounded to nearest\n"
+            "             even; fp16 refuses a value past its range), fp32 by default.\n"
             "\n"
             "DIR is a checkpoint directory or a run directory (its `latest` is used).\n"
             "\n"
             "examples:\n"
             "  dtrain ckpt info runs/gpt/latest-run\n"
             "  dtrain ckpt consolidate runs/gpt --out model.safetensors\n"
-            "  dtrain ckpt consolidate runs/llama --out llama-hf/\n");
+            "  dtrain ckpt consolidate runs/llama --out llama-hf/ --dtype bf16\n");
 }
 
 static int usage_error(const char *msg, const char *arg)
@@ -250,7 +252,8 @@ static int check_output(const char *dir, const char *out, char *where, size_t le
     return 0;
 }
 
-static int run_consolidate(const char *dir, const char *out, char *err, size_t errlen)
+static int run_consolidate(const char *dir, const char *out, dt_st_dtype dtype, char *err,
+                           size_t errlen)
 {
     char where[DT_PATH_MAX];
     int locks[2] = {-1, -1};
@@ -266,8 +269,10 @@ static int run_consolidate(const char *dir, const char *out, char *err, size_t e
     if (dt_ckpt_model_config(dir, &cfg, err, errlen) == 0 &&
         dt_gpt_create(&m, &cfg, DT_PREC_F32, err, errlen) == 0) {
         rc = dt_ckpt_load(dir, &m, NULL, NULL, err, errlen);
-        if (rc == 0) rc = dt_weights_save(&m, out, err, errlen);
-        if (rc == 0) printf("wrote %s: %zu parameters from %s\n", out, m.n_params, dir);
+        if (rc == 0) rc = dt_weights_save_as(&m, out, dtype, err, errlen);
+        if (rc == 0)
+            printf("wrote %s: %zu parameters from %s, as %s\n", out, m.n_params, dir,
+                   dt_weights_torch_dtype(dtype));
         dt_gpt_destroy(&m);
     }
     dt_ckpt_unlock(locks[0]);
@@ -281,12 +286,15 @@ int cli_ckpt(int argc, char **argv)
         ckpt_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? CLI_EXIT_USAGE : 0;
     }
-    const char *verb = argv[1], *where = NULL, *out = NULL;
+    const char *verb = argv[1], *where = NULL, *out = NULL, *dtype_name = NULL;
+    dt_st_dtype dtype = DT_ST_F32;
     if (strcmp(verb, "info") != 0 && strcmp(verb, "consolidate") != 0)
         return usage_error("unknown subcommand ", verb);
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
             out = argv[++i];
+        else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc)
+            dtype_name = argv[++i];
         else if (argv[i][0] == '-')
             return usage_error("unknown option or missing value: ", argv[i]);
         else if (!where)
@@ -297,10 +305,13 @@ int cli_ckpt(int argc, char **argv)
     if (!where) return usage_error("a checkpoint or run directory is required", "");
     int consolidate = strcmp(verb, "consolidate") == 0;
     if (consolidate && !out) return usage_error("consolidate needs --out FILE or --out DIR/", "");
-    if (!consolidate && out) return usage_error("--out is for consolidate", "");
+    if (!consolidate && (out || dtype_name))
+        return usage_error(out ? "--out" : "--dtype", " is for consolidate");
+    if (dtype_name && dt_weights_dtype_parse(dtype_name, &dtype))
+        return usage_error("--dtype: one of fp32, bf16, fp16, not ", dtype_name);
     char dir[DT_PATH_MAX], err[2048];
     int rc = dt_ckpt_resolve(where, dir, sizeof dir, err, sizeof err);
-    if (rc == 0) rc = consolidate ? run_consolidate(dir, out, err, sizeof err)
+    if (rc == 0) rc = consolidate ? run_consolidate(dir, out, dtype, err, sizeof err)
                                   : run_info(dir, err, sizeof err);
     if (rc == 0) return 0;
     fprintf(stderr, "dtrain ckpt %s: %s\n", verb, err);

@@ -192,7 +192,9 @@ static int finish(dt_run *t)
         /* Every rank: a strategy that shards the parameters gathers them. */
         if (dt_strategy_gather_params(&t->S)) return -1;
         const dt_gpt *whole = t->S.whole ? t->S.whole : &t->model;
-        if (t->S.writes_checkpoints && dt_weights_save(whole, c->save_final, ERR(t)))
+        dt_st_dtype dtype = DT_ST_F32;
+        (void)dt_weights_dtype_parse(c->save_dtype, &dtype); /* a choice of the table's */
+        if (t->S.writes_checkpoints && dt_weights_save_as(whole, c->save_final, dtype, ERR(t)))
             return -1;
         if (t->S.writes_checkpoints) fprintf(t->out, "weights %s\n", c->save_final);
     }

@@ -199,6 +199,8 @@ static const opt_row opt_rows[] = {
     {"snapshot-every", "4", "", NULL},
     {"resume", "ck/ckpt-00000005", "", NULL},
     {"save-final", "w.safetensors", "", NULL},
+    {"save-dtype", "bf16", "--save-final w.safetensors", NULL},
+    {"save-dtype", "fp16", "", "add --save-final"},
     {"print-every", "10", "", NULL},
     {"log-ranks", "all", "", NULL},
     {"profile", "1", "", NULL},

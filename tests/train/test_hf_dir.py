@@ -23,7 +23,10 @@ Hugging Face's LlamaConfig and GPT2Config. Checked:
   - ZeRO-3 over 2 ranks, each rank loading its pieces alone, starts
     from the directory as from the file (the same bits after 2 steps);
   - `dtrain sample` samples the directory as the file;
-  - `ckpt consolidate --out DIR/` writes the checkpoint's weights;
+  - `ckpt consolidate --out DIR/` writes the checkpoint's weights, and
+    with `--dtype bf16` (as `--save-final` with `--save-dtype fp16`) each
+    value rounded as PyTorch rounds it, the dtype in the header and in
+    torch_dtype; a value past fp16's range is refused, naming it;
   - a Mixtral directory (MixtralConfig's fields: 4 experts, top 3) loads,
     its first loss PyTorch's Mixtral (llama_ref.py with experts), written
     back in Mixtral's names and config fields; sizes the shapes
@@ -283,6 +286,49 @@ def check_consolidate(dtrain, tmp, single):
           % r.stderr.strip()[-300:])
 
 
+def header_dtypes(path):
+    """The dtypes a safetensors file's header names."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+    return {v["dtype"] for k, v in header.items() if k != "__metadata__"}
+
+
+def check_save_dtype(dtrain, tmp):
+    """--save-dtype and consolidate's --dtype: the trained fp32 weights (not
+    bf16 values) stored as bf16 and fp16, each value PyTorch's rounding of
+    the fp32 one; fp16 refuses a value past its range."""
+    final = os.path.join(tmp, "final.safetensors")
+    want = st_read(final)[0]
+    out = os.path.join(tmp, "bf16") + "/"
+    r = run(dtrain, ["ckpt", "consolidate", os.path.join(tmp, "run"), "--out", out, "--dtype",
+                     "bf16"])
+    got, config, _ = hf_dir_read(out) if r.returncode == 0 else ({}, {}, None)
+    check(r.returncode == 0 and header_dtypes(out + HF_WEIGHTS) == {"BF16"}
+          and config.get("torch_dtype") == "bfloat16"
+          and same_bits(got, {k: v.bfloat16().float() for k, v in want.items()}),
+          "ckpt consolidate --dtype bf16: BF16 tensors, PyTorch's rounding of each value, "
+          "torch_dtype bfloat16 %s" % r.stderr.strip()[-300:])
+    f16 = os.path.join(tmp, "w16.safetensors")
+    train(dtrain, tmp, final, f16, extra=["--arch", "llama", "--save-dtype", "fp16"])
+    check(header_dtypes(f16) == {"F16"}
+          and same_bits(st_read(f16)[0], {k: v.half().float() for k, v in want.items()}),
+          "--save-dtype fp16 (one step at lr 0): F16 tensors, PyTorch's rounding of each value")
+    big = dict(want)
+    name = "model.layers.1.mlp.up_proj.weight"
+    big[name] = big[name].clone()
+    big[name][3, 5] = 1e5
+    st_write(os.path.join(tmp, "big.safetensors"), big, st_read(final)[1])
+    bad = os.path.join(tmp, "big16.safetensors")
+    r = run(dtrain, ["train", "--init", os.path.join(tmp, "big.safetensors"), "--arch", "llama",
+                     "--data", os.path.join(tmp, "data.bin"), "--lr", "0"] + ONE_STEP +
+            ["--save-final", bad, "--save-dtype", "fp16"])
+    check(r.returncode == 1 and "%s[%d] = 100000 is past float16's range" % (name, 3 * C + 5)
+          in r.stderr and not os.path.exists(bad),
+          "--save-dtype fp16 of 1e5: refused naming the tensor and element, nothing written "
+          "(%s)" % r.stderr.strip()[-200:])
+
+
 def check_gpt2(dtrain, tmp):
     """fp16, "transformer." names and no lm_head, as GPT2LMHeadModel saves."""
     gpt = GPT(L, NH, C, V, CTX)
@@ -501,6 +547,7 @@ def main():
         check_zero3(dtrain, tmp, src, single)
         check_sample(dtrain, src, single)
         check_consolidate(dtrain, tmp, single)
+        check_save_dtype(dtrain, tmp)
         check_mixtral(dtrain, tmp, tokens)
         gpt2 = check_gpt2(dtrain, tmp)
         check_bad_dirs(dtrain, tmp, src, llama_bad(state), "llama")

@@ -121,6 +121,7 @@ static const struct {
     {"resume", DT_AGREE_VALUE},
     /* Written by one rank, but every rank takes part (gathers, clocks). */
     {"save-final", DT_AGREE_SET},
+    {"save-dtype", DT_AGREE_VALUE},
     {"trace", DT_AGREE_SET},
     /* This rank's own business. The preset's name: its sizes are compared. */
     {"model", DT_AGREE_FREE},

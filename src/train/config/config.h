@@ -61,6 +61,7 @@ typedef struct dt_train_config {
     char data[DT_CONFIG_PATH], val_data[DT_CONFIG_PATH], init[DT_CONFIG_PATH];
     char out_dir[DT_CONFIG_PATH];    /* checkpoints go here; "" = none */
     char save_final[DT_CONFIG_PATH]; /* safetensors file written at the end */
+    char save_dtype[8];              /* --save-final's values: fp32 | bf16 | fp16 */
     char log_json[DT_CONFIG_PATH];   /* one JSON object per step; "-" = stdout */
     char resume[DT_CONFIG_PATH];     /* checkpoint dir; "" with resume_flag = latest in out_dir */
     double val_fraction; /* tail of data held out for validation when no val_data */

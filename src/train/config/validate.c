@@ -207,6 +207,10 @@ static int check_precision(const dt_train_config *c, char *err, size_t n)
     if (DT_CONFIG_GIVEN(c, comm_dtype) && !ddp)
         return dt_strf(err, n, "--comm-dtype sets how --strategy ddp (and ZeRO) reduce "
                        "gradients; --strategy %s moves them in fp32", c->strategy), -1;
+    if (DT_CONFIG_GIVEN(c, save_dtype) && !c->save_final[0])
+        return dt_strf(err, n, "--save-dtype %s sets how --save-final stores the final "
+                       "weights; add --save-final FILE|DIR/ (checkpoints in --out stay fp32)",
+                       c->save_dtype), -1;
     return 0;
 }
 

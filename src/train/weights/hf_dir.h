@@ -70,6 +70,7 @@ int dt_hf_check_output(const char *what, const char *dir, char *err, size_t errl
  * model.safetensors or shards and the index, each file atomic. A previous
  * save's weight files that this one does not write (another shard count)
  * are removed after, as save_pretrained does; nothing else is touched. */
-int dt_hf_save(const dt_gpt *m, const float *flat, const char *dir, char *err, size_t errlen);
+int dt_hf_save(const dt_gpt *m, const float *flat, const char *dir, dt_st_dtype dtype, char *err,
+               size_t errlen);
 
 #endif

@@ -59,12 +59,12 @@ static int shard_limit(long *limit, char *err, size_t errlen)
 /* The first tensor of each shard, as save_pretrained cuts them: in layout
  * order, a new shard where the next tensor would pass the limit (a tensor
  * larger than the limit alone in its own). first[n] = n_tensors. */
-static int cut_shards(const dt_gpt *m, long limit, int *first)
+static int cut_shards(const dt_gpt *m, size_t esz, long limit, int *first)
 {
     int n = 0;
     size_t used = 0;
     for (int k = 0; k < m->n_tensors; k++) {
-        const size_t bytes = m->tensors[k].numel * sizeof(float);
+        const size_t bytes = m->tensors[k].numel * esz;
         if (k == 0 || used + bytes > (size_t)limit) {
             first[n++] = k;
             used = 0;
@@ -87,8 +87,8 @@ static const char *prefix_of(const dt_gpt *m)
     return m->cfg.arch == DT_ARCH_LLAMA ? "" : "transformer.";
 }
 
-static int write_index(const dt_gpt *m, const int *first, int n, const char *dir, char *err,
-                       size_t errlen)
+static int write_index(const dt_gpt *m, size_t esz, const int *first, int n, const char *dir,
+                       char *err, size_t errlen)
 {
     cJSON *o = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(o, "metadata");
     cJSON *map = cJSON_AddObjectToObject(o, "weight_map");
@@ -99,7 +99,7 @@ static int write_index(const dt_gpt *m, const int *first, int n, const char *dir
         for (int k = first[s]; k < first[s + 1]; k++) {
             dt_strf(name, sizeof name, "%s%s", prefix_of(m), m->tensors[k].name);
             cJSON_AddStringToObject(map, name, shard);
-            total += m->tensors[k].numel * sizeof(float);
+            total += m->tensors[k].numel * esz;
         }
     }
     cJSON_AddNumberToObject(meta, "total_size", (double)total);
@@ -157,34 +157,36 @@ static int remove_stale(const char *dir, int n, char *err, size_t errlen)
     return rc;
 }
 
-static int write_weights(const dt_gpt *m, const float *flat, const char *dir, int *n,
-                         char *err, size_t errlen)
+static int write_weights(const dt_gpt *m, const float *flat, const char *dir, dt_st_dtype dtype,
+                         int *n, char *err, size_t errlen)
 {
     long limit;
+    const size_t esz = dt_st_dtype_size(dtype);
     int *first = malloc(((size_t)m->n_tensors + 1) * sizeof *first);
     if (!first) return dt_strf(err, errlen, "%s: out of memory", dir), -1;
     int rc = shard_limit(&limit, err, errlen);
-    if (rc == 0) *n = cut_shards(m, limit, first);
+    if (rc == 0) *n = cut_shards(m, esz, limit, first);
     char name[64], path[4200];
     for (int s = 0; rc == 0 && s < *n; s++) {
         shard_name(name, sizeof name, s, *n);
         dt_hf_path(path, sizeof path, dir, name);
-        rc = dt_weights_write_part(m, flat, prefix_of(m), first[s], first[s + 1], path, err,
-                                   errlen);
+        rc = dt_weights_write_part(m, flat, prefix_of(m), first[s], first[s + 1], dtype, path,
+                                   err, errlen);
     }
-    if (rc == 0 && *n > 1) rc = write_index(m, first, *n, dir, err, errlen);
+    if (rc == 0 && *n > 1) rc = write_index(m, esz, first, *n, dir, err, errlen);
     free(first);
     return rc;
 }
 
-int dt_hf_save(const dt_gpt *m, const float *flat, const char *dir, char *err, size_t errlen)
+int dt_hf_save(const dt_gpt *m, const float *flat, const char *dir, dt_st_dtype dtype, char *err,
+               size_t errlen)
 {
     char path[4200];
     int n = 0;
-    char *config = dt_hf_config_text(&m->cfg, "float32", err, errlen);
+    char *config = dt_hf_config_text(&m->cfg, dt_weights_torch_dtype(dtype), err, errlen);
     if (!config) return -1;
     int rc = dt_hf_check_output("writing", dir, err, errlen) || dt_mkdir_p(dir, err, errlen) ||
-             write_weights(m, flat, dir, &n, err, errlen);
+             write_weights(m, flat, dir, dtype, &n, err, errlen);
     dt_hf_path(path, sizeof path, dir, DT_HF_CONFIG);
     if (rc == 0) rc = dt_afile_write_file(path, config, strlen(config), err, errlen);
     free(config);

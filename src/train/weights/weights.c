@@ -12,8 +12,10 @@
 #include <sys/stat.h>
 
 #include "core/file.h"
+#include "core/half.h"
 #include "core/parse.h"
 #include "core/str.h"
+#include "kernels/cast.h"
 #include "train/weights/hf_dir.h"
 
 /* ---- inspecting a file ---------------------------------------------------- */
@@ -394,10 +396,37 @@ static int write_meta(const dt_gpt_config *c, dt_st_meta *meta, char (*v)[32])
     return n;
 }
 
+/* Floats [lo, hi) of flat (tensors [k0, k1)) as 16-bit dtype values,
+ * rounded to nearest even, in a new buffer; NULL with a message when out
+ * of memory or when a finite value becomes F16's infinity. */
+static uint16_t *narrowed(const dt_gpt *m, const float *flat, int k0, int k1, dt_st_dtype dtype,
+                          const char *path, char *err, size_t errlen)
+{
+    const size_t lo = m->tensors[k0].offset;
+    const size_t hi = m->tensors[k1 - 1].offset + m->tensors[k1 - 1].numel;
+    uint16_t *h = malloc((hi - lo) * sizeof *h);
+    if (!h) return dt_strf(err, errlen, "%s: out of memory for the %s copy", path,
+                           dt_weights_torch_dtype(dtype)), NULL;
+    if (dtype == DT_ST_BF16) dt_cast_f32_to_bf16(h, flat + lo, hi - lo);
+    else dt_cast_f32_to_f16(h, flat + lo, hi - lo);
+    for (int k = k0; dtype == DT_ST_F16 && k < k1; k++) {
+        const dt_param_tensor *t = &m->tensors[k];
+        for (size_t i = 0; i < t->numel; i++) {
+            if (!isinf(dt_f16_to_f32(h[t->offset - lo + i]))) continue;
+            dt_strf(err, errlen, "%s: %s[%zu] = %g is past float16's range (65504): save it "
+                    "with --save-dtype bf16 or fp32", path, t->name, i, flat[t->offset + i]);
+            free(h);
+            return NULL;
+        }
+    }
+    return h;
+}
+
 /* Tensors [k0, k1) of each buffer into one file, buffer b's named
- * prefixes[b] + HF name. */
+ * prefixes[b] + HF name, stored as dtype (16-bit types: one buffer). */
 static int write_tensors(const dt_gpt *m, const float *const *bufs, const char *const *prefixes,
-                         int nbufs, int k0, int k1, const char *path, char *err, size_t errlen)
+                         int nbufs, int k0, int k1, dt_st_dtype dtype, const char *path,
+                         char *err, size_t errlen)
 {
     char why[256];
     const size_t lo = m->tensors[k0].offset;
@@ -410,11 +439,15 @@ static int write_tensors(const dt_gpt *m, const float *const *bufs, const char *
         }
     }
     const int per = k1 - k0, n = per * nbufs;
+    uint16_t *half = NULL;
+    if (dtype != DT_ST_F32 && !(half = narrowed(m, bufs[0], k0, k1, dtype, path, err, errlen)))
+        return -1;
     dt_st_entry *e = calloc((size_t)n, sizeof *e);
     char (*names)[96] = calloc((size_t)n, sizeof *names);
     if (!e || !names) {
         free(e);
         free(names);
+        free(half);
         dt_strf(err, errlen, "%s: out of memory", path);
         return -1;
     }
@@ -425,11 +458,11 @@ static int write_tensors(const dt_gpt *m, const float *const *bufs, const char *
             char *name = names[b * per + i];
             dt_strf(name, sizeof names[0], "%s%s", prefixes[b], p->name);
             x->name = name;
-            x->data = bufs[b] + p->offset;
+            x->data = half ? (const void *)(half + (p->offset - lo)) : bufs[b] + p->offset;
             x->ndim = p->ndim;
             x->shape[0] = p->shape[0];
             x->shape[1] = p->shape[1];
-            x->dtype = DT_ST_F32;
+            x->dtype = half ? dtype : DT_ST_F32;
         }
     }
     dt_st_meta meta[10];
@@ -438,27 +471,54 @@ static int write_tensors(const dt_gpt *m, const float *const *bufs, const char *
     int rc = dt_st_write(path, e, n, meta, nm, err, errlen);
     free(e);
     free(names);
+    free(half);
     return rc;
 }
 
 int dt_weights_write(const dt_gpt *m, const float *const *bufs, const char *const *prefixes,
                      int nbufs, const char *path, char *err, size_t errlen)
 {
-    return write_tensors(m, bufs, prefixes, nbufs, 0, m->n_tensors, path, err, errlen);
+    return write_tensors(m, bufs, prefixes, nbufs, 0, m->n_tensors, DT_ST_F32, path, err,
+                         errlen);
 }
 
 int dt_weights_write_part(const dt_gpt *m, const float *flat, const char *prefix, int k0, int k1,
-                          const char *path, char *err, size_t errlen)
+                          dt_st_dtype dtype, const char *path, char *err, size_t errlen)
 {
-    return write_tensors(m, &flat, &prefix, 1, k0, k1, path, err, errlen);
+    return write_tensors(m, &flat, &prefix, 1, k0, k1, dtype, path, err, errlen);
+}
+
+int dt_weights_save_as(const dt_gpt *m, const char *path, dt_st_dtype dtype, char *err,
+                       size_t errlen)
+{
+    if (dt_hf_is_dir_path(path)) return dt_hf_save(m, m->params, path, dtype, err, errlen);
+    return dt_weights_write_part(m, m->params, "", 0, m->n_tensors, dtype, path, err, errlen);
 }
 
 int dt_weights_save(const dt_gpt *m, const char *path, char *err, size_t errlen)
 {
-    if (dt_hf_is_dir_path(path)) return dt_hf_save(m, m->params, path, err, errlen);
-    const float *bufs[1] = {m->params};
-    const char *prefixes[1] = {""};
-    return dt_weights_write(m, bufs, prefixes, 1, path, err, errlen);
+    return dt_weights_save_as(m, path, DT_ST_F32, err, errlen);
+}
+
+static const struct {
+    const char *name, *torch;
+    dt_st_dtype dtype;
+} dtypes[] = {{"fp32", "float32", DT_ST_F32}, {"bf16", "bfloat16", DT_ST_BF16},
+              {"fp16", "float16", DT_ST_F16}};
+
+int dt_weights_dtype_parse(const char *name, dt_st_dtype *out)
+{
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+        if (!strcmp(name, dtypes[i].name) || !strcmp(name, dtypes[i].torch))
+            return *out = dtypes[i].dtype, 0;
+    return -1;
+}
+
+const char *dt_weights_torch_dtype(dt_st_dtype dtype)
+{
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+        if (dtypes[i].dtype == dtype) return dtypes[i].torch;
+    return "float32";
 }
 
 int dt_weights_check_output(const char *what, const char *path, char *err, size_t errlen)

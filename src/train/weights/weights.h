@@ -54,12 +54,22 @@ int dt_weights_load_ranges(dt_gpt *m, const char *path, const dt_flat_ranges *ke
 int dt_weights_write(const dt_gpt *m, const float *const *bufs, const char *const *prefixes,
                      int nbufs, const char *path, char *err, size_t errlen);
 /* Tensors [k0, k1) of the layout from flat, named prefix + HF name, in
- * one file with the model sizes in __metadata__ (a model's shard). */
+ * one file with the model sizes in __metadata__ (a model's shard), stored
+ * as dtype (F32, or BF16 and F16 rounded to nearest even; a value past
+ * F16's range is refused, naming the tensor). */
 int dt_weights_write_part(const dt_gpt *m, const float *flat, const char *prefix, int k0, int k1,
-                          const char *path, char *err, size_t errlen);
+                          dt_st_dtype dtype, const char *path, char *err, size_t errlen);
 /* The parameters alone, HF names: what --save-final writes. A path that
  * ends in '/' gets a model directory (dt_hf_save). */
 int dt_weights_save(const dt_gpt *m, const char *path, char *err, size_t errlen);
+/* The same, the values stored as dtype (--save-dtype). */
+int dt_weights_save_as(const dt_gpt *m, const char *path, dt_st_dtype dtype, char *err,
+                       size_t errlen);
+/* --save-dtype's names: fp32, bf16, fp16 (and PyTorch's float32,
+ * bfloat16, float16). 0, or -1 for another name. */
+int dt_weights_dtype_parse(const char *name, dt_st_dtype *out);
+/* PyTorch's name of a dtype, config.json's torch_dtype. */
+const char *dt_weights_torch_dtype(dt_st_dtype dtype);
 /* Whether dt_weights_save could write path, checked before the work that
  * produces the weights: a file (dt_check_output_file) or a directory
  * (dt_hf_check_output). `what` names the option. */
