@@ -237,7 +237,7 @@ const dt_cfg_opt dt_cfg_options[] = {
     OPT(G_CKPT, "save-final", NULL, T_STR, save_final, 0, 0, "FILE|DIR/", NULL, 0,
         "write the final weights (DIR/: a Hugging Face model directory)"),
     OPT(G_CKPT, "save-dtype", NULL, T_CHOICE, save_dtype, 0, 0, "fp32|bf16|fp16", NULL, 0,
-        "--save-final's values stored as this type (checkpoints stay fp32)"),
+        "--save-final's values stored as (checkpoints: fp32)"),
     OPT(G_LOG, "print-every", "steps_per_print", T_LONG, print_every, 1, LMAX, "N", NULL, 0,
         "steps between log lines"),
     OPT(G_LOG, "log-ranks", NULL, T_CHOICE, log_ranks, 0, 0, "0|all", NULL, 0,
