@@ -34,7 +34,7 @@ import statistics
 import subprocess
 import sys
 
-from bench_common import quiet
+from bench_common import print_machine, quiet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (largest size, timed calls): the bands of sizes timed alike; None is
@@ -124,6 +124,7 @@ def one_run(a, n):
 
 def main():
     a = parse_args()
+    print_machine(a.dtrain)
     for n in [int(x) for x in a.ranks.split(",")]:
         runs, others = zip(*[one_run(a, n) for _ in range(a.repeat)])
         cores = os.cpu_count()

@@ -13,6 +13,8 @@ MAX=${2:-64M}
 PY=/usr/bin/python3
 DTRAIN=$(readlink -f "$DTRAIN")
 [[ $(id -u) -eq 0 ]] || { echo "bench_comm_tcp: needs root for network namespaces" >&2; exit 2; }
+# The machine and its limits first, as every benchmark prints them.
+(cd "$(dirname "$0")" && /usr/bin/python3 -c "import sys, bench_common as b; b.print_machine(sys.argv[1])" "$DTRAIN")
 SUF=$RANDOM
 NA=dtbA$SUF NB=dtbB$SUF VA=dtba$SUF VB=dtbb$SUF
 cleanup() { ip netns del $NA 2>/dev/null || true; ip netns del $NB 2>/dev/null || true; }

@@ -94,6 +94,36 @@ def cpu_line():
         if any(f.startswith("amx") for f in flags) else "no")
 
 
+def machine_lines(dtrain):
+    """What this machine can do, measured now by `dtrain bench peak`: the
+    CPU, the FMA peak of one thread (fp32 and bf16) and the copy
+    bandwidth of one thread and of all, as lines to print first, so that
+    every figure a benchmark prints can be read against its limit."""
+    r = subprocess.run([dtrain, "bench", "peak"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return [cpu_line(), "(dtrain bench peak failed: %s)" % (r.stdout + r.stderr)[-200:]]
+    out = r.stdout
+
+    def best(pattern):
+        vals = [float(v) for v in re.findall(pattern, out, re.M)]
+        return max(vals) if vals else float("nan")
+
+    f32 = best(r"^fp32 .* loop\s+1\s+([0-9.]+)")
+    bf16 = best(r"^bf16 .* loop\s+1\s+([0-9.]+)")
+    one = best(r"^\s+1 thread: ([0-9.]+) GB/s")
+    allt = best(r"^\s+\d+ threads: ([0-9.]+) GB/s")
+    return [cpu_line(),
+            "limits (dtrain bench peak): FMA peak of one thread fp32 %.1f GFLOP/s, bf16 %.1f; "
+            "memory copy %.1f GB/s on one thread, %.1f on all %d" % (f32, bf16, one, allt,
+                                                                     os.cpu_count())]
+
+
+def print_machine(dtrain):
+    for line in machine_lines(dtrain):
+        print(line)
+    sys.stdout.flush()
+
+
 def write_corpus(path, ntokens):
     """Random words, at least ntokens bytes: every step reads fresh data."""
     rng = random.Random(0)
@@ -217,6 +247,7 @@ def check_peer(a):
     stopped, when only PyTorch's bf16 products are slow (CPUs where it has
     no bf16 kernel; nothing to install fixes that)."""
     ensure_deps(a.no_install)
+    print_machine(a.dtrain)
     peaks = dtrain_peaks(a.dtrain)
     p = torch_probe()
     f32_peak, f32_how = peaks["fp32"]

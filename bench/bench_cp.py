@@ -131,6 +131,7 @@ def memory(a, data, tmp):
 
 def main():
     a = bc.parse_args([("--quick", "leave out T = 16384")])
+    bc.print_machine(a.dtrain)
     a.steps = a.steps if a.steps != 12 else 4
     a.skip = min(a.skip, a.steps - 1) if a.skip != 2 else 1
     tmp = tempfile.mkdtemp(prefix="dtrain_bench_cp_")

@@ -27,8 +27,7 @@ import sys
 import tempfile
 import time
 
-from bench_common import quiet
-from bench_moe import cpu_line
+from bench_common import print_machine, quiet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -95,7 +94,7 @@ def disturbed(a, tmp, steps, rng):
 
 def main():
     a = parse_args()
-    print(cpu_line())
+    print_machine(a.dtrain)
     busy = quiet()
     rng = random.Random(a.seed)
     with tempfile.TemporaryDirectory() as tmp:

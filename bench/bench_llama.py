@@ -23,7 +23,7 @@ import tempfile
 
 from bench_common import (B, C, H, L, PYLIB, T, TORCH_PYTHON, V, check_peer, parse_args, quiet,
                           write_corpus)
-from bench_moe import cpu_line, dtrain_run, row, run_cpu
+from bench_moe import dtrain_run, row, run_cpu
 
 KV, FFN = 2, 1024
 LLAMA = ["--arch", "llama", "--n-kv-head", str(KV), "--ffn-hidden-size", str(FFN)]
@@ -68,7 +68,6 @@ def torch_run(data, steps, skip):
 
 def main():
     a = parse_args()
-    print(cpu_line())
     probe, peaks, _ = check_peer(a)
     busy = quiet()
     with tempfile.TemporaryDirectory() as tmp:

@@ -39,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 
-from bench_common import (B, C, H, L, PYLIB, T, TORCH_PYTHON, V, check_peer, cpu_line, dtrain_cmd,
+from bench_common import (B, C, H, L, PYLIB, T, TORCH_PYTHON, V, check_peer, dtrain_cmd,
                           log_means, parse_args, quiet, write_corpus)
 
 E, K = 8, 2
@@ -151,7 +151,6 @@ def row(name, wall, cpu, mfu, against="", ratio=None, target=None):
 
 def main():
     a = parse_args()
-    print(cpu_line())
     probe, peaks, _ = check_peer(a)
     busy = quiet()
     with tempfile.TemporaryDirectory() as tmp:

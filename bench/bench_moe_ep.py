@@ -36,7 +36,8 @@ import subprocess
 import sys
 import tempfile
 
-from bench_common import B, C, L, T, dtrain_cmd, log_means, parse_args, quiet, write_corpus
+from bench_common import (B, C, L, T, dtrain_cmd, log_means, parse_args, print_machine, quiet,
+                          write_corpus)
 
 E, K, FFN = 8, 2, 4 * C // 2
 MOE = ["--num-experts", str(E), "--moe-router-topk", str(K), "--moe-ffn-hidden-size", str(FFN)]
@@ -62,6 +63,7 @@ def params(dtrain):
 
 def main():
     a = parse_args()
+    print_machine(a.dtrain)
     busy = quiet()
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "data.txt")

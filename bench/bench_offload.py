@@ -84,6 +84,7 @@ def capacity(a, data, nvme):
 
 def main():
     a = parse_args()
+    bc.print_machine(a.dtrain)
     nvme = a.nvme_path or tempfile.mkdtemp(prefix="dtrain_bench_nvme_", dir="/var/tmp")
     tmp = tempfile.mkdtemp(prefix="dtrain_bench_offload_")
     data = os.path.join(tmp, "data.txt")

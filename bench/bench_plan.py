@@ -131,6 +131,7 @@ def predicted_best(a, ranks, group):
 
 def main():
     a = bc.parse_args((("--builtin-links", "the built-in link model, not one calibrated here"),))
+    bc.print_machine(a.dtrain)
     cores = os.cpu_count() or 1
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_plan_") as tmp:

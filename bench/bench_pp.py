@@ -61,6 +61,7 @@ def bubble(kind, p, M):
 def main():
     ap_flags = ()
     a = bc.parse_args(ap_flags)
+    bc.print_machine(a.dtrain)
     Ms = [2, 4, 8]
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "data.txt")

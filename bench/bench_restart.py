@@ -37,8 +37,7 @@ import time
 
 import numpy as np
 
-from bench_common import quiet
-from bench_moe import cpu_line
+from bench_common import print_machine, quiet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -136,7 +135,7 @@ def recovery(a, tmp, name, extra):
 
 def main():
     a = parse_args()
-    print(cpu_line())
+    print_machine(a.dtrain)
     busy = quiet()
     bw = memcpy_gbps()
     print("GPT-2 small, 2 ranks, batch %d x %d, 1 thread a rank; other load at start %.0f%%; "

@@ -101,6 +101,7 @@ def scale(a):
 
 def main():
     a = args()
+    bc.print_machine(a.dtrain)
     if a.scale:
         return scale(a)
     cores = os.cpu_count()

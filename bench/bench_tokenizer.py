@@ -32,7 +32,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_common as bc  # noqa: E402
-from bench_moe import cpu_line  # noqa: E402
 
 sys.path.insert(0, os.path.join(bc.ROOT, "tests", "tokenizer"))
 import varied_text  # noqa: E402
@@ -120,7 +119,7 @@ def best(runs):
 
 def main():
     a = parse_args()
-    print(cpu_line())
+    bc.print_machine(a.dtrain)
     bc.ensure_deps(a.no_install)
     busy = bc.quiet()
     node_version = subprocess.run(["node", "--version"], capture_output=True,

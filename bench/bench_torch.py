@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from bench_common import ROOT, TORCH_PYTHON, cpu_line, quiet
+from bench_common import ROOT, TORCH_PYTHON, print_machine, quiet
 
 NRANKS = 2
 
@@ -97,7 +97,7 @@ def main():
         mp.spawn(measure, args=(os.path.join(d, "store"), sizes, args.reps, queue, pydir),
                  nprocs=NRANKS)
     rows = queue.get()
-    print(cpu_line())
+    print_machine(os.path.join(a.build, "dtrain"))
     print("all_reduce of float32 at %d ranks, median of %d rounds; CPUs %.0f%% busy before "
           "the start (other work makes these figures noisy)" % (NRANKS, args.reps, 100 * busy))
     print("%-9s %12s %12s %14s %14s %8s" % ("size", "dtrain us", "gloo us", "dtrain busbw",

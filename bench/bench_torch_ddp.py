@@ -33,7 +33,7 @@ import statistics
 import sys
 import tempfile
 
-from bench_common import B, C, H, L, ROOT, T, V, cpu_line, quiet, torch_train, write_corpus
+from bench_common import B, C, H, L, ROOT, T, V, print_machine, quiet, torch_train, write_corpus
 
 WRAP = """
 ddp = torch.nn.parallel.DistributedDataParallel(model)
@@ -105,7 +105,7 @@ def main():
                  "present (docs/pytorch.md)" % a.build)
     if os.cpu_count() < 2:
         sys.exit("2 ranks need 2 cores")
-    print(cpu_line())
+    print_machine(os.path.join(a.build, "dtrain"))
     busy = quiet()
     runs = {"gloo": [], "dtrain": []}
     with tempfile.TemporaryDirectory() as tmp:

@@ -45,6 +45,7 @@ def run(a, data, tmp, name, extra):
 
 def main():
     a = bc.parse_args()
+    bc.print_machine(a.dtrain)
     a.steps = a.steps if a.steps != 12 else 4
     a.skip = min(a.skip, a.steps - 1) if a.skip != 2 else 1
     tmp = tempfile.mkdtemp(prefix="dtrain_bench_tp_")
