@@ -63,6 +63,7 @@ typedef struct {
     size_t alloc;
     size_t *v; /* all-to-all-v: send counts, displacements, receive counts, displacements */
     double copy_gbps; /* rank 0: memcpy bandwidth measured at start */
+    double copy_all_gbps; /* a rank's, every rank copying at once (the slowest rank's) */
     FILE *note;       /* where notes go: stdout for tables, stderr for CSV */
 } bench_ctx;
 

@@ -388,6 +388,10 @@ static void print_header(bench_ctx *b, size_t copy_bytes)
            "/ copy bandwidth:\n#   each rank must move size x factor bytes through memory "
            "(see docs/bench_comm.md)\n",
            b->copy_gbps, copy_bytes >> 20);
+    if (b->size > 1 && b->copy_gbps > 0)
+        printf("# with all %d ranks copying at once, the slowest copies %.2f GB/s: a collective "
+               "that moves data on every rank at once\n#   tops out near mem%% %.0f here\n",
+               b->size, b->copy_all_gbps, 100 * b->copy_all_gbps / b->copy_gbps);
 }
 
 #define WARM_CALLS 100000 /* a few tens of milliseconds */
