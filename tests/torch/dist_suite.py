@@ -215,8 +215,7 @@ def report(rows, world_size, path):
     return counts
 
 
-def main():
-    import shutil
+def run():
     names = selected_tests(ARGS.patterns)
     if ARGS.list:
         print("\n".join(names))
@@ -226,12 +225,17 @@ def main():
         return 2
     suite = unittest.TestSuite(TestDistBackendWithSpawn(n) for n in names)
     result = Result()
-    try:
-        suite.run(result)
-    finally:
-        shutil.rmtree(os.environ["DTRAIN_SUITE_SKIPS"], ignore_errors=True)
+    suite.run(result)
     counts = report(result.rows, ARGS.world_size, ARGS.json)
     return 0 if counts["FAIL"] == 0 and counts["PASS"] > 0 else 1
+
+
+def main():
+    import shutil
+    try:
+        return run()
+    finally:
+        shutil.rmtree(os.path.dirname(os.environ["DTRAIN_SUITE_SKIPS"]), ignore_errors=True)
 
 
 if __name__ == "__main__":
