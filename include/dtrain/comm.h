@@ -215,6 +215,14 @@ int dt_ialltoallv(dt_comm *c, const void *send, const size_t *send_counts,
 int dt_ibarrier(dt_comm *c, dt_request **req);
 int dt_isend(dt_comm *c, const void *buf, size_t count, dt_dtype t, int peer, dt_request **req);
 int dt_irecv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer, dt_request **req);
+/* The same with a tag (the untagged calls send and expect tag 0). A tag
+ * labels a message; it does not pick one: a pair's messages are still
+ * received in the order they were sent, and a receive whose tag differs
+ * from the message's fails the communicator, naming both tags. */
+int dt_isend_tag(dt_comm *c, const void *buf, size_t count, dt_dtype t, int peer, int tag,
+                 dt_request **req);
+int dt_irecv_tag(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer, int tag,
+                 dt_request **req);
 int dt_wait(dt_request *req);
 int dt_test(dt_request *req, int *done);
 

@@ -51,6 +51,7 @@ typedef struct {
     dt_op op;
     int root; /* root, or peer for send/recv */
     int is_recv; /* DT_COLL_SEND: 1 for the receiving side */
+    int tag;     /* DT_COLL_SEND: the caller's label, which both sides must give alike */
     int algo;    /* index in dt_algo_table, or DT_ALGO_AUTO; fixed at submit */
     dt_coll_v v; /* DT_COLL_ALLTOALLV; count is then its largest per-peer count */
     int stream_out; /* write every output block past the cache (DT_STREAM_MIN), whatever its size */

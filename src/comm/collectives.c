@@ -358,25 +358,36 @@ int dt_ibarrier(dt_comm *c, dt_request **q)
     return q ? submit(c, ARGS(DT_COLL_BARRIER, 0, 0, 0, DT_U8, DT_SUM, 0), q) : DT_ERR_INVALID;
 }
 
-static dt_coll_args p2p_args(const void *s, void *r, size_t n, dt_dtype t, int peer, int is_recv)
+static dt_coll_args p2p_args(const void *s, void *r, size_t n, dt_dtype t, int peer, int is_recv,
+                             int tag)
 {
     dt_coll_args a = ARGS(DT_COLL_SEND, s, r, n, t, DT_SUM, peer);
     a.is_recv = is_recv;
+    a.tag = tag;
     return a;
 }
 int dt_send(dt_comm *c, const void *b, size_t n, dt_dtype t, int peer)
 {
-    return submit(c, p2p_args(b, NULL, n, t, peer, 0), NULL);
+    return submit(c, p2p_args(b, NULL, n, t, peer, 0, 0), NULL);
 }
 int dt_isend(dt_comm *c, const void *b, size_t n, dt_dtype t, int peer, dt_request **q)
 {
-    return q ? submit(c, p2p_args(b, NULL, n, t, peer, 0), q) : DT_ERR_INVALID;
+    return dt_isend_tag(c, b, n, t, peer, 0, q);
 }
 int dt_recv(dt_comm *c, void *b, size_t n, dt_dtype t, int peer)
 {
-    return submit(c, p2p_args(NULL, b, n, t, peer, 1), NULL);
+    return submit(c, p2p_args(NULL, b, n, t, peer, 1, 0), NULL);
 }
 int dt_irecv(dt_comm *c, void *b, size_t n, dt_dtype t, int peer, dt_request **q)
 {
-    return q ? submit(c, p2p_args(NULL, b, n, t, peer, 1), q) : DT_ERR_INVALID;
+    return dt_irecv_tag(c, b, n, t, peer, 0, q);
+}
+int dt_isend_tag(dt_comm *c, const void *b, size_t n, dt_dtype t, int peer, int tag,
+                 dt_request **q)
+{
+    return q ? submit(c, p2p_args(b, NULL, n, t, peer, 0, tag), q) : DT_ERR_INVALID;
+}
+int dt_irecv_tag(dt_comm *c, void *b, size_t n, dt_dtype t, int peer, int tag, dt_request **q)
+{
+    return q ? submit(c, p2p_args(NULL, b, n, t, peer, 1, tag), q) : DT_ERR_INVALID;
 }

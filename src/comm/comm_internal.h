@@ -54,7 +54,9 @@ typedef struct {
     int32_t root;
     uint64_t count;
     uint64_t bytes; /* payload bytes that follow (or are pulled) */
-    uint64_t aux[3]; /* transport's use: CMA address, ticket */
+    uint64_t aux[2]; /* transport's use: CMA address, ticket */
+    int32_t tag;     /* point to point: the sender's tag */
+    uint32_t reserved;
 } dt_msg_hdr;
 
 _Static_assert(sizeof(dt_msg_hdr) == 64, "message header must be one cache line");

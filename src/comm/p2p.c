@@ -237,6 +237,7 @@ void dt_p2p_fill_hdr(const dt_comm *c, const dt_p2p *op, dt_msg_hdr *h)
         /* Point-to-point messages are numbered per pair, not per collective. */
         h->seq = op->p2p_seq;
         h->root = c->rank; /* the receiver expects its peer here */
+        h->tag = call->tag;
     } else {
         h->seq = c->cur_seq;
     }
@@ -303,6 +304,10 @@ static int describe_mismatch(const dt_comm *c, const dt_msg_hdr *want, const dt_
                             got->root);
         return snprintf(buf, len, "root: ours %d, rank %%d's %d", want->root, got->root);
     }
+    if (got->tag != want->tag)
+        return snprintf(buf, len, "tag: this receive's %d, the message rank %%d sent next %d "
+                        "(a pair's messages are received in the order they were sent)",
+                        want->tag, got->tag);
     if (got->bytes != want->bytes)
         return snprintf(buf, len, "message size: expected %llu bytes, rank %%d sent %llu",
                         (unsigned long long)want->bytes, (unsigned long long)got->bytes);

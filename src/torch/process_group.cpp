@@ -36,13 +36,6 @@ void check_same_dtype(const at::Tensor &a, const at::Tensor &b, const char *coll
                 b.scalar_type(), " and the input ", a.scalar_type(), "; they must match");
 }
 
-void check_tag(int tag, const char *collective)
-{
-    TORCH_CHECK(tag == 0, "dtrain ", collective, ": tag ", tag, " is not supported: dtrain "
-                "matches the messages between two ranks in the order they were sent and has no "
-                "tags (use tag 0)");
-}
-
 // Elements for each rank along dim 0 of t: its split sizes, or equal
 // parts when there are none.
 std::vector<size_t> split_counts(const std::vector<int64_t> &splits, const at::Tensor &t,
@@ -130,6 +123,24 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::allreduce(std::vector<at::Ten
     });
 }
 
+// One all-reduce of the list's elements laid end to end.
+c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::allreduce_coalesced(
+    std::vector<at::Tensor> &tensors, const c10d::AllreduceCoalescedOptions &opts)
+{
+    check_uniform(tensors, "allreduce_coalesced", "the tensor list");
+    Reduction red = reduction_of(tensors[0].scalar_type(), opts.reduceOp,
+                                 "allreduce_coalesced");
+    std::vector<at::Tensor> outs = tensors;
+    at::Tensor flat = flatten(tensors);
+    auto work = make_work(OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", outs, {flat},
+                          [flat, outs]() mutable { unflatten(flat, outs); });
+    void *p = flat.data_ptr();
+    size_t n = static_cast<size_t>(flat.numel());
+    return issue(work, [&](dt_request **r) {
+        return dt_iallreduce(comm_, p, p, n, red.dtype, red.op, r);
+    });
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::broadcast(std::vector<at::Tensor> &tensors,
                                                              const c10d::BroadcastOptions &opts)
 {
@@ -200,6 +211,40 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::_allgather_base(
     size_t n = static_cast<size_t>(input.numel()) * c.per_element;
     return issue(work, [&](dt_request **r) {
         return dt_iallgather(comm_, src.data_ptr(), dst.data_ptr(), n, c.dtype, r);
+    });
+}
+
+// One all-gather of the inputs laid end to end; rank r's piece of the
+// result fills outputs[r].
+c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>> &outputs, std::vector<at::Tensor> &inputs,
+    const c10d::AllgatherOptions &)
+{
+    check_uniform(inputs, "allgather_coalesced", "the input list");
+    TORCH_CHECK(outputs.size() == static_cast<size_t>(getSize()), "dtrain allgather_coalesced: ",
+                outputs.size(), " output lists for a group of ", getSize(), " ranks");
+    for (size_t r = 0; r < outputs.size(); r++) {
+        const auto &list = outputs[r];
+        TORCH_CHECK(list.size() == inputs.size(), "dtrain allgather_coalesced: output list ", r,
+                    " holds ", list.size(), " tensors and the input list ", inputs.size());
+        for (size_t i = 0; i < list.size(); i++) {
+            check_tensor(list[i], "allgather_coalesced");
+            TORCH_CHECK(list[i].scalar_type() == inputs[i].scalar_type() &&
+                            list[i].numel() == inputs[i].numel(),
+                        "dtrain allgather_coalesced: output ", i, " of list ", r, " holds ",
+                        list[i].numel(), " ", list[i].scalar_type(), " elements where input ", i,
+                        " holds ", inputs[i].numel(), " ", inputs[i].scalar_type());
+        }
+    }
+    Carrier c = carrier_of(inputs[0].scalar_type());
+    at::Tensor src = flatten(inputs), flat = at::empty({getSize() * src.numel()}, src.options());
+    std::vector<at::Tensor> outs;
+    for (const auto &list : outputs) outs.insert(outs.end(), list.begin(), list.end());
+    auto work = make_work(OpType::ALLGATHER_COALESCED, "allgather_coalesced", outs, {src, flat},
+                          [flat, outs]() mutable { unflatten(flat, outs); });
+    size_t n = static_cast<size_t>(src.numel()) * c.per_element;
+    return issue(work, [&](dt_request **r) {
+        return dt_iallgather(comm_, src.data_ptr(), flat.data_ptr(), n, c.dtype, r);
     });
 }
 
@@ -379,13 +424,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::send(std::vector<at::Tensor> 
                                                         int dst, int tag)
 {
     at::Tensor t = single(tensors, "send");
-    check_tag(tag, "send");
     Carrier c = carrier_of(t.scalar_type());
     at::Tensor src = contiguous_of(t);
     auto work = make_work(OpType::SEND, "send", {t}, {src});
     size_t n = static_cast<size_t>(t.numel()) * c.per_element;
     return issue(work, [&](dt_request **r) {
-        return dt_isend(comm_, src.data_ptr(), n, c.dtype, dst, r);
+        return dt_isend_tag(comm_, src.data_ptr(), n, c.dtype, dst, tag, r);
     });
 }
 
@@ -393,13 +437,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::recv(std::vector<at::Tensor> 
                                                         int src, int tag)
 {
     at::Tensor t = single(tensors, "recv");
-    check_tag(tag, "recv");
     Carrier c = carrier_of(t.scalar_type());
     at::Tensor buf = contiguous_of(t);
     auto work = make_work(OpType::RECV, "recv", {t}, {buf}, copy_back(t, buf), src);
     size_t n = static_cast<size_t>(t.numel()) * c.per_element;
     return issue(work, [&](dt_request **r) {
-        return dt_irecv(comm_, buf.data_ptr(), n, c.dtype, src, r);
+        return dt_irecv_tag(comm_, buf.data_ptr(), n, c.dtype, src, tag, r);
     });
 }
 

@@ -35,6 +35,8 @@ class ProcessGroupDtrain : public c10d::ProcessGroup {
                                              const c10d::BroadcastOptions &opts) override;
     c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor> &tensors,
                                              const c10d::AllreduceOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+        std::vector<at::Tensor> &tensors, const c10d::AllreduceCoalescedOptions &opts) override;
     c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor> &tensors,
                                           const c10d::ReduceOptions &opts) override;
     c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>> &outputs,
@@ -42,6 +44,9 @@ class ProcessGroupDtrain : public c10d::ProcessGroup {
                                              const c10d::AllgatherOptions &opts) override;
     c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
                                                    const c10d::AllgatherOptions &opts) override;
+    c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+        std::vector<std::vector<at::Tensor>> &outputs, std::vector<at::Tensor> &inputs,
+        const c10d::AllgatherOptions &opts) override;
     c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
                                           std::vector<at::Tensor> &inputs,
                                           const c10d::GatherOptions &opts) override;

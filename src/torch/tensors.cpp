@@ -122,6 +122,18 @@ at::Tensor &single(std::vector<at::Tensor> &ts, const char *collective)
     return ts[0];
 }
 
+void check_uniform(const std::vector<at::Tensor> &ts, const char *collective, const char *what)
+{
+    TORCH_CHECK(!ts.empty(), "dtrain ", collective, ": ", what, " is empty");
+    for (size_t i = 0; i < ts.size(); i++) {
+        check_tensor(ts[i], collective);
+        TORCH_CHECK(ts[i].scalar_type() == ts[0].scalar_type(), "dtrain ", collective, ": ",
+                    what, "[", i, "] is ", torch_name(ts[i].scalar_type()), " and ", what,
+                    "[0] ", torch_name(ts[0].scalar_type()), "; they must match (one call "
+                    "per dtype)");
+    }
+}
+
 void check_list(const std::vector<at::Tensor> &ts, const at::Tensor &like, size_t n,
                 const char *collective, const char *what)
 {

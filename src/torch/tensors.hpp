@@ -37,6 +37,8 @@ Reduction reduction_of(at::ScalarType t, const c10d::ReduceOp &op, const char *c
 void check_tensor(const at::Tensor &t, const char *collective);
 // The single tensor of a call (dtrain runs one per process), checked.
 at::Tensor &single(std::vector<at::Tensor> &ts, const char *collective);
+// A list of one or more tensors, all of one dtype.
+void check_uniform(const std::vector<at::Tensor> &ts, const char *collective, const char *what);
 // Every tensor of a list has t's dtype and numel, and there are n of them.
 void check_list(const std::vector<at::Tensor> &ts, const at::Tensor &like, size_t n,
                 const char *collective, const char *what);

@@ -20,7 +20,8 @@ other calls; where it lacks a dtype (bool, int16, bfloat16) the reference
 is computed here from every rank's inputs, which each rank can make. Also:
 non-contiguous tensors, asynchronous calls and futures, subgroups, DDP for
 20 steps under both backends, the refusals (a bitwise op, a dtype dtrain
-cannot reduce, a tag), a size mismatch that must fail on every rank within
+cannot reduce, coalesced calls of mixed dtypes), tags and a tag mismatch, the
+coalesced calls, a size mismatch that must fail on every rank within
 seconds, and a rank whose process ends while the others wait for it.
 
 usage: test_torch_backend.py DTRAIN PYTHON_DIR NRANKS [env|file]
@@ -29,6 +30,7 @@ usage: test_torch_backend.py DTRAIN PYTHON_DIR NRANKS [env|file]
   FileStore). Exits 77 when dtrain_torch was not built.
 """
 import datetime
+import math
 import os
 import subprocess
 import sys
@@ -232,8 +234,10 @@ def test_refusals():
     raises(lambda: dist.all_reduce(torch.ones(5, dtype=torch.int16)), "torch.int16")
     raises(lambda: dist.all_reduce(torch.ones(5, dtype=torch.int8), op=dist.ReduceOp.MAX),
            "torch.int8", "MAX")
-    if N > 1:
-        raises(lambda: dist.send(torch.ones(3), (RANK + 1) % N, tag=3), "tag 3")
+    # The process group's own check (torch.distributed makes the same one first).
+    mixed = [torch.ones(2), torch.ones(2, dtype=torch.float64)]
+    raises(lambda: WORLD.allreduce_coalesced(mixed, dist.AllreduceCoalescedOptions()),
+           "allreduce_coalesced", "torch.float64", "torch.float32")
     # The group still works after refusals.
     y = torch.full((3,), float(RANK))
     dist.all_reduce(y)
@@ -382,8 +386,29 @@ def test_p2p_barrier():
                 dist.recv(got, prv)
                 dist.send(x, nxt)
             same("send/recv ring %s n=%d" % (name, n), got, make(dtype, n, prv, n))
+    # Tags: each message labelled with its sender's rank, received in order.
+    x, got = make(torch.float32, 77, RANK, 3), torch.empty(77)
+    reqs = [dist.isend(x, nxt, tag=10 + RANK), dist.irecv(got, prv, tag=10 + prv)]
+    for q in reqs:
+        q.wait()
+    same("isend/irecv ring with tags", got, make(torch.float32, 77, prv, 3))
     for _ in range(3):
         dist.barrier()
+
+
+def test_tag_mismatch():
+    """Rank 1 receives with a tag rank 0 did not send: both get an
+    exception naming the tags."""
+    g = dist.new_group([0, 1])
+    if RANK > 1:
+        return
+    if RANK == 0:
+        dist.send(torch.ones(5), 1, group=g, tag=7)
+        msg = raises(lambda: dist.barrier(group=g), "tag")
+    else:
+        msg = raises(lambda: dist.recv(torch.empty(5), 0, group=g, tag=8),
+                     "tag: this receive's 8", "sent next 7")
+    print("rank %d: tag mismatch: %s" % (RANK, msg.splitlines()[0][:240]), flush=True)
 
 
 def test_noncontiguous():
@@ -458,6 +483,44 @@ def test_subgroups():
         dist.destroy_process_group(g)
 
 
+def coalesced_inputs(dtype, rank):
+    """Rank rank's list for the coalesced calls: four shapes (complex64's
+    made of float32 pairs)."""
+    shapes = [(3,), (2, 5), (1,), (4, 1, 3)]
+    base = torch.float32 if dtype.is_complex else dtype
+    xs = [make(base, math.prod(s) * (2 if dtype.is_complex else 1), rank, 6000 + i)
+          for i, s in enumerate(shapes)]
+    if dtype.is_complex:
+        return [torch.view_as_complex(x.reshape(-1, 2)).reshape(s) for x, s in zip(xs, shapes)]
+    return [x.reshape(s) for x, s in zip(xs, shapes)]
+
+
+def real(t):
+    return torch.view_as_real(t) if t.is_complex() else t
+
+
+def test_coalesced():
+    """all_reduce_coalesced and all_gather_coalesced of lists of tensors of
+    several shapes, against gloo's."""
+    for name in ("float32", "float64", "int32", "complex64"):
+        dtype = getattr(torch, name)
+        ins = [coalesced_inputs(dtype, r) for r in range(N)]
+        xs = ins[RANK]
+        got, want = [x.clone() for x in xs], [x.clone() for x in xs]
+        dist.all_reduce_coalesced(got)
+        dist.all_reduce_coalesced(want, group=GLOO)
+        for i in range(len(xs)):
+            tol = tolerance([real(ins[r][i]) for r in range(N)], "SUM")
+            same("all_reduce_coalesced %s [%d]" % (name, i), real(got[i]), real(want[i]), tol)
+        outs = [[torch.empty_like(x) for x in xs] for _ in range(N)]
+        refs = [[torch.empty_like(x) for x in xs] for _ in range(N)]
+        dist.all_gather_coalesced(outs, xs)
+        dist.all_gather_coalesced(refs, xs, group=GLOO)
+        for r in range(N):
+            for i in range(len(xs)):
+                same("all_gather_coalesced %s [%d][%d]" % (name, r, i), outs[r][i], refs[r][i])
+
+
 def test_mismatch():
     """A rank whose all_reduce has 2 more elements: every rank gets an
     exception naming the count within seconds (the timeout is 60 s)."""
@@ -530,7 +593,8 @@ def worker(init):
     t0 = time.time()
     for test in (test_allreduce, test_refusals, test_broadcast_reduce, test_gathers,
                  test_reduce_scatter, test_alltoall, test_p2p_barrier, test_noncontiguous,
-                 test_async, test_subgroups, test_mismatch, test_ddp):
+                 test_async, test_subgroups, test_coalesced, test_tag_mismatch, test_mismatch,
+                 test_ddp):
         test()
         dist.barrier(group=GLOO)
         if RANK == 0:
