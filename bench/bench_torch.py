@@ -6,10 +6,13 @@ gloo, in the same two processes, one invocation.
 Two ranks on this machine (torch.multiprocessing, a FileStore), each with a
 "dtrain" default group and a gloo group of the same ranks. For each size,
 float32 from 64 KiB to --max-mib MiB by factors of 4, and an 8-byte
-latency: a warm-up call on each backend, then --reps rounds, each timing
-one all_reduce on dtrain and one on gloo back to back (alternating which
-goes first), so that load from elsewhere falls on both; the median of the
-rounds is printed, with bus bandwidth (algbw x 2(n-1)/n, as nccl-tests)
+latency: a warm-up round on each backend, then --reps rounds, each timing
+calls back to back on dtrain, then on gloo (alternating which goes first),
+so that load from elsewhere falls on both: 200 calls at the smallest
+sizes, fewer as they grow (8 MiB of calls, at least 2), the time per call
+being the batch's over its calls, so that the ranks' skew leaving the
+barrier before it is shared out rather than added to one call; the median
+of the rounds is printed, with bus bandwidth (algbw x 2(n-1)/n, as nccl-tests)
 and dtrain's time relative to gloo's. The time is the slower rank's, the
 call's end to end from Python: what a training loop sees. Every result is
 checked against the known sum before anything is printed.
@@ -44,19 +47,25 @@ def measure(rank, path, sizes, reps, queue, pydir):
     rows = []
     for nbytes in sizes:
         n = max(1, nbytes // 4)
+        # Back to back, so the ranks' skew leaving the barrier is shared out
+        # over the calls rather than added to one.
+        calls = max(2, min(200, (8 << 20) // nbytes))
         bufs = {k: torch.empty(n) for k in groups}
         times = {k: [] for k in groups}
         for rnd in range(reps + 1):  # round 0 warms up
             order = list(groups) if rnd % 2 == 0 else list(reversed(list(groups)))
             for k in order:
                 bufs[k].fill_(rank + 1)
-                dist.barrier(group=gloo)
-                t0 = time.perf_counter()
                 dist.all_reduce(bufs[k], group=groups[k])
-                dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-                dist.all_reduce(dt, op=dist.ReduceOp.MAX, group=gloo)  # the slower rank's
                 if not bool((bufs[k] == want).all()):
                     raise SystemExit("%s all_reduce of %d bytes is wrong" % (k, nbytes))
+                bufs[k].zero_()  # sums of zeros stay zero however many calls
+                dist.barrier(group=gloo)
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    dist.all_reduce(bufs[k], group=groups[k])
+                dt = torch.tensor([(time.perf_counter() - t0) / calls], dtype=torch.float64)
+                dist.all_reduce(dt, op=dist.ReduceOp.MAX, group=gloo)  # the slower rank's
                 if rnd:
                     times[k].append(dt.item())
         rows.append((nbytes, {k: statistics.median(v) for k, v in times.items()}))
@@ -97,7 +106,7 @@ def main():
         mp.spawn(measure, args=(os.path.join(d, "store"), sizes, args.reps, queue, pydir),
                  nprocs=NRANKS)
     rows = queue.get()
-    print_machine(os.path.join(a.build, "dtrain"))
+    print_machine(os.path.join(args.build, "dtrain"))
     print("all_reduce of float32 at %d ranks, median of %d rounds; CPUs %.0f%% busy before "
           "the start (other work makes these figures noisy)" % (NRANKS, args.reps, 100 * busy))
     print("%-9s %12s %12s %14s %14s %8s" % ("size", "dtrain us", "gloo us", "dtrain busbw",

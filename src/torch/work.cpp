@@ -4,8 +4,10 @@
 #include <ATen/core/ivalue.h>
 #include <ATen/core/jit_type.h>
 
+#include <chrono>
 #include <exception>
 #include <stdexcept>
+#include <thread>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -35,6 +37,22 @@ WorkDtrain::WorkDtrain(int rank, c10d::OpType type, const char *name,
 }
 
 std::vector<at::Tensor> WorkDtrain::result() { return outputs_; }
+
+bool poll_until(const std::function<bool()> &done)
+{
+    const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
+    do {
+        if (done()) return true;
+        std::this_thread::yield();
+    } while (std::chrono::steady_clock::now() < end);
+    return false;
+}
+
+bool WorkDtrain::wait(std::chrono::milliseconds timeout)
+{
+    poll_until([this] { return isCompleted(); });
+    return c10d::Work::wait(timeout);
+}
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkDtrain::getFuture() { return future_; }
 
@@ -80,6 +98,7 @@ void Completer::push(c10::intrusive_ptr<WorkDtrain> work)
         std::lock_guard<std::mutex> lock(mu_);
         queue_.push_back(std::move(work));
     }
+    pushed_.fetch_add(1, std::memory_order_release);
     cv_.notify_all();
 }
 
@@ -87,8 +106,14 @@ void Completer::run()
 {
     for (;;) {
         c10::intrusive_ptr<WorkDtrain> work;
+        const unsigned seen = pushed_.load(std::memory_order_acquire);
         {
             std::unique_lock<std::mutex> lock(mu_);
+            if (!stop_ && queue_.empty()) { // idle: poll a while, then sleep
+                lock.unlock();
+                poll_until([&] { return pushed_.load(std::memory_order_acquire) != seen; });
+                lock.lock();
+            }
             cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
             if (queue_.empty()) return;
             work = std::move(queue_.front());

@@ -10,6 +10,8 @@
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -34,6 +36,9 @@ class WorkDtrain : public c10d::Work {
 
     const std::string &name() const { return name_; }
     std::vector<at::Tensor> result() override;
+    // Polls a while before it sleeps (poll_until): a small collective
+    // completes sooner than a sleeping thread wakes.
+    bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
     int sourceRank() const override;
 
@@ -54,6 +59,12 @@ class WorkDtrain : public c10d::Work {
     c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
+// Polls done() for up to about 100 us, yielding the core between looks:
+// true once it holds. A hand-over between threads costs a wake-up only
+// when the other side takes longer than that (libdtrain's waits do the
+// same, comm/async.c).
+bool poll_until(const std::function<bool()> &done);
+
 class Completer {
   public:
     explicit Completer(dt_comm *comm);
@@ -67,6 +78,7 @@ class Completer {
     std::mutex mu_;
     std::condition_variable cv_;
     std::deque<c10::intrusive_ptr<WorkDtrain>> queue_;
+    std::atomic<unsigned> pushed_{0};
     bool stop_ = false;
     std::thread thread_;
 };
