@@ -49,6 +49,9 @@ typedef enum {
     DT_MAX,
     DT_MIN,
     DT_PROD,
+    DT_BAND, /* bitwise and, or, exclusive or: integer dtypes only */
+    DT_BOR,
+    DT_BXOR,
     DT_OP_COUNT
 } dt_op;
 

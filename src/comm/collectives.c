@@ -67,6 +67,12 @@ static int validate(dt_comm *c, dt_coll_args *a)
         return invalid(c, "dt_%s: dtype %lld is not a dt_dtype", name, a->dtype);
     if (has_op(a->kind) && (unsigned)a->op >= DT_OP_COUNT)
         return invalid(c, "dt_%s: op %lld is not a dt_op", name, a->op);
+    const int bitwise = a->op == DT_BAND || a->op == DT_BOR || a->op == DT_BXOR;
+    const int integer = a->dtype == DT_I32 || a->dtype == DT_I64 || a->dtype == DT_U8;
+    if (has_op(a->kind) && bitwise && !integer)
+        return dt_comm_invalid(c, "dt_%s: op %s needs an integer dtype (i32, i64, u8), not %s",
+                               name, dt_op_name((dt_op)a->op),
+                               dt_dtype_name((dt_dtype)a->dtype));
     if (has_root(a->kind) && (a->root < 0 || a->root >= c->size))
         return invalid(c, a->kind == DT_COLL_SEND ? "dt_%s: peer %lld is not a rank of the communicator"
                                                   : "dt_%s: root %lld is not a rank of the communicator",

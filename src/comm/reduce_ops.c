@@ -30,6 +30,9 @@
 #define COMBINE_FMIN(x, y) (((x) != (x) || (x) < (y)) ? (x) : (y))
 #define COMBINE_IMAX(x, y) ((x) > (y) ? (x) : (y))
 #define COMBINE_IMIN(x, y) ((x) < (y) ? (x) : (y))
+#define COMBINE_AND(x, y) ((x) & (y))
+#define COMBINE_OR(x, y) ((x) | (y))
+#define COMBINE_XOR(x, y) ((x) ^ (y))
 
 /* One loop over native elements. */
 #define DEFINE_LOOP(name, T, COMBINE)                                         \
@@ -102,11 +105,23 @@ DEFINE_LOOP(prod_u8, uint8_t, COMBINE_PROD)
 DEFINE_LOOP(max_u8, uint8_t, COMBINE_IMAX)
 DEFINE_LOOP(min_u8, uint8_t, COMBINE_IMIN)
 
+/* The bitwise ops do not care about signedness. */
+DEFINE_LOOP(and_u32, uint32_t, COMBINE_AND)
+DEFINE_LOOP(or_u32, uint32_t, COMBINE_OR)
+DEFINE_LOOP(xor_u32, uint32_t, COMBINE_XOR)
+DEFINE_LOOP(and_u64, uint64_t, COMBINE_AND)
+DEFINE_LOOP(or_u64, uint64_t, COMBINE_OR)
+DEFINE_LOOP(xor_u64, uint64_t, COMBINE_XOR)
+DEFINE_LOOP(and_u8, uint8_t, COMBINE_AND)
+DEFINE_LOOP(or_u8, uint8_t, COMBINE_OR)
+DEFINE_LOOP(xor_u8, uint8_t, COMBINE_XOR)
+
 /* ---- dispatch ----------------------------------------------------------- */
 
 /* One switch per dtype picks the loop; AVG reduces as SUM. The void
- * pointers convert to the loop's element pointers implicitly. */
-#define DEFINE_DISPATCH(name, sum, prod, max, min)                            \
+ * pointers convert to the loop's element pointers implicitly. The bitwise
+ * ops are the integer types' (validated before any call reaches here). */
+#define DEFINE_DISPATCH(name, sum, prod, max, min, BITWISE)                   \
     static void name(dt_op op, void *dst, const void *a, const void *b,       \
                      size_t n)                                                \
     {                                                                         \
@@ -116,16 +131,24 @@ DEFINE_LOOP(min_u8, uint8_t, COMBINE_IMIN)
         case DT_PROD: prod(dst, a, b, n); break;                              \
         case DT_MAX: max(dst, a, b, n); break;                                \
         case DT_MIN: min(dst, a, b, n); break;                                \
+            BITWISE                                                           \
         default: break;                                                       \
         }                                                                     \
     }
+#define NO_BITWISE
+#define BITWISE(and, or, xor)                                                 \
+    case DT_BAND: and(dst, a, b, n); break;                                   \
+    case DT_BOR: or(dst, a, b, n); break;                                     \
+    case DT_BXOR: xor(dst, a, b, n); break;
 
-DEFINE_DISPATCH(reduce_f32, sum_f32, prod_f32, max_f32, min_f32)
-DEFINE_DISPATCH(reduce_f64, sum_f64, prod_f64, max_f64, min_f64)
-DEFINE_DISPATCH(reduce_bf16, sum_bf16, prod_bf16, max_bf16, min_bf16)
-DEFINE_DISPATCH(reduce_i32, sum_u32, prod_u32, max_i32, min_i32)
-DEFINE_DISPATCH(reduce_i64, sum_u64, prod_u64, max_i64, min_i64)
-DEFINE_DISPATCH(reduce_u8, sum_u8, prod_u8, max_u8, min_u8)
+DEFINE_DISPATCH(reduce_f32, sum_f32, prod_f32, max_f32, min_f32, NO_BITWISE)
+DEFINE_DISPATCH(reduce_f64, sum_f64, prod_f64, max_f64, min_f64, NO_BITWISE)
+DEFINE_DISPATCH(reduce_bf16, sum_bf16, prod_bf16, max_bf16, min_bf16, NO_BITWISE)
+DEFINE_DISPATCH(reduce_i32, sum_u32, prod_u32, max_i32, min_i32,
+                BITWISE(and_u32, or_u32, xor_u32))
+DEFINE_DISPATCH(reduce_i64, sum_u64, prod_u64, max_i64, min_i64,
+                BITWISE(and_u64, or_u64, xor_u64))
+DEFINE_DISPATCH(reduce_u8, sum_u8, prod_u8, max_u8, min_u8, BITWISE(and_u8, or_u8, xor_u8))
 
 /* ---- f16 ---------------------------------------------------------------- */
 

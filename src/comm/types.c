@@ -26,7 +26,7 @@ const char *dt_dtype_name(dt_dtype t)
 
 const char *dt_op_name(dt_op op)
 {
-    static const char *names[] = {"sum", "avg", "max", "min", "prod"};
+    static const char *names[] = {"sum", "avg", "max", "min", "prod", "band", "bor", "bxor"};
     return (unsigned)op < DT_OP_COUNT ? names[op] : "invalid-op";
 }
 

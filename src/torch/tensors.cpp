@@ -65,11 +65,21 @@ dt_op dt_op_of(const c10d::ReduceOp &op, at::ScalarType t, const char *collectiv
     case c10d::ReduceOp::PRODUCT: return DT_PROD;
     case c10d::ReduceOp::MIN: return DT_MIN;
     case c10d::ReduceOp::MAX: return DT_MAX;
+    case c10d::ReduceOp::BAND:
+    case c10d::ReduceOp::BOR:
+    case c10d::ReduceOp::BXOR: {
+        TORCH_CHECK(!at::isFloatingType(t), "dtrain ", collective, ": ReduceOp.",
+                    op_name(op.op_), " on ", torch_name(t), " is not supported: the bitwise "
+                    "ops take integer and bool tensors");
+        return op.op_ == c10d::ReduceOp::BAND ? DT_BAND
+               : op.op_ == c10d::ReduceOp::BOR ? DT_BOR
+                                               : DT_BXOR;
+    }
     default: break;
     }
     TORCH_CHECK(false, "dtrain ", collective, ": ReduceOp.", op_name(op.op_), " on ",
-                torch_name(t), " is not supported: dtrain reduces with SUM, PRODUCT, MIN, MAX "
-                "and AVG (it has no bitwise reductions)");
+                torch_name(t), " is not supported: dtrain reduces with SUM, PRODUCT, MIN, MAX, "
+                "AVG and, on integers, BAND, BOR and BXOR");
 }
 
 } // namespace
@@ -82,23 +92,27 @@ Carrier carrier_of(at::ScalarType t)
 }
 
 // int8 sums and products wrap modulo 256 in two's complement whatever the
-// signedness, so dtrain's uint8 gives their bits; its comparisons would
-// not. A bool's SUM and MAX are a logical or, PRODUCT and MIN an and: on
-// 0 and 1, uint8's MAX and MIN.
+// signedness, so dtrain's uint8 gives their bits, as it gives the bitwise
+// ops'; its comparisons would not. A bool's SUM and MAX are a logical or,
+// PRODUCT and MIN an and: on 0 and 1, uint8's MAX and MIN; its bitwise ops
+// uint8's.
 Reduction reduction_of(at::ScalarType t, const c10d::ReduceOp &op, const char *collective)
 {
     dt_op dop = dt_op_of(op, t, collective);
     int native = native_of(t);
     if (native >= 0) return {static_cast<dt_dtype>(native), dop};
-    if (t == at::kChar && (dop == DT_SUM || dop == DT_PROD)) return {DT_U8, dop};
+    const int bitwise = dop == DT_BAND || dop == DT_BOR || dop == DT_BXOR;
+    if (t == at::kChar && (dop == DT_SUM || dop == DT_PROD || bitwise)) return {DT_U8, dop};
+    if (t == at::kBool && bitwise) return {DT_U8, dop};
     if (t == at::kBool && (dop == DT_SUM || dop == DT_MAX)) return {DT_U8, DT_MAX};
     if (t == at::kBool && (dop == DT_PROD || dop == DT_MIN)) return {DT_U8, DT_MIN};
     TORCH_CHECK(t != at::kChar, "dtrain ", collective, ": ReduceOp.", op_name(op.op_),
                 " on torch.int8 is not supported: dtrain has no signed 8-bit type, and uint8 "
-                "would order negative values wrongly (SUM and PRODUCT work; or use "
-                "torch.int32)");
+                "would order negative values wrongly (SUM, PRODUCT and the bitwise ops "
+                "work; or use torch.int32)");
     TORCH_CHECK(t != at::kBool, "dtrain ", collective, ": ReduceOp.", op_name(op.op_),
-                " on torch.bool is not supported (SUM, PRODUCT, MIN and MAX are)");
+                " on torch.bool is not supported (SUM, PRODUCT, MIN, MAX and the bitwise ops "
+                "are)");
     TORCH_CHECK(false, "dtrain ", collective, ": cannot reduce ", torch_name(t),
                 " tensors: dtrain reduces torch.float32, float64, float16, bfloat16, int32, "
                 "int64 and uint8 (and int8 and bool with some ops); collectives that only move "

@@ -42,6 +42,8 @@ static void must(dt_comm *c, int rc, const char *what)
 
 /* ---- typed element access ---------------------------------------------------- */
 
+static int is_integer(dt_dtype t) { return t == DT_I32 || t == DT_I64 || t == DT_U8; }
+
 static void put(dt_dtype t, void *buf, size_t i, double v)
 {
     switch (t) {
@@ -94,6 +96,9 @@ static double reference(size_t i, dt_dtype t, dt_op op, int salt)
         case DT_PROD: acc *= v; break;
         case DT_MAX: acc = v > acc ? v : acc; break;
         case DT_MIN: acc = v < acc ? v : acc; break;
+        case DT_BAND: acc = (double)((int64_t)acc & (int64_t)v); break;
+        case DT_BOR: acc = (double)((int64_t)acc | (int64_t)v); break;
+        case DT_BXOR: acc = (double)((int64_t)acc ^ (int64_t)v); break;
         default: break;
         }
     }
@@ -289,6 +294,7 @@ static void run_matrix(dt_comm *c, size_t large, int quick)
                 if (quick && big && t != DT_F32) continue;
                 for (int op = 0; op < DT_OP_COUNT; op++) {
                     if (!full_ops && op != DT_SUM) continue;
+                    if (op >= DT_BAND && !is_integer((dt_dtype)t)) continue; /* refused */
                     caseinfo k = {"allreduce", (dt_dtype)t, (dt_op)op, n, 0, inplace};
                     test_allreduce(c, k);
                     k.coll = "reduce_scatter";
@@ -463,6 +469,18 @@ static int force_pass(dt_comm *c, int pass, int with_mpi)
     return more;
 }
 
+/* A bitwise op on floating values has no meaning: refused on every rank
+ * alike, naming the op and the dtypes that take it, before anything moves. */
+static void test_bitwise_refused(dt_comm *c)
+{
+    float x[4] = {1, 2, 3, 4};
+    int rc = dt_allreduce(c, x, x, 4, DT_F32, DT_BXOR);
+    CHECK(rc == DT_ERR_INVALID && strstr(dt_comm_error(c), "op bxor needs an integer dtype"),
+          "allreduce bxor on f32: rc %d, '%s'", rc, dt_comm_error(c));
+    rc = dt_allreduce(c, x, x, 4, DT_F32, DT_SUM); /* the communicator goes on */
+    CHECK(rc == 0 && x[0] == (float)size, "allreduce after the refusal: rc %d, %g", rc, x[0]);
+}
+
 int main(int argc, char **argv)
 {
     size_t large = 262147;
@@ -500,6 +518,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < NCHOOSABLE; i++) must(c, dt_comm_set_algo(c, choosable[i], "auto"), "auto");
         if (rank == 0) printf("test_collectives: %d passes, each algorithm of every collective forced\n", passes);
     }
+    test_bitwise_refused(c);
     test_split(c);
     test_nonblocking(c);
     test_p2p(c);

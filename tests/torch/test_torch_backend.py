@@ -6,8 +6,9 @@ Every rank makes a "dtrain" default group and a gloo group of the same
 ranks, runs each collective on both with the same inputs (several dtypes,
 sizes that no rank count divides) and compares the results:
 
-  - bit for bit wherever the two must agree: data movement, integers,
-    MIN and MAX, and every reduction at 2 ranks (one addition or product
+  - bit for bit wherever the two must agree: data movement, integers
+    (the bitwise BAND, BOR and BXOR too, on integers and bools), MIN and
+    MAX, and every reduction at 2 ranks (one addition or product
     of two values, which commutes);
   - at 3 ranks, float SUM, PRODUCT and AVG within (ranks - 1) * eps of the
     sum of the magnitudes (of the product for PRODUCT): dtrain and gloo
@@ -19,7 +20,7 @@ reduce-scatter, the list all_to_all) the same result is made of gloo's
 other calls; where it lacks a dtype (bool, int16, bfloat16) the reference
 is computed here from every rank's inputs, which each rank can make. Also:
 non-contiguous tensors, asynchronous calls and futures, subgroups, DDP for
-20 steps under both backends, the refusals (a bitwise op, a dtype dtrain
+20 steps under both backends, the refusals (a bitwise op on floats, a dtype dtrain
 cannot reduce, coalesced calls of mixed dtypes), tags and a tag mismatch, the
 coalesced calls, a size mismatch that must fail on every rank within
 seconds, and a rank whose process ends while the others wait for it.
@@ -150,6 +151,7 @@ def same(what, got, want, tol=None):
 
 
 OPS = {"SUM": "SUM", "PRODUCT": "PRODUCT", "MIN": "MIN", "MAX": "MAX"}
+BITWISE = ["BAND", "BOR", "BXOR"]
 ALL_DTYPES = ["float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64",
               "uint8", "bool"]
 REDUCE_DTYPES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8"]
@@ -163,14 +165,19 @@ def op_of(name):
 def ok_ops(dtype):
     """The ops a reduction on dtype may take under dtrain."""
     if dtype == torch.int8:
-        return ["SUM", "PRODUCT"]
+        return ["SUM", "PRODUCT"] + BITWISE
     if dtype == torch.int16:
         return []
-    return list(OPS)
+    return list(OPS) + ([] if dtype.is_floating_point else BITWISE)
 
 
 def local_reduce(xs, op):
     """The reduction of every rank's tensor, in float64 (bool: logical)."""
+    if op in BITWISE:  # on the integers' bits (bool: 0 and 1)
+        r = xs[0].long()
+        for x in xs[1:]:
+            r = {"BAND": r & x.long(), "BOR": r | x.long(), "BXOR": r ^ x.long()}[op]
+        return r.to(xs[0].dtype)
     if xs[0].dtype == torch.bool:
         st = torch.stack(xs)
         return st.any(0) if op in ("SUM", "MAX") else st.all(0)
@@ -229,8 +236,8 @@ def test_allreduce():
 
 
 def test_refusals():
-    x = torch.ones(5, dtype=torch.int32)
-    raises(lambda: dist.all_reduce(x, op=dist.ReduceOp.BAND), "BAND", "bitwise")
+    raises(lambda: dist.all_reduce(torch.ones(5), op=dist.ReduceOp.BAND), "BAND", "bitwise",
+           "integer")
     raises(lambda: dist.all_reduce(torch.ones(5, dtype=torch.int16)), "torch.int16")
     raises(lambda: dist.all_reduce(torch.ones(5, dtype=torch.int8), op=dist.ReduceOp.MAX),
            "torch.int8", "MAX")

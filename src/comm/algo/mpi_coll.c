@@ -105,6 +105,9 @@ static int op_index(dt_op op)
     case DT_MAX: return 1;
     case DT_MIN: return 2;
     case DT_PROD: return 3;
+    case DT_BAND: return 4;
+    case DT_BOR: return 5;
+    case DT_BXOR: return 6;
     default: return -1;
     }
 }
@@ -112,7 +115,8 @@ static int op_index(dt_op op)
 /* The MPI datatype and op of the current call. */
 static int type_and_op(dt_comm *c, MPI_Datatype *t, MPI_Op *op)
 {
-    static const MPI_Op builtin[4] = {MPI_SUM, MPI_MAX, MPI_MIN, MPI_PROD};
+    static const MPI_Op builtin[7] = {MPI_SUM, MPI_MAX, MPI_MIN, MPI_PROD,
+                                      MPI_BAND, MPI_BOR, MPI_BXOR};
     int o = op_index(c->cur.op);
     if (o < 0) return dt_comm_fail(c, DT_ERR_INVALID, -1, "op %d has no MPI form", (int)c->cur.op);
     *op = builtin[o];
@@ -125,6 +129,7 @@ static int type_and_op(dt_comm *c, MPI_Datatype *t, MPI_Op *op)
     case DT_BF16:
     case DT_F16:
         *t = MPI_UINT16_T;
+        if (o >= 4) return dt_comm_fail(c, DT_ERR_INVALID, -1, "no bitwise op on half types");
         *op = half_ops[c->cur.dtype == DT_F16][o];
         return half_ops_made ? 0 : dt_comm_fail(c, DT_ERR_INVALID, -1, "no MPI op for %s",
                                                 dt_dtype_name(c->cur.dtype));
