@@ -37,6 +37,7 @@ static float *backward_scratch_alloc(backward_scratch *s, const attn_dims *d)
     size_t packed = (size_t)d->HS * d->T_padded, block = ATTN_BLOCK * ATTN_BLOCK;
     size_t grad = (size_t)ATTN_BLOCK * d->HS, tile = (size_t)DT_TILE_ROWS * d->HS;
     size_t bytes = (2 * packed + 2 * block + 2 * grad + d->T_padded + 2 * tile) * sizeof(float);
+    bytes = (bytes + 63) / 64 * 64; /* aligned_alloc takes whole multiples of the alignment */
     float *base = aligned_alloc(64, bytes);
     if (!base) return NULL;
     memset(base, 0, bytes);

@@ -42,6 +42,7 @@ static float *forward_scratch_alloc(forward_scratch *s, const attn_dims *d)
     size_t kt = (size_t)d->HS * d->T_padded, block = ATTN_BLOCK * ATTN_BLOCK;
     size_t acc = (size_t)ATTN_BLOCK * d->HS, tile = (size_t)DT_TILE_ROWS * d->HS;
     size_t bytes = (kt + block + acc + tile + 3 * ATTN_BLOCK) * sizeof(float);
+    bytes = (bytes + 63) / 64 * 64; /* aligned_alloc takes whole multiples of the alignment */
     float *base = aligned_alloc(64, bytes);
     if (!base) return NULL;
     memset(base, 0, bytes); /* the softmax reads whole rows of scores and of K^T */
