@@ -142,6 +142,10 @@ struct job {
     char shrink_why[224];
     uint64_t failure_ns; /* when the launcher noticed it (dt_now_ns) */
     char failure[96];    /* what happened to that rank, in words */
+    /* Every failure so far, a line each ("RESTART NS RANK HOW", the newest
+     * last, the oldest dropped when full): DTRAIN_FAILURES, so that rank 0
+     * can mark in --trace the failures of attempts that never ran a step. */
+    char failures_log[2048];
     char scratch[LINE_CAP + 32];
 };
 

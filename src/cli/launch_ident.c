@@ -173,9 +173,29 @@ static int export_attempt_secret(struct job *j)
     return setenv("DTRAIN_SECRET", j->attempt_secret, 1);
 }
 
+/* The failure that ended the last attempt, appended to the job's log of
+ * them (the oldest lines dropped to make room). */
+static void log_failure(struct job *j)
+{
+    char line[160];
+    int n = snprintf(line, sizeof line, "%d %llu %d %s\n", j->restarts,
+                     (unsigned long long)j->failure_ns, j->failed_rank, j->failure);
+    if (n <= 0 || (size_t)n >= sizeof line) return;
+    char *log = j->failures_log;
+    while (strlen(log) + (size_t)n >= sizeof j->failures_log) {
+        char *next = strchr(log, '\n');
+        if (!next) {
+            log[0] = '\0';
+            break;
+        }
+        memmove(log, next + 1, strlen(next + 1) + 1);
+    }
+    strcat(log, line);
+}
+
 /* torchrun's count of restarts, the ranks of a job that shrank, and ours
  * of what ended the last attempt (a restarted rank reports how long it
- * took to recover from it). The first attempt has no failure behind it: a
+ * took to recover from it) and of every failure so far. The first attempt has no failure behind it: a
  * launcher started by a rank of another job must not hand that job's
  * failure down. */
 int launch_export_attempt(struct job *j)
@@ -190,12 +210,15 @@ int launch_export_attempt(struct job *j)
         unsetenv("DTRAIN_FAILURE_NS");
         unsetenv("DTRAIN_FAILED_RANK");
         unsetenv("DTRAIN_FAILURE");
+        unsetenv("DTRAIN_FAILURES");
     } else {
         char ns[32];
         snprintf(ns, sizeof ns, "%llu", (unsigned long long)j->failure_ns);
         bad |= setenv("DTRAIN_FAILURE_NS", ns, 1);
         bad |= launch_setenv_long("DTRAIN_FAILED_RANK", j->failed_rank);
         bad |= setenv("DTRAIN_FAILURE", j->failure, 1);
+        log_failure(j);
+        bad |= setenv("DTRAIN_FAILURES", j->failures_log, 1);
     }
     if (bad) fprintf(stderr, PROG ": cannot set the environment: %s\n", strerror(errno));
     return bad ? -1 : 0;

@@ -84,6 +84,38 @@ void dt_trace_mark_recovery(uint64_t failure_ns, uint64_t took_ns, long from_ste
              (unsigned long long)took_ns, from_step, lost);
 }
 
+/* Whether the file marks the failure of restart k already. */
+static int marked(long k)
+{
+    FILE *f = fopen(mk.path, "re");
+    char line[256];
+    long attempt;
+    int found = 0;
+    while (f && !found && fgets(line, sizeof line, f))
+        found = sscanf(line, "failure %ld", &attempt) == 1 && attempt == k;
+    if (f) fclose(f);
+    return found;
+}
+
+void dt_trace_marks_backfill(const char *failures)
+{
+    if (!mk.path[0] || !failures) return;
+    for (const char *at = failures; *at;) {
+        const char *end = strchr(at, '\n');
+        const size_t len = end ? (size_t)(end - at) : strlen(at);
+        char line[256];
+        long k;
+        unsigned long long ns;
+        int rank, used = 0;
+        dt_strf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1),
+                at);
+        if (sscanf(line, "%ld %llu %d %n", &k, &ns, &rank, &used) == 3 && used &&
+            k < mk.attempt && !marked(k))
+            add_line(0, "failure %ld %llu %d %s\n", k, ns, rank, line + used);
+        at += len + (end != NULL);
+    }
+}
+
 void dt_trace_marks_close(void) { mk.path[0] = '\0'; }
 
 /* ---- reading them back ------------------------------------------------------------ */

@@ -32,6 +32,11 @@
  * -1 with a message (no marks are kept). */
 int dt_trace_marks_open(const char *dir, long attempt, uint64_t began_ns, uint64_t failure_ns,
                         const char *failed_rank, const char *how, char *err, size_t errlen);
+/* The launcher's log of the job's failures (DTRAIN_FAILURES: a line each,
+ * "RESTART NS RANK HOW"): each one of an earlier attempt that the file
+ * does not mark yet, an attempt that failed before its rank 0 opened the
+ * marks, is marked now. NULL or empty: nothing. */
+void dt_trace_marks_backfill(const char *failures);
 /* The recovery from this attempt's failure: took_ns from failure_ns.
  * Nothing when no marks are kept. */
 void dt_trace_mark_recovery(uint64_t failure_ns, uint64_t took_ns, long from_step, long lost);

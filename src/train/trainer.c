@@ -258,6 +258,7 @@ static void trace_across_restarts(dt_run *t)
                             t->snap.failure_ns, dt_env_str("DTRAIN_FAILED_RANK"),
                             dt_env_str("DTRAIN_FAILURE"), why, sizeof why))
         DT_WARN("%s", why);
+    if (t->r.rank == 0) dt_trace_marks_backfill(dt_env_str("DTRAIN_FAILURES"));
 }
 
 static int setup(dt_run *t)

@@ -19,7 +19,9 @@ undisturbed, with reductions that sum in rank order (--comm-algo):
   auto    DDP with the default algorithms, which do not sum in rank order:
           the shrunk run says so, and ends within 1e-5 of the 4-rank run
           (30 steps)
-The logged losses are the 4-rank run's too (rank order). And refused: bad
+The logged losses are the 4-rank run's too (rank order). The auto case
+also runs with --trace: the timeline marks the failed start as a failure
+too. And refused: bad
 values of --min-nproc, and layouts that cannot shrink.
 """
 import json
@@ -114,6 +116,20 @@ def expect_shrunk(name, out, lost, restarts):
           % (name, restarts, summary.group(0) if summary else "no failures line"))
 
 
+def check_failure_marks(trace, lost):
+    """--trace marks both failures: rank `lost` killed (restart 1), and its
+    replacement failing before it joined (restart 2), an attempt whose
+    rank 0 never opened the marks: the next one marks it from the
+    launcher's log of failures."""
+    ev = json.load(open(trace)) if os.path.exists(trace) else {"traceEvents": []}
+    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+    fail = sorted((e["args"]["restart"], e["args"]["rank"], e["args"]["how"]) for e in ev
+                  if e.get("cat") == "restart" and e.get("name") == "failure")
+    check(len(fail) == 2 and fail[0][:2] == (1, lost) and "killed by signal 9" in fail[0][2]
+          and fail[1][:2] == (2, lost) and "exited with status 1" in fail[1][2],
+          "auto: the timeline marks both failures, the failed start's too (%s)" % fail)
+
+
 def exact_case(dtrain, tmp, name, args, lost, then_kill_rank0):
     ref, ref_losses = reference(dtrain, tmp, name + "_ref", args)
     rc, out, w, got = shrink_run(dtrain, tmp, name, args, lost, then_kill_rank0)
@@ -142,7 +158,8 @@ def main():
         # steps, by where the kill lands): 30 steps.
         short = ["--steps", "30"]
         ref, _ = reference(dtrain, tmp, "auto_ref", short)
-        rc, out, w, _ = shrink_run(dtrain, tmp, "auto", short, 3)
+        trace = os.path.join(tmp, "auto.trace.json")
+        rc, out, w, _ = shrink_run(dtrain, tmp, "auto", short + ["--trace", trace], 3)
         err, where = rel_err(w, ref, 1e-3, 30) if rc == 0 else (1.0, "")
         check(rc == 0 and err <= 1e-5 and not same_bits(w, ref),
               "auto: the default all-reduce, not in rank order: within 1e-5 of the 4-rank "
@@ -151,6 +168,7 @@ def main():
                         r"rounding of the 4-rank run's \(--comm-algo allreduce=naive gives "
                         r"its bits\)", out), "auto: rank 0 says the weights are within rounding")
         expect_shrunk("auto", out, 3, 2)
+        check_failure_marks(trace, 3)
 
         expect_refused(dtrain, ONE, [
             (["--nproc", "4", "--max-restarts", "1", "--min-nproc", "5"],
