@@ -301,7 +301,13 @@ void dt_run_snapshots_summary(dt_run *t, double train_s)
     }
     if (t->snap.restart == 0 || t->r.rank != 0 || t->steps_run == 0) return;
     const history h = read_history(t);
-    if (!h.start_ns || !h.restarts) return;
+    if (!h.start_ns) { /* the history was on rank 0's host, and went with it */
+        fprintf(t->out, "failures: %ld restart(s); steps lost, recovery times and training "
+                "efficiency unknown: the job's history in %s was lost with rank 0's host\n",
+                t->snap.restart, t->snap.dir);
+        return;
+    }
+    if (!h.restarts) return;
     /* torchft's training efficiency: the share of the wall time since the
      * job started not lost to failures. A failure costs its recovery (to
      * the end of the first step after it, less that step) and the steps
