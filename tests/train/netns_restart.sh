@@ -64,8 +64,10 @@ logged() { # the steps a --log-json file holds so far (0 before it exists)
     echo "${n:-0}"
 }
 
-# lose NAME NODE: once 8 steps are logged, the host's snapshots are
-# emptied (in its mount namespace) and its rank killed.
+# lose NAME NODE: once 8 steps are logged, the host's rank is stopped, its
+# snapshots emptied (in its mount namespace), and the rank killed: a host
+# lost at once. (Emptied first, a live rank could meet the empty directory
+# and exit on its own, and the kill then hit its replacement.)
 lose() {
     local name=$1 node=$2 pid=${HOST_PID[$2]} i
     for i in $(seq 1 600); do
@@ -73,6 +75,7 @@ lose() {
         alive "$pid" || fail "$name: host $node's launcher ended before 8 steps"
         sleep 0.05
     done
+    pkill -STOP -P "$pid"
     nsenter -t "$pid" -m -- sh -c 'rm -rf /dev/shm/dtrain-snap-*'
     pkill -KILL -P "$pid"
     note "$name: host $node's memory emptied and its rank killed at logged step $(logged "$TMP/$name.json")"

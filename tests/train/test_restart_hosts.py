@@ -64,6 +64,11 @@ def job(dtrain, tmp, name, nproc, per_host, args, lose=None, victims=(), env=Non
         while logged(log) < 8 and p.poll() is None and time.time() < deadline:
             time.sleep(0.02)
         live = ranks_of(p.pid)
+        # Stopped first, so that a victim never meets its emptied memory
+        # and ends on its own before the kill (a host lost at once).
+        for r in victims:
+            if r in live:
+                os.kill(live[r], signal.SIGSTOP)
         if lose is not None:
             # Files only: a rank may be writing into the directories meanwhile.
             for root, _, files in os.walk(os.path.join(shm, str(lose))):
