@@ -33,15 +33,18 @@ struct dt_async {
  * small operation's round trip, so that handing one over costs no wake-up
  * (on a virtual machine waking a sleeping thread took 50-150 us, three
  * times an 8-byte all-reduce from PyTorch), and short beside a step. The
- * poll yields the core between looks, so a thread with work takes it. */
+ * poll yields the core between looks, so a thread with work takes it. On
+ * a crowded host (more ranks than cores: comm.c's yield_ns) a waiter
+ * sleeps at once: the core is better spent on another rank. */
 #define DT_ASYNC_POLL_NS 100000ull
 
 /* Polls until *v differs from seen (1) or the time is up (0). */
-static int poll_change(const _Atomic unsigned *v, unsigned seen)
+static int poll_change(const dt_comm *c, const _Atomic unsigned *v, unsigned seen)
 {
     const uint64_t t0 = dt_now_ns();
     do {
         if (atomic_load_explicit(v, memory_order_acquire) != seen) return 1;
+        if (c->yield_ns) return 0;
         sched_yield();
     } while (dt_now_ns() - t0 < DT_ASYNC_POLL_NS);
     return 0;
@@ -149,7 +152,7 @@ static void *progress_main(void *arg)
         if (!a->stop && !a->head && !a->running) { /* idle: poll a while, then sleep */
             const unsigned seen = atomic_load(&a->submitted);
             pthread_mutex_unlock(&a->mu);
-            poll_change(&a->submitted, seen);
+            poll_change(c, &a->submitted, seen);
             pthread_mutex_lock(&a->mu);
         }
         while (!a->stop && (!a->head || a->running)) pthread_cond_wait(&a->work, &a->mu);
@@ -239,7 +242,7 @@ int dt_wait_timed(dt_request *r, uint64_t *start_ns, uint64_t *end_ns)
 {
     if (!r) return DT_ERR_INVALID;
     struct dt_async *a = r->comm->async;
-    if (!poll_change(&r->done, 0)) {
+    if (!poll_change(r->comm, &r->done, 0)) {
         pthread_mutex_lock(&a->mu);
         while (!atomic_load(&r->done)) pthread_cond_wait(&a->idle, &a->mu);
         pthread_mutex_unlock(&a->mu);
