@@ -11,7 +11,7 @@
 #include "kernels/threads.h"
 #include "model/gpt.h"
 
-enum { L = 2, NH = 2, C = 32, V = 67, BLOCK = 16 };
+enum { L = 2, NH = 2, C = 32, V = 50257, BLOCK = 16 }; /* GPT-2's vocabulary */
 static const uint64_t SEED = 1234;
 
 /* splitmix64, a number at a time. */

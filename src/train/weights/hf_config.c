@@ -182,6 +182,24 @@ static int gpt2_refusals(const conf *c, const dt_gpt_config *cfg, char *err, siz
     return 0;
 }
 
+/* The Llama family's keys: the sizes s[0..n) against the shapes, the
+ * heads, the tie, what it does not compute, and the context, rotary base
+ * and norm epsilon with the family's config class's defaults. */
+static int read_family(const conf *c, const dt_st_file *f, dt_gpt_config *cfg,
+                       const shape_size *s, int n, int ctx, double theta, double eps, char *err,
+                       size_t errlen)
+{
+    if (check_sizes(c, s, n, err, errlen) ||
+        heads(c, "num_attention_heads", "num_key_value_heads", f, cfg, err, errlen) ||
+        check_tie(c, 0, cfg, err, errlen) || llama_refusals(c, cfg, err, errlen))
+        return -1;
+    return count(c, "max_position_embeddings", ctx, &cfg->block_size, err, errlen) ||
+                   positive(c, "rope_theta", theta, &cfg->rope_theta, err, errlen) ||
+                   positive(c, "rms_norm_eps", eps, &cfg->norm_eps, err, errlen)
+               ? -1
+               : 0;
+}
+
 static int read_llama(const conf *c, const dt_st_file *f, dt_gpt_config *cfg, char *err,
                       size_t errlen)
 {
@@ -191,16 +209,7 @@ static int read_llama(const conf *c, const dt_st_file *f, dt_gpt_config *cfg, ch
         {"num_hidden_layers", &cfg->n_layer, "the model.layers.{i} in the files"},
         {"intermediate_size", &cfg->ffn, "model.layers.0.mlp.gate_proj.weight's rows"},
     };
-    if (check_sizes(c, s, 4, err, errlen) ||
-        heads(c, "num_attention_heads", "num_key_value_heads", f, cfg, err, errlen) ||
-        check_tie(c, 0, cfg, err, errlen) || llama_refusals(c, cfg, err, errlen))
-        return -1;
-    /* LlamaConfig's defaults where a key is absent. */
-    return count(c, "max_position_embeddings", 2048, &cfg->block_size, err, errlen) ||
-                   positive(c, "rope_theta", 10000.0, &cfg->rope_theta, err, errlen) ||
-                   positive(c, "rms_norm_eps", 1e-6, &cfg->norm_eps, err, errlen)
-               ? -1
-               : 0;
+    return read_family(c, f, cfg, s, 4, 2048, 10000.0, 1e-6, err, errlen); /* LlamaConfig's */
 }
 
 /* Mixtral: the Llama family whose MLP is E SwiGLU experts and a router,
@@ -217,13 +226,8 @@ static int read_mixtral(const conf *c, const dt_st_file *f, dt_gpt_config *cfg, 
         {"num_local_experts", &cfg->moe.experts, "block_sparse_moe.gate.weight's rows"},
     };
     double window;
-    if (check_sizes(c, s, 5, err, errlen) ||
-        heads(c, "num_attention_heads", "num_key_value_heads", f, cfg, err, errlen) ||
-        check_tie(c, 0, cfg, err, errlen) || llama_refusals(c, cfg, err, errlen) ||
-        count(c, "num_experts_per_tok", 2, &cfg->moe.topk, err, errlen) ||
-        count(c, "max_position_embeddings", 4096 * 32, &cfg->block_size, err, errlen) ||
-        positive(c, "rope_theta", 1e6, &cfg->rope_theta, err, errlen) ||
-        positive(c, "rms_norm_eps", 1e-5, &cfg->norm_eps, err, errlen))
+    if (read_family(c, f, cfg, s, 5, 4096 * 32, 1e6, 1e-5, err, errlen) || /* MixtralConfig's */
+        count(c, "num_experts_per_tok", 2, &cfg->moe.topk, err, errlen))
         return -1;
     if (cfg->moe.topk > cfg->moe.experts)
         return dt_strf(err, errlen, "%s: num_experts_per_tok %d is more than num_local_experts "
