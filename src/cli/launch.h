@@ -80,6 +80,7 @@ struct rank {
     int code;   /* exit code, when it exited */
     int signo;  /* signal, when it was killed */
     int stopped; /* the signal that stopped it (SIGSTOP, SIGTSTP...), while stopped */
+    int unjudged; /* ended in failure, not yet judged (check_ranks) */
     struct stream out, err;
 };
 

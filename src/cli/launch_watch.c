@@ -216,7 +216,11 @@ static void note_stop(struct job *j, struct rank *r, int sig)
     r->stopped = sig;
 }
 
-/* Notes every rank that has ended, without reaping it (see the top). */
+/* Notes every rank that has ended, without reaping it (see the top).
+ * Among ranks found ended together, those killed by a signal are judged
+ * first: a rank killed from outside (kill -9, the OOM killer) is usually
+ * why its peers exited with status 1, and rank order must not make a
+ * peer's exit the job's first failure. */
 static void check_ranks(struct job *j)
 {
     for (int i = 0; i < j->nranks; i++) {
@@ -238,8 +242,15 @@ static void check_ranks(struct job *j)
             r->signo = si.si_status;
         /* Its last words come before our verdict on it. */
         launch_drain_rank(j, r, 0);
-        if (rank_status(r) != 0) on_rank_failed(j, r);
+        r->unjudged = rank_status(r) != 0;
     }
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < j->nranks; i++) {
+            struct rank *r = &j->ranks[i];
+            if (!r->unjudged || (pass == 0) != (r->signo != 0)) continue;
+            r->unjudged = 0;
+            on_rank_failed(j, r);
+        }
     if (j->restart_pending && j->phase == PHASE_RUNNING) enter_kill(j);
     if (!j->failed && ranks_alive(j) == 0) launch_store_done(j);
 }
