@@ -200,8 +200,13 @@ def check_trains_as_file(dtrain, tmp, src, model, state, tokens):
     single = os.path.join(tmp, "single.safetensors")
     st_write(single, state, {"n_head": str(NH), "n_kv_head": str(KV), "block_size": str(CTX),
                              "rope_theta": repr(THETA), "norm_eps": repr(EPS)})
-    a, _ = train(dtrain, tmp, src, os.path.join(tmp, "trained") + "/", 3, 3e-3,
-                 ["--arch", "llama"])
+    a, out = train(dtrain, tmp, src, os.path.join(tmp, "trained") + "/", 3, 3e-3,
+                   ["--arch", "llama"])
+    said = out.splitlines()[0] if out else ""
+    check(said == 'model  from %s (its sizes: see "model:" below)' % src and
+          "%d layers, %d heads, %d embd" % (L, NH, C) in out,
+          "the run's summary names the directory as the model, not the default preset's sizes "
+          "(%r)" % said)
     b, _ = train(dtrain, tmp, single, os.path.join(tmp, "trained.safetensors"), 3, 3e-3,
                  ["--arch", "llama"])
     ref = first_loss(model, tokens)
