@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "core/env.h"
+#include "core/log.h"
 #include "core/timer.h"
 #include "train/ckpt/checkpoint.h"
 #include "train/ckpt/shard.h"
@@ -35,7 +36,10 @@
 #include "train/trace_marks.h"
 
 #define PROGRESS "progress"
-#define HISTORY "history" /* rank 0's record of the job's start and its restarts */
+/* The job's start and its restarts, and the last step completed: each host's
+ * first rank keeps both, so that a host lost (rank 0's too) leaves them on
+ * the others. */
+#define HISTORY "history"
 
 /* The restart variables: 0 when there is no launcher that restarts. */
 static int read_env(dt_run *t, long *max_restarts)
@@ -70,7 +74,14 @@ static int check_room(dt_run *t)
                    need / 1048576.0, have / 1048576.0), -1;
 }
 
-/* The last step the failed attempt completed, or -1 when unknown. */
+/* This host's first rank: it keeps the host's progress and history. */
+static int host_first(const dt_run *t)
+{
+    return !t->r.world || dt_comm_local_rank(t->r.world) == 0;
+}
+
+/* The last step the failed attempt completed, as this host recorded it,
+ * or -1 when unknown. */
 static long read_progress(const dt_run *t)
 {
     char path[320], buf[32] = {0};
@@ -90,14 +101,17 @@ int dt_run_snapshots_start(dt_run *t, const char *where)
     /* Each host's first rank: a host may come to hold every shard of a
      * slot (its own, its partners' copies, or all of them after a
      * recovery fetched what it lacked). */
-    const int first = !t->r.world || dt_comm_local_rank(t->r.world) == 0;
-    if (t->snap.every > 0 && t->snap.restart == 0 && first && check_room(t)) return -1;
+    if (t->snap.every > 0 && t->snap.restart == 0 && host_first(t) && check_room(t)) return -1;
     if (t->snap.every > 0 && dt_run_snapshot_writer_start(t)) return -1;
     if (t->snap.restart == 0) return 0;
     const char *source = !where                       ? "the start (no snapshot or checkpoint yet)"
                          : where == t->snap.dir       ? "the snapshot in memory"
                                                       : "the checkpoint on disk";
-    long done = read_progress(t);
+    /* The furthest any host recorded: a host lost took its record along. */
+    int64_t done = host_first(t) ? read_progress(t) : -1;
+    if (t->r.world && dt_allreduce(t->r.world, &done, &done, 1, DT_I64, DT_MAX))
+        return dt_strf(ERR(t), "restart: agreeing on the last step completed: %s",
+                       dt_comm_error(t->r.world)), -1;
     t->snap.lost = done >= t->step ? done - t->step : -1;
     fprintf(t->out, "restart %ld: rank %s %s; continuing at step %ld from %s", t->snap.restart,
             rank ? rank : "?", how ? how : "failed", t->step, source);
@@ -105,7 +119,7 @@ int dt_run_snapshots_start(dt_run *t, const char *where)
     if (where == t->snap.dir && t->snap.moved[0])
         fprintf(t->out, ", %llu file(s) of it (%.1f MiB) copied between hosts",
                 (unsigned long long)t->snap.moved[0], (double)t->snap.moved[1] / 1048576.0);
-    if (done >= t->step) fprintf(t->out, ", %ld step(s) lost", done - t->step);
+    if (done >= t->step) fprintf(t->out, ", %ld step(s) lost", (long)(done - t->step));
     fprintf(t->out, "\n");
     fflush(t->out);
     /* The last restart the launcher allows: what memory holds goes to
@@ -115,7 +129,8 @@ int dt_run_snapshots_start(dt_run *t, const char *where)
     return 0;
 }
 
-/* Appends a line to the job's history (rank 0; first: a new file). */
+/* Appends a line to the job's history (each host's first rank; first: a
+ * new file). */
 static void history_add(const dt_run *t, int first, const char *fmt, long a, long b, uint64_t c)
 {
     char path[320];
@@ -126,8 +141,9 @@ static void history_add(const dt_run *t, int first, const char *fmt, long a, lon
     fclose(f);
 }
 
-/* Rank 0: the last step completed, for a restart's count of steps lost
- * (a write to tmpfs a step; a torn one reads as unknown). */
+/* The last step completed, for a restart's count of steps lost (each
+ * host's first rank: a write to tmpfs a step; a torn one reads as
+ * unknown). */
 static void write_progress(const dt_run *t)
 {
     char path[320], line[32];
@@ -160,13 +176,13 @@ int dt_run_snapshot_after_step(dt_run *t, int save)
                 (double)took * 1e-9, (double)start * 1e-9, join, find,
                 (double)(loaded - t->snap.joined_ns) * 1e-9 - find,
                 (double)(dt_now_ns() - t->snap.loaded_ns) * 1e-9);
-        if (t->r.rank == 0)
+        if (host_first(t))
             history_add(t, 0, "restart %ld %ld %llu\n", t->snap.restart, t->snap.lost, took);
         dt_trace_mark_recovery(t->snap.failure_ns, took, t->snap.from_step, t->snap.lost);
     }
     if (t->snap.max_restarts > 0) fflush(t->out); /* a rank killed loses no line it printed */
     if (t->snap.every == 0) return 0;
-    if (t->r.rank == 0) write_progress(t); /* first: this step is done, snapshot or not */
+    if (host_first(t)) write_progress(t); /* first: this step is done, snapshot or not */
     if (t->step % t->snap.every == 0 || save) {
         char path[512];
         const uint64_t t0 = dt_now_ns(), opened = t->snap.open_ns;
@@ -233,7 +249,7 @@ int dt_run_snapshots_setup(dt_run *t, const char **where)
     if (mkdir(t->snap.dir, 0700) < 0 && errno != EEXIST)
         return dt_strf(ERR(t), "restarts: cannot create %s: %s", t->snap.dir, strerror(errno)),
                -1;
-    if (t->snap.restart == 0 && t->r.rank == 0)
+    if (t->snap.restart == 0 && host_first(t))
         history_add(t, 1, "start %ld %ld %llu\n", 0, 0, dt_now_ns());
     if (t->snap.restart == 0) return 0;
     t->snap.pool_ns = dt_now_ns();
@@ -278,6 +294,21 @@ static history read_history(const dt_run *t)
     return h;
 }
 
+/* The history as the lowest rank holding a whole one has it (a host lost
+ * since the start began a new record, with no start in it): restarts,
+ * steps lost, recovery time in all and at most, and the seconds since the
+ * job started on that host's clock. restarts -1: no host kept it. */
+static int agree_history(const dt_run *t, double v[5])
+{
+    const history h = host_first(t) ? read_history(t) : (history){0};
+    int64_t from = h.start_ns ? t->r.rank : INT64_MAX;
+    v[0] = (double)h.restarts, v[1] = (double)h.lost, v[2] = h.recovery_s, v[3] = h.worst_s;
+    v[4] = h.start_ns ? (double)(dt_now_ns() - h.start_ns) * 1e-9 : 0.0;
+    if (t->r.world && dt_allreduce(t->r.world, &from, &from, 1, DT_I64, DT_MIN)) return -1;
+    if (from == INT64_MAX) return v[0] = -1, 0;
+    return t->r.world ? dt_broadcast(t->r.world, v, v, 5, DT_F64, (int)from) : 0;
+}
+
 void dt_run_snapshots_summary(dt_run *t, double train_s)
 {
     if (t->snap.count > 0) {
@@ -299,33 +330,41 @@ void dt_run_snapshots_summary(dt_run *t, double train_s)
                     (double)t->snap.open_ns * 1e-6);
         fprintf(t->out, "\n");
     }
-    if (t->snap.restart == 0 || t->r.rank != 0 || t->steps_run == 0) return;
-    const history h = read_history(t);
-    if (!h.start_ns) { /* the history was on rank 0's host, and went with it */
-        fprintf(t->out, "failures: %ld restart(s); steps lost, recovery times and training "
-                "efficiency unknown: the job's history in %s was lost with rank 0's host\n",
-                t->snap.restart, t->snap.dir);
+    /* Every rank takes part in the agreement; rank 0 prints. */
+    if (t->snap.restart == 0 || t->steps_run == 0) return;
+    double h[5];
+    if (agree_history(t, h)) {
+        DT_WARN("failures: the job's history could not be gathered: %s",
+                t->r.world ? dt_comm_error(t->r.world) : "?");
         return;
     }
-    if (!h.restarts) return;
+    if (t->r.rank != 0) return;
+    if (h[0] < 0) { /* every host that kept it was lost at some point */
+        fprintf(t->out, "failures: %ld restart(s); steps lost, recovery times and training "
+                "efficiency unknown: every host that kept the job's history in %s has been "
+                "lost since\n", t->snap.restart, t->snap.dir);
+        return;
+    }
+    const long restarts = (long)h[0], lost = (long)h[1];
+    if (!restarts) return;
     /* torchft's training efficiency: the share of the wall time since the
      * job started not lost to failures. A failure costs its recovery (to
      * the end of the first step after it, less that step) and the steps
      * it lost, at this attempt's pace. */
-    const double wall = (double)(dt_now_ns() - h.start_ns) * 1e-9;
+    const double wall = h[4];
     const double step_s = train_s / (double)t->steps_run;
-    double lost_s = h.recovery_s + (double)(h.lost - h.restarts) * step_s;
+    double lost_s = h[2] + (double)(lost - restarts) * step_s;
     if (lost_s < 0) lost_s = 0;
     if (lost_s > wall) lost_s = wall;
     /* The launcher counts every restart; the history only those whose
      * attempt completed a step (a rank that failed before it joined, and
      * the job that shrank for it, left none). */
-    const long all = t->snap.restart > h.restarts ? t->snap.restart : h.restarts;
+    const long all = t->snap.restart > restarts ? t->snap.restart : restarts;
     fprintf(t->out, "failures: %ld restart(s)", all);
-    if (all > h.restarts)
-        fprintf(t->out, " (%ld of them failed before their first step)", all - h.restarts);
+    if (all > restarts)
+        fprintf(t->out, " (%ld of them failed before their first step)", all - restarts);
     fprintf(t->out, ", %ld step(s) lost, recovery %.2f s on average (%.2f s at most), training "
             "efficiency %.1f%% (%.1f s of %.1f s since the job started lost to failures)\n",
-            h.lost, h.recovery_s / (double)h.restarts, h.worst_s, 100.0 * (1.0 - lost_s / wall),
+            lost, h[2] / (double)restarts, h[3], 100.0 * (1.0 - lost_s / wall),
             lost_s, wall);
 }

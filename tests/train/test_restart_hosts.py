@@ -29,6 +29,7 @@ history is lost, and the summary says so rather than staying silent. Needs CAP_S
 SKIP and exits 77 without it.
 """
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -139,13 +140,20 @@ def main():
                 check(told, "%s, %s: the restart continued from the snapshot in memory%s (%s)"
                       % (name, what, "" if lose is None else
                          " and says what was copied between hosts", said))
-                # Rank 0's host lost takes the job's history with it: the
-                # summary still counts the restart and says what it cannot.
+                # Rank 0's host lost: the other host kept the job's history
+                # and its last step, so the restart counts the steps lost
+                # and the summary is whole.
                 if lose == 0:
-                    check("failures: 1 restart(s); steps lost, recovery times and training "
-                          "efficiency unknown: the job's history" in out,
-                          "%s, %s: the summary counts the restart and says the history went "
-                          "with rank 0's host" % (name, what))
+                    summary = re.search(r"failures: 1 restart\(s\), (\d+) step\(s\) lost, "
+                                        r"recovery [0-9.]+ s on average .*training efficiency "
+                                        r"[0-9.]+%", out)
+                    restart_lost = re.search(r", (\d+) step\(s\) lost$", said[0]) if said else None
+                    check(summary and restart_lost and
+                          summary.group(1) == restart_lost.group(1),
+                          "%s, %s: the other host kept the history: the restart and the summary "
+                          "count the same steps lost (%s; %s)"
+                          % (name, what, said, summary.group(0) if summary else
+                             [l for l in out.splitlines() if l.startswith("failures:")]))
                 if not (same and told):
                     print(out[-6000:])
     finish()
