@@ -3,6 +3,7 @@
 
 #include <ATen/core/ivalue.h>
 #include <ATen/core/jit_type.h>
+#include <pybind11/pybind11.h>
 
 #include <chrono>
 #include <exception>
@@ -89,7 +90,17 @@ Completer::~Completer()
         stop_ = true;
     }
     cv_.notify_all();
-    thread_.join();
+    // The thread drops its reference to each Work it completed, and may
+    // need the GIL for that: a tensor that Python let go of while a Work
+    // still held it keeps its Python object alive, freed with the tensor.
+    // A group deleted from Python would join it holding the GIL, and wait
+    // forever.
+    if (Py_IsInitialized() && PyGILState_Check()) {
+        pybind11::gil_scoped_release no_gil;
+        thread_.join();
+    } else {
+        thread_.join();
+    }
 }
 
 void Completer::push(c10::intrusive_ptr<WorkDtrain> work)

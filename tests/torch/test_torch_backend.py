@@ -23,7 +23,8 @@ non-contiguous tensors, asynchronous calls and futures, subgroups, DDP for
 20 steps under both backends, the refusals (a bitwise op on floats, a dtype dtrain
 cannot reduce, coalesced calls of mixed dtypes), tags and a tag mismatch, the
 coalesced calls, a size mismatch that must fail on every rank within
-seconds, and a rank whose process ends while the others wait for it.
+seconds, a group deleted while a receive whose tensor Python dropped is
+pending, and a rank whose process ends while the others wait for it.
 
 usage: test_torch_backend.py DTRAIN PYTHON_DIR NRANKS [env|file]
   Starts NRANKS workers with `dtrain launch`, which join through env://
@@ -580,6 +581,37 @@ def test_ddp():
         same("DDP weights of rank %d equal ours" % r, every[r], wd)
 
 
+def test_destroy_pending():
+    """A group destroyed from Python while its completion thread still
+    holds a Work whose tensor Python let go of: PyTorch hands that tensor's
+    Python object to the tensor, so dropping the Work needs the GIL, which
+    the destroying thread holds. Rank 1 drops an irecv's tensor and Work and
+    destroys the group before rank 0 sends; the destroy must return (it
+    deadlocked, as test_send_recv_with_tag of PyTorch's suite did once in
+    CI), and another tensor on the same memory holds what rank 0 sent."""
+    import faulthandler
+    g = dist.new_group([0, 1])
+    if RANK > 1:
+        return
+    faulthandler.dump_traceback_later(15, exit=True)  # a deadlock holds the GIL: no Python
+    if RANK == 1:
+        t = torch.zeros(1000)
+        # Another tensor on the same memory; not a view, whose base would keep t.
+        alias = torch.empty(0).set_(t.storage())
+        w = dist.irecv(t, 0, group=g)
+        del t, w
+    else:
+        time.sleep(1)  # rank 1 is in the destroy by now
+        dist.send(torch.arange(1000.), 1, group=g)
+    t0 = time.time()
+    dist.destroy_process_group(g)
+    del g
+    faulthandler.cancel_dump_traceback_later()
+    if RANK == 1:
+        same("irecv completed by the group's destroy", alias, torch.arange(1000.))
+        check(time.time() - t0 < 10, "the destroy took %.1f s" % (time.time() - t0))
+
+
 def test_peer_ends():
     """The last rank's process ends; the others' next all_reduce with it
     fails within seconds, naming it."""
@@ -601,7 +633,7 @@ def worker(init):
     for test in (test_allreduce, test_refusals, test_broadcast_reduce, test_gathers,
                  test_reduce_scatter, test_alltoall, test_p2p_barrier, test_noncontiguous,
                  test_async, test_subgroups, test_coalesced, test_tag_mismatch, test_mismatch,
-                 test_ddp):
+                 test_ddp, test_destroy_pending):
         test()
         dist.barrier(group=GLOO)
         if RANK == 0:
