@@ -29,9 +29,9 @@ static const char *profiling_title(const char *name)
 
 WorkDtrain::WorkDtrain(int rank, c10d::OpType type, const char *name,
                        std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep,
-                       std::function<void()> then, int source_rank)
-    : c10d::Work(rank, type, profiling_title(name)), name_(name), outputs_(std::move(outputs)), keep_(std::move(keep)),
-      then_(std::move(then)), source_rank_(source_rank),
+                       std::function<void()> then, int source)
+    : c10d::Work(rank, type, profiling_title(name)), source_rank(source), name_(name),
+      outputs_(std::move(outputs)), keep_(std::move(keep)), then_(std::move(then)),
       future_(c10::make_intrusive<c10::ivalue::Future>(
           c10::ListType::create(c10::TensorType::get())))
 {
@@ -57,7 +57,7 @@ bool WorkDtrain::wait(std::chrono::milliseconds timeout)
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkDtrain::getFuture() { return future_; }
 
-int WorkDtrain::sourceRank() const { return source_rank_; }
+int WorkDtrain::sourceRank() const { return source_rank; }
 
 void WorkDtrain::complete(int status, const std::string &message)
 {

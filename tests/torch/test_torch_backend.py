@@ -21,7 +21,8 @@ other calls; where it lacks a dtype (bool, int16, bfloat16) the reference
 is computed here from every rank's inputs, which each rank can make. Also:
 non-contiguous tensors, asynchronous calls and futures, subgroups, DDP for
 20 steps under both backends, the refusals (a bitwise op on floats, a dtype dtrain
-cannot reduce, coalesced calls of mixed dtypes), tags and a tag mismatch, the
+cannot reduce, coalesced calls of mixed dtypes), tags and a tag mismatch,
+receives from any source (the sender and its payload, in a group too), the
 coalesced calls, a size mismatch that must fail on every rank within
 seconds, a group deleted while a receive whose tensor Python dropped is
 pending, and a rank whose process ends while the others wait for it.
@@ -404,6 +405,43 @@ def test_p2p_barrier():
         dist.barrier()
 
 
+def test_any_source():
+    """Rank 0 receives from any source, dist.recv without src (which returns
+    the sender) and irecv then _source_rank() in turn, while every other
+    rank sends it two messages tagged 5: each names its sender and holds
+    that sender's next message. In a group of ranks 0 and N-1 the sender
+    comes back as its global rank."""
+    if N == 1:
+        return
+    if RANK != 0:
+        for k in range(2):
+            dist.send(make(torch.float32, 33, RANK, 7000 + k), 0, tag=5)
+    else:
+        seen = {}
+        for i in range(2 * (N - 1)):
+            got = torch.empty(33)
+            if i % 2 == 0:
+                src = dist.recv(got, tag=5)
+            else:
+                w = dist.irecv(got, tag=5)
+                w.wait()
+                src = w._source_rank()
+            k = seen.get(src, 0)
+            seen[src] = k + 1
+            check(0 < src < N, "recv from any source: sender %r" % src)
+            same("recv from any source, message %d of rank %r" % (k, src), got,
+                 make(torch.float32, 33, src, 7000 + k))
+        check(seen == {r: 2 for r in range(1, N)}, "messages by sender: %r" % seen)
+    g = dist.new_group([0, N - 1])
+    if RANK == N - 1:
+        dist.send(torch.full((4,), 9.0), 0, group=g)
+    elif RANK == 0:
+        got = torch.empty(4)
+        src = dist.recv(got, group=g)
+        check(src == N - 1, "recv from any source in group [0, %d]: sender %r" % (N - 1, src))
+        same("recv from any source in a group", got, torch.full((4,), 9.0))
+
+
 def test_tag_mismatch():
     """Rank 1 receives with a tag rank 0 did not send: both get an
     exception naming the tags."""
@@ -631,7 +669,8 @@ def worker(init):
     setup(init)
     t0 = time.time()
     for test in (test_allreduce, test_refusals, test_broadcast_reduce, test_gathers,
-                 test_reduce_scatter, test_alltoall, test_p2p_barrier, test_noncontiguous,
+                 test_reduce_scatter, test_alltoall, test_p2p_barrier, test_any_source,
+                 test_noncontiguous,
                  test_async, test_subgroups, test_coalesced, test_tag_mismatch, test_mismatch,
                  test_ddp, test_destroy_pending):
         test()
