@@ -226,6 +226,18 @@ int dt_isend_tag(dt_comm *c, const void *buf, size_t count, dt_dtype t, int peer
                  dt_request **req);
 int dt_irecv_tag(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer, int tag,
                  dt_request **req);
+/* Receive from any source: the next message of whichever member's comes
+ * first with this tag (a peer whose next message has another tag, or is
+ * a collective's, is passed over; its message stays for the receive it
+ * belongs to). A pair's messages still arrive in the order they were
+ * sent. *source (when not NULL) is the sender's rank once the call
+ * succeeded, -1 until it has one. Receives posted after it wait until it
+ * has chosen its sender, so each message goes to the first receive posted
+ * that can take it, as in MPI. The count must equal the sender's; a
+ * communicator of one rank refuses the call (DT_ERR_INVALID). */
+int dt_recv_any(dt_comm *c, void *buf, size_t count, dt_dtype t, int tag, int *source);
+int dt_irecv_any(dt_comm *c, void *buf, size_t count, dt_dtype t, int tag, int *source,
+                 dt_request **req);
 int dt_wait(dt_request *req);
 int dt_test(dt_request *req, int *done);
 

@@ -82,7 +82,7 @@ static void take_p2p(struct dt_async *a, p2p_step *st, dt_p2p *ops)
         if (!a->head) a->tail = NULL;
         st->reqs[st->n] = r;
         st->calls[st->n] = r->args;
-        ops[st->n] = dt_p2p_from_call(st->c, &st->calls[st->n]);
+        ops[st->n] = dt_p2p_from_call(&st->calls[st->n]);
         st->n++;
     }
 }

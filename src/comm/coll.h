@@ -52,6 +52,10 @@ typedef struct {
     int root; /* root, or peer for send/recv */
     int is_recv; /* DT_COLL_SEND: 1 for the receiving side */
     int tag;     /* DT_COLL_SEND: the caller's label, which both sides must give alike */
+    /* DT_COLL_SEND, a receive from any source (root DT_P2P_ANY): set;
+     * source, where the sender's rank goes once it is chosen, or NULL. */
+    int any_source;
+    int *source;
     int algo;    /* index in dt_algo_table, or DT_ALGO_AUTO; fixed at submit */
     dt_coll_v v; /* DT_COLL_ALLTOALLV; count is then its largest per-peer count */
     int stream_out; /* write every output block past the cache (DT_STREAM_MIN), whatever its size */
@@ -74,5 +78,8 @@ static inline size_t dt_coll_v_displ(const dt_coll_args *a, int peer, int send)
 
 /* The operations of a step: send, receive, receive-and-reduce. */
 typedef enum { DT_P2P_SEND = 0, DT_P2P_RECV, DT_P2P_RECV_REDUCE } dt_p2p_kind;
+
+/* The peer of a receive from any source until it has chosen its sender. */
+#define DT_P2P_ANY (-1)
 
 #endif

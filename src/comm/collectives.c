@@ -61,8 +61,8 @@ static void buffer_counts(const dt_comm *c, const dt_coll_args *a, size_t *ns, s
 
 static int validate(dt_comm *c, dt_coll_args *a)
 {
-    const char *name = a->kind == DT_COLL_SEND ? (a->is_recv ? "recv" : "send")
-                                               : dt_coll_name(a->kind);
+    const char *name = dt_coll_name(a->kind);
+    if (a->kind == DT_COLL_SEND) name = a->any_source ? "recv_any" : a->is_recv ? "recv" : "send";
     if ((unsigned)a->dtype >= DT_DTYPE_COUNT)
         return invalid(c, "dt_%s: dtype %lld is not a dt_dtype", name, a->dtype);
     if (has_op(a->kind) && (unsigned)a->op >= DT_OP_COUNT)
@@ -73,7 +73,10 @@ static int validate(dt_comm *c, dt_coll_args *a)
         return dt_comm_invalid(c, "dt_%s: op %s needs an integer dtype (i32, i64, u8), not %s",
                                name, dt_op_name((dt_op)a->op),
                                dt_dtype_name((dt_dtype)a->dtype));
-    if (has_root(a->kind) && (a->root < 0 || a->root >= c->size))
+    if (a->any_source && c->size < 2)
+        return dt_comm_invalid(c, "dt_%s: the communicator has no other rank to receive from "
+                               "(it has 1 rank)", name);
+    if (has_root(a->kind) && !a->any_source && (a->root < 0 || a->root >= c->size))
         return invalid(c, a->kind == DT_COLL_SEND ? "dt_%s: peer %lld is not a rank of the communicator"
                                                   : "dt_%s: root %lld is not a rank of the communicator",
                        name, a->root);
@@ -212,20 +215,18 @@ static int run_alltoallv(dt_comm *c, const dt_coll_args *a, size_t esz)
     return c->size > 1 ? run_algo(c, a, a->send, a->recv) : 0;
 }
 
-dt_p2p dt_p2p_from_call(dt_comm *c, const dt_coll_args *a)
+dt_p2p dt_p2p_from_call(const dt_coll_args *a)
 {
     size_t bytes = a->count * dt_dtype_size(a->dtype);
-    dt_p2p op = a->is_recv ? dt_p2p_recv(a->root, a->recv, bytes)
-                           : dt_p2p_send(a->root, a->send, bytes);
+    int peer = a->any_source ? DT_P2P_ANY : a->root;
+    dt_p2p op = a->is_recv ? dt_p2p_recv(peer, a->recv, bytes) : dt_p2p_send(peer, a->send, bytes);
     op.call = a;
-    /* Numbered at issue: same-peer ops complete in this order. */
-    op.p2p_seq = a->is_recv ? c->p2p_recv_seq[a->root]++ : c->p2p_send_seq[a->root]++;
     return op;
 }
 
 static int run_p2p(dt_comm *c, const dt_coll_args *a)
 {
-    dt_p2p op = dt_p2p_from_call(c, a);
+    dt_p2p op = dt_p2p_from_call(a);
     return dt_p2p_run(c, &op, 1);
 }
 
@@ -396,4 +397,22 @@ int dt_isend_tag(dt_comm *c, const void *b, size_t n, dt_dtype t, int peer, int 
 int dt_irecv_tag(dt_comm *c, void *b, size_t n, dt_dtype t, int peer, int tag, dt_request **q)
 {
     return q ? submit(c, p2p_args(NULL, b, n, t, peer, 1, tag), q) : DT_ERR_INVALID;
+}
+/* The sender is unknown until the progress thread chooses it: -1 till then. */
+static dt_coll_args any_args(void *b, size_t n, dt_dtype t, int tag, int *source)
+{
+    dt_coll_args a = p2p_args(NULL, b, n, t, DT_P2P_ANY, 1, tag);
+    a.any_source = 1;
+    a.source = source;
+    if (source) *source = -1;
+    return a;
+}
+int dt_recv_any(dt_comm *c, void *b, size_t n, dt_dtype t, int tag, int *source)
+{
+    return submit(c, any_args(b, n, t, tag, source), NULL);
+}
+int dt_irecv_any(dt_comm *c, void *b, size_t n, dt_dtype t, int tag, int *source,
+                 dt_request **q)
+{
+    return q ? submit(c, any_args(b, n, t, tag, source), q) : DT_ERR_INVALID;
 }

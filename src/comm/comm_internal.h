@@ -76,9 +76,11 @@ typedef struct {
     uint64_t ticket;
     dt_msg_hdr hdr; /* received header, or the one being sent */
     /* Point-to-point calls only: the call this op carries (its dtype and
-     * count go in the header) and its number in the pair's stream. */
+     * count go in the header) and its number in the pair's stream, taken
+     * when the op starts (seq_taken). */
     const dt_coll_args *call;
     uint64_t p2p_seq;
+    int seq_taken;
 } dt_p2p;
 
 static inline dt_p2p dt_p2p_send(int peer, const void *src, size_t bytes)
@@ -146,6 +148,12 @@ typedef struct {
      * -1 when it moves only inside progress() and nothing wakes a waiter
      * (MPI): waits then poll it, napping in between (dt_poll_nap). */
     int (*pollfd)(dt_link *l, const dt_p2p *op, struct pollfd *pfd);
+    /* The header of the next message from the peer, left for the receive
+     * that takes it (a receive from any source looks before it chooses):
+     * 1 with *h filled, 0 while it has not arrived whole, or a negative
+     * DT_ERR_* after dt_comm_fail(). Only between messages: no receive is
+     * under way on the link. */
+    int (*peek)(dt_comm *c, dt_link *l, dt_msg_hdr *h);
     void (*destroy)(dt_link *l);
 } dt_link_ops;
 
@@ -237,6 +245,7 @@ struct dt_comm {
     _Atomic uint64_t bytes_off_host; /* of them, to ranks on other hosts */
     uint64_t *p2p_send_seq; /* [size] per-peer counters for send/recv */
     uint64_t *p2p_recv_seq;
+    int any_next; /* the peer a receive from any source looks at first */
     dt_coll_args cur;     /* the collective being run */
     uint64_t cur_seq;
     const char *cur_step; /* algorithm step, for messages */
@@ -332,8 +341,9 @@ int dt_have_mpi(void);
 int dt_p2p_run(dt_comm *c, dt_p2p *ops, int n);
 /* Queued dt_isend/dt_irecv calls that the progress thread runs as one step. */
 #define DT_P2P_BATCH 32
-/* The op for one send/recv call, numbered in its pair's stream. */
-dt_p2p dt_p2p_from_call(dt_comm *c, const dt_coll_args *call);
+/* The op for one send/recv call (numbered in its pair's stream when it
+ * starts, by the executor). */
+dt_p2p dt_p2p_from_call(const dt_coll_args *call);
 /* dt_p2p_run whose op list may grow while it runs: refill(arg, ops, n, cap)
  * returns the new count (for requests queued meanwhile). */
 typedef int (*dt_p2p_refill_fn)(void *arg, dt_p2p *ops, int n, int cap);
@@ -343,6 +353,19 @@ int dt_p2p_run_growing(dt_comm *c, dt_p2p *ops, int n, int cap, dt_p2p_refill_fn
  * polled: a yield at first, then sleeps that grow with idle_ns, the time
  * since anything moved, up to a fraction of a millisecond. */
 void dt_poll_nap(uint64_t idle_ns);
+/* A receive from any source (p2p_any.c), ops[i] of a step: its choice of
+ * sender, 1 once it has one (op.peer), 0 while no peer's next message is
+ * its, or a negative DT_ERR_*. */
+int dt_p2p_any_choose(dt_comm *c, dt_p2p *ops, const unsigned char *done, int i);
+/* Whether its wait watches peer's link: a peer it may take (no earlier
+ * receive of the step waits on it) whose next message has not come, or is
+ * its own (a failed look is left to the next pass, which reports it). */
+int dt_p2p_any_waits_on(dt_comm *c, const dt_p2p *ops, const unsigned char *done, int i,
+                        int peer);
+/* For a timeout's message: the next messages it passed over, as
+ * " rank 1's is tagged 9, rank 2's is a broadcast's", or "". */
+void dt_p2p_any_passed_over(dt_comm *c, const dt_p2p *ops, const unsigned char *done, int i,
+                            char *buf, size_t len);
 /* Header helpers for links: fill from the current collective; check a
  * received one (fails c with a mismatch message naming both sides). */
 void dt_p2p_fill_hdr(const dt_comm *c, const dt_p2p *op, dt_msg_hdr *h);

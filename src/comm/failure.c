@@ -104,6 +104,9 @@ static int describe_call(const dt_comm *c, char *buf, size_t len)
     if (c->cur.kind == DT_COLL_NONE)
         return snprintf(buf, len, "rank %d of %d%s%s", c->rank, c->size,
                         comm ? " in communicator " : "", comm ? comm : "");
+    if (c->cur.kind == DT_COLL_SEND && c->cur.any_source)
+        return snprintf(buf, len, "recv from any rank (rank %d of %d%s%s)", c->rank, c->size,
+                        comm ? ", communicator " : "", comm ? comm : "");
     if (c->cur.kind == DT_COLL_SEND)
         return snprintf(buf, len, "%s with rank %d (rank %d of %d%s%s)",
                         c->cur.is_recv ? "recv" : "send", c->cur.root, c->rank, c->size,

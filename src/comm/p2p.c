@@ -3,6 +3,9 @@
  * point-to-point operations posted together. dt_p2p_run advances all of
  * them over their links until they are done, so a rank can send to its
  * right neighbour while receiving from its left one without deadlock.
+ * A receive from any source chooses its sender in the passes
+ * (p2p_any.c), and a point-to-point call takes its number in its pair's
+ * stream as it starts.
  *
  * Waiting: spin a little (the peer is usually about to deliver), then
  * block as the links say (dt_link_ops.pollfd): on the communicator's
@@ -43,13 +46,26 @@ static inline void cpu_relax(void)
 static int is_send(const dt_p2p *op) { return op->kind == DT_P2P_SEND; }
 
 /* Ops with the same peer and direction run one at a time, in array order,
- * because a link carries one message stream per direction. */
+ * because a link carries one message stream per direction; and a receive
+ * from any source that has not chosen its sender holds back the receives
+ * after it, since any message they wait for may be its own (p2p_any.c). */
 static int is_head(const dt_p2p *ops, const unsigned char *done, int i)
 {
-    for (int j = 0; j < i; j++)
-        if (!done[j] && ops[j].peer == ops[i].peer && is_send(&ops[j]) == is_send(&ops[i]))
-            return 0;
+    for (int j = 0; j < i; j++) {
+        if (done[j] || is_send(&ops[j]) != is_send(&ops[i])) continue;
+        if (ops[j].peer == ops[i].peer || ops[j].peer == DT_P2P_ANY) return 0;
+    }
     return 1;
+}
+
+/* A point-to-point call's number in its pair's stream, taken as the op
+ * starts: a pair's ops of one direction start in the order they were
+ * issued, and one from any source has a pair only once it has chosen. */
+static void take_seq(dt_comm *c, dt_p2p *op)
+{
+    uint64_t *next = is_send(op) ? c->p2p_send_seq : c->p2p_recv_seq;
+    op->p2p_seq = next[op->peer]++;
+    op->seq_taken = 1;
 }
 
 /* One pass over the ops. Returns the number still pending, or an error. */
@@ -62,6 +78,15 @@ static int progress_pass(dt_comm *c, dt_p2p *ops, unsigned char *done, int n, in
             pending++;
             continue;
         }
+        if (ops[i].peer == DT_P2P_ANY) {
+            int rc = dt_p2p_any_choose(c, ops, done, i);
+            if (rc < 0) return rc;
+            if (rc == 0) {
+                pending++;
+                continue;
+            }
+        }
+        if (ops[i].call && !ops[i].seq_taken) take_seq(c, &ops[i]);
         dt_link *l = c->links[ops[i].peer];
         int rc = l->ops->progress(c, l, &ops[i], progressed);
         if (rc < 0) return rc;
@@ -94,53 +119,86 @@ void dt_poll_nap(uint64_t idle_ns)
     nanosleep(&ts, NULL);
 }
 
+/* What a wait watches: descriptors for poll(), and whether a link waits
+ * on the doorbell or must be polled. */
+#define DT_WAIT_FDS (DT_P2P_MAX_OPS + 64)
+typedef struct {
+    struct pollfd pfds[DT_WAIT_FDS + 1]; /* and the job's wake fd */
+    int npfd, bell, polled;
+} wait_set;
+
+/* How op's link waits (dt_link_ops.pollfd). More descriptors than the
+ * set holds (a receive from any source of many TCP peers) are polled. */
+static void wait_on(dt_comm *c, const dt_p2p *op, wait_set *w)
+{
+    if (w->npfd == DT_WAIT_FDS) {
+        w->polled = 1;
+        return;
+    }
+    dt_link *l = c->links[op->peer];
+    int how = l->ops->pollfd(l, op, &w->pfds[w->npfd]);
+    if (how > 0)
+        w->npfd++;
+    else if (how < 0)
+        w->polled = 1;
+    else
+        w->bell = 1;
+}
+
 /* Sleep until a link may have moved, the job aborted, or a time slice
  * passed. Ops with a descriptor wait in poll() (with the job's wake fd so
  * that an abort interrupts); the others on the doorbell, from the count
  * `bell` read before the last pass; polled links nap briefly, since nobody
- * rings for them. */
+ * rings for them. A receive from any source waits on the peers it may
+ * take (p2p_any.c). */
 static void block_once(dt_comm *c, dt_p2p *ops, const unsigned char *done, int n, uint32_t bell,
                        int ms, uint64_t idle_ns)
 {
-    struct pollfd pfds[DT_P2P_MAX_OPS + 1];
-    int npfd = 0, bell_pending = 0, polled = 0;
+    wait_set w = {.npfd = 0};
     for (int i = 0; i < n; i++) {
         if (done[i] || !is_head(ops, done, i)) continue;
-        dt_link *l = c->links[ops[i].peer];
-        int how = l->ops->pollfd(l, &ops[i], &pfds[npfd]);
-        if (how > 0)
-            npfd++;
-        else if (how < 0)
-            polled = 1;
-        else
-            bell_pending = 1;
+        if (ops[i].peer != DT_P2P_ANY) {
+            wait_on(c, &ops[i], &w);
+            continue;
+        }
+        for (int p = 0; p < c->size; p++) {
+            if (!dt_p2p_any_waits_on(c, ops, done, i, p)) continue;
+            dt_p2p look = dt_p2p_recv(p, NULL, 0);
+            wait_on(c, &look, &w);
+        }
     }
-    if (polled) {
+    if (w.polled) {
         dt_poll_nap(idle_ns);
         return;
     }
-    if (npfd == 0) {
+    if (w.npfd == 0) {
         c->doorbell->sleep(c, bell, ms);
         return;
     }
-    pfds[npfd].fd = c->job->wake_fd;
-    pfds[npfd].events = POLLIN;
-    npfd++;
+    w.pfds[w.npfd].fd = c->job->wake_fd;
+    w.pfds[w.npfd].events = POLLIN;
     /* Descriptors and the doorbell both (TCP and shared memory in
      * hierarchical steps): poll briefly so the doorbell's side is checked
      * often. */
-    poll(pfds, (nfds_t)npfd, bell_pending ? 1 : ms);
+    poll(w.pfds, (nfds_t)w.npfd + 1, w.bell ? 1 : ms);
 }
 
-static int pending_peer(const dt_p2p *ops, const unsigned char *done, int n, const char **what)
+/* The deadline passed: fail c, naming what the first pending op waits for. */
+static int fail_timeout(dt_comm *c, const dt_p2p *ops, const unsigned char *done, int n)
 {
-    for (int i = 0; i < n; i++) {
-        if (done[i]) continue;
-        *what = is_send(&ops[i]) ? "to take our send" : "to send";
-        return ops[i].peer;
+    int i = 0;
+    while (i < n - 1 && done[i]) i++;
+    double s = c->job->timeout_s;
+    if (ops[i].peer == DT_P2P_ANY) {
+        char other[160];
+        dt_p2p_any_passed_over(c, ops, done, i, other, sizeof other);
+        return dt_comm_fail(c, DT_ERR_TIMEOUT, -1, "timed out after %.1f s waiting for a message "
+                            "tagged %d from any rank (DTRAIN_TIMEOUT)%s%s", s, ops[i].call->tag,
+                            other[0] ? "; next messages passed over:" : "", other);
     }
-    *what = "";
-    return -1;
+    return dt_comm_fail(c, DT_ERR_TIMEOUT, ops[i].peer,
+                        "timed out after %.1f s waiting for rank %d %s (DTRAIN_TIMEOUT)", s,
+                        ops[i].peer, is_send(&ops[i]) ? "to take our send" : "to send");
 }
 
 /* A pending op whose peer left the job over DT_LEFT_GRACE_NS ago, with no
@@ -150,7 +208,7 @@ static int op_on_gone_peer(const dt_comm *c, const dt_p2p *ops, const unsigned c
 {
     if (!atomic_load(&c->job->nleft)) return -1;
     for (int i = 0; i < n; i++) {
-        if (done[i]) continue;
+        if (done[i] || ops[i].peer == DT_P2P_ANY) continue;
         uint64_t left = atomic_load(&c->job->left_ns[c->world_rank[ops[i].peer]]);
         uint64_t since = left > stalled ? left : stalled;
         if (left && now > since && now - since >= DT_LEFT_GRACE_NS) return i;
@@ -193,13 +251,7 @@ int dt_p2p_run_growing(dt_comm *c, dt_p2p *ops, int n, int cap, dt_p2p_refill_fn
         }
         uint64_t now = dt_now_ns();
         if (!last_progress) last_progress = now;
-        if (now - last_progress >= timeout_ns) {
-            const char *what;
-            int peer = pending_peer(ops, done, n, &what);
-            return dt_comm_fail(c, DT_ERR_TIMEOUT, peer,
-                                "timed out after %.1f s waiting for rank %d %s (DTRAIN_TIMEOUT)",
-                                c->job->timeout_s, peer, what);
-        }
+        if (now - last_progress >= timeout_ns) return fail_timeout(c, ops, done, n);
         int gone = op_on_gone_peer(c, ops, done, n, last_progress, now);
         if (gone >= 0) return dt_comm_fail_left(c, &ops[gone]);
         if (now - last_progress < c->yield_ns) {

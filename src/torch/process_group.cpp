@@ -446,11 +446,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::recv(std::vector<at::Tensor> 
     });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::recvAnysource(std::vector<at::Tensor> &,
-                                                                 int)
+// The next message of whichever rank's comes first with this tag; the
+// Work's sourceRank() says whose, once it completed.
+c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::recvAnysource(std::vector<at::Tensor> &tensors,
+                                                                 int tag)
 {
-    TORCH_CHECK(false, "dtrain recv: receiving from any source is not supported; name the "
-                "source rank");
+    at::Tensor t = single(tensors, "recvAnysource");
+    Carrier c = carrier_of(t.scalar_type());
+    at::Tensor buf = contiguous_of(t);
+    auto work = make_work(OpType::RECVANYSOURCE, "recvAnySource", {t}, {buf}, copy_back(t, buf));
+    size_t n = static_cast<size_t>(t.numel()) * c.per_element;
+    return issue(work, [&](dt_request **r) {
+        return dt_irecv_any(comm_, buf.data_ptr(), n, c.dtype, tag, &work->source_rank, r);
+    });
 }
 
 c10::intrusive_ptr<ProcessGroupDtrain> create_process_group(

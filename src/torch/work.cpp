@@ -3,6 +3,7 @@
 
 #include <ATen/core/ivalue.h>
 #include <ATen/core/jit_type.h>
+#include <pybind11/pybind11.h>
 
 #include <chrono>
 #include <exception>
@@ -28,9 +29,9 @@ static const char *profiling_title(const char *name)
 
 WorkDtrain::WorkDtrain(int rank, c10d::OpType type, const char *name,
                        std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep,
-                       std::function<void()> then, int source_rank)
-    : c10d::Work(rank, type, profiling_title(name)), name_(name), outputs_(std::move(outputs)), keep_(std::move(keep)),
-      then_(std::move(then)), source_rank_(source_rank),
+                       std::function<void()> then, int source)
+    : c10d::Work(rank, type, profiling_title(name)), source_rank(source), name_(name),
+      outputs_(std::move(outputs)), keep_(std::move(keep)), then_(std::move(then)),
       future_(c10::make_intrusive<c10::ivalue::Future>(
           c10::ListType::create(c10::TensorType::get())))
 {
@@ -56,7 +57,7 @@ bool WorkDtrain::wait(std::chrono::milliseconds timeout)
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkDtrain::getFuture() { return future_; }
 
-int WorkDtrain::sourceRank() const { return source_rank_; }
+int WorkDtrain::sourceRank() const { return source_rank; }
 
 void WorkDtrain::complete(int status, const std::string &message)
 {
@@ -89,7 +90,17 @@ Completer::~Completer()
         stop_ = true;
     }
     cv_.notify_all();
-    thread_.join();
+    // The thread drops its reference to each Work it completed, and may
+    // need the GIL for that: a tensor that Python let go of while a Work
+    // still held it keeps its Python object alive, freed with the tensor.
+    // A group deleted from Python would join it holding the GIL, and wait
+    // forever.
+    if (Py_IsInitialized() && PyGILState_Check()) {
+        pybind11::gil_scoped_release no_gil;
+        thread_.join();
+    } else {
+        thread_.join();
+    }
 }
 
 void Completer::push(c10::intrusive_ptr<WorkDtrain> work)

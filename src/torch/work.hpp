@@ -32,7 +32,7 @@ class WorkDtrain : public c10d::Work {
     // reads or writes until the request completes; then: run once it
     // succeeded, before anyone sees it complete.
     WorkDtrain(int rank, c10d::OpType type, const char *name, std::vector<at::Tensor> outputs,
-               std::vector<at::Tensor> keep, std::function<void()> then, int source_rank = -1);
+               std::vector<at::Tensor> keep, std::function<void()> then, int source = -1);
 
     const std::string &name() const { return name_; }
     std::vector<at::Tensor> result() override;
@@ -49,13 +49,15 @@ class WorkDtrain : public c10d::Work {
     dt_request *request = nullptr;
     // Count and displacement arrays an all-to-all-v reads until it ends.
     std::vector<size_t> counts;
+    // A receive's peer: named, or written by dtrain once a receive from
+    // any source has chosen its sender (read after the Work completed).
+    int source_rank;
 
   private:
     std::string name_;
     std::vector<at::Tensor> outputs_;
     std::vector<at::Tensor> keep_;
     std::function<void()> then_;
-    int source_rank_;
     c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 

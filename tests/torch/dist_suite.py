@@ -71,9 +71,6 @@ from torch.testing._internal.common_distributed import (  # noqa: E402
 
 DistTestCases.backend_feature["plugin"].add("dtrain")
 DistTestCases.backend_feature["ddp"].add("dtrain")
-# What dtrain lacks, declared as NCCL and UCC declare it: a receive from
-# any source (ProcessGroup::recvAnysource; dtrain's receives name a peer).
-DistTestCases.skip_collective["sendrecv anysource"].add("dtrain")
 
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
     DistributedTest, TestDistBackend)

@@ -21,9 +21,11 @@ other calls; where it lacks a dtype (bool, int16, bfloat16) the reference
 is computed here from every rank's inputs, which each rank can make. Also:
 non-contiguous tensors, asynchronous calls and futures, subgroups, DDP for
 20 steps under both backends, the refusals (a bitwise op on floats, a dtype dtrain
-cannot reduce, coalesced calls of mixed dtypes), tags and a tag mismatch, the
+cannot reduce, coalesced calls of mixed dtypes), tags and a tag mismatch,
+receives from any source (the sender and its payload, in a group too), the
 coalesced calls, a size mismatch that must fail on every rank within
-seconds, and a rank whose process ends while the others wait for it.
+seconds, a group deleted while a receive whose tensor Python dropped is
+pending, and a rank whose process ends while the others wait for it.
 
 usage: test_torch_backend.py DTRAIN PYTHON_DIR NRANKS [env|file]
   Starts NRANKS workers with `dtrain launch`, which join through env://
@@ -403,6 +405,43 @@ def test_p2p_barrier():
         dist.barrier()
 
 
+def test_any_source():
+    """Rank 0 receives from any source, dist.recv without src (which returns
+    the sender) and irecv then _source_rank() in turn, while every other
+    rank sends it two messages tagged 5: each names its sender and holds
+    that sender's next message. In a group of ranks 0 and N-1 the sender
+    comes back as its global rank."""
+    if N == 1:
+        return
+    if RANK != 0:
+        for k in range(2):
+            dist.send(make(torch.float32, 33, RANK, 7000 + k), 0, tag=5)
+    else:
+        seen = {}
+        for i in range(2 * (N - 1)):
+            got = torch.empty(33)
+            if i % 2 == 0:
+                src = dist.recv(got, tag=5)
+            else:
+                w = dist.irecv(got, tag=5)
+                w.wait()
+                src = w._source_rank()
+            k = seen.get(src, 0)
+            seen[src] = k + 1
+            check(0 < src < N, "recv from any source: sender %r" % src)
+            same("recv from any source, message %d of rank %r" % (k, src), got,
+                 make(torch.float32, 33, src, 7000 + k))
+        check(seen == {r: 2 for r in range(1, N)}, "messages by sender: %r" % seen)
+    g = dist.new_group([0, N - 1])
+    if RANK == N - 1:
+        dist.send(torch.full((4,), 9.0), 0, group=g)
+    elif RANK == 0:
+        got = torch.empty(4)
+        src = dist.recv(got, group=g)
+        check(src == N - 1, "recv from any source in group [0, %d]: sender %r" % (N - 1, src))
+        same("recv from any source in a group", got, torch.full((4,), 9.0))
+
+
 def test_tag_mismatch():
     """Rank 1 receives with a tag rank 0 did not send: both get an
     exception naming the tags."""
@@ -580,6 +619,37 @@ def test_ddp():
         same("DDP weights of rank %d equal ours" % r, every[r], wd)
 
 
+def test_destroy_pending():
+    """A group destroyed from Python while its completion thread still
+    holds a Work whose tensor Python let go of: PyTorch hands that tensor's
+    Python object to the tensor, so dropping the Work needs the GIL, which
+    the destroying thread holds. Rank 1 drops an irecv's tensor and Work and
+    destroys the group before rank 0 sends; the destroy must return (it
+    deadlocked, as test_send_recv_with_tag of PyTorch's suite did once in
+    CI), and another tensor on the same memory holds what rank 0 sent."""
+    import faulthandler
+    g = dist.new_group([0, 1])
+    if RANK > 1:
+        return
+    faulthandler.dump_traceback_later(15, exit=True)  # a deadlock holds the GIL: no Python
+    if RANK == 1:
+        t = torch.zeros(1000)
+        # Another tensor on the same memory; not a view, whose base would keep t.
+        alias = torch.empty(0).set_(t.storage())
+        w = dist.irecv(t, 0, group=g)
+        del t, w
+    else:
+        time.sleep(1)  # rank 1 is in the destroy by now
+        dist.send(torch.arange(1000.), 1, group=g)
+    t0 = time.time()
+    dist.destroy_process_group(g)
+    del g
+    faulthandler.cancel_dump_traceback_later()
+    if RANK == 1:
+        same("irecv completed by the group's destroy", alias, torch.arange(1000.))
+        check(time.time() - t0 < 10, "the destroy took %.1f s" % (time.time() - t0))
+
+
 def test_peer_ends():
     """The last rank's process ends; the others' next all_reduce with it
     fails within seconds, naming it."""
@@ -599,9 +669,10 @@ def worker(init):
     setup(init)
     t0 = time.time()
     for test in (test_allreduce, test_refusals, test_broadcast_reduce, test_gathers,
-                 test_reduce_scatter, test_alltoall, test_p2p_barrier, test_noncontiguous,
+                 test_reduce_scatter, test_alltoall, test_p2p_barrier, test_any_source,
+                 test_noncontiguous,
                  test_async, test_subgroups, test_coalesced, test_tag_mismatch, test_mismatch,
-                 test_ddp):
+                 test_ddp, test_destroy_pending):
         test()
         dist.barrier(group=GLOO)
         if RANK == 0:

@@ -63,6 +63,10 @@ typedef struct {
     MPI_Comm comm;
     mpi_dir tx, rx;
     unsigned char *buf[2]; /* receive-and-reduce landing areas, made on first use */
+    /* The next message's header, received by a peek: the receive that
+     * takes the message starts from it. */
+    dt_msg_hdr held;
+    int has_held;
 } mpi_link;
 
 static void dir_reset(mpi_dir *d)
@@ -169,6 +173,16 @@ static int progress_send(dt_comm *c, mpi_link *l, dt_p2p *op, int *progressed)
     return op->hdr_done && op->done == op->bytes;
 }
 
+/* A received header's size, which must be a header's. */
+static int check_hdr_size(dt_comm *c, int peer, MPI_Status *st)
+{
+    int got = -1;
+    MPI_Get_count(st, MPI_BYTE, &got);
+    if (got == HDR_BYTES) return 0;
+    return dt_comm_fail(c, DT_ERR_PROTOCOL, peer, "malformed message header from rank %d over "
+                        "MPI (%d bytes)", peer, got);
+}
+
 static int progress_recv(dt_comm *c, mpi_link *l, dt_p2p *op, int *progressed)
 {
     mpi_dir *d = &l->rx;
@@ -185,26 +199,29 @@ static int progress_recv(dt_comm *c, mpi_link *l, dt_p2p *op, int *progressed)
     }
     if (op->hdr_off == 0) {
         dir_reset(d);
-        rc = MPI_Irecv(&op->hdr, HDR_BYTES, MPI_BYTE, op->peer, MPI_LINK_TAG_HDR, l->comm,
-                       &d->hdr);
-        if (rc != MPI_SUCCESS) return link_fail(c, op, rc, "MPI_Irecv");
+        if (l->has_held) { /* d->hdr stays null: the header is here */
+            op->hdr = l->held;
+            l->has_held = 0;
+        } else if ((rc = MPI_Irecv(&op->hdr, HDR_BYTES, MPI_BYTE, op->peer, MPI_LINK_TAG_HDR,
+                                   l->comm, &d->hdr)) != MPI_SUCCESS) {
+            return link_fail(c, op, rc, "MPI_Irecv");
+        }
         op->hdr_off = (size_t)HDR_BYTES;
         /* The first chunks are posted with the header, so that a large
          * payload's rendezvous starts at once; nothing of them is used (or
          * reduced) before the header has been checked. */
         if ((rc = post_chunks(c, l, d, op, window, bufs)) < 0) return rc;
     }
-    if (!op->hdr_done) {
+    if (!op->hdr_done && d->hdr != MPI_REQUEST_NULL) {
         MPI_Status st;
-        int done = 0, got = -1;
+        int done = 0;
         rc = MPI_Test(&d->hdr, &done, &st);
         if (rc != MPI_SUCCESS) return link_fail(c, op, rc, "MPI_Test");
         if (!done) return 0;
+        if ((rc = check_hdr_size(c, op->peer, &st)) < 0) return rc;
+    }
+    if (!op->hdr_done) {
         *progressed = 1;
-        MPI_Get_count(&st, MPI_BYTE, &got);
-        if (got != HDR_BYTES)
-            return dt_comm_fail(c, DT_ERR_PROTOCOL, op->peer, "malformed message header from "
-                                "rank %d over MPI (%d bytes)", op->peer, got);
         if ((rc = dt_p2p_check_hdr(c, op, &op->hdr)) < 0) return rc;
         op->hdr_done = 1;
     }
@@ -229,6 +246,28 @@ static int mpi_pollfd(dt_link *base, const dt_p2p *op, struct pollfd *pfd)
 {
     (void)base, (void)op, (void)pfd;
     return -1; /* nothing to sleep on: p2p.c polls, napping */
+}
+
+/* MPI shows that a header has come (MPI_Improbe), not what it says: it is
+ * received into the link, where the next receive finds it. */
+static int mpi_peek(dt_comm *c, dt_link *base, dt_msg_hdr *h)
+{
+    mpi_link *l = (mpi_link *)base;
+    dt_p2p op = dt_p2p_recv(base->peer, NULL, 0);
+    if (!l->has_held) {
+        int found = 0, rc;
+        MPI_Message m;
+        MPI_Status st;
+        rc = MPI_Improbe(base->peer, MPI_LINK_TAG_HDR, l->comm, &found, &m, &st);
+        if (rc != MPI_SUCCESS) return link_fail(c, &op, rc, "MPI_Improbe");
+        if (!found) return 0;
+        rc = MPI_Mrecv(&l->held, HDR_BYTES, MPI_BYTE, &m, &st);
+        if (rc != MPI_SUCCESS) return link_fail(c, &op, rc, "MPI_Mrecv");
+        if ((rc = check_hdr_size(c, base->peer, &st)) < 0) return rc;
+        l->has_held = 1;
+    }
+    *h = l->held;
+    return 1;
 }
 
 /* A request left behind by a failed call: a receive must not land in a
@@ -261,6 +300,7 @@ static const dt_link_ops mpi_link_ops = {
     .name = "mpi",
     .progress = mpi_progress,
     .pollfd = mpi_pollfd,
+    .peek = mpi_peek,
     .destroy = mpi_destroy,
 };
 

@@ -157,12 +157,18 @@ static void publish_tail(shm_link *l)
     ring_notify(l->peer_inbox);
 }
 
-static int recv_header(dt_comm *c, shm_link *l, dt_p2p *op)
+/* The header at our tail, once the sender has published it. */
+static int peek_header(shm_link *l, dt_msg_hdr *h)
 {
     uint64_t head = atomic_load_explicit(&l->in->head, memory_order_acquire);
     if (head - l->tail < LINE) return 0;
-    size_t off = l->tail & (l->in_bytes - 1);
-    memcpy(&op->hdr, l->in->data + off, sizeof op->hdr);
+    memcpy(h, l->in->data + (l->tail & (l->in_bytes - 1)), sizeof *h);
+    return 1;
+}
+
+static int recv_header(dt_comm *c, shm_link *l, dt_p2p *op)
+{
+    if (!peek_header(l, &op->hdr)) return 0;
     l->tail += LINE;
     int rc = dt_p2p_check_hdr(c, op, &op->hdr);
     return rc < 0 ? rc : 1;
@@ -272,9 +278,16 @@ static int shm_pollfd(dt_link *l, const dt_p2p *op, struct pollfd *pfd)
     return 0;
 }
 
+static int shm_peek(dt_comm *c, dt_link *l, dt_msg_hdr *h)
+{
+    (void)c;
+    return peek_header((shm_link *)l, h);
+}
+
 static void shm_link_destroy(dt_link *l) { free(l); }
 
-const dt_link_ops dt_shm_link_ops = {"shm", shm_progress, shm_pollfd, shm_link_destroy};
+const dt_link_ops dt_shm_link_ops = {"shm", shm_progress, shm_pollfd, shm_peek,
+                                     shm_link_destroy};
 
 /* ---- waiting: the transport's doorbell (transport.h) -------------------- */
 

@@ -35,6 +35,7 @@ typedef struct {
     int fd;
     unsigned char *scratch; /* receive-and-reduce landing area, made on first use */
     size_t partial;         /* bytes of an incomplete element at the start of scratch */
+    int closed;             /* a peek found the connection closed, every message taken */
     char where[80];         /* the peer's address, for messages */
 } tcp_link;
 
@@ -215,10 +216,35 @@ static int tcp_progress(dt_comm *c, dt_link *base, dt_p2p *op, int *progressed)
 static int tcp_pollfd(dt_link *base, const dt_p2p *op, struct pollfd *pfd)
 {
     const tcp_link *l = (const tcp_link *)base;
+    if (l->closed) return -1; /* nothing more comes: poll it, napping (tcp_peek) */
     pfd->fd = l->fd;
     pfd->events = op->kind == DT_P2P_SEND ? POLLOUT : POLLIN;
     pfd->revents = 0;
     return 1;
+}
+
+/* The header in the socket's buffer, read with MSG_PEEK: the receive that
+ * takes the message reads it again. A connection the peer closed after
+ * its last message has nothing to give: a receive from any source looks
+ * elsewhere (a peer that left is no failure of it), and its waits stop
+ * watching the socket, which would wake them at once forever. */
+static int tcp_peek(dt_comm *c, dt_link *base, dt_msg_hdr *h)
+{
+    tcp_link *l = (tcp_link *)base;
+    ssize_t r;
+    do {
+        r = recv(l->fd, h, HDR_BYTES, MSG_PEEK | MSG_DONTWAIT);
+    } while (r < 0 && errno == EINTR);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (r == 0) {
+        l->closed = 1;
+        return 0;
+    }
+    if (r < 0) {
+        dt_p2p op = dt_p2p_recv(l->base.peer, NULL, 0);
+        return io_fail(c, l, &op, errno);
+    }
+    return (size_t)r == HDR_BYTES;
 }
 
 static void tcp_destroy(dt_link *base)
@@ -233,6 +259,7 @@ static const dt_link_ops tcp_link_ops = {
     .name = "tcp",
     .progress = tcp_progress,
     .pollfd = tcp_pollfd,
+    .peek = tcp_peek,
     .destroy = tcp_destroy,
 };
 
