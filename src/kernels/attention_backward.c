@@ -8,9 +8,10 @@
  *   dQ += dS K,    dK += dS^T Q.
  * dK and dV of a key block gather in scratch and are written once; dQ adds
  * up in dqkv itself. A slice belongs to one thread, so nothing is shared.
- * With AVX-512, P and dS are formed a register tile of query rows at a
- * time, the exp and dS's terms applied in registers (attention_tiles.h),
- * and each tile's dQ is updated while its dS is in cache.
+ * With AVX-512 or AVX2 + FMA, P and dS are formed a register tile of
+ * query rows at a time, the exp and dS's terms applied in registers
+ * (attention_tiles.h), and each tile's dQ is updated while its dS is in
+ * cache.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -53,7 +54,7 @@ static float *backward_scratch_alloc(backward_scratch *s, const attn_dims *d)
     return base;
 }
 
-#if defined(__AVX512F__)
+#if defined(ATTN_TILES)
 /* A tile of query rows [r0, r0 + DT_TILE_ROWS) against the key block at
  * k0: from rows of src (q or dout, ld apart), or from a zero-padded copy
  * in buf where the tile runs past the sequence. */

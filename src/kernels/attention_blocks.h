@@ -57,10 +57,12 @@ static inline void attn_block_gemm(block_shape shape, int rows, int K, int width
 }
 
 #if defined(__AVX512F__)
+#define ATTN_SQUARE 16
+
 /* dst[j * ldd + i] = src[i * lds + j] for i, j < 16, in registers: sixteen
  * rows loaded, interleaved in pairs, then in fours, then their 128-bit
  * lanes exchanged twice. */
-static inline void attn_transpose16(float *dst, size_t ldd, const float *src, size_t lds)
+static inline void attn_transpose_square(float *dst, size_t ldd, const float *src, size_t lds)
 {
     __m512 r[16], t[16];
     for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * lds);
@@ -86,23 +88,51 @@ static inline void attn_transpose16(float *dst, size_t ldd, const float *src, si
     }
     for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + i * ldd, r[i]);
 }
+#elif defined(__AVX2__) && defined(__FMA__)
+#define ATTN_SQUARE 8
+
+/* dst[j * ldd + i] = src[i * lds + j] for i, j < 8, in registers: the
+ * AVX-512 square's steps at 8 lanes, whose two 128-bit lanes are
+ * exchanged once. */
+static inline void attn_transpose_square(float *dst, size_t ldd, const float *src, size_t lds)
+{
+    __m256 r[8], t[8];
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * lds);
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; i++) {
+        r[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm256_permute2f128_ps(r[i], r[4 + i], 0x20);
+        t[4 + i] = _mm256_permute2f128_ps(r[i], r[4 + i], 0x31);
+    }
+    for (int i = 0; i < 8; i++) _mm256_storeu_ps(dst + i * ldd, t[i]);
+}
 #endif
 
 /* dst[d * T_padded + t] = src[t * ld + d]: K or V of one head, transposed so
  * that a block of scores is a product with contiguous rows of B. Sixteen
  * rows of src at a time: each destination row then gets a whole cache line
  * per pass, and the sixteen source rows stay in L1 meanwhile; with AVX-512
- * a whole 16 x 16 square is transposed in registers (the element copies
- * cost about 3 ms a step on the benchmark's model). */
+ * or AVX2 they are transposed in registers, a 16 x 16 or 8 x 8 square at a
+ * time (the element copies cost about 3 ms a step on the benchmark's
+ * model). */
 static inline void attn_pack_transposed(float *dst, const float *src, const attn_dims *d)
 {
     for (int t0 = 0; t0 < d->T; t0 += 16) {
         int rows = d->T - t0 < 16 ? d->T - t0 : 16, j0 = 0;
         const float *s = src + t0 * d->ld;
-#if defined(__AVX512F__)
-        for (; rows == 16 && j0 + 16 <= d->HS; j0 += 16)
-            attn_transpose16(dst + (size_t)j0 * d->T_padded + t0, (size_t)d->T_padded, s + j0,
-                             d->ld);
+#if defined(ATTN_SQUARE)
+        for (; rows == 16 && j0 + ATTN_SQUARE <= d->HS; j0 += ATTN_SQUARE)
+            for (int i0 = 0; i0 < 16; i0 += ATTN_SQUARE)
+                attn_transpose_square(dst + (size_t)j0 * d->T_padded + t0 + i0,
+                                      (size_t)d->T_padded, s + i0 * d->ld + j0, d->ld);
 #endif
         for (int j = j0; j < d->HS; j++) {
             float *out = dst + (size_t)j * d->T_padded + t0;

@@ -9,12 +9,15 @@
  * output are rescaled by exp(m_old - m_new). At the end out = output / l
  * and lse = m + log(l) is saved for backward.
  *
- * With AVX-512 the scores of a block are formed a register tile of rows
- * at a time and become probabilities while still in registers
- * (attention_tiles.h); otherwise they are stored and then folded in row by
- * row. Measured on the benchmark model's shape (1 thread): the tiles made
- * the forward about 10% faster, the scores' softmax pass having cost a
- * third of its time.
+ * With AVX-512 or AVX2 + FMA the scores of a block are formed a register
+ * tile of rows at a time and become probabilities before they leave the
+ * tile (attention_tiles.h; with AVX2 a tile wider than its 16 keys of
+ * registers passes its stored scores once more); otherwise they are stored
+ * and then folded in row by row. Measured on the benchmark model's shape
+ * (1 thread): the AVX-512 tiles made the forward about 10% faster, the
+ * scores' softmax pass having cost a third of its time; the AVX2 ones
+ * about 5% (a Zen 4 built without AVX-512, whose AVX2 exp takes twice the
+ * AVX-512 one's instructions a lane).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -79,7 +82,7 @@ static void finish_rows(const forward_scratch *s, const attn_dims *d, float *out
     }
 }
 
-#if defined(__AVX512F__)
+#if defined(ATTN_TILES)
 /* The scores of queries [q0, q0 + bq) against the keys of the block at k0,
  * folded into the rows' running softmax a register tile at a time: the
  * probabilities land in s->scores, each row's rescale factor beside. */
@@ -127,7 +130,7 @@ static void query_block(const forward_scratch *s, const attn_dims *d, const floa
     start_rows(s, bq, d->HS);
     for (int k0 = 0; k0 <= q0; k0 += ATTN_BLOCK) {
         int diagonal = k0 == q0, bk = diagonal ? bq : ATTN_BLOCK;
-#if defined(__AVX512F__)
+#if defined(ATTN_TILES)
         block_softmax(s, d, q, q0, bq, k0);
 #else
         attn_block_gemm(diagonal ? BLOCK_CAUSAL_WIDTH : BLOCK_FULL, bq, d->HS, bk,

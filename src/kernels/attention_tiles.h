@@ -1,11 +1,21 @@
 /*
- * AVX-512 register tiles for the attention kernels: a tile of
- * ATTN_TILE_ROWS query rows against up to 64 keys of a block, its scores
- * formed in registers and turned into probabilities (or, backward, score
- * gradients) before they are stored, so that no pass over a block of
- * scores in memory is needed for the scale, the mask, the exp or the row
- * sums. The exp is dt_fast_exp2_512, the scale by log2(e) folded into the
- * scores' scale.
+ * Register tiles for the attention kernels: a tile of ATTN_TILE_ROWS
+ * query rows against the keys of a block, its scores formed in registers
+ * and turned into probabilities (or, backward, score gradients) before
+ * they are stored, so that no pass over a block of scores in memory is
+ * needed for the scale, the mask or the exp. The exp is 2^x
+ * (fast_exp.h), the scale by log2(e) folded into the scores' scale.
+ *
+ * The tiles are written once over attention_vec.h's vector: 16 lanes with
+ * AVX-512, 8 with AVX2 + FMA. A tile holds ATTN_TILE_CHUNK keys in
+ * registers (64 with AVX-512: the whole block; 16 with AVX2), and a wider
+ * tile is walked a chunk of keys at a time (attn_tile_chunk). The backward
+ * tiles are elementwise per row and do each chunk whole. The forward's
+ * softmax needs each row's maximum over the whole block first: a tile
+ * that fits one chunk does it all in registers; a wider one (AVX2 only)
+ * stores its masked scores and the rows' maxima chunk by chunk, then turns
+ * the stored rows into probabilities in one more pass, still in L1, with
+ * the same arithmetic (the same bits as in registers).
  *
  * Queries come from their rows in qkv, or from a zero-padded copy
  * (attn_tile_load) where the tile runs past the end of the sequence, so
@@ -16,16 +26,17 @@
  * vector of the width is stored, zero beyond a row's keys, which is what
  * the causal block products of attention_blocks.h read.
  *
- * The number of 16-key vectors is a literal at every instantiation (the
- * switches below), so the 6 x 4 accumulators stay in registers, as in
- * tile_gemm.h; a block every row sees in full has an instantiation
+ * The number of vectors is a literal at every instantiation (the
+ * switches below), so the accumulators stay in registers, as in
+ * tile_gemm.h; a chunk every row sees in full has an instantiation
  * without masks.
  */
 #ifndef DT_KERNELS_ATTENTION_TILES_H
 #define DT_KERNELS_ATTENTION_TILES_H
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
+#include "kernels/attention_vec.h"
+
+#if defined(ATTN_LANES)
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
@@ -34,7 +45,10 @@
 #include "kernels/fast_exp.h"
 #include "kernels/tile_gemm.h"
 
+/* the kernels' test for the tiles: defined where they are built */
+#define ATTN_TILES 1
 #define ATTN_TILE_ROWS DT_TILE_ROWS
+#define ATTN_TILE_CHUNK (ATTN_LANES * ATTN_TILE_VECS)
 
 /* One tile: rows of the query-side operand (queries, or dout for the
  * score gradients) against the keys of a block. */
@@ -62,43 +76,61 @@ static inline void attn_tile_load(float *dst, const float *src, size_t ld, int r
     }
 }
 
-/* Lanes of vector v (keys 16 v ...) that lie below `visible`. */
-static inline __mmask16 attn_tile_lanes(int visible, int v)
-{
-    int left = visible - 16 * v;
-    return left >= 16 ? (__mmask16)0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1u);
-}
-
 static inline int attn_tile_visible(const attn_tile *t, int r)
 {
     int visible = t->first + r;
     return visible < 0 ? 0 : visible > t->width ? t->width : visible;
 }
 
-/* s[r][v] = sum over k < HS of a[r * a_row + k] * bt[k * bt_row + 16 v + lane] */
+/* The keys [c0, c0 + ATTN_TILE_CHUNK) of t's block as a tile of their own */
+static inline attn_tile attn_tile_chunk(const attn_tile *t, int c0)
+{
+    attn_tile c = *t;
+    c.bt += c0;
+    c.first -= c0;
+    c.width = t->width - c0 < ATTN_TILE_CHUNK ? t->width - c0 : ATTN_TILE_CHUNK;
+    return c;
+}
+
+/* s[r][v] = sum over k < HS of a[r * a_row + k] * bt[k * bt_row + LANES v + lane] */
 static inline __attribute__((always_inline)) void
-attn_tile_product(const int VECS, __m512 s[ATTN_TILE_ROWS][4], const attn_tile *t)
+attn_tile_product(const int VECS, attn_vec s[ATTN_TILE_ROWS][ATTN_TILE_VECS], const attn_tile *t)
 {
     const float *a = t->a, *b = t->bt;
     const size_t a_row = t->a_row, b_row = t->bt_row;
 #pragma GCC unroll 6
     for (int r = 0; r < ATTN_TILE_ROWS; r++)
 #pragma GCC unroll 4
-        for (int v = 0; v < VECS; v++) s[r][v] = _mm512_setzero_ps();
+        for (int v = 0; v < VECS; v++) s[r][v] = attn_vec_zero();
     for (int k = 0; k < t->HS; k++) {
-        __m512 bv[4];
+        attn_vec bv[ATTN_TILE_VECS];
 #pragma GCC unroll 4
         for (int v = 0; v < VECS; v++) {
-            bv[v] = _mm512_loadu_ps(b + k * b_row + 16 * v);
+            bv[v] = attn_vec_load(b + k * b_row + ATTN_LANES * v);
             DT_TILE_KEEP_IN_REGISTER(bv[v]);
         }
 #pragma GCC unroll 6
         for (int r = 0; r < ATTN_TILE_ROWS; r++) {
-            __m512 x = _mm512_set1_ps(a[r * a_row + k]);
+            attn_vec x = attn_vec_set1(a[r * a_row + k]);
 #pragma GCC unroll 4
-            for (int v = 0; v < VECS; v++) s[r][v] = _mm512_fmadd_ps(x, bv[v], s[r][v]);
+            for (int v = 0; v < VECS; v++) s[r][v] = attn_vec_fmadd(x, bv[v], s[r][v]);
         }
     }
+}
+
+/* The largest of a row's first `visible` scores (all of them without
+ * EDGE); the hidden ones become -inf in s. */
+static inline __attribute__((always_inline)) float
+attn_tile_row_max(const int VECS, const int EDGE, attn_vec s[ATTN_TILE_VECS], int visible)
+{
+    const attn_vec none = attn_vec_set1(-INFINITY);
+    attn_vec hi = none;
+#pragma GCC unroll 4
+    for (int v = 0; v < VECS; v++) {
+        if (EDGE) s[v] = attn_vec_select(attn_vec_lanes(visible, v), s[v], none);
+        hi = attn_vec_max(hi, s[v]);
+    }
+    return attn_vec_reduce_max(hi);
 }
 
 /* The running softmax of the forward pass, one tile of scores folded in:
@@ -109,39 +141,88 @@ typedef struct {
     float *m, *l, *rescale, *p;
 } attn_tile_softmax_state;
 
+/* Row r's block maximum (of the unscaled scores) folded into its state:
+ * the new maximum in m, the factor for what came before in rescale and
+ * applied to l. Returns the shift for exp2: the new maximum times
+ * log2(e). */
+static inline float attn_tile_row_start(const attn_tile_softmax_state *st, int r, int visible,
+                                        float block_max, float scale)
+{
+    /* scale > 0: the maximum of the scaled scores is the scaled maximum */
+    block_max *= scale;
+    float m_old = st->m[r], m_new = block_max > m_old ? block_max : m_old;
+    /* a row that sees no key keeps its state: -inf - -inf would be NaN */
+    float rescale = visible == 0 ? 1.0f : dt_fast_expf(m_old - m_new);
+    if (visible == 0) m_new = m_old;
+    st->m[r] = m_new;
+    st->rescale[r] = rescale;
+    st->l[r] *= rescale;
+    return m_new * DT_EXP_LOG2E;
+}
+
+/* A tile that fits one chunk, all in registers. */
 static inline __attribute__((always_inline)) void
 attn_tile_softmax_vecs(const int VECS, const int EDGE, const attn_tile *t,
                        const attn_tile_softmax_state *st)
 {
-    __m512 s[ATTN_TILE_ROWS][4], scale2 = _mm512_set1_ps(t->scale * DT_EXP_LOG2E);
+    attn_vec s[ATTN_TILE_ROWS][ATTN_TILE_VECS], scale2 = attn_vec_set1(t->scale * DT_EXP_LOG2E);
     attn_tile_product(VECS, s, t);
 #pragma GCC unroll 6
     for (int r = 0; r < ATTN_TILE_ROWS; r++) {
         if (r >= t->rows) break;
-        int visible = EDGE ? attn_tile_visible(t, r) : 16 * VECS;
-        __m512 hi = _mm512_set1_ps(-INFINITY);
+        int visible = EDGE ? attn_tile_visible(t, r) : ATTN_LANES * VECS;
+        float block_max = attn_tile_row_max(VECS, EDGE, s[r], visible);
+        attn_vec sum = attn_vec_zero();
+        attn_vec shift = attn_vec_set1(attn_tile_row_start(st, r, visible, block_max, t->scale));
 #pragma GCC unroll 4
         for (int v = 0; v < VECS; v++) {
-            if (EDGE) s[r][v] = _mm512_mask_blend_ps(attn_tile_lanes(visible, v), hi, s[r][v]);
-            hi = _mm512_max_ps(hi, s[r][v]);
+            attn_vec p = attn_vec_exp2(attn_vec_fmsub(s[r][v], scale2, shift));
+            if (EDGE) p = attn_vec_select_or_zero(attn_vec_lanes(visible, v), p);
+            attn_vec_store(st->p + r * ATTN_BLOCK + ATTN_LANES * v, p);
+            sum = attn_vec_add(sum, p);
         }
-        /* scale > 0: the maximum of the scaled scores is the scaled maximum */
-        float block_max = _mm512_reduce_max_ps(hi) * t->scale;
-        float m_old = st->m[r], m_new = block_max > m_old ? block_max : m_old;
-        /* a row that sees no key keeps its state: -inf - -inf would be NaN */
-        float rescale = visible == 0 ? 1.0f : dt_fast_expf(m_old - m_new);
-        if (visible == 0) m_new = m_old;
-        __m512 sum = _mm512_setzero_ps(), shift = _mm512_set1_ps(m_new * DT_EXP_LOG2E);
+        st->l[r] += attn_vec_reduce_add(sum);
+    }
+}
+
+/* One chunk of a wider tile: its scores stored in p (rows ATTN_BLOCK
+ * apart), -inf where hidden, each row's maximum so far in hi. */
+static inline __attribute__((always_inline)) void
+attn_tile_scores_vecs(const int VECS, const int EDGE, const attn_tile *t, float *p, float *hi)
+{
+    attn_vec s[ATTN_TILE_ROWS][ATTN_TILE_VECS];
+    attn_tile_product(VECS, s, t);
+#pragma GCC unroll 6
+    for (int r = 0; r < ATTN_TILE_ROWS; r++) {
+        if (r >= t->rows) break;
+        int visible = EDGE ? attn_tile_visible(t, r) : ATTN_LANES * VECS;
+        float block_max = attn_tile_row_max(VECS, EDGE, s[r], visible);
+        hi[r] = block_max > hi[r] ? block_max : hi[r];
 #pragma GCC unroll 4
-        for (int v = 0; v < VECS; v++) {
-            __m512 p = dt_fast_exp2_512(_mm512_fmsub_ps(s[r][v], scale2, shift));
-            if (EDGE) p = _mm512_maskz_mov_ps(attn_tile_lanes(visible, v), p);
-            _mm512_storeu_ps(st->p + r * ATTN_BLOCK + 16 * v, p);
-            sum = _mm512_add_ps(sum, p);
+        for (int v = 0; v < VECS; v++) attn_vec_store(p + r * ATTN_BLOCK + ATTN_LANES * v, s[r][v]);
+    }
+}
+
+/* The stored scores of a wider tile, each row's maximum in hi, folded into
+ * the state as attn_tile_softmax_vecs does it in registers. Vectors of no
+ * visible key are zeroed without an exp; in the others the -inf of the
+ * hidden keys gives 0. */
+static inline void attn_tile_softmax_stored(const attn_tile *t, const attn_tile_softmax_state *st,
+                                            const float *hi)
+{
+    attn_vec scale2 = attn_vec_set1(t->scale * DT_EXP_LOG2E);
+    for (int r = 0; r < t->rows; r++) {
+        int visible = attn_tile_visible(t, r), j = 0;
+        attn_vec sum = attn_vec_zero();
+        attn_vec shift = attn_vec_set1(attn_tile_row_start(st, r, visible, hi[r], t->scale));
+        float *p = st->p + r * ATTN_BLOCK;
+        for (; j < visible; j += ATTN_LANES) {
+            attn_vec e = attn_vec_exp2(attn_vec_fmsub(attn_vec_load(p + j), scale2, shift));
+            attn_vec_store(p + j, e);
+            sum = attn_vec_add(sum, e);
         }
-        st->l[r] = st->l[r] * rescale + _mm512_reduce_add_ps(sum);
-        st->m[r] = m_new;
-        st->rescale[r] = rescale;
+        for (; j < t->width; j += ATTN_LANES) attn_vec_store(p + j, attn_vec_zero());
+        st->l[r] += attn_vec_reduce_add(sum);
     }
 }
 
@@ -151,18 +232,18 @@ static inline __attribute__((always_inline)) void
 attn_tile_probs_vecs(const int VECS, const int EDGE, const attn_tile *t, const float *lse,
                      float *p)
 {
-    __m512 s[ATTN_TILE_ROWS][4], scale2 = _mm512_set1_ps(t->scale * DT_EXP_LOG2E);
+    attn_vec s[ATTN_TILE_ROWS][ATTN_TILE_VECS], scale2 = attn_vec_set1(t->scale * DT_EXP_LOG2E);
     attn_tile_product(VECS, s, t);
 #pragma GCC unroll 6
     for (int r = 0; r < ATTN_TILE_ROWS; r++) {
         if (r >= t->rows) break;
-        int visible = EDGE ? attn_tile_visible(t, r) : 16 * VECS;
-        __m512 shift = _mm512_set1_ps(lse[r] * DT_EXP_LOG2E);
+        int visible = EDGE ? attn_tile_visible(t, r) : ATTN_LANES * VECS;
+        attn_vec shift = attn_vec_set1(lse[r] * DT_EXP_LOG2E);
 #pragma GCC unroll 4
         for (int v = 0; v < VECS; v++) {
-            __m512 e = dt_fast_exp2_512(_mm512_fmsub_ps(s[r][v], scale2, shift));
-            if (EDGE) e = _mm512_maskz_mov_ps(attn_tile_lanes(visible, v), e);
-            _mm512_storeu_ps(p + r * ATTN_BLOCK + 16 * v, e);
+            attn_vec e = attn_vec_exp2(attn_vec_fmsub(s[r][v], scale2, shift));
+            if (EDGE) e = attn_vec_select_or_zero(attn_vec_lanes(visible, v), e);
+            attn_vec_store(p + r * ATTN_BLOCK + ATTN_LANES * v, e);
         }
     }
 }
@@ -174,62 +255,83 @@ static inline __attribute__((always_inline)) void
 attn_tile_dscores_vecs(const int VECS, const int EDGE, const attn_tile *t, const float *D,
                        const float *p, float *ds)
 {
-    __m512 s[ATTN_TILE_ROWS][4];
+    attn_vec s[ATTN_TILE_ROWS][ATTN_TILE_VECS];
     attn_tile_product(VECS, s, t);
 #pragma GCC unroll 6
     for (int r = 0; r < ATTN_TILE_ROWS; r++) {
         if (r >= t->rows) break;
-        int visible = EDGE ? attn_tile_visible(t, r) : 16 * VECS;
+        int visible = EDGE ? attn_tile_visible(t, r) : ATTN_LANES * VECS;
 #pragma GCC unroll 4
         for (int v = 0; v < VECS; v++) {
-            __m512 pr = _mm512_loadu_ps(p + r * ATTN_BLOCK + 16 * v);
-            __m512 g = _mm512_mul_ps(pr, _mm512_sub_ps(s[r][v], _mm512_set1_ps(D[r])));
-            __m512 f = _mm512_set1_ps(t->scale);
-            g = EDGE ? _mm512_maskz_mul_ps(attn_tile_lanes(visible, v), g, f)
-                     : _mm512_mul_ps(g, f);
-            _mm512_storeu_ps(ds + r * ATTN_BLOCK + 16 * v, g);
+            attn_vec pr = attn_vec_load(p + r * ATTN_BLOCK + ATTN_LANES * v);
+            attn_vec g = attn_vec_mul(pr, attn_vec_sub(s[r][v], attn_vec_set1(D[r])));
+            g = attn_vec_mul(g, attn_vec_set1(t->scale));
+            if (EDGE) g = attn_vec_select_or_zero(attn_vec_lanes(visible, v), g);
+            attn_vec_store(ds + r * ATTN_BLOCK + ATTN_LANES * v, g);
         }
     }
 }
 
-/* One instantiation per vector count (1 to 4 vectors: up to 64 keys),
- * and one without masks for a whole block that every row sees in full
- * (every block below the diagonal). */
-#define ATTN_TILE_DISPATCH(t, CALL)                                                              \
-    if ((t)->width == ATTN_BLOCK && (t)->first >= ATTN_BLOCK) {                                  \
-        CALL(4, 0);                                                                              \
-    } else {                                                                                     \
-        switch (((t)->width + 15) / 16) {                                                        \
-        case 1: CALL(1, 1); break;                                                               \
-        case 2: CALL(2, 1); break;                                                               \
-        case 3: CALL(3, 1); break;                                                               \
-        default: CALL(4, 1); break;                                                              \
+/* Runs CALL(VECS, EDGE, c, c0) on each chunk c of keys [c0, ...) of tile
+ * t: one instantiation per vector count, and one without masks for a
+ * whole chunk that every row sees in full (every chunk below the
+ * diagonal). */
+#if ATTN_TILE_VECS == 4
+#define ATTN_TILE_PART_CASES(c, c0, CALL)                                                        \
+    case 1: CALL(1, 1, c, c0); break;                                                            \
+    case 2: CALL(2, 1, c, c0); break;                                                            \
+    case 3: CALL(3, 1, c, c0); break;
+#else
+#define ATTN_TILE_PART_CASES(c, c0, CALL) case 1: CALL(1, 1, c, c0); break;
+#endif
+#define ATTN_TILE_CHUNKS(t, CALL)                                                                \
+    for (int c0 = 0; c0 < (t)->width; c0 += ATTN_TILE_CHUNK) {                                   \
+        attn_tile c = attn_tile_chunk((t), c0);                                                  \
+        if (c.width == ATTN_TILE_CHUNK && c.first >= ATTN_TILE_CHUNK) {                          \
+            CALL(ATTN_TILE_VECS, 0, &c, c0);                                                     \
+        } else {                                                                                 \
+            switch ((c.width + ATTN_LANES - 1) / ATTN_LANES) {                                   \
+                ATTN_TILE_PART_CASES(&c, c0, CALL)                                               \
+            default: CALL(ATTN_TILE_VECS, 1, &c, c0); break;                                     \
+            }                                                                                    \
         }                                                                                        \
     }
 
+/* One chunk, in registers (always, with AVX-512); or, wider, chunk by
+ * chunk through the stored scores. */
 static inline void attn_tile_softmax(const attn_tile *t, const attn_tile_softmax_state *st)
 {
-#define ATTN_CALL(V, E) attn_tile_softmax_vecs(V, E, t, st)
-    ATTN_TILE_DISPATCH(t, ATTN_CALL)
+    if (ATTN_TILE_CHUNK >= ATTN_BLOCK || t->width <= ATTN_TILE_CHUNK) {
+#define ATTN_CALL(V, E, c, c0) attn_tile_softmax_vecs(V, E, c, st)
+        ATTN_TILE_CHUNKS(t, ATTN_CALL)
 #undef ATTN_CALL
+        return;
+    }
+    float hi[ATTN_TILE_ROWS];
+    for (int r = 0; r < ATTN_TILE_ROWS; r++) hi[r] = -INFINITY;
+#define ATTN_CALL(V, E, c, c0) attn_tile_scores_vecs(V, E, c, st->p + (c0), hi)
+    ATTN_TILE_CHUNKS(t, ATTN_CALL)
+#undef ATTN_CALL
+    attn_tile_softmax_stored(t, st, hi);
 }
 
 static inline void attn_tile_probs(const attn_tile *t, const float *lse, float *p)
 {
-#define ATTN_CALL(V, E) attn_tile_probs_vecs(V, E, t, lse, p)
-    ATTN_TILE_DISPATCH(t, ATTN_CALL)
+#define ATTN_CALL(V, E, c, c0) attn_tile_probs_vecs(V, E, c, lse, p + (c0))
+    ATTN_TILE_CHUNKS(t, ATTN_CALL)
 #undef ATTN_CALL
 }
 
 static inline void attn_tile_dscores(const attn_tile *t, const float *D, const float *p,
                                      float *ds)
 {
-#define ATTN_CALL(V, E) attn_tile_dscores_vecs(V, E, t, D, p, ds)
-    ATTN_TILE_DISPATCH(t, ATTN_CALL)
+#define ATTN_CALL(V, E, c, c0) attn_tile_dscores_vecs(V, E, c, D, p + (c0), ds + (c0))
+    ATTN_TILE_CHUNKS(t, ATTN_CALL)
 #undef ATTN_CALL
 }
 
-#undef ATTN_TILE_DISPATCH
+#undef ATTN_TILE_CHUNKS
+#undef ATTN_TILE_PART_CASES
 
 #endif
 

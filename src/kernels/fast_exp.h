@@ -19,6 +19,12 @@
  * series in f ln2 to the 7th power (within 1e-7 relative), and 2^n
  * applied by vscalefps, which also gives 0 below 2^-149 and +inf above
  * 2^128 without compares. -inf gives 0, NaN gives NaN.
+ *
+ * dt_fast_exp2_256 is the same 2^x for AVX2 + FMA, which has no vscalefps:
+ * x is clamped to [-150, 129] (where 2^x is already 0 or +inf) and 2^n
+ * applied as two powers of two made from exponent bits, 2^(n - n/2) and
+ * 2^(n/2), each a normal float; the first product is exact, so the result
+ * is rounded once, subnormals included, and equals dt_fast_exp2_512's.
  */
 #ifndef DT_KERNELS_FAST_EXP_H
 #define DT_KERNELS_FAST_EXP_H
@@ -27,7 +33,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -67,6 +73,11 @@ static inline float dt_fast_expf(float x)
     return x > DT_EXP_MAX_ARG ? INFINITY : y;
 }
 
+/* 2^f = exp(f ln2) for |f| <= 1/2: ln2^k / k!, k = 7 down to 0 */
+static const float dt_exp2_poly[8] = {1.525273365e-05f, 1.540352969e-04f, 1.333355787e-03f,
+                                      9.618128650e-03f, 5.550410971e-02f, 2.402265072e-01f,
+                                      6.931471825e-01f, 1.0f};
+
 #if defined(__AVX512F__)
 static inline __m512 dt_fast_exp512(__m512 x)
 {
@@ -101,15 +112,31 @@ static inline __m512 dt_fast_exp2_512(__m512 x)
     x = _mm512_max_ps(_mm512_set1_ps(-150.0f), x);
     __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 f = _mm512_sub_ps(x, n);
-    __m512 p = _mm512_set1_ps(1.525273365e-05f); /* ln2^k / k!, k = 7 down to 0 */
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.540352969e-04f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.333355787e-03f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618128650e-03f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410971e-02f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402265072e-01f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471825e-01f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    __m512 p = _mm512_set1_ps(dt_exp2_poly[0]);
+#pragma GCC unroll 7
+    for (int k = 1; k < 8; k++) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(dt_exp2_poly[k]));
     return _mm512_scalef_ps(p, n);
+}
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+static inline __m256 dt_fast_exp2_256(__m256 x)
+{
+    /* x the second operand: a NaN passes both */
+    x = _mm256_max_ps(_mm256_set1_ps(-150.0f), x);
+    x = _mm256_min_ps(_mm256_set1_ps(129.0f), x);
+    __m256 shifted = _mm256_add_ps(x, _mm256_set1_ps(DT_EXP_ROUND_MAGIC));
+    __m256 f = _mm256_sub_ps(x, _mm256_sub_ps(shifted, _mm256_set1_ps(DT_EXP_ROUND_MAGIC)));
+    __m256 p = _mm256_set1_ps(dt_exp2_poly[0]);
+#pragma GCC unroll 7
+    for (int k = 1; k < 8; k++) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(dt_exp2_poly[k]));
+    /* the low bits of `shifted` hold n; n = lo + hi, each within [-75, 65] */
+    __m256i n = _mm256_sub_epi32(_mm256_castps_si256(shifted), _mm256_set1_epi32(0x4b400000));
+    __m256i hi = _mm256_srai_epi32(n, 1), lo = _mm256_sub_epi32(n, hi);
+    __m256i bias = _mm256_set1_epi32(127);
+    __m256 scale_lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(lo, bias), 23));
+    __m256 scale_hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(hi, bias), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, scale_lo), scale_hi);
 }
 #endif
 

@@ -2,7 +2,8 @@
  * The kernels' exp against libm's exp in double: relative error over the
  * whole normal range, the edges where it flushes to 0 or goes to infinity,
  * the special values, and the AVX-512 form giving the same bits as the
- * scalar one.
+ * scalar one; 2^x in each vector form this build has (AVX-512, AVX2) against
+ * libm's exp2, and the two giving the same bits where both build.
  */
 #include "kernel_test.h"
 #include "kernels/fast_exp.h"
@@ -50,27 +51,72 @@ static void check_vector_form(void)
 #endif
 }
 
-/* 2^x against libm's exp2 in double over the normal range, and its edges */
-static void check_exp2(void)
-{
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+/* 2^x of 16 values in one vector form */
+typedef void (*exp2_form)(float *y, const float *x);
+
 #if defined(__AVX512F__)
-    double worst = 0.0, worst_x = 0.0;
+static void exp2_512(float *y, const float *x)
+{
+    _mm512_storeu_ps(y, dt_fast_exp2_512(_mm512_loadu_ps(x)));
+}
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+static void exp2_256(float *y, const float *x)
+{
+    for (int h = 0; h < 16; h += 8)
+        _mm256_storeu_ps(y + h, dt_fast_exp2_256(_mm256_loadu_ps(x + h)));
+}
+#endif
+
+/* 2^x against libm's exp2 in double over the normal range, over the
+ * subnormal results (within one subnormal step: rounded once, not flushed),
+ * and its edges */
+static void check_exp2(const char *form, exp2_form exp2_of)
+{
+    double worst = 0.0, worst_x = 0.0, worst_sub = 0.0, worst_sub_x = 0.0;
     for (int i = 0; i <= 2000000; i += 16) {
-        float x[16], y[16];
-        for (int j = 0; j < 16; j++) x[j] = -125.0f + 252.0f * (float)(i + j) / 2000000.0f;
-        _mm512_storeu_ps(y, dt_fast_exp2_512(_mm512_loadu_ps(x)));
+        float x[16], y[16], xs[16], ys[16];
+        for (int j = 0; j < 16; j++) {
+            x[j] = -125.0f + 252.0f * (float)(i + j) / 2000000.0f;
+            xs[j] = -150.0f + 24.0f * (float)(i + j) / 2000000.0f;
+        }
+        exp2_of(y, x);
+        exp2_of(ys, xs);
         for (int j = 0; j < 16; j++) {
             double err = fabs(y[j] - exp2((double)x[j])) / exp2((double)x[j]);
             if (err > worst) worst = err, worst_x = x[j];
+            double sub = fabs(ys[j] - exp2((double)xs[j])) / 0x1p-149;
+            if (sub > worst_sub) worst_sub = sub, worst_sub_x = xs[j];
         }
     }
-    CHECK(worst < 2e-7, "exp2: worst relative error %.3g at x = %.9g", worst, worst_x);
+    CHECK(worst < 2e-7, "%s exp2: worst relative error %.3g at x = %.9g", form, worst, worst_x);
+    CHECK(worst_sub <= 1.0, "%s exp2: below 2^-126, off by %.3g of 2^-149 at x = %.9g",
+          form, worst_sub, worst_sub_x);
     float x[16] = {0.0f, -INFINITY, INFINITY, NAN, -160.0f, 130.0f, 1.0f, -1.0f}, y[16];
-    _mm512_storeu_ps(y, dt_fast_exp2_512(_mm512_loadu_ps(x)));
-    CHECK(y[0] == 1.0f && y[1] == 0.0f && isinf(y[2]) && isnan(y[3]), "exp2 of 0, -inf, inf, nan:"
-          " %g %g %g %g", y[0], y[1], y[2], y[3]);
+    exp2_of(y, x);
+    CHECK(y[0] == 1.0f && y[1] == 0.0f && isinf(y[2]) && isnan(y[3]),
+          "%s exp2 of 0, -inf, inf, nan: %g %g %g %g", form, y[0], y[1], y[2], y[3]);
     CHECK(y[4] == 0.0f && isinf(y[5]) && y[6] == 2.0f && y[7] == 0.5f,
-          "exp2 of -160, 130, 1, -1: %g %g %g %g", y[4], y[5], y[6], y[7]);
+          "%s exp2 of -160, 130, 1, -1: %g %g %g %g", form, y[4], y[5], y[6], y[7]);
+}
+#endif
+
+/* Where both forms build, the AVX2 one gives the AVX-512 one's bits. */
+static void check_exp2_forms_agree(void)
+{
+#if defined(__AVX512F__)
+    int bad = 0;
+    for (int i = 0; i < 100000; i++) {
+        float x[16], y[16], z[16];
+        for (int j = 0; j < 16; j++) x[j] = rnd_unit() * 160.0f;
+        if (i == 0) x[0] = NAN, x[1] = INFINITY, x[2] = -INFINITY;
+        exp2_512(y, x);
+        exp2_256(z, x);
+        for (int j = 0; j < 16; j++) bad += memcmp(&y[j], &z[j], sizeof y[j]) != 0;
+    }
+    CHECK(bad == 0, "AVX2 exp2 differs from the AVX-512 one in %d cases", bad);
 #endif
 }
 
@@ -79,6 +125,12 @@ int main(void)
     check_accuracy();
     check_special_values();
     check_vector_form();
-    check_exp2();
+#if defined(__AVX512F__)
+    check_exp2("AVX-512", exp2_512);
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+    check_exp2("AVX2", exp2_256);
+#endif
+    check_exp2_forms_agree();
     return finish("test_fast_exp");
 }
