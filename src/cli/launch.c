@@ -143,6 +143,7 @@ static void finish(struct job *j)
     free(j->id.secret_copy);
     if (j->sigfd >= 0) close(j->sigfd);
     free(j->ranks);
+    free(j->cpus);
     free(j->fds);
 }
 
@@ -165,8 +166,10 @@ int cli_launch(int argc, char **argv)
     int rc = launch_resolve_ident(&o, &j.id);
     if (rc == 0) rc = launch_store_init(&j);
     if (rc != 0) return rc;
-    if (alloc_ranks(&j) < 0 || launch_export_env(&o, &j.id) < 0 || launch_setup_signals(&j) < 0)
-        return 1;
+    if (alloc_ranks(&j) < 0) return 1;
+    rc = launch_plan_binding(&j);
+    if (rc < 0) return rc == -2 ? CLI_EXIT_USAGE : 1;
+    if (launch_export_env(&o, &j.id) < 0 || launch_setup_signals(&j) < 0) return 1;
 
     for (;;) {
         int start = launch_export_attempt(&j);

@@ -11,6 +11,7 @@
 #define DT_CLI_LAUNCH_H
 
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -28,6 +29,10 @@
 /* Longest line kept whole under --tag-output; longer ones are split. */
 #define LINE_CAP 16384
 
+/* --bind-to: each local rank on CPUs of its own, or left to the scheduler
+ * (launch_bind.c). */
+enum { LAUNCH_BIND_AUTO, LAUNCH_BIND_CORE, LAUNCH_BIND_NONE };
+
 struct launch_opts {
     long nproc;
     long nnodes;
@@ -42,6 +47,8 @@ struct launch_opts {
     long lost_slot;    /* DTRAIN_LAUNCH_TEST_LOST_RANK: a slot that cannot start again; -1 */
     int standalone;
     int tag_output;
+    int bind;            /* --bind-to: LAUNCH_BIND_* */
+    int report_bindings; /* --report-bindings */
     int help;
     char **cmd; /* NULL-terminated, points into argv */
 };
@@ -116,6 +123,7 @@ struct job {
     struct launch_store *store;
     struct rank *ranks;
     int nranks;
+    cpu_set_t *cpus; /* the CPUs of each local rank (launch_bind.c); NULL: not bound */
     struct pollfd *fds; /* the signalfd, then each rank's stdout and stderr */
     pid_t launcher_pid;
     int sigfd;
@@ -209,6 +217,10 @@ void launch_store_report(struct job *j, int rank, int status, const char *what, 
 void launch_store_done(struct job *j);
 /* The pipe that is readable once the verdict is in (-1: none to wait for),
  * and whether it is still to come. */
+/* launch_bind.c: j->cpus from --bind-to and the CPUs this launcher may
+ * use. 0, -1 (an error, said), -2 (a usage error, said). */
+int launch_plan_binding(struct job *j);
+
 int launch_store_fd(const struct job *j);
 int launch_store_waiting(const struct job *j);
 /* Reads the verdict once launch_store_fd is readable, and tells node 0

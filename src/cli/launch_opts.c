@@ -26,6 +26,8 @@ enum opt_id {
     OPT_MIN_NPROC,
     OPT_STANDALONE,
     OPT_TAG_OUTPUT,
+    OPT_BIND_TO,
+    OPT_REPORT_BINDINGS,
     OPT_HELP,
 };
 
@@ -55,6 +57,8 @@ static const struct opt_spec opt_specs[] = {
     {"--standalone", OPT_STANDALONE, 0},
     {"--tag-output", OPT_TAG_OUTPUT, 0},
     {"--tag_output", OPT_TAG_OUTPUT, 0},
+    {"--bind-to", OPT_BIND_TO, 1},
+    {"--report-bindings", OPT_REPORT_BINDINGS, 0},
     {"-h", OPT_HELP, 0},
     {"--help", OPT_HELP, 0},
 };
@@ -65,6 +69,7 @@ void launch_usage(FILE *f)
             "usage: dtrain launch [-n N] [--nnodes M] [--node-rank R] [--master-addr A]\n"
             "                     [--master-port P] [--standalone] [--tag-output]\n"
             "                     [--grace-period S] [--max-restarts K [--min-nproc MIN]]\n"
+            "                     [--bind-to core|none] [--report-bindings]\n"
             "                     [--] CMD [ARGS...]\n"
             "\n"
             "Start N ranks of CMD on this host with the torchrun environment (RANK,\n"
@@ -96,6 +101,12 @@ void launch_usage(FILE *f)
             "                          of each batch (DTRAIN_VIRTUAL_WORLD_SIZE=N; dtrain\n"
             "                          train runs DDP and ZeRO-1/2 so, rank 0 taking on the\n"
             "                          lost ranks' work)\n"
+            "  --bind-to core|none     core: each rank of this host on CPUs of its own, a\n"
+            "                          block of the CPUs the launcher may use (taskset -c\n"
+            "                          chooses them); none: left to the scheduler. Default:\n"
+            "                          core when the ranks are no more than the CPUs, else\n"
+            "                          none (mpirun's default too); or DTRAIN_BIND_TO\n"
+            "  --report-bindings       say each local rank's CPUs on stderr\n"
             "  -h, --help              show this text\n"
             "\n"
             "If a rank fails, the others are stopped and the exit status is the first\n"
@@ -146,6 +157,14 @@ static int parse_seconds(const char *what, const char *s, double *out)
     return 0;
 }
 
+static int parse_bind(const char *what, const char *s, int *out)
+{
+    if (strcmp(s, "core") == 0) *out = LAUNCH_BIND_CORE;
+    else if (strcmp(s, "none") == 0) *out = LAUNCH_BIND_NONE;
+    else return usage_error("invalid value '%s' for %s: expected core or none", s, what);
+    return 0;
+}
+
 static const struct opt_spec *find_opt(const char *name, size_t len)
 {
     for (size_t i = 0; i < sizeof opt_specs / sizeof opt_specs[0]; i++)
@@ -187,6 +206,11 @@ static int apply_opt(struct launch_opts *o, const struct opt_spec *spec, const c
         return 0;
     case OPT_TAG_OUTPUT:
         o->tag_output = 1;
+        return 0;
+    case OPT_BIND_TO:
+        return parse_bind(flag, value, &o->bind);
+    case OPT_REPORT_BINDINGS:
+        o->report_bindings = 1;
         return 0;
     case OPT_HELP:
         o->help = 1;
@@ -286,6 +310,12 @@ static int check_min_nproc(struct launch_opts *o)
 int launch_check_opts(struct launch_opts *o)
 {
     if (resolve_grace(o) < 0) return -1;
+    /* The environment's choice where the flag cannot be given (dtrain train
+     * --nproc N starts the launcher itself). */
+    const char *bind = getenv("DTRAIN_BIND_TO");
+    if (o->bind == LAUNCH_BIND_AUTO && bind && *bind &&
+        parse_bind("DTRAIN_BIND_TO", bind, &o->bind))
+        return -1;
     if (o->standalone && o->nnodes > 1)
         return usage_error("--standalone means one host, but --nnodes is %ld", o->nnodes);
     if (o->node_rank >= o->nnodes)

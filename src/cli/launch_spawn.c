@@ -73,6 +73,9 @@ static _Noreturn void run_child(struct job *j, const struct rank *r, int errfd, 
     }
     if (launch_setenv_long("RANK", r->rank) || launch_setenv_long("LOCAL_RANK", r->local))
         child_fail(errfd, 1, errno);
+    /* --bind-to: the slot's CPUs, the same in every attempt. */
+    if (j->cpus && sched_setaffinity(0, sizeof *j->cpus, &j->cpus[r - j->ranks]) < 0)
+        child_fail(errfd, 1, errno);
     pass_joined_fd(errfd, joined_w);
     lost_for_test(j, r);
 
