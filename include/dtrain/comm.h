@@ -182,7 +182,8 @@ int dt_alltoallv(dt_comm *c, const void *send, const size_t *send_counts,
                  const size_t *send_displs, void *recv, const size_t *recv_counts,
                  const size_t *recv_displs, dt_dtype t);
 int dt_barrier(dt_comm *c);
-/* Point to point; the receiver's count must equal the sender's. */
+/* Point to point (tag 0: see dt_isend_tag); the receiver's count must
+ * equal the sender's. */
 int dt_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, int peer);
 int dt_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer);
 
@@ -218,22 +219,27 @@ int dt_ialltoallv(dt_comm *c, const void *send, const size_t *send_counts,
 int dt_ibarrier(dt_comm *c, dt_request **req);
 int dt_isend(dt_comm *c, const void *buf, size_t count, dt_dtype t, int peer, dt_request **req);
 int dt_irecv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer, dt_request **req);
-/* The same with a tag (the untagged calls send and expect tag 0). A tag
- * labels a message; it does not pick one: a pair's messages are still
- * received in the order they were sent, and a receive whose tag differs
- * from the message's fails the communicator, naming both tags. */
+/* The same with a tag (the untagged calls send and expect tag 0). The tag
+ * selects, as in MPI: a receive takes the earliest message from its peer
+ * with its tag, even when messages with other tags were sent before it;
+ * a pair's messages of one tag arrive in the order they were sent, and
+ * each message goes to the first receive posted that can take it.
+ * Messages that come before their receive wait in a queue of the
+ * communicator (DTRAIN_P2P_QUEUE_MB, 256 MiB by default; past it the
+ * communicator fails with DT_ERR_NOMEM, naming the message). A receive
+ * that can never match (its peer's next message is a collective's, the
+ * peer left, DTRAIN_TIMEOUT passed) fails, listing the messages it passed
+ * over. */
 int dt_isend_tag(dt_comm *c, const void *buf, size_t count, dt_dtype t, int peer, int tag,
                  dt_request **req);
 int dt_irecv_tag(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer, int tag,
                  dt_request **req);
-/* Receive from any source: the next message of whichever member's comes
- * first with this tag (a peer whose next message has another tag, or is
- * a collective's, is passed over; its message stays for the receive it
- * belongs to). A pair's messages still arrive in the order they were
- * sent. *source (when not NULL) is the sender's rank once the call
- * succeeded, -1 until it has one. Receives posted after it wait until it
- * has chosen its sender, so each message goes to the first receive posted
- * that can take it, as in MPI. The count must equal the sender's; a
+/* Receive from any source: the earliest message with this tag of
+ * whichever member's comes first (collectives' messages are never taken).
+ * A pair's messages of one tag still arrive in the order they were sent.
+ * *source (when not NULL) is the sender's rank once the call succeeded,
+ * -1 until it has one. Each message goes to the first receive posted that
+ * can take it, as in MPI. The count must equal the sender's; a
  * communicator of one rank refuses the call (DT_ERR_INVALID). */
 int dt_recv_any(dt_comm *c, void *buf, size_t count, dt_dtype t, int tag, int *source);
 int dt_irecv_any(dt_comm *c, void *buf, size_t count, dt_dtype t, int tag, int *source,

@@ -78,12 +78,14 @@ static dt_comm *comm_alloc(dt_job *job, const char *id, int rank, int size)
     c->doorbell = dt_transports_doorbell();
     c->p2p_send_seq = calloc((size_t)size, sizeof *c->p2p_send_seq);
     c->p2p_recv_seq = calloc((size_t)size, sizeof *c->p2p_recv_seq);
+    c->queue = dt_p2p_queue_new(size);
+    c->p2p_queue_limit = (size_t)DT_P2P_QUEUE_MB << 20;
     pthread_mutex_init(&c->err_lock, NULL);
     for (int k = 0; k < DT_COLL_KIND_COUNT; k++) c->algo_forced[k] = DT_ALGO_AUTO;
     c->model_seen = ~0u; /* auto's choices are made on first use */
     c->async = dt_async_create();
     if (!c->world_rank || !c->host_of || !c->links || !c->p2p_send_seq || !c->p2p_recv_seq ||
-        !c->async) {
+        !c->queue || !c->async) {
         dt_comm_destroy(c);
         return NULL;
     }
@@ -101,6 +103,7 @@ static void comm_free(dt_comm *c)
     free(c->links);
     free(c->p2p_send_seq);
     free(c->p2p_recv_seq);
+    dt_p2p_queue_free(c->queue);
     pthread_mutex_destroy(&c->err_lock);
     free(c);
 }
@@ -110,6 +113,18 @@ static int comm_connect(dt_comm *c)
 {
     dt_topo_layout(c);
     return dt_transports_connect(c);
+}
+
+/* What point-to-point messages that came before their receive may hold
+ * (p2p_match.c): DTRAIN_P2P_QUEUE_MB, the same for every communicator of
+ * the job. */
+static int read_queue_limit(dt_comm *c, char *err, size_t len)
+{
+    long mb = DT_P2P_QUEUE_MB;
+    if (dt_env_long("DTRAIN_P2P_QUEUE_MB", 0, 1L << 30, &mb, err, len) < 0)
+        return DT_ERR_INVALID;
+    c->p2p_queue_limit = (size_t)mb << 20;
+    return 0;
 }
 
 /* Rank 0's model (DTRAIN_COMM_MODEL, or the defaults) becomes everyone's,
@@ -186,6 +201,7 @@ int dt_comm_world_init(dt_job *job, const char *what, dt_comm **out)
         if (rc == 0) rc = comm_connect(c);
         if (rc == 0) rc = share_cost_model(c, err, sizeof err);
         if (rc == 0) rc = dt_algo_read_env(c, err, sizeof err);
+        if (rc == 0) rc = read_queue_limit(c, err, sizeof err);
         if (rc < 0 && c->err[0]) snprintf(err, sizeof err, "%s", c->err);
     }
     if (rc < 0) return init_failed(job, c, rc, what, err, sizeof err);
@@ -282,6 +298,7 @@ int dt_comm_split(dt_comm *c, int color, int key, dt_comm **out)
     free(members);
     s->spin_limit = c->spin_limit;
     s->yield_ns = c->yield_ns;
+    s->p2p_queue_limit = c->p2p_queue_limit;
     memcpy(s->algo_forced, c->algo_forced, sizeof s->algo_forced);
     rc = dt_job_register(c->job, s);
     if (rc == 0) rc = comm_connect(s);

@@ -76,12 +76,26 @@ typedef struct {
     uint64_t ticket;
     dt_msg_hdr hdr; /* received header, or the one being sent */
     /* Point-to-point calls only: the call this op carries (its dtype and
-     * count go in the header) and its number in the pair's stream, taken
-     * when the op starts (seq_taken). */
+     * count go in the header) and its number in the pair's stream: a
+     * send's taken when it starts, a receive's when it has its message
+     * (seq_taken). */
     const dt_coll_args *call;
     uint64_t p2p_seq;
     int seq_taken;
+    /* A receive of a point-to-point call: how it has its message
+     * (p2p_match.c), and the queued one it copies from (while set). */
+    int match;
+    struct dt_unexpected *from;
+    /* A send whose message is all on the link though the send is not
+     * complete (the receiver pulls its payload): the next send to the
+     * peer may start. */
+    int link_free;
 } dt_p2p;
+
+/* dt_p2p.match: not yet; the link's next message, which the link's
+ * progress takes; or one taken off the link before its receive came (the
+ * queue's copy, or a payload that stays with the sender until pulled). */
+enum { DT_MATCH_NONE = 0, DT_MATCH_LINK, DT_MATCH_QUEUED };
 
 static inline dt_p2p dt_p2p_send(int peer, const void *src, size_t bytes)
 {
@@ -149,11 +163,19 @@ typedef struct {
      * (MPI): waits then poll it, napping in between (dt_poll_nap). */
     int (*pollfd)(dt_link *l, const dt_p2p *op, struct pollfd *pfd);
     /* The header of the next message from the peer, left for the receive
-     * that takes it (a receive from any source looks before it chooses):
-     * 1 with *h filled, 0 while it has not arrived whole, or a negative
+     * that takes it (matching looks before it chooses, p2p_match.c): 1
+     * with *h filled, 0 while it has not arrived whole, or a negative
      * DT_ERR_* after dt_comm_fail(). Only between messages: no receive is
      * under way on the link. */
     int (*peek)(dt_comm *c, dt_link *l, dt_msg_hdr *h);
+    /* Take that next message's header (h, as peek gave it) off the link
+     * and leave its payload with the sender, for a message whose receive
+     * has not come: 1, when the link pulls payloads (shared memory's
+     * cross-memory attach); then the receive that matches it later
+     * progresses with op->hdr = *h and hdr_done set, pulling the payload
+     * and completing the send. 0 when the payload follows in the stream
+     * and must be taken with it (nothing moved); NULL: never. */
+    int (*detach)(dt_comm *c, dt_link *l, const dt_msg_hdr *h);
     void (*destroy)(dt_link *l);
 } dt_link_ops;
 
@@ -243,9 +265,14 @@ struct dt_comm {
     uint64_t seq;          /* sequence number of the next collective */
     _Atomic uint64_t bytes_sent; /* payload bytes this rank has sent (dt_comm_bytes_sent) */
     _Atomic uint64_t bytes_off_host; /* of them, to ranks on other hosts */
-    uint64_t *p2p_send_seq; /* [size] per-peer counters for send/recv */
-    uint64_t *p2p_recv_seq;
+    uint64_t *p2p_send_seq; /* [size] per peer: point-to-point messages sent, */
+    uint64_t *p2p_recv_seq; /* and taken off the link (to a receive or the queue) */
     int any_next; /* the peer a receive from any source looks at first */
+    /* Point-to-point messages taken off their links before a receive
+     * wanted them (p2p_match.c), and what they may hold in all
+     * (DTRAIN_P2P_QUEUE_MB). */
+    struct dt_p2p_queue *queue;
+    size_t p2p_queue_limit;
     dt_coll_args cur;     /* the collective being run */
     uint64_t cur_seq;
     const char *cur_step; /* algorithm step, for messages */
@@ -308,8 +335,9 @@ int dt_job_report(dt_job *job, int code, int suspect, int is_timeout, const char
 /* Whether the peer of op (a member of c) has left the job, waiting up to
  * wait_s for the store's word while the job has not aborted. */
 int dt_comm_peer_left(dt_comm *c, int peer, double wait_s);
-/* Fail c because the peer op waits on left the job (dt_comm_destroy). */
-int dt_comm_fail_left(dt_comm *c, const dt_p2p *op);
+/* Fail c because the peer op waits on left the job (dt_comm_destroy);
+ * `also` is appended to the message (may be ""). */
+int dt_comm_fail_left(dt_comm *c, const dt_p2p *op, const char *also);
 /* Fail c with the job's abort cause (found by another rank or the store);
  * `during` is appended to "job aborted" (may be ""). */
 int dt_comm_fail_from_abort(dt_comm *c, const char *during);
@@ -353,19 +381,37 @@ int dt_p2p_run_growing(dt_comm *c, dt_p2p *ops, int n, int cap, dt_p2p_refill_fn
  * polled: a yield at first, then sleeps that grow with idle_ns, the time
  * since anything moved, up to a fraction of a millisecond. */
 void dt_poll_nap(uint64_t idle_ns);
-/* A receive from any source (p2p_any.c), ops[i] of a step: its choice of
- * sender, 1 once it has one (op.peer), 0 while no peer's next message is
- * its, or a negative DT_ERR_*. */
-int dt_p2p_any_choose(dt_comm *c, dt_p2p *ops, const unsigned char *done, int i);
-/* Whether its wait watches peer's link: a peer it may take (no earlier
- * receive of the step waits on it) whose next message has not come, or is
- * its own (a failed look is left to the next pass, which reports it). */
-int dt_p2p_any_waits_on(dt_comm *c, const dt_p2p *ops, const unsigned char *done, int i,
-                        int peer);
-/* For a timeout's message: the next messages it passed over, as
- * " rank 1's is tagged 9, rank 2's is a broadcast's", or "". */
-void dt_p2p_any_passed_over(dt_comm *c, const dt_p2p *ops, const unsigned char *done, int i,
-                            char *buf, size_t len);
+/* Receives of point-to-point calls, matched by source and tag
+ * (p2p_match.c). The queue of messages taken off their links before their
+ * receive came: made with the communicator, freed with it. */
+#define DT_P2P_QUEUE_MB 256 /* DTRAIN_P2P_QUEUE_MB's default */
+struct dt_p2p_queue *dt_p2p_queue_new(int size);
+void dt_p2p_queue_free(struct dt_p2p_queue *q);
+/* A pass's matching, before the ops progress: receives without a message
+ * take queued ones, in posting order; the next message of each link they
+ * may take from goes to the first of them it matches, or into the queue;
+ * copies into the queue advance. 0, or a negative DT_ERR_* after failing
+ * c (a receive that can never match, the queue full). */
+int dt_p2p_match(dt_comm *c, dt_p2p *ops, const unsigned char *done, int n, int *progressed);
+/* Progress a receive whose message was copied into the queue (op->from):
+ * 1 once it is in op->dst, 0 while the copy is still coming off its link. */
+int dt_p2p_take_queued(dt_comm *c, dt_p2p *op, int *progressed);
+/* The op copying peer's next message into the queue, or NULL: a receive
+ * on that link waits for it. */
+const dt_p2p *dt_p2p_copying(const dt_comm *c, int peer);
+/* Whether a wait for ops[i], a receive without its message yet, watches
+ * peer's link: one it may take from, not carrying another message (whose
+ * own op waits on it) nor holding a collective's next (nothing takes that
+ * while the step waits, and a socket holding it would wake the wait at
+ * once, again and again). */
+int dt_p2p_match_waits_on(dt_comm *c, const dt_p2p *ops, const unsigned char *done, int n,
+                          int i, int peer);
+/* For a failure's message: the queued messages ops[i] (a receive without
+ * its message) passed over, and, from any source, the peers whose next
+ * message is a collective's: "; messages from rank 1 passed over: tagged
+ * 9 (400 bytes)", or "". */
+void dt_p2p_passed_over(dt_comm *c, const dt_p2p *ops, const unsigned char *done, int n, int i,
+                        char *buf, size_t len);
 /* Header helpers for links: fill from the current collective; check a
  * received one (fails c with a mismatch message naming both sides). */
 void dt_p2p_fill_hdr(const dt_comm *c, const dt_p2p *op, dt_msg_hdr *h);

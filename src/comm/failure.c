@@ -78,7 +78,7 @@ int dt_comm_peer_left(dt_comm *c, int peer, double wait_s)
     }
 }
 
-int dt_comm_fail_left(dt_comm *c, const dt_p2p *op)
+int dt_comm_fail_left(dt_comm *c, const dt_p2p *op, const char *also)
 {
     char who[64];
     int w = c->world_rank[op->peer];
@@ -86,15 +86,16 @@ int dt_comm_fail_left(dt_comm *c, const dt_p2p *op)
         snprintf(who, sizeof who, "rank %d", op->peer);
     else
         snprintf(who, sizeof who, "rank %d (rank %d of the job)", op->peer, w);
+    const char *what = op->kind == DT_P2P_SEND ? "to take our send" : "to send";
     if (c->job->exited && atomic_load(&c->job->exited[w]))
         return dt_comm_fail(c, DT_ERR_PEER, op->peer,
                             "%s's process ended (crashed, killed or exited) while this rank "
-                            "still waited for it %s",
-                            who, op->kind == DT_P2P_SEND ? "to take our send" : "to send");
+                            "still waited for it %s%s",
+                            who, what, also);
     return dt_comm_fail(c, DT_ERR_PEER, op->peer,
                         "%s left: it called dt_comm_destroy while this rank still waited for it "
-                        "%s",
-                        who, op->kind == DT_P2P_SEND ? "to take our send" : "to send");
+                        "%s%s",
+                        who, what, also);
 }
 
 /* "allreduce #17 (rank 2 of 4)", plus the communicator when not the world. */

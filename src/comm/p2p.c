@@ -3,9 +3,9 @@
  * point-to-point operations posted together. dt_p2p_run advances all of
  * them over their links until they are done, so a rank can send to its
  * right neighbour while receiving from its left one without deadlock.
- * A receive from any source chooses its sender in the passes
- * (p2p_any.c), and a point-to-point call takes its number in its pair's
- * stream as it starts.
+ * The receives of point-to-point calls find their messages by source
+ * and tag in the passes (p2p_match.c), and a send takes its number in its
+ * pair's stream as it starts.
  *
  * Waiting: spin a little (the peer is usually about to deliver), then
  * block as the links say (dt_link_ops.pollfd): on the communicator's
@@ -45,26 +45,31 @@ static inline void cpu_relax(void)
 
 static int is_send(const dt_p2p *op) { return op->kind == DT_P2P_SEND; }
 
+static int is_call_recv(const dt_p2p *op) { return op->call && !is_send(op); }
+
 /* Ops with the same peer and direction run one at a time, in array order,
- * because a link carries one message stream per direction; and a receive
- * from any source that has not chosen its sender holds back the receives
- * after it, since any message they wait for may be its own (p2p_any.c). */
-static int is_head(const dt_p2p *ops, const unsigned char *done, int i)
+ * because a link carries one message stream per direction (a send whose
+ * payload the receiver pulls lets the next one go once its header is
+ * out), and a receive waits while its link carries a message into the
+ * queue. A receive of a point-to-point call runs once it has its message
+ * (p2p_match.c). */
+static int is_head(const dt_comm *c, const dt_p2p *ops, const unsigned char *done, int i)
 {
+    if (is_call_recv(&ops[i])) return ops[i].match != DT_MATCH_NONE;
+    if (!is_send(&ops[i]) && dt_p2p_copying(c, ops[i].peer)) return 0;
     for (int j = 0; j < i; j++) {
-        if (done[j] || is_send(&ops[j]) != is_send(&ops[i])) continue;
-        if (ops[j].peer == ops[i].peer || ops[j].peer == DT_P2P_ANY) return 0;
+        if (done[j] || is_send(&ops[j]) != is_send(&ops[i]) || ops[j].peer != ops[i].peer)
+            continue;
+        if (!ops[j].link_free) return 0;
     }
     return 1;
 }
 
-/* A point-to-point call's number in its pair's stream, taken as the op
- * starts: a pair's ops of one direction start in the order they were
- * issued, and one from any source has a pair only once it has chosen. */
+/* A send's number in its pair's stream, taken as it starts: a pair's
+ * sends start in the order they were issued. */
 static void take_seq(dt_comm *c, dt_p2p *op)
 {
-    uint64_t *next = is_send(op) ? c->p2p_send_seq : c->p2p_recv_seq;
-    op->p2p_seq = next[op->peer]++;
+    op->p2p_seq = c->p2p_send_seq[op->peer]++;
     op->seq_taken = 1;
 }
 
@@ -72,23 +77,18 @@ static void take_seq(dt_comm *c, dt_p2p *op)
 static int progress_pass(dt_comm *c, dt_p2p *ops, unsigned char *done, int n, int *progressed)
 {
     int pending = 0;
+    int rc = dt_p2p_match(c, ops, done, n, progressed);
+    if (rc < 0) return rc;
     for (int i = 0; i < n; i++) {
         if (done[i]) continue;
-        if (!is_head(ops, done, i)) {
+        if (!is_head(c, ops, done, i)) {
             pending++;
             continue;
         }
-        if (ops[i].peer == DT_P2P_ANY) {
-            int rc = dt_p2p_any_choose(c, ops, done, i);
-            if (rc < 0) return rc;
-            if (rc == 0) {
-                pending++;
-                continue;
-            }
-        }
         if (ops[i].call && !ops[i].seq_taken) take_seq(c, &ops[i]);
         dt_link *l = c->links[ops[i].peer];
-        int rc = l->ops->progress(c, l, &ops[i], progressed);
+        rc = ops[i].from ? dt_p2p_take_queued(c, &ops[i], progressed)
+                         : l->ops->progress(c, l, &ops[i], progressed);
         if (rc < 0) return rc;
         if (rc == 1) {
             done[i] = 1;
@@ -145,27 +145,39 @@ static void wait_on(dt_comm *c, const dt_p2p *op, wait_set *w)
         w->bell = 1;
 }
 
+/* What a receive without its message waits on: the links it may take
+ * from (p2p_match.c). */
+static void wait_for_match(dt_comm *c, const dt_p2p *ops, const unsigned char *done, int n,
+                           int i, wait_set *w)
+{
+    int from = ops[i].peer == DT_P2P_ANY ? 0 : ops[i].peer;
+    int to = ops[i].peer == DT_P2P_ANY ? c->size : ops[i].peer + 1;
+    for (int p = from; p < to; p++) {
+        if (!dt_p2p_match_waits_on(c, ops, done, n, i, p)) continue;
+        dt_p2p look = dt_p2p_recv(p, NULL, 0);
+        wait_on(c, &look, w);
+    }
+}
+
 /* Sleep until a link may have moved, the job aborted, or a time slice
  * passed. Ops with a descriptor wait in poll() (with the job's wake fd so
  * that an abort interrupts); the others on the doorbell, from the count
  * `bell` read before the last pass; polled links nap briefly, since nobody
- * rings for them. A receive from any source waits on the peers it may
- * take (p2p_any.c). */
+ * rings for them. So do the copies of messages into the queue. */
 static void block_once(dt_comm *c, dt_p2p *ops, const unsigned char *done, int n, uint32_t bell,
                        int ms, uint64_t idle_ns)
 {
     wait_set w = {.npfd = 0};
     for (int i = 0; i < n; i++) {
-        if (done[i] || !is_head(ops, done, i)) continue;
-        if (ops[i].peer != DT_P2P_ANY) {
+        if (done[i]) continue;
+        if (is_call_recv(&ops[i]) && ops[i].match == DT_MATCH_NONE)
+            wait_for_match(c, ops, done, n, i, &w);
+        else if (is_head(c, ops, done, i))
             wait_on(c, &ops[i], &w);
-            continue;
-        }
-        for (int p = 0; p < c->size; p++) {
-            if (!dt_p2p_any_waits_on(c, ops, done, i, p)) continue;
-            dt_p2p look = dt_p2p_recv(p, NULL, 0);
-            wait_on(c, &look, &w);
-        }
+    }
+    for (int p = 0; p < c->size; p++) {
+        const dt_p2p *copy = dt_p2p_copying(c, p);
+        if (copy) wait_on(c, copy, &w);
     }
     if (w.polled) {
         dt_poll_nap(idle_ns);
@@ -183,18 +195,23 @@ static void block_once(dt_comm *c, dt_p2p *ops, const unsigned char *done, int n
     poll(w.pfds, (nfds_t)w.npfd + 1, w.bell ? 1 : ms);
 }
 
-/* The deadline passed: fail c, naming what the first pending op waits for. */
+/* The deadline passed: fail c, naming what the first pending op waits for
+ * (and what a receive without its message passed over). */
 static int fail_timeout(dt_comm *c, const dt_p2p *ops, const unsigned char *done, int n)
 {
     int i = 0;
     while (i < n - 1 && done[i]) i++;
     double s = c->job->timeout_s;
-    if (ops[i].peer == DT_P2P_ANY) {
-        char other[160];
-        dt_p2p_any_passed_over(c, ops, done, i, other, sizeof other);
-        return dt_comm_fail(c, DT_ERR_TIMEOUT, -1, "timed out after %.1f s waiting for a message "
-                            "tagged %d from any rank (DTRAIN_TIMEOUT)%s%s", s, ops[i].call->tag,
-                            other[0] ? "; next messages passed over:" : "", other);
+    if (is_call_recv(&ops[i]) && ops[i].match == DT_MATCH_NONE) {
+        char passed[256];
+        dt_p2p_passed_over(c, ops, done, n, i, passed, sizeof passed);
+        if (ops[i].peer == DT_P2P_ANY)
+            return dt_comm_fail(c, DT_ERR_TIMEOUT, -1, "timed out after %.1f s waiting for a "
+                                "message tagged %d from any rank (DTRAIN_TIMEOUT)%s", s,
+                                ops[i].call->tag, passed);
+        return dt_comm_fail(c, DT_ERR_TIMEOUT, ops[i].peer, "timed out after %.1f s waiting for "
+                            "rank %d to send a message tagged %d (DTRAIN_TIMEOUT)%s", s,
+                            ops[i].peer, ops[i].call->tag, passed);
     }
     return dt_comm_fail(c, DT_ERR_TIMEOUT, ops[i].peer,
                         "timed out after %.1f s waiting for rank %d %s (DTRAIN_TIMEOUT)", s,
@@ -214,6 +231,16 @@ static int op_on_gone_peer(const dt_comm *c, const dt_p2p *ops, const unsigned c
         if (left && now > since && now - since >= DT_LEFT_GRACE_NS) return i;
     }
     return -1;
+}
+
+/* ops[i]'s peer left: a receive without its message says what it passed
+ * over. */
+static int fail_left(dt_comm *c, const dt_p2p *ops, const unsigned char *done, int n, int i)
+{
+    char passed[256] = "";
+    if (is_call_recv(&ops[i]) && ops[i].match == DT_MATCH_NONE)
+        dt_p2p_passed_over(c, ops, done, n, i, passed, sizeof passed);
+    return dt_comm_fail_left(c, &ops[i], passed);
 }
 
 int dt_p2p_run(dt_comm *c, dt_p2p *ops, int n) { return dt_p2p_run_growing(c, ops, n, n, NULL, NULL); }
@@ -253,7 +280,7 @@ int dt_p2p_run_growing(dt_comm *c, dt_p2p *ops, int n, int cap, dt_p2p_refill_fn
         if (!last_progress) last_progress = now;
         if (now - last_progress >= timeout_ns) return fail_timeout(c, ops, done, n);
         int gone = op_on_gone_peer(c, ops, done, n, last_progress, now);
-        if (gone >= 0) return dt_comm_fail_left(c, &ops[gone]);
+        if (gone >= 0) return fail_left(c, ops, done, n, gone);
         if (now - last_progress < c->yield_ns) {
             sched_yield();
             continue;
@@ -357,9 +384,7 @@ static int describe_mismatch(const dt_comm *c, const dt_msg_hdr *want, const dt_
         return snprintf(buf, len, "root: ours %d, rank %%d's %d", want->root, got->root);
     }
     if (got->tag != want->tag)
-        return snprintf(buf, len, "tag: this receive's %d, the message rank %%d sent next %d "
-                        "(a pair's messages are received in the order they were sent)",
-                        want->tag, got->tag);
+        return snprintf(buf, len, "tag: ours %d, rank %%d's %d", want->tag, got->tag);
     if (got->bytes != want->bytes)
         return snprintf(buf, len, "message size: expected %llu bytes, rank %%d sent %llu",
                         (unsigned long long)want->bytes, (unsigned long long)got->bytes);

@@ -7,8 +7,8 @@
 #    the cost model) and the step executor (p2p.c) call nothing of the
 #    cost model (src/comm/cost/): their real work is theirs, and a dry run
 #    observes it through c->dry.
-#  - The step executor, its receives from any source, the progress thread
-#    and the failure handling (p2p.c, p2p_any.c, async.c, failure.c) call
+#  - The step executor, its matching of receives, the progress thread
+#    and the failure handling (p2p.c, p2p_match.c, async.c, failure.c) call
 #    nothing of the transports (src/comm/transport/): they wait and wake
 #    through c->doorbell, and look at a link through its ops.
 #  - No file of the planner or the simulator (src/plan/, src/sim/)
@@ -54,7 +54,7 @@ never_calls() {
 
 never_calls algo/ cost/ "the algorithms' work is theirs; a dry run observes it" algo/table.c
 never_calls p2p.c cost/ "the executor hands a dry run its steps through c->dry"
-for f in p2p.c p2p_any.c async.c failure.c; do
+for f in p2p.c p2p_match.c async.c failure.c; do
     never_calls "$f" transport/ "waiting and waking go through c->doorbell"
 done
 

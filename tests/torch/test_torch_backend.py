@@ -21,8 +21,9 @@ other calls; where it lacks a dtype (bool, int16, bfloat16) the reference
 is computed here from every rank's inputs, which each rank can make. Also:
 non-contiguous tensors, asynchronous calls and futures, subgroups, DDP for
 20 steps under both backends, the refusals (a bitwise op on floats, a dtype dtrain
-cannot reduce, coalesced calls of mixed dtypes), tags and a tag mismatch,
-receives from any source (the sender and its payload, in a group too), the
+cannot reduce, coalesced calls of mixed dtypes), tags that reorder a pair's
+messages and a tag never sent, receives from any source (the sender and
+its payload, in a group too), the
 coalesced calls, a size mismatch that must fail on every rank within
 seconds, a group deleted while a receive whose tensor Python dropped is
 pending, and a rank whose process ends while the others wait for it.
@@ -442,18 +443,55 @@ def test_any_source():
         same("recv from any source in a group", got, torch.full((4,), 9.0))
 
 
+def test_tags_reorder():
+    """Tags pick messages, as gloo's do: rank 0 sends a (tag 1), then b
+    (tag 2), and rank 1 receives tag 2 first, with irecv posted together
+    and with blocking send and recv (small tensors: a send completes before
+    its receive comes); then four messages of tags 3, 4, 3, 4, received
+    tag 4's first: each tag's in the order sent."""
+    if N == 1 or RANK > 1:
+        return
+    a, b = make(torch.float32, 60, 0, 8100), make(torch.float32, 60, 0, 8101)
+    four = [make(torch.int64, 9, 0, 8200 + k) for k in range(4)]
+    if RANK == 0:
+        for q in [dist.isend(a, 1, tag=1), dist.isend(b, 1, tag=2)]:
+            q.wait()
+        dist.send(a, 1, tag=1)
+        dist.send(b, 1, tag=2)
+        for k in range(4):
+            dist.send(four[k], 1, tag=3 + k % 2)
+        return
+    x, y = torch.empty(60), torch.empty(60)
+    for q in [dist.irecv(y, 0, tag=2), dist.irecv(x, 0, tag=1)]:
+        q.wait()
+    same("irecv tag 2 posted before tag 1 gets b", y, b)
+    same("irecv tag 1 posted after tag 2 gets a", x, a)
+    x, y = torch.empty(60), torch.empty(60)
+    dist.recv(y, 0, tag=2)
+    dist.recv(x, 0, tag=1)
+    same("recv tag 2 first gets b", y, b)
+    same("recv tag 1 second gets a", x, a)
+    got = [torch.empty(9, dtype=torch.int64) for _ in range(4)]
+    for k in (1, 3, 0, 2):
+        dist.recv(got[k], 0, tag=3 + k % 2)
+    for k in range(4):
+        same("message %d of tags 3, 4, 3, 4, tag 4's received first" % k, got[k], four[k])
+
+
 def test_tag_mismatch():
-    """Rank 1 receives with a tag rank 0 did not send: both get an
-    exception naming the tags."""
+    """Rank 1 receives with a tag rank 0 did not send before its barrier:
+    both get an exception naming the tag, rank 1's listing the message it
+    passed over."""
     g = dist.new_group([0, 1])
     if RANK > 1:
         return
     if RANK == 0:
         dist.send(torch.ones(5), 1, group=g, tag=7)
-        msg = raises(lambda: dist.barrier(group=g), "tag")
+        msg = raises(lambda: dist.barrier(group=g), "tagged 8")
     else:
         msg = raises(lambda: dist.recv(torch.empty(5), 0, group=g, tag=8),
-                     "tag: this receive's 8", "sent next 7")
+                     "rank 0 called barrier", "tagged 8",
+                     "messages from rank 0 passed over: tagged 7 (20 bytes)")
     print("rank %d: tag mismatch: %s" % (RANK, msg.splitlines()[0][:240]), flush=True)
 
 
@@ -670,7 +708,7 @@ def worker(init):
     t0 = time.time()
     for test in (test_allreduce, test_refusals, test_broadcast_reduce, test_gathers,
                  test_reduce_scatter, test_alltoall, test_p2p_barrier, test_any_source,
-                 test_noncontiguous,
+                 test_tags_reorder, test_noncontiguous,
                  test_async, test_subgroups, test_coalesced, test_tag_mismatch, test_mismatch,
                  test_ddp, test_destroy_pending):
         test()

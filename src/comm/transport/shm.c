@@ -11,9 +11,13 @@
  * Large messages are not streamed through the ring (two copies): the
  * sender posts only a header with its buffer address and the receiver
  * pulls the payload straight from the sender's memory with
- * process_vm_readv (cross-memory attach, one copy), then bumps an
- * acknowledgement counter that completes the send. Where CMA is refused
- * (containers, ptrace restrictions) everything streams through the ring.
+ * process_vm_readv (cross-memory attach, one copy), then acknowledges its
+ * ticket, which completes the send. The ring is free for the next message
+ * once such a header is out, and a point-to-point message whose receive
+ * has not come may leave the ring as its header alone (detach), pulled
+ * when that receive comes: tickets are acknowledged one by one, in any
+ * order. Where CMA is refused (containers, ptrace restrictions)
+ * everything streams through the ring.
  *
  * Blocking: a waiter publishes `sleeping` (arms), looks once more, and
  * sleeps on its doorbell futex; whoever makes progress it could be
@@ -109,6 +113,7 @@ static int send_header(dt_comm *c, shm_link *l, dt_p2p *op)
     l->head += LINE;
     if (cma) publish_head(l); /* a streamed header goes out with its payload */
     op->hdr_done = 1;
+    op->link_free = cma; /* the next message may follow while this one waits */
     return 1;
 }
 
@@ -142,7 +147,8 @@ static int shm_send_progress(dt_comm *c, shm_link *l, dt_p2p *op, int *progresse
         *progressed = 1;
     }
     if (op->hdr.flags & DT_MSG_FLAG_CMA)
-        return atomic_load_explicit(&l->out->cma_done, memory_order_acquire) >= op->ticket;
+        return atomic_load_explicit(&l->out->cma_done[op->ticket % SHM_CMA_SLOTS],
+                                    memory_order_acquire) >= op->ticket;
     int rc = send_stream(l, op, progressed);
     if (l->head != l->head_pub) publish_head(l); /* no payload, or no room for it yet */
     return rc;
@@ -247,7 +253,9 @@ static int recv_cma(dt_comm *c, shm_link *l, dt_p2p *op, int *progressed)
         *progressed = 1;
         if (op->done < op->bytes) return 0;
     }
-    atomic_store_explicit(&l->in->cma_done, op->hdr.aux[1], memory_order_release);
+    uint64_t ticket = op->hdr.aux[1];
+    atomic_store_explicit(&l->in->cma_done[ticket % SHM_CMA_SLOTS], ticket,
+                          memory_order_release);
     publish_tail(l); /* also wakes the sender waiting for the acknowledgement */
     return 1;
 }
@@ -284,9 +292,21 @@ static int shm_peek(dt_comm *c, dt_link *l, dt_msg_hdr *h)
     return peek_header((shm_link *)l, h);
 }
 
+/* A message to be pulled leaves the ring as its header; the receive that
+ * matches it pulls the payload (recv_cma) from the address it gives. */
+static int shm_detach(dt_comm *c, dt_link *base, const dt_msg_hdr *h)
+{
+    shm_link *l = (shm_link *)base;
+    (void)c;
+    if (!(h->flags & DT_MSG_FLAG_CMA)) return 0;
+    l->tail += LINE;
+    publish_tail(l);
+    return 1;
+}
+
 static void shm_link_destroy(dt_link *l) { free(l); }
 
-const dt_link_ops dt_shm_link_ops = {"shm", shm_progress, shm_pollfd, shm_peek,
+const dt_link_ops dt_shm_link_ops = {"shm", shm_progress, shm_pollfd, shm_peek, shm_detach,
                                      shm_link_destroy};
 
 /* ---- waiting: the transport's doorbell (transport.h) -------------------- */

@@ -22,11 +22,18 @@
 #define SHM_MAGIC 0x4d485354445452ull /* "RTDTSHM" */
 #define LINE 64
 #define REDUCE_PIECE (256u << 10) /* CMA reductions go through a cache-sized buffer */
+/* A sender has at most a step's ops in flight on a link, so at most that
+ * many tickets await their acknowledgement, each in a slot of its own. */
+#define SHM_CMA_SLOTS DT_P2P_MAX_OPS
 
 typedef struct {
     _Alignas(LINE) _Atomic uint64_t head; /* bytes written by the sender */
     _Alignas(LINE) _Atomic uint64_t tail; /* bytes consumed by the receiver */
-    _Alignas(LINE) _Atomic uint64_t cma_done; /* last CMA ticket the receiver finished */
+    /* CMA tickets the receiver finished, ticket t in slot t % SHM_CMA_SLOTS:
+     * it may pull them out of order (a message queued before its receive
+     * came is pulled when that receive does), and the sender waits for
+     * each of its own. */
+    _Alignas(LINE) _Atomic uint64_t cma_done[SHM_CMA_SLOTS];
     _Alignas(LINE) unsigned char data[];   /* ring_bytes follow */
 } shm_ring;
 

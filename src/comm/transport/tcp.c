@@ -60,7 +60,7 @@ static int io_fail(dt_comm *c, const tcp_link *l, const dt_p2p *op, int err)
                             op_verb(op), op->peer, l->where, strerror(err));
     /* A peer that leaves says so to the store as it closes its links; its
      * word comes by another path, so it gets a moment to arrive. */
-    if (dt_comm_peer_left(c, op->peer, TCP_LEFT_WAIT_S)) return dt_comm_fail_left(c, op);
+    if (dt_comm_peer_left(c, op->peer, TCP_LEFT_WAIT_S)) return dt_comm_fail_left(c, op, "");
     /* A closed connection is usually the echo of a failure elsewhere;
      * dt_comm_fail waits briefly for the job's verdict and names the cause. */
     if (err == 0)
