@@ -203,10 +203,9 @@ def check_trains_as_file(dtrain, tmp, src, model, state, tokens):
     a, out = train(dtrain, tmp, src, os.path.join(tmp, "trained") + "/", 3, 3e-3,
                    ["--arch", "llama"])
     said = out.splitlines()[0] if out else ""
-    check(said == 'model  from %s (its sizes: see "model:" below)' % src and
-          "%d layers, %d heads, %d embd" % (L, NH, C) in out,
-          "the run's summary names the directory as the model, not the default preset's sizes "
-          "(%r)" % said)
+    check(said.startswith("model  from %s: n_layer %d, n_head %d, n_embd %d," % (src, L, NH, C)),
+          "the run's summary names the directory as the model, with its sizes, not the default "
+          "preset's name (%r)" % said)
     b, _ = train(dtrain, tmp, single, os.path.join(tmp, "trained.safetensors"), 3, 3e-3,
                  ["--arch", "llama"])
     ref = first_loss(model, tokens)

@@ -15,14 +15,14 @@ void dt_config_print(const dt_train_config *c, FILE *f)
     else dt_strf(vocab, sizeof vocab, "from data");
     if (c->val_data[0]) dt_strf(val, sizeof val, "%s", c->val_data);
     else dt_strf(val, sizeof val, "last %g of data", c->val_fraction);
-    /* A model read from a file has that file's sizes, not the flags' defaults
-     * (the "model:" line after this summary gives them). */
-    if (c->init[0] || c->resume_flag)
-        fprintf(f, "model  from %s (its sizes: see \"model:\" below)\n",
-                c->init[0] ? c->init : "the checkpoint resumed");
-    else
-        fprintf(f, "model  %s: n_layer %d, n_head %d, n_embd %d, block_size %d, vocab %s\n",
-                or_dash(c->model), c->n_layer, c->n_head, c->n_embd, c->block_size, vocab);
+    /* A model read from a file is named by it: its sizes are the file's,
+     * not a preset's. */
+    char name[DT_CONFIG_PATH + 32];
+    if (c->init[0]) dt_strf(name, sizeof name, "from %s", c->init);
+    else if (c->resume_flag) dt_strf(name, sizeof name, "from the checkpoint resumed");
+    else dt_strf(name, sizeof name, "%s", or_dash(c->model));
+    fprintf(f, "model  %s: n_layer %d, n_head %d, n_embd %d, block_size %d, vocab %s\n", name,
+            c->n_layer, c->n_head, c->n_embd, c->block_size, vocab);
     fprintf(f, "data   %s (val: %s), init %s, shuffle %s\n", or_dash(c->data), val,
             or_dash(c->init), c->shuffle ? "on" : "off");
     fprintf(f, "batch  %d seq x %d tokens x %d accum per rank, %ld seq per step\n", c->batch_size,
