@@ -28,6 +28,7 @@
 #include "check.h" /* tests/check.h */
 #include "draw.h"  /* tests/comm/draw.h */
 #include "dtrain/comm.h"
+#include "must.h" /* tests/comm/must.h */
 
 #define ROUNDS 20
 #define PER_SENDER 4 /* messages each sender sends in a round */
@@ -35,15 +36,6 @@
 #define MAX_RANKS 64
 
 static int rank, size;
-
-static void must(dt_comm *c, int rc, const char *what)
-{
-    if (rc != 0) {
-        fprintf(stderr, "rank %d: %s returned %d (%s): %s\n", rank, what, rc, dt_strerror(rc),
-                dt_comm_error(c));
-        exit(1);
-    }
-}
 
 /* Element e of sender src's k-th message of a round. */
 static int32_t value(int round, int src, int k, size_t e)

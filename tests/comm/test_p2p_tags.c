@@ -41,19 +41,11 @@
 #include "core/timer.h"
 #include "draw.h"  /* tests/comm/draw.h */
 #include "dtrain/comm.h"
+#include "must.h" /* tests/comm/must.h */
 
 #define MAX_RANKS 64
 
 static int rank, size;
-
-static void must(dt_comm *c, int rc, const char *what)
-{
-    if (rc != 0) {
-        fprintf(stderr, "rank %d: %s returned %d (%s): %s\n", rank, what, rc, dt_strerror(rc),
-                dt_comm_error(c));
-        exit(1);
-    }
-}
 
 static int cma_forced(void)
 {

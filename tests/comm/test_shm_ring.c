@@ -19,20 +19,12 @@
 #include "check.h" /* tests/check.h */
 #include "draw.h" /* tests/comm/draw.h */
 #include "dtrain/comm.h"
+#include "must.h" /* tests/comm/must.h */
 
 #define ROUNDS 600
 #define QUEUED 3 /* point-to-point messages each rank sends its next one per round */
 
 static int rank, size;
-
-static void must(dt_comm *c, int rc, const char *what)
-{
-    if (rc != 0) {
-        fprintf(stderr, "rank %d: %s returned %d (%s): %s\n", rank, what, rc, dt_strerror(rc),
-                dt_comm_error(c));
-        exit(1);
-    }
-}
 
 /* Elements of int32 (4 bytes): empty, tiny, around the rewind point
  * (16 KiB), and past a 256 KiB ring, in about the proportions of a
