@@ -129,6 +129,7 @@ static void next_attempt(struct job *j)
     j->failed = 0;
     j->exit_status = 0;
     j->phase = PHASE_RUNNING;
+    j->settle_ns = 0;
     fprintf(stderr, PROG ": restart %d of %ld: starting the %d rank%s again\n", j->restarts,
             j->o->max_restarts, j->active, j->active == 1 ? "" : "s");
 }

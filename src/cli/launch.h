@@ -133,6 +133,7 @@ struct job {
 
     enum phase phase;
     uint64_t deadline_ns; /* of the current phase (dt_now_ns) */
+    uint64_t settle_ns;   /* when ranks that exited with a status are judged; 0: none wait */
     int failed;           /* a rank failed, a rank could not start, or we were signalled */
     int signalled;        /* a stop signal came: the job ends */
     int exit_status;

@@ -216,11 +216,50 @@ static void note_stop(struct job *j, struct rank *r, int sig)
     r->stopped = sig;
 }
 
-/* Notes every rank that has ended, without reaping it (see the top).
- * Among ranks found ended together, those killed by a signal are judged
- * first: a rank killed from outside (kill -9, the OOM killer) is usually
- * why its peers exited with status 1, and rank order must not make a
+/* How long a rank that exited with a status waits for its verdict when
+ * it would be the job's first failure: a rank killed from outside
+ * (kill -9, the OOM killer) is usually why its peers exit with status 1,
+ * and a peer's exit can reach us a moment before the killed rank's death
+ * does. Waiting lets that death, if it comes, be the one named. */
+#define SETTLE_MS 100
+
+/* Whether ranks that exited with a status should wait for a signal death
+ * among their peers before they are judged. */
+static int should_settle(const struct job *j)
+{
+    if (j->failed || j->phase != PHASE_RUNNING || ranks_alive(j) == 0) return 0;
+    if (!j->settle_ns) return 1;
+    return dt_now_ns() < j->settle_ns;
+}
+
+/* Among ranks found ended, those killed by a signal are judged first, then
+ * those that exited with a status, after SETTLE_MS when nothing has failed
+ * yet: rank order, or the order the kernel told us in, must not make a
  * peer's exit the job's first failure. */
+static void judge_ranks(struct job *j)
+{
+    int waiting = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < j->nranks; i++) {
+            struct rank *r = &j->ranks[i];
+            if (!r->unjudged || (pass == 0) != (r->signo != 0)) continue;
+            if (pass == 1 && should_settle(j)) {
+                waiting = 1;
+                continue;
+            }
+            r->unjudged = 0;
+            on_rank_failed(j, r);
+        }
+    if (!waiting)
+        j->settle_ns = 0;
+    else if (!j->settle_ns)
+        j->settle_ns = dt_now_ns() + (uint64_t)SETTLE_MS * 1000000u;
+    if (j->restart_pending && j->phase == PHASE_RUNNING) enter_kill(j);
+    if (!j->failed && !waiting && ranks_alive(j) == 0) launch_store_done(j);
+}
+
+/* Notes every rank that has ended, without reaping it (see the top), and
+ * judges them. */
 static void check_ranks(struct job *j)
 {
     for (int i = 0; i < j->nranks; i++) {
@@ -244,15 +283,7 @@ static void check_ranks(struct job *j)
         launch_drain_rank(j, r, 0);
         r->unjudged = rank_status(r) != 0;
     }
-    for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < j->nranks; i++) {
-            struct rank *r = &j->ranks[i];
-            if (!r->unjudged || (pass == 0) != (r->signo != 0)) continue;
-            r->unjudged = 0;
-            on_rank_failed(j, r);
-        }
-    if (j->restart_pending && j->phase == PHASE_RUNNING) enter_kill(j);
-    if (!j->failed && ranks_alive(j) == 0) launch_store_done(j);
+    judge_ranks(j);
 }
 
 /* "exited with status 3" and "was stopped by signal 19 (...)" are said as
@@ -355,7 +386,9 @@ static int in_timed_phase(const struct job *j)
 
 static int poll_timeout_ms(const struct job *j)
 {
-    return in_timed_phase(j) ? dt_net_poll_ms(j->deadline_ns) : -1;
+    uint64_t until = in_timed_phase(j) ? j->deadline_ns : 0;
+    if (j->settle_ns && (!until || j->settle_ns < until)) until = j->settle_ns;
+    return dt_net_poll_ms(until);
 }
 
 /* One round: wait for a signal, output, or the phase deadline. */
@@ -380,6 +413,7 @@ static int watch_once(struct job *j)
         if (fds[0].revents) read_signals(j);
         if (fds[nfds - 1].revents && launch_store_waiting(j)) on_verdict(j);
     }
+    if (j->settle_ns && dt_now_ns() >= j->settle_ns) judge_ranks(j);
     if (in_timed_phase(j) && dt_now_ns() >= j->deadline_ns)
         on_deadline(j);
     return 0;

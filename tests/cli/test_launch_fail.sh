@@ -46,6 +46,24 @@ expect_eq "$rc" 137 "exit status"
 expect_contains "$TMP/kill.err" "rank 2 (pid" "failure line"
 expect_contains "$TMP/kill.err" "was killed by signal 9 (Killed)" "failure line"
 
+check "a peer's exit seen before the kill that caused it: the kill is the first failure"
+# Rank 0 exits 1 first; rank 1 sees it go (the fifo's write end closes, as
+# a peer's connection would) and is killed by SIGKILL a moment later. The
+# launcher waits briefly before it takes an exit as the first failure, so
+# the kill is named and its status is the job's, whichever order the
+# kernel reported them in.
+mkfifo "$TMP/peer.fifo"
+rc=0
+"$DTRAIN" launch -n 3 --grace-period 0.5 -- bash -c \
+    'case $RANK in
+       0) exec 3>"$TMP/peer.fifo"; exit 1 ;;
+       1) cat "$TMP/peer.fifo" >/dev/null; kill -KILL $$ ;;
+     esac; exec sleep 60' 2>"$TMP/peer.err" || rc=$?
+expect_eq "$rc" 137 "exit status"
+first=$(grep -m1 "dtrain launch: rank" "$TMP/peer.err" || true)
+[[ $first == *"rank 1 (pid"*"was killed by signal 9"* ]] || fail "first failure named: '$first'"
+expect_no_survivors
+
 check "a rank that ignores SIGTERM gets SIGKILL 3 s later"
 t0=$(now_ms)
 rc=0

@@ -125,14 +125,8 @@ def check_failure_marks(trace, lost):
     ev = ev["traceEvents"] if isinstance(ev, dict) else ev
     fail = sorted((e["args"]["restart"], e["args"]["rank"], e["args"]["how"]) for e in ev
                   if e.get("cat") == "restart" and e.get("name") == "failure")
-    # The first failure is the kill of rank `lost`, unless a peer's exit
-    # (status 1: it saw the kill) reached the launcher first, which the
-    # launcher cannot tell from a failure of its own (two CI runs of three
-    # saw one or the other).
-    first_ok = len(fail) == 2 and fail[0][0] == 1 and (
-        (fail[0][1] == lost and "killed by signal 9" in fail[0][2]) or
-        "exited with status 1" in fail[0][2])
-    check(first_ok and fail[1][:2] == (2, lost) and "exited with status 1" in fail[1][2],
+    check(len(fail) == 2 and fail[0][:2] == (1, lost) and "killed by signal 9" in fail[0][2]
+          and fail[1][:2] == (2, lost) and "exited with status 1" in fail[1][2],
           "auto: the timeline marks both failures, the failed start's too (%s)" % fail)
 
 
