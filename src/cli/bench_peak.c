@@ -75,9 +75,7 @@ static void print_bandwidth(int threads)
 static int print_run_peaks(int threads)
 {
     static const char *const names[2] = {"fp32", "bf16"};
-    printf("\nbf16 matrix products here: %s\n",
-           dt_matmul_bf16_native() ? "on oneDNN's bf16 kernel"
-                                   : "emulated in fp32 (oneDNN has no bf16 kernel for this CPU)");
+    printf("\nbf16 matrix products here: %s\n", dt_matmul_bf16_how());
     printf("`dtrain train --threads %d` measures MFU against:\n", threads);
     for (int bf16 = 0; bf16 < 2; bf16++) {
         double peak;

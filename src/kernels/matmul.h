@@ -16,10 +16,14 @@ int dt_matmul(dt_precision prec, int transA, int transB, int M, int N, int K, fl
               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 const char *dt_matmul_error(void);
 
-/* 1 when bf16 products run on a bf16 kernel; 0 when this CPU has none
- * (oneDNN's needs AVX-512) and they are emulated: operands rounded to bf16
- * exactly as above, then multiplied and summed in fp32, which gives the
- * same products (two bf16 values multiply exactly in fp32) at fp32 speed. */
+/* 1 when bf16 products run on a bf16 kernel; 0 when they are emulated:
+ * operands rounded to bf16 exactly as above, then multiplied and summed in
+ * fp32, which gives the same products (two bf16 values multiply exactly in
+ * fp32) at fp32 speed. Emulated where this CPU has no bf16 kernel
+ * (oneDNN's needs AVX-512), where its fp32 FMA outruns its bf16 dot
+ * products (Xeons without AMX), or under DTRAIN_BF16_EMULATE=1.
+ * dt_matmul_bf16_how says which, in words ("on oneDNN's bf16 kernel"). */
 int dt_matmul_bf16_native(void);
+const char *dt_matmul_bf16_how(void);
 
 #endif

@@ -14,10 +14,12 @@
 #include "kernels/matmul_plans.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/matmul.h"
+#include "kernels/peak.h"
 
 static dnnl_engine_t engine;
 static dnnl_status_t engine_status = dnnl_runtime_error;
@@ -33,26 +35,73 @@ dnnl_status_t dt_mm_engine(dnnl_engine_t *out)
 }
 
 static int bf16_native;
+static char bf16_how[256] = "on oneDNN's bf16 kernel";
 static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
 
-/* DTRAIN_BF16_EMULATE=1 takes the emulated path on any CPU (tests run both). */
-static void probe_bf16(void)
+/* A bf16 unit this much slower than the fp32 FMA's makes the fp32 path the
+ * faster one (widening the rounded operands costs a few percent). Far from
+ * the CPUs seen (Zen 4: 2x faster; Xeons without AMX: 2x slower), so every
+ * rank of a host measures the same side of it. */
+#define BF16_SLOWER_THAN_FP32 0.8
+
+static int onednn_has_bf16(void)
 {
-    const char *force = getenv("DTRAIN_BF16_EMULATE");
-    if (force && strcmp(force, "1") == 0) return;
     dnnl_engine_t e;
     dnnl_memory_desc_t a, b, c;
     dnnl_matmul_desc_t desc;
     dnnl_primitive_desc_t pd;
-    if (dt_mm_engine(&e) != dnnl_success) return;
+    if (dt_mm_engine(&e) != dnnl_success) return 0;
     if (dt_mm_matrix_desc(&a, 16, 16, 16, 0, dnnl_bf16) != dnnl_success ||
         dt_mm_matrix_desc(&b, 16, 16, 16, 0, dnnl_bf16) != dnnl_success ||
         dt_mm_matrix_desc(&c, 16, 16, 16, 0, dnnl_f32) != dnnl_success ||
         dnnl_matmul_desc_init(&desc, &a, &b, NULL, &c) != dnnl_success)
-        return;
-    if (dnnl_primitive_desc_create(&pd, &desc, NULL, e, NULL) != dnnl_success) return;
+        return 0;
+    if (dnnl_primitive_desc_create(&pd, &desc, NULL, e, NULL) != dnnl_success) return 0;
     dnnl_primitive_desc_destroy(pd);
+    return 1;
+}
+
+/* Where oneDNN's bf16 kernel would run on AVX512-BF16's dot products (no
+ * AMX), whether the fp32 FMA outruns them: on Xeons without AMX one
+ * vdpbf16ps issues a cycle against two fp32 FMAs, so the bf16 products
+ * run at half the fp32 rate. Then they run as fp32 products of the
+ * bf16-rounded values, the emulated path: the same rounded inputs, sums in
+ * fp32 in another order. Measured, a few tens of ms once per process. */
+static int fp32_outruns_bf16(void)
+{
+    if (dt_peak_loop_supported(DT_PEAK_BF16_AMX)) return 0;
+    double fp32 = dt_peak_loop_rate(DT_PEAK_F32_AVX512);
+    double bf16 = dt_peak_loop_rate(DT_PEAK_BF16_AVX512);
+    if (fp32 <= 0 || bf16 <= 0 || bf16 >= BF16_SLOWER_THAN_FP32 * fp32) return 0;
+    snprintf(bf16_how, sizeof bf16_how,
+             "as fp32 products of the bf16 values: this CPU's fp32 FMA (%.0f GFLOP/s a thread) "
+             "outruns its bf16 dot products (%.0f); DTRAIN_BF16_EMULATE=0 takes the bf16 kernel",
+             fp32 * 1e-9, bf16 * 1e-9);
+    return 1;
+}
+
+/* DTRAIN_BF16_EMULATE=1 takes the emulated path on any CPU (tests run
+ * both), =0 oneDNN's bf16 kernel wherever it has one. */
+static void probe_bf16(void)
+{
+    const char *force = getenv("DTRAIN_BF16_EMULATE");
+    if (force && strcmp(force, "1") == 0) {
+        snprintf(bf16_how, sizeof bf16_how, "emulated in fp32 (DTRAIN_BF16_EMULATE=1)");
+        return;
+    }
+    if (!onednn_has_bf16()) {
+        snprintf(bf16_how, sizeof bf16_how,
+                 "emulated in fp32: oneDNN has no bf16 kernel for this CPU, fp32 speed");
+        return;
+    }
+    if (!(force && strcmp(force, "0") == 0) && fp32_outruns_bf16()) return;
     bf16_native = 1;
+}
+
+const char *dt_mm_bf16_how(void)
+{
+    pthread_once(&bf16_once, probe_bf16);
+    return bf16_how;
 }
 
 int dt_mm_bf16_native(void)

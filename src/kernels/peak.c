@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -275,4 +276,51 @@ double dt_peak_loop_flops(dt_peak_loop l, long iters)
 {
     if (!valid(l)) return 0;
     return (double)iters * loops[l].accumulators * loops[l].lanes * loops[l].products * 2;
+}
+
+/* ---- timing ------------------------------------------------------------- */
+
+#define RUN_SECONDS 4e-3 /* one timed run */
+#define RUNS 5           /* after one warm-up run; the best counts */
+
+static double thread_cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Iterations for about RUN_SECONDS on this thread. The first runs also wake
+ * the vector units up (AVX-512 clocks, Zen's upper halves). */
+static long iterations_for_a_run(dt_peak_loop l)
+{
+    long iters = 1024;
+    for (;;) {
+        double t0 = thread_cpu_seconds();
+        volatile double sink = dt_peak_loop_run(l, iters);
+        (void)sink;
+        double dt = thread_cpu_seconds() - t0;
+        if (dt >= RUN_SECONDS / 4 || iters > (1L << 40)) {
+            double scaled = (double)iters * RUN_SECONDS / (dt > 0 ? dt : RUN_SECONDS);
+            return scaled < 1024 ? 1024 : (long)scaled;
+        }
+        iters *= 4;
+    }
+}
+
+double dt_peak_loop_rate(dt_peak_loop l)
+{
+    if (!dt_peak_loop_supported(l)) return 0;
+    const long iters = iterations_for_a_run(l);
+    double best = 0;
+    volatile double sink = dt_peak_loop_run(l, iters); /* warm-up */
+    for (int r = 0; r < RUNS; r++) {
+        double t0 = thread_cpu_seconds();
+        sink = dt_peak_loop_run(l, iters);
+        double dt = thread_cpu_seconds() - t0;
+        double rate = dt > 0 ? dt_peak_loop_flops(l, iters) / dt : 0;
+        if (rate > best) best = rate;
+    }
+    (void)sink;
+    return best;
 }

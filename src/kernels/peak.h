@@ -43,6 +43,11 @@ double dt_peak_loop_flops(dt_peak_loop l, long iters);
  * say A, the lanes (a tile's elements for AMX) and P.
  * Returns 0 for a loop the CPU cannot run (it is not run). */
 double dt_peak_loop_run(dt_peak_loop l, long iters);
+/* This thread's best rate at loop l, in FLOP/s of its own CPU time (a busy
+ * machine slows the wall clock, not this): the best of five runs of about
+ * 4 ms, after one that wakes the vector units up. 0 for a loop the CPU
+ * cannot run. */
+double dt_peak_loop_rate(dt_peak_loop l);
 int dt_peak_loop_accumulators(dt_peak_loop l);
 int dt_peak_loop_lanes(dt_peak_loop l);
 int dt_peak_loop_products(dt_peak_loop l);

@@ -105,6 +105,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::issue(
     std::lock_guard<std::mutex> lock(issue_mu_);
     int rc = start(&work->request);
     TORCH_CHECK(rc == 0, "dtrain ", work->name(), ": ", dt_comm_error(comm_));
+    const OpType type = work->retrieveOpType();
+    if (type != OpType::SEND && type != OpType::RECV && type != OpType::RECVANYSOURCE) seq_++;
     completer_->push(work);
     return work;
 }

@@ -9,6 +9,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -73,6 +74,15 @@ class ProcessGroupDtrain : public c10d::ProcessGroup {
     c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &tensors,
                                                  int tag) override;
 
+    // The number of collectives issued on the group: every rank that made
+    // the same calls has the same number, so ranks that differ have fallen
+    // out of step (gloo's and NCCL's desync check). It starts at 0 on every
+    // rank when the group is made, so the ranks agree without messages;
+    // setting it starts it again at 0, which every rank does at the same
+    // point of the program.
+    void setSequenceNumberForGroup() override { seq_ = 0; }
+    uint64_t getSequenceNumberForGroup() override { return seq_; }
+
   private:
     // Issues a call (start fills work->request with one of dtrain's
     // non-blocking calls, returning its status) and queues its Work.
@@ -91,6 +101,7 @@ class ProcessGroupDtrain : public c10d::ProcessGroup {
     std::unique_ptr<StoreRef> store_;
     dt_comm *comm_ = nullptr;
     std::mutex issue_mu_; // a communicator takes its calls from one thread at a time
+    std::atomic<uint64_t> seq_{0}; // collectives issued (getSequenceNumberForGroup)
     std::unique_ptr<Completer> completer_;
 };
 

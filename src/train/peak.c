@@ -20,64 +20,18 @@
 #include "train/data/corpus.h"
 
 #define CACHE_MAGIC "dtrain-peak 1"
-#define RUN_SECONDS 4e-3 /* one timed run */
-#define RUNS 5           /* per thread, after one warm-up run; the best counts */
 #define MAX_THREADS 1024 /* measured with at most this many threads */
-
-/* ---- timing ------------------------------------------------------------- */
-
-static double thread_cpu_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Iterations for about RUN_SECONDS on this thread. The first runs also wake
- * the vector units up (AVX-512 clocks, Zen's upper halves). */
-static long iterations_for_a_run(dt_peak_loop l)
-{
-    long iters = 1024;
-    for (;;) {
-        double t0 = thread_cpu_seconds();
-        volatile double sink = dt_peak_loop_run(l, iters);
-        (void)sink;
-        double dt = thread_cpu_seconds() - t0;
-        if (dt >= RUN_SECONDS / 4 || iters > (1L << 40)) {
-            double scaled = (double)iters * RUN_SECONDS / (dt > 0 ? dt : RUN_SECONDS);
-            return scaled < 1024 ? 1024 : (long)scaled;
-        }
-        iters *= 4;
-    }
-}
-
-/* This thread's best rate over RUNS runs, in FLOP/s of its own CPU time. */
-static double best_rate(dt_peak_loop l, long iters)
-{
-    double best = 0;
-    volatile double sink = dt_peak_loop_run(l, iters); /* warm-up */
-    for (int r = 0; r < RUNS; r++) {
-        double t0 = thread_cpu_seconds();
-        sink = dt_peak_loop_run(l, iters);
-        double dt = thread_cpu_seconds() - t0;
-        double rate = dt > 0 ? dt_peak_loop_flops(l, iters) / dt : 0;
-        if (rate > best) best = rate;
-    }
-    (void)sink;
-    return best;
-}
 
 double dt_peak_measure(dt_peak_loop l, int threads)
 {
     if (!dt_peak_loop_supported(l)) return 0;
     if (threads < 1) threads = 1;
     if (threads > MAX_THREADS) threads = MAX_THREADS;
-    const long iters = iterations_for_a_run(l);
     double sum = 0;
     int ran = 0; /* OpenMP may give fewer threads than asked (OMP_THREAD_LIMIT) */
 #pragma omp parallel num_threads(threads) reduction(+ : sum, ran)
     {
-        sum += best_rate(l, iters);
+        sum += dt_peak_loop_rate(l);
         ran += 1;
     }
     return ran > 0 ? sum / ran * 1e-9 : 0;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "kernels/matmul.h"
 #include "kernels/peak.h"
 
 /* What the loop must return: A accumulators x lanes, accumulator k
@@ -41,6 +42,28 @@ static int cpuinfo_flag(const char *word)
     }
     fclose(f);
     return found;
+}
+
+/* Which way bf16 products run (kernels/matmul_plans.c) follows the units'
+ * rates, timed again here: the fp32 path where the fp32 FMA is clearly the
+ * faster (the bf16 dot products under 0.7 of its rate), never where the
+ * bf16 unit is at least as fast, nor where AMX multiplies. Rates near the
+ * rule's edge (0.8) are not judged. */
+static void check_bf16_path(void)
+{
+    const char *how = dt_matmul_bf16_how();
+    printf("bf16 products: %s\n", how);
+    if (!dt_peak_loop_supported(DT_PEAK_BF16_AVX512)) return;
+    double fp32 = dt_peak_loop_rate(DT_PEAK_F32_AVX512);
+    double bf16 = dt_peak_loop_rate(DT_PEAK_BF16_AVX512);
+    printf("rates a thread: fp32 FMA %.1f GFLOP/s, bf16 dot products %.1f\n", fp32 * 1e-9,
+           bf16 * 1e-9);
+    CHECK(fp32 > 0 && bf16 > 0, "the loops ran: %g, %g", fp32, bf16);
+    if (dt_peak_loop_supported(DT_PEAK_BF16_AMX) || bf16 >= fp32)
+        CHECK(dt_matmul_bf16_native(), "bf16 unit as fast (or AMX), yet: %s", how);
+    else if (bf16 < 0.7 * fp32)
+        CHECK(!dt_matmul_bf16_native() && strstr(how, "outruns"),
+              "fp32 FMA at %.2fx the bf16 rate, yet: %s", fp32 / bf16, how);
 }
 
 int main(void)
@@ -89,6 +112,7 @@ int main(void)
         if (amx && !dt_peak_loop_supported(DT_PEAK_BF16_AMX))
             printf("amx: the CPU has it, the kernel does not grant the tiles\n");
     }
+    check_bf16_path();
     char id[256];
     dt_cpu_identity(id, sizeof id);
     printf("cpu: %s\n", id);

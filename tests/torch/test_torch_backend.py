@@ -550,6 +550,33 @@ def test_async():
     check(w.is_completed(), "is_completed turns true without wait()")
 
 
+def test_sequence_numbers():
+    """The group's sequence number counts its collectives, the same on every
+    rank (gathered over gloo, an independent group); point-to-point calls,
+    which only two ranks make, leave it alone; setting it starts it again
+    at 0."""
+    before = WORLD._get_sequence_number_for_group()
+    dist.all_reduce(torch.ones(5))
+    dist.broadcast(torch.ones(3), 0)
+    dist.barrier()
+    if N > 1:
+        x, got = torch.ones(4), torch.empty(4)
+        reqs = [dist.isend(x, (RANK + 1) % N), dist.irecv(got, (RANK - 1) % N)]
+        for q in reqs:
+            q.wait()
+    after = WORLD._get_sequence_number_for_group()
+    check(after - before == 3, "3 collectives and a send/recv counted %d" % (after - before))
+    seen = [torch.zeros(1, dtype=torch.int64) for _ in range(N)]
+    dist.all_gather(seen, torch.tensor([after], dtype=torch.int64), group=GLOO)
+    check(len(set(int(s) for s in seen)) == 1, "every rank's sequence number the same: %s" %
+          [int(s) for s in seen])
+    WORLD._set_sequence_number_for_group()
+    dist.all_reduce(torch.ones(2))
+    check(WORLD._get_sequence_number_for_group() == 1,
+          "set starts it again: 1 after one collective, not %d" %
+          WORLD._get_sequence_number_for_group())
+
+
 def test_subgroups():
     groups = [[0, 1]] + ([[0, N - 1], [1, N - 1]] if N > 2 else [])
     for ranks in groups:
@@ -708,8 +735,8 @@ def worker(init):
     t0 = time.time()
     for test in (test_allreduce, test_refusals, test_broadcast_reduce, test_gathers,
                  test_reduce_scatter, test_alltoall, test_p2p_barrier, test_any_source,
-                 test_tags_reorder, test_noncontiguous,
-                 test_async, test_subgroups, test_coalesced, test_tag_mismatch, test_mismatch,
+                 test_tags_reorder, test_noncontiguous, test_async, test_sequence_numbers,
+                 test_subgroups, test_coalesced, test_tag_mismatch, test_mismatch,
                  test_ddp, test_destroy_pending):
         test()
         dist.barrier(group=GLOO)
