@@ -61,6 +61,12 @@ typedef struct {
     int stream_out; /* write every output block past the cache (DT_STREAM_MIN), whatever its size */
 } dt_coll_args;
 
+/* Whether a collective of kind k combines its data with an op. */
+static inline int dt_coll_reduces(dt_coll_kind k)
+{
+    return k == DT_COLL_ALLREDUCE || k == DT_COLL_REDUCE || k == DT_COLL_REDUCE_SCATTER;
+}
+
 /* The elements an all-to-all-v sends to (send != 0) or receives from peer,
  * and their displacement in elements. */
 static inline size_t dt_coll_v_count(const dt_coll_args *a, int peer, int send)

@@ -36,11 +36,6 @@ static int has_root(dt_coll_kind k)
            k == DT_COLL_SCATTER || k == DT_COLL_SEND;
 }
 
-static int has_op(dt_coll_kind k)
-{
-    return k == DT_COLL_ALLREDUCE || k == DT_COLL_REDUCE || k == DT_COLL_REDUCE_SCATTER;
-}
-
 /* Elements the send and receive buffers must hold, on this rank. */
 static void buffer_counts(const dt_comm *c, const dt_coll_args *a, size_t *ns, size_t *nr)
 {
@@ -65,11 +60,11 @@ static int validate(dt_comm *c, dt_coll_args *a)
     if (a->kind == DT_COLL_SEND) name = a->any_source ? "recv_any" : a->is_recv ? "recv" : "send";
     if ((unsigned)a->dtype >= DT_DTYPE_COUNT)
         return invalid(c, "dt_%s: dtype %lld is not a dt_dtype", name, a->dtype);
-    if (has_op(a->kind) && (unsigned)a->op >= DT_OP_COUNT)
+    if (dt_coll_reduces(a->kind) && (unsigned)a->op >= DT_OP_COUNT)
         return invalid(c, "dt_%s: op %lld is not a dt_op", name, a->op);
     const int bitwise = a->op == DT_BAND || a->op == DT_BOR || a->op == DT_BXOR;
     const int integer = a->dtype == DT_I32 || a->dtype == DT_I64 || a->dtype == DT_U8;
-    if (has_op(a->kind) && bitwise && !integer)
+    if (dt_coll_reduces(a->kind) && bitwise && !integer)
         return dt_comm_invalid(c, "dt_%s: op %s needs an integer dtype (i32, i64, u8), not %s",
                                name, dt_op_name((dt_op)a->op),
                                dt_dtype_name((dt_dtype)a->dtype));

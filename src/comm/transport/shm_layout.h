@@ -44,6 +44,7 @@ typedef struct {
     int32_t pid;
     int32_t nlocal;
     uint64_t probe_addr; /* address of a known value, for the CMA check */
+    uint64_t pull_min;   /* local rank 0's measured pull_min, which every rank takes */
     _Alignas(LINE) _Atomic uint32_t doorbell;
     _Alignas(LINE) _Atomic uint32_t sleeping;
     _Alignas(LINE) unsigned char cma_ok[256]; /* [sender local index]: we can pull from it */
@@ -77,6 +78,10 @@ struct dt_shm_comm {
     size_t seg_bytes;    /* of our inbox */
     uint64_t ring_bytes; /* of our inbox's rings; each peer's inbox says its own */
     size_t cma_min;      /* messages from this size up are pulled by CMA (SIZE_MAX: never) */
+    /* Auto: messages of collectives that only move data are pulled from
+     * this size up, as local rank 0 measured it (shm_probe.c; SIZE_MAX:
+     * never, or not auto). */
+    size_t pull_min;
     int my_local;
     int nlocal;
     void **maps;   /* [nlocal] mapped inboxes, ours included */
@@ -99,6 +104,18 @@ static inline size_t shm_segment_size(uint64_t ring_bytes, int nlocal)
 {
     return shm_header_size() + (size_t)nlocal * shm_ring_stride(ring_bytes);
 }
+
+/* What shm_probe.c measured: the ring's and the pull's rates (bytes/s),
+ * the pull's fixed cost (s), and the size from which pulling is cheaper
+ * (SIZE_MAX: never, or the kernel refuses). */
+typedef struct {
+    double stream_rate, pull_rate, pull_fixed;
+    size_t pull_min;
+} dt_shm_probe_result;
+
+/* The measured crossover (once per process; out, when not NULL, gets the
+ * figures behind it). */
+size_t dt_shm_probe_pull_min(dt_shm_probe_result *out);
 
 /* The link's operations (shm.c), for the links that setup makes. */
 extern const dt_link_ops dt_shm_link_ops;

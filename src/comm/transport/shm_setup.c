@@ -126,6 +126,7 @@ static int create_inbox(dt_comm *c, struct dt_shm_comm *sc)
     sc->me->pid = (int32_t)getpid();
     sc->me->nlocal = sc->nlocal;
     sc->me->probe_addr = (uint64_t)(uintptr_t)&probe_value;
+    sc->me->pull_min = sc->pull_min;
     atomic_store_explicit(&sc->me->magic, SHM_MAGIC, memory_order_release);
     return 0;
 }
@@ -176,21 +177,26 @@ static int cma_works(pid_t pid, uint64_t addr)
            v == probe_value;
 }
 
-/* Ring size: streaming through a ring that stays in cache beats pulling
- * by cross-memory attach (whose kernel copy and page pinning cost more
- * than the second copy saves), so rings are as large as a budget of
- * 16 MiB per rank and communicator allows, at most 2 MiB each, and as
- * /dev/shm has room for: each communicator takes at most half of what is
- * free there, shared among its ranks on the host (a container's /dev/shm
- * is 64 MiB by default), down to 4 KiB rings. Cross-memory attach is kept
- * (auto) for when that leaves rings small; DTRAIN_SHM_CMA=1 or 0 forces it
- * on or off, and DTRAIN_SHM_RING_KB forces the size.
+/* Ring size: streaming through a ring that stays in cache beat pulling
+ * by cross-memory attach on the reference machine (an AMD EPYC, where the
+ * kernel's copy and page pinning cost more than the second copy saves),
+ * so rings are as large as a budget of 16 MiB per rank and communicator
+ * allows, at most 2 MiB each, and as /dev/shm has room for: each
+ * communicator takes at most half of what is free there, shared among its
+ * ranks on the host (a container's /dev/shm is 64 MiB by default), down to
+ * 4 KiB rings. Cross-memory attach is kept (auto) for when that leaves
+ * rings small, and for the collectives that only move data from the size
+ * shm_probe.c measures pulling to be cheaper from, on CPUs where it is;
+ * DTRAIN_SHM_CMA=1 or 0 forces it on or off, and DTRAIN_SHM_RING_KB
+ * forces the size.
  *
  * With more ranks on the host than cores the ranks take turns on the
  * cores, so every copy costs a core that another rank waits for, and
  * what stays in cache decides: rings are then at most CROWDED_RING, and
- * messages stream through them. Four ranks' twelve rings of 2 MiB swept
- * 24 MiB through a 32 MiB last-level cache; pulling by cross-memory
+ * messages stream through them (but where pulls were measured cheaper:
+ * on an Intel Xeon, 4 ranks on 2 cores, a 256 KiB-4 MiB all-to-all-v ran
+ * 1.3-1.5x faster pulled from 32 KiB up). Four ranks' twelve rings of
+ * 2 MiB swept 24 MiB through a 32 MiB last-level cache; pulling by cross-memory
  * attach instead pays the kernel's copy and page pinning, which cost
  * more than the ring's second copy through a ring that stays in cache
  * (4 ranks on 2 cores, an all-to-all-v of 256 KiB in 50 us instead of 78
@@ -225,6 +231,21 @@ static uint64_t fit_rings(dt_comm *c, uint64_t ring, int nlocal)
     return ring;
 }
 
+/* Auto: pull from the size this machine was measured to favour pulling
+ * (shm_probe.c). Local rank 0 measures, alone (the others wait in the
+ * next barrier), and every rank takes its figure from rank 0's inbox, so
+ * that a host's ranks agree. */
+static void measure_pull_min(dt_comm *c, struct dt_shm_comm *sc)
+{
+    dt_shm_probe_result m;
+    sc->pull_min = dt_shm_probe_pull_min(&m);
+    if (c->rank == 0)
+        DT_DEBUG("shm: ring %.2f GB/s, pull %.2f GB/s + %.2f us: pulling from %zu B%s",
+                 m.stream_rate / 1e9, m.pull_rate / 1e9, m.pull_fixed * 1e6,
+                 sc->pull_min == SIZE_MAX ? (size_t)0 : sc->pull_min,
+                 sc->pull_min == SIZE_MAX ? " (never)" : "");
+}
+
 static int read_settings(dt_comm *c, struct dt_shm_comm *sc, int nlocal)
 {
     char err[256];
@@ -238,8 +259,11 @@ static int read_settings(dt_comm *c, struct dt_shm_comm *sc, int nlocal)
                             "DTRAIN_SHM_RING_KB=%ld must be a power of two", ring_kb);
     uint64_t ring = ring_kb > 0 ? (uint64_t)ring_kb << 10
                                 : fit_rings(c, default_ring_bytes(nlocal - 1), nlocal);
+    int measure = cma < 0 && cma_min < 0;
     if (cma < 0) cma = ring < CMA_AUTO_BELOW;
     sc->cma_min = cma ? (size_t)(cma_min >= 0 ? cma_min : 1 << 20) : SIZE_MAX;
+    sc->pull_min = SIZE_MAX;
+    if (measure && sc->my_local == 0) measure_pull_min(c, sc);
     int crowded = nlocal > sysconf(_SC_NPROCESSORS_ONLN);
     if (crowded && ring_kb <= 0 && ring > CROWDED_RING) ring = CROWDED_RING;
     sc->ring_bytes = ring;
@@ -262,7 +286,8 @@ static int link_peers(dt_comm *c, struct dt_shm_comm *sc, const int *local_ranks
         l->in_bytes = sc->ring_bytes;
         l->out = shm_inbox_ring(sc->maps[i], l->out_bytes, sc->my_local);
         l->in = shm_inbox_ring(sc->me, l->in_bytes, i);
-        l->use_cma = sc->cma_min != SIZE_MAX && l->peer_inbox->cma_ok[sc->my_local];
+        l->use_cma = (sc->cma_min != SIZE_MAX || sc->pull_min != SIZE_MAX) &&
+                     l->peer_inbox->cma_ok[sc->my_local];
         c->links[local_ranks[i]] = &l->base;
     }
     return 0;
@@ -313,6 +338,7 @@ int dt_shm_setup(dt_comm *c, const int *peers, int npeers)
     for (int i = 0; i < n && rc == 0; i++)
         if (i != sc->my_local) rc = open_inbox(c, sc, local_ranks[i], i);
     if (rc < 0) goto out;
+    sc->pull_min = (size_t)((shm_inbox *)sc->maps[0])->pull_min;
     for (int i = 0; i < n; i++)
         if (i != sc->my_local) {
             shm_inbox *in = sc->maps[i];
