@@ -9,7 +9,9 @@ float32 from 64 KiB to --max-mib MiB by factors of 4, and an 8-byte
 latency: a warm-up round on each backend, then --reps rounds, each timing
 calls back to back on dtrain, then on gloo (alternating which goes first),
 so that load from elsewhere falls on both: 200 calls at the smallest
-sizes, fewer as they grow (8 MiB of calls, at least 2), the time per call
+sizes, fewer as they grow (64 MiB of calls, at least 8: with 2 calls
+at 4 MiB a round's time moved by 4x from one round to the next, the skew
+and the wake-ups of the first call not shared out), the time per call
 being the batch's over its calls, so that the ranks' skew leaving the
 barrier before it is shared out rather than added to one call; the median
 of the rounds is printed, with bus bandwidth (algbw x 2(n-1)/n, as nccl-tests)
@@ -49,7 +51,7 @@ def measure(rank, path, sizes, reps, queue, pydir):
         n = max(1, nbytes // 4)
         # Back to back, so the ranks' skew leaving the barrier is shared out
         # over the calls rather than added to one.
-        calls = max(2, min(200, (8 << 20) // nbytes))
+        calls = max(8, min(200, (64 << 20) // nbytes))
         bufs = {k: torch.empty(n) for k in groups}
         times = {k: [] for k in groups}
         for rnd in range(reps + 1):  # round 0 warms up
