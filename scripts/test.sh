@@ -38,11 +38,7 @@ if [ "${DTRAIN_SKIP_SANITIZERS:-0}" != 1 ]; then
   slowest "ASan + UBSan" build-asan/ctest.log
   bash scripts/build.sh build-tsan -DDTRAIN_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DDTRAIN_WITH_TORCH=OFF
-  # bf16 products on oneDNN's kernel where the CPU has one (DTRAIN_BF16_EMULATE=0):
-  # the fp32 path's operand copies run instrumented under TSan, several times
-  # slower (parallel.mixed_precision took 99 s so on a Xeon that takes that
-  # path), and which path multiplies is no matter of threads.
-  DTRAIN_BF16_EMULATE=0 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     ctest --test-dir build-tsan --output-on-failure -j"$jobs" -L sanitize 2>&1 |
     tee build-tsan/ctest.log
   slowest "TSan" build-tsan/ctest.log
