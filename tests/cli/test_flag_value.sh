@@ -19,7 +19,7 @@ same() { # what, then the two command lines separated by ---
     "$DTRAIN" "${a[@]}" >"$TMP/a" 2>&1 || fail "$what: ${a[*]} exits $?: $(tail -2 "$TMP/a")"
     "$DTRAIN" "${b[@]}" >"$TMP/b" 2>&1 || fail "$what: ${b[*]} exits $?: $(tail -2 "$TMP/b")"
     # the commands' own wall times differ from run to run
-    sed -i -E '/"seconds"|steps recorded|weighed /d' "$TMP/a" "$TMP/b"
+    sed -i -E '/"seconds"|steps recorded|weighed |s recording, /d' "$TMP/a" "$TMP/b"
     [[ -s "$TMP/a" ]] || fail "$what: no output"
     diff "$TMP/a" "$TMP/b" >&2 || fail "$what: --flag=value prints otherwise"
 }
