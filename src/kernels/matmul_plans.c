@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "kernels/matmul.h"
 #include "kernels/peak.h"
 
@@ -85,6 +86,10 @@ static int fp32_outruns_bf16(void)
 static void probe_bf16(void)
 {
     const char *force = getenv("DTRAIN_BF16_EMULATE");
+    if (force && *force && strcmp(force, "0") != 0 && strcmp(force, "1") != 0) {
+        DT_WARN("DTRAIN_BF16_EMULATE=%s is neither 0 nor 1; choosing as if unset", force);
+        force = NULL;
+    }
     if (force && strcmp(force, "1") == 0) {
         snprintf(bf16_how, sizeof bf16_how, "emulated in fp32 (DTRAIN_BF16_EMULATE=1)");
         return;

@@ -183,13 +183,14 @@ int dt_run_print_header(dt_run *t)
 {
     const dt_gpt *m = &t->model;
     dt_config_print(t->cfg, t->out);
-    const int emulated = m->prec == DT_PREC_BF16 && !dt_matmul_bf16_native();
+    char how[320] = "";
+    if (m->prec == DT_PREC_BF16 && !dt_matmul_bf16_native())
+        snprintf(how, sizeof how, " (%s)", dt_matmul_bf16_how());
     fprintf(t->out,
             "model: %d layers, %d heads, %d embd, vocab %d, block %d: %.2fM parameters | "
-            "%s matmuls%s%s%s | %d threads\n",
+            "%s matmuls%s | %d threads\n",
             m->cfg.n_layer, m->cfg.n_head, m->cfg.n_embd, m->cfg.vocab_size, m->cfg.block_size,
-            (double)m->n_params / 1e6, m->prec == DT_PREC_BF16 ? "bf16" : "fp32",
-            emulated ? " (" : "", emulated ? dt_matmul_bf16_how() : "", emulated ? ")" : "",
+            (double)m->n_params / 1e6, m->prec == DT_PREC_BF16 ? "bf16" : "fp32", how,
             t->threads);
     if (m->acts.mem) { /* a rank that holds the model */
         size_t shared, kept = dt_gpt_layer_acts_bytes(m, t->r.B, t->r.T, &shared);
