@@ -113,6 +113,11 @@ uint16_t *dt_matmul_bf16_buffer(size_t elems)
 
 int dt_matmul_bf16_native(void) { return dt_mm_bf16_native(); }
 const char *dt_matmul_bf16_how(void) { return dt_mm_bf16_how(); }
+int dt_matmul_bf16_rates_matter(void) { return dt_mm_bf16_rates_matter(); }
+int dt_matmul_bf16_choose(double fp32_rate, double bf16_rate)
+{
+    return dt_mm_bf16_choose(fp32_rate, bf16_rate);
+}
 
 /* fp32 rows x cols (row stride ld) rounded to bf16 into *buf, packed. */
 static int round_operand(uint16_t **buf, size_t *have, const float *src, int rows, int cols,

@@ -22,8 +22,19 @@ const char *dt_matmul_error(void);
  * fp32) at fp32 speed. Emulated where this CPU has no bf16 kernel
  * (oneDNN's needs AVX-512), where its fp32 FMA outruns its bf16 dot
  * products (Xeons without AMX), or under DTRAIN_BF16_EMULATE=1.
- * dt_matmul_bf16_how says which, in words ("on oneDNN's bf16 kernel"). */
+ * dt_matmul_bf16_how says which, in words ("on oneDNN's bf16 kernel").
+ *
+ * The path decides the products' bits, so every rank of a job must take
+ * the same one. Left alone, the first bf16 product times the fp32 and bf16
+ * loops (kernels/peak.h) and decides; a timing upset by a busy machine can
+ * land a rank on the other side. A job decides instead: it asks whether
+ * rates matter here (1: this CPU has both loops and nothing else settles
+ * it), agrees on one rank's rates (FLOP/s a thread) and hands them to
+ * dt_matmul_bf16_choose on every rank, before the first bf16 product.
+ * DTRAIN_BF16_EMULATE still wins. Returns the path taken (1: the kernel). */
 int dt_matmul_bf16_native(void);
 const char *dt_matmul_bf16_how(void);
+int dt_matmul_bf16_rates_matter(void);
+int dt_matmul_bf16_choose(double fp32_rate, double bf16_rate);
 
 #endif

@@ -35,14 +35,16 @@ dnnl_status_t dt_mm_engine(dnnl_engine_t *out)
     return engine_status;
 }
 
-static int bf16_native;
-static char bf16_how[256] = "on oneDNN's bf16 kernel";
-static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
+/* The bf16 path: -1 until decided, once per process, either here on the
+ * first bf16 product (timing the two loops) or by dt_mm_bf16_choose with
+ * rates the job agreed on. */
+static pthread_mutex_t bf16_lock = PTHREAD_MUTEX_INITIALIZER;
+static int bf16_native = -1;
+static char bf16_how[256];
 
 /* A bf16 unit this much slower than the fp32 FMA's makes the fp32 path the
  * faster one (widening the rounded operands costs a few percent). Far from
- * the CPUs seen (Zen 4: 2x faster; Xeons without AMX: 2x slower), so every
- * rank of a host measures the same side of it. */
+ * the CPUs seen (Zen 4: 2x faster; Xeons without AMX: 2x slower). */
 #define BF16_SLOWER_THAN_FP32 0.8
 
 static int onednn_has_bf16(void)
@@ -67,53 +69,90 @@ static int onednn_has_bf16(void)
  * vdpbf16ps issues a cycle against two fp32 FMAs, so the bf16 products
  * run at half the fp32 rate. Then they run as fp32 products of the
  * bf16-rounded values, the emulated path: the same rounded inputs, sums in
- * fp32 in another order. Measured, a few tens of ms once per process. */
-static int fp32_outruns_bf16(void)
+ * fp32 in another order. A rate of 0 (not measured) keeps the kernel. */
+static int path_from_rates(double fp32, double bf16, char *how, size_t len)
 {
-    if (dt_peak_loop_supported(DT_PEAK_BF16_AMX)) return 0;
-    double fp32 = dt_peak_loop_rate(DT_PEAK_F32_AVX512);
-    double bf16 = dt_peak_loop_rate(DT_PEAK_BF16_AVX512);
-    if (fp32 <= 0 || bf16 <= 0 || bf16 >= BF16_SLOWER_THAN_FP32 * fp32) return 0;
-    snprintf(bf16_how, sizeof bf16_how,
+    if (fp32 <= 0 || bf16 <= 0 || bf16 >= BF16_SLOWER_THAN_FP32 * fp32) return 1;
+    snprintf(how, len,
              "as fp32 products of the bf16 values: this CPU's fp32 FMA (%.0f GFLOP/s a thread) "
              "outruns its bf16 dot products (%.0f); DTRAIN_BF16_EMULATE=0 takes the bf16 kernel",
              fp32 * 1e-9, bf16 * 1e-9);
-    return 1;
+    return 0;
 }
 
-/* DTRAIN_BF16_EMULATE=1 takes the emulated path on any CPU (tests run
- * both), =0 oneDNN's bf16 kernel wherever it has one. */
-static void probe_bf16(void)
+/* DTRAIN_BF16_EMULATE: -1 unset, else 0 or 1 (read once; another value
+ * is warned about and taken as unset). Called under bf16_lock. */
+static int forced(void)
 {
-    const char *force = getenv("DTRAIN_BF16_EMULATE");
-    if (force && *force && strcmp(force, "0") != 0 && strcmp(force, "1") != 0) {
-        DT_WARN("DTRAIN_BF16_EMULATE=%s is neither 0 nor 1; choosing as if unset", force);
-        force = NULL;
+    static int read, value = -1;
+    if (read) return value;
+    read = 1;
+    const char *env = getenv("DTRAIN_BF16_EMULATE");
+    if (env && (!strcmp(env, "0") || !strcmp(env, "1"))) value = env[0] - '0';
+    else if (env && *env)
+        DT_WARN("DTRAIN_BF16_EMULATE=%s is neither 0 nor 1; choosing as if unset", env);
+    return value;
+}
+
+/* The path when the loops' rates cannot change it (1 kernel, 0 emulated,
+ * why in how), or -1 when they decide. =1 emulates on any CPU (tests run
+ * both paths), =0 takes oneDNN's bf16 kernel wherever it has one. */
+static int path_without_rates(char *how, size_t len)
+{
+    snprintf(how, len, "on oneDNN's bf16 kernel");
+    if (forced() == 1) return snprintf(how, len, "emulated in fp32 (DTRAIN_BF16_EMULATE=1)"), 0;
+    if (!onednn_has_bf16())
+        return snprintf(how, len, "emulated in fp32: oneDNN has no bf16 kernel for this CPU, "
+                                  "fp32 speed"), 0;
+    if (forced() == 0 || dt_peak_loop_supported(DT_PEAK_BF16_AMX) ||
+        !dt_peak_loop_supported(DT_PEAK_BF16_AVX512) || !dt_peak_loop_supported(DT_PEAK_F32_AVX512))
+        return 1;
+    return -1;
+}
+
+int dt_mm_bf16_rates_matter(void)
+{
+    char how[sizeof bf16_how];
+    pthread_mutex_lock(&bf16_lock);
+    int matter = path_without_rates(how, sizeof how) < 0;
+    pthread_mutex_unlock(&bf16_lock);
+    return matter;
+}
+
+int dt_mm_bf16_choose(double fp32_rate, double bf16_rate)
+{
+    pthread_mutex_lock(&bf16_lock);
+    bf16_native = path_without_rates(bf16_how, sizeof bf16_how);
+    if (bf16_native < 0) bf16_native = path_from_rates(fp32_rate, bf16_rate, bf16_how, sizeof bf16_how);
+    int native = bf16_native;
+    pthread_mutex_unlock(&bf16_lock);
+    return native;
+}
+
+/* The first bf16 product decides when no one chose: both loops timed here
+ * in turns (kernels/peak.h), a few tens of ms. */
+static int decided(void)
+{
+    pthread_mutex_lock(&bf16_lock);
+    if (bf16_native < 0) bf16_native = path_without_rates(bf16_how, sizeof bf16_how);
+    if (bf16_native < 0) {
+        const dt_peak_loop loops[2] = {DT_PEAK_F32_AVX512, DT_PEAK_BF16_AVX512};
+        double rates[2];
+        dt_peak_loop_rates(loops, 2, rates);
+        bf16_native = path_from_rates(rates[0], rates[1], bf16_how, sizeof bf16_how);
     }
-    if (force && strcmp(force, "1") == 0) {
-        snprintf(bf16_how, sizeof bf16_how, "emulated in fp32 (DTRAIN_BF16_EMULATE=1)");
-        return;
-    }
-    if (!onednn_has_bf16()) {
-        snprintf(bf16_how, sizeof bf16_how,
-                 "emulated in fp32: oneDNN has no bf16 kernel for this CPU, fp32 speed");
-        return;
-    }
-    if (!(force && strcmp(force, "0") == 0) && fp32_outruns_bf16()) return;
-    bf16_native = 1;
+    int native = bf16_native;
+    pthread_mutex_unlock(&bf16_lock);
+    return native;
 }
 
 const char *dt_mm_bf16_how(void)
 {
-    pthread_once(&bf16_once, probe_bf16);
+    (void)decided();
     return bf16_how;
 }
 
-int dt_mm_bf16_native(void)
-{
-    pthread_once(&bf16_once, probe_bf16);
-    return bf16_native;
-}
+int dt_mm_bf16_native(void) { return decided(); }
 
 dnnl_status_t dt_mm_matrix_desc(dnnl_memory_desc_t *md, int rows, int cols, int ld,
                                 int transposed, dnnl_data_type_t type)

@@ -24,9 +24,12 @@ dnnl_status_t dt_mm_engine(dnnl_engine_t *out);
 /* Whether bf16 products run on oneDNN's bf16 matmul: it has one for this
  * CPU (it needs AVX-512; on AVX2-only CPUs such as Zen 3 it has none), and
  * it is the faster path here (not where the fp32 FMA outruns AVX512-BF16's
- * dot products). Probed once; dt_mm_bf16_how says which and why. */
+ * dot products). Decided once (see dt_matmul_bf16_choose in matmul.h);
+ * dt_mm_bf16_how says which and why. */
 int dt_mm_bf16_native(void);
 const char *dt_mm_bf16_how(void);
+int dt_mm_bf16_rates_matter(void);
+int dt_mm_bf16_choose(double fp32_rate, double bf16_rate);
 dnnl_status_t dt_mm_plan_for(const dt_mm_key *k, dt_mm_plan *out);
 void dt_mm_plan_release(dt_mm_plan *plan);
 

@@ -308,19 +308,30 @@ static long iterations_for_a_run(dt_peak_loop l)
     }
 }
 
+void dt_peak_loop_rates(const dt_peak_loop *l, int n, double *rates)
+{
+    long iters[DT_PEAK_LOOPS];
+    volatile double sink = 0;
+    for (int i = 0; i < n && i < DT_PEAK_LOOPS; i++) {
+        rates[i] = 0;
+        iters[i] = dt_peak_loop_supported(l[i]) ? iterations_for_a_run(l[i]) : 0;
+        if (iters[i]) sink = dt_peak_loop_run(l[i], iters[i]); /* warm-up */
+    }
+    for (int r = 0; r < RUNS; r++)
+        for (int i = 0; i < n && i < DT_PEAK_LOOPS; i++) {
+            if (!iters[i]) continue;
+            double t0 = thread_cpu_seconds();
+            sink = dt_peak_loop_run(l[i], iters[i]);
+            double dt = thread_cpu_seconds() - t0;
+            double rate = dt > 0 ? dt_peak_loop_flops(l[i], iters[i]) / dt : 0;
+            if (rate > rates[i]) rates[i] = rate;
+        }
+    (void)sink;
+}
+
 double dt_peak_loop_rate(dt_peak_loop l)
 {
-    if (!dt_peak_loop_supported(l)) return 0;
-    const long iters = iterations_for_a_run(l);
-    double best = 0;
-    volatile double sink = dt_peak_loop_run(l, iters); /* warm-up */
-    for (int r = 0; r < RUNS; r++) {
-        double t0 = thread_cpu_seconds();
-        sink = dt_peak_loop_run(l, iters);
-        double dt = thread_cpu_seconds() - t0;
-        double rate = dt > 0 ? dt_peak_loop_flops(l, iters) / dt : 0;
-        if (rate > best) best = rate;
-    }
-    (void)sink;
-    return best;
+    double rate;
+    dt_peak_loop_rates(&l, 1, &rate);
+    return rate;
 }

@@ -48,6 +48,10 @@ double dt_peak_loop_run(dt_peak_loop l, long iters);
  * 4 ms, after one that wakes the vector units up. 0 for a loop the CPU
  * cannot run. */
 double dt_peak_loop_rate(dt_peak_loop l);
+/* The same for n loops timed in turns (a run of each, then again), so a
+ * spell of slowness on the machine falls on all of them rather than on the
+ * one being timed: rates to compare with each other. */
+void dt_peak_loop_rates(const dt_peak_loop *l, int n, double *rates);
 int dt_peak_loop_accumulators(dt_peak_loop l);
 int dt_peak_loop_lanes(dt_peak_loop l);
 int dt_peak_loop_products(dt_peak_loop l);

@@ -173,10 +173,45 @@ static int candidate_loops(int bf16, dt_peak_loop *out, int *bf16_in_fp32)
     return n;
 }
 
+/* The cache file of this CPU, read in full; closed by writing it back when
+ * a rate was added. */
+typedef struct {
+    dt_peak_entry e[DT_PEAK_CACHE_MAX];
+    char path[DT_PATH_MAX];
+    int n, dirty, measured, have_path;
+} peak_cache;
+
+static void cache_open(peak_cache *pc, const char *cpu)
+{
+    char why[DT_PATH_MAX + 256];
+    pc->n = pc->dirty = pc->measured = 0;
+    pc->have_path = dt_peak_cache_path(cpu, pc->path, sizeof pc->path, why, sizeof why) == 0;
+    if (pc->have_path) pc->n = dt_peak_cache_read(pc->path, cpu, pc->e, DT_PEAK_CACHE_MAX, why,
+                                                  sizeof why);
+    if (pc->n < 0) pc->n = 0, pc->dirty = 1; /* corrupt: rewritten on close */
+}
+
+/* A cache that cannot be written costs a measurement next time, no more. */
+static void cache_close(peak_cache *pc, const char *cpu)
+{
+    char why[DT_PATH_MAX + 256];
+    if (pc->have_path && pc->dirty && pc->n > 0)
+        (void)dt_peak_cache_write(pc->path, cpu, pc->e, pc->n, why, sizeof why);
+}
+
+static double cached_rate(peak_cache *pc, dt_peak_loop l, int threads)
+{
+    return loop_rate(l, threads, pc->e, &pc->n, &pc->dirty, &pc->measured);
+}
+
+static int clamp_threads(int threads)
+{
+    return threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+}
+
 int dt_peak_get(int threads, int bf16, dt_peak *p, char *err, size_t errlen)
 {
-    if (threads < 1) threads = 1;
-    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    threads = clamp_threads(threads);
     *p = (dt_peak){.threads = threads, .source = DT_PEAK_UNKNOWN};
     dt_cpu_identity(p->cpu, sizeof p->cpu);
     double gflops;
@@ -190,21 +225,29 @@ int dt_peak_get(int threads, int bf16, dt_peak *p, char *err, size_t errlen)
     dt_peak_loop cand[DT_PEAK_LOOPS];
     int ncand = candidate_loops(bf16, cand, &p->bf16_in_fp32);
     if (ncand == 0) return 0;
-
-    dt_peak_entry e[DT_PEAK_CACHE_MAX];
-    char path[DT_PATH_MAX], why[DT_PATH_MAX + 256];
-    int n = 0, dirty = 0, measured = 0;
-    int have_path = dt_peak_cache_path(p->cpu, path, sizeof path, why, sizeof why) == 0;
-    if (have_path) n = dt_peak_cache_read(path, p->cpu, e, DT_PEAK_CACHE_MAX, why, sizeof why);
-    if (n < 0) n = 0, dirty = 1; /* corrupt: rewritten below */
+    peak_cache pc;
+    cache_open(&pc, p->cpu);
     for (int i = 0; i < ncand; i++) {
-        double gf = loop_rate(cand[i], threads, e, &n, &dirty, &measured);
+        double gf = cached_rate(&pc, cand[i], threads);
         if (gf * 1e9 > p->per_thread) p->per_thread = gf * 1e9, p->loop = cand[i];
     }
-    if (p->per_thread > 0) p->source = measured ? DT_PEAK_MEASURED : DT_PEAK_CACHED;
-    /* A cache that cannot be written costs a measurement next time, no more. */
-    if (have_path && dirty && n > 0) (void)dt_peak_cache_write(path, p->cpu, e, n, why, sizeof why);
+    if (p->per_thread > 0) p->source = pc.measured ? DT_PEAK_MEASURED : DT_PEAK_CACHED;
+    cache_close(&pc, p->cpu);
     return 0;
+}
+
+void dt_peak_bf16_rates(int threads, double rates[2])
+{
+    threads = clamp_threads(threads);
+    rates[0] = rates[1] = 0;
+    if (!dt_matmul_bf16_rates_matter()) return;
+    char cpu[192];
+    dt_cpu_identity(cpu, sizeof cpu);
+    peak_cache pc;
+    cache_open(&pc, cpu);
+    rates[0] = cached_rate(&pc, DT_PEAK_F32_AVX512, threads) * 1e9;
+    rates[1] = cached_rate(&pc, DT_PEAK_BF16_AVX512, threads) * 1e9;
+    cache_close(&pc, cpu);
 }
 
 int dt_mfu_peak(int threads, int ranks, int bf16, double *peak, char *desc, size_t desclen)

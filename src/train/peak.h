@@ -51,6 +51,12 @@ int dt_peak_get(int threads, int bf16, dt_peak *p, char *err, size_t errlen);
  * error; stop the run). */
 int dt_mfu_peak(int threads, int ranks, int bf16, double *peak, char *desc, size_t desclen);
 
+/* The rates (FLOP/s of one of `threads` threads) of the fp32 and bf16
+ * AVX-512 loops, which choose how bf16 products run (kernels/matmul.h),
+ * from the cache or measured now and cached: the same figures, so the same
+ * choice, for every run on this CPU. Both 0 where rates do not matter. */
+void dt_peak_bf16_rates(int threads, double rates[2]);
+
 /* GFLOP/s of one thread running loop l while `threads` threads run it at
  * once (see above); 0 when the CPU cannot run it. */
 double dt_peak_measure(dt_peak_loop l, int threads);

@@ -23,6 +23,7 @@
 #include "core/timer.h"
 #include "core/trace.h"
 #include "dtrain/comm.h"
+#include "kernels/matmul.h"
 #include "kernels/threads.h"
 #include "parallel/registry.h"
 #include "train/ckpt/checkpoint.h"
@@ -232,6 +233,21 @@ static int build_strategy(dt_run *t)
     return kind->build(&t->S, &o);
 }
 
+/* How bf16 products run sets their bits (kernels/matmul.h), so rank 0's
+ * loop rates, cached per CPU (train/peak.h), decide for every rank: two
+ * ranks timing their own could land on either side of the line on a busy
+ * machine, and two runs of a layout would then differ. */
+static int agree_bf16_path(dt_run *t)
+{
+    if (strcmp(t->cfg->dtype, "bf16") != 0) return 0;
+    double rates[2] = {0, 0};
+    if (t->r.rank == 0) dt_peak_bf16_rates(t->threads, rates);
+    if (t->r.world && dt_broadcast(t->r.world, rates, rates, 2, DT_F64, 0))
+        return comm_failed(t, t->r.world, "agreeing on how bf16 products run");
+    dt_matmul_bf16_choose(rates[0], rates[1]);
+    return 0;
+}
+
 /* Recording from here on; the clocks aligned with rank 0's (collective). */
 static int start_trace(dt_run *t)
 {
@@ -280,6 +296,7 @@ static int setup(dt_run *t)
     if (build_strategy(t)) return -1;
     t->threads = c->threads > 0 ? c->threads : default_threads(t);
     dt_kernels_set_threads(t->threads);
+    if (agree_bf16_path(t)) return -1;
     dt_sampler_init(&t->train_order, c->seed, c->shuffle);
     dt_sampler_init(&t->val_order, c->seed, 0);
     if (dt_run_check_outputs(t) || dt_run_open_data(t)) return -1;

@@ -66,6 +66,30 @@ static void check_bf16_path(void)
               "fp32 FMA at %.2fx the bf16 rate, yet: %s", fp32 / bf16, how);
 }
 
+/* A job hands every rank the same rates (kernels/matmul.h); the path then
+ * follows them alone, whatever this process would time, and a later choice
+ * replaces an earlier one. Where rates do not decide (no AVX512-BF16, AMX,
+ * DTRAIN_BF16_EMULATE set) the choice leaves the path as it was. */
+static void check_bf16_choice(void)
+{
+    int before = dt_matmul_bf16_native();
+    if (!dt_matmul_bf16_rates_matter()) {
+        CHECK(dt_matmul_bf16_choose(100e9, 400e9) == before &&
+                  dt_matmul_bf16_choose(400e9, 100e9) == before,
+              "rates do not decide here, yet they changed the path");
+        printf("bf16 choice: rates do not decide on this CPU (%s)\n", dt_matmul_bf16_how());
+        return;
+    }
+    CHECK(dt_matmul_bf16_choose(100e9, 400e9) == 1 && dt_matmul_bf16_native() == 1,
+          "bf16 rate 4x fp32's, yet: %s", dt_matmul_bf16_how());
+    CHECK(dt_matmul_bf16_choose(400e9, 100e9) == 0 && dt_matmul_bf16_native() == 0 &&
+              strstr(dt_matmul_bf16_how(), "(400 GFLOP/s a thread)") &&
+              strstr(dt_matmul_bf16_how(), "dot products (100)"),
+          "bf16 rate a quarter of fp32's, yet: %s", dt_matmul_bf16_how());
+    CHECK(dt_matmul_bf16_choose(0, 0) == 1, "unmeasured rates must keep the kernel");
+    printf("bf16 choice: follows the rates handed in\n");
+}
+
 int main(void)
 {
     int ran = 0;
@@ -113,6 +137,7 @@ int main(void)
             printf("amx: the CPU has it, the kernel does not grant the tiles\n");
     }
     check_bf16_path();
+    check_bf16_choice();
     char id[256];
     dt_cpu_identity(id, sizeof id);
     printf("cpu: %s\n", id);

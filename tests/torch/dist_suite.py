@@ -1,13 +1,15 @@
 """PyTorch's own DistributedTest suite against the "dtrain" backend.
 
     python3 dist_suite.py BUILD_PYDIR WORLD_SIZE [-k REGEX]... [--json FILE]
-                          [--list] [--backend gloo]
+                          [--list] [--backend gloo] [--start fork|spawn]
 
 Runs torch.testing._internal.distributed.distributed_test's
 DistributedTest._DistTestBase as PyTorch's test_distributed_spawn.py does
-(a process per rank, spawned for each test, BACKEND, WORLD_SIZE and
-TEMP_DIR in the environment), with BACKEND=dtrain. dtrain is declared to
-the suite as an out-of-tree backend ("plugin") that runs DDP on CPU; the
+(a process per rank for each test, BACKEND, WORLD_SIZE and TEMP_DIR in the
+environment), with BACKEND=dtrain. The ranks are forked by default, as
+PyTorch's own fork variant of the harness did: a spawned rank imports
+torch again, about 2 s a test against 0.3; --start spawn spawns them.
+dtrain is declared to the suite as an out-of-tree backend ("plugin") that runs DDP on CPU; the
 suite's own gates skip what needs CUDA, NCCL or a backend named gloo.
 -k keeps the tests whose name matches any of the regexes (all without);
 --backend gloo runs the same harness on gloo, to tell PyTorch's own
@@ -41,6 +43,8 @@ if __name__ == "__main__":
                     help="run the tests whose name matches this regex (repeatable)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--list", action="store_true", help="list the selected tests and stop")
+    ap.add_argument("--start", choices=("fork", "spawn"), default="fork",
+                    help="how each test's rank processes start (default fork)")
     ap.add_argument("--backend", default="dtrain",
                     help="run the suite on another backend (gloo), to compare")
     ARGS = ap.parse_args()
@@ -51,6 +55,7 @@ if __name__ == "__main__":
     os.mkdir(os.path.join(_top, "barrier"))
     os.mkdir(os.path.join(_top, "skips"))
     os.environ.update(BACKEND=ARGS.backend, WORLD_SIZE=str(ARGS.world_size), TEMP_DIR=_top,
+                      DTRAIN_SUITE_START=ARGS.start,
                       DTRAIN_SUITE_PYDIR=os.path.abspath(ARGS.pydir),
                       DTRAIN_SUITE_SKIPS=os.path.join(_top, "skips"))
     # PyTorch's harness parses sys.argv when imported; it gets none of ours.
@@ -96,7 +101,8 @@ def _skip_file(test_name, rank):
 class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
     def setUp(self):
         super().setUp()
-        self._spawn_processes()
+        start = os.environ.get("DTRAIN_SUITE_START", "fork")
+        self._start_processes(torch.multiprocessing.get_context(start).Process)
 
     # A rank's process: a skip's reason is written down before PyTorch's
     # harness turns it into an exit code.

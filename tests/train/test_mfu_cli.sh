@@ -44,6 +44,29 @@ train fp32 -- --threads 2
 train bf16 -- --threads 2 --dtype bf16
 train bf16_emulated DTRAIN_BF16_EMULATE=1 -- --threads 1 --dtype bf16
 
+# How bf16 products run sets their bits, so every rank takes the path that
+# rank 0's cached loop rates choose, run after run: a cache whose bf16 rate
+# is 4x the fp32 one gives the kernel on both ranks, one at a quarter gives
+# the fp32 path on both (whatever each rank would time). Only where the
+# rates decide (AVX512-BF16 without AMX, oneDNN with a bf16 kernel).
+train bf16_one_thread -- --threads 1 --dtype bf16
+cache_file=$(ls "$DTRAIN_CACHE"/peak/*.txt 2>/dev/null | head -1)
+if [ -n "$cache_file" ] && grep -q '^bf16-avx512 1 ' "$cache_file"; then
+  fp32_rate=$(awk '$1 == "f32-avx512" && $2 == 1 { print $3 }' "$cache_file")
+  for factor in 4 0.25; do
+    sed -i "s/^bf16-avx512 1 .*/bf16-avx512 1 $(awk -v f="$fp32_rate" -v k=$factor 'BEGIN { print f * k }')/" "$cache_file"
+    timeout 120 "$dtrain" train --nproc 2 --log-ranks all --data "$tmp/text.txt" --steps 1 \
+      --eval-batches 0 --batch-size 2 --seq-len 32 --threads 1 --dtype bf16 \
+      >"$tmp/agree$factor.out" 2>&1 || fail "bf16 rates x$factor: the run failed"
+    if [ "$factor" = 4 ]; then want='parameters | bf16 matmuls | '; else want="outruns its bf16 dot products"; fi
+    n=$(grep -cF -- "$want" "$tmp/agree$factor.out")
+    if [ "$n" -eq 2 ]; then echo "ok   bf16 rate x$factor of fp32's in the cache: both ranks say '${want% }'"
+    else fail "bf16 rate x$factor: $n of 2 ranks say '${want% }'"; grep 'bf16 matmuls' "$tmp/agree$factor.out"; fi
+  done
+else
+  echo "note: bf16's path does not depend on the loops' rates on this CPU; rank agreement not checked"
+fi
+
 # An emulated slower machine: 0.001 GFLOP/s per thread. Each line shows the
 # capped value with its marker; the warning comes once.
 if train slow DTRAIN_PEAK_GFLOPS=0.001 -- --threads 1; then
