@@ -20,10 +20,11 @@ same global batch, at GPT-2's shapes (two layers of width 768, vocabulary
   (the tied embedding's two stages add in another order).
 - checkpoints: saved by ZeRO-2 over 2 ranks, resumed in one process on
   the uninterrupted run's bits; consolidated with every expert named.
-- learning: on the built-in corpus (the tiny preset, 300 steps), 16
+- learning: on the built-in corpus (the tiny preset, 150 steps), 16
   experts of width 2 C with top 2 (each token meets the weights of one
   4 C MLP) reach a lower validation loss than the dense model, with every
-  layer's load printed.
+  layer's load printed. (Seeds 3 and 4 put the experts 0.022 and 0.017
+  below at 150 steps, 0.024 at 300.)
 """
 import os
 import re
@@ -127,7 +128,7 @@ def check_checkpoint(dtrain, tmp):
 
 
 def check_learning(dtrain):
-    common = ["train", "--steps", "300", "--threads", "1", "--print-every", "300",
+    common = ["train", "--steps", "150", "--threads", "1", "--print-every", "150",
               "--eval-batches", "8", "--seed", "3"]
     moe = run(dtrain, common + ["--num-experts", "16", "--moe-router-topk", "2",
                                 "--moe-ffn-hidden-size", "256", "--moe-per-layer-logging"])

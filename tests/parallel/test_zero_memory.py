@@ -3,7 +3,8 @@
   test_zero_memory.py DTRAIN
 
 GPT L24 H8 C512, vocabulary 512, block 16 (Psi = 75,928,576), batch 1 x 16,
-one step, at 2 and 4 ranks, for DDP and ZeRO stages 1-3 (fp32 AdamW):
+one step, at 4 ranks, for DDP and ZeRO stages 1-3 (fp32 AdamW); 4, where
+each stage saves most against DDP (2 ranks as well cost 30 s of CI time):
   - the model-state bytes each rank has accounted at the start (parameters,
     gradients, optimizer state, as core/alloc counts them) within 5% of the
     formula: 16 Psi, 8 Psi + 8 Psi/N, 4 Psi + 12 Psi/N, 16 Psi/N;
@@ -12,7 +13,7 @@ one step, at 2 and 4 ranks, for DDP and ZeRO stages 1-3 (fp32 AdamW):
     embeddings' gradients and two layers' during backward, the gathered
     layers), with 5% of DDP's RSS to spare;
   - stage 3 at 4 ranks: at most 35% of DDP's per-rank peak RSS, activations
-    aside; and so with --init FILE (the 2-rank DDP run's final weights),
+    aside; and so with --init FILE (the DDP run's final weights),
     whose loading reads only each rank's pieces: its peak RSS within 5% of
     DDP's of the run without it (a whole model read into the window first
     would add 4 Psi, a quarter of DDP's).
@@ -75,12 +76,12 @@ def main():
         shard_write(data, [rng.randrange(512) for _ in range(20000)])
         want = {0: "16 Psi", 1: "8 Psi + 8 Psi / N", 2: "4 Psi + 12 Psi / N", 3: "16 Psi / N"}
         weights = os.path.join(tmp, "init.safetensors")
-        for n in (2, 4):
+        for n in (4,):
             rss, acts, formula_state, windows = {}, {}, {}, {}
             for stage in range(4):
                 what = "%s at %d ranks" % ("DDP" if stage == 0 else "ZeRO-%d" % stage, n)
                 out = run(dtrain, data, n, stage,
-                          ["--save-final", weights] if (n, stage) == (2, 0) else [])
+                          ["--save-final", weights] if stage == 0 else [])
                 check(want[stage] in out, "%s: the table gives the formula %s" % (what, want[stage]))
                 f, ranks, _ = table(out, "memory per rank at the start")
                 check(len(ranks) == n, "%s: a row per rank at the start" % what)
