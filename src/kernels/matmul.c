@@ -292,8 +292,10 @@ static int sgemm_solve(const dt_matmul_problem *p, dt_mm_workspace *ws)
 
 /* ---- the entry ------------------------------------------------------------ */
 
-static int matmul_solve_body(const dt_matmul_problem *p)
+/* *path: how it ran, for the profile's products by shape. */
+static int matmul_solve_body(const dt_matmul_problem *p, const char **path)
 {
+    *path = p->prec != DT_PREC_BF16 ? "matmul" : dt_mm_bf16_native() ? "bf16" : "bf16 in fp32";
     if (check_problem(p)) return -1;
     if (p->M == 0 || p->N == 0) return 0;
     if (p->K == 0) {
@@ -304,6 +306,7 @@ static int matmul_solve_body(const dt_matmul_problem *p)
     if (!ws) return fail(p, "no oneDNN CPU engine or stream (out of memory?)");
     if (use_sgemm(p)) {
         dt_kernels_threads(); /* sgemm takes the OpenMP thread count of its caller */
+        *path = "sgemm";
         return sgemm_solve(p, ws);
     }
     dt_mm_key k = {p->prec, !!p->transA, !!p->transB, p->M, p->N, p->K, p->lda, p->ldb, p->ldc,
@@ -329,13 +332,17 @@ static int matmul_solve_body(const dt_matmul_problem *p)
 int dt_matmul_solve(const dt_matmul_problem *p)
 {
     const uint64_t t0 = dt_prof_begin();
-    const int r = matmul_solve_body(p);
+    const char *path;
+    const int r = matmul_solve_body(p, &path);
     /* Operands read (2 bytes each in bf16), the result written (and read
      * when it accumulates). */
     const double size = p->prec == DT_PREC_BF16 ? 2.0 : 4.0;
-    dt_prof_end(DT_PROF_MATMUL, t0, 2.0 * p->M * p->N * p->K,
-                size * ((double)p->M * p->K + (double)p->K * p->N) +
-                    (p->beta != 0.0f ? 8.0 : 4.0) * p->M * p->N);
+    const double flops = 2.0 * p->M * p->N * p->K;
+    const uint64_t ns = dt_prof_end(DT_PROF_MATMUL, t0, flops,
+                                     size * ((double)p->M * p->K + (double)p->K * p->N) +
+                                         (p->beta != 0.0f ? 8.0 : 4.0) * p->M * p->N);
+    const dt_prof_shape key = {p->M, p->N, p->K, !!p->transA, !!p->transB, path, 0, 0, 0};
+    dt_prof_shape_add(&key, t0, ns, flops);
     return r;
 }
 

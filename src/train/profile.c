@@ -11,6 +11,7 @@
 #include "train/profile.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/timer.h"
@@ -24,7 +25,9 @@ void dt_run_profile_start(dt_run *t)
     memset(&t->prof, 0, sizeof t->prof);
     t->prof.bw = dt_copy_bandwidth();
     dt_prof_part drop[DT_PROF_NKINDS];
+    dt_prof_shape drop_shapes[DT_PROF_SHAPES];
     dt_prof_take(drop); /* whatever ran before the loop (an evaluation, a warm-up) */
+    (void)dt_prof_take_shapes(drop_shapes);
     dt_prof_enable(1);
     t->prof.bg_mark = dt_comm_background_ns();
     t->prof.on = 1;
@@ -63,13 +66,18 @@ static void keep_last(dt_run *t, const dt_prof_part *p, double step_ms, double c
 void dt_run_profile_step(dt_run *t, double step_ms, double comm_ms)
 {
     dt_prof_part p[DT_PROF_NKINDS];
+    dt_prof_shape shapes[DT_PROF_SHAPES];
     dt_prof_take(p);
+    const int nshapes = dt_prof_take_shapes(shapes);
     const uint64_t data = t->prof.step_data_ns, bg = dt_comm_background_ns();
     const uint64_t step_bg = bg - t->prof.bg_mark;
     t->prof.step_data_ns = 0;
     t->prof.bg_mark = bg;
     keep_last(t, p, step_ms, comm_ms, (double)data * 1e-6, (double)step_bg * 1e-6);
     if (t->steps_run == 0) return; /* the first step builds the kernels */
+    for (int i = 0; i < nshapes; i++)
+        dt_prof_shapes_add(t->prof.shapes, &t->prof.nshapes, &shapes[i], shapes[i].ns,
+                           shapes[i].flops, shapes[i].calls);
     t->prof.bg_ns += step_bg;
     for (int k = 0; k < DT_PROF_NKINDS; k++) {
         t->prof.sum[k].ns += p[k].ns;
@@ -100,6 +108,36 @@ static void kernel_row(FILE *out, const dt_run *t, int k, double n, double step_
     fprintf(out, "  %-24s %9.2f %6.1f%% %9.2f %8.3f %9.2f  %-7s %6.1f%%\n", dt_prof_name(k), ms,
             100.0 * ms / step_ms, flops * 1e-9, bytes * 1e-9, bound,
             by_flops > by_bytes ? "compute" : "memory", ms > 0 ? 100.0 * bound / ms : 0.0);
+}
+
+static int more_time_first(const void *a, const void *b)
+{
+    const uint64_t x = ((const dt_prof_shape *)a)->ns, y = ((const dt_prof_shape *)b)->ns;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The matrix products again, by shape and path, the most time first: the
+ * shapes that lose the time, each at its share of the peak. */
+static void shapes_report(FILE *out, dt_run *t, double n)
+{
+    if (t->prof.nshapes == 0) return;
+    qsort(t->prof.shapes, (size_t)t->prof.nshapes, sizeof t->prof.shapes[0], more_time_first);
+    fprintf(out, "  matrix products by shape, per step (C[M, N] = op(A)[M, K] op(B)[K, N]):\n");
+    fprintf(out, "  %7s %7s %7s  %-7s %-12s %6s %9s %9s %8s\n", "M", "N", "K", "op", "path",
+            "calls", "ms", "GFLOP", "of peak");
+    for (int i = 0; i < t->prof.nshapes; i++) {
+        const dt_prof_shape *p = &t->prof.shapes[i];
+        static const char *const ops[4] = {"A B", "A B^T", "A^T B", "A^T B^T"};
+        const double ms = (double)p->ns * 1e-6 / n, gflop = p->flops * 1e-9 / n;
+        const double rate = p->ns ? p->flops / ((double)p->ns * 1e-9) : 0;
+        if (p->M == 0)
+            fprintf(out, "  %-23s  %-7s %-12s", "(other shapes)", "", "");
+        else
+            fprintf(out, "  %7d %7d %7d  %-7s %-12s", p->M, p->N, p->K,
+                    ops[2 * p->transA + p->transB], p->path);
+        fprintf(out, " %6.4g %9.2f %9.3f %7.1f%%\n", (double)p->calls / n, ms, gflop,
+                t->rank_peak > 0 ? 100.0 * rate / t->rank_peak : 0.0);
+    }
 }
 
 void dt_run_profile_report(dt_run *t)
@@ -136,4 +174,5 @@ void dt_run_profile_report(dt_run *t)
     fprintf(out, "  %-24s %9.2f %6.1f%%   (beside the step: the progress threads' %.2f ms of "
             "communication less the %.2f ms waited on)\n", "communication hidden",
             bg > comm ? bg - comm : 0.0, 100.0 * (bg > comm ? bg - comm : 0.0) / step, bg, comm);
+    shapes_report(out, t, n);
 }

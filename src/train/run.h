@@ -47,6 +47,8 @@ typedef struct dt_run {
         uint64_t data_ns, step_data_ns;
         long steps;
         dt_prof_part sum[DT_PROF_NKINDS];
+        dt_prof_shape shapes[DT_PROF_SHAPES]; /* the products by shape, summed */
+        int nshapes;
         double last[DT_PROF_NKINDS + 4]; /* the last step's, for the JSON log */
     } prof;
     struct {            /* in-memory snapshots and restarts (snapshots.c) */

@@ -13,9 +13,12 @@ the sizes alone. Attention's are the causal count (half the T x T scores:
 the step's: what the kernels claim, with the data and the communication,
 leaves a rest of at least 0 (a kernel counted twice would not). Timing
 itself is not checked. Each step's --log-json entry carries its parts,
-which add up to its time. And --profile with one step says there is
-nothing to profile.
+which add up to its time. The products by shape are the architecture's
+(each linear's forward, input gradient and weight gradient, the tied
+head's), once a step each, and add up to the matrix products' row. And
+--profile with one step says there is nothing to profile.
 """
+import collections
 import json
 import os
 import re
@@ -34,6 +37,43 @@ def parts(out):
                          out, re.M):
         rows[m.group(1)] = [float(x) if x else None for x in m.groups()[1:]]
     return rows
+
+
+def expected_products():
+    """Each product a step, from the architecture alone, as (the output's
+    two sides sorted, the inner size): a dt_matmul may form C or its
+    transpose. Per linear layer (in, out): forward (BT x out, inner in),
+    the input's gradient (BT x in, inner out), the weight's (in x out,
+    inner BT); the layer's four linears (C->3C, C->C, C->4C, 4C->C) and the
+    tied head (C->V)."""
+    rows = B * T
+    linears = L * [(C, 3 * C), (C, C), (C, 4 * C), (4 * C, C)] + [(C, V)]
+    want = collections.Counter()
+    for i, o in linears:
+        for a, b, k in ((rows, o, i), (rows, i, o), (i, o, rows)):
+            want[(min(a, b), max(a, b), k)] += 1
+    return want
+
+
+def shapes_check(out, parts_rows):
+    """The products by shape: the architecture's products, each once a
+    step, and together the matrix products' row (time and FLOPs)."""
+    got, ms, gflop = collections.Counter(), 0.0, 0.0
+    table = out.split("matrix products by shape")[1] if "matrix products by shape" in out else ""
+    for m in re.finditer(r"^\s+(\d+)\s+(\d+)\s+(\d+)\s+(A\^?T? B\^?T?)\s+(\S.*?)\s+([\d.]+)"
+                         r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)%$", table, re.M):
+        M, N, K = (int(x) for x in m.group(1, 2, 3))
+        got[(min(M, N), max(M, N), K)] += round(float(m.group(6)))
+        ms += float(m.group(7))
+        gflop += float(m.group(8))
+    want = expected_products()
+    check(got == want, "the products by shape: the architecture's %d products a step "
+          "(missing %s, extra %s)" % (sum(want.values()), dict(want - got), dict(got - want)))
+    mm = parts_rows.get("matrix products", [None] * 4)
+    check(mm[0] is not None and abs(ms - mm[0]) <= 0.01 * len(got) + 1e-3 * mm[0] and
+          abs(gflop - mm[2]) <= 0.001 * len(got) + 1e-4 * mm[2],
+          "the products by shape add up to the matrix products' row: %.2f ms (row %s), %.3f "
+          "GFLOP (row %s)" % (ms, mm[0], gflop, mm[2]))
 
 
 def main():
@@ -68,6 +108,7 @@ def main():
                  "gradient norm", "data", "communication waited on", "the rest",
                  "communication hidden"):
         check(name in p, "the table has a row for %s" % name)
+    shapes_check(out, p)
     rest = p.get("the rest", [None])[0]
     total = sum(v[0] for k, v in p.items() if k not in ("the rest", "communication hidden"))
     check(rest is not None and rest >= 0 and abs(total + rest - step) < 0.05,
