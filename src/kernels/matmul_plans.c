@@ -14,6 +14,7 @@
 #include "kernels/matmul_plans.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +40,7 @@ dnnl_status_t dt_mm_engine(dnnl_engine_t *out)
  * first bf16 product (timing the two loops) or by dt_mm_bf16_choose with
  * rates the job agreed on. */
 static pthread_mutex_t bf16_lock = PTHREAD_MUTEX_INITIALIZER;
-static int bf16_native = -1;
+static _Atomic int bf16_native = -1; /* read without the lock once decided */
 static char bf16_how[256];
 
 /* A bf16 unit this much slower than the fp32 FMA's makes the fp32 path the
@@ -122,9 +123,9 @@ int dt_mm_bf16_rates_matter(void)
 int dt_mm_bf16_choose(double fp32_rate, double bf16_rate)
 {
     pthread_mutex_lock(&bf16_lock);
-    bf16_native = path_without_rates(bf16_how, sizeof bf16_how);
-    if (bf16_native < 0) bf16_native = path_from_rates(fp32_rate, bf16_rate, bf16_how, sizeof bf16_how);
-    int native = bf16_native;
+    int native = path_without_rates(bf16_how, sizeof bf16_how);
+    if (native < 0) native = path_from_rates(fp32_rate, bf16_rate, bf16_how, sizeof bf16_how);
+    atomic_store_explicit(&bf16_native, native, memory_order_release);
     pthread_mutex_unlock(&bf16_lock);
     return native;
 }
@@ -133,15 +134,18 @@ int dt_mm_bf16_choose(double fp32_rate, double bf16_rate)
  * in turns (kernels/peak.h), a few tens of ms. */
 static int decided(void)
 {
+    const int known = atomic_load_explicit(&bf16_native, memory_order_acquire);
+    if (known >= 0) return known; /* every bf16 product asks: no lock then */
     pthread_mutex_lock(&bf16_lock);
-    if (bf16_native < 0) bf16_native = path_without_rates(bf16_how, sizeof bf16_how);
-    if (bf16_native < 0) {
+    int native = atomic_load(&bf16_native); /* another thread may have decided meanwhile */
+    if (native < 0) native = path_without_rates(bf16_how, sizeof bf16_how);
+    if (native < 0) {
         const dt_peak_loop loops[2] = {DT_PEAK_F32_AVX512, DT_PEAK_BF16_AVX512};
         double rates[2];
         dt_peak_loop_rates(loops, 2, rates);
-        bf16_native = path_from_rates(rates[0], rates[1], bf16_how, sizeof bf16_how);
+        native = path_from_rates(rates[0], rates[1], bf16_how, sizeof bf16_how);
     }
-    int native = bf16_native;
+    atomic_store_explicit(&bf16_native, native, memory_order_release);
     pthread_mutex_unlock(&bf16_lock);
     return native;
 }

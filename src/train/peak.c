@@ -22,7 +22,7 @@
 #define CACHE_MAGIC "dtrain-peak 1"
 #define MAX_THREADS 1024 /* measured with at most this many threads */
 
-/* GFLOP/s of one thread at each of loops l[0..1], `threads` threads
+/* GFLOP/s of one thread at each of the n <= 2 loops l, `threads` threads
  * running them at once, each thread timing them in turns. */
 static void measure_together(const dt_peak_loop *l, int n, int threads, double *gflops)
 {
@@ -152,21 +152,6 @@ int dt_peak_cache_write(const char *path, const char *cpu, const dt_peak_entry *
 
 /* ---- choosing and filling in the peak ----------------------------------- */
 
-/* The cached rate of (loop, threads), or measured now and added (*dirty). */
-static double loop_rate(dt_peak_loop l, int threads, dt_peak_entry *e, int *n, int *dirty,
-                        int *measured)
-{
-    for (int i = 0; i < *n; i++)
-        if (e[i].loop == l && e[i].threads == threads) return e[i].gflops;
-    double gf = dt_peak_measure(l, threads);
-    *measured = 1;
-    if (gf <= 0) return 0;
-    if (*n == DT_PEAK_CACHE_MAX) *n = 0; /* full: start over rather than grow */
-    e[(*n)++] = (dt_peak_entry){l, threads, gf};
-    *dirty = 1;
-    return gf;
-}
-
 /* The loops whose rate bounds the run's matrix products. */
 static int candidate_loops(int bf16, dt_peak_loop *out, int *bf16_in_fp32)
 {
@@ -211,28 +196,35 @@ static void cache_close(peak_cache *pc, const char *cpu)
         (void)dt_peak_cache_write(pc->path, cpu, pc->e, pc->n, why, sizeof why);
 }
 
-static int cache_has(const peak_cache *pc, dt_peak_loop l, int threads)
+/* The entry of (l, threads), or -1. */
+static int cache_find(const peak_cache *pc, dt_peak_loop l, int threads)
 {
     for (int i = 0; i < pc->n; i++)
-        if (pc->e[i].loop == l && pc->e[i].threads == threads) return 1;
-    return 0;
+        if (pc->e[i].loop == l && pc->e[i].threads == threads) return i;
+    return -1;
 }
 
-/* Replaces (or adds) the entry of (l, threads). */
+/* Replaces (or adds) the entry of (l, threads); a rate of 0 (the loop did
+ * not run) is not kept. */
 static void cache_set(peak_cache *pc, dt_peak_loop l, int threads, double gflops)
 {
     if (gflops <= 0) return;
-    int i = 0;
-    while (i < pc->n && !(pc->e[i].loop == l && pc->e[i].threads == threads)) i++;
-    if (i == DT_PEAK_CACHE_MAX) pc->n = i = 0; /* full: start over rather than grow */
-    if (i == pc->n) pc->n++;
+    int i = cache_find(pc, l, threads);
+    if (i < 0 && pc->n == DT_PEAK_CACHE_MAX) pc->n = 0; /* full: start over rather than grow */
+    if (i < 0) i = pc->n++;
     pc->e[i] = (dt_peak_entry){l, threads, gflops};
-    pc->dirty = pc->measured = 1;
+    pc->dirty = 1;
 }
 
+/* The cached rate of (loop, threads), or measured now and added. */
 static double cached_rate(peak_cache *pc, dt_peak_loop l, int threads)
 {
-    return loop_rate(l, threads, pc->e, &pc->n, &pc->dirty, &pc->measured);
+    const int i = cache_find(pc, l, threads);
+    if (i >= 0) return pc->e[i].gflops;
+    const double gf = dt_peak_measure(l, threads);
+    pc->measured = 1;
+    cache_set(pc, l, threads, gf);
+    return gf > 0 ? gf : 0;
 }
 
 static int clamp_threads(int threads)
@@ -280,7 +272,7 @@ void dt_peak_bf16_rates(int threads, double rates[2])
      * with each other, they must not come from two moments of a busy
      * machine (the choice is cached with them). */
     const dt_peak_loop pair[2] = {DT_PEAK_F32_AVX512, DT_PEAK_BF16_AVX512};
-    if (!cache_has(&pc, pair[0], threads) || !cache_has(&pc, pair[1], threads)) {
+    if (cache_find(&pc, pair[0], threads) < 0 || cache_find(&pc, pair[1], threads) < 0) {
         double gf[2];
         measure_together(pair, 2, threads, gf);
         for (int i = 0; i < 2; i++) cache_set(&pc, pair[i], threads, gf[i]);
