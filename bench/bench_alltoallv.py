@@ -2,7 +2,8 @@
 """dtrain's variable all-to-all against Open MPI's MPI_Alltoallv, on this
 machine's shared memory: `dtrain bench comm --op alltoallv --peer mpi`
 (both timed in the same processes, size by size, on the same uneven
-blocks; see docs/bench_comm.md) run --repeat times at each rank count,
+blocks, in buffers from dt_comm_mem_alloc unless --buffers malloc; see
+docs/bench_comm.md) run --repeat times at each rank count,
 and per size the median of each side's bus bandwidth and of the ratio of
 the two measured side by side. A shared machine's load moves single runs
 by 2x either way; the medians of runs interleaved this way move much
@@ -48,6 +49,8 @@ def parse_args():
     ap.add_argument("--ranks", default="2,4", help="rank counts, comma-separated")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--algo", default="auto")
+    ap.add_argument("--buffers", default="comm", choices=("comm", "malloc"),
+                    help="both libraries' buffers: dt_comm_mem_alloc (comm) or malloc")
     ap.add_argument("--min-bytes", default="4K")
     ap.add_argument("--max-bytes", default="64M")
     ap.add_argument("--target", type=float, default=1.5)
@@ -94,7 +97,8 @@ def one_band(a, n, lo, hi, iters, out):
     """Adds {bytes: (ours busbw, MPI's busbw, the algorithm that ran)} of
     sizes lo..hi to out."""
     cmd = [a.dtrain, "bench", "comm", "--nproc", str(n), "--op", "alltoallv", "--algo", a.algo,
-           "--peer", "mpi", "--min-bytes", str(lo), "--max-bytes", str(hi), "--format", "csv"]
+           "--peer", "mpi", "--min-bytes", str(lo), "--max-bytes", str(hi), "--format", "csv",
+           "--buffers", a.buffers]
     if iters:
         cmd += ["--iters", str(iters)]
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -128,8 +132,10 @@ def main():
     for n in [int(x) for x in a.ranks.split(",")]:
         runs, others = zip(*[one_run(a, n) for _ in range(a.repeat)])
         cores = os.cpu_count()
-        print("\n%d ranks over shared memory%s, %d runs, medians (busbw, GB/s)" %
-              (n, " (more ranks than the %d cores)" % cores if n > cores else "", a.repeat))
+        print("\n%d ranks over shared memory%s, %d runs, medians (busbw, GB/s); both libraries'"
+              " buffers from %s" %
+              (n, " (more ranks than the %d cores)" % cores if n > cores else "", a.repeat,
+               "dt_comm_mem_alloc (--buffers comm)" if a.buffers == "comm" else "malloc"))
         print("other load during the runs: %.0f%% of the CPUs (median), %.0f%% at most" %
               (100 * statistics.median(others), 100 * max(others)))
         print("| size per rank | dtrain (%s) | Open MPI | dtrain / MPI | range of the ratio |"

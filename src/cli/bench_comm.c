@@ -30,6 +30,7 @@ static void usage(FILE *f)
             "usage: dtrain bench comm [--nproc N] [--op OP] [--algo A] [--min-bytes B]\n"
             "                         [--max-bytes B] [--step-factor F] [--dtype T] [--iters N]\n"
             "                         [--warmup N] [--format table|csv] [--peer mpi] [--explain]\n"
+            "                         [--buffers comm|malloc]\n"
             "                         [--calibrate [FILE]]\n"
             "\n"
             "  --op OP          allreduce (default), allgather, reduce_scatter, broadcast,\n"
@@ -48,6 +49,9 @@ static void usage(FILE *f)
             "                   measurement)\n"
             "  --peer mpi       also time MPI's collective at every size, in the same\n"
             "                   processes (needs mpirun and dtrain built with MPI)\n"
+            "  --buffers B      where both libraries' send and receive buffers come from:\n"
+            "                   comm (default: dt_comm_mem_alloc, which local peers read\n"
+            "                   through a mapping) or malloc (pulled by cross-memory attach)\n"
             "  --explain        the cost model's prediction beside the measured time of every\n"
             "                   algorithm, marking auto's pick and the fastest\n"
             "  --calibrate [FILE]  measure the cost model (alpha, beta, gamma) first, print it\n"
@@ -179,7 +183,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
         }
         static const char *const valued[] = {"--op", "--algo", "--min-bytes", "--max-bytes",
                                              "--step-factor", "--dtype", "--iters", "--warmup",
-                                             "--nproc", "--peer", "--format"};
+                                             "--nproc", "--peer", "--format", "--buffers"};
         int known = 0;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(f, valued[k]);
         if (!known) {
@@ -222,6 +226,9 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
         } else if (!strcmp(f, "--peer")) {
             if (strcmp(v, "mpi")) return bad(f, v, "the only peer is mpi");
             o->peer_mpi = 1;
+        } else if (!strcmp(f, "--buffers")) {
+            if (strcmp(v, "comm") && strcmp(v, "malloc")) return bad(f, v, "choices: comm, malloc");
+            o->plain_buffers = !strcmp(v, "malloc");
         } else if (!strcmp(f, "--format")) {
             if (strcmp(v, "csv") && strcmp(v, "table")) return bad(f, v, "choices: table, csv");
             o->csv = !strcmp(v, "csv");
@@ -240,6 +247,21 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
     }
     if (o->algo) return check_algos(o);
     return 0;
+}
+
+/* A buffer of bytes, zeroed, from where --buffers says. */
+static void *bench_alloc(const bench_opts *o, size_t bytes)
+{
+    if (o->plain_buffers) return calloc(1, bytes);
+    return dt_comm_mem_alloc(bytes);
+}
+
+static void bench_free(const bench_opts *o, void *p)
+{
+    if (o->plain_buffers)
+        free(p);
+    else
+        dt_comm_mem_free(p);
 }
 
 /* The size of the job we already run in, by a launcher's variables, or 0.
@@ -353,8 +375,8 @@ int cli_bench_comm(int argc, char **argv)
     if (o.calibrate) rc = calibrate(&b);
     if (rc == 0 && !only_calibrate) {
         b.alloc = o.max_bytes + 64 * b.esz * (size_t)b.size;
-        b.send = calloc(1, b.alloc);
-        b.recv = calloc(1, b.alloc);
+        b.send = bench_alloc(&o, b.alloc);
+        b.recv = bench_alloc(&o, b.alloc);
         b.v = calloc(4 * (size_t)b.size, sizeof *b.v);
         if (!b.send || !b.recv || !b.v) {
             fprintf(stderr, BENCH ": rank %d: cannot allocate %zu bytes\n", b.rank, 2 * b.alloc);
@@ -364,8 +386,8 @@ int cli_bench_comm(int argc, char **argv)
             rc = bench_run_all(&b);
         }
     }
-    free(b.send);
-    free(b.recv);
+    bench_free(&o, b.send);
+    bench_free(&o, b.recv);
     free(b.v);
     dt_comm_destroy(c);
     return rc;

@@ -40,6 +40,7 @@ typedef struct {
     int iters, warmup; /* iters 0: by size */
     int nproc;
     int peer_mpi;
+    int plain_buffers; /* --buffers malloc */
     int csv;
     int explain;
     int calibrate;

@@ -38,7 +38,8 @@ struct dt_ext_watch;
 /* ---- messages ----------------------------------------------------------- */
 
 #define DT_MSG_MAGIC 0x31544d44u /* "DMT1" */
-#define DT_MSG_FLAG_CMA 1u       /* payload to be pulled by cross-memory attach */
+#define DT_MSG_FLAG_CMA 1u       /* payload to be pulled (by cross-memory attach, */
+#define DT_MSG_FLAG_MAPPED 2u    /* or from the mapping of the sender's region) */
 
 /* Every message starts with this header; the receiver checks each field
  * against its own call, so ranks that disagree fail instead of computing
@@ -54,9 +55,9 @@ typedef struct {
     int32_t root;
     uint64_t count;
     uint64_t bytes; /* payload bytes that follow (or are pulled) */
-    uint64_t aux[2]; /* transport's use: CMA address, ticket */
+    uint64_t aux[2]; /* transport's use: pull address; ticket (and region fd) */
     int32_t tag;     /* point to point: the sender's tag */
-    uint32_t reserved;
+    uint32_t region; /* a mapped pull: the sender's region number */
 } dt_msg_hdr;
 
 _Static_assert(sizeof(dt_msg_hdr) == 64, "message header must be one cache line");

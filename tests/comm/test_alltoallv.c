@@ -10,7 +10,8 @@
  * ranks forcing different ones), auto, the non-blocking twin overlapped
  * with other collectives, the payload counted (zero counts move none),
  * and every argument check, after each of which the communicator must
- * still work.
+ * still work. With DTRAIN_TEST_COMM_MEM=1 the buffers are communication
+ * memory, pulled through peers' mappings, and freed and allocated again.
  *
  * Usage: test_alltoallv [--mpi]   (--mpi: MPI's algorithm too; needs mpirun)
  * With DTRAIN_ALLTOALLV_ALGO set, auto must report that algorithm.
@@ -26,6 +27,19 @@
 #include "dtrain/comm.h"
 
 static int rank, size;
+/* DTRAIN_TEST_COMM_MEM=1: the buffers are communication memory
+ * (dt_comm_mem_alloc), which local peers pull through a mapping. */
+static int comm_mem;
+
+static void *buf_alloc(size_t bytes) { return comm_mem ? dt_comm_mem_alloc(bytes) : calloc(bytes, 1); }
+
+static void buf_free(void *p)
+{
+    if (comm_mem)
+        dt_comm_mem_free(p);
+    else
+        free(p);
+}
 
 static void must(dt_comm *c, int rc, const char *what)
 {
@@ -148,8 +162,8 @@ static void call_make(call *k, const pattern *pt, dt_dtype t)
     k->t = t;
     k->s = side_of(pt, 1);
     k->r = side_of(pt, 0);
-    k->send = calloc(k->s.len + 1, esz);
-    k->recv = malloc((k->r.len + 1) * esz);
+    k->send = buf_alloc((k->s.len + 1) * esz);
+    k->recv = buf_alloc((k->r.len + 1) * esz);
     memset(k->recv, POISON, (k->r.len + 1) * esz);
     for (int j = 0; j < size; j++)
         for (size_t e = 0; e < k->s.counts[j]; e++)
@@ -160,8 +174,8 @@ static void call_free(call *k)
 {
     side_free(&k->s);
     side_free(&k->r);
-    free(k->send);
-    free(k->recv);
+    buf_free(k->send);
+    buf_free(k->recv);
 }
 
 static int call_run(dt_comm *c, call *k, dt_request **req)
@@ -262,6 +276,47 @@ static void huge_blocks(dt_comm *c)
 {
     pattern huge = {111, 50, (4u << 20) / sizeof(float) + 1000, -1, -1, 1};
     one_call(c, &huge, DT_F32, 1, "alltoallv (auto, blocks of 4 MiB and more)");
+}
+
+/* ---- communication memory ------------------------------------------------------- */
+
+/* Our read-only mappings of peers' communication memory ("r--s": our own
+ * regions are mapped read-write). */
+static int peer_mappings(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f))
+        n += strstr(line, "dtrain-comm-mem") && strstr(line, " r--s ");
+    if (f) fclose(f);
+    return n;
+}
+
+/* Buffers freed and allocated again round after round, as a step's may
+ * be: each round's payload right though a new region may reuse a freed
+ * one's descriptor number; each peer's region mapped once it sent from it
+ * (or never, where DTRAIN_SHM_MAP=0 has it pulled by cross-memory attach),
+ * and the freed ones let go: one a peer at most, its last. */
+static void regions(dt_comm *c)
+{
+    const char *no_map = getenv("DTRAIN_SHM_MAP");
+    int expect = strcmp(dt_comm_transport(c), "shm") || (no_map && !strcmp(no_map, "0"))
+                     ? 0 : size - 1;
+    char what[96];
+    for (int round = 0; round < 5; round++) {
+        pattern pt = {900 + (uint64_t)round, 50, 20000 + 7000 * (size_t)round, -1, -1, 1};
+        snprintf(what, sizeof what, "alltoallv (communication memory, round %d)", round);
+        call k;
+        call_make(&k, &pt, DT_F32);
+        must(c, call_run(c, &k, NULL), what);
+        call_check(&k, what);
+        int maps = peer_mappings();
+        CHECK(maps == expect, "%s: %d mappings of peers' communication memory, expected %d",
+              what, maps, expect);
+        call_free(&k);
+        must(c, dt_barrier(c), "dt_barrier after a round");
+    }
 }
 
 /* ---- the non-blocking twin among other collectives ----------------------------- */
@@ -398,6 +453,8 @@ int main(int argc, char **argv)
     }
     rank = dt_comm_rank(c);
     size = dt_comm_size(c);
+    const char *mem = getenv("DTRAIN_TEST_COMM_MEM");
+    comm_mem = mem && !strcmp(mem, "1");
     check_set_label("rank %d: ", rank);
     names_and_auto(c);
     const char *algos[16];
@@ -417,6 +474,7 @@ int main(int argc, char **argv)
     check_set_label("rank %d: alltoallv=auto: ", rank);
     patterns(c, 1, "auto");
     huge_blocks(c);
+    if (comm_mem) regions(c);
     nonblocking(c);
     bad_arguments(c);
     nonblocking(c); /* the refused calls left the communicator working */

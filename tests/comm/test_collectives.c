@@ -134,7 +134,24 @@ static void check_elem(const caseinfo *k, size_t i, double got, double want)
           dt_dtype_name(k->t), dt_op_name(k->op), k->count, k->root, k->inplace, i, got, want);
 }
 
-static void *alloc_bytes(size_t n) { return calloc(n ? n : 1, 1); }
+/* DTRAIN_TEST_COMM_MEM=1: the buffers are communication memory
+ * (dt_comm_mem_alloc), which local peers pull through a mapping,
+ * reductions included. */
+static int comm_mem(void)
+{
+    const char *e = getenv("DTRAIN_TEST_COMM_MEM");
+    return e && !strcmp(e, "1");
+}
+
+static void *alloc_bytes(size_t n) { return comm_mem() ? dt_comm_mem_alloc(n) : calloc(n ? n : 1, 1); }
+
+static void free_bytes(void *p)
+{
+    if (comm_mem())
+        dt_comm_mem_free(p);
+    else
+        free(p);
+}
 
 /* ---- one test per collective ------------------------------------------------ */
 
@@ -146,8 +163,8 @@ static void test_allreduce(dt_comm *c, caseinfo k)
     if (k.inplace) memcpy(out, in, k.count * esz);
     must(c, dt_allreduce(c, k.inplace ? out : in, out, k.count, k.t, k.op), "dt_allreduce");
     for (size_t i = 0; i < k.count; i++) check_elem(&k, i, get(k.t, out, i), reference(i, k.t, k.op, 1));
-    free(in);
-    free(out);
+    free_bytes(in);
+    free_bytes(out);
 }
 
 static void test_reduce(dt_comm *c, caseinfo k)
@@ -162,8 +179,8 @@ static void test_reduce(dt_comm *c, caseinfo k)
             check_elem(&k, i, get(k.t, out, i), reference(i, k.t, k.op, 2));
     for (size_t i = 0; i < k.count && !k.inplace; i++) /* send is never written */
         check_elem(&k, i, get(k.t, in, i), input(rank, i, k.t, k.op, 2));
-    free(in);
-    free(out);
+    free_bytes(in);
+    free_bytes(out);
 }
 
 static void test_reduce_scatter(dt_comm *c, caseinfo k)
@@ -183,8 +200,8 @@ static void test_reduce_scatter(dt_comm *c, caseinfo k)
         for (size_t i = 0; i < k.count; i++)
             check_elem(&k, i, get(k.t, own, i), reference((size_t)rank * k.count + i, k.t, k.op, 3));
     }
-    free(in);
-    free(out);
+    free_bytes(in);
+    free_bytes(out);
 }
 
 static void test_broadcast(dt_comm *c, caseinfo k)
@@ -196,8 +213,8 @@ static void test_broadcast(dt_comm *c, caseinfo k)
     must(c, dt_broadcast(c, k.inplace ? out : in, out, k.count, k.t, k.root), "dt_broadcast");
     for (size_t i = 0; i < k.count; i++)
         check_elem(&k, i, get(k.t, out, i), input(k.root, i, k.t, DT_SUM, 4));
-    free(in);
-    free(out);
+    free_bytes(in);
+    free_bytes(out);
 }
 
 static void test_gather(dt_comm *c, caseinfo k)
@@ -218,8 +235,8 @@ static void test_gather(dt_comm *c, caseinfo k)
     if (rank == k.root)
         for (size_t i = 0; i < n; i++)
             check_elem(&k, i, get(k.t, out, i), input((int)(i / k.count), i % k.count, k.t, DT_SUM, 5));
-    free(in);
-    free(out);
+    free_bytes(in);
+    free_bytes(out);
 }
 
 static void test_scatter(dt_comm *c, caseinfo k)
@@ -235,8 +252,8 @@ static void test_scatter(dt_comm *c, caseinfo k)
     for (size_t i = 0; i < k.count; i++)
         check_elem(&k, i, get(k.t, out, base + i),
                    input(k.root, (size_t)rank * k.count + i, k.t, DT_SUM, 6));
-    free(in);
-    free(out);
+    free_bytes(in);
+    free_bytes(out);
 }
 
 static void test_allgather(dt_comm *c, caseinfo k)
@@ -256,8 +273,8 @@ static void test_allgather(dt_comm *c, caseinfo k)
         for (size_t i = 0; i < n; i++)
             check_elem(&k, i, get(k.t, out, i), input((int)(i / k.count), i % k.count, k.t, DT_SUM, 7));
     }
-    free(in);
-    free(out);
+    free_bytes(in);
+    free_bytes(out);
 }
 
 static void test_alltoall(dt_comm *c, caseinfo k)
@@ -273,8 +290,8 @@ static void test_alltoall(dt_comm *c, caseinfo k)
         size_t j = (size_t)rank * k.count + i % k.count;
         check_elem(&k, i, get(k.t, out, i), input(from, j, k.t, DT_SUM, 8));
     }
-    free(in);
-    free(out);
+    free_bytes(in);
+    free_bytes(out);
 }
 
 /* ---- the matrix ---------------------------------------------------------------- */

@@ -59,6 +59,8 @@ typedef struct {
     shm_inbox *peer_inbox;
     pid_t peer_pid;
     int use_cma;             /* we may post CMA sends to the peer */
+    int can_pull;            /* the peer may pull from us (mapped pulls need no threshold) */
+    struct shm_peer_maps *peer_mem; /* receiver side: the peer's regions we mapped */
     uint64_t out_bytes;       /* size of the out ring (the peer's inbox's rings) */
     uint64_t in_bytes;        /* size of the in ring (our inbox's rings) */
     uint64_t head, tail_seen; /* sender side: our head, last tail we read */
@@ -82,6 +84,7 @@ struct dt_shm_comm {
      * this size up, as local rank 0 measured it (shm_probe.c; SIZE_MAX:
      * never, or not auto). */
     size_t pull_min;
+    int no_pulls; /* DTRAIN_SHM_CMA=0: every message streams through the ring */
     int my_local;
     int nlocal;
     void **maps;   /* [nlocal] mapped inboxes, ours included */

@@ -260,6 +260,7 @@ static int read_settings(dt_comm *c, struct dt_shm_comm *sc, int nlocal)
     uint64_t ring = ring_kb > 0 ? (uint64_t)ring_kb << 10
                                 : fit_rings(c, default_ring_bytes(nlocal - 1), nlocal);
     int measure = cma < 0 && cma_min < 0;
+    sc->no_pulls = cma == 0;
     if (cma < 0) cma = ring < CMA_AUTO_BELOW;
     sc->cma_min = cma ? (size_t)(cma_min >= 0 ? cma_min : 1 << 20) : SIZE_MAX;
     sc->pull_min = SIZE_MAX;
@@ -286,8 +287,8 @@ static int link_peers(dt_comm *c, struct dt_shm_comm *sc, const int *local_ranks
         l->in_bytes = sc->ring_bytes;
         l->out = shm_inbox_ring(sc->maps[i], l->out_bytes, sc->my_local);
         l->in = shm_inbox_ring(sc->me, l->in_bytes, i);
-        l->use_cma = (sc->cma_min != SIZE_MAX || sc->pull_min != SIZE_MAX) &&
-                     l->peer_inbox->cma_ok[sc->my_local];
+        l->can_pull = !sc->no_pulls && l->peer_inbox->cma_ok[sc->my_local];
+        l->use_cma = (sc->cma_min != SIZE_MAX || sc->pull_min != SIZE_MAX) && l->can_pull;
         c->links[local_ranks[i]] = &l->base;
     }
     return 0;
