@@ -158,16 +158,16 @@ const char *dt_comm_transport(const dt_comm *c);
  * the others are done with it, leaving is silent. */
 void dt_comm_destroy(dt_comm *c);
 
-/* Communication memory (NCCL's ncclMemAlloc, MPI_Alloc_mem): page-aligned
- * buffers that ranks on the same host read straight from each other's
- * mapping, with no system call and no page pinning, where a buffer from
- * malloc is pulled by cross-memory attach. Any buffer works in any call;
- * these (zeroed) make large shared-memory messages sent from them faster (a 2-rank
- * all-to-all-v of 1-64 MiB about 1.7x on the Xeon measured). Not tied to a
- * communicator; thread-safe. Where the system gives no shared file, this
- * is plain memory. Free it with dt_comm_mem_free only, and not while an
- * operation sending from it is in flight. After fork() the child shares
- * these pages with its parent. NULL when out of memory. */
+/* Communication memory (NCCL's ncclMemAlloc, MPI_Alloc_mem): zeroed,
+ * 64-byte aligned buffers that ranks on the same host read straight from
+ * each other's mapping, with no system call and no page pinning, where a
+ * buffer from malloc is pulled by cross-memory attach. Any buffer works in
+ * any call; messages sent from these are faster (a 2-rank all-to-all-v of
+ * 64 KiB-64 MiB 1.5-2.7x, an all-reduce 2-5x, on the Xeon measured; see
+ * docs/comm.md). Not tied to a communicator; thread-safe. Plain memory
+ * where the system gives no shared file. Free it with dt_comm_mem_free
+ * only, and not while an operation sending from it is in flight. A child
+ * of fork() does not inherit it. NULL when out of memory. */
 void *dt_comm_mem_alloc(size_t bytes);
 void dt_comm_mem_free(void *p);
 

@@ -1,4 +1,5 @@
 #include "core/alloc.h"
+#include "core/shared_mem.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -10,7 +11,7 @@
  * kind, so dt_free can account without a lookup table. */
 typedef struct {
     size_t bytes;
-    int kind, mapped;
+    int kind, mapped; /* mapped: 1 an anonymous mapping, 2 a shared region */
 } block_header;
 
 /* Large blocks come zeroed and in place from the kernel in one call (a
@@ -44,6 +45,20 @@ void *dt_alloc(size_t bytes, dt_mem_kind kind)
     return base + DT_ALIGN;
 }
 
+/* A shared region's block: the same header, inside the region. */
+void *dt_alloc_shared(size_t bytes, dt_mem_kind kind)
+{
+    if ((unsigned)kind >= DT_MEM_KIND_COUNT || bytes > SIZE_MAX - 2 * DT_ALIGN) return NULL;
+    char *base = dt_shared_map(bytes + DT_ALIGN);
+    if (!base) return dt_alloc(bytes, kind); /* no shared file here: plain memory */
+    block_header *h = (block_header *)base;
+    h->bytes = bytes;
+    h->kind = (int)kind;
+    h->mapped = 2;
+    dt_mem_account(kind, (long long)bytes);
+    return base + DT_ALIGN;
+}
+
 void dt_mem_account(dt_mem_kind kind, long long delta)
 {
     if (delta < 0) {
@@ -68,7 +83,9 @@ void dt_free(void *p)
     char *base = (char *)p - DT_ALIGN;
     block_header *h = (block_header *)base;
     atomic_fetch_sub(&current[h->kind], h->bytes);
-    if (h->mapped)
+    if (h->mapped == 2)
+        dt_shared_unmap(base);
+    else if (h->mapped)
         munmap(base, (h->bytes + DT_ALIGN + DT_ALIGN - 1) / DT_ALIGN * DT_ALIGN);
     else
         free(base);

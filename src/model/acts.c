@@ -258,7 +258,7 @@ static int alloc_arena(dt_gpt *m, int n, size_t N, size_t total)
     a->layer = calloc((size_t)m->cfg.n_layer * per + 1, sizeof *a->layer);
     a->shared = calloc(per + 1, sizeof *a->shared);
     a->slots = calloc((size_t)n, sizeof *a->slots);
-    a->mem = dt_alloc(total * sizeof(float), DT_MEM_ACTS);
+    a->mem = dt_alloc_shared(total * sizeof(float), DT_MEM_ACTS);
     if (m->cp.size > 1) { /* the rows' tokens and targets, picked at each forward */
         m->cp.tokens = malloc((size_t)n * N * sizeof *m->cp.tokens);
         m->cp.targets = malloc((size_t)n * N * sizeof *m->cp.targets);

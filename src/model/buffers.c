@@ -119,13 +119,13 @@ int dt_gpt_alloc_grads(dt_gpt *m)
             return dt_strf(m->error, sizeof m->error, "model: no address space for the "
                            "gradient window (%.1f MiB)", (double)m->n_floats * 4 / 1048576.0), -1;
         if (!m->accum.grads16 &&
-            !(m->accum.grads16 = dt_alloc(m->n_floats * sizeof(uint16_t), DT_MEM_GRADS)))
+            !(m->accum.grads16 = dt_alloc_shared(m->n_floats * sizeof(uint16_t), DT_MEM_GRADS)))
             return dt_strf(m->error, sizeof m->error, "model: cannot allocate bf16 gradients "
                            "(%.1f MiB)", (double)m->n_floats * 2 / 1048576.0), -1;
         return 0;
     }
     if (m->grads) return 0;
-    m->grads = dt_alloc(m->n_floats * sizeof(float), DT_MEM_GRADS);
+    m->grads = dt_alloc_shared(m->n_floats * sizeof(float), DT_MEM_GRADS);
     if (!m->grads) {
         dt_strf(m->error, sizeof m->error, "model: cannot allocate gradients (%.1f MiB)",
                 (double)m->n_floats * 4 / 1048576.0);

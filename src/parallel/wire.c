@@ -16,7 +16,7 @@ int dt_wire_open(dt_wire *w, dt_gbuf g, size_t n, dt_dtype type)
         w->buf = dt_gbuf_ptr(g);
         return 0;
     }
-    if (!(w->buf = dt_alloc(n * type_size(type), DT_MEM_COMM))) return -1;
+    if (!(w->buf = dt_alloc_shared(n * type_size(type), DT_MEM_COMM))) return -1;
     w->copy = 1;
     if (type == DT_BF16) {
         dt_cast_f32_to_bf16(w->buf, g.f32, n);

@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 
 #include "core/alloc.h"
+#include "core/shared_mem.h"
 #include "core/str.h"
 #include "core/window.h"
 #include "train/peak.h"
@@ -150,7 +151,7 @@ size_t dt_peak_rss(void)
     return (size_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
 }
 
-_Static_assert(DT_MEM_SNAPSHOT == DT_MEM_KIND_COUNT + 2, "one slot per kind, RSS, pooled");
+_Static_assert(DT_MEM_SNAPSHOT == DT_MEM_KIND_COUNT + 3, "one slot per kind, RSS, pooled, peers");
 
 void dt_memory_snapshot(unsigned long long snap[DT_MEM_SNAPSHOT], int peak)
 {
@@ -158,15 +159,20 @@ void dt_memory_snapshot(unsigned long long snap[DT_MEM_SNAPSHOT], int peak)
         snap[k] = peak ? dt_mem_peak((dt_mem_kind)k) : dt_mem_current((dt_mem_kind)k);
     snap[DT_MEM_SNAP_RSS] = dt_peak_rss();
     snap[DT_MEM_SNAP_POOLED] = dt_window_pools_bytes();
+    snap[DT_MEM_SNAP_PEERS] = dt_shared_peer_peak();
 }
 
-void dt_memory_pooled_note(char *buf, size_t n, const unsigned long long snap[DT_MEM_SNAPSHOT],
-                           const char *unit)
+void dt_memory_rss_notes(char *buf, size_t n, const unsigned long long snap[DT_MEM_SNAPSHOT],
+                         const char *unit)
 {
     buf[0] = 0;
+    size_t at = 0;
     if (snap[DT_MEM_SNAP_POOLED])
-        dt_strf(buf, n, ", pooled windows %.1f%s", (double)snap[DT_MEM_SNAP_POOLED] / 1048576.0,
-                unit);
+        at = (size_t)dt_strf(buf, n, ", pooled windows %.1f%s",
+                             (double)snap[DT_MEM_SNAP_POOLED] / 1048576.0, unit);
+    if (snap[DT_MEM_SNAP_PEERS] && at < n) /* shared pages the RSS counts twice */
+        dt_strf(buf + at, n - at, ", peers' buffers mapped %.1f%s of it",
+                (double)snap[DT_MEM_SNAP_PEERS] / 1048576.0, unit);
 }
 
 void dt_print_memory_snapshot(FILE *f, const char *title,
@@ -179,8 +185,8 @@ void dt_print_memory_snapshot(FILE *f, const char *title,
         total += mib;
         if (mib > 0) fprintf(f, " %s %.1f MiB |", dt_mem_kind_name((dt_mem_kind)k), mib);
     }
-    char pooled[64];
-    dt_memory_pooled_note(pooled, sizeof pooled, snap, " MiB");
+    char pooled[128];
+    dt_memory_rss_notes(pooled, sizeof pooled, snap, " MiB");
     fprintf(f, " total %.1f MiB | peak RSS %.1f MiB%s\n", total,
             (double)snap[DT_MEM_SNAP_RSS] / 1048576.0, pooled);
 }

@@ -64,11 +64,12 @@ void dt_print_memory(FILE *f, const char *title);
  * bytes held per dt_mem_kind (now, or the most ever held), then the peak
  * resident set, then the bytes of the window pools (core/window.h): pages
  * kept between uses, outside the resident set while idle. */
-#define DT_MEM_SNAPSHOT 8
+#define DT_MEM_SNAPSHOT 9
 #define DT_MEM_SNAP_RSS DT_MEM_KIND_COUNT
 #define DT_MEM_SNAP_POOLED (DT_MEM_KIND_COUNT + 1)
+#define DT_MEM_SNAP_PEERS (DT_MEM_KIND_COUNT + 2) /* peers' shared buffers mapped, at most */
 /* ", pooled windows 12.0" and `unit` where a window pool holds pages, else "". */
-void dt_memory_pooled_note(char *buf, size_t n, const unsigned long long snap[DT_MEM_SNAPSHOT],
+void dt_memory_rss_notes(char *buf, size_t n, const unsigned long long snap[DT_MEM_SNAPSHOT],
                            const char *unit);
 void dt_memory_snapshot(unsigned long long snap[DT_MEM_SNAPSHOT], int peak);
 void dt_print_memory_snapshot(FILE *f, const char *title,

@@ -46,5 +46,26 @@ for title in "memory per rank at the start" "peak memory per rank"; do
   fi
 done
 
+# The gradients are communication memory (dt_alloc_shared): each rank pulls
+# its peer's through a mapping, whose pages its peak RSS counts; the row
+# says how much of the RSS that is. DDP's all-reduce reads the peer's
+# gradients and nothing else of it: the figure is the grads column (its
+# region adds a page or so), and none is mapped before the first step.
+if awk '
+  index($0, "memory per rank at the start") == 1 { start = 1; peak = 0; next }
+  index($0, "peak memory per rank") == 1 { peak = 1; start = 0; next }
+  start && /^  rank [0-9]/ && /peers. buffers mapped/ { print "mapped at the start: " $0; bad = 1 }
+  peak && /^  rank [0-9]/ {
+    rows++
+    if (!match($0, /peers. buffers mapped [0-9.]+ of it/)) { print "no peers line: " $0; bad = 1; next }
+    split(substr($0, RSTART, RLENGTH), w, " ")
+    if (w[4] < $5 || w[4] > $5 + 0.1) { print "mapped " w[4] " MiB, grads " $5 ": " $0; bad = 1 }
+  }
+  END { exit !(rows == 2 && !bad) }' "$tmp/run"; then
+  echo "ok   the peers' gradients mapped, and counted beside the RSS"
+else
+  echo "FAIL the peers' mapped gradients:"; cat "$tmp/run"; fails=$((fails + 1))
+fi
+
 [ $fails -eq 0 ] && echo "test_memory_table: ok" || echo "test_memory_table: $fails failure(s)"
 exit $((fails > 0))

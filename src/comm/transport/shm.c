@@ -38,7 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/memory.h"
+#include "core/shared_mem.h"
 #include "comm/reduce_ops.h"
 #include "comm/transport/shm_layout.h"
 #include "comm/transport/shm_peer_mem.h"
@@ -125,7 +125,7 @@ static int pull_by_cma(const dt_comm *c, const shm_link *l, const dt_p2p *op)
 static int pull_mapped(const shm_link *l, const dt_p2p *op, dt_mem_ref *ref)
 {
     return l->can_pull && !op->call && op->bytes >= MAPPED_MIN &&
-           dt_comm_mem_find(op->src, op->bytes, ref) && ref->fd >= 0 && ref->fd < (1 << 16);
+           dt_shared_find(op->src, op->bytes, ref) && ref->fd >= 0 && ref->fd < (1 << 16);
 }
 
 static int send_header(dt_comm *c, shm_link *l, dt_p2p *op)

@@ -26,7 +26,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "comm/memory.h"
+#include "core/shared_mem.h"
 #include "comm/transport/shm_peer_mem.h"
 
 #ifndef SYS_pidfd_open
@@ -56,6 +56,7 @@ static void unmap_freed(shm_peer_maps *m)
             continue;
         }
         munmap((void *)m->r[i].head, m->r[i].map_bytes);
+        dt_shared_peer_mapped(-(long long)m->r[i].map_bytes);
         m->r[i] = m->r[--m->n];
     }
 }
@@ -101,6 +102,7 @@ static const peer_region *add_region(shm_peer_maps *m, pid_t pid, uint32_t id, i
         return NULL;
     }
     m->r[m->n] = (peer_region){id, h, map_bytes};
+    dt_shared_peer_mapped((long long)map_bytes);
     return &m->r[m->n++];
 }
 
@@ -125,7 +127,10 @@ const char *shm_peer_mem(shm_peer_maps **maps, pid_t pid, uint32_t id, int fd, u
 void shm_peer_mem_release(shm_peer_maps *m)
 {
     if (!m) return;
-    for (int i = 0; i < m->n; i++) munmap((void *)m->r[i].head, m->r[i].map_bytes);
+    for (int i = 0; i < m->n; i++) {
+        munmap((void *)m->r[i].head, m->r[i].map_bytes);
+        dt_shared_peer_mapped(-(long long)m->r[i].map_bytes);
+    }
     free(m->r);
     free(m);
 }

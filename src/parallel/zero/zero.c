@@ -105,7 +105,7 @@ static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
          * gradients are one micro-batch's, fp32, in a window. */
         int accum16 = layout->accum.bf16;
         layout->accum.bf16 = 0;
-        void *g = dt_alloc(z->map.len * (accum16 ? sizeof(uint16_t) : sizeof(float)), DT_MEM_GRADS);
+        void *g = dt_alloc_shared(z->map.len * (accum16 ? sizeof(uint16_t) : sizeof(float)), DT_MEM_GRADS);
         z->shard_g = accum16 ? (dt_gbuf){NULL, g} : dt_gbuf_f32(g);
         if (!g || window((void **)&layout->grads, bytes, &z->window_g))
             return out_of_memory(z, "the gradient shard");
@@ -123,13 +123,13 @@ static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
             return out_of_memory(z, "the parameter window");
         z->S->params_in_store = 1;
     } else if (z->o.stage >= 3 || z->mixed) {
-        z->shard_p = dt_alloc(z->map.len * sizeof(float), z->mixed ? DT_MEM_OPTIM : DT_MEM_PARAMS);
+        z->shard_p = dt_alloc_shared(z->map.len * sizeof(float), z->mixed ? DT_MEM_OPTIM : DT_MEM_PARAMS);
         if (!z->shard_p || window((void **)&layout->params, bytes, &z->window_p))
             return out_of_memory(z, "the parameter shard");
         z->S->shard_params = z->shard_p;
     }
     if (z->o.stage >= 3 && z->mixed) { /* the bf16 pieces, gathered into a bf16 window */
-        z->shard16 = dt_alloc(z->map.len * sizeof(uint16_t), DT_MEM_PARAMS);
+        z->shard16 = dt_alloc_shared(z->map.len * sizeof(uint16_t), DT_MEM_PARAMS);
         if (!z->shard16 || window((void **)&layout->mixed.params16, layout->n_floats * 2, &z->window16))
             return out_of_memory(z, "the bf16 parameter shard");
     }

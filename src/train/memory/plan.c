@@ -235,8 +235,8 @@ static void print_rank(FILE *f, const dt_mem_plan *p, int r, const unsigned long
     }
     cell(f, state, dt_mem_plan_state(p));
     cell(f, (double)snap[DT_MEM_ACTS], p->bytes[DT_MEM_ACTS]);
-    char pooled[64];
-    dt_memory_pooled_note(pooled, sizeof pooled, snap, ""); /* the table is in MiB */
+    char pooled[128];
+    dt_memory_rss_notes(pooled, sizeof pooled, snap, ""); /* the table is in MiB */
     fprintf(f, "comm %.1f, other %.1f, peak RSS %.1f%s\n", MIB(snap[DT_MEM_COMM]),
             MIB(snap[DT_MEM_OTHER]), MIB(snap[DT_MEM_SNAP_RSS]), pooled);
 }
