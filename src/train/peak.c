@@ -227,6 +227,17 @@ static double cached_rate(peak_cache *pc, dt_peak_loop l, int threads)
     return gf > 0 ? gf : 0;
 }
 
+void dt_peak_offer(dt_peak_loop l, int threads, double gflops)
+{
+    char cpu[192];
+    dt_cpu_identity(cpu, sizeof cpu);
+    peak_cache pc;
+    cache_open(&pc, cpu);
+    const int i = cache_find(&pc, l, threads);
+    if (i < 0 || pc.e[i].gflops < gflops) cache_set(&pc, l, threads, gflops);
+    cache_close(&pc, cpu);
+}
+
 static int clamp_threads(int threads)
 {
     return threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;

@@ -60,6 +60,12 @@ void dt_peak_bf16_rates(int threads, double rates[2]);
 /* GFLOP/s of one thread running loop l while `threads` threads run it at
  * once (see above); 0 when the CPU cannot run it. */
 double dt_peak_measure(dt_peak_loop l, int threads);
+/* A rate measured outside a run (`dtrain bench peak`), offered to the
+ * cache: it is kept when it beats the cached one, or when there is none.
+ * A peak is the best its loop does, so a slower figure (a busy moment)
+ * never lowers it, and a faster one corrects a first measurement that a
+ * busy moment slowed, which would make every later MFU read high. */
+void dt_peak_offer(dt_peak_loop l, int threads, double gflops);
 
 /* ---- the cache (exposed for `dtrain bench peak` and the tests) ---------- */
 

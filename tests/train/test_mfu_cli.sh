@@ -95,6 +95,30 @@ else
     grep -qF -- "$want" "$tmp/peak.out" || { fail "bench peak: no '$want'"; cat "$tmp/peak.out"; }
   done
 fi
+# The cache keeps each loop's best: bench peak raises a rate that a slow
+# first measurement left low (to what it measures now, which its table
+# prints), and never lowers one.
+cache_file=$(ls "$DTRAIN_CACHE"/peak/*.txt 2>/dev/null | head -1)
+loop=$(awk '$1 ~ /^f32-/ && $2 == 1 { print $1; exit }' "$cache_file" 2>/dev/null)
+if [ -z "$loop" ]; then
+  fail "no 1-thread fp32 rate in the cache ($cache_file)"
+else
+  for low_high in 1 1000000; do
+    sed -i "s/^$loop 1 .*/$loop 1 $low_high/" "$cache_file"
+    timeout 60 "$dtrain" bench peak --threads 1 >"$tmp/peak1.out" 2>&1
+    got=$(awk -v l="$loop" '$1 == l && $2 == 1 { print $3 }' "$cache_file")
+    desc=$(case $loop in f32-avx512) echo "fp32 AVX-512 FMA loop";; *) echo "fp32 AVX2 FMA loop";; esac)
+    measured=$(grep -F -- "$desc" "$tmp/peak1.out" | head -1 | awk '{ print $(NF-1) }')
+    if [ "$low_high" = 1 ]; then
+      awk -v g="$got" -v m="$measured" 'BEGIN { exit !(g > 1 && g - m < 0.5 && m - g < 0.5) }' ||
+        fail "bench peak left a cached rate of 1 at $got (it measured $measured)"
+    else
+      [ "$got" = 1000000 ] || fail "bench peak lowered a cached rate of 1000000 to $got"
+    fi
+  done
+  echo "ok   the cache keeps each loop's best rate"
+fi
+
 for bad in "--threads 0" "--threads" "--threads=x" "--bogus"; do
   # shellcheck disable=SC2086
   "$dtrain" bench peak $bad >/dev/null 2>"$tmp/bad_peak.err"
