@@ -23,8 +23,11 @@ void *dt_alloc(size_t bytes, dt_mem_kind kind);
 /* The same from a shared region (shared_mem.h), which ranks on this host
  * read through a mapping when it is sent (comm's shared-memory
  * transport): for the buffers collectives move. Plain dt_alloc where no
- * shared file can be had. Not inherited by a child of fork(). */
+ * shared file can be had, and in AddressSanitizer builds (its redzones
+ * need the heap). Not inherited by a child of fork(). */
 void *dt_alloc_shared(size_t bytes, dt_mem_kind kind);
+/* dt_alloc_shared in every build: dt_comm_mem_alloc's. */
+void *dt_alloc_region(size_t bytes, dt_mem_kind kind);
 void dt_free(void *p);
 /* Bytes currently held, and the most ever held, of one kind. */
 size_t dt_mem_current(dt_mem_kind kind);
