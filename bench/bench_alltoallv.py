@@ -110,11 +110,12 @@ def one_band(a, n, lo, hi, iters, out):
         if int(row["wrong"]):
             sys.exit("#wrong %s at %s B: %s" % (row["wrong"], row["bytes"], " ".join(cmd)))
         out[int(row["bytes"])] = (float(row["busbw_gbps"]), float(row["peer_busbw_gbps"]),
-                                  row["ran"])
+                                  row["ran"], float(row["mem_eff_pct"]))
 
 
 def one_run(a, n):
-    """({bytes: (ours busbw, MPI's busbw, the algorithm that ran)}, the
+    """({bytes: (ours busbw, MPI's busbw, the algorithm that ran, our busbw
+    as a share of the copy bandwidth)}, the
     share of the CPUs others used meanwhile) of one run."""
     quiet(a.quiet_wait)
     (busy0, total0), ours0 = cpu_seconds(), children_seconds()
@@ -138,9 +139,11 @@ def main():
                "dt_comm_mem_alloc (--buffers comm)" if a.buffers == "comm" else "malloc"))
         print("other load during the runs: %.0f%% of the CPUs (median), %.0f%% at most" %
               (100 * statistics.median(others), 100 * max(others)))
+        print("mem%: busbw over the copy bandwidth `bench comm` measured at the start of the"
+              " run (docs/bench_comm.md), the share of the machine's limit each library reached")
         print("| size per rank | dtrain (%s) | Open MPI | dtrain / MPI | range of the ratio |"
-              % a.algo)
-        print("|---|---|---|---|---|")
+              " mem%% dtrain, MPI |" % a.algo)
+        print("|---|---|---|---|---|---|")
         short = []
         for size in sorted(runs[0]):
             ours = statistics.median(r[size][0] for r in runs)
@@ -150,8 +153,11 @@ def main():
             algos = sorted({r[size][2] for r in runs})
             if ratio < a.target:
                 short.append(size)
-            print("| %s | %.3f (%s) | %.3f | %.2fx | %.2f-%.2f |" %
-                  (human(size), ours, "/".join(algos), mpi, ratio, min(ratios), max(ratios)))
+            mem = statistics.median(r[size][3] for r in runs)
+            mem_mpi = statistics.median(r[size][3] * r[size][1] / r[size][0] for r in runs)
+            print("| %s | %.3f (%s) | %.3f | %.2fx | %.2f-%.2f | %.0f, %.0f |" %
+                  (human(size), ours, "/".join(algos), mpi, ratio, min(ratios), max(ratios),
+                   mem, mem_mpi))
         print("short of %.1fx at: %s" % (a.target, ", ".join(human(s) for s in short) or "none"))
 
 
