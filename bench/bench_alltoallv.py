@@ -7,7 +7,9 @@ docs/bench_comm.md) run --repeat times at each rank count,
 and per size the median of each side's bus bandwidth and of the ratio of
 the two measured side by side. A shared machine's load moves single runs
 by 2x either way; the medians of runs interleaved this way move much
-less. The issue's target is a ratio of at least --target at every size.
+less, and each side's busbw as a share of the copy bandwidth bench comm
+measures first (mem%: how near each library came to the machine's
+limit). The issue's target is a ratio of at least --target at every size.
 
 Each size is timed for a few milliseconds at least: bench comm's own
 counts (1000 calls up to 64 KiB, 100 up to 4 MiB) time a 4 KiB call for

@@ -20,8 +20,7 @@ typedef struct {
  * page faults took most of its load time. */
 #define MAP_FROM ((size_t)8 << 20)
 
-static _Atomic size_t current[DT_MEM_KIND_COUNT];
-static _Atomic size_t peak[DT_MEM_KIND_COUNT];
+static dt_mem_counter held[DT_MEM_KIND_COUNT];
 
 void *dt_alloc(size_t bytes, dt_mem_kind kind)
 {
@@ -79,22 +78,24 @@ void *dt_alloc_shared(size_t bytes, dt_mem_kind kind)
 #endif
 }
 
-void dt_mem_account(dt_mem_kind kind, long long delta)
+void dt_mem_counter_add(dt_mem_counter *c, long long delta)
 {
     if (delta < 0) {
-        atomic_fetch_sub(&current[kind], (size_t)-delta);
+        atomic_fetch_sub(&c->now, (size_t)-delta);
         return;
     }
-    size_t now = atomic_fetch_add(&current[kind], (size_t)delta) + (size_t)delta;
-    size_t p = atomic_load(&peak[kind]);
-    while (now > p && !atomic_compare_exchange_weak(&peak[kind], &p, now)) {
+    size_t now = atomic_fetch_add(&c->now, (size_t)delta) + (size_t)delta;
+    size_t p = atomic_load(&c->peak);
+    while (now > p && !atomic_compare_exchange_weak(&c->peak, &p, now)) {
     }
 }
 
+void dt_mem_account(dt_mem_kind kind, long long delta) { dt_mem_counter_add(&held[kind], delta); }
+
 void dt_mem_restore_peak(dt_mem_kind kind, size_t bytes)
 {
-    size_t now = atomic_load(&current[kind]);
-    atomic_store(&peak[kind], bytes > now ? bytes : now);
+    size_t now = atomic_load(&held[kind].now);
+    atomic_store(&held[kind].peak, bytes > now ? bytes : now);
 }
 
 void dt_free(void *p)
@@ -102,7 +103,7 @@ void dt_free(void *p)
     if (!p) return;
     char *base = (char *)p - DT_ALIGN;
     block_header *h = (block_header *)base;
-    atomic_fetch_sub(&current[h->kind], h->bytes);
+    atomic_fetch_sub(&held[h->kind].now, h->bytes);
     if (h->mapped == 2)
         dt_shared_unmap(base);
     else if (h->mapped)
@@ -111,8 +112,8 @@ void dt_free(void *p)
         free(base);
 }
 
-size_t dt_mem_current(dt_mem_kind kind) { return atomic_load(&current[kind]); }
-size_t dt_mem_peak(dt_mem_kind kind) { return atomic_load(&peak[kind]); }
+size_t dt_mem_current(dt_mem_kind kind) { return atomic_load(&held[kind].now); }
+size_t dt_mem_peak(dt_mem_kind kind) { return atomic_load(&held[kind].peak); }
 
 const char *dt_mem_kind_name(dt_mem_kind kind)
 {

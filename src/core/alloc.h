@@ -4,6 +4,7 @@
 #ifndef DT_CORE_ALLOC_H
 #define DT_CORE_ALLOC_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 
 typedef enum {
@@ -32,6 +33,12 @@ void dt_free(void *p);
 /* Bytes currently held, and the most ever held, of one kind. */
 size_t dt_mem_current(dt_mem_kind kind);
 size_t dt_mem_peak(dt_mem_kind kind);
+/* Bytes held now and the most ever held, for a kind or anything else
+ * counted so (+bytes when taken, -bytes when given back). */
+typedef struct {
+    _Atomic size_t now, peak;
+} dt_mem_counter;
+void dt_mem_counter_add(dt_mem_counter *c, long long delta);
 /* Counts memory held outside dt_alloc (core/window.h): +bytes when taken,
  * -bytes when given back. */
 void dt_mem_account(dt_mem_kind kind, long long delta);

@@ -27,6 +27,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "core/shared_mem.h"
 
 typedef struct {
@@ -39,7 +40,7 @@ typedef struct {
 } region;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static _Atomic size_t peer_now, peer_peak; /* bytes of peers' regions we map */
+static dt_mem_counter peers; /* bytes of peers' regions we map */
 static region *regions;
 static int n_regions, cap_regions;
 static uint32_t next_id;
@@ -139,16 +140,6 @@ int dt_shared_find(const void *p, size_t n, dt_mem_ref *out)
     return found;
 }
 
-void dt_shared_peer_mapped(long long delta)
-{
-    if (delta < 0) {
-        atomic_fetch_sub(&peer_now, (size_t)-delta);
-        return;
-    }
-    size_t now = atomic_fetch_add(&peer_now, (size_t)delta) + (size_t)delta;
-    size_t p = atomic_load(&peer_peak);
-    while (now > p && !atomic_compare_exchange_weak(&peer_peak, &p, now)) {
-    }
-}
+void dt_shared_peer_mapped(long long delta) { dt_mem_counter_add(&peers, delta); }
 
-size_t dt_shared_peer_peak(void) { return atomic_load(&peer_peak); }
+size_t dt_shared_peer_peak(void) { return atomic_load(&peers.peak); }
