@@ -162,9 +162,9 @@ void dt_comm_destroy(dt_comm *c);
  * 64-byte aligned buffers that ranks on the same host read straight from
  * each other's mapping, with no system call and no page pinning, where a
  * buffer from malloc is pulled by cross-memory attach. Any buffer works in
- * any call; messages sent from these are faster (a 2-rank all-to-all-v of
- * 64 KiB-64 MiB 1.5-2.7x, an all-reduce 2-5x, on the Xeon measured; see
- * docs/comm.md). Not tied to a communicator; thread-safe. Plain memory
+ * any call; messages sent from these are faster (a 2-rank all-to-all-v or
+ * all-reduce of 4 KiB-256 MiB 1.3-2.7x faster than from malloc on the Xeon
+ * measured; see docs/comm.md). Not tied to a communicator; thread-safe. Plain memory
  * where the system gives no shared file. Free it with dt_comm_mem_free
  * only, and not while an operation sending from it is in flight. A child
  * of fork() does not inherit it. NULL when out of memory. */
