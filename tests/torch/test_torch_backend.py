@@ -19,7 +19,8 @@ Where gloo lacks a call (reduce_scatter, the tensor forms of all-gather and
 reduce-scatter, the list all_to_all) the same result is made of gloo's
 other calls; where it lacks a dtype (bool, int16, bfloat16) the reference
 is computed here from every rank's inputs, which each rank can make. Also:
-non-contiguous tensors, asynchronous calls and futures, subgroups, DDP for
+tensors in communication memory (dtrain_torch.empty) read through peers'
+mappings, non-contiguous tensors, asynchronous calls and futures, subgroups, DDP for
 20 steps under both backends, the refusals (a bitwise op on floats, a dtype dtrain
 cannot reduce, coalesced calls of mixed dtypes), tags that reorder a pair's
 messages and a tag never sent, receives from any source (the sender and
@@ -236,6 +237,47 @@ def test_allreduce():
         dist.all_reduce(got, op=dist.ReduceOp.AVG)
         tol = tolerance(xs, "SUM")
         same("all_reduce %s AVG" % name, got, total / N, None if tol is None else tol / N)
+
+
+def peer_mappings():
+    """Read-only mappings of peers' communication memory in this process."""
+    with open("/proc/self/maps") as f:
+        return sum("dtrain-comm-mem" in line and " r--s " in line for line in f)
+
+
+def test_comm_mem():
+    """dtrain_torch.empty: a tensor in communication memory, of the dtype and
+    shape asked; an all-reduce and an all-to-all of such tensors against
+    gloo's, and the peers' tensors read through a mapping: a read-only
+    mapping of the tensor of every peer that sent this rank a part of it
+    (at 3 ranks the all-reduce's ring takes from one neighbour, the
+    all-to-all from every peer)."""
+    import dtrain_torch
+    t = dtrain_torch.empty(3, 5, dtype=torch.float64)
+    check(t.shape == (3, 5) and t.dtype == torch.float64 and t.is_contiguous() and
+          bool((t == 0).all()), "empty(3, 5, float64): %s %s" % (t.shape, t.dtype))
+    check(dtrain_torch.empty((4, 2)).shape == (4, 2), "empty((4, 2))")
+    before = peer_mappings()
+    n = 300007
+    xs, want = reference_allreduce(torch.float32, n, 4242, "SUM", False)
+    x = dtrain_torch.empty(n)
+    x.copy_(xs[RANK])
+    dist.all_reduce(x)
+    same("all_reduce of dtrain_torch.empty(%d)" % n, x, want, tolerance(xs, "SUM"))
+    after_allreduce = peer_mappings()
+    check(N == 1 or 1 <= after_allreduce - before <= N - 1,
+          "all_reduce: %d new mappings of peers' tensors, expected 1 to %d" %
+          (after_allreduce - before, N - 1))
+    src = dtrain_torch.empty(N * 5000, dtype=torch.int32)
+    src.copy_(torch.arange(N * 5000, dtype=torch.int32) + 1000000 * RANK)
+    got, ref = dtrain_torch.empty(N * 5000, dtype=torch.int32), torch.empty(N * 5000,
+                                                                              dtype=torch.int32)
+    dist.all_to_all_single(got, src)
+    dist.all_to_all_single(ref, src.clone(), group=GLOO)
+    same("all_to_all_single of dtrain_torch.empty", got, ref)
+    check(peer_mappings() - after_allreduce == N - 1,
+          "all_to_all_single: %d new mappings of peers' tensors, expected %d" %
+          (peer_mappings() - after_allreduce, N - 1))
 
 
 def test_refusals():
@@ -733,7 +775,7 @@ def test_peer_ends():
 def worker(init):
     setup(init)
     t0 = time.time()
-    for test in (test_allreduce, test_refusals, test_broadcast_reduce, test_gathers,
+    for test in (test_allreduce, test_comm_mem, test_refusals, test_broadcast_reduce, test_gathers,
                  test_reduce_scatter, test_alltoall, test_p2p_barrier, test_any_source,
                  test_tags_reorder, test_noncontiguous, test_async, test_sequence_numbers,
                  test_subgroups, test_coalesced, test_tag_mismatch, test_mismatch,
