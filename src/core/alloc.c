@@ -9,9 +9,11 @@
 
 /* Each block carries a header (one alignment unit) recording its size and
  * kind, so dt_free can account without a lookup table. */
+enum { IN_HEAP, ANON_MAPPING, SHARED_REGION }; /* where a block lives */
+
 typedef struct {
     size_t bytes;
-    int kind, mapped; /* mapped: 1 an anonymous mapping, 2 a shared region */
+    int kind, where;
 } block_header;
 
 /* Large blocks come zeroed and in place from the kernel in one call (a
@@ -21,6 +23,17 @@ typedef struct {
 #define MAP_FROM ((size_t)8 << 20)
 
 static dt_mem_counter held[DT_MEM_KIND_COUNT];
+
+/* The header at base filled in and the bytes counted: the caller's block. */
+static void *account_block(char *base, size_t bytes, dt_mem_kind kind, int where)
+{
+    block_header *h = (block_header *)base;
+    h->bytes = bytes;
+    h->kind = (int)kind;
+    h->where = where;
+    dt_mem_account(kind, (long long)bytes);
+    return base + DT_ALIGN;
+}
 
 void *dt_alloc(size_t bytes, dt_mem_kind kind)
 {
@@ -36,12 +49,7 @@ void *dt_alloc(size_t bytes, dt_mem_kind kind)
         if (!(base = aligned_alloc(DT_ALIGN, total))) return NULL;
         memset(base, 0, total);
     }
-    block_header *h = (block_header *)base;
-    h->bytes = bytes;
-    h->kind = (int)kind;
-    h->mapped = mapped;
-    dt_mem_account(kind, (long long)bytes);
-    return base + DT_ALIGN;
+    return account_block(base, bytes, kind, mapped ? ANON_MAPPING : IN_HEAP);
 }
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -58,12 +66,7 @@ void *dt_alloc_region(size_t bytes, dt_mem_kind kind)
     if ((unsigned)kind >= DT_MEM_KIND_COUNT || bytes > SIZE_MAX - 2 * DT_ALIGN) return NULL;
     char *base = dt_shared_map(bytes + DT_ALIGN);
     if (!base) return dt_alloc(bytes, kind); /* no shared file here: plain memory */
-    block_header *h = (block_header *)base;
-    h->bytes = bytes;
-    h->kind = (int)kind;
-    h->mapped = 2;
-    dt_mem_account(kind, (long long)bytes);
-    return base + DT_ALIGN;
+    return account_block(base, bytes, kind, SHARED_REGION);
 }
 
 /* Under AddressSanitizer the model's buffers stay in the heap, where its
@@ -104,9 +107,9 @@ void dt_free(void *p)
     char *base = (char *)p - DT_ALIGN;
     block_header *h = (block_header *)base;
     atomic_fetch_sub(&held[h->kind].now, h->bytes);
-    if (h->mapped == 2)
+    if (h->where == SHARED_REGION)
         dt_shared_unmap(base);
-    else if (h->mapped)
+    else if (h->where == ANON_MAPPING)
         munmap(base, (h->bytes + DT_ALIGN + DT_ALIGN - 1) / DT_ALIGN * DT_ALIGN);
     else
         free(base);

@@ -30,14 +30,14 @@
 #include "core/alloc.h"
 #include "core/shared_mem.h"
 
+/* The head says the rest: number, the first byte handed out, its size. */
 typedef struct {
-    char *user;       /* first byte handed out */
-    size_t bytes;     /* handed out */
     dt_mem_head *head;
     size_t map_bytes; /* head page + bytes, rounded to pages */
     int fd;
-    uint32_t id;
 } region;
+
+static char *user_of(const region *r) { return (char *)r->head + r->head->offset; }
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static dt_mem_counter peers; /* bytes of peers' regions we map */
@@ -63,7 +63,8 @@ static int remember(const region *r)
     return 0;
 }
 
-/* A shared region of at least bytes, or -1 (errno set). */
+/* A shared region of at least bytes (its head not yet written), or -1
+ * (errno set). */
 static int map_region(size_t bytes, region *r)
 {
     const size_t page = page_size();
@@ -81,8 +82,6 @@ static int map_region(size_t bytes, region *r)
         return errno = e, -1;
     }
     r->head = p;
-    r->user = (char *)p + page;
-    r->bytes = bytes;
     return 0;
 }
 
@@ -92,10 +91,12 @@ void *dt_shared_map(size_t bytes)
     region r;
     if (map_region(bytes, &r) < 0) return NULL;
     madvise(r.head, r.map_bytes, MADV_DONTFORK);
+    const size_t page = page_size();
     pthread_mutex_lock(&lock);
-    r.id = ++next_id ? next_id : ++next_id; /* 0 never names a region */
-    *r.head = (dt_mem_head){.magic = DT_MEM_MAGIC, .id = r.id, .base = (uint64_t)(uintptr_t)r.user,
-                            .offset = (uint64_t)(r.user - (char *)r.head), .bytes = bytes};
+    uint32_t id = ++next_id ? next_id : ++next_id; /* 0 never names a region */
+    *r.head = (dt_mem_head){.magic = DT_MEM_MAGIC, .id = id,
+                            .base = (uint64_t)(uintptr_t)((char *)r.head + page),
+                            .offset = page, .bytes = bytes};
     atomic_store_explicit(&r.head->live, 1, memory_order_release);
     int bad = remember(&r);
     pthread_mutex_unlock(&lock);
@@ -104,14 +105,14 @@ void *dt_shared_map(size_t bytes)
         close(r.fd);
         return NULL;
     }
-    return r.user;
+    return user_of(&r);
 }
 
 int dt_shared_unmap(void *p)
 {
     pthread_mutex_lock(&lock);
     int i = 0;
-    while (i < n_regions && regions[i].user != p) i++;
+    while (i < n_regions && user_of(&regions[i]) != p) i++;
     region r = i < n_regions ? regions[i] : (region){0};
     if (i < n_regions) regions[i] = regions[--n_regions];
     pthread_mutex_unlock(&lock);
@@ -131,8 +132,10 @@ int dt_shared_find(const void *p, size_t n, dt_mem_ref *out)
     pthread_mutex_lock(&lock);
     for (int i = 0; i < n_regions && !found; i++) {
         const region *r = &regions[i];
-        if (a >= r->user && n <= r->bytes && (size_t)(a - r->user) <= r->bytes - n) {
-            *out = (dt_mem_ref){.id = r->id, .fd = r->fd};
+        const char *user = user_of(r);
+        const size_t bytes = r->head->bytes;
+        if (a >= user && n <= bytes && (size_t)(a - user) <= bytes - n) {
+            *out = (dt_mem_ref){.id = (uint32_t)r->head->id, .fd = r->fd};
             found = 1;
         }
     }

@@ -139,8 +139,12 @@ static void check_elem(const caseinfo *k, size_t i, double got, double want)
  * reductions included. */
 static int comm_mem(void)
 {
-    const char *e = getenv("DTRAIN_TEST_COMM_MEM");
-    return e && !strcmp(e, "1");
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("DTRAIN_TEST_COMM_MEM");
+        on = e && !strcmp(e, "1");
+    }
+    return on;
 }
 
 static void *alloc_bytes(size_t n) { return comm_mem() ? dt_comm_mem_alloc(n) : calloc(n ? n : 1, 1); }

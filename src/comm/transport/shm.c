@@ -131,10 +131,10 @@ static int pull_mapped(const shm_link *l, const dt_p2p *op, dt_mem_ref *ref)
 static int send_header(dt_comm *c, shm_link *l, dt_p2p *op)
 {
     uint64_t rb = l->out_bytes;
+    if (ring_free(l, rb) < LINE) return 0; /* before the region lookup: it takes a lock */
     dt_mem_ref ref;
     int mapped = pull_mapped(l, op, &ref);
     int pulled = mapped || pull_by_cma(c, l, op);
-    if (ring_free(l, rb) < LINE) return 0;
     dt_p2p_fill_hdr(c, op, &op->hdr);
     if (pulled) {
         op->hdr.flags |= DT_MSG_FLAG_CMA;

@@ -48,6 +48,12 @@ struct shm_peer_maps {
     peer_region *r;
 };
 
+static void unmap(const peer_region *r)
+{
+    munmap((void *)r->head, r->map_bytes);
+    dt_shared_peer_mapped(-(long long)r->map_bytes);
+}
+
 static void unmap_freed(shm_peer_maps *m)
 {
     for (int i = 0; i < m->n;) {
@@ -55,8 +61,7 @@ static void unmap_freed(shm_peer_maps *m)
             i++;
             continue;
         }
-        munmap((void *)m->r[i].head, m->r[i].map_bytes);
-        dt_shared_peer_mapped(-(long long)m->r[i].map_bytes);
+        unmap(&m->r[i]);
         m->r[i] = m->r[--m->n];
     }
 }
@@ -127,10 +132,7 @@ const char *shm_peer_mem(shm_peer_maps **maps, pid_t pid, uint32_t id, int fd, u
 void shm_peer_mem_release(shm_peer_maps *m)
 {
     if (!m) return;
-    for (int i = 0; i < m->n; i++) {
-        munmap((void *)m->r[i].head, m->r[i].map_bytes);
-        dt_shared_peer_mapped(-(long long)m->r[i].map_bytes);
-    }
+    for (int i = 0; i < m->n; i++) unmap(&m->r[i]);
     free(m->r);
     free(m);
 }
