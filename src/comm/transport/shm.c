@@ -276,7 +276,7 @@ static int cma_read(dt_comm *c, shm_link *l, dt_p2p *op, void *to, uint64_t from
  * mapped (plain memory, or a mapping refused: then pulled by CMA). */
 static const char *mapped_payload(shm_link *l, const dt_p2p *op)
 {
-    if (!(op->hdr.flags & DT_MSG_FLAG_MAPPED)) return NULL;
+    if (!(op->hdr.flags & DT_MSG_FLAG_MAPPED) || l->sc->no_maps) return NULL;
     return shm_peer_mem(&l->peer_mem, l->peer_pid, op->hdr.region,
                         (int)(op->hdr.aux[1] >> TICKET_BITS), op->hdr.aux[0], op->bytes);
 }

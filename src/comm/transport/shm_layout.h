@@ -85,6 +85,7 @@ struct dt_shm_comm {
      * never, or not auto). */
     size_t pull_min;
     int no_pulls; /* DTRAIN_SHM_CMA=0: every message streams through the ring */
+    int no_maps;  /* DTRAIN_SHM_MAP=0: peers' communication memory pulled by CMA */
     int my_local;
     int nlocal;
     void **maps;   /* [nlocal] mapped inboxes, ours included */

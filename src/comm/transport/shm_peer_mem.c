@@ -16,11 +16,10 @@
  * region has no message in flight: freeing one that has is the caller's
  * error). Anything that fails returns NULL and the message is pulled by
  * cross-memory attach instead; after a refused descriptor the link stops
- * asking, as it does from the start with DTRAIN_SHM_MAP=0.
+ * asking (DTRAIN_SHM_MAP=0 has the link never ask: shm.c).
  */
 #include <errno.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -114,11 +113,7 @@ static const peer_region *add_region(shm_peer_maps *m, pid_t pid, uint32_t id, i
 const char *shm_peer_mem(shm_peer_maps **maps, pid_t pid, uint32_t id, int fd, uint64_t addr,
                          size_t n)
 {
-    if (!*maps) {
-        if (!(*maps = calloc(1, sizeof **maps))) return NULL;
-        const char *e = getenv("DTRAIN_SHM_MAP"); /* 0: pull by cross-memory attach */
-        (*maps)->refused = e && !strcmp(e, "0");
-    }
+    if (!*maps && !(*maps = calloc(1, sizeof **maps))) return NULL;
     shm_peer_maps *m = *maps;
     const peer_region *r = NULL;
     for (int i = 0; i < m->n && !r; i++)

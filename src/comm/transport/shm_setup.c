@@ -249,10 +249,11 @@ static void measure_pull_min(dt_comm *c, struct dt_shm_comm *sc)
 static int read_settings(dt_comm *c, struct dt_shm_comm *sc, int nlocal)
 {
     char err[256];
-    long ring_kb = -1, cma_min = -1, cma = -1;
+    long ring_kb = -1, cma_min = -1, cma = -1, map = -1;
     if (dt_env_long("DTRAIN_SHM_RING_KB", 4, 1 << 20, &ring_kb, err, sizeof err) < 0 ||
         dt_env_long("DTRAIN_SHM_CMA_MIN", 0, 1L << 40, &cma_min, err, sizeof err) < 0 ||
-        dt_env_long("DTRAIN_SHM_CMA", 0, 1, &cma, err, sizeof err) < 0)
+        dt_env_long("DTRAIN_SHM_CMA", 0, 1, &cma, err, sizeof err) < 0 ||
+        dt_env_long("DTRAIN_SHM_MAP", 0, 1, &map, err, sizeof err) < 0)
         return dt_comm_fail(c, DT_ERR_INVALID, -1, "%s", err);
     if (ring_kb > 0 && (ring_kb & (ring_kb - 1)))
         return dt_comm_fail(c, DT_ERR_INVALID, -1,
@@ -261,6 +262,7 @@ static int read_settings(dt_comm *c, struct dt_shm_comm *sc, int nlocal)
                                 : fit_rings(c, default_ring_bytes(nlocal - 1), nlocal);
     int measure = cma < 0 && cma_min < 0;
     sc->no_pulls = cma == 0;
+    sc->no_maps = map == 0;
     if (cma < 0) cma = ring < CMA_AUTO_BELOW;
     sc->cma_min = cma ? (size_t)(cma_min >= 0 ? cma_min : 1 << 20) : SIZE_MAX;
     sc->pull_min = SIZE_MAX;
