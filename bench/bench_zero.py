@@ -68,14 +68,18 @@ def speed(a, tmp, data):
         log = os.path.join(tmp, name + ".json")
         dtrain_run(a.dtrain, dtrain_cmd(a.dtrain, data, a.steps, log, "--threads", "1",
                                         "--nproc", "2", *flags))
-        res[name] = log_means(log, a.skip, "tokens_per_s", "comm_ms")
+        res[name] = log_means(log, a.skip, "tokens_per_s", "comm_exposed_ms", "comm_ms")
     pt = torch_zero(2, data, a.steps, a.skip)
     targets = {"ZeRO-1": 0.95, "ZeRO-2": 0.95, "ZeRO-3": 0.85}
-    print("%-8s %12s %10s %16s" % ("", "tok/s", "of DDP", "exposed comm"))
+    print("%-8s %12s %10s %16s %18s" % ("", "tok/s", "of DDP", "exposed comm",
+                                        "rank 0 waited"))
     for name, _ in STAGES:
-        tps, comm = res[name]
+        tps, comm, waited = res[name]
         t = " (target %.2fx)" % targets[name] if name in targets else ""
-        print("%-8s %12.0f %9.2fx %13.1f ms%s" % (name, tps, tps / res["DDP"][0], comm, t))
+        print("%-8s %12.0f %9.2fx %13.1f ms %15.1f ms%s"
+              % (name, tps, tps / res["DDP"][0], comm, waited, t))
+    print("exposed comm: the least any rank waited a step (comm_exposed_ms); a rank's wait "
+          "beyond it was for the other rank's compute")
     print("PyTorch DDP + ZeroRedundancyOptimizer: %.0f tok/s; dtrain ZeRO-1 / PyTorch: %.2fx "
           "(target 1.5x)" % (pt, res["ZeRO-1"][0] / pt))
 

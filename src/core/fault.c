@@ -6,11 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static char want_point[32];
 static long want_step = -1;
 static atomic_long step_now = -1;
 static atomic_int armed; /* 1 once the variable named a point for this rank */
+static char slow_point[32];
+static atomic_long slow_ms; /* DTRAIN_TEST_SLOW's sleep at slow_point; 0: none */
 
 static int known(const char *point)
 {
@@ -44,12 +47,32 @@ static void read_env(void)
     atomic_store(&armed, 1);
 }
 
+static void read_slow_env(void)
+{
+    const char *v = getenv("DTRAIN_TEST_SLOW");
+    const char *rank = getenv("RANK");
+    char point[32];
+    long ms, who;
+    if (!v) return;
+    int n = sscanf(v, "%31[a-z]:%ld:%ld", point, &ms, &who);
+    int in_step = n >= 1 && known(point) && strcmp(point, "snapshot") && strcmp(point, "save");
+    if (n != 3 || !in_step || ms < 1) {
+        fprintf(stderr, "DTRAIN_TEST_SLOW='%s': expected POINT:MS:RANK, POINT one of forward, "
+                "backward, allreduce, update (the points inside a step), MS from 1\n", v);
+        exit(2);
+    }
+    if (!rank || atol(rank) != who) return;
+    snprintf(slow_point, sizeof slow_point, "%s", point);
+    atomic_store_explicit(&slow_ms, ms, memory_order_release); /* after slow_point */
+}
+
 void dt_fault_set_step(long step)
 {
     static int read;
     if (!read) {
         read = 1;
         read_env();
+        read_slow_env();
     }
     atomic_store(&step_now, step);
 }
@@ -61,4 +84,17 @@ void dt_fault_point_of(const char *point, long step)
     raise(SIGKILL);
 }
 
-void dt_fault_point(const char *point) { dt_fault_point_of(point, atomic_load(&step_now)); }
+static void maybe_sleep(const char *point)
+{
+    long ms = atomic_load_explicit(&slow_ms, memory_order_acquire);
+    if (ms == 0 || strcmp(point, slow_point) != 0) return;
+    struct timespec d = {ms / 1000, ms % 1000 * 1000000L};
+    while (nanosleep(&d, &d) != 0) {
+    }
+}
+
+void dt_fault_point(const char *point)
+{
+    maybe_sleep(point);
+    dt_fault_point_of(point, atomic_load(&step_now));
+}

@@ -8,7 +8,12 @@
  * all-reduce), update (after the optimizer's first range), snapshot (halfway
  * through the copy of the snapshot taken after STEP), save (a save of
  * STEP's checkpoint, once this rank's shard is written). Without the variable a point costs a load and
- * a compare. */
+ * a compare.
+ *
+ * DTRAIN_TEST_SLOW=POINT:MS:RANK makes RANK a straggler instead: it sleeps
+ * MS milliseconds at every dt_fault_point(POINT) of every step (POINT one
+ * of the four inside a step), so that a test knows which rank is slowest
+ * and by how much. */
 #ifndef DT_CORE_FAULT_H
 #define DT_CORE_FAULT_H
 

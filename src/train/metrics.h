@@ -16,7 +16,12 @@ typedef struct {
     double mfu;       /* fraction of peak, or < 0 when unknown */
     double eta_s;
     int ranks;            /* ranks (or devices) of the job: communication shown above 1 */
-    double comm_ms;       /* communication not hidden behind compute */
+    double comm_ms;       /* this rank's wait for communication */
+    int rank;             /* the rank the line is about */
+    int waits_known;      /* the lockstep ranks compared their waits (train/step_waits.h): */
+    double comm_exposed_ms; /* the least any rank waited: communication no compute hid */
+    double comm_most_ms;  /* the most any rank waited */
+    int slowest_rank;     /* the rank that waited least, whose compute the others waited for */
     unsigned long long bytes_sent; /* by this rank in the step */
     int offload;          /* the optimizer state streams from a file: I/O shown */
     double io_ms;         /* the step's I/O not hidden behind compute (the optimizer's

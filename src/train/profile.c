@@ -1,7 +1,8 @@
 /* `dtrain train --profile` (see profile.h). A step's parts are the
  * kernels' (each adds its time, FLOPs and bytes: kernels/profile.h), the
  * data, the communication the step waited for (the strategy's exposed
- * time), and the rest: what no part claims (the strategies' own copies and
+ * time; with peers, split into what no rank's compute hid and the wait
+ * for slower ranks), and the rest: what no part claims (the strategies' own copies and
  * casts, the model's bookkeeping, waits a strategy does not count as
  * communication). Each kernel part is set beside its roofline bound: its
  * FLOPs at this process's measured peak, or its bytes at the measured
@@ -63,7 +64,7 @@ static void keep_last(dt_run *t, const dt_prof_part *p, double step_ms, double c
     t->prof.last[DT_PROF_NKINDS + 3] = bg_ms > comm_ms ? bg_ms - comm_ms : 0.0;
 }
 
-void dt_run_profile_step(dt_run *t, double step_ms, double comm_ms)
+void dt_run_profile_step(dt_run *t, double step_ms, double comm_ms, double exposed_ms)
 {
     dt_prof_part p[DT_PROF_NKINDS];
     dt_prof_shape shapes[DT_PROF_SHAPES];
@@ -87,6 +88,7 @@ void dt_run_profile_step(dt_run *t, double step_ms, double comm_ms)
     }
     t->prof.step_ms += step_ms;
     t->prof.comm_ms += comm_ms;
+    t->prof.exposed_ms += exposed_ms < comm_ms ? exposed_ms : comm_ms;
     t->prof.data_ns += data;
     t->prof.steps++;
 }
@@ -167,6 +169,16 @@ void dt_run_profile_report(dt_run *t)
     const double data = (double)t->prof.data_ns * 1e-6 / n, comm = t->prof.comm_ms / n;
     row(out, "data", data, step);
     row(out, "communication waited on", comm, step);
+    if (t->S.lockstep && dt_comm_size(t->S.lockstep) > 1) {
+        /* The rank that computed longest waited least: what it waited is
+         * communication no compute hid; the rest of this rank's wait was
+         * for that rank. */
+        const double exposed = t->prof.exposed_ms / n;
+        fprintf(out, "    %-22s %9.2f %6.1f%%   (the least any rank waited: communication that "
+                "compute did not hide)\n", "exposed", exposed, 100.0 * exposed / step);
+        fprintf(out, "    %-22s %9.2f %6.1f%%   (this rank's wait for slower ranks' compute)\n",
+                "behind slower ranks", comm - exposed, 100.0 * (comm - exposed) / step);
+    }
     row(out, "the rest", step - claimed - data - comm, step);
     /* Beside the step, not in its sum: what the progress threads ran while
      * the step computed (their whole time less what the step waited for). */

@@ -34,6 +34,7 @@
 #include "train/peak.h"
 #include "train/profile.h"
 #include "train/run.h"
+#include "train/step_waits.h"
 #include "train/stop_signals.h"
 #include "train/trace_file.h"
 #include "train/trace_marks.h"
@@ -137,7 +138,14 @@ static int run_loop(dt_run *t)
         uint64_t bytes;
         dt_strategy_traffic(&t->S, &s.comm_ms, &bytes);
         s.bytes_sent = bytes;
-        if (t->prof.on) dt_run_profile_step(t, ms, s.comm_ms);
+        s.rank = t->r.rank;
+        dt_step_waits waits;
+        if (dt_step_waits_agree(t, t->step, s.comm_ms, &waits)) return -1;
+        s.waits_known = waits.known;
+        s.comm_exposed_ms = waits.known ? waits.exposed_ms : s.comm_ms;
+        s.comm_most_ms = waits.most_ms;
+        s.slowest_rank = waits.slowest;
+        if (t->prof.on) dt_run_profile_step(t, ms, s.comm_ms, s.comm_exposed_ms);
         s.nprof = dt_run_profile_last(t, &s.prof_names, &s.prof_ms);
         if (t->opt.store) {
             s.offload = 1;
