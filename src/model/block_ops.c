@@ -1,11 +1,13 @@
 /* What the block kinds share: tensor parallelism's sums around the
  * products (Megatron's f and g, and sequence parallelism's gathers and
  * reduce-scatters between them), a norm's weight gradients under sequence
- * parallelism, and the two halves of a product's backward. See
+ * parallelism, the two halves of a product's backward, and the attention
+ * core with or without context parallelism. See
  * model_internal.h. */
 #include <string.h>
 
 #include "core/str.h"
+#include "kernels/attention.h"
 #include "kernels/linear.h"
 #include "model/model_internal.h"
 
@@ -189,4 +191,27 @@ int dt_model_group_weights(dt_gpt *m, const dt_block_call *c, const dt_linear_gr
     if (dt_linear_group_backward(m->prec, NULL, 0, g, dout, c->x, c->N, m->cfg.n_embd))
         return dt_model_fail_matmul(m, name);
     return 0;
+}
+
+int dt_model_attend(dt_gpt *m, const dt_block_call *c, float *att, float *lse, const float *qkv)
+{
+    const int A = m->tp.attn, NH = m->tp.heads;
+    if (m->cp.size == 1) {
+        dt_attention_forward(att, lse, qkv, c->b, c->t, A, NH);
+        return 0;
+    }
+    return m->cp.forward(m->cp.ctx, att, lse, qkv, c->b, c->t * m->cp.size, A, NH, m->error,
+                         sizeof m->error);
+}
+
+int dt_model_attend_backward(dt_gpt *m, const dt_block_call *c, float *dqkv, const float *qkv,
+                             const float *att, const float *lse)
+{
+    const int A = m->tp.attn, NH = m->tp.heads;
+    if (m->cp.size == 1) {
+        dt_attention_backward(dqkv, m->acts.d_c, qkv, att, lse, c->b, c->t, A, NH);
+        return 0;
+    }
+    return m->cp.backward(m->cp.ctx, dqkv, m->acts.d_c, qkv, att, lse, c->b, c->t * m->cp.size,
+                          A, NH, m->error, sizeof m->error);
 }

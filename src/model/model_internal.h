@@ -113,6 +113,13 @@ int dt_model_group_backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what,
                             const char *name);
 int dt_model_group_weights(dt_gpt *m, const dt_block_call *c, const dt_linear_group *g,
                            const float *dout, const char *name);
+/* Causal attention over the call's rows, t of each of its b sequences
+ * (qkv [b, t, 3A] -> att [b, t, A], lse [b, heads, t]): on this rank alone,
+ * or with the rest of each sequence on the context-parallel group's ranks.
+ * The backward takes the attention output's gradient from m->acts.d_c. */
+int dt_model_attend(dt_gpt *m, const dt_block_call *c, float *att, float *lse, const float *qkv);
+int dt_model_attend_backward(dt_gpt *m, const dt_block_call *c, float *dqkv, const float *qkv,
+                             const float *att, const float *lse);
 
 /* ---- moe.c: the configuration's checks, the counts' buffers ---------- */
 

@@ -13,7 +13,6 @@
  *   d_proj [N, C], d_qkv [N, 3A]                 SPLIT: the products'
  *                output gradients, from the input half to the weights'
  *   dqkv [N, 3A] backward's scratch */
-#include "kernels/attention.h"
 #include "model/model_internal.h"
 
 enum { RES, QKV, ATT, LSE, D_PROJ, D_QKV, DQKV, N_ACTS };
@@ -51,38 +50,13 @@ static int acts(const dt_gpt *m, size_t N, size_t R, dt_act_spec *out)
     return N_ACTS;
 }
 
-/* Attention over this rank's rows, t of each sequence: alone, or with the
- * rest of each sequence on the context-parallel group's ranks. */
-static int attend(dt_gpt *m, const dt_block_call *c)
-{
-    const int A = m->tp.attn, NH = m->tp.heads;
-    if (m->cp.size == 1) {
-        dt_attention_forward(c->a[ATT], c->a[LSE], c->a[QKV], c->b, c->t, A, NH);
-        return 0;
-    }
-    return m->cp.forward(m->cp.ctx, c->a[ATT], c->a[LSE], c->a[QKV], c->b, c->t * m->cp.size, A,
-                         NH, m->error, sizeof m->error);
-}
-
-static int attend_backward(dt_gpt *m, const dt_block_call *c)
-{
-    const int A = m->tp.attn, NH = m->tp.heads;
-    if (m->cp.size == 1) {
-        dt_attention_backward(c->a[DQKV], m->acts.d_c, c->a[QKV], c->a[ATT], c->a[LSE], c->b,
-                              c->t, A, NH);
-        return 0;
-    }
-    return m->cp.backward(m->cp.ctx, c->a[DQKV], m->acts.d_c, c->a[QKV], c->a[ATT], c->a[LSE],
-                          c->b, c->t * m->cp.size, A, NH, m->error, sizeof m->error);
-}
-
 static int forward(dt_gpt *m, const dt_block_call *c, unsigned run)
 {
     const int C = m->cfg.n_embd, A = m->tp.attn, N = c->N;
     if (run & DT_RUN_PRODUCTS) {
         if (dt_linear_forward(m->prec, c->a[QKV], c->x, c->w[QKV_W], c->w[QKV_B], N, C, 3 * A))
             return dt_model_fail_matmul(m, "attn.c_attn");
-        if (attend(m, c)) return -1;
+        if (dt_model_attend(m, c, c->a[ATT], c->a[LSE], c->a[QKV])) return -1;
     }
     if (!(run & DT_RUN_OUTPUT)) return 0;
     return dt_model_branch_out(m, c, c->a[ATT], c->w[PROJ_W], c->w[PROJ_B], A, "attn.c_proj");
@@ -95,7 +69,7 @@ static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
                                      c->a[D_PROJ], c->a[ATT], c->w[PROJ_W], A,
                                      "attn.c_proj backward"))
         return -1;
-    if (attend_backward(m, c)) return -1;
+    if (dt_model_attend_backward(m, c, c->a[DQKV], c->a[QKV], c->a[ATT], c->a[LSE])) return -1;
     return dt_model_branch_in_backward(m, c, what, c->g[QKV_W], c->g[QKV_B], c->a[DQKV],
                                        c->a[D_QKV], c->w[QKV_W], 3 * A, "attn.c_attn backward");
 }

@@ -27,7 +27,6 @@
  *   gradients), pos [N]                                        SCRATCH */
 #include <string.h>
 
-#include "kernels/attention.h"
 #include "kernels/rope.h"
 #include "model/model_internal.h"
 
@@ -151,32 +150,11 @@ static int project(dt_gpt *m, const dt_block_call *c)
     return 0;
 }
 
-static int attend(dt_gpt *m, const dt_block_call *c)
-{
-    const int A = m->tp.attn, NH = m->tp.heads;
-    if (m->cp.size == 1) {
-        dt_attention_forward(c->a[ATT], c->a[LSE], c->a[QKV], c->b, c->t, A, NH);
-        return 0;
-    }
-    return m->cp.forward(m->cp.ctx, c->a[ATT], c->a[LSE], c->a[QKV], c->b, c->t * m->cp.size, A,
-                         NH, m->error, sizeof m->error);
-}
-
-static int attend_backward(dt_gpt *m, const dt_block_call *c)
-{
-    const int A = m->tp.attn, NH = m->tp.heads;
-    if (m->cp.size == 1) {
-        dt_attention_backward(c->a[DQKV], m->acts.d_c, c->a[QKV], c->a[ATT], c->a[LSE], c->b,
-                              c->t, A, NH);
-        return 0;
-    }
-    return m->cp.backward(m->cp.ctx, c->a[DQKV], m->acts.d_c, c->a[QKV], c->a[ATT], c->a[LSE],
-                          c->b, c->t * m->cp.size, A, NH, m->error, sizeof m->error);
-}
-
 static int forward(dt_gpt *m, const dt_block_call *c, unsigned run)
 {
-    if ((run & DT_RUN_PRODUCTS) && (project(m, c) || attend(m, c))) return -1;
+    if ((run & DT_RUN_PRODUCTS) &&
+        (project(m, c) || dt_model_attend(m, c, c->a[ATT], c->a[LSE], c->a[QKV])))
+        return -1;
     if (!(run & DT_RUN_OUTPUT)) return 0;
     return dt_model_branch_out(m, c, c->a[ATT], c->w[O_W], NULL, m->tp.attn, "self_attn.o_proj");
 }
@@ -200,7 +178,7 @@ static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
     if (dt_model_branch_out_backward(m, c, what, m->acts.d_c, c->g[O_W], NULL, c->a[D_PROJ],
                                      c->a[ATT], c->w[O_W], A, "self_attn.o_proj backward"))
         return -1;
-    if (attend_backward(m, c)) return -1;
+    if (dt_model_attend_backward(m, c, c->a[DQKV], c->a[QKV], c->a[ATT], c->a[LSE])) return -1;
     unpack_grads(m, c);
     return dt_model_group_backward(m, c, what, &g, c->a[PROJ], c->a[D_QKV],
                                    "self_attn.q_proj/k_proj/v_proj backward");
