@@ -2,9 +2,9 @@
  * kernels' (each adds its time, FLOPs and bytes: kernels/profile.h), the
  * data, the communication the step waited for (the strategy's exposed
  * time; with peers, split into what no rank's compute hid and the wait
- * for slower ranks), and the rest: what no part claims (the strategies' own copies and
- * casts, the model's bookkeeping, waits a strategy does not count as
- * communication). Each kernel part is set beside its roofline bound: its
+ * for slower ranks), and the rest: what no part claims (the strategies'
+ * own copies and casts, the model's bookkeeping, waits a strategy does not
+ * count as communication). Each kernel part is set beside its roofline bound: its
  * FLOPs at this process's measured peak, or its bytes at the measured
  * copy bandwidth, whichever takes longer; "of bound" is that bound over
  * the time taken, 100% at the machine's limit. The communication that the

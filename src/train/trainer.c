@@ -99,6 +99,23 @@ static int stop_requested(dt_run *t)
     return sig != 0;
 }
 
+/* The step's communication: this rank's bytes and wait, and the job's view
+ * of the waits (collective over the lockstep group). */
+static int step_comm(dt_run *t, dt_step_stats *s)
+{
+    uint64_t bytes;
+    dt_strategy_traffic(&t->S, &s->comm_ms, &bytes);
+    s->bytes_sent = bytes;
+    s->rank = t->r.rank;
+    dt_step_waits waits;
+    if (dt_step_waits_agree(t, t->step, s->comm_ms, &waits)) return -1;
+    s->waits_known = waits.known;
+    s->comm_exposed_ms = waits.known ? waits.exposed_ms : s->comm_ms;
+    s->comm_most_ms = waits.most_ms;
+    s->slowest_rank = waits.slowest;
+    return 0;
+}
+
 static int run_loop(dt_run *t)
 {
     const dt_train_config *c = t->cfg;
@@ -135,19 +152,11 @@ static int run_loop(dt_run *t)
                            .moe = moe.on, .aux_loss = moe.aux_loss, .z_loss = moe.z_loss,
                            .dropped = moe.dropped,
                            .ep_skew = moe.ep_skew};
-        uint64_t bytes;
-        dt_strategy_traffic(&t->S, &s.comm_ms, &bytes);
-        s.bytes_sent = bytes;
-        s.rank = t->r.rank;
-        dt_step_waits waits;
-        if (dt_step_waits_agree(t, t->step, s.comm_ms, &waits)) return -1;
-        s.waits_known = waits.known;
-        s.comm_exposed_ms = waits.known ? waits.exposed_ms : s.comm_ms;
-        s.comm_most_ms = waits.most_ms;
-        s.slowest_rank = waits.slowest;
+        if (step_comm(t, &s)) return -1;
         if (t->prof.on) dt_run_profile_step(t, ms, s.comm_ms, s.comm_exposed_ms);
         s.nprof = dt_run_profile_last(t, &s.prof_names, &s.prof_ms);
         if (t->opt.store) {
+            uint64_t bytes;
             s.offload = 1;
             dt_opt_store_last_step(t->opt.store, &bytes, &s.io_wall_ms);
             dt_opt_store_totals(t->opt.store, &read1, &wait1);
