@@ -18,6 +18,7 @@
 #include "train/config/config.h"
 #include "train/data/dataset.h"
 #include "train/data/sampler.h"
+#include "train/step_waits.h"
 
 typedef struct dt_run {
     dt_train_config *cfg;
@@ -73,6 +74,7 @@ typedef struct dt_run {
         uint64_t open_ns;   /* making or mapping them (once an attempt; not in write_ns) */
         struct dt_snap_writer *writer; /* NULL: none started */
     } snap;
+    dt_waits_total waits; /* the steps' communication waits (step_waits.h) */
     FILE *json;         /* --log-json, or NULL */
     FILE *out;          /* human-readable lines (rank 0's; /dev/null elsewhere) */
 } dt_run;

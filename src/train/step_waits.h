@@ -8,6 +8,8 @@
 #ifndef DT_TRAIN_STEP_WAITS_H
 #define DT_TRAIN_STEP_WAITS_H
 
+#include <stdio.h>
+
 struct dt_run;
 
 typedef struct {
@@ -20,5 +22,22 @@ typedef struct {
 /* Collective over the lockstep group (every rank of it, after each step):
  * mine_ms is this rank's wait. 0, or -1 with the run's error. */
 int dt_step_waits_agree(struct dt_run *t, long step, double mine_ms, dt_step_waits *w);
+
+/* The run's waits, summed over the steps counted, for the line at its end. */
+typedef struct {
+    long steps;
+    double step_ms, exposed_ms, mine_ms;
+    int ranks;     /* the world's */
+    long *slowest; /* [ranks]: the steps each rank was the slowest in; NULL until needed */
+} dt_waits_total;
+
+/* Adds a step whose waits are known; without memory for the ranks' counts
+ * the slowest rank is left out of the report. */
+void dt_step_waits_count(dt_waits_total *w, const dt_step_waits *s, double mine_ms,
+                         double step_ms, int ranks);
+/* One line on f, when any step was counted: the exposed communication and
+ * this rank's wait a step, and the rank that was slowest most often. */
+void dt_step_waits_report(FILE *f, const dt_waits_total *w, int rank);
+void dt_step_waits_free(dt_waits_total *w);
 
 #endif

@@ -113,6 +113,8 @@ static int step_comm(dt_run *t, dt_step_stats *s)
     s->comm_exposed_ms = waits.known ? waits.exposed_ms : s->comm_ms;
     s->comm_most_ms = waits.most_ms;
     s->slowest_rank = waits.slowest;
+    if (t->steps_run > 0) /* the first step builds the kernels */
+        dt_step_waits_count(&t->waits, &waits, s->comm_ms, s->ms, t->r.size);
     return 0;
 }
 
@@ -183,6 +185,7 @@ static int run_loop(dt_run *t)
     }
     if (dt_run_snapshot_writer_end(t, 0)) return -1; /* the last snapshot published */
     dt_run_snapshots_summary(t, (double)(dt_now_ns() - loop0) * 1e-9);
+    dt_step_waits_report(t->out, &t->waits, t->r.rank);
     dt_run_profile_report(t);
     return stop < 0 ? -1 : 0;
 }
@@ -371,6 +374,7 @@ static void teardown(dt_run *t)
     if (t->r.world) dt_comm_destroy(t->r.world);
     free(t->r.inputs);
     free(t->r.targets);
+    dt_step_waits_free(&t->waits);
     dt_optimizer_free(&t->opt);
     dt_gpt_destroy(&t->model);
     dt_sampler_free(&t->train_order);

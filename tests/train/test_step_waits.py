@@ -17,6 +17,9 @@ wait and the job's view. Checked against what the test knows independently:
   comm_exposed_ms the least, comm_wait_max_ms the most, slowest_rank;
 - --profile splits "communication waited on" into the exposed part and
   the part behind the slower rank, which add up to it;
+- the line at the end of the run gives the means of the steps after the
+  first (computed here from the step lines) and the slowed rank as the
+  slowest in every one of them;
 - a malformed DTRAIN_TEST_SLOW is refused by name, not ignored.
 """
 import json
@@ -86,7 +89,29 @@ def straggler(dtrain, slow, tmp, profile):
                abs(e["comm_wait_max_ms"] - max(waits)) <= 0.051 and e["slowest_rank"] == slow)
     check(ok, "rank %d slowed: rank 0's --log-json steps carry its wait, the least, the most and "
           "slowest_rank %d, as the two ranks printed them" % (slow, slow))
+    summary_check(r.stdout, steps, slow)
     return r.stdout
+
+
+def summary_check(out, steps, slow):
+    """Each rank's line at the end against the means of its step lines
+    after the first."""
+    later = [steps[k] for k in sorted(steps) if k > 1 and sorted(steps[k]) == [0, 1]]
+    n = len(later)
+    for rank in (0, 1):
+        m = re.search(r"^communication waits, the mean of (\d+) steps after the first: ([\d.]+) ms "
+                      r"exposed \([\d.]+%% of the step\); rank %d waited ([\d.]+) ms \([\d.]+%%\), "
+                      r"the rest of it behind slower ranks; the slowest rank most often: rank "
+                      r"(\d+), in (\d+) of (\d+) steps$" % rank, out, re.M)
+        want_exposed = sum(v[rank][0] for v in later) / n if n else -1
+        want_mine = sum(v[rank][1] for v in later) / n if n else -1
+        check(m is not None and int(m.group(1)) == n == STEPS - 1 and
+              abs(float(m.group(2)) - want_exposed) <= 0.06 and
+              abs(float(m.group(3)) - want_mine) <= 0.06 and
+              m.group(4, 5, 6) == (str(slow), str(n), str(n)),
+              "rank %d slowed: rank %d's line at the end: %d steps, exposed %.2f and waited %.2f "
+              "ms a step, rank %d the slowest in all (%s)"
+              % (slow, rank, n, want_exposed, want_mine, slow, m.group(0) if m else "no line"))
 
 
 def profile_split(out):
