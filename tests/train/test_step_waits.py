@@ -5,7 +5,9 @@
 
 DDP at 2 ranks on GPT-2's shapes (vocabulary 50257, C 768, 12 heads, one
 layer; batch 2 x 64), 3 steps, with one rank made a straggler by
-DTRAIN_TEST_SLOW=backward:300:R: it sleeps 300 ms in every step's backward.
+DTRAIN_TEST_SLOW=backward:400:R: it sleeps 400 ms in every step's backward
+(about 3x a step's compute here, so that a busy machine's noise between
+the ranks' compute cannot reorder them).
 Every rank prints its own step lines (--log-ranks all), each with its own
 wait and the job's view. Checked against what the test knows independently:
 - the rank that waited least is the one slowed, named on every line of
@@ -31,7 +33,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pylib"))
 from checks import check, finish  # noqa: E402
 from dtrain_run import run  # noqa: E402
 
-SLEEP_MS = 300
+SLEEP_MS = 400
 STEPS = 3
 LINE = re.compile(r"^step (\d+)/\d+ .*\| comm ([\d.]+) ms exposed \(rank (\d) waited ([\d.]+), "
                   r"slowest rank (\d)\)", re.M)
