@@ -34,18 +34,25 @@ FAIR_SHARE = 0.25
 OPENBLAS_ALT = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
 
 
-def parse_args(flags=()):
+def parse_args(flags=(), repeat=False):
     """The benchmarks' common options, and each (flag, help) of `flags` as
-    a switch."""
+    a switch; with repeat, --repeat N (runs of each measurement, whose
+    medians the script reports)."""
     ap = argparse.ArgumentParser()
     for flag, help_text in flags:
         ap.add_argument(flag, action="store_true", help=help_text)
+    if repeat:
+        ap.add_argument("--repeat", type=int, default=1,
+                        help="runs of each measurement, interleaved; the medians are reported")
     ap.add_argument("--dtrain", default=os.path.join(ROOT, "build", "dtrain"))
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--skip", type=int, default=2, help="warm-up steps left out of the means")
     ap.add_argument("--no-install", action="store_true",
                     help="do not run scripts/deps.sh (stop if PyTorch's BLAS is not fair)")
-    return ap.parse_args()
+    a = ap.parse_args()
+    if repeat and a.repeat < 1:
+        ap.error("--repeat must be at least 1, not %d" % a.repeat)
+    return a
 
 
 def calibrate_links(dtrain, tmp):
