@@ -71,9 +71,9 @@ void dt_print_step(FILE *f, const dt_step_stats *s)
         if (s->z_loss > 0) fprintf(f, " z %.4f", s->z_loss);
         if (s->dropped > 0) fprintf(f, " dropped %.0f", s->dropped);
     }
-    if (s->ranks > 1 && s->waits_known)
+    if (s->ranks > 1 && s->waits.known)
         fprintf(f, " | comm %.1f ms exposed (rank %d waited %.1f, slowest rank %d), %.1f MB sent",
-                s->comm_exposed_ms, s->rank, s->comm_ms, s->slowest_rank,
+                s->waits.exposed_ms, s->rank, s->comm_ms, s->waits.slowest,
                 (double)s->bytes_sent / 1e6);
     else if (s->ranks > 1)
         fprintf(f, " | comm %.1f ms exposed, %.1f MB sent", s->comm_ms,
@@ -121,10 +121,10 @@ int dt_log_json_step(FILE *f, const dt_step_stats *s)
     }
     if (s->ranks > 1) {
         failed |= json_number(f, "comm_ms", s->comm_ms, 0) < 0;
-        if (s->waits_known) {
-            failed |= json_number(f, "comm_exposed_ms", s->comm_exposed_ms, 0) < 0;
-            failed |= json_number(f, "comm_wait_max_ms", s->comm_most_ms, 0) < 0;
-            failed |= fprintf(f, "\"slowest_rank\":%d,", s->slowest_rank) < 0;
+        if (s->waits.known) {
+            failed |= json_number(f, "comm_exposed_ms", s->waits.exposed_ms, 0) < 0;
+            failed |= json_number(f, "comm_wait_max_ms", s->waits.most_ms, 0) < 0;
+            failed |= fprintf(f, "\"slowest_rank\":%d,", s->waits.slowest) < 0;
         }
         failed |= fprintf(f, "\"bytes_sent\":%llu,", s->bytes_sent) < 0;
     }

@@ -5,6 +5,8 @@
 
 #include <stdio.h>
 
+#include "train/step_waits.h"
+
 typedef struct {
     long step;        /* from 0 */
     long steps;       /* total */
@@ -18,10 +20,7 @@ typedef struct {
     int ranks;            /* ranks (or devices) of the job: communication shown above 1 */
     double comm_ms;       /* this rank's wait for communication */
     int rank;             /* the rank the line is about */
-    int waits_known;      /* the lockstep ranks compared their waits (train/step_waits.h): */
-    double comm_exposed_ms; /* the least any rank waited: communication no compute hid */
-    double comm_most_ms;  /* the most any rank waited */
-    int slowest_rank;     /* the rank that waited least, whose compute the others waited for */
+    dt_step_waits waits;  /* the lockstep ranks' waits compared (known 0: alone) */
     unsigned long long bytes_sent; /* by this rank in the step */
     int offload;          /* the optimizer state streams from a file: I/O shown */
     double io_ms;         /* the step's I/O not hidden behind compute (the optimizer's

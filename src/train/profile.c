@@ -64,7 +64,7 @@ static void keep_last(dt_run *t, const dt_prof_part *p, double step_ms, double c
     t->prof.last[DT_PROF_NKINDS + 3] = bg_ms > comm_ms ? bg_ms - comm_ms : 0.0;
 }
 
-void dt_run_profile_step(dt_run *t, double step_ms, double comm_ms, double exposed_ms)
+void dt_run_profile_step(dt_run *t, double step_ms, double comm_ms)
 {
     dt_prof_part p[DT_PROF_NKINDS];
     dt_prof_shape shapes[DT_PROF_SHAPES];
@@ -88,7 +88,6 @@ void dt_run_profile_step(dt_run *t, double step_ms, double comm_ms, double expos
     }
     t->prof.step_ms += step_ms;
     t->prof.comm_ms += comm_ms;
-    t->prof.exposed_ms += exposed_ms < comm_ms ? exposed_ms : comm_ms;
     t->prof.data_ns += data;
     t->prof.steps++;
 }
@@ -169,11 +168,11 @@ void dt_run_profile_report(dt_run *t)
     const double data = (double)t->prof.data_ns * 1e-6 / n, comm = t->prof.comm_ms / n;
     row(out, "data", data, step);
     row(out, "communication waited on", comm, step);
-    if (t->S.lockstep && dt_comm_size(t->S.lockstep) > 1) {
+    if (t->waits.steps > 0) {
         /* The rank that computed longest waited least: what it waited is
          * communication no compute hid; the rest of this rank's wait was
-         * for that rank. */
-        const double exposed = t->prof.exposed_ms / n;
+         * for that rank. The same steps as the table's (after the first). */
+        const double exposed = t->waits.exposed_ms / (double)t->waits.steps;
         fprintf(out, "    %-22s %9.2f %6.1f%%   (the least any rank waited: communication that "
                 "compute did not hide)\n", "exposed", exposed, 100.0 * exposed / step);
         fprintf(out, "    %-22s %9.2f %6.1f%%   (this rank's wait for slower ranks' compute)\n",

@@ -13,9 +13,8 @@ struct dt_run;
 /* Before the first step: the bandwidth measured, the kernels' counters on. */
 void dt_run_profile_start(struct dt_run *t);
 /* After each step: its parts added up (the first step, which builds the
- * kernels, left out). comm_ms is this rank's wait for communication,
- * exposed_ms the least any rank in lockstep waited (train/step_waits.h). */
-void dt_run_profile_step(struct dt_run *t, double step_ms, double comm_ms, double exposed_ms);
+ * kernels, left out). comm_ms is this rank's wait for communication. */
+void dt_run_profile_step(struct dt_run *t, double step_ms, double comm_ms);
 /* A rank's data loading time, for the step's account. */
 void dt_run_profile_data(struct dt_run *t, uint64_t ns);
 /* The last step's parts for the JSON log: their count (0 when off), names

@@ -43,7 +43,7 @@ typedef struct dt_run {
     struct {            /* --profile (profile.c) */
         int on;
         double bw;              /* copy bandwidth, bytes/s */
-        double step_ms, comm_ms, exposed_ms; /* summed over the steps counted */
+        double step_ms, comm_ms; /* summed over the steps counted */
         uint64_t bg_ns, bg_mark;  /* the progress threads' time, summed; at the last step */
         uint64_t data_ns, step_data_ns;
         long steps;

@@ -107,14 +107,9 @@ static int step_comm(dt_run *t, dt_step_stats *s)
     dt_strategy_traffic(&t->S, &s->comm_ms, &bytes);
     s->bytes_sent = bytes;
     s->rank = t->r.rank;
-    dt_step_waits waits;
-    if (dt_step_waits_agree(t, t->step, s->comm_ms, &waits)) return -1;
-    s->waits_known = waits.known;
-    s->comm_exposed_ms = waits.known ? waits.exposed_ms : s->comm_ms;
-    s->comm_most_ms = waits.most_ms;
-    s->slowest_rank = waits.slowest;
+    if (dt_step_waits_agree(t, t->step, s->comm_ms, &s->waits)) return -1;
     if (t->steps_run > 0) /* the first step builds the kernels */
-        dt_step_waits_count(&t->waits, &waits, s->comm_ms, s->ms, t->r.size);
+        dt_step_waits_count(&t->waits, &s->waits, s->comm_ms, s->ms, t->r.size);
     return 0;
 }
 
@@ -155,7 +150,7 @@ static int run_loop(dt_run *t)
                            .dropped = moe.dropped,
                            .ep_skew = moe.ep_skew};
         if (step_comm(t, &s)) return -1;
-        if (t->prof.on) dt_run_profile_step(t, ms, s.comm_ms, s.comm_exposed_ms);
+        if (t->prof.on) dt_run_profile_step(t, ms, s.comm_ms);
         s.nprof = dt_run_profile_last(t, &s.prof_names, &s.prof_ms);
         if (t->opt.store) {
             uint64_t bytes;
