@@ -21,23 +21,31 @@
  * shapes, sgemm runs forward and the weight gradients (inp^T @ dout) at
  * 95-98% of peak where the primitive reaches 91-94%, and with B transposed
  * it is 4-5% ahead when N > K (dout @ W^T into a wide layer) and 1-6%
- * behind otherwise, where the primitive stays. (Its kernels move the stack
- * pointer into the heap while they run: no signal handler may interrupt
- * them, see train/stop_signals.h.) The rule depends only on the
- * problem, so every rank and every run multiplies a shape the same way.
- * sgemm folds beta C in with its first block of K, so an accumulating
- * product (dW +=) is formed whole in a scratch block and then added:
- * C + (A @ B), bit for bit, which DDP's equality with gradient accumulation
- * needs (each rank forms its product alone, the all-reduce adds them).
+ * behind otherwise, where the primitive stays. That rule is where a run
+ * starts; a trainer that gives a paths file (matmul_paths.h) has each
+ * shape class timed both ways once per CPU, and the primitive takes the
+ * shapes it wins by 10% (on an Intel Xeon, the tall weight gradient
+ * [4C, C] += inp^T @ dout: 84% of peak against sgemm's 58-71%). Either
+ * way the path depends only on the problem and the host's file, so every
+ * rank and every run on a host multiplies a shape the same way. (sgemm's
+ * kernels move the stack pointer into the heap while they run: no signal
+ * handler may interrupt them, see train/stop_signals.h.)
+ * An accumulating fp32 product (dW +=) is formed whole in a scratch block
+ * and then added, on either path (sgemm would fold beta C in with its first
+ * block of K): C + (A @ B), bit for bit, the same sum as a gradient formed
+ * apart and then added (what a rank's gradient is to the all-reduce).
  */
 #include "kernels/matmul.h"
 
 #include <oneapi/dnnl/dnnl_debug.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/half.h"
+#include "core/timer.h"
+#include "kernels/matmul_paths.h"
 #include "kernels/matmul_plans.h"
 #include "kernels/matmul_problem.h"
 #include "kernels/matmul_workspace.h"
@@ -231,54 +239,80 @@ static dnnl_status_t execute(const dt_mm_key *k, const dt_mm_plan *plan, dt_mm_w
     return s;
 }
 
-/* ---- fp32 through sgemm -------------------------------------------------- */
+/* ---- fp32: sgemm or the primitive, formed whole ------------------------ */
 
-/* A product runs in blocks of rows of at most this many elements of C (16
- * MiB): sgemm's blocking of K depends on the rows it is given, so an
- * accumulating product, whose blocks pass through a scratch, and an
- * overwriting one must cut C the same way to add up the same sums. */
+/* An fp32 product runs in blocks of rows of at most this many elements of
+ * C (16 MiB): how sgemm and the primitive block K depends on the rows they
+ * are given (measured: a [2300, 1900] product over K 2048 in one call and
+ * in two blocks differ in most elements), so an accumulating product,
+ * whose blocks pass through a scratch, and an overwriting one must cut C
+ * the same way to add up the same sums. */
 #define SGEMM_BLOCK_ELEMS (1 << 22)
 
-static int use_sgemm(const dt_matmul_problem *p)
-{
-    return p->prec == DT_PREC_F32 && (!p->transB || p->N > p->K) &&
-           !(p->bias && p->beta != 0.0f);
-}
+/* The fixed rule (see the top), for when nothing was measured. */
+static int rule_sgemm(const dt_matmul_problem *p) { return !p->transB || p->N > p->K; }
 
-static dnnl_status_t sgemm_rows(const dt_matmul_problem *p, int m0, int rows, float beta,
-                                float *C, int ldc)
-{
-    const float *A = p->A + (p->transA ? (size_t)m0 : (size_t)m0 * p->lda);
-    return dnnl_sgemm(p->transA ? 'T' : 'N', p->transB ? 'T' : 'N', rows, p->N, p->K, p->alpha,
-                      A, p->lda, p->B, p->ldb, beta, C, ldc);
-}
-
-/* C = beta C + (alpha A @ B): the product of a block of rows goes straight
- * into C (after the bias, when there is one) or, when beta is not 0, into
- * the scratch and is then added. */
-static int sgemm_solve(const dt_matmul_problem *p, dt_mm_workspace *ws)
+static int block_rows(const dt_matmul_problem *p)
 {
     int block = SGEMM_BLOCK_ELEMS / p->N > 0 ? SGEMM_BLOCK_ELEMS / p->N : 1;
-    if (block > p->M) block = p->M;
+    return block > p->M ? p->M : block;
+}
+
+static const float *rows_of_A(const dt_matmul_problem *p, int m0)
+{
+    return p->A + (p->transA ? (size_t)m0 : (size_t)m0 * p->lda);
+}
+
+/* Rows [m0, m0 + rows) of (A @ B) + bias into C (row stride ldc). */
+static dnnl_status_t sgemm_rows(const dt_matmul_problem *p, int m0, int rows, float *C, int ldc)
+{
+    if (p->bias) {
+        int nt = (size_t)rows * p->N >= PASS_PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (int i = 0; i < rows; i++)
+            memcpy(C + (size_t)i * ldc, p->bias, (size_t)p->N * sizeof(float));
+    }
+    return dnnl_sgemm(p->transA ? 'T' : 'N', p->transB ? 'T' : 'N', rows, p->N, p->K, p->alpha,
+                      rows_of_A(p, m0), p->lda, p->B, p->ldb, p->bias ? 1.0f : 0.0f, C, ldc);
+}
+
+static int primitive_solve(const dt_matmul_problem *p, dt_mm_workspace *ws);
+
+static int primitive_rows(const dt_matmul_problem *p, dt_mm_workspace *ws, int m0, int rows,
+                          float *C, int ldc)
+{
+    dt_matmul_problem q = *p;
+    q.M = rows, q.A = rows_of_A(p, m0), q.beta = 0.0f, q.C = C, q.ldc = ldc;
+    return primitive_solve(&q, ws);
+}
+
+static int rows_on(int sgemm, const dt_matmul_problem *p, dt_mm_workspace *ws, int m0, int rows,
+                   float *C, int ldc)
+{
+    if (!sgemm) return primitive_rows(p, ws, m0, rows, C, ldc);
+    dnnl_status_t s = sgemm_rows(p, m0, rows, C, ldc);
+    return s == dnnl_success ? 0 : fail(p, "oneDNN sgemm: %s", dnnl_status2str(s));
+}
+
+/* C = beta C + (alpha A @ B + bias), in blocks of rows: each block's
+ * product goes straight into C or, when beta is not 0, into the scratch
+ * and is then added, so an accumulated product is C plus the product
+ * formed alone, bit for bit, on either path. */
+static int fp32_solve(const dt_matmul_problem *p, dt_mm_workspace *ws, int sgemm)
+{
+    int block = block_rows(p);
     size_t bytes = (size_t)block * p->N * sizeof(float);
     if (p->beta != 0.0f && dt_mm_reserve((void **)&ws->c32, &ws->c32_bytes, bytes, DT_MEM_OTHER))
         return fail(p, "out of memory for a %zu-byte block of the product", bytes);
-    dnnl_status_t s = dnnl_success;
-    for (int m0 = 0; m0 < p->M && s == dnnl_success; m0 += block) {
+    for (int m0 = 0; m0 < p->M; m0 += block) {
         int rows = p->M - m0 < block ? p->M - m0 : block;
         float *C = p->C + (size_t)m0 * p->ldc;
-        int nt = (size_t)rows * p->N >= PASS_PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;
         if (p->beta == 0.0f) {
-            if (p->bias) {
-#pragma omp parallel for schedule(static) num_threads(nt)
-                for (int i = 0; i < rows; i++)
-                    memcpy(C + (size_t)i * p->ldc, p->bias, (size_t)p->N * sizeof(float));
-            }
-            s = sgemm_rows(p, m0, rows, p->bias ? 1.0f : 0.0f, C, p->ldc);
+            if (rows_on(sgemm, p, ws, m0, rows, C, p->ldc)) return -1;
             continue;
         }
-        s = sgemm_rows(p, m0, rows, 0.0f, ws->c32, p->N);
-        if (s != dnnl_success) break;
+        if (rows_on(sgemm, p, ws, m0, rows, ws->c32, p->N)) return -1;
+        int nt = (size_t)rows * p->N >= PASS_PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;
 #pragma omp parallel for schedule(static) num_threads(nt)
         for (int i = 0; i < rows; i++) {
             float *c = C + (size_t)i * p->ldc;
@@ -287,28 +321,48 @@ static int sgemm_solve(const dt_matmul_problem *p, dt_mm_workspace *ws)
             for (int j = 0; j < p->N; j++) c[j] = p->beta * c[j] + d[j];
         }
     }
-    return s == dnnl_success ? 0 : fail(p, "oneDNN sgemm: %s", dnnl_status2str(s));
+    return 0;
+}
+
+/* ---- choosing the fp32 path by measurement (matmul_paths.h) -------------- */
+
+typedef struct {
+    dt_matmul_problem q; /* the product to time: beta 0, into C or a scratch */
+    dt_mm_workspace *ws;
+} timing;
+
+static double time_path(void *ctx, int sgemm)
+{
+    timing *t = ctx;
+    double t0 = dt_now_s();
+    if (fp32_solve(&t->q, t->ws, sgemm)) return -1;
+    return dt_now_s() - t0;
+}
+
+/* An overwriting product is timed in place (its C is written next
+ * anyway); an accumulating one on its first block of rows, in a scratch. */
+static int choose_sgemm(const dt_matmul_problem *p, dt_mm_workspace *ws)
+{
+    if (p->bias && p->beta != 0.0f) return 0; /* sgemm cannot add both */
+    timing t = {*p, ws};
+    t.q.beta = 0.0f;
+    float *scratch = NULL;
+    if (p->beta != 0.0f) {
+        t.q.M = block_rows(p), t.q.ldc = p->N;
+        t.q.C = scratch = malloc((size_t)t.q.M * p->N * sizeof(float));
+        if (!scratch) return rule_sgemm(p);
+    }
+    int sgemm = dt_mm_path_choose(p->transA, p->transB, p->M, p->N, p->K, rule_sgemm(p),
+                                  time_path, &t);
+    free(scratch);
+    return sgemm;
 }
 
 /* ---- the entry ------------------------------------------------------------ */
 
-/* *path: how it ran, for the profile's products by shape. */
-static int matmul_solve_body(const dt_matmul_problem *p, const char **path)
+/* bf16 (and fp32 on the primitive): one oneDNN matmul. */
+static int primitive_solve(const dt_matmul_problem *p, dt_mm_workspace *ws)
 {
-    *path = p->prec != DT_PREC_BF16 ? "matmul" : dt_mm_bf16_native() ? "bf16" : "bf16 in fp32";
-    if (check_problem(p)) return -1;
-    if (p->M == 0 || p->N == 0) return 0;
-    if (p->K == 0) {
-        empty_product(p);
-        return 0;
-    }
-    dt_mm_workspace *ws = workspace();
-    if (!ws) return fail(p, "no oneDNN CPU engine or stream (out of memory?)");
-    if (use_sgemm(p)) {
-        dt_kernels_threads(); /* sgemm takes the OpenMP thread count of its caller */
-        *path = "sgemm";
-        return sgemm_solve(p, ws);
-    }
     dt_mm_key k = {p->prec, !!p->transA, !!p->transB, p->M, p->N, p->K, p->lda, p->ldb, p->ldc,
                    p->bias != NULL, dt_kernels_threads(), p->alpha, p->beta};
     const void *a, *b;
@@ -327,6 +381,25 @@ static int matmul_solve_body(const dt_matmul_problem *p, const char **path)
     s = execute(&k, &plan, ws, handles);
     dt_mm_plan_release(&plan);
     return s == dnnl_success ? 0 : fail(p, "running the oneDNN matmul: %s", dnnl_status2str(s));
+}
+
+/* *path: how it ran, for the profile's products by shape. */
+static int matmul_solve_body(const dt_matmul_problem *p, const char **path)
+{
+    *path = p->prec != DT_PREC_BF16 ? "matmul" : dt_mm_bf16_native() ? "bf16" : "bf16 in fp32";
+    if (check_problem(p)) return -1;
+    if (p->M == 0 || p->N == 0) return 0;
+    if (p->K == 0) {
+        empty_product(p);
+        return 0;
+    }
+    dt_mm_workspace *ws = workspace();
+    if (!ws) return fail(p, "no oneDNN CPU engine or stream (out of memory?)");
+    if (p->prec != DT_PREC_F32) return primitive_solve(p, ws);
+    dt_kernels_threads(); /* sgemm takes the OpenMP thread count of its caller */
+    int sgemm = choose_sgemm(p, ws);
+    if (sgemm) *path = "sgemm";
+    return fp32_solve(p, ws, sgemm);
 }
 
 int dt_matmul_solve(const dt_matmul_problem *p)

@@ -32,6 +32,7 @@
 #include "train/metrics.h"
 #include "train/moe_stats.h"
 #include "train/peak.h"
+#include "train/product_paths.h"
 #include "train/profile.h"
 #include "train/run.h"
 #include "train/step_waits.h"
@@ -263,6 +264,16 @@ static int agree_bf16_path(dt_run *t)
     return 0;
 }
 
+/* fp32 products take the paths this host measured (train/product_paths.h):
+ * every rank on the host reads and extends the same file. */
+static int start_product_paths(dt_run *t)
+{
+    char used[4200];
+    if (dt_product_paths_start(used, sizeof used, ERR(t))) return -1;
+    if (t->r.rank == 0) DT_DEBUG("matrix-product paths: %s", used);
+    return 0;
+}
+
 /* Recording from here on; the clocks aligned with rank 0's (collective). */
 static int start_trace(dt_run *t)
 {
@@ -311,7 +322,7 @@ static int setup(dt_run *t)
     if (build_strategy(t)) return -1;
     t->threads = c->threads > 0 ? c->threads : default_threads(t);
     dt_kernels_set_threads(t->threads);
-    if (agree_bf16_path(t)) return -1;
+    if (agree_bf16_path(t) || start_product_paths(t)) return -1;
     dt_sampler_init(&t->train_order, c->seed, c->shuffle);
     dt_sampler_init(&t->val_order, c->seed, 0);
     if (dt_run_check_outputs(t) || dt_run_open_data(t)) return -1;

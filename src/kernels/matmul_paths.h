@@ -1,0 +1,52 @@
+/* Which of oneDNN's two fp32 paths a product takes on this CPU, sgemm or
+ * the matmul primitive, measured rather than fixed.
+ *
+ * The rule in matmul.c (sgemm, except B transposed into a narrow result)
+ * came from one CPU; on another the primitive wins some shapes by 20% (an
+ * Intel Xeon: A^T @ B with M = 4N, a weight gradient, 84% of peak against
+ * sgemm's 58-71%). So once a product file is given (the trainer gives one
+ * per CPU in its cache directory), the first product of each shape class
+ * at or above DT_MM_PATHS_MIN_FLOPS runs both ways into a scratch, and the
+ * other path replaces the rule when it was at least 10% faster.
+ *
+ * The path decides the bits, so every process on the host must take the
+ * same one for a shape: the decision is written to the file under an
+ * exclusive lock, and a process that finds the shape there takes the file's
+ * answer instead of measuring. The first to measure decides for every run
+ * on the host after it (delete the file to measure again).
+ *
+ * A shape class rounds M, N and K up to 2^k or 1.5 x 2^k, so the products
+ * whose sizes follow the data (a mixture of experts' per-expert tokens)
+ * reach a few classes, not one per step. Below the threshold, without a
+ * file, and for bf16, the rule stands. */
+#ifndef DT_KERNELS_MATMUL_PATHS_H
+#define DT_KERNELS_MATMUL_PATHS_H
+
+#include <stddef.h>
+
+/* 2 M N K below this: the rule (a product under ~1 ms costs less than a
+ * measurement would save). */
+#define DT_MM_PATHS_MIN_FLOPS 1.5e8
+
+typedef struct {
+    int transA, transB, M, N, K; /* the class: sizes rounded up */
+} dt_mm_class;
+
+/* Times one product (its operands, into a scratch) on sgemm (1) or the
+ * primitive (0): seconds, or a negative value when that path failed. */
+typedef double (*dt_mm_time_fn)(void *ctx, int sgemm);
+
+/* Measured products go to `file` from now on (created when missing);
+ * NULL: the rule only. Returns 0, or -1 with a message in err when the
+ * file exists and cannot be read. */
+int dt_mm_paths_use(const char *file, char *err, size_t errlen);
+
+/* 1: sgemm, 0: the primitive, for a product of these sizes whose rule
+ * says rule_sgemm. May measure it with time(ctx, ...) first. */
+int dt_mm_path_choose(int transA, int transB, int M, int N, int K, int rule_sgemm,
+                      dt_mm_time_fn time, void *ctx);
+
+/* The class a size falls in: the least 2^k or 3 x 2^(k-1) at or above n. */
+int dt_mm_class_size(int n);
+
+#endif
