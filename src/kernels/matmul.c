@@ -339,16 +339,17 @@ static double time_path(void *ctx, int sgemm)
     return dt_now_s() - t0;
 }
 
-/* An overwriting product is timed in place (its C is written next
- * anyway); an accumulating one on its first block of rows, in a scratch. */
+/* Timed on the product's first block of rows, which is how every block
+ * runs (fp32_solve): an overwriting product in place (its C is written
+ * next anyway), an accumulating one in a scratch. */
 static int choose_sgemm(const dt_matmul_problem *p, dt_mm_workspace *ws)
 {
     if (p->bias && p->beta != 0.0f) return 0; /* sgemm cannot add both */
     timing t = {*p, ws};
-    t.q.beta = 0.0f;
+    t.q.beta = 0.0f, t.q.M = block_rows(p);
     float *scratch = NULL;
     if (p->beta != 0.0f) {
-        t.q.M = block_rows(p), t.q.ldc = p->N;
+        t.q.ldc = p->N;
         t.q.C = scratch = malloc((size_t)t.q.M * p->N * sizeof(float));
         if (!scratch) return rule_sgemm(p);
     }

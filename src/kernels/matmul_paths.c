@@ -26,6 +26,9 @@
  * a shape both paths run equally well keeps the rule's bits on every CPU. */
 #define SWITCH_GAIN 1.10
 #define ROUNDS 5 /* the first warms up (and creates the primitive) */
+/* Past this many seconds of timing a class stops after its second round:
+ * a product of seconds (a large model's) is timed once each way. */
+#define BUDGET_S 1.0
 
 typedef struct {
     dt_mm_class c;
@@ -142,16 +145,18 @@ int dt_mm_paths_use(const char *file, char *err, size_t errlen)
     return rc;
 }
 
-/* Seconds of the faster of ROUNDS - 1 timed runs of each path, taken in
- * turn; 1 when sgemm should run, 0 for the primitive. */
+/* Seconds of the fastest timed run of each path (after one to warm up),
+ * taken in turn; 1 when sgemm should run, 0 for the primitive. */
 static int measure(dt_mm_time_fn time, void *ctx, int rule_sgemm, double best[2])
 {
     best[0] = best[1] = 1e30; /* [primitive, sgemm] */
-    for (int r = 0; r < ROUNDS; r++)
+    double spent = 0;
+    for (int r = 0; r < ROUNDS && (r < 2 || spent < BUDGET_S); r++)
         for (int i = 0; i < 2; i++) {
             int path = i ? !rule_sgemm : rule_sgemm;
             double s = time(ctx, path);
             if (s < 0) return -1;
+            spent += s;
             if (r > 0 && s < best[path]) best[path] = s;
         }
     return best[!rule_sgemm] * SWITCH_GAIN <= best[rule_sgemm] ? !rule_sgemm : rule_sgemm;

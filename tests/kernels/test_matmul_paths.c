@@ -3,7 +3,8 @@
  * here so that every decision is known in advance:
  *   - shape classes against the rounding written out by hand;
  *   - a path 2x faster replaces the rule, one 5% faster does not, and the
- *     decision lands in the file as one line;
+ *     decision lands in the file as one line; a slow product is timed in
+ *     two rounds, not five;
  *   - a class already decided (in this process, or in the file by another)
  *     is not timed again, and the file's answer wins over what timing would
  *     say; a line cut short is skipped;
@@ -84,25 +85,29 @@ static void test_decisions(void)
     path_of(file, sizeof file, "decide.txt");
     use(file);
     /* 2 x 1536 x 384 x 2048 flops: over the threshold */
-    fake f = {.sgemm_s = 2.0, .primitive_s = 1.0};
+    fake f = {.sgemm_s = 2.0e-3, .primitive_s = 1.0e-3};
     CHECK(dt_mm_path_choose(1, 0, 1536, 384, 2048, 1, fake_time, &f) == 0,
           "the primitive at twice sgemm's speed replaces the rule's sgemm");
     CHECK(f.calls == 10, "5 rounds of both paths timed, got %d calls", f.calls);
+    /* Products of over a quarter second: two rounds (one to warm up). */
+    fake slow = {.sgemm_s = 0.4, .primitive_s = 0.3};
+    CHECK(dt_mm_path_choose(0, 0, 4096, 4096, 4096, 0, fake_time, &slow) == 0 && slow.calls == 4,
+          "a slow product is timed twice each way, got %d calls", slow.calls);
     CHECK(lines_of(file, "1 0 1536 384 2048 primitive") == 1, "the decision is in the file");
     /* The same class (1200 -> 1536, 2000 -> 2048) is not timed again. */
-    fake again = {.sgemm_s = 1.0, .primitive_s = 2.0};
+    fake again = {.sgemm_s = 1.0e-3, .primitive_s = 2.0e-3};
     CHECK(dt_mm_path_choose(1, 0, 1200, 384, 2000, 1, fake_time, &again) == 0 && !again.calls,
           "a decided class keeps its path untimed (calls %d)", again.calls);
     /* 5% faster is not enough to leave the rule, either way. */
-    fake close = {.sgemm_s = 1.0, .primitive_s = 0.95};
+    fake close = {.sgemm_s = 1.0e-3, .primitive_s = 0.95e-3};
     CHECK(dt_mm_path_choose(0, 0, 2048, 1536, 384, 1, fake_time, &close) == 1,
           "5%% faster keeps the rule's sgemm");
-    fake close2 = {.sgemm_s = 0.95, .primitive_s = 1.0};
+    fake close2 = {.sgemm_s = 0.95e-3, .primitive_s = 1.0e-3};
     CHECK(dt_mm_path_choose(0, 1, 2048, 384, 1536, 0, fake_time, &close2) == 0,
           "5%% faster keeps the rule's primitive");
-    CHECK(lines_of(file, NULL) == 3, "one line per class decided, got %d", lines_of(file, NULL));
+    CHECK(lines_of(file, NULL) == 4, "one line per class decided, got %d", lines_of(file, NULL));
     /* Small: the rule, untimed. */
-    fake small = {.sgemm_s = 9.0, .primitive_s = 1.0};
+    fake small = {.sgemm_s = 9.0e-3, .primitive_s = 1.0e-3};
     CHECK(dt_mm_path_choose(0, 0, 64, 64, 64, 1, fake_time, &small) == 1 && !small.calls,
           "a small product takes the rule untimed");
     /* A path that fails: the rule, and nothing recorded. */
@@ -113,12 +118,12 @@ static void test_decisions(void)
 
     /* Another process's view: the file read afresh, nothing timed. */
     use(file);
-    fake other = {.sgemm_s = 1.0, .primitive_s = 9.0};
+    fake other = {.sgemm_s = 1.0e-3, .primitive_s = 9.0e-3};
     CHECK(dt_mm_path_choose(1, 0, 1536, 384, 2048, 1, fake_time, &other) == 0 && !other.calls,
           "the file's decision holds in another process");
     /* No file: the rule for all. */
     use(NULL);
-    fake none = {.sgemm_s = 9.0, .primitive_s = 1.0};
+    fake none = {.sgemm_s = 9.0e-3, .primitive_s = 1.0e-3};
     CHECK(dt_mm_path_choose(1, 0, 1536, 384, 2048, 1, fake_time, &none) == 1 && !none.calls,
           "without a file the rule holds");
 }
@@ -131,10 +136,10 @@ static void test_file_written_by_another(void)
     fprintf(f, "# written by hand\n0 0 2048 2048 512 primitive 100.0 120.0\n0 0 3072 3072 12");
     fclose(f);
     use(file);
-    fake t = {.sgemm_s = 1.0, .primitive_s = 5.0};
+    fake t = {.sgemm_s = 1.0e-3, .primitive_s = 5.0e-3};
     CHECK(dt_mm_path_choose(0, 0, 2048, 2000, 500, 1, fake_time, &t) == 0 && !t.calls,
           "the file's primitive wins over a timing that favours sgemm");
-    fake u = {.sgemm_s = 1.0, .primitive_s = 5.0};
+    fake u = {.sgemm_s = 1.0e-3, .primitive_s = 5.0e-3};
     CHECK(dt_mm_path_choose(0, 0, 3072, 3072, 9, 0, fake_time, &u) == 1 && u.calls == 10,
           "a line cut short is skipped and the class measured");
     CHECK(lines_of(file, "0 0 3072 3072 12 sgemm") == 1 && lines_of(file, NULL) == 4,
@@ -143,7 +148,7 @@ static void test_file_written_by_another(void)
     char missing[300];
     snprintf(missing, sizeof missing, "%s/no/such/dir/paths.txt", dir);
     use(missing);
-    fake v = {.sgemm_s = 9.0, .primitive_s = 1.0};
+    fake v = {.sgemm_s = 9.0e-3, .primitive_s = 1.0e-3};
     CHECK(dt_mm_path_choose(0, 0, 2048, 2048, 512, 1, fake_time, &v) == 1,
           "an unwritable file leaves the rule");
 }
@@ -158,7 +163,7 @@ static void test_two_processes(void)
         if ((pid[i] = fork()) == 0) {
             char err[256];
             if (dt_mm_paths_use(file, err, sizeof err)) _exit(90);
-            fake f = {.sgemm_s = i ? 1.0 : 3.0, .primitive_s = i ? 3.0 : 1.0, .sleep_ms = 20};
+            fake f = {.sgemm_s = i ? 1e-3 : 3e-3, .primitive_s = i ? 3e-3 : 1e-3, .sleep_ms = 20};
             _exit(dt_mm_path_choose(1, 0, 3072, 768, 8192, 1, fake_time, &f) ? 11 : 10);
         }
     }
