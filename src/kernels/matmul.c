@@ -354,7 +354,7 @@ static int choose_sgemm(const dt_matmul_problem *p, dt_mm_workspace *ws)
         if (!scratch) return rule_sgemm(p);
     }
     int sgemm = dt_mm_path_choose(p->transA, p->transB, p->M, p->N, p->K, rule_sgemm(p),
-                                  time_path, &t);
+                                  2.0 * t.q.M * p->N * p->K, time_path, &t);
     free(scratch);
     return sgemm;
 }

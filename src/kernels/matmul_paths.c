@@ -28,7 +28,7 @@
 #define ROUNDS 5 /* the first warms up (and creates the primitive) */
 /* Past this many seconds of timing a class stops after its second round:
  * a product of seconds (a large model's) is timed once each way. */
-#define BUDGET_S 1.0
+#define BUDGET_S 0.3
 
 typedef struct {
     dt_mm_class c;
@@ -39,6 +39,8 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static char *file_path; /* NULL: the rule only */
 static entry *table;
 static int entries, capacity;
+static int timed_classes;
+static double timed_seconds;
 
 int dt_mm_class_size(int n)
 {
@@ -151,12 +153,14 @@ static int measure(dt_mm_time_fn time, void *ctx, int rule_sgemm, double best[2]
 {
     best[0] = best[1] = 1e30; /* [primitive, sgemm] */
     double spent = 0;
+    timed_classes++;
     for (int r = 0; r < ROUNDS && (r < 2 || spent < BUDGET_S); r++)
         for (int i = 0; i < 2; i++) {
             int path = i ? !rule_sgemm : rule_sgemm;
             double s = time(ctx, path);
             if (s < 0) return -1;
             spent += s;
+            timed_seconds += s;
             if (r > 0 && s < best[path]) best[path] = s;
         }
     return best[!rule_sgemm] * SWITCH_GAIN <= best[rule_sgemm] ? !rule_sgemm : rule_sgemm;
@@ -164,7 +168,7 @@ static int measure(dt_mm_time_fn time, void *ctx, int rule_sgemm, double best[2]
 
 /* Measures a class missing from the table and the file, appends it to the
  * file; called with the lock held, and the file locked. */
-static int measure_and_record(int fd, int torn, const dt_mm_class *c, double flops,
+static int measure_and_record(int fd, int torn, const dt_mm_class *c, double timed_flops,
                               int rule_sgemm, dt_mm_time_fn time, void *ctx)
 {
     double best[2];
@@ -173,8 +177,8 @@ static int measure_and_record(int fd, int torn, const dt_mm_class *c, double flo
     char line[160];
     int n = snprintf(line, sizeof line, "%s%d %d %d %d %d %s %.1f %.1f\n", torn ? "\n" : "",
                      c->transA, c->transB,
-                     c->M, c->N, c->K, sgemm ? "sgemm" : "primitive", flops / best[1] * 1e-9,
-                     flops / best[0] * 1e-9);
+                     c->M, c->N, c->K, sgemm ? "sgemm" : "primitive", timed_flops / best[1] * 1e-9,
+                     timed_flops / best[0] * 1e-9);
     if (write(fd, line, (size_t)n) != n)
         DT_WARN("matrix-product paths %s: %s; the choice for %d x %d x %d holds in this process "
                 "only", file_path, strerror(errno), c->M, c->N, c->K);
@@ -183,7 +187,7 @@ static int measure_and_record(int fd, int torn, const dt_mm_class *c, double flo
 }
 
 /* The file's answer, or a measurement written to it, under its lock. */
-static int choose_with_file(const dt_mm_class *c, double flops, int rule_sgemm,
+static int choose_with_file(const dt_mm_class *c, double timed_flops, int rule_sgemm,
                             dt_mm_time_fn time, void *ctx)
 {
     int fd = open(file_path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -199,25 +203,32 @@ static int choose_with_file(const dt_mm_class *c, double flops, int rule_sgemm,
     }
     int torn = 0;
     const entry *e = load(fd, &torn) == 0 ? find(c) : NULL;
-    int sgemm = e ? e->sgemm : measure_and_record(fd, torn, c, flops, rule_sgemm, time, ctx);
+    int sgemm =
+        e ? e->sgemm : measure_and_record(fd, torn, c, timed_flops, rule_sgemm, time, ctx);
     flock(fd, LOCK_UN);
     close(fd);
     return sgemm;
 }
 
 int dt_mm_path_choose(int transA, int transB, int M, int N, int K, int rule_sgemm,
-                      dt_mm_time_fn time, void *ctx)
+                      double timed_flops, dt_mm_time_fn time, void *ctx)
 {
-    double flops = 2.0 * M * N * K;
-    if (flops < DT_MM_PATHS_MIN_FLOPS) return rule_sgemm;
+    if (2.0 * M * N * K < DT_MM_PATHS_MIN_FLOPS) return rule_sgemm;
     dt_mm_class c = {!!transA, !!transB, dt_mm_class_size(M), dt_mm_class_size(N),
                      dt_mm_class_size(K)};
     pthread_mutex_lock(&lock);
     int sgemm = rule_sgemm;
     if (file_path) {
         const entry *e = find(&c);
-        sgemm = e ? e->sgemm : choose_with_file(&c, flops, rule_sgemm, time, ctx);
+        sgemm = e ? e->sgemm : choose_with_file(&c, timed_flops, rule_sgemm, time, ctx);
     }
     pthread_mutex_unlock(&lock);
     return sgemm;
+}
+
+void dt_mm_paths_timed(int *classes, double *seconds)
+{
+    pthread_mutex_lock(&lock);
+    *classes = timed_classes, *seconds = timed_seconds;
+    pthread_mutex_unlock(&lock);
 }

@@ -42,9 +42,14 @@ typedef double (*dt_mm_time_fn)(void *ctx, int sgemm);
 int dt_mm_paths_use(const char *file, char *err, size_t errlen);
 
 /* 1: sgemm, 0: the primitive, for a product of these sizes whose rule
- * says rule_sgemm. May measure it with time(ctx, ...) first. */
+ * says rule_sgemm. May measure it with time(ctx, ...) first, which runs
+ * timed_flops (the file's GFLOP/s are of those). */
 int dt_mm_path_choose(int transA, int transB, int M, int N, int K, int rule_sgemm,
-                      dt_mm_time_fn time, void *ctx);
+                      double timed_flops, dt_mm_time_fn time, void *ctx);
+
+/* The shape classes this process has timed so far, and the seconds the
+ * timing took (for a run to say why its first step was slow). */
+void dt_mm_paths_timed(int *classes, double *seconds);
 
 /* The class a size falls in: the least 2^k or 3 x 2^(k-1) at or above n. */
 int dt_mm_class_size(int n);

@@ -40,6 +40,8 @@ typedef struct dt_run {
     double peak;        /* FLOP/s MFU is measured against (all computing ranks); 0: unknown */
     double rank_peak;   /* this process's share of it */
     char peak_desc[512]; /* what that peak is */
+    char paths_file[4200]; /* where measured product paths are kept (product_paths.h) */
+    int paths_timed;       /* product shape classes this process timed, as last reported */
     struct {            /* --profile (profile.c) */
         int on;
         double bw;              /* copy bandwidth, bytes/s */

@@ -24,6 +24,7 @@
 #include "core/trace.h"
 #include "dtrain/comm.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_paths.h"
 #include "kernels/threads.h"
 #include "parallel/registry.h"
 #include "train/ckpt/checkpoint.h"
@@ -100,6 +101,21 @@ static int stop_requested(dt_run *t)
     return sig != 0;
 }
 
+/* A step that timed product paths ran slower by that time: say so under
+ * its line, once for the step. */
+static void report_paths_timed(dt_run *t)
+{
+    int classes;
+    double seconds;
+    dt_mm_paths_timed(&classes, &seconds);
+    if (classes == t->paths_timed) return;
+    fprintf(t->out,
+            "  (this rank timed %d matrix-product shapes both ways on this CPU, %.1f s in all so "
+            "far; the faster path of each is kept for every run on this host in %s)\n",
+            classes, seconds, t->paths_file);
+    t->paths_timed = classes;
+}
+
 /* The step's communication: this rank's bytes and wait, and the job's view
  * of the waits (collective over the lockstep group). */
 static int step_comm(dt_run *t, dt_step_stats *s)
@@ -166,6 +182,7 @@ static int run_loop(dt_run *t)
         t->step++;
         t->steps_run++;
         if (print) dt_print_step(t->out, &s);
+        if (print) report_paths_timed(t);
         if (t->json && dt_run_log_failed(t, dt_log_json_step(t->json, &s))) return -1;
         if (!isfinite(loss))
             return dt_strf(ERR(t), "step %ld: the loss is %f: training diverged", t->step, loss),
@@ -268,11 +285,11 @@ static int agree_bf16_path(dt_run *t)
  * every rank on the host reads and extends the same file. */
 static int start_product_paths(dt_run *t)
 {
-    char used[4200];
-    if (dt_product_paths_start(used, sizeof used, ERR(t))) return -1;
-    if (t->r.rank == 0) DT_DEBUG("matrix-product paths: %s", used);
+    if (dt_product_paths_start(t->paths_file, sizeof t->paths_file, ERR(t))) return -1;
+    if (t->r.rank == 0) DT_DEBUG("matrix-product paths: %s", t->paths_file);
     return 0;
 }
+
 
 /* Recording from here on; the clocks aligned with rank 0's (collective). */
 static int start_trace(dt_run *t)

@@ -85,46 +85,54 @@ static void test_decisions(void)
     path_of(file, sizeof file, "decide.txt");
     use(file);
     /* 2 x 1536 x 384 x 2048 flops: over the threshold */
+    int classes0, classes1;
+    double seconds0, seconds1;
+    dt_mm_paths_timed(&classes0, &seconds0);
     fake f = {.sgemm_s = 2.0e-3, .primitive_s = 1.0e-3};
-    CHECK(dt_mm_path_choose(1, 0, 1536, 384, 2048, 1, fake_time, &f) == 0,
+    CHECK(dt_mm_path_choose(1, 0, 1536, 384, 2048, 1, 1e9, fake_time, &f) == 0,
           "the primitive at twice sgemm's speed replaces the rule's sgemm");
     CHECK(f.calls == 10, "5 rounds of both paths timed, got %d calls", f.calls);
+    dt_mm_paths_timed(&classes1, &seconds1);
+    CHECK(classes1 == classes0 + 1 && fabs(seconds1 - seconds0 - 15e-3) < 1e-9,
+          "the process counts 1 class and 15 ms timed, got %d and %g s", classes1 - classes0,
+          seconds1 - seconds0);
     /* Products of over a quarter second: two rounds (one to warm up). */
     fake slow = {.sgemm_s = 0.4, .primitive_s = 0.3};
-    CHECK(dt_mm_path_choose(0, 0, 4096, 4096, 4096, 0, fake_time, &slow) == 0 && slow.calls == 4,
+    CHECK(dt_mm_path_choose(0, 0, 4096, 4096, 4096, 0, 1e9, fake_time, &slow) == 0 && slow.calls == 4,
           "a slow product is timed twice each way, got %d calls", slow.calls);
-    CHECK(lines_of(file, "1 0 1536 384 2048 primitive") == 1, "the decision is in the file");
+    CHECK(lines_of(file, "1 0 1536 384 2048 primitive 500.0 1000.0") == 1,
+          "the decision is in the file, with the rates of the 1 GFLOP timed");
     /* The same class (1200 -> 1536, 2000 -> 2048) is not timed again. */
     fake again = {.sgemm_s = 1.0e-3, .primitive_s = 2.0e-3};
-    CHECK(dt_mm_path_choose(1, 0, 1200, 384, 2000, 1, fake_time, &again) == 0 && !again.calls,
+    CHECK(dt_mm_path_choose(1, 0, 1200, 384, 2000, 1, 1e9, fake_time, &again) == 0 && !again.calls,
           "a decided class keeps its path untimed (calls %d)", again.calls);
     /* 5% faster is not enough to leave the rule, either way. */
     fake close = {.sgemm_s = 1.0e-3, .primitive_s = 0.95e-3};
-    CHECK(dt_mm_path_choose(0, 0, 2048, 1536, 384, 1, fake_time, &close) == 1,
+    CHECK(dt_mm_path_choose(0, 0, 2048, 1536, 384, 1, 1e9, fake_time, &close) == 1,
           "5%% faster keeps the rule's sgemm");
     fake close2 = {.sgemm_s = 0.95e-3, .primitive_s = 1.0e-3};
-    CHECK(dt_mm_path_choose(0, 1, 2048, 384, 1536, 0, fake_time, &close2) == 0,
+    CHECK(dt_mm_path_choose(0, 1, 2048, 384, 1536, 0, 1e9, fake_time, &close2) == 0,
           "5%% faster keeps the rule's primitive");
     CHECK(lines_of(file, NULL) == 4, "one line per class decided, got %d", lines_of(file, NULL));
     /* Small: the rule, untimed. */
     fake small = {.sgemm_s = 9.0e-3, .primitive_s = 1.0e-3};
-    CHECK(dt_mm_path_choose(0, 0, 64, 64, 64, 1, fake_time, &small) == 1 && !small.calls,
+    CHECK(dt_mm_path_choose(0, 0, 64, 64, 64, 1, 1e9, fake_time, &small) == 1 && !small.calls,
           "a small product takes the rule untimed");
     /* A path that fails: the rule, and nothing recorded. */
     fake broken = {.fail = 1};
-    CHECK(dt_mm_path_choose(0, 0, 4096, 4096, 64, 0, fake_time, &broken) == 0,
+    CHECK(dt_mm_path_choose(0, 0, 4096, 4096, 64, 0, 1e9, fake_time, &broken) == 0,
           "a failed timing leaves the rule");
     CHECK(lines_of(file, "4096 4096 64") == 0, "a failed timing writes nothing");
 
     /* Another process's view: the file read afresh, nothing timed. */
     use(file);
     fake other = {.sgemm_s = 1.0e-3, .primitive_s = 9.0e-3};
-    CHECK(dt_mm_path_choose(1, 0, 1536, 384, 2048, 1, fake_time, &other) == 0 && !other.calls,
+    CHECK(dt_mm_path_choose(1, 0, 1536, 384, 2048, 1, 1e9, fake_time, &other) == 0 && !other.calls,
           "the file's decision holds in another process");
     /* No file: the rule for all. */
     use(NULL);
     fake none = {.sgemm_s = 9.0e-3, .primitive_s = 1.0e-3};
-    CHECK(dt_mm_path_choose(1, 0, 1536, 384, 2048, 1, fake_time, &none) == 1 && !none.calls,
+    CHECK(dt_mm_path_choose(1, 0, 1536, 384, 2048, 1, 1e9, fake_time, &none) == 1 && !none.calls,
           "without a file the rule holds");
 }
 
@@ -137,10 +145,10 @@ static void test_file_written_by_another(void)
     fclose(f);
     use(file);
     fake t = {.sgemm_s = 1.0e-3, .primitive_s = 5.0e-3};
-    CHECK(dt_mm_path_choose(0, 0, 2048, 2000, 500, 1, fake_time, &t) == 0 && !t.calls,
+    CHECK(dt_mm_path_choose(0, 0, 2048, 2000, 500, 1, 1e9, fake_time, &t) == 0 && !t.calls,
           "the file's primitive wins over a timing that favours sgemm");
     fake u = {.sgemm_s = 1.0e-3, .primitive_s = 5.0e-3};
-    CHECK(dt_mm_path_choose(0, 0, 3072, 3072, 9, 0, fake_time, &u) == 1 && u.calls == 10,
+    CHECK(dt_mm_path_choose(0, 0, 3072, 3072, 9, 0, 1e9, fake_time, &u) == 1 && u.calls == 10,
           "a line cut short is skipped and the class measured");
     CHECK(lines_of(file, "0 0 3072 3072 12 sgemm") == 1 && lines_of(file, NULL) == 4,
           "the measurement appended on a line of its own");
@@ -149,7 +157,7 @@ static void test_file_written_by_another(void)
     snprintf(missing, sizeof missing, "%s/no/such/dir/paths.txt", dir);
     use(missing);
     fake v = {.sgemm_s = 9.0e-3, .primitive_s = 1.0e-3};
-    CHECK(dt_mm_path_choose(0, 0, 2048, 2048, 512, 1, fake_time, &v) == 1,
+    CHECK(dt_mm_path_choose(0, 0, 2048, 2048, 512, 1, 1e9, fake_time, &v) == 1,
           "an unwritable file leaves the rule");
 }
 
@@ -164,7 +172,7 @@ static void test_two_processes(void)
             char err[256];
             if (dt_mm_paths_use(file, err, sizeof err)) _exit(90);
             fake f = {.sgemm_s = i ? 1e-3 : 3e-3, .primitive_s = i ? 3e-3 : 1e-3, .sleep_ms = 20};
-            _exit(dt_mm_path_choose(1, 0, 3072, 768, 8192, 1, fake_time, &f) ? 11 : 10);
+            _exit(dt_mm_path_choose(1, 0, 3072, 768, 8192, 1, 1e9, fake_time, &f) ? 11 : 10);
         }
     }
     int got[2];

@@ -74,6 +74,12 @@ def main():
             {"DTRAIN_MATMUL_PATHS": measured})
     check(r.returncode == 0, "measuring run: %s" % r.stderr[-2000:])
     got = classes(measured)
+    note = re.search(r"\(this rank timed (\d+) matrix-product shapes both ways on this CPU, "
+                     r"[0-9.]+ s in all so far; the faster path of each is kept for every run on "
+                     r"this host in (\S+)\)", r.stdout)
+    check(note is not None and int(note.group(1)) == len(got) and note.group(2) == measured,
+          "step 1 says it timed the %d shapes, kept in the file%s"
+          % (len(got), "" if note else ": " + r.stdout[-600:]))
     # forward, input gradient and weight gradient of c_fc (512 -> 2048) and c_proj
     check(len(got) >= 4, "at least 4 classes timed, got %d: %s" % (len(got), got))
     check(any(k[0] == 1 for k in got), "a weight gradient (A^T B) was timed: %s" % got)
