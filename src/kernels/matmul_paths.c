@@ -176,9 +176,8 @@ static int measure_and_record(int fd, int torn, const dt_mm_class *c, double tim
     if (sgemm < 0) return rule_sgemm; /* a path failed: the caller's product reports it */
     char line[160];
     int n = snprintf(line, sizeof line, "%s%d %d %d %d %d %s %.1f %.1f\n", torn ? "\n" : "",
-                     c->transA, c->transB,
-                     c->M, c->N, c->K, sgemm ? "sgemm" : "primitive", timed_flops / best[1] * 1e-9,
-                     timed_flops / best[0] * 1e-9);
+                     c->transA, c->transB, c->M, c->N, c->K, sgemm ? "sgemm" : "primitive",
+                     timed_flops / best[1] * 1e-9, timed_flops / best[0] * 1e-9);
     if (write(fd, line, (size_t)n) != n)
         DT_WARN("matrix-product paths %s: %s; the choice for %d x %d x %d holds in this process "
                 "only", file_path, strerror(errno), c->M, c->N, c->K);
@@ -192,11 +191,10 @@ static int choose_with_file(const dt_mm_class *c, double timed_flops, int rule_s
 {
     int fd = open(file_path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) {
-        DT_WARN("matrix-product paths %s: %s; every product takes the fixed rule", file_path,
-                strerror(errno));
+        DT_WARN("matrix-product paths %s: %s; the shapes not decided yet take the fixed rule",
+                file_path, strerror(errno));
         free(file_path);
-        file_path = NULL;
-        entries = 0; /* what was read no longer binds: the rule holds for all */
+        file_path = NULL; /* the classes decided so far keep their paths */
         return rule_sgemm;
     }
     while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
@@ -217,11 +215,10 @@ int dt_mm_path_choose(int transA, int transB, int M, int N, int K, int rule_sgem
     dt_mm_class c = {!!transA, !!transB, dt_mm_class_size(M), dt_mm_class_size(N),
                      dt_mm_class_size(K)};
     pthread_mutex_lock(&lock);
-    int sgemm = rule_sgemm;
-    if (file_path) {
-        const entry *e = find(&c);
-        sgemm = e ? e->sgemm : choose_with_file(&c, timed_flops, rule_sgemm, time, ctx);
-    }
+    const entry *e = find(&c);
+    int sgemm = e          ? e->sgemm
+                : file_path ? choose_with_file(&c, timed_flops, rule_sgemm, time, ctx)
+                            : rule_sgemm;
     pthread_mutex_unlock(&lock);
     return sgemm;
 }

@@ -24,9 +24,10 @@
 
 #include <stddef.h>
 
-/* 2 M N K below this: the rule (a product under ~1 ms costs less than a
- * measurement would save). */
-#define DT_MM_PATHS_MIN_FLOPS 1.5e8
+/* 2 M N K below this: the rule (a product of a few ms at one thread
+ * costs less than timing it would save; and a test suite's small models,
+ * run once each, would spend their time timing). */
+#define DT_MM_PATHS_MIN_FLOPS 5e8
 
 typedef struct {
     int transA, transB, M, N, K; /* the class: sizes rounded up */

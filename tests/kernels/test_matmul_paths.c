@@ -141,16 +141,16 @@ static void test_file_written_by_another(void)
     char file[256];
     path_of(file, sizeof file, "given.txt");
     FILE *f = fopen(file, "w");
-    fprintf(f, "# written by hand\n0 0 2048 2048 512 primitive 100.0 120.0\n0 0 3072 3072 12");
+    fprintf(f, "# written by hand\n0 0 2048 2048 512 primitive 100.0 120.0\n0 0 3072 3072 32");
     fclose(f);
     use(file);
     fake t = {.sgemm_s = 1.0e-3, .primitive_s = 5.0e-3};
     CHECK(dt_mm_path_choose(0, 0, 2048, 2000, 500, 1, 1e9, fake_time, &t) == 0 && !t.calls,
           "the file's primitive wins over a timing that favours sgemm");
     fake u = {.sgemm_s = 1.0e-3, .primitive_s = 5.0e-3};
-    CHECK(dt_mm_path_choose(0, 0, 3072, 3072, 9, 0, 1e9, fake_time, &u) == 1 && u.calls == 10,
+    CHECK(dt_mm_path_choose(0, 0, 3072, 3072, 30, 0, 1e9, fake_time, &u) == 1 && u.calls == 10,
           "a line cut short is skipped and the class measured");
-    CHECK(lines_of(file, "0 0 3072 3072 12 sgemm") == 1 && lines_of(file, NULL) == 4,
+    CHECK(lines_of(file, "0 0 3072 3072 32 sgemm") == 1 && lines_of(file, NULL) == 4,
           "the measurement appended on a line of its own");
     /* A file in a directory that does not exist: warned, the rule. */
     char missing[300];

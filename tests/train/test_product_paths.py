@@ -3,8 +3,8 @@ product takes").
 
   test_product_paths.py DTRAIN
 
-A 1-layer model 512 wide (128 tokens a micro-batch, so its products of
-0.2-0.3 GFLOP are timed) is trained once with a fresh paths file: the
+A 1-layer model 768 wide (256 tokens a micro-batch, so its products of
+0.9-1.2 GFLOP are timed) is trained once with a fresh paths file: the
 file then holds one well-formed line per shape class it timed. A second
 file holds the same classes with every path flipped. Under each file,
 DDP at 2 ranks and one process accumulating the same 2 micro-batches give
@@ -31,7 +31,7 @@ LINE = re.compile(r"^([01]) ([01]) (\d+) (\d+) (\d+) (sgemm|primitive) (\d+\.\d)
 
 def base(tmp):
     return ["train", "--data", os.path.join(tmp, "data.txt"), "--val-fraction", "0",
-            "--n-layer", "1", "--n-head", "8", "--n-embd", "512", "--block-size", "64",
+            "--n-layer", "1", "--n-head", "12", "--n-embd", "768", "--block-size", "128",
             "--lr-schedule", "constant", "--lr", "1e-3", "--weight-decay", "0.1",
             "--shuffle", "0", "--threads", "1"]
 
@@ -80,7 +80,7 @@ def main():
     check(note is not None and int(note.group(1)) == len(got) and note.group(2) == measured,
           "step 1 says it timed the %d shapes, kept in the file%s"
           % (len(got), "" if note else ": " + r.stdout[-600:]))
-    # forward, input gradient and weight gradient of c_fc (512 -> 2048) and c_proj
+    # forward, input gradient and weight gradient of c_attn, c_fc and c_proj
     check(len(got) >= 4, "at least 4 classes timed, got %d: %s" % (len(got), got))
     check(any(k[0] == 1 for k in got), "a weight gradient (A^T B) was timed: %s" % got)
 
@@ -93,12 +93,12 @@ def main():
     equal_layouts(dtrain, tmp, flipped, "flipped paths")
 
     # --profile names the path each shape took: c_fc's weight gradient
-    # [512, 2048] += inp^T [512, 128] @ dout [128, 2048] takes the flipped one.
+    # [768, 3072] += inp^T [768, 256] @ dout [256, 3072] takes the flipped one.
     r = run(dtrain, base(tmp) + ["--batch-size", "2", "--steps", "2", "--profile"],
             {"DTRAIN_MATMUL_PATHS": flipped})
-    row = re.search(r"^\s+512\s+2048\s+128\s+A\^T B\s+(\S+)", r.stdout, re.M)
+    row = re.search(r"^\s+768\s+3072\s+256\s+A\^T B\s+(\S+)", r.stdout, re.M)
     want = {"sgemm": "sgemm", "primitive": "matmul"}[
-        "primitive" if got.get((1, 0, 512, 2048, 128)) == "sgemm" else "sgemm"]
+        "primitive" if got.get((1, 0, 768, 3072, 256)) == "sgemm" else "sgemm"]
     check(row is not None and row.group(1) == want,
           "--profile's c_fc weight gradient row says %s, want %s" % (row and row.group(1), want))
 
