@@ -11,7 +11,8 @@
  *
  * Each figure is the best of several timed batches (the machine is shared,
  * and the best batch is the one least disturbed), after a warm-up call that
- * also creates the matmul plan.
+ * also creates the matmul plan (and, for a shape this host has not timed
+ * yet, chooses its fp32 path as training would: train/product_paths.h).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -31,6 +32,7 @@
 #include "kernels/threads.h"
 #include "model/gpt.h"
 #include "train/peak.h"
+#include "train/product_paths.h"
 
 enum { L = 6, NH = 6, C = 384, T = 256, V = 256, B = 8, N = B * T };
 
@@ -329,6 +331,14 @@ int main(int argc, char **argv)
         }
         printf("%s: %s\n", p ? "bf16" : "fp32", desc);
     }
+    char paths[4200], err[512];
+    if (dt_product_paths_start(paths, sizeof paths, err, sizeof err) != 0) {
+        fprintf(stderr, "bench_kernels: %s\n", err);
+        return 1;
+    }
+    printf("fp32 products: oneDNN's path per shape as training takes it, from %s "
+           "(timed on first use where it has none; DTRAIN_MATMUL_PATHS=rule for the fixed rule)\n",
+           paths);
     bench_matmuls();
     bench_kernels();
     return 0;
