@@ -39,7 +39,6 @@
 
 #include <oneapi/dnnl/dnnl_debug.h>
 #include <stdarg.h>
-#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -341,22 +340,21 @@ static double time_path(void *ctx, int sgemm)
 
 /* Timed on the product's first block of rows, which is how every block
  * runs (fp32_solve): an overwriting product in place (its C is written
- * next anyway), an accumulating one in a scratch. */
+ * next anyway), an accumulating one in the block scratch fp32_solve
+ * reserves for it (timed with beta 0, which leaves the scratch alone). */
 static int choose_sgemm(const dt_matmul_problem *p, dt_mm_workspace *ws)
 {
     if (p->bias && p->beta != 0.0f) return 0; /* sgemm cannot add both */
     timing t = {*p, ws};
     t.q.beta = 0.0f, t.q.M = block_rows(p);
-    float *scratch = NULL;
     if (p->beta != 0.0f) {
-        t.q.ldc = p->N;
-        t.q.C = scratch = malloc((size_t)t.q.M * p->N * sizeof(float));
-        if (!scratch) return rule_sgemm(p);
+        size_t bytes = (size_t)t.q.M * p->N * sizeof(float);
+        if (dt_mm_reserve((void **)&ws->c32, &ws->c32_bytes, bytes, DT_MEM_OTHER))
+            return rule_sgemm(p); /* fp32_solve reports the memory */
+        t.q.C = ws->c32, t.q.ldc = p->N;
     }
-    int sgemm = dt_mm_path_choose(p->transA, p->transB, p->M, p->N, p->K, rule_sgemm(p),
-                                  2.0 * t.q.M * p->N * p->K, time_path, &t);
-    free(scratch);
-    return sgemm;
+    return dt_mm_path_choose(p->transA, p->transB, p->M, p->N, p->K, rule_sgemm(p),
+                             2.0 * t.q.M * p->N * p->K, time_path, &t);
 }
 
 /* ---- the entry ------------------------------------------------------------ */

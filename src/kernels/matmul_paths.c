@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/file.h"
 #include "core/log.h"
 
 /* The other path replaces the rule only when at least this much faster:
@@ -90,25 +90,20 @@ static int parse_line(const char *line, entry *e)
     return 0;
 }
 
-/* Every line of the open file into the table (those it lacks); *torn: the
- * file ends inside a line (a write cut short), which the next line must
- * not continue. */
-static int load(int fd, int *torn)
+/* A file of more than this is not one dtrain wrote (a line per class). */
+#define MAX_FILE_BYTES (4u << 20)
+
+/* Every line of the file into the table (those it lacks); *torn: the file
+ * ends inside a line (a write cut short), which the next line must not
+ * continue. A file that does not exist holds nothing. */
+static int load(const char *path, int *torn, char *err, size_t errlen)
 {
-    struct stat st;
-    if (fstat(fd, &st) != 0) return -1;
-    size_t size = (size_t)st.st_size;
-    char *text = malloc(size + 1);
+    size_t len;
+    *torn = 0;
+    if (access(path, F_OK) != 0 && errno == ENOENT) return 0;
+    char *text = dt_read_file(path, MAX_FILE_BYTES, &len, err, errlen);
     if (!text) return -1;
-    size_t got = 0;
-    while (got < size) {
-        ssize_t r = pread(fd, text + got, size - got, (off_t)got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        got += (size_t)r;
-    }
-    text[got] = 0;
-    *torn = got > 0 && text[got - 1] != '\n';
+    *torn = len > 0 && text[len - 1] != '\n';
     char *save = NULL;
     for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         entry e;
@@ -126,17 +121,11 @@ int dt_mm_paths_use(const char *file, char *err, size_t errlen)
     entries = 0;
     int rc = 0;
     if (file) {
-        int fd = open(file, O_RDONLY | O_CLOEXEC);
-        if (fd < 0 && errno != ENOENT) {
-            snprintf(err, errlen, "matrix-product paths %s: %s", file, strerror(errno));
+        int torn;
+        char why[256];
+        if (load(file, &torn, why, sizeof why) != 0) {
+            snprintf(err, errlen, "matrix-product paths: %s", why);
             rc = -1;
-        } else if (fd >= 0) {
-            int torn;
-            if (load(fd, &torn) != 0) {
-                snprintf(err, errlen, "matrix-product paths %s: cannot be read", file);
-                rc = -1;
-            }
-            close(fd);
         }
         if (rc == 0 && !(file_path = strdup(file))) {
             snprintf(err, errlen, "matrix-product paths: out of memory");
@@ -199,8 +188,9 @@ static int choose_with_file(const dt_mm_class *c, double timed_flops, int rule_s
     }
     while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
     }
-    int torn = 0;
-    const entry *e = load(fd, &torn) == 0 ? find(c) : NULL;
+    int torn;
+    char why[256];
+    const entry *e = load(file_path, &torn, why, sizeof why) == 0 ? find(c) : NULL;
     int sgemm =
         e ? e->sgemm : measure_and_record(fd, torn, c, timed_flops, rule_sgemm, time, ctx);
     flock(fd, LOCK_UN);

@@ -51,16 +51,22 @@ double dt_peak_measure(dt_peak_loop l, int threads)
 
 /* ---- the cache file ----------------------------------------------------- */
 
-int dt_peak_cache_path(const char *cpu, char *path, size_t len, char *err, size_t errlen)
+int dt_cpu_cache_path(const char *kind, const char *cpu, char *path, size_t len, char *err,
+                      size_t errlen)
 {
     char dir[DT_PATH_MAX];
     if (dt_cache_dir(dir, sizeof dir, err, errlen) != 0) return -1;
-    int n = snprintf(path, len, "%s/peak/%016" PRIx64 ".txt", dir, dt_fnv1a64_str(cpu));
+    int n = snprintf(path, len, "%s/%s/%016" PRIx64 ".txt", dir, kind, dt_fnv1a64_str(cpu));
     if (n < 0 || (size_t)n >= len) {
-        dt_strf(err, errlen, "peak cache path too long (cache directory '%.64s...')", dir);
+        dt_strf(err, errlen, "%s cache path too long (cache directory '%.64s...')", kind, dir);
         return -1;
     }
     return 0;
+}
+
+int dt_peak_cache_path(const char *cpu, char *path, size_t len, char *err, size_t errlen)
+{
+    return dt_cpu_cache_path("peak", cpu, path, len, err, errlen);
 }
 
 static int loop_by_id(const char *id, dt_peak_loop *out)

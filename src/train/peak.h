@@ -77,7 +77,11 @@ typedef struct {
     double gflops; /* per thread */
 } dt_peak_entry;
 
-/* The cache file's path for this CPU identity. */
+/* <cache dir>/<kind>/<hash of the CPU identity>.txt: a file of figures
+ * measured on this CPU (cache dir as for the corpus). */
+int dt_cpu_cache_path(const char *kind, const char *cpu, char *path, size_t len, char *err,
+                      size_t errlen);
+/* The cache file's path for this CPU identity (kind "peak"). */
 int dt_peak_cache_path(const char *cpu, char *path, size_t len, char *err, size_t errlen);
 /* The entries of the file at path for cpu: their count (0 when there is no
  * file), or -1 when the file does not parse or is another CPU's (why in

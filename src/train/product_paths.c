@@ -1,29 +1,43 @@
 /* The file of measured matrix-product paths for this CPU (product_paths.h). */
 #include "train/product_paths.h"
 
-#include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/atomic_file.h"
-#include "core/hash.h"
+#include "core/file.h"
 #include "core/str.h"
 #include "kernels/matmul_paths.h"
 #include "kernels/peak.h"
-#include "train/data/corpus.h"
+#include "train/peak.h"
 
-/* <cache dir>/matmul/<hash of the CPU>.txt, its directory made; -1 when
- * there is no cache directory or it cannot be made (the rule then). */
+/* The CPU's file in the cache directory, its directory made; -1 when there
+ * is no cache directory or it cannot be made (the rule then). */
 static int default_file(char *path, size_t len)
 {
-    char dir[DT_PATH_MAX], why[256], cpu[192];
-    if (dt_cache_dir(dir, sizeof dir, why, sizeof why) != 0) return -1;
-    if (dt_strf(dir + strlen(dir), sizeof dir - strlen(dir), "/matmul") < 0) return -1;
-    if (dt_mkdir_p(dir, why, sizeof why) != 0) return -1;
+    char cpu[192], why[256], dir[DT_PATH_MAX];
     dt_cpu_identity(cpu, sizeof cpu);
-    int n = snprintf(path, len, "%s/%016" PRIx64 ".txt", dir, dt_fnv1a64_str(cpu));
-    return n < 0 || (size_t)n >= len ? -1 : 0;
+    if (dt_cpu_cache_path("matmul", cpu, path, len, why, sizeof why) != 0) return -1;
+    dt_dir_of(path, dir, sizeof dir);
+    return dt_mkdir_p(dir, why, sizeof why);
+}
+
+/* A file named by DTRAIN_MATMUL_PATHS: a path (with a '/', so that a word
+ * meant as a setting is not taken for a file in the working directory), of
+ * a regular file or of none yet. */
+static int check_named_file(const char *file, char *err, size_t errlen)
+{
+    struct stat st;
+    if (!strchr(file, '/'))
+        return dt_strf(err, errlen,
+                       "DTRAIN_MATMUL_PATHS=%s: give \"rule\" or a file's path with a '/' "
+                       "(for example ./%s)", file, file), -1;
+    if (stat(file, &st) == 0 && !S_ISREG(st.st_mode))
+        return dt_strf(err, errlen,
+                       "DTRAIN_MATMUL_PATHS=%s is not a regular file: give \"rule\" or a file "
+                       "to keep the paths in", file), -1;
+    return 0;
 }
 
 int dt_product_paths_start(char *used, size_t usedlen, char *err, size_t errlen)
@@ -35,7 +49,10 @@ int dt_product_paths_start(char *used, size_t usedlen, char *err, size_t errlen)
         return -1;
     }
     const char *file = NULL;
-    if (env && strcmp(env, "rule") != 0) file = env;
+    if (env && strcmp(env, "rule") != 0) {
+        if (check_named_file(env, err, errlen)) return -1;
+        file = env;
+    }
     else if (!env && default_file(path, sizeof path) == 0) file = path;
     dt_strf(used, usedlen, "%s", file ? file : "the fixed rule");
     return dt_mm_paths_use(file, err, errlen);

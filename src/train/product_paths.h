@@ -5,9 +5,10 @@
  *
  * DTRAIN_MATMUL_PATHS overrides it: "rule" keeps the fixed rule for every
  * product (nothing is timed or read), and any other value is the file to
- * use, for example one on a filesystem the hosts of a cluster share, so
- * that ranks on different hosts also take the same paths. Without a cache
- * directory the rule holds. */
+ * use (a path with a '/', of a regular file or of none yet), for example
+ * one on a filesystem the hosts of a cluster share, so that ranks on
+ * different hosts also take the same paths. Without a cache directory the
+ * rule holds. */
 #ifndef DT_TRAIN_PRODUCT_PATHS_H
 #define DT_TRAIN_PRODUCT_PATHS_H
 

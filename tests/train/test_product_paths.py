@@ -111,6 +111,13 @@ def main():
             {"DTRAIN_MATMUL_PATHS": "", "DTRAIN_CACHE": cache})
     check(r.returncode != 0 and "DTRAIN_MATMUL_PATHS is empty" in r.stderr,
           "an empty DTRAIN_MATMUL_PATHS is refused: rc %d, %s" % (r.returncode, r.stderr[-300:]))
+    for value, says in (("off", "give \"rule\" or a file's path with a '/'"),
+                        (tmp, "is not a regular file")):
+        r = run(dtrain, base(tmp) + ["--batch-size", "2", "--steps", "1"],
+                {"DTRAIN_MATMUL_PATHS": value, "DTRAIN_CACHE": cache})
+        check(r.returncode != 0 and says in r.stderr and not os.path.exists("off"),
+              "DTRAIN_MATMUL_PATHS=%s is refused: rc %d, %s" % (value, r.returncode,
+                                                                r.stderr[-300:]))
     r = run(dtrain, base(tmp) + ["--batch-size", "2", "--steps", "1"], {"DTRAIN_CACHE": cache})
     files = os.listdir(os.path.join(cache, "matmul")) if os.path.isdir(
         os.path.join(cache, "matmul")) else []
