@@ -142,6 +142,7 @@ static void finish(struct job *j)
     if (dt_snapshot_remove(j->id.job_id, err, sizeof err) < 0) fprintf(stderr, PROG ": %s\n", err);
     launch_store_free(j);
     free(j->id.secret_copy);
+    if (j->id.port_hold >= 0) close(j->id.port_hold);
     if (j->sigfd >= 0) close(j->sigfd);
     free(j->ranks);
     free(j->cpus);

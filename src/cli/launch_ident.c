@@ -28,15 +28,19 @@ static int resolve_address(const struct launch_opts *o, struct job_ident *id)
         return -1;
     }
     strcpy(id->master_addr, addr);
+    id->port_hold = -1;
     if (o->master_port) {
         id->master_port = (int)o->master_port;
     } else if (o->nnodes > 1) {
         id->master_port = MULTINODE_DEFAULT_PORT;
     } else {
-        /* Like torchrun --standalone: a port nobody uses now. */
-        id->master_port = dt_net_free_port();
-        if (id->master_port < 0) {
-            fprintf(stderr, PROG ": cannot find a free port: %s\n", strerror(errno));
+        /* Like torchrun --standalone, a port the kernel picks, and held
+         * (net.h): a port merely seen free can go to another job's link
+         * before rank 0 listens on it. */
+        char why[256];
+        if (dt_net_reserve_port(addr, &id->port_hold, &id->master_port, why, sizeof why) != 0) {
+            fprintf(stderr, PROG ": cannot find a port for the job's store on %s: %s\n", addr,
+                    why);
             return -1;
         }
     }

@@ -222,6 +222,7 @@ typedef struct dt_job {
     dt_cost_model model; /* alpha/beta/gamma per link kind, same on every rank */
     _Atomic unsigned model_version; /* bumped when the model changes */
     int store_by_launcher;          /* DTRAIN_STORE_SERVER=launcher: rank 0 does not serve */
+    int port_hold;                  /* dt_bootstrap's, until the store serves; -1: none */
     struct dt_store_server *server; /* rank 0, unless the launcher serves */
     struct dt_store *store;
     struct dt_monitor *monitor;

@@ -53,6 +53,7 @@ static int bootstrap_of(int rank, int size, double timeout_s, dt_bootstrap *b, c
     b->rank = rank;
     b->size = size;
     b->local_rank = b->local_size = -1;
+    b->port_hold = -1;
     snprintf(b->launcher, sizeof b->launcher, "external");
     if (dt_bootstrap_read_settings(b, err, len) < 0) return DT_ERR_INVALID;
     if (b->use_mpi) {

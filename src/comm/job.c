@@ -79,10 +79,18 @@ static void find_advertise_addr(dt_job *job)
         snprintf(job->advertise_addr, sizeof job->advertise_addr, "127.0.0.1");
 }
 
+/* The store serves on the port now, or never will. */
+static void release_port_hold(dt_job *job)
+{
+    if (job->port_hold >= 0) close(job->port_hold);
+    job->port_hold = -1;
+}
+
 void dt_job_free(dt_job *job)
 {
     if (!job) return;
     if (job->wake_fd >= 0) close(job->wake_fd);
+    release_port_hold(job);
     free(job->comms);
     free(job->left_ns);
     free(job->exited);
@@ -130,6 +138,7 @@ int dt_job_new(const dt_bootstrap *b, dt_job **out)
     job->force_tcp = b->force_tcp;
     job->use_mpi = b->use_mpi;
     job->store_by_launcher = b->store_by_launcher;
+    job->port_hold = b->port_hold;
     if (job->store_by_launcher) dt_store_set_server_name("node 0's launcher");
     dt_cost_model_defaults(&job->model);
     job->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -164,10 +173,12 @@ int dt_job_connect(dt_job *job, char *err, size_t errlen)
         return DT_ERR_INVALID;
     }
     double interval = hb_timeout / 4 < 1.0 ? hb_timeout / 4 : 1.0;
-    int rc;
-    if (job->rank == 0 && !job->store_by_launcher &&
-        (rc = dt_store_server_start(job->master_addr, job->master_port, job->size, job->secret,
-                                    hb_timeout, &job->server, e, sizeof e)) < 0) {
+    int rc = 0;
+    if (job->rank == 0 && !job->store_by_launcher)
+        rc = dt_store_server_start(job->master_addr, job->master_port, job->size, job->secret,
+                                   hb_timeout, &job->server, e, sizeof e);
+    release_port_hold(job);
+    if (rc < 0) {
         snprintf(err, errlen, "rank 0 could not serve the store on port %d: %s",
                  job->master_port, e);
         return rc;

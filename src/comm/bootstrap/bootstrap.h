@@ -30,6 +30,10 @@ typedef struct {
      * rank 0 (`dtrain launch --max-restarts`, so that it outlives every
      * rank). */
     int store_by_launcher;
+    /* Rank 0 under mpirun with no MASTER_PORT: the socket that holds the
+     * port it chose until its store serves there (dt_net_reserve_port);
+     * -1: none. */
+    int port_hold;
 } dt_bootstrap;
 
 /* 0, or -1 with a message naming the offending variable. */

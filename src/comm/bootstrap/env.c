@@ -140,6 +140,7 @@ int dt_bootstrap_from_env(dt_bootstrap *b, char *err, size_t errlen)
 {
     memset(b, 0, sizeof *b);
     b->size = 1;
+    b->port_hold = -1;
     snprintf(b->launcher, sizeof b->launcher, "none");
     for (size_t i = 0; i < sizeof launchers / sizeof launchers[0]; i++) {
         if (!dt_env_str(launchers[i].rank)) continue;

@@ -160,8 +160,9 @@ typedef struct {
 
 /* Rank 0: where the store will be. MASTER_ADDR / MASTER_PORT when set;
  * otherwise the loopback for a one-host job, else DTRAIN_ADVERTISE_ADDR or
- * the primary interface's address, and a free port. */
-static void rank0_choose(const dt_bootstrap *b, rank0_says *s)
+ * the primary interface's address, and a port held until the store
+ * serves there. */
+static void rank0_choose(dt_bootstrap *b, rank0_says *s)
 {
     const char *addr = dt_env_str("MASTER_ADDR"), *adv = dt_env_str("DTRAIN_ADVERTISE_ADDR");
     if (addr)
@@ -176,9 +177,12 @@ static void rank0_choose(const dt_bootstrap *b, rank0_says *s)
         snprintf(s->master_addr, sizeof s->master_addr, "127.0.0.1");
     }
     s->master_port = b->master_port;
-    if (!dt_env_str("MASTER_PORT")) {
-        int p = dt_net_free_port();
-        if (p > 0) s->master_port = p;
+    int fd, port;
+    char why[256];
+    if (!dt_env_str("MASTER_PORT") &&
+        dt_net_reserve_port(s->master_addr, &fd, &port, why, sizeof why) == 0) {
+        s->master_port = port;
+        b->port_hold = fd;
     }
     snprintf(s->secret, sizeof s->secret, "%s", b->secret);
     if (!b->secret_from_env && dt_ident_random_secret(s->secret, sizeof s->secret) == 0)

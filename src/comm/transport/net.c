@@ -193,21 +193,6 @@ int dt_net_route_addr(const char *host, int port, char *out, size_t len)
     return rc == 0 ? 0 : -1;
 }
 
-int dt_net_free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    socklen_t sl = sizeof a;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &sl) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
-
 /* ---- listen ------------------------------------------------------------------- */
 
 static int sockaddr_port(const struct sockaddr_storage *ss)
@@ -225,8 +210,10 @@ static int bound_port(int fd)
     return sockaddr_port(&ss);
 }
 
-/* One listening socket on one address; -errno on failure. */
-static int listen_on(int family, const struct sockaddr *sa, socklen_t salen, int *out_fd)
+/* One socket bound to one address, listening unless it only reserves the
+ * port (listening 0); -errno on failure. */
+static int listen_on(int family, const struct sockaddr *sa, socklen_t salen, int listening,
+                     int *out_fd)
 {
     int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -errno;
@@ -234,7 +221,7 @@ static int listen_on(int family, const struct sockaddr *sa, socklen_t salen, int
     (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     /* An IPv6 wildcard socket also takes IPv4 clients (dual stack). */
     if (family == AF_INET6) (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-    if (bind(fd, sa, salen) != 0 || listen(fd, SOMAXCONN) != 0) {
+    if (bind(fd, sa, salen) != 0 || (listening && listen(fd, SOMAXCONN) != 0)) {
         int e = errno;
         close(fd);
         return -e;
@@ -244,14 +231,14 @@ static int listen_on(int family, const struct sockaddr *sa, socklen_t salen, int
 }
 
 /* Every interface: IPv6 dual stack where the host has IPv6, else IPv4. */
-static int listen_any(int port, int *out_fd)
+static int listen_any(int port, int listening, int *out_fd)
 {
     struct sockaddr_in6 a6;
     memset(&a6, 0, sizeof a6);
     a6.sin6_family = AF_INET6;
     a6.sin6_addr = in6addr_any;
     a6.sin6_port = htons((uint16_t)port);
-    int rc = listen_on(AF_INET6, (struct sockaddr *)&a6, sizeof a6, out_fd);
+    int rc = listen_on(AF_INET6, (struct sockaddr *)&a6, sizeof a6, listening, out_fd);
     if (rc != -EAFNOSUPPORT && rc != -EADDRNOTAVAIL) return rc;
 
     struct sockaddr_in a4;
@@ -259,10 +246,11 @@ static int listen_any(int port, int *out_fd)
     a4.sin_family = AF_INET;
     a4.sin_addr.s_addr = htonl(INADDR_ANY);
     a4.sin_port = htons((uint16_t)port);
-    return listen_on(AF_INET, (struct sockaddr *)&a4, sizeof a4, out_fd);
+    return listen_on(AF_INET, (struct sockaddr *)&a4, sizeof a4, listening, out_fd);
 }
 
-static int listen_addr(const char *addr, int port, int *out_fd, char *err, size_t errlen)
+static int listen_addr(const char *addr, int port, int listening, int *out_fd, char *err,
+                       size_t errlen)
 {
     struct addrinfo *res;
     int g = resolve(addr, port, SOCK_STREAM, AI_PASSIVE, &res);
@@ -272,7 +260,7 @@ static int listen_addr(const char *addr, int port, int *out_fd, char *err, size_
     }
     int rc = -EADDRNOTAVAIL;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-        rc = listen_on(ai->ai_family, ai->ai_addr, ai->ai_addrlen, out_fd);
+        rc = listen_on(ai->ai_family, ai->ai_addr, ai->ai_addrlen, listening, out_fd);
         if (rc == 0) break;
     }
     freeaddrinfo(res);
@@ -312,20 +300,8 @@ static int bind_address(const char *host, char *out, size_t len)
     return rc;
 }
 
-int dt_net_listen_for(const char *addr, int port, int *out_fd, int *out_port, char *err,
-                      size_t errlen)
-{
-    char at[NI_MAXHOST];
-    if (addr && *addr && bind_address(addr, at, sizeof at) == 0) {
-        int rc = dt_net_listen(at, port, out_fd, out_port, err, errlen);
-        if (rc != DT_ERR_PEER) return rc;
-        /* Not an address of this host (behind NAT, say): everywhere. */
-    }
-    return dt_net_listen(NULL, port, out_fd, out_port, err, errlen);
-}
-
-int dt_net_listen(const char *addr, int port, int *out_fd, int *out_port, char *err,
-                  size_t errlen)
+static int open_port(const char *addr, int port, int listening, int *out_fd, int *out_port,
+                     char *err, size_t errlen)
 {
     *out_fd = -1;
     if (port < 0 || port > 65535) {
@@ -334,10 +310,10 @@ int dt_net_listen(const char *addr, int port, int *out_fd, int *out_port, char *
     }
     int fd = -1;
     if (addr && *addr) {
-        int rc = listen_addr(addr, port, &fd, err, errlen);
+        int rc = listen_addr(addr, port, listening, &fd, err, errlen);
         if (rc) return rc;
     } else {
-        int rc = listen_any(port, &fd);
+        int rc = listen_any(port, listening, &fd);
         if (rc != 0) {
             snprintf(err, errlen, "cannot listen on port %d (every interface): %s", port,
                      strerror(-rc));
@@ -353,6 +329,36 @@ int dt_net_listen(const char *addr, int port, int *out_fd, int *out_port, char *
     *out_fd = fd;
     if (out_port) *out_port = bound;
     return 0;
+}
+
+/* Where clients that dial addr arrive (dt_net_listen_for). */
+static int open_for(const char *addr, int port, int listening, int *out_fd, int *out_port,
+                    char *err, size_t errlen)
+{
+    char at[NI_MAXHOST];
+    if (addr && *addr && bind_address(addr, at, sizeof at) == 0) {
+        int rc = open_port(at, port, listening, out_fd, out_port, err, errlen);
+        if (rc != DT_ERR_PEER) return rc;
+        /* Not an address of this host (behind NAT, say): everywhere. */
+    }
+    return open_port(NULL, port, listening, out_fd, out_port, err, errlen);
+}
+
+int dt_net_listen(const char *addr, int port, int *out_fd, int *out_port, char *err,
+                  size_t errlen)
+{
+    return open_port(addr, port, 1, out_fd, out_port, err, errlen);
+}
+
+int dt_net_listen_for(const char *addr, int port, int *out_fd, int *out_port, char *err,
+                      size_t errlen)
+{
+    return open_for(addr, port, 1, out_fd, out_port, err, errlen);
+}
+
+int dt_net_reserve_port(const char *addr, int *out_fd, int *out_port, char *err, size_t errlen)
+{
+    return open_for(addr, 0, 0, out_fd, out_port, err, errlen);
 }
 
 /* ---- accept ------------------------------------------------------------------- */

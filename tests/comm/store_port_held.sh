@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The port `dtrain launch` picks for a one-host job's store is held from
+# the launch on, not merely seen free: until rank 0 serves the store there,
+# the kernel hands it to no other socket (another job's link, an outgoing
+# connection), while rank 0's store, which binds with SO_REUSEADDR as
+# PyTorch's does, can still have it. A port that was only seen free went,
+# under `ctest -j2`, to a link of another job, and this job's rank 1 then
+# knocked on that job's door.
+#
+# Run in a network namespace of its own whose ephemeral range is 16 ports,
+# so that a process can take every port the kernel would hand out. Needs
+# root (or CAP_SYS_ADMIN and CAP_NET_ADMIN); without it, SKIP (exit 77).
+#
+# Usage: store_port_held.sh path/to/dtrain path/to/test_faults
+set -euo pipefail
+DTRAIN=${1:?usage: $0 path/to/dtrain path/to/test_faults}
+FAULTS=${2:?usage: $0 path/to/dtrain path/to/test_faults}
+FIRST=40000 LAST=40015
+
+if [[ -z ${DTRAIN_TEST_IN_NETNS:-} ]]; then
+    if ! unshare -n true 2>/dev/null; then
+        echo "SKIP: cannot make a network namespace (unshare -n needs root)"
+        exit 77
+    fi
+    exec unshare -n env DTRAIN_TEST_IN_NETNS=1 bash "$0" "$@"
+fi
+source "$(dirname "$0")/lib_launch.sh"
+ip link set lo up
+sysctl -qw net.ipv4.ip_local_port_range="$FIRST $LAST"
+
+# Rank 0 takes every port the kernel will still hand out, then lets them
+# go and starts its program 1 s late: rank 1 meanwhile finds nothing
+# listening, and retries.
+PROBE='
+import socket, sys
+port, first, last = map(int, sys.argv[1:])
+held = []  # each socket stays open, so that the kernel hands out another port
+while True:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("127.0.0.1", 0))
+    except OSError:
+        break
+    held.append(s)
+taken = [s.getsockname()[1] for s in held]
+if not first <= port <= last:
+    sys.exit("MASTER_PORT %d is outside the ephemeral range %d-%d" % (port, first, last))
+if port in taken:
+    sys.exit("the kernel handed the store port %d to another socket" % port)
+if len(taken) != last - first:
+    sys.exit("took %d ports of the range, expected the %d other than the store port"
+             % (len(taken), last - first))
+print("the kernel handed out the %d other ports of the range, never the store port %d"
+      % (len(taken), port))
+'
+RANK_SCRIPT='
+if [[ $RANK == 0 ]]; then
+    python3 -c "$PROBE" "$MASTER_PORT" '"$FIRST $LAST"' || exit 9
+    sleep 1
+fi
+"$FAULTS" join'
+
+check "the store's port is held from the launch on, and rank 0 serves there from behind a shell"
+rc=0
+PROBE=$PROBE FAULTS=$FAULTS DTRAIN_TIMEOUT=30 timeout 60 \
+    "$DTRAIN" launch -n 2 -- bash -c "$RANK_SCRIPT" >"$TMP/held.out" 2>"$TMP/held.err" || rc=$?
+[[ $rc -eq 0 ]] || fail "the job failed (status $rc): $(cat "$TMP/held.out" "$TMP/held.err")"
+[[ $(grep -c "join: joined a job of 2 ranks" "$TMP/held.out") -eq 2 ]] ||
+    fail "not both ranks joined: $(cat "$TMP/held.out")"
+note "$(grep "^the kernel" "$TMP/held.out")"
+echo "ok"
