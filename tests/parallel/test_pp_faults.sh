@@ -103,8 +103,8 @@ by_hand() {
 
 start_pair() {
   local name=$1 port p0 p1 t0
-  port=$((20000 + RANDOM % 30000))
-  while ss -Htln "sport = :$port" 2>/dev/null | grep -q .; do port=$((20000 + RANDOM % 30000)); done
+  port=$((20000 + RANDOM % 12000))
+  while ss -Htln "sport = :$port" 2>/dev/null | grep -q .; do port=$((20000 + RANDOM % 12000)); done
   t0=$(now_ms)
   local envs=(DTRAIN_SECRET="$name-$$-$RANDOM" DTRAIN_JOB_ID="ppf$$$RANDOM" WORLD_SIZE=2
               LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port)
