@@ -163,6 +163,7 @@ int cli_launch(int argc, char **argv)
     memset(&j, 0, sizeof j);
     j.o = &o;
     j.sigfd = -1;
+    j.id.port_hold = -1;
     j.launcher_pid = getpid();
     j.stdin_is_tty = isatty(0);
     int rc = launch_resolve_ident(&o, &j.id);

@@ -153,8 +153,11 @@ int dt_job_create(dt_job **out, char *err, size_t errlen)
     dt_bootstrap b;
     if (dt_bootstrap_from_env(&b, err, errlen) < 0) return DT_ERR_INVALID;
     int rc = dt_mpi_job_init(&b, err, errlen); /* under mpirun: MPI up, rank 0's store address */
-    if (rc < 0) return rc;
-    if ((rc = dt_job_new(&b, out)) < 0) return rc;
+    if (rc == 0) rc = dt_job_new(&b, out);
+    if (rc < 0) {
+        if (b.port_hold >= 0) close(b.port_hold); /* the job that would release it is not */
+        return rc;
+    }
     dt_log_set_rank(b.rank);
     if (!b.secret_from_env && b.size > 1 && b.rank == 0) warn_guessable_secret(&b);
     return 0;

@@ -179,10 +179,13 @@ static void rank0_choose(dt_bootstrap *b, rank0_says *s)
     s->master_port = b->master_port;
     int fd, port;
     char why[256];
-    if (!dt_env_str("MASTER_PORT") &&
-        dt_net_reserve_port(s->master_addr, &fd, &port, why, sizeof why) == 0) {
-        s->master_port = port;
-        b->port_hold = fd;
+    if (!dt_env_str("MASTER_PORT")) {
+        if (dt_net_reserve_port(s->master_addr, &fd, &port, why, sizeof why) == 0) {
+            s->master_port = port;
+            b->port_hold = fd;
+        } else {
+            DT_DEBUG("no port held for the store (%s); it takes port %d", why, s->master_port);
+        }
     }
     snprintf(s->secret, sizeof s->secret, "%s", b->secret);
     if (!b->secret_from_env && dt_ident_random_secret(s->secret, sizeof s->secret) == 0)

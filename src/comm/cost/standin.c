@@ -38,6 +38,7 @@ dt_comm *dt_standin_create(int size, const int *host_of, const dt_cost_model *m)
     job->model = *m;
     job->size = size;
     job->wake_fd = -1; /* nothing to wake: an abort here must not write to fd 0 */
+    job->port_hold = -1;
     pthread_mutex_init(&job->lock, NULL);
     dt_comm *c = &s->comm;
     c->job = job;
