@@ -182,7 +182,7 @@ int dt_job_connect(dt_job *job, char *err, size_t errlen)
                                    hb_timeout, &job->server, e, sizeof e);
     release_port_hold(job);
     if (rc < 0) {
-        snprintf(err, errlen, "rank 0 could not serve the store on port %d: %s",
+        snprintf(err, errlen, "rank 0 could not serve the store on port %d (MASTER_PORT): %s",
                  job->master_port, e);
         return rc;
     }

@@ -116,6 +116,25 @@ note "$(grep -F "$WARNING" "$TMP/nosecret.0.err")"
 grep -F "$WARNING" "$TMP/nosecret.0.err" | grep -q "export DTRAIN_SECRET=" ||
     fail "the warning does not say how to set a secret"
 
+check "a store port that another process listens on: rank 0 fails at once, naming the port" \
+    "and the command that shows whose it is"
+port=$(free_port)
+python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(); time.sleep(30)' \
+    "$port" &
+squatter=$!
+for _ in $(seq 1 100); do ss -Htln "sport = :$port" | grep -q . && break; sleep 0.05; done
+rc=0
+DTRAIN_TIMEOUT=5 timeout 30 "$DTRAIN" launch -n 2 --master-port "$port" -- "$FAULTS" join \
+    >"$TMP/taken.out" 2>"$TMP/taken.err" || rc=$?
+kill "$squatter" 2>/dev/null || true
+wait "$squatter" 2>/dev/null || true
+[[ $rc -ne 0 ]] || fail "the job ran on a port another process listens on"
+grep -F "rank 0: error" "$TMP/taken.err" | grep -F "port $port (MASTER_PORT)" |
+    grep -qF "ss -ltnp 'sport = :$port'" ||
+    fail "rank 0's error does not name the port and the command: $(cat "$TMP/taken.err")"
+note "$(grep -F "rank 0: error" "$TMP/taken.err")"
+
 check "with DTRAIN_SECRET: no warning"
 counts=$(by_hand secret DTRAIN_SECRET="$(random_hex 16)")
 [[ "$counts" == "0 0" ]] || fail "warning lines on ranks 0 and 1: $counts, expected none"

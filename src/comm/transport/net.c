@@ -249,6 +249,17 @@ static int listen_any(int port, int listening, int *out_fd)
     return listen_on(AF_INET, (struct sockaddr *)&a4, sizeof a4, listening, out_fd);
 }
 
+/* What to add to "Address already in use": who it is, said by a command
+ * to paste. */
+static const char *in_use_hint(int e, int port)
+{
+    static _Thread_local char hint[96];
+    if (e != EADDRINUSE || port <= 0) return "";
+    snprintf(hint, sizeof hint, " (another socket has the port: `ss -ltnp 'sport = :%d'` shows "
+             "whose)", port);
+    return hint;
+}
+
 static int listen_addr(const char *addr, int port, int listening, int *out_fd, char *err,
                        size_t errlen)
 {
@@ -265,7 +276,8 @@ static int listen_addr(const char *addr, int port, int listening, int *out_fd, c
     }
     freeaddrinfo(res);
     if (rc != 0) {
-        snprintf(err, errlen, "cannot listen on %s:%d: %s", addr, port, strerror(-rc));
+        snprintf(err, errlen, "cannot listen on %s:%d: %s%s", addr, port, strerror(-rc),
+                 in_use_hint(-rc, port));
         return rc == -EADDRNOTAVAIL ? DT_ERR_PEER : DT_ERR_SYSTEM; /* PEER: not ours to bind */
     }
     return 0;
@@ -315,8 +327,8 @@ static int open_port(const char *addr, int port, int listening, int *out_fd, int
     } else {
         int rc = listen_any(port, listening, &fd);
         if (rc != 0) {
-            snprintf(err, errlen, "cannot listen on port %d (every interface): %s", port,
-                     strerror(-rc));
+            snprintf(err, errlen, "cannot listen on port %d (every interface): %s%s", port,
+                     strerror(-rc), in_use_hint(-rc, port));
             return DT_ERR_SYSTEM;
         }
     }
