@@ -125,7 +125,8 @@ s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(); time.s
 squatter=$!
 for _ in $(seq 1 100); do ss -Htln "sport = :$port" | grep -q . && break; sleep 0.05; done
 rc=0
-DTRAIN_TIMEOUT=5 timeout 30 "$DTRAIN" launch -n 2 --master-port "$port" -- "$FAULTS" join \
+DTRAIN_TIMEOUT=5 timeout 30 "$DTRAIN" launch -n 2 --grace-period 0.5 --master-port "$port" \
+    -- "$FAULTS" join \
     >"$TMP/taken.out" 2>"$TMP/taken.err" || rc=$?
 kill "$squatter" 2>/dev/null || true
 wait "$squatter" 2>/dev/null || true
