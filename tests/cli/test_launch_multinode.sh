@@ -73,19 +73,7 @@ esac
 exit 0
 EOF
 
-# Below Linux's ephemeral range (32768 and up): the kernel's own pick
-# would be free only until some other socket got it.
-free_port() {
-    local p
-    for _ in $(seq 1 50); do
-        p=$((20000 + RANDOM % 12000))
-        if ! ss -Htan "sport = :$p" 2>/dev/null | grep -q .; then
-            echo "$p"
-            return 0
-        fi
-    done
-    fail "no free port found"
-}
+source "$(dirname "$0")/../free_port.sh"
 attempt_secret() { # attempt: the secret its ranks must see
     python3 -c 'import hashlib, hmac, sys
 print(hmac.new(sys.argv[1].encode(), b"dtrain attempt " + sys.argv[2].encode(),

@@ -99,21 +99,7 @@ trap 'exit 130' INT
 
 random_hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
 
-# A port nobody listens on now, below Linux's ephemeral range (32768 and
-# up), which the kernel never hands to a socket of another job. Another
-# test may still pick it; the scripts that need a fixed port retry on a
-# bind failure.
-free_port() {
-    local p
-    for _ in $(seq 1 50); do
-        p=$((20000 + RANDOM % 12000))
-        if ! ss -Htln "sport = :$p" 2>/dev/null | grep -q .; then
-            echo "$p"
-            return 0
-        fi
-    done
-    fail "no free port found"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../free_port.sh"
 
 # start_job NAME [ENV=VALUE ...] -- LAUNCH-ARGS...
 # Starts `dtrain launch LAUNCH-ARGS` in the background in its own session,

@@ -27,6 +27,7 @@ export DTRAIN_TIMEOUT=60
 BOUND_MS=15000
 
 fail() { echo "FAIL: $*"; for f in "$tmp"/*.out "$tmp"/*.err; do [ -s "$f" ] && { echo "--- $(basename "$f"):"; tail -n 15 "$f"; }; done; exit 1; }
+source "$(dirname "$0")/../free_port.sh"
 now_ms() { date +%s%3N; }
 
 /usr/bin/python3 - "$tmp/data.txt" <<'PY'
@@ -103,8 +104,7 @@ by_hand() {
 
 start_pair() {
   local name=$1 port p0 p1 t0
-  port=$((20000 + RANDOM % 12000))
-  while ss -Htln "sport = :$port" 2>/dev/null | grep -q .; do port=$((20000 + RANDOM % 12000)); done
+  port=$(free_port)
   t0=$(now_ms)
   local envs=(DTRAIN_SECRET="$name-$$-$RANDOM" DTRAIN_JOB_ID="ppf$$$RANDOM" WORLD_SIZE=2
               LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port)
