@@ -29,22 +29,27 @@ static int resolve_address(const struct launch_opts *o, struct job_ident *id)
     }
     strcpy(id->master_addr, addr);
     id->port_hold = -1;
-    if (o->master_port) {
+    if (o->master_port)
         id->master_port = (int)o->master_port;
-    } else if (o->nnodes > 1) {
+    else if (o->nnodes > 1)
         id->master_port = MULTINODE_DEFAULT_PORT;
-    } else {
-        /* Like torchrun --standalone, a port the kernel picks, and held
-         * (net.h): a port merely seen free can go to another job's link
-         * before rank 0 listens on it. */
-        char why[256];
-        if (dt_net_reserve_port(addr, &id->port_hold, &id->master_port, why, sizeof why) != 0) {
-            fprintf(stderr, PROG ": cannot find a port for the job's store on %s: %s\n", addr,
-                    why);
-            return -1;
-        }
-    }
-    return 0;
+    else
+        id->master_port = 0; /* like torchrun --standalone: the kernel picks one */
+    if (o->node_rank != 0) return 0; /* node 0 serves the store */
+    /* Held from now on (net.h): a port merely seen free can go to another
+     * job's link before rank 0 listens on it, and one that another
+     * process listens on fails here, before any rank starts. */
+    char why[256];
+    if (dt_net_reserve_port(addr, id->master_port, &id->port_hold, &id->master_port, why,
+                            sizeof why) == 0)
+        return 0;
+    if (o->master_port || o->nnodes > 1)
+        fprintf(stderr, PROG ": the job's store cannot have port %d on %s: %s; choose another "
+                "with --master-port%s\n", id->master_port, addr, why,
+                o->nnodes > 1 ? " (the same on every node)" : ", or leave it out to have one picked");
+    else
+        fprintf(stderr, PROG ": cannot find a port for the job's store on %s: %s\n", addr, why);
+    return -1;
 }
 
 static int resolve_secret(const struct launch_opts *o, struct job_ident *id)

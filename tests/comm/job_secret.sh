@@ -116,8 +116,9 @@ note "$(grep -F "$WARNING" "$TMP/nosecret.0.err")"
 grep -F "$WARNING" "$TMP/nosecret.0.err" | grep -q "export DTRAIN_SECRET=" ||
     fail "the warning does not say how to set a secret"
 
-check "a store port that another process listens on: rank 0 fails at once, naming the port" \
-    "and the command that shows whose it is"
+check "a store port that another process listens on: the launcher refuses it before any rank" \
+    "starts, and a rank 0 started by hand fails at once; both name the port and the command" \
+    "that shows whose it is"
 port=$(free_port)
 python3 -c 'import socket, sys, time
 s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(); time.sleep(30)' \
@@ -125,16 +126,25 @@ s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(); time.s
 squatter=$!
 for _ in $(seq 1 100); do ss -Htln "sport = :$port" | grep -q . && break; sleep 0.05; done
 rc=0
-DTRAIN_TIMEOUT=5 timeout 30 "$DTRAIN" launch -n 2 --grace-period 0.5 --master-port "$port" \
-    -- "$FAULTS" join \
+DTRAIN_TIMEOUT=5 timeout 30 "$DTRAIN" launch -n 2 --master-port "$port" -- "$FAULTS" join \
     >"$TMP/taken.out" 2>"$TMP/taken.err" || rc=$?
+[[ $rc -eq 1 && ! -s "$TMP/taken.out" ]] ||
+    fail "the launcher's status $rc (expected 1), and a rank ran: $(cat "$TMP/taken.out")"
+grep -F "dtrain launch: the job's store cannot have port $port" "$TMP/taken.err" |
+    grep -qF "ss -ltnp 'sport = :$port'" ||
+    fail "the launcher's error does not name the port and the command: $(cat "$TMP/taken.err")"
+note "$(cat "$TMP/taken.err")"
+rc=0
+env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+    MASTER_PORT="$port" DTRAIN_SECRET=s DTRAIN_TIMEOUT=5 timeout 30 "$FAULTS" join \
+    >"$TMP/taken0.out" 2>"$TMP/taken0.err" </dev/null || rc=$?
 kill "$squatter" 2>/dev/null || true
 wait "$squatter" 2>/dev/null || true
-[[ $rc -ne 0 ]] || fail "the job ran on a port another process listens on"
-grep -F "rank 0: error" "$TMP/taken.err" | grep -F "port $port (MASTER_PORT)" |
+[[ $rc -ne 0 ]] || fail "rank 0 ran on a port another process listens on"
+grep -F "rank 0: error" "$TMP/taken0.err" | grep -F "port $port (MASTER_PORT)" |
     grep -qF "ss -ltnp 'sport = :$port'" ||
-    fail "rank 0's error does not name the port and the command: $(cat "$TMP/taken.err")"
-note "$(grep -F "rank 0: error" "$TMP/taken.err")"
+    fail "rank 0's error does not name the port and the command: $(cat "$TMP/taken0.err")"
+note "$(grep -F "rank 0: error" "$TMP/taken0.err")"
 
 check "with DTRAIN_SECRET: no warning"
 counts=$(by_hand secret DTRAIN_SECRET="$(random_hex 16)")

@@ -180,7 +180,7 @@ static void rank0_choose(dt_bootstrap *b, rank0_says *s)
     int fd, port;
     char why[256];
     if (!dt_env_str("MASTER_PORT")) {
-        if (dt_net_reserve_port(s->master_addr, &fd, &port, why, sizeof why) == 0) {
+        if (dt_net_reserve_port(s->master_addr, 0, &fd, &port, why, sizeof why) == 0) {
             s->master_port = port;
             b->port_hold = fd;
         } else {

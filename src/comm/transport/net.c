@@ -249,6 +249,8 @@ static int listen_any(int port, int listening, int *out_fd)
     return listen_on(AF_INET, (struct sockaddr *)&a4, sizeof a4, listening, out_fd);
 }
 
+static const char *verb(int listening) { return listening ? "listen on" : "hold"; }
+
 /* What to add to "Address already in use": who it is, said by a command
  * to paste. */
 static const char *in_use_hint(int e, int port)
@@ -266,7 +268,8 @@ static int listen_addr(const char *addr, int port, int listening, int *out_fd, c
     struct addrinfo *res;
     int g = resolve(addr, port, SOCK_STREAM, AI_PASSIVE, &res);
     if (g != 0) {
-        snprintf(err, errlen, "cannot listen on %s:%d: %s", addr, port, gai_strerror(g));
+        snprintf(err, errlen, "cannot %s %s:%d: %s", verb(listening), addr, port,
+                 gai_strerror(g));
         return DT_ERR_INVALID;
     }
     int rc = -EADDRNOTAVAIL;
@@ -276,8 +279,8 @@ static int listen_addr(const char *addr, int port, int listening, int *out_fd, c
     }
     freeaddrinfo(res);
     if (rc != 0) {
-        snprintf(err, errlen, "cannot listen on %s:%d: %s%s", addr, port, strerror(-rc),
-                 in_use_hint(-rc, port));
+        snprintf(err, errlen, "cannot %s %s:%d: %s%s", verb(listening), addr, port,
+                 strerror(-rc), in_use_hint(-rc, port));
         return rc == -EADDRNOTAVAIL ? DT_ERR_PEER : DT_ERR_SYSTEM; /* PEER: not ours to bind */
     }
     return 0;
@@ -327,8 +330,8 @@ static int open_port(const char *addr, int port, int listening, int *out_fd, int
     } else {
         int rc = listen_any(port, listening, &fd);
         if (rc != 0) {
-            snprintf(err, errlen, "cannot listen on port %d (every interface): %s%s", port,
-                     strerror(-rc), in_use_hint(-rc, port));
+            snprintf(err, errlen, "cannot %s port %d (every interface): %s%s",
+                     verb(listening), port, strerror(-rc), in_use_hint(-rc, port));
             return DT_ERR_SYSTEM;
         }
     }
@@ -368,9 +371,10 @@ int dt_net_listen_for(const char *addr, int port, int *out_fd, int *out_port, ch
     return open_for(addr, port, 1, out_fd, out_port, err, errlen);
 }
 
-int dt_net_reserve_port(const char *addr, int *out_fd, int *out_port, char *err, size_t errlen)
+int dt_net_reserve_port(const char *addr, int port, int *out_fd, int *out_port, char *err,
+                        size_t errlen)
 {
-    return open_for(addr, 0, 0, out_fd, out_port, err, errlen);
+    return open_for(addr, port, 0, out_fd, out_port, err, errlen);
 }
 
 /* ---- accept ------------------------------------------------------------------- */

@@ -22,15 +22,17 @@ int dt_net_wait(int fd, short events, uint64_t deadline_ns);
 int dt_net_listen(const char *addr, int port, int *out_fd, int *out_port, char *err,
                   size_t errlen);
 /* A port for a listener to come (another process, or this one later),
- * where clients that dial addr arrive (dt_net_listen_for), chosen by the
- * kernel and held by *out_fd until that listener is up: a socket bound
+ * where clients that dial addr arrive (dt_net_listen_for): port, or one
+ * the kernel chooses (port 0), held by *out_fd until that listener is
+ * up, and said in *out_port. The hold is a socket bound
  * with SO_REUSEADDR but not listening. The listener, which binds the port
  * with SO_REUSEADDR as dt_net_listen and PyTorch's store do, may share it;
  * when the kernel picks a port for another socket (a bind to port 0, an
  * outgoing connection) it passes this one over (unless
  * net.ipv4.ip_autobind_reuse is set). A port merely seen free is not
  * enough: another job's link can take it before the listener binds it. */
-int dt_net_reserve_port(const char *addr, int *out_fd, int *out_port, char *err, size_t errlen);
+int dt_net_reserve_port(const char *addr, int port, int *out_fd, int *out_port, char *err,
+                        size_t errlen);
 /* Listen where clients that dial addr arrive: on addr itself when it is an
  * address of this host (so a job whose ranks dial the loopback cannot be
  * reached from other hosts), on every interface when it is not (a name
