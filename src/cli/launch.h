@@ -58,9 +58,9 @@ struct launch_opts {
 struct job_ident {
     char master_addr[256];
     int master_port;
-    /* On one host with no --master-port: the socket that holds the port
-     * the launcher chose for the job's whole life, so that no other job
-     * is handed it before rank 0 serves the store there; else -1. */
+    /* Node 0: the socket that holds the store's port, chosen or given,
+     * for the job's whole life (dt_net_reserve_port), so that no other
+     * job is handed it before the store serves there; else -1. */
     int port_hold;
     char secret_buf[DT_SECRET_HEX + 1];
     char *secret_copy; /* of DTRAIN_SECRET, when given */

@@ -249,17 +249,16 @@ static int listen_any(int port, int listening, int *out_fd)
     return listen_on(AF_INET, (struct sockaddr *)&a4, sizeof a4, listening, out_fd);
 }
 
-static const char *verb(int listening) { return listening ? "listen on" : "hold"; }
-
-/* What to add to "Address already in use": who it is, said by a command
- * to paste. */
-static const char *in_use_hint(int e, int port)
+/* "cannot listen on WHERE: why"; for a port in use, with the command to
+ * paste that shows whose it is. */
+static void open_failed(char *err, size_t errlen, int listening, const char *where, int port,
+                        int e)
 {
-    static _Thread_local char hint[96];
-    if (e != EADDRINUSE || port <= 0) return "";
-    snprintf(hint, sizeof hint, " (another socket has the port: `ss -ltnp 'sport = :%d'` shows "
-             "whose)", port);
-    return hint;
+    int n = snprintf(err, errlen, "cannot %s %s: %s", listening ? "listen on" : "hold", where,
+                     strerror(e));
+    if (e == EADDRINUSE && port > 0 && n >= 0 && (size_t)n < errlen)
+        snprintf(err + n, errlen - (size_t)n,
+                 " (another socket has the port: `ss -ltnp 'sport = :%d'` shows whose)", port);
 }
 
 static int listen_addr(const char *addr, int port, int listening, int *out_fd, char *err,
@@ -267,8 +266,10 @@ static int listen_addr(const char *addr, int port, int listening, int *out_fd, c
 {
     struct addrinfo *res;
     int g = resolve(addr, port, SOCK_STREAM, AI_PASSIVE, &res);
+    char where[NI_MAXHOST + 16];
+    snprintf(where, sizeof where, "%s:%d", addr, port);
     if (g != 0) {
-        snprintf(err, errlen, "cannot %s %s:%d: %s", verb(listening), addr, port,
+        snprintf(err, errlen, "cannot %s %s: %s", listening ? "listen on" : "hold", where,
                  gai_strerror(g));
         return DT_ERR_INVALID;
     }
@@ -279,8 +280,7 @@ static int listen_addr(const char *addr, int port, int listening, int *out_fd, c
     }
     freeaddrinfo(res);
     if (rc != 0) {
-        snprintf(err, errlen, "cannot %s %s:%d: %s%s", verb(listening), addr, port,
-                 strerror(-rc), in_use_hint(-rc, port));
+        open_failed(err, errlen, listening, where, port, -rc);
         return rc == -EADDRNOTAVAIL ? DT_ERR_PEER : DT_ERR_SYSTEM; /* PEER: not ours to bind */
     }
     return 0;
@@ -330,8 +330,9 @@ static int open_port(const char *addr, int port, int listening, int *out_fd, int
     } else {
         int rc = listen_any(port, listening, &fd);
         if (rc != 0) {
-            snprintf(err, errlen, "cannot %s port %d (every interface): %s%s",
-                     verb(listening), port, strerror(-rc), in_use_hint(-rc, port));
+            char where[48];
+            snprintf(where, sizeof where, "port %d (every interface)", port);
+            open_failed(err, errlen, listening, where, port, -rc);
             return DT_ERR_SYSTEM;
         }
     }
