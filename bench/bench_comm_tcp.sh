@@ -3,8 +3,10 @@
 # run: two network namespaces joined by a veth pair (198.18.0.1 and .2),
 # one rank in each. dtrain's figures come from `dtrain bench comm`, gloo's
 # from torch.distributed.all_reduce timed the same way (warm-up, then the
-# average of many calls, the slower rank's). Prints size, both busbw
-# figures and the ratio. Needs root (namespaces) and python3-torch.
+# average of many calls, the slower rank's). Prints the link's limit
+# (iperf3 streaming both ways at once between the namespaces; installed if
+# missing), then per size both busbw figures, the ratio and each as a
+# share of the link. Needs root (namespaces) and python3-torch.
 #
 # Usage: bench/bench_comm_tcp.sh [path/to/dtrain] [MAX_BYTES]   (default 64M)
 set -euo pipefail
@@ -26,6 +28,26 @@ for ns in $NA $NB; do ip -n $ns link set lo up; done
 ip -n $NA link set $VA up && ip -n $NB link set $VB up
 sleep 0.5
 TMP=$(mktemp -d)
+# The link's limit: iperf3 streaming both ways at once between the same
+# namespaces (--bidir: a connection each way, one thread), what a 2-rank
+# all-reduce's busbw could reach if it did nothing but move bytes; the
+# slower direction's received rate.
+command -v iperf3 >/dev/null || apt-get install -y iperf3 >/dev/null 2>&1 || true
+LIMIT=
+if command -v iperf3 >/dev/null; then
+    ip netns exec $NA iperf3 -s -1 -B 198.18.0.1 -p 29513 >/dev/null 2>&1 &
+    sleep 0.5
+    ip netns exec $NB iperf3 -c 198.18.0.1 -p 29513 --bidir -t 3 -J >"$TMP/link.json" 2>/dev/null || true
+    wait || true
+    LIMIT=$("$PY" -c "
+import json, sys
+try:
+    e = json.load(open(sys.argv[1]))['end']
+    print('%.2f' % (min(e['sum_received']['bits_per_second'],
+                        e['sum_received_bidir_reverse']['bits_per_second']) / 8e9))
+except Exception:
+    pass" "$TMP/link.json")
+fi
 
 # dtrain: one rank per "host" (own hostname and /dev/shm, as real hosts).
 export DTRAIN_SECRET=bench$SUF
@@ -70,7 +92,14 @@ done
 wait
 [[ -s "$TMP/gloo0.out" ]] || { echo "gloo failed:" >&2; tail -3 "$TMP"/gloo*.out >&2; }
 echo "# all-reduce f32 sum, 2 ranks on two network-namespace hosts (veth), busbw in GB/s"
-printf "%12s %10s %10s %8s\n" bytes gloo dtrain ratio
+if [[ -n $LIMIT ]]; then
+    echo "# the link's limit: $LIMIT GB/s each way, iperf3 --bidir between the namespaces;" \
+        "link%: busbw over it"
+else
+    echo "# the link's limit: not measured (iperf3 missing or failed)"
+fi
+printf "%12s %10s %10s %8s %12s\n" bytes gloo dtrain ratio "link% g, d"
 join <(sort -k1,1 "$TMP/gloo0.out") <(sort -k1,1 "$TMP/dtrain.txt") | sort -n |
-    awk '{printf "%12d %10.2f %10.2f %7.2fx\n", $1, $2, $3, $3 / $2}'
+    awk -v lim="${LIMIT:-0}" '{printf "%12d %10.2f %10.2f %7.2fx", $1, $2, $3, $3 / $2;
+        if (lim > 0) printf " %6.0f, %3.0f", 100 * $2 / lim, 100 * $3 / lim; printf "\n"}'
 rm -rf "$TMP"

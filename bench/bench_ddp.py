@@ -6,7 +6,10 @@ dtrain's other data-parallel strategies against its DDP.
 GPT L6 H6 C384 T256 V256, batch 8 per rank,
 fp32, AdamW, one thread per rank (OMP_NUM_THREADS=1, each rank pinned to its
 own core). Prints tokens/s for 1 and 2 ranks of each, the scaling of dtrain
-(target 1.9x), the ratio to PyTorch DDP at 2 ranks (target 1.2x), and the
+(target 1.9x), the ratio to PyTorch DDP at 2 ranks (target 1.2x), the
+machine's own limit for the scaling (two independent 1-rank runs at once,
+each pinned to its own core: what two ranks that never communicate get,
+summed, over one alone), and the
 communication exposed a step at 2 ranks (the log's comm_exposed_ms: the
 least any rank waited, which no compute hid; a rank's wait beyond it was
 for the slower rank's compute: on a shared machine, noise alone makes that
@@ -56,12 +59,34 @@ def dtrain_ddp(dtrain, n, data, steps, skip, tmp):
     return dtrain_run(dtrain, "ddp%d" % n, n, data, steps, skip, tmp, "--nproc", str(n))
 
 
+def dtrain_side_by_side(dtrain, data, steps, skip, tmp):
+    """Two independent 1-rank runs at once, each pinned to its own core:
+    their summed tokens/s is what the machine gives two ranks that never
+    talk (shared caches, memory and the host's other tenants included),
+    the ceiling of any 2-rank scaling on it."""
+    procs = []
+    for core in (0, 1):
+        log = os.path.join(tmp, "alone%d.json" % core)
+        cmd = dtrain_cmd(dtrain, data, steps, log, "--threads", "1")
+        procs.append((log, subprocess.Popen(["taskset", "-c", str(core)] + cmd,
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                            text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))))
+    total = 0.0
+    for log, proc in procs:
+        _, err = proc.communicate()
+        if proc.returncode != 0:
+            sys.exit("dtrain failed:\n" + err[-3000:])
+        total += log_means(log, skip, "tokens_per_s")[0]
+    return total
+
+
 def measure(a, data, tmp):
     """--repeat rounds, each PyTorch and dtrain at 1 and 2 ranks in turn (so
     a slow minute of the machine falls on both); per rank count the medians
     of PyTorch's tok/s and of dtrain's figures (tok/s, waited, exposed, step
     ms), and the median over rounds of dtrain's scaling."""
     runs = {1: [], 2: []}
+    apart = []
     for rnd in range(a.repeat):
         for n in (1, 2):
             pt = torch_ddp(n, data, a.steps, a.skip)
@@ -70,9 +95,12 @@ def measure(a, data, tmp):
             print("%-10s %14.0f %14.0f %7.2fx" % ("%d%s" % (n, " (run %d)" % (rnd + 1)
                                                              if a.repeat > 1 else ""),
                                                  pt, ours, ours / pt))
+        apart.append(dtrain_side_by_side(a.dtrain, data, a.steps, a.skip, tmp))
+        print("%-10s %14s %14.0f   two 1-rank runs side by side, summed" % ("1 + 1", "", apart[-1]))
     res = {n: tuple(statistics.median(r[i] for r in runs[n]) for i in range(5)) for n in runs}
     scaling = statistics.median(b[1] / o[1] for o, b in zip(runs[1], runs[2]))
-    return res, scaling
+    ceiling = statistics.median(t / o[1] for o, t in zip(runs[1], apart))
+    return res, scaling, ceiling
 
 
 def main():
@@ -84,7 +112,7 @@ def main():
         print("\nGPT L%d H%d C%d T%d V%d, batch %d per rank, fp32 AdamW, 1 thread per rank; "
               "PyTorch %s on %s" % (L, H, C, T, V, B, probe["version"], probe["blas"]))
         print("%-10s %14s %14s %8s" % ("ranks", "PyTorch tok/s", "dtrain tok/s", "ratio"))
-        res, scaling = measure(a, data, tmp)
+        res, scaling, ceiling = measure(a, data, tmp)
         if a.repeat > 1:
             print("medians of %d runs:" % a.repeat)
             for n in (1, 2):
@@ -92,6 +120,9 @@ def main():
                                                       res[n][1] / res[n][0]))
         print("dtrain scaling 2 ranks / 1 rank: %.2fx (target 1.9x, #37; 1.8x in #4); "
               "PyTorch: %.2fx" % (scaling, res[2][0] / res[1][0]))
+        print("the machine's limit: two independent 1-rank runs side by side, one a core, "
+              "%.2fx of one alone; dtrain DDP's scaling is %.0f%% of it"
+              % (ceiling, 100 * scaling / ceiling))
         _, _, exposed, ms, waited = res[2]
         print("dtrain DDP at 2 ranks: communication exposed %.1f ms a step, %.2f%% of the step "
               "(target under 2%%: %s); rank 0 waited %.1f ms, the rest of it for the slower "

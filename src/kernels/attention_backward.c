@@ -7,23 +7,23 @@
  *   dV += P^T dO,  dP = dO V^T,  dS = P (dP - D) scale,
  *   dQ += dS K,    dK += dS^T Q.
  * dK and dV of a key block gather in scratch and are written once; dQ adds
- * up in dqkv itself. A slice belongs to one thread, so nothing is shared.
+ * up in dqkv itself, where the first key block (which every query block
+ * sees) writes it, so that it needs no zeroing pass first. A slice belongs
+ * to one thread (attention_slices.h), so nothing is shared.
  * With AVX-512 or AVX2 + FMA, P and dS are formed a register tile of
  * query rows at a time, the exp and dS's terms applied in registers
  * (attention_tiles.h), and each tile's dQ is updated while its dS is in
  * cache.
  */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "core/log.h"
 #include "kernels/attention.h"
 #include "kernels/attention_blocks.h"
+#include "kernels/attention_slices.h"
 #include "kernels/attention_tiles.h"
 #include "kernels/fast_exp.h"
 #include "kernels/profile.h"
-#include "kernels/threads.h"
 
 typedef struct {
     float *kt, *vt;     /* [HS, T_padded]: K and V transposed */
@@ -33,25 +33,23 @@ typedef struct {
     float *q, *dout;    /* [DT_TILE_ROWS, HS]: a tile at the end of the sequence */
 } backward_scratch;
 
-static float *backward_scratch_alloc(backward_scratch *s, const attn_dims *d)
+/* The scratch's size, and with a base its pointers carved from it. */
+static size_t backward_scratch_layout(backward_scratch *s, float *base, const attn_dims *d)
 {
     size_t packed = (size_t)d->HS * d->T_padded, block = ATTN_BLOCK * ATTN_BLOCK;
     size_t grad = (size_t)ATTN_BLOCK * d->HS, tile = (size_t)DT_TILE_ROWS * d->HS;
-    size_t bytes = (2 * packed + 2 * block + 2 * grad + d->T_padded + 2 * tile) * sizeof(float);
-    bytes = (bytes + 63) / 64 * 64; /* aligned_alloc takes whole multiples of the alignment */
-    float *base = aligned_alloc(64, bytes);
-    if (!base) return NULL;
-    memset(base, 0, bytes);
-    s->kt = base;
-    s->vt = s->kt + packed;
-    s->probs = s->vt + packed;
-    s->dS = s->probs + block;
-    s->dk = s->dS + block;
-    s->dv = s->dk + grad;
-    s->D = s->dv + grad;
-    s->q = s->D + d->T_padded;
-    s->dout = s->q + tile;
-    return base;
+    if (base) {
+        s->kt = base;
+        s->vt = s->kt + packed;
+        s->probs = s->vt + packed;
+        s->dS = s->probs + block;
+        s->dk = s->dS + block;
+        s->dv = s->dk + grad;
+        s->D = s->dv + grad;
+        s->q = s->D + d->T_padded;
+        s->dout = s->q + tile;
+    }
+    return (2 * packed + 2 * block + 2 * grad + d->T_padded + 2 * tile) * sizeof(float);
 }
 
 #if defined(ATTN_TILES)
@@ -88,7 +86,7 @@ static void block_grads(const backward_scratch *s, const attn_dims *d, const flo
         attn_tile tdo = make_tile(d, dout, d->ld_out, s->dout, s->vt, r0, rows, k0, width);
         attn_tile_dscores(&tdo, s->D + r0, p, ds);
         attn_block_gemm(BLOCK_FULL, rows, width, d->HS, ds, ATTN_BLOCK, 1, k + k0 * d->ld, d->ld,
-                        dq + r0 * d->ld, d->ld, 1);
+                        dq + r0 * d->ld, d->ld, k0 > 0);
     }
 }
 #else
@@ -136,7 +134,7 @@ static void block_grads(const backward_scratch *s, const attn_dims *d, const flo
                     d->T_padded, s->dS, ATTN_BLOCK, 0);
     score_grads(s->dS, s->probs, s->D + q0, bq, bk, diagonal, d->scale);
     attn_block_gemm(diagonal ? BLOCK_CAUSAL_K_END : BLOCK_FULL, bq, bk, d->HS, s->dS, ATTN_BLOCK,
-                    1, k + k0 * d->ld, d->ld, dq + q0 * d->ld, d->ld, 1);
+                    1, k + k0 * d->ld, d->ld, dq + q0 * d->ld, d->ld, k0 > 0);
 }
 #endif
 
@@ -175,7 +173,6 @@ static void backward_head(const backward_scratch *s, const attn_dims *d, const f
     attn_pack_transposed(s->kt, k, d);
     attn_pack_transposed(s->vt, v, d);
     row_dots(s->D, dout, out, d);
-    for (int t = 0; t < d->T; t++) memset(dq + t * d->ld, 0, (size_t)d->HS * sizeof(float));
     for (int k0 = 0; k0 < d->T; k0 += ATTN_BLOCK) {
         int bk = d->T - k0 < ATTN_BLOCK ? d->T - k0 : ATTN_BLOCK;
         memset(s->dk, 0, (size_t)bk * d->HS * sizeof(float));
@@ -189,35 +186,51 @@ static void backward_head(const backward_scratch *s, const attn_dims *d, const f
     }
 }
 
+typedef struct {
+    float *dqkv;
+    const float *dout, *qkv, *out, *lse;
+    int T, C, NH;
+    attn_dims d;
+} backward_call;
+
+/* A slice's offsets in qkv (and dqkv) and in out (and dout). */
+static size_t qkv_offset(const backward_call *g, int b, int h)
+{
+    return (size_t)b * g->T * g->d.ld + (size_t)h * g->d.HS;
+}
+
+static size_t out_offset(const backward_call *g, int b, int h)
+{
+    return (size_t)b * g->T * g->d.ld_out + (size_t)h * g->d.HS;
+}
+
+static void backward_slice(const void *ctx, void *scratch, int b, int h)
+{
+    const backward_call *g = ctx;
+    backward_scratch s = {0};
+    backward_scratch_layout(&s, scratch, &g->d);
+    size_t qo = qkv_offset(g, b, h), oo = out_offset(g, b, h);
+    backward_head(&s, &g->d, g->qkv + qo, g->dqkv + qo, g->dout + oo, g->out + oo,
+                  g->lse + ((size_t)b * g->NH + h) * g->T, g->C);
+}
+
+static void backward_fail(const void *ctx, int b, int h)
+{
+    const backward_call *g = ctx;
+    for (int part = 0; part < 3; part++)
+        attn_fill_nan(g->dqkv + qkv_offset(g, b, h) + (size_t)part * g->C, g->d.ld, g->T,
+                      g->d.HS);
+}
+
 static void attention_backward_body(float *dqkv, const float *dout, const float *qkv,
                                     const float *out, const float *lse, int B, int T, int C, int NH)
 {
     if (B <= 0 || T <= 0 || NH <= 0 || C <= 0) return;
-    attn_dims d = attn_make_dims(T, C, NH);
-    int nt = dt_kernels_threads(), failed = 0;
-#pragma omp parallel num_threads(nt) reduction(| : failed)
-    {
-        backward_scratch s = {0};
-        float *base = backward_scratch_alloc(&s, &d);
-        failed = base == NULL;
-#pragma omp for schedule(static)
-        for (int bh = 0; bh < B * NH; bh++) {
-            int b = bh / NH, h = bh % NH;
-            size_t qkv_off = (size_t)b * T * d.ld + (size_t)h * d.HS;
-            size_t out_off = (size_t)b * T * d.ld_out + (size_t)h * d.HS;
-            if (!base) {
-                for (int t = 0; t < T; t++)
-                    for (int j = 0; j < d.HS; j++)
-                        for (int part = 0; part < 3; part++)
-                            dqkv[qkv_off + t * d.ld + (size_t)part * C + j] = NAN;
-                continue;
-            }
-            backward_head(&s, &d, qkv + qkv_off, dqkv + qkv_off, dout + out_off, out + out_off,
-                          lse + (size_t)bh * T, C);
-        }
-        free(base);
-    }
-    if (failed) dt_log(DT_LOG_ERROR, "attention backward: out of memory, gradient set to NaN");
+    backward_call g = {dqkv, dout, qkv, out, lse, T, C, NH, attn_make_dims(T, C, NH)};
+    attn_slices job = {.scratch_bytes = backward_scratch_layout(NULL, NULL, &g.d),
+                       .run = backward_slice, .fail = backward_fail, .ctx = &g,
+                       .what = "attention backward: out of memory, gradient set to NaN"};
+    attn_run_slices(&job, B, NH);
 }
 
 void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,

@@ -2,12 +2,12 @@
  * Causal self-attention, forward, flash style.
  *   qkv [B, T, 3C] (q, k, v each [NH, HS] per token), out [B, T, C],
  *   lse [B, NH, T]
- * Each thread takes whole (batch, head) slices. For a block of 64 queries
- * it walks the key blocks up to the diagonal, forming 64 x 64 scores at a
- * time and keeping, per query, the running maximum m, the running sum l of
- * exp(score - m) and the unnormalised output; when m grows, l and the
- * output are rescaled by exp(m_old - m_new). At the end out = output / l
- * and lse = m + log(l) is saved for backward.
+ * Each thread takes whole (batch, head) slices (attention_slices.h). For
+ * a block of 64 queries it walks the key blocks up to the diagonal, forming
+ * 64 x 64 scores at a time and keeping, per query, the running maximum m,
+ * the running sum l of exp(score - m) and the unnormalised output; when m
+ * grows, l and the output are rescaled by exp(m_old - m_new). At the end
+ * out = output / l and lse = m + log(l) is saved for backward.
  *
  * With AVX-512 or AVX2 + FMA the scores of a block are formed a register
  * tile of rows at a time and become probabilities before they leave the
@@ -20,16 +20,14 @@
  * AVX-512 one's instructions a lane).
  */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "core/log.h"
 #include "kernels/attention.h"
 #include "kernels/attention_blocks.h"
+#include "kernels/attention_slices.h"
 #include "kernels/attention_tiles.h"
 #include "kernels/fast_exp.h"
 #include "kernels/profile.h"
-#include "kernels/threads.h"
 
 typedef struct {
     float *kt;      /* [HS, T_padded]: K transposed */
@@ -40,23 +38,21 @@ typedef struct {
     float *rescale; /* [ATTN_BLOCK]: each row's factor for its output so far */
 } forward_scratch;
 
-static float *forward_scratch_alloc(forward_scratch *s, const attn_dims *d)
+/* The scratch's size, and with a base its pointers carved from it. */
+static size_t forward_scratch_layout(forward_scratch *s, float *base, const attn_dims *d)
 {
     size_t kt = (size_t)d->HS * d->T_padded, block = ATTN_BLOCK * ATTN_BLOCK;
     size_t acc = (size_t)ATTN_BLOCK * d->HS, tile = (size_t)DT_TILE_ROWS * d->HS;
-    size_t bytes = (kt + block + acc + tile + 3 * ATTN_BLOCK) * sizeof(float);
-    bytes = (bytes + 63) / 64 * 64; /* aligned_alloc takes whole multiples of the alignment */
-    float *base = aligned_alloc(64, bytes);
-    if (!base) return NULL;
-    memset(base, 0, bytes); /* the softmax reads whole rows of scores and of K^T */
-    s->kt = base;
-    s->scores = s->kt + kt;
-    s->acc = s->scores + block;
-    s->q = s->acc + acc;
-    s->m = s->q + tile;
-    s->l = s->m + ATTN_BLOCK;
-    s->rescale = s->l + ATTN_BLOCK;
-    return base;
+    if (base) {
+        s->kt = base;
+        s->scores = s->kt + kt;
+        s->acc = s->scores + block;
+        s->q = s->acc + acc;
+        s->m = s->q + tile;
+        s->l = s->m + ATTN_BLOCK;
+        s->rescale = s->l + ATTN_BLOCK;
+    }
+    return (kt + block + acc + tile + 3 * ATTN_BLOCK) * sizeof(float);
 }
 
 static void start_rows(const forward_scratch *s, int rows, int HS)
@@ -144,34 +140,43 @@ static void query_block(const forward_scratch *s, const attn_dims *d, const floa
     finish_rows(s, d, out, lse, q0, bq);
 }
 
+typedef struct {
+    float *out, *lse;
+    const float *qkv;
+    int T, C, NH;
+    attn_dims d;
+} forward_call;
+
+static void forward_slice(const void *ctx, void *scratch, int b, int h)
+{
+    const forward_call *f = ctx;
+    const attn_dims *d = &f->d;
+    forward_scratch s = {0};
+    forward_scratch_layout(&s, scratch, d);
+    const float *q = f->qkv + (size_t)b * f->T * d->ld + (size_t)h * d->HS;
+    float *o = f->out + (size_t)b * f->T * d->ld_out + (size_t)h * d->HS;
+    float *lse = f->lse + ((size_t)b * f->NH + h) * f->T;
+    attn_pack_transposed(s.kt, q + f->C, d);
+    for (int q0 = 0; q0 < f->T; q0 += ATTN_BLOCK)
+        query_block(&s, d, q, q + 2 * (size_t)f->C, o, lse, q0);
+}
+
+static void forward_fail(const void *ctx, int b, int h)
+{
+    const forward_call *f = ctx;
+    attn_fill_nan(f->out + (size_t)b * f->T * f->d.ld_out + (size_t)h * f->d.HS, f->d.ld_out,
+                  f->T, f->d.HS);
+}
+
 static void attention_forward_body(float *out, float *lse, const float *qkv, int B, int T, int C,
                                    int NH)
 {
     if (B <= 0 || T <= 0 || NH <= 0 || C <= 0) return;
-    attn_dims d = attn_make_dims(T, C, NH);
-    int nt = dt_kernels_threads(), failed = 0;
-#pragma omp parallel num_threads(nt) reduction(| : failed)
-    {
-        forward_scratch s = {0};
-        float *base = forward_scratch_alloc(&s, &d);
-        failed = base == NULL;
-#pragma omp for schedule(static)
-        for (int bh = 0; bh < B * NH; bh++) {
-            int b = bh / NH, h = bh % NH;
-            const float *q = qkv + (size_t)b * T * d.ld + (size_t)h * d.HS;
-            float *o = out + (size_t)b * T * d.ld_out + (size_t)h * d.HS;
-            if (!base) {
-                for (int t = 0; t < T; t++)
-                    for (int j = 0; j < d.HS; j++) o[t * d.ld_out + j] = NAN;
-                continue;
-            }
-            attn_pack_transposed(s.kt, q + C, &d);
-            for (int q0 = 0; q0 < T; q0 += ATTN_BLOCK)
-                query_block(&s, &d, q, q + 2 * (size_t)C, o, lse + (size_t)bh * T, q0);
-        }
-        free(base);
-    }
-    if (failed) dt_log(DT_LOG_ERROR, "attention forward: out of memory, output set to NaN");
+    forward_call f = {out, lse, qkv, T, C, NH, attn_make_dims(T, C, NH)};
+    attn_slices job = {.scratch_bytes = forward_scratch_layout(NULL, NULL, &f.d),
+                       .run = forward_slice, .fail = forward_fail, .ctx = &f,
+                       .what = "attention forward: out of memory, output set to NaN"};
+    attn_run_slices(&job, B, NH);
 }
 
 void dt_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH)

@@ -13,13 +13,11 @@
 
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "core/log.h"
 #include "kernels/attention_blocks.h"
+#include "kernels/attention_slices.h"
 #include "kernels/fast_exp.h"
-#include "kernels/threads.h"
 
 /* ---- positions ---- */
 
@@ -114,40 +112,43 @@ static int visible_keys(const sub_block *qb, const sub_block *kb, int r)
 
 /* ---- one (batch, head) slice ---- */
 
+/* What a call's slices share: the inputs and their layout. */
+typedef struct {
+    const float *q, *k, *v;
+    size_t ldq, ldkv;
+    const dt_seq_rows *q_rows, *kv_rows;
+    int Tq, Tk, C, NH;
+    attn_dims kv; /* the key/value block's dims, for packing */
+} ring_call;
+
+static ring_call ring_call_make(const float *q, size_t ldq, const float *k, const float *v,
+                                size_t ldkv, const dt_seq_rows *q_rows,
+                                const dt_seq_rows *kv_rows, int C, int NH)
+{
+    ring_call r = {q, k, v, ldq, ldkv, q_rows, kv_rows, dt_seq_rows_total(q_rows),
+                   dt_seq_rows_total(kv_rows), C, NH, {0}};
+    r.kv = attn_make_dims(r.Tk, C, NH);
+    r.kv.ld = ldkv;
+    return r;
+}
+
 typedef struct {
     const float *q, *k, *v; /* the slice's first row of each */
     size_t ldq, ldkv, ldo;  /* ldo: rows of out and dout (C) */
     int Tk;
-    attn_dims kv;           /* the key/value block's dims, for packing */
+    attn_dims kv;
 } slice;
 
-static slice make_slice(const float *q, size_t ldq, const float *k, const float *v, size_t ldkv,
-                        int b, int h, int Tq, int Tk, int C, int NH)
+static slice make_slice(const ring_call *r, int b, int h)
 {
     slice x;
-    x.kv = attn_make_dims(Tk, C, NH);
-    x.kv.ld = ldkv;
+    x.kv = r->kv;
     size_t col = (size_t)h * x.kv.HS;
-    x.q = q + (size_t)b * Tq * ldq + col;
-    x.k = k + (size_t)b * Tk * ldkv + col;
-    x.v = v + (size_t)b * Tk * ldkv + col;
-    x.ldq = ldq, x.ldkv = ldkv, x.ldo = (size_t)C, x.Tk = Tk;
+    x.q = r->q + (size_t)b * r->Tq * r->ldq + col;
+    x.k = r->k + (size_t)b * r->Tk * r->ldkv + col;
+    x.v = r->v + (size_t)b * r->Tk * r->ldkv + col;
+    x.ldq = r->ldq, x.ldkv = r->ldkv, x.ldo = (size_t)r->C, x.Tk = r->Tk;
     return x;
-}
-
-/* A thread's scratch, zeroed once: the softmax loops read whole rows of
- * the score blocks, beyond the keys a sub-block has. */
-static float *scratch_alloc(size_t floats)
-{
-    float *base = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
-    if (base) memset(base, 0, floats * sizeof(float));
-    return base;
-}
-
-static void fill_nan(float *x, size_t ld, int rows, int HS)
-{
-    for (int t = 0; t < rows; t++)
-        for (int j = 0; j < HS; j++) x[t * ld + j] = NAN;
 }
 
 /* ---- forward ---- */
@@ -159,17 +160,19 @@ typedef struct {
     float *m, *l;  /* [ATTN_BLOCK]: running maximum and sum of exp */
 } fwd_scratch;
 
-static float *fwd_scratch_alloc(fwd_scratch *s, const attn_dims *kv)
+/* The scratch's size, and with a base its pointers carved from it. */
+static size_t fwd_scratch_layout(fwd_scratch *s, float *base, const attn_dims *kv)
 {
     size_t kt = (size_t)kv->HS * kv->T_padded, block = ATTN_BLOCK * ATTN_BLOCK;
-    float *base = scratch_alloc(kt + block + (size_t)ATTN_BLOCK * kv->HS + 2 * ATTN_BLOCK);
-    if (!base) return NULL;
-    s->kt = base;
-    s->scores = s->kt + kt;
-    s->acc = s->scores + block;
-    s->m = s->acc + (size_t)ATTN_BLOCK * kv->HS;
-    s->l = s->m + ATTN_BLOCK;
-    return base;
+    size_t acc = (size_t)ATTN_BLOCK * kv->HS;
+    if (base) {
+        s->kt = base;
+        s->scores = s->kt + kt;
+        s->acc = s->scores + block;
+        s->m = s->acc + acc;
+        s->l = s->m + ATTN_BLOCK;
+    }
+    return (kt + block + acc + 2 * ATTN_BLOCK) * sizeof(float);
 }
 
 /* Folds a block of scores into each row's running softmax
@@ -212,34 +215,44 @@ static void forward_slice(const fwd_scratch *s, const slice *x, const dt_seq_row
         forward_query_block(s, x, &qb, kv_rows, out, lse);
 }
 
+typedef struct {
+    ring_call in;
+    float *out, *lse;
+} ring_forward;
+
+static float *forward_out(const ring_forward *f, int b, int h)
+{
+    return f->out + (size_t)b * f->in.Tq * f->in.C + (size_t)h * f->in.kv.HS;
+}
+
+static void forward_run(const void *ctx, void *scratch, int b, int h)
+{
+    const ring_forward *f = ctx;
+    fwd_scratch s = {0};
+    fwd_scratch_layout(&s, scratch, &f->in.kv);
+    slice x = make_slice(&f->in, b, h);
+    forward_slice(&s, &x, f->in.q_rows, f->in.kv_rows, forward_out(f, b, h),
+                  f->lse + ((size_t)b * f->in.NH + h) * f->in.Tq);
+}
+
+static void forward_fail(const void *ctx, int b, int h)
+{
+    const ring_forward *f = ctx;
+    attn_fill_nan(forward_out(f, b, h), (size_t)f->in.C, f->in.Tq, f->in.kv.HS);
+}
+
 int dt_attention_block_forward(float *out, float *lse, const float *q, size_t ldq,
                                const float *k, const float *v, size_t ldkv,
                                const dt_seq_rows *q_rows, const dt_seq_rows *kv_rows, int B,
                                int C, int NH)
 {
     int pairs = dt_seq_pairs_with_work(q_rows, kv_rows);
-    int Tq = dt_seq_rows_total(q_rows), Tk = dt_seq_rows_total(kv_rows);
     if (pairs == 0 || B <= 0 || C <= 0 || NH <= 0) return pairs;
-    int nt = dt_kernels_threads(), failed = 0;
-#pragma omp parallel num_threads(nt) reduction(| : failed)
-    {
-        fwd_scratch s = {0};
-        attn_dims kv = attn_make_dims(Tk, C, NH);
-        float *base = fwd_scratch_alloc(&s, &kv);
-        failed = base == NULL;
-#pragma omp for schedule(static)
-        for (int bh = 0; bh < B * NH; bh++) {
-            int b = bh / NH, h = bh % NH;
-            slice x = make_slice(q, ldq, k, v, ldkv, b, h, Tq, Tk, C, NH);
-            float *o = out + (size_t)b * Tq * C + (size_t)h * kv.HS;
-            if (base)
-                forward_slice(&s, &x, q_rows, kv_rows, o, lse + (size_t)bh * Tq);
-            else
-                fill_nan(o, (size_t)C, Tq, kv.HS);
-        }
-        free(base);
-    }
-    if (failed) dt_log(DT_LOG_ERROR, "ring attention forward: out of memory, output set to NaN");
+    ring_forward f = {ring_call_make(q, ldq, k, v, ldkv, q_rows, kv_rows, C, NH), out, lse};
+    attn_slices job = {.scratch_bytes = fwd_scratch_layout(NULL, NULL, &f.in.kv),
+                       .run = forward_run, .fail = forward_fail, .ctx = &f,
+                       .what = "ring attention forward: out of memory, output set to NaN"};
+    attn_run_slices(&job, B, NH);
     return pairs;
 }
 
@@ -292,16 +305,17 @@ typedef struct {
     float *probs, *dS; /* [ATTN_BLOCK, ATTN_BLOCK] */
 } bwd_scratch;
 
-static float *bwd_scratch_alloc(bwd_scratch *s, const attn_dims *kv)
+/* The scratch's size, and with a base its pointers carved from it. */
+static size_t bwd_scratch_layout(bwd_scratch *s, float *base, const attn_dims *kv)
 {
     size_t packed = (size_t)kv->HS * kv->T_padded, block = ATTN_BLOCK * ATTN_BLOCK;
-    float *base = scratch_alloc(2 * packed + 2 * block);
-    if (!base) return NULL;
-    s->kt = base;
-    s->vt = s->kt + packed;
-    s->probs = s->vt + packed;
-    s->dS = s->probs + block;
-    return base;
+    if (base) {
+        s->kt = base;
+        s->vt = s->kt + packed;
+        s->probs = s->vt + packed;
+        s->dS = s->probs + block;
+    }
+    return (2 * packed + 2 * block) * sizeof(float);
 }
 
 /* The slice's gradients and the per-query terms of backward. */
@@ -371,20 +385,41 @@ static void backward_slice(const bwd_scratch *s, const slice *x, const slice_gra
             if (!keys_after_queries(&qb, &kb)) backward_pair(s, x, g, &qb, &kb);
 }
 
-static slice_grads make_grads(float *dq, float *dk, float *dv, const float *dout,
-                              const float *lse, const float *D, const slice *x, int b, int h,
-                              int Tq, int NH)
+typedef struct {
+    ring_call in;
+    float *dq, *dk, *dv;
+    const float *dout, *lse, *D;
+} ring_backward;
+
+static slice_grads make_grads(const ring_backward *r, const slice *x, int b, int h)
 {
-    size_t col = (size_t)h * x->kv.HS, head = ((size_t)b * NH + h) * Tq;
+    size_t col = (size_t)h * x->kv.HS, head = ((size_t)b * r->in.NH + h) * r->in.Tq;
     slice_grads g = {
-        .dq = dq + (size_t)b * Tq * x->ldq + col,
-        .dk = dk + (size_t)b * x->Tk * x->ldkv + col,
-        .dv = dv + (size_t)b * x->Tk * x->ldkv + col,
-        .dout = dout + (size_t)b * Tq * x->ldo + col,
-        .lse = lse + head,
-        .D = D + head,
+        .dq = r->dq + (size_t)b * r->in.Tq * x->ldq + col,
+        .dk = r->dk + (size_t)b * x->Tk * x->ldkv + col,
+        .dv = r->dv + (size_t)b * x->Tk * x->ldkv + col,
+        .dout = r->dout + (size_t)b * r->in.Tq * x->ldo + col,
+        .lse = r->lse + head,
+        .D = r->D + head,
     };
     return g;
+}
+
+static void backward_run(const void *ctx, void *scratch, int b, int h)
+{
+    const ring_backward *r = ctx;
+    bwd_scratch s = {0};
+    bwd_scratch_layout(&s, scratch, &r->in.kv);
+    slice x = make_slice(&r->in, b, h);
+    slice_grads g = make_grads(r, &x, b, h);
+    backward_slice(&s, &x, &g, r->in.q_rows, r->in.kv_rows);
+}
+
+static void backward_fail(const void *ctx, int b, int h)
+{
+    const ring_backward *r = ctx;
+    slice x = make_slice(&r->in, b, h);
+    attn_fill_nan(make_grads(r, &x, b, h).dq, r->in.ldq, r->in.Tq, r->in.kv.HS);
 }
 
 int dt_attention_block_backward(float *dq, float *dk, float *dv, const float *dout,
@@ -394,27 +429,12 @@ int dt_attention_block_backward(float *dq, float *dk, float *dv, const float *do
                                 int C, int NH)
 {
     int pairs = dt_seq_pairs_with_work(q_rows, kv_rows);
-    int Tq = dt_seq_rows_total(q_rows), Tk = dt_seq_rows_total(kv_rows);
     if (pairs == 0 || B <= 0 || C <= 0 || NH <= 0) return pairs;
-    int nt = dt_kernels_threads(), failed = 0;
-#pragma omp parallel num_threads(nt) reduction(| : failed)
-    {
-        bwd_scratch s = {0};
-        attn_dims kv = attn_make_dims(Tk, C, NH);
-        float *base = bwd_scratch_alloc(&s, &kv);
-        failed = base == NULL;
-#pragma omp for schedule(static)
-        for (int bh = 0; bh < B * NH; bh++) {
-            int b = bh / NH, h = bh % NH;
-            slice x = make_slice(q, ldq, k, v, ldkv, b, h, Tq, Tk, C, NH);
-            slice_grads g = make_grads(dq, dk, dv, dout, lse, D, &x, b, h, Tq, NH);
-            if (base)
-                backward_slice(&s, &x, &g, q_rows, kv_rows);
-            else
-                fill_nan(g.dq, ldq, Tq, kv.HS);
-        }
-        free(base);
-    }
-    if (failed) dt_log(DT_LOG_ERROR, "ring attention backward: out of memory, dq set to NaN");
+    ring_backward r = {ring_call_make(q, ldq, k, v, ldkv, q_rows, kv_rows, C, NH),
+                       dq, dk, dv, dout, lse, D};
+    attn_slices job = {.scratch_bytes = bwd_scratch_layout(NULL, NULL, &r.in.kv),
+                       .run = backward_run, .fail = backward_fail, .ctx = &r,
+                       .what = "ring attention backward: out of memory, dq set to NaN"};
+    attn_run_slices(&job, B, NH);
     return pairs;
 }

@@ -160,29 +160,46 @@ static inline float attn_tile_row_start(const attn_tile_softmax_state *st, int r
     return m_new * DT_EXP_LOG2E;
 }
 
-/* A tile that fits one chunk, all in registers. */
+/* A tile that fits one chunk, all in registers. The rows go through each
+ * step together (all maxima, then all shifts, then all exps): a row's
+ * chain of maximum, horizontal reduction, scalar rescale, exp and sum is
+ * long and its four vectors alone cannot hide it, where the tile's six
+ * rows side by side can. Done a row at a time, the softmax took as long
+ * as the tile's product (AVX-512, benchmark model's shape); each row's
+ * arithmetic, and so every bit, is the same either way. */
 static inline __attribute__((always_inline)) void
 attn_tile_softmax_vecs(const int VECS, const int EDGE, const attn_tile *t,
                        const attn_tile_softmax_state *st)
 {
     attn_vec s[ATTN_TILE_ROWS][ATTN_TILE_VECS], scale2 = attn_vec_set1(t->scale * DT_EXP_LOG2E);
+    attn_vec sum[ATTN_TILE_ROWS];
+    float shift[ATTN_TILE_ROWS];
+    int visible[ATTN_TILE_ROWS];
     attn_tile_product(VECS, s, t);
 #pragma GCC unroll 6
     for (int r = 0; r < ATTN_TILE_ROWS; r++) {
+        visible[r] = EDGE ? attn_tile_visible(t, r) : ATTN_LANES * VECS;
+        shift[r] = attn_tile_row_max(VECS, EDGE, s[r], visible[r]);
+        sum[r] = attn_vec_zero();
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < ATTN_TILE_ROWS; r++)
+        if (r < t->rows) shift[r] = attn_tile_row_start(st, r, visible[r], shift[r], t->scale);
+#pragma GCC unroll 6
+    for (int r = 0; r < ATTN_TILE_ROWS; r++) {
         if (r >= t->rows) break;
-        int visible = EDGE ? attn_tile_visible(t, r) : ATTN_LANES * VECS;
-        float block_max = attn_tile_row_max(VECS, EDGE, s[r], visible);
-        attn_vec sum = attn_vec_zero();
-        attn_vec shift = attn_vec_set1(attn_tile_row_start(st, r, visible, block_max, t->scale));
+        attn_vec row_shift = attn_vec_set1(shift[r]);
 #pragma GCC unroll 4
         for (int v = 0; v < VECS; v++) {
-            attn_vec p = attn_vec_exp2(attn_vec_fmsub(s[r][v], scale2, shift));
-            if (EDGE) p = attn_vec_select_or_zero(attn_vec_lanes(visible, v), p);
+            attn_vec p = attn_vec_exp2(attn_vec_fmsub(s[r][v], scale2, row_shift));
+            if (EDGE) p = attn_vec_select_or_zero(attn_vec_lanes(visible[r], v), p);
             attn_vec_store(st->p + r * ATTN_BLOCK + ATTN_LANES * v, p);
-            sum = attn_vec_add(sum, p);
+            sum[r] = attn_vec_add(sum[r], p);
         }
-        st->l[r] += attn_vec_reduce_add(sum);
     }
+#pragma GCC unroll 6
+    for (int r = 0; r < ATTN_TILE_ROWS; r++)
+        if (r < t->rows) st->l[r] += attn_vec_reduce_add(sum[r]);
 }
 
 /* One chunk of a wider tile: its scores stored in p (rows ATTN_BLOCK
