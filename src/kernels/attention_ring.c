@@ -18,6 +18,7 @@
 #include "kernels/attention_blocks.h"
 #include "kernels/attention_slices.h"
 #include "kernels/fast_exp.h"
+#include "kernels/profile.h"
 
 /* ---- positions ---- */
 
@@ -73,6 +74,25 @@ int dt_seq_pairs_with_work(const dt_seq_rows *q_rows, const dt_seq_rows *kv_rows
         for (int j = 0; j < kv_rows->count; j++)
             pairs += q_rows->len[i] > 0 && kv_rows->len[j] > 0 &&
                      kv_rows->begin[j] <= q_rows->begin[i] + q_rows->len[i] - 1;
+    return pairs;
+}
+
+/* The query-key pairs of a call as --profile counts them, the way the
+ * full-sequence kernels' 2 B T^2 C counts them: each key at or before its
+ * query, less half of those at its own position, so that a whole causal
+ * sequence gives T^2 / 2, and a rank's share of a ring its share of that. */
+static double counted_pairs(const dt_seq_rows *q_rows, const dt_seq_rows *kv_rows)
+{
+    double pairs = 0.0;
+    for (int a = 0; a < q_rows->count; a++)
+        for (int c = 0; c < kv_rows->count; c++) {
+            int k0 = kv_rows->begin[c], kn = kv_rows->len[c];
+            for (int p = q_rows->begin[a]; p < q_rows->begin[a] + q_rows->len[a]; p++) {
+                int seen = p - k0 + 1;
+                pairs += seen < 0 ? 0 : seen > kn ? kn : seen;
+                if (p >= k0 && p < k0 + kn) pairs -= 0.5;
+            }
+        }
     return pairs;
 }
 
@@ -248,11 +268,15 @@ int dt_attention_block_forward(float *out, float *lse, const float *q, size_t ld
 {
     int pairs = dt_seq_pairs_with_work(q_rows, kv_rows);
     if (pairs == 0 || B <= 0 || C <= 0 || NH <= 0) return pairs;
+    const uint64_t t0 = dt_prof_begin();
     ring_forward f = {ring_call_make(q, ldq, k, v, ldkv, q_rows, kv_rows, C, NH), out, lse};
     attn_slices job = {.scratch_bytes = fwd_scratch_layout(NULL, NULL, &f.in.kv),
                        .run = forward_run, .fail = forward_fail, .ctx = &f,
                        .what = "ring attention forward: out of memory, output set to NaN"};
     attn_run_slices(&job, B, NH);
+    const double Tq = f.in.Tq, Tk = f.in.Tk;
+    dt_prof_end(DT_PROF_ATTENTION, t0, 4.0 * B * C * counted_pairs(q_rows, kv_rows),
+                4.0 * B * (C * (2.0 * Tq + 2.0 * Tk) + NH * Tq));
     return pairs;
 }
 
@@ -266,8 +290,8 @@ static float merged_lse(float a, float b)
     return hi + log1pf(expf(lo - hi));
 }
 
-void dt_attention_merge(float *out, float *lse, const float *part_out, const float *part_lse,
-                        int B, int T, int C, int NH)
+static void merge_body(float *out, float *lse, const float *part_out,
+                       const float *part_lse, int B, int T, int C, int NH)
 {
     int HS = NH > 0 ? C / NH : 0;
     for (int b = 0; b < B; b++)
@@ -284,8 +308,8 @@ void dt_attention_merge(float *out, float *lse, const float *part_out, const flo
             }
 }
 
-void dt_attention_row_dots(float *D, const float *dout, const float *out, int B, int T, int C,
-                           int NH)
+static void row_dots_body(float *D, const float *dout, const float *out, int B, int T,
+                          int C, int NH)
 {
     int HS = NH > 0 ? C / NH : 0;
     for (int b = 0; b < B; b++)
@@ -296,6 +320,25 @@ void dt_attention_row_dots(float *D, const float *dout, const float *out, int B,
                 for (int j = 0; j < HS; j++) sum += dout[oi + j] * out[oi + j];
                 D[((size_t)b * NH + h) * T + t] = sum;
             }
+}
+
+/* The merge and the row dots count as attention's time and bytes, not its
+ * FLOPs: the full-sequence kernels do the same work inside and count only
+ * the products. */
+void dt_attention_merge(float *out, float *lse, const float *part_out, const float *part_lse,
+                        int B, int T, int C, int NH)
+{
+    const uint64_t t0 = dt_prof_begin();
+    merge_body(out, lse, part_out, part_lse, B, T, C, NH);
+    dt_prof_end(DT_PROF_ATTENTION, t0, 0.0, 4.0 * B * T * (3.0 * C + 3.0 * NH));
+}
+
+void dt_attention_row_dots(float *D, const float *dout, const float *out, int B, int T, int C,
+                           int NH)
+{
+    const uint64_t t0 = dt_prof_begin();
+    row_dots_body(D, dout, out, B, T, C, NH);
+    dt_prof_end(DT_PROF_ATTENTION, t0, 0.0, 4.0 * B * T * (2.0 * C + NH));
 }
 
 /* ---- backward ---- */
@@ -430,11 +473,16 @@ int dt_attention_block_backward(float *dq, float *dk, float *dv, const float *do
 {
     int pairs = dt_seq_pairs_with_work(q_rows, kv_rows);
     if (pairs == 0 || B <= 0 || C <= 0 || NH <= 0) return pairs;
+    const uint64_t t0 = dt_prof_begin();
     ring_backward r = {ring_call_make(q, ldq, k, v, ldkv, q_rows, kv_rows, C, NH),
                        dq, dk, dv, dout, lse, D};
     attn_slices job = {.scratch_bytes = bwd_scratch_layout(NULL, NULL, &r.in.kv),
                        .run = backward_run, .fail = backward_fail, .ctx = &r,
                        .what = "ring attention backward: out of memory, dq set to NaN"};
     attn_run_slices(&job, B, NH);
+    /* q, dout and dq (read and written) a query row; k, v, dk and dv a key */
+    const double Tq = r.in.Tq, Tk = r.in.Tk;
+    dt_prof_end(DT_PROF_ATTENTION, t0, 10.0 * B * C * counted_pairs(q_rows, kv_rows),
+                4.0 * B * (C * (4.0 * Tq + 6.0 * Tk) + 2.0 * NH * Tq));
     return pairs;
 }

@@ -6,6 +6,8 @@
  * buffer for them and chunks when not; the scale rounded to float once), so
  * that a single slice reproduces dt_crossentropy bit for bit, with or
  * without a gradient. Only the split of the sum over slices differs.
+ * --profile counts the passes over the slice as cross-entropy: the
+ * maximum, the exponentials and their sums, the gradient.
  */
 #include "kernels/crossentropy_split.h"
 
@@ -13,6 +15,7 @@
 #include <stddef.h>
 
 #include "kernels/crossentropy_rows.h"
+#include "kernels/profile.h"
 #include "kernels/threads.h"
 
 void dt_vocab_slice(int V, int N, int r, int *v0, int *Vl)
@@ -30,17 +33,20 @@ static int ignored(int32_t target, int V) { return target < 0 || target >= V; }
 
 void dt_crossentropy_split_max(float *max, const float *logits, int N, int Vl)
 {
+    const uint64_t t0 = dt_prof_begin();
     int nt = dt_kernels_threads();
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int i = 0; i < N; i++) {
         max[i] = dt_ce_row_max(logits + (size_t)i * Vl, Vl);
     }
+    dt_prof_end(DT_PROF_CROSSENTROPY, t0, (double)N * Vl, 4.0 * ((double)N * Vl + N));
 }
 
 void dt_crossentropy_split_sums(double *sum, double *target_logit, float *exps,
                                 const float *logits, const float *max, const int32_t *targets,
                                 int N, int Vl, int v0, int V)
 {
+    const uint64_t t0 = dt_prof_begin();
     int nt = dt_kernels_threads();
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int i = 0; i < N; i++) {
@@ -52,6 +58,7 @@ void dt_crossentropy_split_sums(double *sum, double *target_logit, float *exps,
         if (in_slice(targets[i], v0, Vl)) target_logit[i] = x[targets[i] - v0];
         sum[i] = e ? dt_ce_sum_exp(e, x, max[i], Vl) : dt_ce_sum_exp_no_output(x, max[i], Vl);
     }
+    dt_prof_end(DT_PROF_CROSSENTROPY, t0, 3.0 * N * Vl, 4.0 * (double)N * Vl * (exps ? 2 : 1));
 }
 
 double dt_crossentropy_split_losses(float *losses, const float *max, const double *sum,
@@ -71,6 +78,7 @@ void dt_crossentropy_split_backward(float *dlogits, const float *exps, const dou
                                     const int32_t *targets, int N, int Vl, int v0, int V,
                                     float grad_scale)
 {
+    const uint64_t t0 = dt_prof_begin();
     int nt = dt_kernels_threads();
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int i = 0; i < N; i++) {
@@ -85,4 +93,5 @@ void dt_crossentropy_split_backward(float *dlogits, const float *exps, const dou
         for (int j = 0; j < Vl; j++) d[j] = e[j] * scale;
         if (in_slice(targets[i], v0, Vl)) d[targets[i] - v0] -= grad_scale;
     }
+    dt_prof_end(DT_PROF_CROSSENTROPY, t0, (double)N * Vl, 8.0 * (double)N * Vl);
 }

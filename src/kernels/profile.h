@@ -11,11 +11,13 @@
 
 typedef enum {
     DT_PROF_MATMUL,       /* every matrix product (dt_matmul_solve) */
-    DT_PROF_ATTENTION,    /* the attention core: scores, softmax, weighted values */
+    DT_PROF_ATTENTION,    /* the attention core: scores, softmax, weighted values (ring
+                           * attention's blocks and merges too) */
     DT_PROF_NORM,         /* LayerNorm, RMSNorm */
     DT_PROF_ACTIVATION,   /* GELU, SwiGLU */
-    DT_PROF_CROSSENTROPY, /* the head's softmax and cross-entropy */
-    DT_PROF_EMBEDDING,    /* token and position embeddings */
+    DT_PROF_CROSSENTROPY, /* the head's softmax and cross-entropy, whole or a vocabulary
+                           * slice's */
+    DT_PROF_EMBEDDING,    /* token and position embeddings, rotary ones included */
     DT_PROF_ROUTER,       /* a mixture of experts' routing */
     DT_PROF_OPTIMIZER,    /* the update */
     DT_PROF_GRAD_NORM,    /* the gradient's norm, for clipping */

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 
+#include "kernels/profile.h"
 #include "kernels/threads.h"
 
 enum { MAX_HALF = 1024 }; /* heads up to 2048 dimensions */
@@ -43,8 +44,8 @@ static void angles(float *c, float *s, int p, const float *inv, int half, int si
 /* Each position's angles once (the b sequences share them), then every
  * row turned; rows split over the threads, so the bits do not depend on
  * their count. */
-void dt_rope(float *x, int ld, const int32_t *pos, int b, int t, int heads, int D,
-             double theta, int sign)
+static void rope_body(float *x, int ld, const int32_t *pos, int b, int t, int heads, int D,
+                      double theta, int sign)
 {
     const int half = D / 2;
     float inv[MAX_HALF];
@@ -70,4 +71,15 @@ void dt_rope(float *x, int ld, const int32_t *pos, int b, int t, int heads, int 
         turn_row(x + (size_t)r * ld, c, c + half, heads, D);
     }
     free(table);
+}
+
+/* --profile counts it with the embeddings (a position embedding): 3 FLOPs
+ * an element turned, each read and written once. */
+void dt_rope(float *x, int ld, const int32_t *pos, int b, int t, int heads, int D,
+             double theta, int sign)
+{
+    const uint64_t t0 = dt_prof_begin();
+    rope_body(x, ld, pos, b, t, heads, D, theta, sign);
+    const double elems = (double)b * t * heads * D;
+    dt_prof_end(DT_PROF_EMBEDDING, t0, 3.0 * elems, 8.0 * elems);
 }

@@ -12,7 +12,8 @@ the sizes alone. Attention's are the causal count (half the T x T scores:
 2 B T^2 C forward, 5 B T^2 C backward, a layer). No part's time may exceed
 the step's: what the kernels claim, with the data and the communication,
 leaves a rest of at least 0 (a kernel counted twice would not). Timing
-itself is not checked. Each step's --log-json entry carries its parts,
+itself is not checked. Ring attention (--cp 2) counts as attention too:
+rank 0's share is half the causal count. Each step's --log-json entry carries its parts,
 which add up to its time. The products by shape are the architecture's
 (each linear's forward, input gradient and weight gradient, the tied
 head's), once a step each, and add up to the matrix products' row. And
@@ -76,6 +77,22 @@ def shapes_check(out, parts_rows):
           "GFLOP (row %s)" % (ms, mm[0], gflop, mm[2]))
 
 
+def ring_check(dtrain, base):
+    """Ring attention (--cp 2) counts its blocks as attention: zig-zag
+    shards give each rank half of every sequence's causal pairs, so rank
+    0's attention FLOPs are half the one-process count (at T = 128, where
+    a count of all pairs, or of none, would be far off)."""
+    t = 128
+    args = list(base)
+    args[args.index("--seq-len") + 1] = str(t)
+    r = run(dtrain, args + ["--nproc", "2", "--cp", "2", "--steps", "3", "--profile"])
+    att = 7 * B * t * t * C * L / 2 / 1e9
+    got = parts(r.stdout).get("attention", [None] * 4)[2]
+    check(r.returncode == 0 and got is not None and abs(got - att) <= 0.005 + 1e-4 * att,
+          "ring attention (--cp 2): rank 0's attention %s GFLOP a step, half the causal "
+          "count %.3f (exit %d)" % (got, att, r.returncode))
+
+
 def main():
     dtrain = sys.argv[1]
     base = ["train", "--model", "gpt2", "--n-layer", str(L), "--batch-size", str(B),
@@ -114,6 +131,7 @@ def main():
     check(rest is not None and rest >= 0 and abs(total + rest - step) < 0.05,
           "the parts (%.2f ms) and the rest (%s ms) make the step (%.2f ms), the rest not below "
           "0" % (total, rest, step))
+    ring_check(dtrain, base)
     r = run(dtrain, base + ["--steps", "1", "--profile"])
     check(r.returncode == 0 and "no step after the first" in r.stdout,
           "--profile with one step: nothing to profile, said so")
