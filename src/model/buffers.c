@@ -8,6 +8,7 @@
 #include "core/str.h"
 #include "core/window.h"
 #include "kernels/cast.h"
+#include "kernels/profile.h"
 #include "model/model_internal.h"
 
 int dt_gpt_set_mixed(dt_gpt *m)
@@ -44,10 +45,15 @@ void dt_gpt_grads_zeroed(dt_gpt *m, size_t lo, size_t hi)
             m->accum.zero[s] = 1;
 }
 
+/* --profile counts the zeroing with the optimizer, whose zero_grad it is
+ * in PyTorch's terms. */
 void dt_gpt_zero_grads(dt_gpt *m)
 {
-    dt_gbuf_zero(dt_gpt_grads(m), m->n_floats);
+    const uint64_t t0 = dt_prof_begin();
+    dt_gbuf zero = dt_gpt_grads(m);
+    dt_gbuf_zero(zero, m->n_floats);
     dt_gpt_grads_zeroed(m, 0, m->n_floats);
+    dt_prof_end(DT_PROF_OPTIMIZER, t0, 0.0, (double)m->n_floats * dt_gbuf_esz(zero));
 }
 
 void dt_gpt_sync_working(dt_gpt *m, size_t lo, size_t hi)
