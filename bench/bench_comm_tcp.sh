@@ -32,13 +32,23 @@ TMP=$(mktemp -d)
 # namespaces (--bidir: a connection each way, one thread), what a 2-rank
 # all-reduce's busbw could reach if it did nothing but move bytes; the
 # slower direction's received rate.
-command -v iperf3 >/dev/null || apt-get install -y iperf3 >/dev/null 2>&1 || true
+if ! command -v iperf3 >/dev/null; then
+    # its package asks whether to start a daemon: no question, no daemon
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y iperf3 >/dev/null 2>&1 ||
+        { apt-get update >/dev/null 2>&1 && apt-get install -y iperf3 >/dev/null 2>&1; } || true
+fi
 LIMIT=
 if command -v iperf3 >/dev/null; then
-    ip netns exec $NA iperf3 -s -1 -B 198.18.0.1 -p 29513 >/dev/null 2>&1 &
+    # the server serves one test; the timeout ends it if the client never
+    # comes (an iperf3 before 3.7 has no --bidir and refuses it)
+    timeout 20 ip netns exec $NA iperf3 -s -1 -B 198.18.0.1 -p 29513 >/dev/null 2>&1 &
+    SERVER=$!
     sleep 0.5
-    ip netns exec $NB iperf3 -c 198.18.0.1 -p 29513 --bidir -t 3 -J >"$TMP/link.json" 2>/dev/null || true
-    wait || true
+    ip netns exec $NB iperf3 -c 198.18.0.1 -p 29513 --bidir -t 3 -J >"$TMP/link.json" \
+        2>/dev/null || true
+    kill $SERVER 2>/dev/null || true
+    wait $SERVER 2>/dev/null || true
     LIMIT=$("$PY" -c "
 import json, sys
 try:

@@ -63,19 +63,27 @@ def dtrain_side_by_side(dtrain, data, steps, skip, tmp):
     """Two independent 1-rank runs at once, each pinned to its own core:
     their summed tokens/s is what the machine gives two ranks that never
     talk (shared caches, memory and the host's other tenants included),
-    the ceiling of any 2-rank scaling on it."""
-    procs = []
+    the ceiling of any 2-rank scaling on it. Both wait to the end, so a
+    failure leaves no run behind; the one that ends first leaves the
+    other's last steps alone on the machine, which flatters the ceiling a
+    little (the steps are the same, so by little more than a step's
+    spread)."""
+    runs = []
     for core in (0, 1):
         log = os.path.join(tmp, "alone%d.json" % core)
+        err = open(os.path.join(tmp, "alone%d.err" % core), "w+")
         cmd = dtrain_cmd(dtrain, data, steps, log, "--threads", "1")
-        procs.append((log, subprocess.Popen(["taskset", "-c", str(core)] + cmd,
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                            text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))))
+        runs.append((log, err, subprocess.Popen(["taskset", "-c", str(core)] + cmd,
+                                                stdout=subprocess.DEVNULL, stderr=err,
+                                                env=dict(os.environ, OMP_NUM_THREADS="1"))))
+    for _, _, proc in runs:
+        proc.wait()
     total = 0.0
-    for log, proc in procs:
-        _, err = proc.communicate()
+    for log, err, proc in runs:
+        err.seek(0)
         if proc.returncode != 0:
-            sys.exit("dtrain failed:\n" + err[-3000:])
+            sys.exit("dtrain failed:\n" + err.read()[-3000:])
+        err.close()
         total += log_means(log, skip, "tokens_per_s")[0]
     return total
 

@@ -33,7 +33,8 @@ typedef struct {
     float *q, *dout;    /* [DT_TILE_ROWS, HS]: a tile at the end of the sequence */
 } backward_scratch;
 
-/* The scratch's size, and with a base its pointers carved from it. */
+/* The scratch's size, and with a base its pointers: one function for
+ * both, so that the size and the carving cannot disagree. */
 static size_t backward_scratch_layout(backward_scratch *s, float *base, const attn_dims *d)
 {
     size_t packed = (size_t)d->HS * d->T_padded, block = ATTN_BLOCK * ATTN_BLOCK;
@@ -193,7 +194,7 @@ typedef struct {
     attn_dims d;
 } backward_call;
 
-/* A slice's offsets in qkv (and dqkv) and in out (and dout). */
+/* A slice's first element in qkv and dqkv (same layout), and in out and dout. */
 static size_t qkv_offset(const backward_call *g, int b, int h)
 {
     return (size_t)b * g->T * g->d.ld + (size_t)h * g->d.HS;

@@ -38,7 +38,8 @@ typedef struct {
     float *rescale; /* [ATTN_BLOCK]: each row's factor for its output so far */
 } forward_scratch;
 
-/* The scratch's size, and with a base its pointers carved from it. */
+/* The scratch's size, and with a base its pointers: one function for
+ * both, so that the size and the carving cannot disagree. */
 static size_t forward_scratch_layout(forward_scratch *s, float *base, const attn_dims *d)
 {
     size_t kt = (size_t)d->HS * d->T_padded, block = ATTN_BLOCK * ATTN_BLOCK;

@@ -180,7 +180,8 @@ typedef struct {
     float *m, *l;  /* [ATTN_BLOCK]: running maximum and sum of exp */
 } fwd_scratch;
 
-/* The scratch's size, and with a base its pointers carved from it. */
+/* The scratch's size, and with a base its pointers: one function for
+ * both, so that the size and the carving cannot disagree. */
 static size_t fwd_scratch_layout(fwd_scratch *s, float *base, const attn_dims *kv)
 {
     size_t kt = (size_t)kv->HS * kv->T_padded, block = ATTN_BLOCK * ATTN_BLOCK;
@@ -275,7 +276,7 @@ int dt_attention_block_forward(float *out, float *lse, const float *q, size_t ld
                        .what = "ring attention forward: out of memory, output set to NaN"};
     attn_run_slices(&job, B, NH);
     const double Tq = f.in.Tq, Tk = f.in.Tk;
-    dt_prof_end(DT_PROF_ATTENTION, t0, 4.0 * B * C * counted_pairs(q_rows, kv_rows),
+    dt_prof_end(DT_PROF_ATTENTION, t0, t0 ? 4.0 * B * C * counted_pairs(q_rows, kv_rows) : 0.0,
                 4.0 * B * (C * (2.0 * Tq + 2.0 * Tk) + NH * Tq));
     return pairs;
 }
@@ -348,7 +349,8 @@ typedef struct {
     float *probs, *dS; /* [ATTN_BLOCK, ATTN_BLOCK] */
 } bwd_scratch;
 
-/* The scratch's size, and with a base its pointers carved from it. */
+/* The scratch's size, and with a base its pointers: one function for
+ * both, so that the size and the carving cannot disagree. */
 static size_t bwd_scratch_layout(bwd_scratch *s, float *base, const attn_dims *kv)
 {
     size_t packed = (size_t)kv->HS * kv->T_padded, block = ATTN_BLOCK * ATTN_BLOCK;
@@ -482,7 +484,7 @@ int dt_attention_block_backward(float *dq, float *dk, float *dv, const float *do
     attn_run_slices(&job, B, NH);
     /* q, dout and dq (read and written) a query row; k, v, dk and dv a key */
     const double Tq = r.in.Tq, Tk = r.in.Tk;
-    dt_prof_end(DT_PROF_ATTENTION, t0, 10.0 * B * C * counted_pairs(q_rows, kv_rows),
+    dt_prof_end(DT_PROF_ATTENTION, t0, t0 ? 10.0 * B * C * counted_pairs(q_rows, kv_rows) : 0.0,
                 4.0 * B * (C * (4.0 * Tq + 6.0 * Tk) + 2.0 * NH * Tq));
     return pairs;
 }

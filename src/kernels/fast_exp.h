@@ -18,14 +18,16 @@
  * scores get anyway: x = n + f with |f| <= 1/2 exact, 2^f from its Taylor
  * series in f ln2 to the 7th power (within 1e-7 relative), and 2^n
  * applied by vscalefps, which also gives +inf above 2^128 without a
- * compare. Below x = DT_EXP2_MIN_ARG (2^-125.5, where dt_fast_expf stops
- * too) the result is 0, never a subnormal: x is raised to that bound
- * first, and the lanes below it are zeroed by the scaling instruction's
- * mask. An underflowing result costs a microcode assist on Intel cores
- * (without flush-to-zero, which dtrain leaves as the program set it), and
- * attention's hidden keys are all such lanes: computed as 2^-150, they
- * made the forward kernel 1.2-1.3x slower on a Sapphire Rapids-class
- * Xeon. -inf gives 0, NaN gives NaN.
+ * compare. Below x = DT_EXP2_MIN_ARG = -126 the result is 0, never a
+ * subnormal: x is raised to that bound first, and the lanes below it are
+ * zeroed by the scaling instruction's mask. An underflowing result costs
+ * a microcode assist on Intel cores unless the caller flushes denormals
+ * (training does, dt_kernels_flush_denormals; bench_kernels and the tests
+ * do not), and attention's hidden keys are all such lanes: computed as
+ * 2^-150, they made the forward kernel 1.2-1.3x slower on a Sapphire
+ * Rapids-class Xeon without the flush. With the flush the results are
+ * the same bits as before: what is now 0 was a subnormal, flushed. -inf
+ * gives 0, NaN gives NaN.
  *
  * dt_fast_exp2_256 is the same 2^x for AVX2 + FMA, which has no vscalefps:
  * x is clamped to [DT_EXP2_MIN_ARG, 129] and 2^n applied as two powers of
@@ -50,7 +52,7 @@
 #define DT_EXP_ROUND_MAGIC 12582912.0f /* 1.5 * 2^23: adding it rounds to an integer */
 #define DT_EXP_MIN_ARG (-87.0f)
 #define DT_EXP_MAX_ARG 88.37f
-#define DT_EXP2_MIN_ARG (-125.5f) /* 2^x >= 2^-126, the smallest normal float, from here */
+#define DT_EXP2_MIN_ARG (-126.0f) /* 2^-126, the smallest normal float */
 
 static inline float dt_exp_poly(float r)
 {

@@ -47,14 +47,16 @@ void dt_gpt_grads_zeroed(dt_gpt *m, size_t lo, size_t hi)
 
 /* --profile counts the zeroing with the optimizer, whose zero_grad it is
  * in PyTorch's terms. */
-void dt_gpt_zero_grads(dt_gpt *m)
+void dt_gpt_zero_grads_range(dt_gpt *m, size_t lo, size_t hi)
 {
     const uint64_t t0 = dt_prof_begin();
-    dt_gbuf zero = dt_gpt_grads(m);
-    dt_gbuf_zero(zero, m->n_floats);
-    dt_gpt_grads_zeroed(m, 0, m->n_floats);
-    dt_prof_end(DT_PROF_OPTIMIZER, t0, 0.0, (double)m->n_floats * dt_gbuf_esz(zero));
+    dt_gbuf g = dt_gpt_grads(m);
+    dt_gbuf_zero(dt_gbuf_at(g, lo), hi - lo);
+    dt_gpt_grads_zeroed(m, lo, hi);
+    dt_prof_end(DT_PROF_OPTIMIZER, t0, 0.0, (double)(hi - lo) * dt_gbuf_esz(g));
 }
+
+void dt_gpt_zero_grads(dt_gpt *m) { dt_gpt_zero_grads_range(m, 0, m->n_floats); }
 
 void dt_gpt_sync_working(dt_gpt *m, size_t lo, size_t hi)
 {

@@ -237,6 +237,8 @@ int dt_gpt_set_grads16(dt_gpt *m);
  * for a step's first micro-batch. */
 dt_gbuf dt_gpt_grads(const dt_gpt *m);
 void dt_gpt_zero_grads(dt_gpt *m);
+/* The same for floats [lo, hi) only (a pipeline stage's ranges). */
+void dt_gpt_zero_grads_range(dt_gpt *m, size_t lo, size_t hi);
 /* A strategy zeroed floats [lo, hi) of the accumulated gradients itself
  * (or brought them as zeros): the segments wholly inside are known zero,
  * so the next backward writes into them directly (see dt_gpt_accum). */

@@ -58,7 +58,7 @@ static int updated_finite_body(const dt_run *t, char *why, size_t n, double *flo
     const dt_gpt *m = &t->model;
     const dt_flat_ranges *r = S->shard_params || S->params_in_store ? S->shard : S->held;
     if (!r) {
-        *floats = (double)m->n_floats;
+        *floats += (double)m->n_floats;
         return dt_weights_check_finite(m, m->params, "", why, n);
     }
     for (int i = 0; i < r->n; i++) {
@@ -99,6 +99,17 @@ static int train_step(dt_run *t, double *loss, double *norm)
 }
 
 /* ---- the loop ------------------------------------------------------------- */
+
+/* An evaluation between steps: its kernels are no step's parts, and
+ * --profile would add them to the next step's (whose rest could then go
+ * below 0). */
+static int eval_unprofiled(dt_run *t)
+{
+    if (t->prof.on) dt_prof_enable(0);
+    int rc = dt_run_eval(t, 0);
+    if (t->prof.on) dt_prof_enable(1);
+    return rc;
+}
 
 /* Whether to stop before the next step: 1 stop, 0 go on, -1 the ranks
  * could not agree (a peer died: ERR(t) says which). Ranks in lockstep
@@ -204,7 +215,7 @@ static int run_loop(dt_run *t)
             return dt_strf(ERR(t), "step %ld: the loss is %f: training diverged", t->step, loss),
                    -1;
         int eval_now = c->eval_every > 0 && t->step % c->eval_every == 0 && t->step < c->steps;
-        if (eval_now && dt_run_eval(t, 0)) return -1;
+        if (eval_now && eval_unprofiled(t)) return -1;
         int save_now = c->out_dir[0] && c->save_every > 0 && t->step % c->save_every == 0;
         const int from_snapshot = save_now && dt_run_snapshots_save_async(t);
         if (save_now && !from_snapshot && dt_run_save(t)) return -1;

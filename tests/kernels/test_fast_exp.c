@@ -3,7 +3,7 @@
  * whole normal range, the edges where it flushes to 0 or goes to infinity,
  * the special values, and the AVX-512 form giving the same bits as the
  * scalar one; 2^x in each vector form this build has (AVX-512, AVX2) against
- * libm's exp2, flushed to 0 below 2^-125.5, and the two giving the same bits
+ * libm's exp2, flushed to 0 below 2^-126, and the two giving the same bits
  * where both build.
  */
 #include "kernel_test.h"
@@ -72,8 +72,8 @@ static void exp2_256(float *y, const float *x)
 #endif
 
 /* 2^x against libm's exp2 in double over the normal range down to
- * DT_EXP2_MIN_ARG, 0 below it (never a subnormal, whose underflow costs an
- * assist), and its edges */
+ * DT_EXP2_MIN_ARG = -126, 0 below it (never a subnormal, whose underflow
+ * costs an assist), swept across the bound, and its edges */
 static void check_exp2(const char *form, exp2_form exp2_of)
 {
     double worst = 0.0, worst_x = 0.0;
@@ -83,7 +83,7 @@ static void check_exp2(const char *form, exp2_form exp2_of)
         float x[16], y[16], xs[16], ys[16];
         for (int j = 0; j < 16; j++) {
             x[j] = DT_EXP2_MIN_ARG + 253.0f * (float)(i + j) / 2000000.0f;
-            xs[j] = -160.0f + 34.0f * (float)(i + j) / 2000000.0f;
+            xs[j] = -160.0f + 40.0f * (float)(i + j) / 2000000.0f;
         }
         exp2_of(y, x);
         exp2_of(ys, xs);
@@ -101,15 +101,16 @@ static void check_exp2(const char *form, exp2_form exp2_of)
           "%s exp2: %d results on the wrong side of the flush at 2^%g, e.g. 2^%.9g = %g", form,
           not_zero, (double)DT_EXP2_MIN_ARG, not_zero_x, not_zero_y);
     float x[16] = {0.0f, -INFINITY, INFINITY, NAN, -160.0f, 130.0f, 1.0f, -1.0f,
-                   DT_EXP2_MIN_ARG, -126.0f, -125.0f, -149.0f}, y[16];
+                   -125.5f, -126.0f, -125.0f, -149.0f, nextafterf(-126.0f, -INFINITY)}, y[16];
     exp2_of(y, x);
     CHECK(y[0] == 1.0f && y[1] == 0.0f && isinf(y[2]) && isnan(y[3]),
           "%s exp2 of 0, -inf, inf, nan: %g %g %g %g", form, y[0], y[1], y[2], y[3]);
     CHECK(y[4] == 0.0f && isinf(y[5]) && y[6] == 2.0f && y[7] == 0.5f,
           "%s exp2 of -160, 130, 1, -1: %g %g %g %g", form, y[4], y[5], y[6], y[7]);
-    CHECK(fabs(y[8] / exp2((double)DT_EXP2_MIN_ARG) - 1.0) < 2e-7 && y[9] == 0.0f &&
-              y[10] == 0x1p-125f && y[11] == 0.0f,
-          "%s exp2 of -125.5, -126, -125, -149: %g %g %g %g", form, y[8], y[9], y[10], y[11]);
+    CHECK(fabs(y[8] / exp2(-125.5) - 1.0) < 2e-7 && y[9] == 0x1p-126f && y[10] == 0x1p-125f &&
+              y[11] == 0.0f && y[12] == 0.0f,
+          "%s exp2 of -125.5, -126, -125, -149, just below -126: %g %g %g %g %g", form, y[8],
+          y[9], y[10], y[11], y[12]);
 }
 #endif
 

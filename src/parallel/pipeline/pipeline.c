@@ -264,11 +264,8 @@ static int pp_grads(void *self, uint64_t first, double *loss)
 {
     pipeline *P = self;
     dt_rank *r = P->S->rank;
-    dt_gbuf g = dt_gpt_grads(P->m);
-    for (int i = 0; i < P->held.n; i++) {
-        dt_gbuf_zero(dt_gbuf_at(g, P->range[i].lo), P->range[i].hi - P->range[i].lo);
-        dt_gpt_grads_zeroed(P->m, P->range[i].lo, P->range[i].hi);
-    }
+    for (int i = 0; i < P->held.n; i++)
+        dt_gpt_zero_grads_range(P->m, P->range[i].lo, P->range[i].hi);
     double sum = 0;
     if (dt_pp_exec_step(&P->x, P->S, first, &sum))
         return dt_strf(r->err, sizeof r->err, "%s", P->x.err), -1;
