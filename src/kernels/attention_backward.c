@@ -33,24 +33,16 @@ typedef struct {
     float *q, *dout;    /* [DT_TILE_ROWS, HS]: a tile at the end of the sequence */
 } backward_scratch;
 
-/* The scratch's size, and with a base its pointers: one function for
- * both, so that the size and the carving cannot disagree. */
+/* The scratch's size, and with a base its pointers (attn_scratch_carve). */
 static size_t backward_scratch_layout(backward_scratch *s, float *base, const attn_dims *d)
 {
-    size_t packed = (size_t)d->HS * d->T_padded, block = ATTN_BLOCK * ATTN_BLOCK;
-    size_t grad = (size_t)ATTN_BLOCK * d->HS, tile = (size_t)DT_TILE_ROWS * d->HS;
-    if (base) {
-        s->kt = base;
-        s->vt = s->kt + packed;
-        s->probs = s->vt + packed;
-        s->dS = s->probs + block;
-        s->dk = s->dS + block;
-        s->dv = s->dk + grad;
-        s->D = s->dv + grad;
-        s->q = s->D + d->T_padded;
-        s->dout = s->q + tile;
-    }
-    return (2 * packed + 2 * block + 2 * grad + d->T_padded + 2 * tile) * sizeof(float);
+    float **const at[] = {&s->kt, &s->vt, &s->probs, &s->dS, &s->dk,
+                          &s->dv, &s->D,  &s->q,     &s->dout};
+    const size_t packed = (size_t)d->HS * d->T_padded, block = ATTN_BLOCK * ATTN_BLOCK;
+    const size_t grad = (size_t)ATTN_BLOCK * d->HS, tile = (size_t)DT_TILE_ROWS * d->HS;
+    const size_t floats[] = {packed, packed, block, block, grad, grad, (size_t)d->T_padded,
+                             tile, tile};
+    return attn_scratch_carve(base, at, floats, (int)(sizeof floats / sizeof *floats));
 }
 
 #if defined(ATTN_TILES)

@@ -38,22 +38,14 @@ typedef struct {
     float *rescale; /* [ATTN_BLOCK]: each row's factor for its output so far */
 } forward_scratch;
 
-/* The scratch's size, and with a base its pointers: one function for
- * both, so that the size and the carving cannot disagree. */
+/* The scratch's size, and with a base its pointers (attn_scratch_carve). */
 static size_t forward_scratch_layout(forward_scratch *s, float *base, const attn_dims *d)
 {
-    size_t kt = (size_t)d->HS * d->T_padded, block = ATTN_BLOCK * ATTN_BLOCK;
-    size_t acc = (size_t)ATTN_BLOCK * d->HS, tile = (size_t)DT_TILE_ROWS * d->HS;
-    if (base) {
-        s->kt = base;
-        s->scores = s->kt + kt;
-        s->acc = s->scores + block;
-        s->q = s->acc + acc;
-        s->m = s->q + tile;
-        s->l = s->m + ATTN_BLOCK;
-        s->rescale = s->l + ATTN_BLOCK;
-    }
-    return (kt + block + acc + tile + 3 * ATTN_BLOCK) * sizeof(float);
+    float **const at[] = {&s->kt, &s->scores, &s->acc, &s->q, &s->m, &s->l, &s->rescale};
+    const size_t floats[] = {(size_t)d->HS * d->T_padded, ATTN_BLOCK * ATTN_BLOCK,
+                             (size_t)ATTN_BLOCK * d->HS, (size_t)DT_TILE_ROWS * d->HS,
+                             ATTN_BLOCK, ATTN_BLOCK, ATTN_BLOCK};
+    return attn_scratch_carve(base, at, floats, (int)(sizeof floats / sizeof *floats));
 }
 
 static void start_rows(const forward_scratch *s, int rows, int HS)

@@ -180,20 +180,13 @@ typedef struct {
     float *m, *l;  /* [ATTN_BLOCK]: running maximum and sum of exp */
 } fwd_scratch;
 
-/* The scratch's size, and with a base its pointers: one function for
- * both, so that the size and the carving cannot disagree. */
+/* The scratch's size, and with a base its pointers (attn_scratch_carve). */
 static size_t fwd_scratch_layout(fwd_scratch *s, float *base, const attn_dims *kv)
 {
-    size_t kt = (size_t)kv->HS * kv->T_padded, block = ATTN_BLOCK * ATTN_BLOCK;
-    size_t acc = (size_t)ATTN_BLOCK * kv->HS;
-    if (base) {
-        s->kt = base;
-        s->scores = s->kt + kt;
-        s->acc = s->scores + block;
-        s->m = s->acc + acc;
-        s->l = s->m + ATTN_BLOCK;
-    }
-    return (kt + block + acc + 2 * ATTN_BLOCK) * sizeof(float);
+    float **const at[] = {&s->kt, &s->scores, &s->acc, &s->m, &s->l};
+    const size_t floats[] = {(size_t)kv->HS * kv->T_padded, ATTN_BLOCK * ATTN_BLOCK,
+                             (size_t)ATTN_BLOCK * kv->HS, ATTN_BLOCK, ATTN_BLOCK};
+    return attn_scratch_carve(base, at, floats, (int)(sizeof floats / sizeof *floats));
 }
 
 /* Folds a block of scores into each row's running softmax
@@ -349,18 +342,13 @@ typedef struct {
     float *probs, *dS; /* [ATTN_BLOCK, ATTN_BLOCK] */
 } bwd_scratch;
 
-/* The scratch's size, and with a base its pointers: one function for
- * both, so that the size and the carving cannot disagree. */
+/* The scratch's size, and with a base its pointers (attn_scratch_carve). */
 static size_t bwd_scratch_layout(bwd_scratch *s, float *base, const attn_dims *kv)
 {
-    size_t packed = (size_t)kv->HS * kv->T_padded, block = ATTN_BLOCK * ATTN_BLOCK;
-    if (base) {
-        s->kt = base;
-        s->vt = s->kt + packed;
-        s->probs = s->vt + packed;
-        s->dS = s->probs + block;
-    }
-    return (2 * packed + 2 * block) * sizeof(float);
+    float **const at[] = {&s->kt, &s->vt, &s->probs, &s->dS};
+    const size_t packed = (size_t)kv->HS * kv->T_padded, block = ATTN_BLOCK * ATTN_BLOCK;
+    const size_t floats[] = {packed, packed, block, block};
+    return attn_scratch_carve(base, at, floats, (int)(sizeof floats / sizeof *floats));
 }
 
 /* The slice's gradients and the per-query terms of backward. */

@@ -36,6 +36,16 @@ int attn_run_slices(const attn_slices *job, int B, int NH)
     return failed ? -1 : 0;
 }
 
+size_t attn_scratch_carve(float *base, float **const at[], const size_t floats[], int n)
+{
+    size_t used = 0;
+    for (int i = 0; i < n; i++) {
+        if (base) *at[i] = base + used;
+        used += floats[i];
+    }
+    return used * sizeof(float);
+}
+
 void attn_fill_nan(float *x, size_t ld, int rows, int HS)
 {
     for (int t = 0; t < rows; t++)

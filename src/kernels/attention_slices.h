@@ -24,6 +24,12 @@ typedef struct {
  * thread's scratch could not be allocated, 0 otherwise. */
 int attn_run_slices(const attn_slices *job, int B, int NH);
 
+/* A scratch layout as data: n arrays, each `floats[i]` long, one after
+ * another from base (when base is given, *at[i] is pointed at array i).
+ * Returns the bytes they take, so that one list gives both the size and
+ * the pointers, and the two cannot disagree. */
+size_t attn_scratch_carve(float *base, float **const at[], const size_t floats[], int n);
+
 /* x[t * ld + j] = NaN for t < rows, j < HS: a slice's output when its
  * thread had no scratch, so the failure cannot pass unseen. */
 void attn_fill_nan(float *x, size_t ld, int rows, int HS);
