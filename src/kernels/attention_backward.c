@@ -220,7 +220,8 @@ static void attention_backward_body(float *dqkv, const float *dout, const float 
 {
     if (B <= 0 || T <= 0 || NH <= 0 || C <= 0) return;
     backward_call g = {dqkv, dout, qkv, out, lse, T, C, NH, attn_make_dims(T, C, NH)};
-    attn_slices job = {.scratch_bytes = backward_scratch_layout(NULL, NULL, &g.d),
+    backward_scratch sizing; /* the layout names its arrays even when only sizing */
+    attn_slices job = {.scratch_bytes = backward_scratch_layout(&sizing, NULL, &g.d),
                        .run = backward_slice, .fail = backward_fail, .ctx = &g,
                        .what = "attention backward: out of memory, gradient set to NaN"};
     attn_run_slices(&job, B, NH);

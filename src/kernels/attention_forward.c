@@ -166,7 +166,8 @@ static void attention_forward_body(float *out, float *lse, const float *qkv, int
 {
     if (B <= 0 || T <= 0 || NH <= 0 || C <= 0) return;
     forward_call f = {out, lse, qkv, T, C, NH, attn_make_dims(T, C, NH)};
-    attn_slices job = {.scratch_bytes = forward_scratch_layout(NULL, NULL, &f.d),
+    forward_scratch sizing; /* the layout names its arrays even when only sizing */
+    attn_slices job = {.scratch_bytes = forward_scratch_layout(&sizing, NULL, &f.d),
                        .run = forward_slice, .fail = forward_fail, .ctx = &f,
                        .what = "attention forward: out of memory, output set to NaN"};
     attn_run_slices(&job, B, NH);

@@ -264,7 +264,8 @@ int dt_attention_block_forward(float *out, float *lse, const float *q, size_t ld
     if (pairs == 0 || B <= 0 || C <= 0 || NH <= 0) return pairs;
     const uint64_t t0 = dt_prof_begin();
     ring_forward f = {ring_call_make(q, ldq, k, v, ldkv, q_rows, kv_rows, C, NH), out, lse};
-    attn_slices job = {.scratch_bytes = fwd_scratch_layout(NULL, NULL, &f.in.kv),
+    fwd_scratch sizing; /* the layout names its arrays even when only sizing */
+    attn_slices job = {.scratch_bytes = fwd_scratch_layout(&sizing, NULL, &f.in.kv),
                        .run = forward_run, .fail = forward_fail, .ctx = &f,
                        .what = "ring attention forward: out of memory, output set to NaN"};
     attn_run_slices(&job, B, NH);
@@ -466,7 +467,8 @@ int dt_attention_block_backward(float *dq, float *dk, float *dv, const float *do
     const uint64_t t0 = dt_prof_begin();
     ring_backward r = {ring_call_make(q, ldq, k, v, ldkv, q_rows, kv_rows, C, NH),
                        dq, dk, dv, dout, lse, D};
-    attn_slices job = {.scratch_bytes = bwd_scratch_layout(NULL, NULL, &r.in.kv),
+    bwd_scratch sizing; /* the layout names its arrays even when only sizing */
+    attn_slices job = {.scratch_bytes = bwd_scratch_layout(&sizing, NULL, &r.in.kv),
                        .run = backward_run, .fail = backward_fail, .ctx = &r,
                        .what = "ring attention backward: out of memory, dq set to NaN"};
     attn_run_slices(&job, B, NH);
