@@ -23,15 +23,17 @@
  * it is 4-5% ahead when N > K (dout @ W^T into a wide layer) and 1-6%
  * behind otherwise, where the primitive stays. That rule is where a run
  * starts; a trainer that gives a paths file (matmul_paths.h) has each
- * shape class timed both ways once per CPU, and the primitive takes the
- * shapes it wins by 10% (on an Intel Xeon, the tall weight gradient
- * [4C, C] += inp^T @ dout: 84% of peak against sgemm's 58-71%). Either
- * way the path depends only on the problem and the host's file, so every
- * rank and every run on a host multiplies a shape the same way. (sgemm's
+ * shape class timed on each path once per CPU, and another path takes the
+ * shapes it wins by 10% (on an Intel Xeon, the primitive the tall weight
+ * gradient [4C, C] += inp^T @ dout: 84% of peak against sgemm's 58-71%;
+ * a long K in pieces of 256, each piece's product added to the sum of
+ * those before: the weight gradients over 2048 tokens 15-25% faster).
+ * Either way the path depends only on the problem and the host's file, so
+ * every rank and every run on a host multiplies a shape the same way. (sgemm's
  * kernels move the stack pointer into the heap while they run: no signal
  * handler may interrupt them, see train/stop_signals.h.)
  * An accumulating fp32 product (dW +=) is formed whole in a scratch block
- * and then added, on either path (sgemm would fold beta C in with its first
+ * and then added, on every path (sgemm would fold beta C in with its first
  * block of K): C + (A @ B), bit for bit, the same sum as a gradient formed
  * apart and then added (what a rank's gradient is to the all-reduce).
  */
@@ -249,7 +251,10 @@ static dnnl_status_t execute(const dt_mm_key *k, const dt_mm_plan *plan, dt_mm_w
 #define SGEMM_BLOCK_ELEMS (1 << 22)
 
 /* The fixed rule (see the top), for when nothing was measured. */
-static int rule_sgemm(const dt_matmul_problem *p) { return !p->transB || p->N > p->K; }
+static dt_mm_path rule_path(const dt_matmul_problem *p)
+{
+    return !p->transB || p->N > p->K ? DT_MM_SGEMM : DT_MM_PRIMITIVE;
+}
 
 static int block_rows(const dt_matmul_problem *p)
 {
@@ -257,47 +262,60 @@ static int block_rows(const dt_matmul_problem *p)
     return block > p->M ? p->M : block;
 }
 
-static const float *rows_of_A(const dt_matmul_problem *p, int m0)
+/* The part of the product that rows [m0, m0 + rows) of C and the
+ * reduction's [k0, k0 + k) make: beta 0 for the first piece of K (which
+ * brings the bias), 1 for the pieces added to it. */
+static dt_matmul_problem part_of(const dt_matmul_problem *p, int m0, int rows, int k0, int k,
+                                 float *C, int ldc)
 {
-    return p->A + (p->transA ? (size_t)m0 : (size_t)m0 * p->lda);
+    dt_matmul_problem q = *p;
+    q.M = rows, q.K = k, q.C = C, q.ldc = ldc;
+    q.A = p->A + (p->transA ? (size_t)k0 * p->lda + (size_t)m0 : (size_t)m0 * p->lda + k0);
+    q.B = p->B + (p->transB ? (size_t)k0 : (size_t)k0 * p->ldb);
+    q.beta = k0 ? 1.0f : 0.0f;
+    if (k0) q.bias = NULL;
+    return q;
 }
 
-/* Rows [m0, m0 + rows) of (A @ B) + bias into C (row stride ldc). */
-static dnnl_status_t sgemm_rows(const dt_matmul_problem *p, int m0, int rows, float *C, int ldc)
+/* (A @ B) + bias into C, on sgemm; a bias is copied into C first. */
+static dnnl_status_t sgemm_part(const dt_matmul_problem *q)
 {
-    if (p->bias) {
-        int nt = (size_t)rows * p->N >= PASS_PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;
+    if (q->bias) {
+        int nt = (size_t)q->M * q->N >= PASS_PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;
 #pragma omp parallel for schedule(static) num_threads(nt)
-        for (int i = 0; i < rows; i++)
-            memcpy(C + (size_t)i * ldc, p->bias, (size_t)p->N * sizeof(float));
+        for (int i = 0; i < q->M; i++)
+            memcpy(q->C + (size_t)i * q->ldc, q->bias, (size_t)q->N * sizeof(float));
     }
-    return dnnl_sgemm(p->transA ? 'T' : 'N', p->transB ? 'T' : 'N', rows, p->N, p->K, p->alpha,
-                      rows_of_A(p, m0), p->lda, p->B, p->ldb, p->bias ? 1.0f : 0.0f, C, ldc);
+    return dnnl_sgemm(q->transA ? 'T' : 'N', q->transB ? 'T' : 'N', q->M, q->N, q->K, q->alpha,
+                      q->A, q->lda, q->B, q->ldb, q->bias ? 1.0f : q->beta, q->C, q->ldc);
 }
 
 static int primitive_solve(const dt_matmul_problem *p, dt_mm_workspace *ws);
 
-static int primitive_rows(const dt_matmul_problem *p, dt_mm_workspace *ws, int m0, int rows,
-                          float *C, int ldc)
+/* Rows [m0, m0 + rows) of (A @ B) + bias into C (row stride ldc), over K
+ * whole or piece by piece, on the path's kernel. */
+static int rows_on(dt_mm_path path, const dt_matmul_problem *p, dt_mm_workspace *ws, int m0,
+                   int rows, float *C, int ldc)
 {
-    dt_matmul_problem q = *p;
-    q.M = rows, q.A = rows_of_A(p, m0), q.beta = 0.0f, q.C = C, q.ldc = ldc;
-    return primitive_solve(&q, ws);
-}
-
-static int rows_on(int sgemm, const dt_matmul_problem *p, dt_mm_workspace *ws, int m0, int rows,
-                   float *C, int ldc)
-{
-    if (!sgemm) return primitive_rows(p, ws, m0, rows, C, ldc);
-    dnnl_status_t s = sgemm_rows(p, m0, rows, C, ldc);
-    return s == dnnl_success ? 0 : fail(p, "oneDNN sgemm: %s", dnnl_status2str(s));
+    int piece = dt_mm_path_pieces(path) ? DT_MM_K_PIECE : p->K;
+    for (int k0 = 0; k0 < p->K; k0 += piece) {
+        dt_matmul_problem q = part_of(p, m0, rows, k0, p->K - k0 < piece ? p->K - k0 : piece, C,
+                                      ldc);
+        if (!dt_mm_path_sgemm(path)) {
+            if (primitive_solve(&q, ws)) return -1;
+            continue;
+        }
+        dnnl_status_t s = sgemm_part(&q);
+        if (s != dnnl_success) return fail(p, "oneDNN sgemm: %s", dnnl_status2str(s));
+    }
+    return 0;
 }
 
 /* C = beta C + (alpha A @ B + bias), in blocks of rows: each block's
  * product goes straight into C or, when beta is not 0, into the scratch
  * and is then added, so an accumulated product is C plus the product
- * formed alone, bit for bit, on either path. */
-static int fp32_solve(const dt_matmul_problem *p, dt_mm_workspace *ws, int sgemm)
+ * formed alone, bit for bit, on every path. */
+static int fp32_solve(const dt_matmul_problem *p, dt_mm_workspace *ws, dt_mm_path path)
 {
     int block = block_rows(p);
     size_t bytes = (size_t)block * p->N * sizeof(float);
@@ -307,10 +325,10 @@ static int fp32_solve(const dt_matmul_problem *p, dt_mm_workspace *ws, int sgemm
         int rows = p->M - m0 < block ? p->M - m0 : block;
         float *C = p->C + (size_t)m0 * p->ldc;
         if (p->beta == 0.0f) {
-            if (rows_on(sgemm, p, ws, m0, rows, C, p->ldc)) return -1;
+            if (rows_on(path, p, ws, m0, rows, C, p->ldc)) return -1;
             continue;
         }
-        if (rows_on(sgemm, p, ws, m0, rows, ws->c32, p->N)) return -1;
+        if (rows_on(path, p, ws, m0, rows, ws->c32, p->N)) return -1;
         int nt = (size_t)rows * p->N >= PASS_PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;
 #pragma omp parallel for schedule(static) num_threads(nt)
         for (int i = 0; i < rows; i++) {
@@ -330,11 +348,11 @@ typedef struct {
     dt_mm_workspace *ws;
 } timing;
 
-static double time_path(void *ctx, int sgemm)
+static double time_path(void *ctx, dt_mm_path path)
 {
     timing *t = ctx;
     double t0 = dt_now_s();
-    if (fp32_solve(&t->q, t->ws, sgemm)) return -1;
+    if (fp32_solve(&t->q, t->ws, path)) return -1;
     return dt_now_s() - t0;
 }
 
@@ -342,18 +360,18 @@ static double time_path(void *ctx, int sgemm)
  * runs (fp32_solve): an overwriting product in place (its C is written
  * next anyway), an accumulating one in the block scratch fp32_solve
  * reserves for it (timed with beta 0, which leaves the scratch alone). */
-static int choose_sgemm(const dt_matmul_problem *p, dt_mm_workspace *ws)
+static dt_mm_path choose_path(const dt_matmul_problem *p, dt_mm_workspace *ws)
 {
-    if (p->bias && p->beta != 0.0f) return 0; /* sgemm cannot add both */
+    if (p->bias && p->beta != 0.0f) return DT_MM_PRIMITIVE; /* sgemm cannot add both */
     timing t = {*p, ws};
     t.q.beta = 0.0f, t.q.M = block_rows(p);
     if (p->beta != 0.0f) {
         size_t bytes = (size_t)t.q.M * p->N * sizeof(float);
         if (dt_mm_reserve((void **)&ws->c32, &ws->c32_bytes, bytes, DT_MEM_OTHER))
-            return rule_sgemm(p); /* fp32_solve reports the memory */
+            return rule_path(p); /* fp32_solve reports the memory */
         t.q.C = ws->c32, t.q.ldc = p->N;
     }
-    return dt_mm_path_choose(p->transA, p->transB, p->M, p->N, p->K, rule_sgemm(p),
+    return dt_mm_path_choose(p->transA, p->transB, p->M, p->N, p->K, rule_path(p),
                              2.0 * t.q.M * p->N * p->K, time_path, &t);
 }
 
@@ -396,9 +414,11 @@ static int matmul_solve_body(const dt_matmul_problem *p, const char **path)
     if (!ws) return fail(p, "no oneDNN CPU engine or stream (out of memory?)");
     if (p->prec != DT_PREC_F32) return primitive_solve(p, ws);
     dt_kernels_threads(); /* sgemm takes the OpenMP thread count of its caller */
-    int sgemm = choose_sgemm(p, ws);
-    if (sgemm) *path = "sgemm";
-    return fp32_solve(p, ws, sgemm);
+    static const char *const shown[DT_MM_PATHS] = {"matmul", "sgemm", "matmul/k256",
+                                                   "sgemm/k256"};
+    dt_mm_path chosen = choose_path(p, ws);
+    *path = shown[chosen];
+    return fp32_solve(p, ws, chosen);
 }
 
 int dt_matmul_solve(const dt_matmul_problem *p)

@@ -2,9 +2,11 @@
  * Measured paths for fp32 products (see matmul_paths.h).
  *
  * The file is a list of lines "<transA> <transB> <M> <N> <K> <path>
- * <sgemm GFLOP/s> <primitive GFLOP/s>", one per shape class, appended under
- * flock(2) by whichever process measured first; lines starting with '#' and
- * lines that do not parse (a write cut short) are skipped. A process keeps
+ * <sgemm GFLOP/s> <primitive GFLOP/s>", one per shape class, and two more
+ * rates (sgemm and the primitive in pieces) where the class was timed in
+ * pieces too; appended under flock(2) by whichever process measured first.
+ * Lines starting with '#' and lines that do not parse (a write cut short)
+ * are skipped. A process keeps
  * what it has read or measured in a table, so the file is read again only
  * when a class is missing.
  */
@@ -32,8 +34,26 @@
 
 typedef struct {
     dt_mm_class c;
-    int sgemm;
+    dt_mm_path path;
 } entry;
+
+static const char *const names[DT_MM_PATHS] = {"primitive", "sgemm", "primitive/k256",
+                                               "sgemm/k256"};
+_Static_assert(DT_MM_K_PIECE == 256, "the paths' names give the piece");
+
+/* The file's rate columns, in order. */
+static const dt_mm_path columns[DT_MM_PATHS] = {DT_MM_SGEMM, DT_MM_PRIMITIVE, DT_MM_SGEMM_PIECES,
+                                                DT_MM_PRIMITIVE_PIECES};
+
+const char *dt_mm_path_name(dt_mm_path p)
+{
+    return p >= 0 && p < DT_MM_PATHS ? names[p] : "?";
+}
+
+int dt_mm_pieces_apply(const dt_mm_class *c)
+{
+    return c->K >= 4 * DT_MM_K_PIECE && c->K >= c->M && c->K >= c->N;
+}
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static char *file_path; /* NULL: the rule only */
@@ -63,7 +83,7 @@ static const entry *find(const dt_mm_class *c)
     return NULL;
 }
 
-static int add(const dt_mm_class *c, int sgemm)
+static int add(const dt_mm_class *c, dt_mm_path path)
 {
     if (find(c)) return 0;
     if (entries == capacity) {
@@ -72,22 +92,22 @@ static int add(const dt_mm_class *c, int sgemm)
         if (!t) return -1;
         table = t, capacity = cap;
     }
-    table[entries++] = (entry){*c, sgemm};
+    table[entries++] = (entry){*c, path};
     return 0;
 }
 
 static int parse_line(const char *line, entry *e)
 {
-    char path[16], tail;
-    double gs, gp;
-    int n = sscanf(line, "%d %d %d %d %d %15s %lf %lf %c", &e->c.transA, &e->c.transB, &e->c.M,
-                   &e->c.N, &e->c.K, path, &gs, &gp, &tail);
-    if (n != 8 || (e->c.transA | e->c.transB) & ~1 || e->c.M < 0 || e->c.N < 0 || e->c.K < 0)
+    char path[24], tail;
+    double rate[DT_MM_PATHS];
+    int n = sscanf(line, "%d %d %d %d %d %23s %lf %lf %lf %lf %c", &e->c.transA, &e->c.transB,
+                   &e->c.M, &e->c.N, &e->c.K, path, &rate[0], &rate[1], &rate[2], &rate[3], &tail);
+    if ((n != 8 && n != 10) || (e->c.transA | e->c.transB) & ~1 || e->c.M < 0 || e->c.N < 0 ||
+        e->c.K < 0)
         return -1;
-    if (!strcmp(path, "sgemm")) e->sgemm = 1;
-    else if (!strcmp(path, "primitive")) e->sgemm = 0;
-    else return -1;
-    return 0;
+    for (int p = 0; p < DT_MM_PATHS; p++)
+        if (!strcmp(path, names[p])) return e->path = (dt_mm_path)p, 0;
+    return -1;
 }
 
 /* A file of more than this is not one dtrain wrote (a line per class). */
@@ -107,7 +127,7 @@ static int load(const char *path, int *torn, char *err, size_t errlen)
     char *save = NULL;
     for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         entry e;
-        if (line[0] != '#' && parse_line(line, &e) == 0) add(&e.c, e.sgemm);
+        if (line[0] != '#' && parse_line(line, &e) == 0) add(&e.c, e.path);
     }
     free(text);
     return 0;
@@ -136,47 +156,66 @@ int dt_mm_paths_use(const char *file, char *err, size_t errlen)
     return rc;
 }
 
-/* Seconds of the fastest timed run of each path (after one to warm up),
- * taken in turn; 1 when sgemm should run, 0 for the primitive. */
-static int measure(dt_mm_time_fn time, void *ctx, int rule_sgemm, double best[2])
+/* Seconds of the fastest timed run of each of the n paths (after one to
+ * warm up), taken in turn; the fastest, if it beats the rule (paths[0]) by
+ * SWITCH_GAIN, else the rule; -1 when a path failed. */
+static int measure(dt_mm_time_fn time, void *ctx, const dt_mm_path *paths, int n,
+                   double best[DT_MM_PATHS])
 {
-    best[0] = best[1] = 1e30; /* [primitive, sgemm] */
+    for (int i = 0; i < DT_MM_PATHS; i++) best[i] = 1e30;
     double spent = 0;
     timed_classes++;
     for (int r = 0; r < ROUNDS && (r < 2 || spent < BUDGET_S); r++)
-        for (int i = 0; i < 2; i++) {
-            int path = i ? !rule_sgemm : rule_sgemm;
-            double s = time(ctx, path);
+        for (int i = 0; i < n; i++) {
+            double s = time(ctx, paths[i]);
             if (s < 0) return -1;
             spent += s;
             timed_seconds += s;
-            if (r > 0 && s < best[path]) best[path] = s;
+            if (r > 0 && s < best[paths[i]]) best[paths[i]] = s;
         }
-    return best[!rule_sgemm] * SWITCH_GAIN <= best[rule_sgemm] ? !rule_sgemm : rule_sgemm;
+    dt_mm_path fastest = paths[0];
+    for (int i = 1; i < n; i++)
+        if (best[paths[i]] < best[fastest]) fastest = paths[i];
+    return best[fastest] * SWITCH_GAIN <= best[paths[0]] ? (int)fastest : (int)paths[0];
+}
+
+/* The paths a class is timed on, the rule first; returns how many. */
+static int candidates(const dt_mm_class *c, dt_mm_path rule, dt_mm_path *paths)
+{
+    int n = 0;
+    paths[n++] = rule;
+    paths[n++] = rule == DT_MM_SGEMM ? DT_MM_PRIMITIVE : DT_MM_SGEMM;
+    if (dt_mm_pieces_apply(c)) paths[n++] = DT_MM_SGEMM_PIECES, paths[n++] = DT_MM_PRIMITIVE_PIECES;
+    return n;
 }
 
 /* Measures a class missing from the table and the file, appends it to the
  * file; called with the lock held, and the file locked. */
-static int measure_and_record(int fd, int torn, const dt_mm_class *c, double timed_flops,
-                              int rule_sgemm, dt_mm_time_fn time, void *ctx)
+static dt_mm_path measure_and_record(int fd, int torn, const dt_mm_class *c, double timed_flops,
+                                     dt_mm_path rule, dt_mm_time_fn time, void *ctx)
 {
-    double best[2];
-    int sgemm = measure(time, ctx, rule_sgemm, best);
-    if (sgemm < 0) return rule_sgemm; /* a path failed: the caller's product reports it */
-    char line[160];
-    int n = snprintf(line, sizeof line, "%s%d %d %d %d %d %s %.1f %.1f\n", torn ? "\n" : "",
-                     c->transA, c->transB, c->M, c->N, c->K, sgemm ? "sgemm" : "primitive",
-                     timed_flops / best[1] * 1e-9, timed_flops / best[0] * 1e-9);
-    if (write(fd, line, (size_t)n) != n)
+    double best[DT_MM_PATHS];
+    dt_mm_path paths[DT_MM_PATHS];
+    int n = candidates(c, rule, paths);
+    int chosen = measure(time, ctx, paths, n, best);
+    if (chosen < 0) return rule; /* a path failed: the caller's product reports it */
+    char line[200];
+    int len = snprintf(line, sizeof line, "%s%d %d %d %d %d %s", torn ? "\n" : "", c->transA,
+                       c->transB, c->M, c->N, c->K, names[chosen]);
+    for (int i = 0; i < n; i++)
+        len += snprintf(line + len, sizeof line - (size_t)len, " %.1f",
+                        timed_flops / best[columns[i]] * 1e-9);
+    len += snprintf(line + len, sizeof line - (size_t)len, "\n");
+    if (write(fd, line, (size_t)len) != len)
         DT_WARN("matrix-product paths %s: %s; the choice for %d x %d x %d holds in this process "
                 "only", file_path, strerror(errno), c->M, c->N, c->K);
-    add(c, sgemm);
-    return sgemm;
+    add(c, (dt_mm_path)chosen);
+    return (dt_mm_path)chosen;
 }
 
 /* The file's answer, or a measurement written to it, under its lock. */
-static int choose_with_file(const dt_mm_class *c, double timed_flops, int rule_sgemm,
-                            dt_mm_time_fn time, void *ctx)
+static dt_mm_path choose_with_file(const dt_mm_class *c, double timed_flops, dt_mm_path rule,
+                                   dt_mm_time_fn time, void *ctx)
 {
     int fd = open(file_path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) {
@@ -184,33 +223,32 @@ static int choose_with_file(const dt_mm_class *c, double timed_flops, int rule_s
                 file_path, strerror(errno));
         free(file_path);
         file_path = NULL; /* the classes decided so far keep their paths */
-        return rule_sgemm;
+        return rule;
     }
     while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
     }
     int torn;
     char why[256];
     const entry *e = load(file_path, &torn, why, sizeof why) == 0 ? find(c) : NULL;
-    int sgemm =
-        e ? e->sgemm : measure_and_record(fd, torn, c, timed_flops, rule_sgemm, time, ctx);
+    dt_mm_path path = e ? e->path : measure_and_record(fd, torn, c, timed_flops, rule, time, ctx);
     flock(fd, LOCK_UN);
     close(fd);
-    return sgemm;
+    return path;
 }
 
-int dt_mm_path_choose(int transA, int transB, int M, int N, int K, int rule_sgemm,
-                      double timed_flops, dt_mm_time_fn time, void *ctx)
+dt_mm_path dt_mm_path_choose(int transA, int transB, int M, int N, int K, dt_mm_path rule,
+                             double timed_flops, dt_mm_time_fn time, void *ctx)
 {
-    if (2.0 * M * N * K < DT_MM_PATHS_MIN_FLOPS) return rule_sgemm;
+    if (2.0 * M * N * K < DT_MM_PATHS_MIN_FLOPS) return rule;
     dt_mm_class c = {!!transA, !!transB, dt_mm_class_size(M), dt_mm_class_size(N),
                      dt_mm_class_size(K)};
     pthread_mutex_lock(&lock);
     const entry *e = find(&c);
-    int sgemm = e          ? e->sgemm
-                : file_path ? choose_with_file(&c, timed_flops, rule_sgemm, time, ctx)
-                            : rule_sgemm;
+    dt_mm_path path = e          ? e->path
+                      : file_path ? choose_with_file(&c, timed_flops, rule, time, ctx)
+                                  : rule;
     pthread_mutex_unlock(&lock);
-    return sgemm;
+    return path;
 }
 
 void dt_mm_paths_timed(int *classes, double *seconds)

@@ -13,12 +13,15 @@
 #include "train/peak.h"
 
 /* The CPU's file in the cache directory, its directory made; -1 when there
- * is no cache directory or it cannot be made (the rule then). */
+ * is no cache directory or it cannot be made (the rule then). The
+ * directory is matmul2 since the paths in pieces of K came: a file in
+ * matmul holds classes timed on the two whole paths only, which would
+ * keep them. */
 static int default_file(char *path, size_t len)
 {
     char cpu[192], why[256], dir[DT_PATH_MAX];
     dt_cpu_identity(cpu, sizeof cpu);
-    if (dt_cpu_cache_path("matmul", cpu, path, len, why, sizeof why) != 0) return -1;
+    if (dt_cpu_cache_path("matmul2", cpu, path, len, why, sizeof why) != 0) return -1;
     dt_dir_of(path, dir, sizeof dir);
     return dt_mkdir_p(dir, why, sizeof why);
 }

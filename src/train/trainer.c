@@ -137,8 +137,8 @@ static void report_paths_timed(dt_run *t)
     dt_mm_paths_timed(&classes, &seconds);
     if (classes == t->paths_timed) return;
     fprintf(t->out,
-            "  (this rank timed %d matrix-product shapes both ways on this CPU, %.1f s in all so "
-            "far; the faster path of each is kept for every run on this host in %s)\n",
+            "  (this rank timed %d matrix-product shapes on each path on this CPU, %.1f s in all "
+            "so far; the fastest path of each is kept for every run on this host in %s)\n",
             classes, seconds, t->paths_file);
     t->paths_timed = classes;
 }
