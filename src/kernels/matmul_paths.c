@@ -41,16 +41,15 @@ static const char *const names[DT_MM_PATHS] = {"primitive", "sgemm", "primitive/
                                                "sgemm/k256"};
 _Static_assert(DT_MM_K_PIECE == 256, "the paths' names give the piece");
 
-/* The file's rate columns, in order. */
+/* The file's rate columns, in order (the paths a class was not timed on
+ * are left out: they are the last two). */
 static const dt_mm_path columns[DT_MM_PATHS] = {DT_MM_SGEMM, DT_MM_PRIMITIVE, DT_MM_SGEMM_PIECES,
                                                 DT_MM_PRIMITIVE_PIECES};
 
-const char *dt_mm_path_name(dt_mm_path p)
-{
-    return p >= 0 && p < DT_MM_PATHS ? names[p] : "?";
-}
-
-int dt_mm_pieces_apply(const dt_mm_class *c)
+/* Whether a class is timed in pieces too: a long reduction (K at least M
+ * and N: the weight gradients, summed over the tokens) of 4 pieces or
+ * more. Other shapes are timed on the two kernels whole. */
+static int pieces_apply(const dt_mm_class *c)
 {
     return c->K >= 4 * DT_MM_K_PIECE && c->K >= c->M && c->K >= c->N;
 }
@@ -185,7 +184,7 @@ static int candidates(const dt_mm_class *c, dt_mm_path rule, dt_mm_path *paths)
     int n = 0;
     paths[n++] = rule;
     paths[n++] = rule == DT_MM_SGEMM ? DT_MM_PRIMITIVE : DT_MM_SGEMM;
-    if (dt_mm_pieces_apply(c)) paths[n++] = DT_MM_SGEMM_PIECES, paths[n++] = DT_MM_PRIMITIVE_PIECES;
+    if (pieces_apply(c)) paths[n++] = DT_MM_SGEMM_PIECES, paths[n++] = DT_MM_PRIMITIVE_PIECES;
     return n;
 }
 
@@ -202,9 +201,10 @@ static dt_mm_path measure_and_record(int fd, int torn, const dt_mm_class *c, dou
     char line[200];
     int len = snprintf(line, sizeof line, "%s%d %d %d %d %d %s", torn ? "\n" : "", c->transA,
                        c->transB, c->M, c->N, c->K, names[chosen]);
-    for (int i = 0; i < n; i++)
-        len += snprintf(line + len, sizeof line - (size_t)len, " %.1f",
-                        timed_flops / best[columns[i]] * 1e-9);
+    for (int i = 0; i < DT_MM_PATHS; i++)
+        if (best[columns[i]] < 1e30) /* timed */
+            len += snprintf(line + len, sizeof line - (size_t)len, " %.1f",
+                            timed_flops / best[columns[i]] * 1e-9);
     len += snprintf(line + len, sizeof line - (size_t)len, "\n");
     if (write(fd, line, (size_t)len) != len)
         DT_WARN("matrix-product paths %s: %s; the choice for %d x %d x %d holds in this process "

@@ -55,15 +55,6 @@ static inline int dt_mm_path_sgemm(dt_mm_path p)
 }
 static inline int dt_mm_path_pieces(dt_mm_path p) { return p >= DT_MM_PRIMITIVE_PIECES; }
 
-/* The path's word in the file: "primitive", "sgemm", "primitive/k256" or
- * "sgemm/k256". */
-const char *dt_mm_path_name(dt_mm_path p);
-
-/* Whether a class is timed in pieces too: a long reduction (K at least M
- * and N: the weight gradients, summed over the tokens) of 4 pieces or
- * more. Other shapes are timed on the two kernels whole. */
-int dt_mm_pieces_apply(const dt_mm_class *c);
-
 /* Times one product (its operands, into a scratch) on a path: seconds, or
  * a negative value when that path failed. */
 typedef double (*dt_mm_time_fn)(void *ctx, dt_mm_path path);
