@@ -8,8 +8,10 @@
 #include "kernels/linear.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kernels/matmul_problem.h"
+#include "kernels/profile.h"
 #include "kernels/threads.h"
 
 /* out [N, ldo]'s first OUT columns = inp @ op(W) + b. */
@@ -59,27 +61,38 @@ static int backward_products(dt_precision prec, dt_wlayout lay, float *dinp, int
     return dW ? dt_matmul_solve(t ? &lin : &conv) : 0;
 }
 
-#define SUM_BLOCK 64
+/* Columns a thread sums in one pass over the rows (16 KiB of double
+ * sums, which stay in L1 while the rows stream by). */
+#define SUM_SPAN 2048
 
-/* db += column sums of dout. Each block of columns is summed over all rows
- * in row order, in double, by one thread: the result does not depend on the
- * thread count, and no thread writes another's columns. */
+/* db += column sums of dout. Each column is summed over all rows in row
+ * order, in double, by one thread: the result does not depend on the
+ * thread count, and no thread writes another's columns. A thread takes a
+ * contiguous range of columns and reads each row's part of it at once:
+ * blocks of 64 columns read row by row took 1.3 ms for [2048, 1536]
+ * against 0.8 this way (a 256-byte piece of each row per block, a page
+ * apart). */
 static void add_column_sums(float *db, const float *dout, int ldo, int N, int OUT)
 {
-    int blocks = (OUT + SUM_BLOCK - 1) / SUM_BLOCK;
+    const uint64_t t0 = dt_prof_begin();
     int nt = dt_kernels_threads();
+    int per = (OUT + nt - 1) / nt;
+    per = (per + 15) / 16 * 16; /* whole cache lines of dout a thread */
 #pragma omp parallel for schedule(static) num_threads(nt)
-    for (int blk = 0; blk < blocks; blk++) {
-        int c0 = blk * SUM_BLOCK;
-        int width = OUT - c0 < SUM_BLOCK ? OUT - c0 : SUM_BLOCK;
-        double acc[SUM_BLOCK] = {0};
-        for (int i = 0; i < N; i++) {
-            const float *row = dout + (size_t)i * ldo + c0;
+    for (int t = 0; t < nt; t++) {
+        int end = (t + 1) * per < OUT ? (t + 1) * per : OUT;
+        for (int c0 = t * per; c0 < end; c0 += SUM_SPAN) {
+            int width = end - c0 < SUM_SPAN ? end - c0 : SUM_SPAN;
+            double acc[SUM_SPAN] = {0};
+            for (int i = 0; i < N; i++) {
+                const float *row = dout + (size_t)i * ldo + c0;
 #pragma omp simd
-            for (int j = 0; j < width; j++) acc[j] += row[j];
+                for (int j = 0; j < width; j++) acc[j] += row[j];
+            }
+            for (int j = 0; j < width; j++) db[c0 + j] += (float)acc[j];
         }
-        for (int j = 0; j < width; j++) db[c0 + j] += (float)acc[j];
     }
+    dt_prof_end(DT_PROF_BIAS_GRAD, t0, (double)N * OUT, 4.0 * N * OUT + 8.0 * OUT);
 }
 
 /* dt_linear_backward_l with dout [N, ldo]'s first OUT columns. */

@@ -46,7 +46,7 @@ const char *dt_prof_name(dt_prof_kind k)
 {
     static const char *const names[DT_PROF_NKINDS] = {
         "matrix products", "attention",  "layer norms", "activations", "cross-entropy",
-        "embeddings",      "routing",    "optimizer",   "gradient norm"};
+        "embeddings",      "routing",    "optimizer",   "gradient norm", "bias gradients"};
     return k >= 0 && k < DT_PROF_NKINDS ? names[k] : "?";
 }
 

@@ -21,6 +21,7 @@ typedef enum {
     DT_PROF_ROUTER,       /* a mixture of experts' routing */
     DT_PROF_OPTIMIZER,    /* the update */
     DT_PROF_GRAD_NORM,    /* the gradient's norm, for clipping */
+    DT_PROF_BIAS_GRAD,    /* the linear layers' bias gradients (column sums) */
     DT_PROF_NKINDS
 } dt_prof_kind;
 

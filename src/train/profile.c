@@ -39,8 +39,8 @@ void dt_run_profile_data(dt_run *t, uint64_t ns) { t->prof.step_data_ns += ns; }
 /* The JSON log's names for the parts, then the step's other four. */
 static const char *const json_names[DT_PROF_NKINDS + 4] = {
     "matmul",    "attention", "norm",        "activation", "crossentropy",
-    "embedding", "routing",   "optimizer",   "grad_norm",  "data",
-    "comm_waited", "rest",    "comm_hidden"};
+    "embedding", "routing",   "optimizer",   "grad_norm",  "bias_grad",
+    "data",      "comm_waited", "rest",      "comm_hidden"};
 
 int dt_run_profile_last(const dt_run *t, const char *const **names, const double **ms)
 {

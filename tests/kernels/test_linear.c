@@ -1,7 +1,8 @@
 /*
  * dt_linear_forward and dt_linear_backward against double references, in
  * fp32 and bf16 (products on bf16-rounded operands, the bias and its
- * gradient exact), with and without bias, overwriting and accumulating
+ * gradient exact; the bias gradient alone at 50257 columns, bit for bit),
+ * with and without bias, overwriting and accumulating
  * dinp, and skipping dinp or db. Groups of Linear-layout weights that
  * share their input (q, k and v), stored one after another (one product)
  * and apart (one each), against the same references.
@@ -148,6 +149,26 @@ static void check_group(dt_precision prec, int N, int IN, const int out[3], int 
     free(before_dinp), free(ri), free(rW), free(rd), free(want_y), free(want_dx), free(want_dW);
 }
 
+/* db alone at a width users meet (GPT-2's vocabulary, 50257: past one
+ * thread's pass of 2048 columns, and uneven against the threads' ranges):
+ * each column's sum over the rows in order, in double, rounded once and
+ * added, bit for bit at every thread count. */
+static void check_bias_sums(int N, int OUT)
+{
+    float *dout = rnd_array((size_t)N * OUT, 1.0f), *db = rnd_array(OUT, 1.0f);
+    float *want = fcopy(db, OUT);
+    for (int o = 0; o < OUT; o++) {
+        double s = 0;
+        for (int i = 0; i < N; i++) s += dout[(size_t)i * OUT + o];
+        want[o] += (float)s;
+    }
+    CHECK(dt_linear_backward(DT_PREC_F32, NULL, 0, NULL, db, dout, NULL, NULL, N, 1, OUT) == 0,
+          "db alone failed");
+    CHECK(bits_equal(db, want, OUT), "db N=%d OUT=%d at %d threads: not each column's sum in "
+          "row order", N, OUT, dt_kernels_threads());
+    free(dout), free(db), free(want);
+}
+
 static const int shapes[][3] = {{1, 1, 1}, {1, 16, 48}, {7, 5, 3}, {33, 17, 65}, {64, 64, 64},
                                 {130, 48, 200}, {257, 100, 71}};
 
@@ -165,6 +186,7 @@ int main(void)
                 check_backward((dt_precision)prec, N, IN, OUT, 1, 1, 1);
                 check_backward((dt_precision)prec, N, IN, OUT, 0, 0, 0);
             }
+        check_bias_sums(37, 50257);
         /* Llama's q, k and v at 6 heads and 2 key/value heads of 8, and odd sizes. */
         static const int groups[][5] = {{64, 48, 48, 16, 16}, {37, 20, 13, 7, 5}};
         for (int prec = 0; prec < 2; prec++)

@@ -9,7 +9,8 @@ matrix products a step must be 6 x tokens x the weights the products use
 (each layer's 12 C^2, the tied head's V C): the forward's 2 per weight
 and token, and the backward's 4, the standard count, derived here from
 the sizes alone. Attention's are the causal count (half the T x T scores:
-2 B T^2 C forward, 5 B T^2 C backward, a layer). No part's time may exceed
+2 B T^2 C forward, 5 B T^2 C backward, a layer). The bias gradients read
+each biased linear's output gradient once. No part's time may exceed
 the step's: what the kernels claim, with the data and the communication,
 leaves a rest of at least 0 (a kernel counted twice would not). Timing
 itself is not checked. Each step's --log-json entry carries its parts,
@@ -129,9 +130,16 @@ def main():
     check(got is not None and abs(got - att) <= 0.005 + 1e-4 * att,
           "attention: %s GFLOP a step, the causal count %.3f" % (got, att))
     for name in ("layer norms", "activations", "cross-entropy", "embeddings", "optimizer",
-                 "gradient norm", "data", "communication waited on", "the rest",
-                 "communication hidden"):
+                 "gradient norm", "bias gradients", "data", "communication waited on",
+                 "the rest", "communication hidden"):
         check(name in p, "the table has a row for %s" % name)
+    # Each linear's bias gradient reads its output's gradient once: 9 C
+    # columns a layer (c_attn 3C, attn.c_proj C, c_fc 4C, mlp.c_proj C),
+    # 4 bytes each a token, and reads and writes the bias.
+    gb = L * 9 * C * (4 * B * T + 8) / 1e9
+    got = p.get("bias gradients", [None] * 4)[3]
+    check(got is not None and abs(got - gb) <= 0.0005,
+          "bias gradients: %s GB a step, 9 C columns x tokens x 4 bytes = %.4f" % (got, gb))
     shapes_check(out, p)
     rest = p.get("the rest", [None])[0]
     total = sum(v[0] for k, v in p.items() if k not in ("the rest", "communication hidden"))
