@@ -112,6 +112,18 @@ static int parse_line(const char *line, entry *e)
 /* A file of more than this is not one dtrain wrote (a line per class). */
 #define MAX_FILE_BYTES (4u << 20)
 
+/* A line that does not parse, other than a last one cut short: a hand's
+ * edit gone wrong, said once per process (its class is timed again). */
+static void warn_bad_line(const char *path, const char *line)
+{
+    static int warned;
+    if (warned++) return;
+    DT_WARN("matrix-product paths %s: skipping the line '%.80s': a line reads '<transA> <transB> "
+            "<M> <N> <K> <path> <GFLOP/s>...' with path sgemm, primitive, sgemm/k256 or "
+            "primitive/k256; that shape class is timed again",
+            path, line);
+}
+
 /* Every line of the file into the table (those it lacks); *torn: the file
  * ends inside a line (a write cut short), which the next line must not
  * continue. A file that does not exist holds nothing. */
@@ -126,7 +138,11 @@ static int load(const char *path, int *torn, char *err, size_t errlen)
     char *save = NULL;
     for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         entry e;
-        if (line[0] != '#' && parse_line(line, &e) == 0) add(&e.c, e.path);
+        if (line[0] == '#') continue;
+        if (parse_line(line, &e) == 0)
+            add(&e.c, e.path);
+        else if (!(*torn && line + strlen(line) == text + len))
+            warn_bad_line(path, line);
     }
     free(text);
     return 0;
