@@ -187,6 +187,13 @@ double dt_sum_squares(const float *g, size_t n)
     return r;
 }
 
+/* A block's eight lanes (lane k sums the elements at k mod 8, in order)
+ * folded in pairs: the one order every block is summed in. */
+static double fold_lanes(const double lane[8])
+{
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
 static double block_squares(const float *g, size_t n)
 {
     double lane[8] = {0};
@@ -194,16 +201,47 @@ static double block_squares(const float *g, size_t n)
     for (; i + 8 <= n; i += 8)
         for (int k = 0; k < 8; k++) lane[k] += (double)g[i + k] * (double)g[i + k];
     for (; i < n; i++) lane[i % 8] += (double)g[i] * (double)g[i];
-    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    return fold_lanes(lane);
+}
+
+/* SIDE_BY_SIDE whole blocks (block a multiple of 8), each summed as
+ * block_squares sums it, in one loop: a block alone is one chain of
+ * dependent additions, and side by side the chains overlap (measured on
+ * the benchmark model's 10.8M gradients, one thread: 2.9 -> 2.0 ms with
+ * the gradients in cache, 5.6 -> 3.9 from memory). A square of a float is
+ * exact in double, so the sums are the same bits however they are
+ * scheduled. */
+#define SIDE_BY_SIDE 4
+
+static void blocks_side_by_side(const float *g, size_t block, double *out)
+{
+    double lane[SIDE_BY_SIDE][8] = {{0}};
+    for (size_t i = 0; i < block; i += 8)
+#pragma GCC unroll 4
+        for (int b = 0; b < SIDE_BY_SIDE; b++) {
+            const float *x = g + b * block + i;
+#pragma omp simd
+            for (int k = 0; k < 8; k++) lane[b][k] += (double)x[k] * (double)x[k];
+        }
+    for (int b = 0; b < SIDE_BY_SIDE; b++) out[b] = fold_lanes(lane[b]);
 }
 
 static void sum_squares_blocks_body(const float *g, size_t n, size_t block, double *out)
 {
     long nb = (long)((n + block - 1) / block);
+    long groups = (nb + SIDE_BY_SIDE - 1) / SIDE_BY_SIDE;
 #pragma omp parallel for num_threads(threads_for(n)) schedule(static)
-    for (long b = 0; b < nb; b++) {
-        size_t lo = (size_t)b * block, len = n - lo < block ? n - lo : block;
-        out[b] = block_squares(g + lo, len);
+    for (long grp = 0; grp < groups; grp++) {
+        long b0 = grp * SIDE_BY_SIDE;
+        size_t lo = (size_t)b0 * block;
+        if (block % 8 == 0 && n - lo >= SIDE_BY_SIDE * block) {
+            blocks_side_by_side(g + lo, block, out + b0);
+            continue;
+        }
+        for (long b = b0; b < nb && b < b0 + SIDE_BY_SIDE; b++) {
+            size_t at = (size_t)b * block, len = n - at < block ? n - at : block;
+            out[b] = block_squares(g + at, len);
+        }
     }
 }
 

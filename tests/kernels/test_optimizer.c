@@ -2,7 +2,8 @@
  * AdamW, Adam and SGD against PyTorch 1.13's single-tensor formulas
  * evaluated in double, over several steps (bias corrections change with t),
  * with gradient scaling and weight decay; dt_sum_squares against a double
- * sum. Parameters are compared as values and, more sharply, as the change
+ * sum, and dt_sum_squares_blocks bit for bit against its documented order
+ * written out serially. Parameters are compared as values and, more sharply, as the change
  * each step made.
  */
 #include "kernel_test.h"
@@ -110,6 +111,36 @@ static void check_sum_squares(size_t n)
     free(g);
 }
 
+/* The order optimizer.h promises for a block: lane k adds the elements
+ * at k mod 8 in turn, and the lanes fold in pairs. */
+static double ref_block(const float *g, size_t n)
+{
+    double lane[8] = {0};
+    for (size_t i = 0; i < n; i++) lane[i % 8] += (double)g[i] * (double)g[i];
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+/* Blocks that are whole and a multiple of 8 run side by side in the
+ * kernel, the rest one at a time: n and block are chosen so that both
+ * kinds, and a group of blocks cut short by the end, occur; from an
+ * address one float past the allocation's alignment as well. */
+static void check_sum_squares_blocks(size_t n, size_t block, size_t offset)
+{
+    float *all = rnd_array(n + offset, 2.0f), *g = all + offset;
+    size_t nb = (n + block - 1) / block;
+    double *got = calloc(nb, sizeof *got);
+    dt_sum_squares_blocks(g, n, block, got);
+    int same = 1;
+    for (size_t b = 0; b < nb && same; b++) {
+        size_t len = n - b * block < block ? n - b * block : block;
+        double want = ref_block(g + b * block, len);
+        same = memcmp(&want, &got[b], sizeof want) == 0;
+        CHECK(same, "sum of squares, block %zu of %zu (n=%zu, block=%zu, offset %zu): %.17g, "
+              "want %.17g bit for bit", b, nb, n, block, offset, got[b], want);
+    }
+    free(all), free(got);
+}
+
 int main(void)
 {
     static const size_t sizes[] = {1, 17, 1000, 100003};
@@ -125,6 +156,17 @@ int main(void)
             check_sgd(sizes[i], 0.1f, 0.0f, 0.0f, 1.0f);
             check_sum_squares(sizes[i]);
         }
+    }
+    for (int threads = 1; threads <= 2; threads++) {
+        dt_kernels_set_threads(threads);
+        /* 10 blocks of 1024 and a tail (groups of 4: 4, 4, then 2 + the tail) */
+        check_sum_squares_blocks(1024 * 10 + 37, 1024, 0);
+        check_sum_squares_blocks(1024 * 10 + 37, 1024, 1);
+        check_sum_squares_blocks(1024 * 8, 1024, 0);   /* whole groups only */
+        check_sum_squares_blocks(1000 * 9 + 5, 1000, 0); /* block not a multiple of 8 */
+        check_sum_squares_blocks(13 * 50, 13, 1);
+        check_sum_squares_blocks(5, 1024, 0);            /* one short block */
+        check_sum_squares_blocks(300000, 1024, 1);       /* both threads, many groups */
     }
     CHECK(dt_sum_squares(NULL, 0) == 0.0, "empty sum of squares");
     return finish("test_optimizer");
