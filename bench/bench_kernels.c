@@ -164,6 +164,12 @@ static void k_linear_fwd(void *a)
     ctx_t *c = a;
     dt_linear_forward(c->prec, c->y, c->x, c->w, c->b, N, c->lin_in, c->lin_out);
 }
+/* c_fc: its bias goes in with GELU (gelu.h), as training adds it */
+static void k_linear_fwd_no_bias(void *a)
+{
+    ctx_t *c = a;
+    dt_linear_forward(c->prec, c->y, c->x, c->w, NULL, N, c->lin_in, c->lin_out);
+}
 static void k_linear_bwd(void *a)
 {
     ctx_t *c = a;
@@ -183,12 +189,12 @@ static void k_attention_bwd(void *a)
 static void k_gelu_fwd(void *a)
 {
     ctx_t *c = a;
-    dt_gelu_forward(c->y, c->x, (size_t)N * 4 * C);
+    dt_gelu_bias_forward(c->y, c->x, c->b, N, 4 * C);
 }
 static void k_gelu_bwd(void *a)
 {
     ctx_t *c = a;
-    dt_gelu_backward(c->z, c->x, c->y, (size_t)N * 4 * C);
+    dt_gelu_bias_backward(c->z, c->x, c->b, c->y, N, 4 * C);
 }
 static void k_crossentropy(void *a)
 {
@@ -239,14 +245,14 @@ static const kernel_entry kernels[] = {
     {"linear fwd qkv", k_linear_fwd, C, 3 * C, L, 1},
     {"attention fwd", k_attention_fwd, 0, 0, L, 0},
     {"linear fwd proj", k_linear_fwd, C, C, L, 1},
-    {"linear fwd fc", k_linear_fwd, C, 4 * C, L, 1},
-    {"gelu fwd", k_gelu_fwd, 0, 0, L, 0},
+    {"linear fwd fc", k_linear_fwd_no_bias, C, 4 * C, L, 1},
+    {"gelu fwd (+ c_fc bias)", k_gelu_fwd, 0, 0, L, 0},
     {"linear fwd fcproj", k_linear_fwd, 4 * C, C, L, 1},
     {"linear fwd logits", k_linear_fwd, C, V, 1, 1},
     {"crossentropy fwd+bwd", k_crossentropy, 0, 0, 1, 0},
     {"linear bwd logits", k_linear_bwd, C, V, 1, 1},
     {"linear bwd fcproj", k_linear_bwd, 4 * C, C, L, 1},
-    {"gelu bwd", k_gelu_bwd, 0, 0, L, 0},
+    {"gelu bwd (+ c_fc bias)", k_gelu_bwd, 0, 0, L, 0},
     {"linear bwd fc", k_linear_bwd, C, 4 * C, L, 1},
     {"layernorm bwd", k_layernorm_bwd, 0, 0, 2 * L + 1, 0},
     {"linear bwd proj", k_linear_bwd, C, C, L, 1},

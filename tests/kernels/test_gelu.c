@@ -2,7 +2,9 @@
  * GELU (tanh approximation) against the PyTorch formula evaluated in double,
  * element by element; backward against its derivative in double and against
  * finite differences; in-place backward; special values; sizes that exercise
- * the vector tails and the threaded split.
+ * the vector tails and the threaded split. The forms that add a product's
+ * bias first: bit for bit the plain kernels on x + bias rounded once, with
+ * odd row widths and both thread counts.
  */
 #include "kernel_test.h"
 #include "kernels/gelu.h"
@@ -82,6 +84,32 @@ static void check_special_values(void)
     CHECK(out[5] == 0.0f, "gelu(-0) = %g", out[5]);
 }
 
+/* gelu(x + bias) and its gradient, bias per column: the plain kernels on
+ * the sum written out first, to the bit, and in place; no bias: the plain
+ * kernels on x. */
+static void check_bias(size_t rows, size_t cols)
+{
+    size_t n = rows * cols;
+    float *x = rnd_array(n, 4.0f), *bias = rnd_array(cols, 2.0f), *dout = rnd_array(n, 1.0f);
+    float *sum = malloc(n * sizeof *sum), *want = malloc(n * sizeof *want);
+    float *got = malloc(n * sizeof *got), *want_dx = malloc(n * sizeof *want_dx);
+    for (size_t i = 0; i < n; i++) sum[i] = x[i] + bias[i % cols];
+    dt_gelu_forward(want, sum, n);
+    dt_gelu_bias_forward(got, x, bias, rows, cols);
+    CHECK(bits_equal(got, want, n), "gelu(x + bias) [%zu, %zu]: not the bits of gelu on the sum",
+          rows, cols);
+    dt_gelu_backward(want_dx, sum, dout, n);
+    dt_gelu_bias_backward(got, x, bias, dout, rows, cols);
+    CHECK(bits_equal(got, want_dx, n), "gelu'(x + bias) [%zu, %zu]: not the bits of the plain "
+          "backward on the sum", rows, cols);
+    dt_gelu_bias_backward(dout, x, bias, dout, rows, cols); /* dx aliases dout */
+    CHECK(bits_equal(dout, want_dx, n), "gelu'(x + bias) in place [%zu, %zu]", rows, cols);
+    dt_gelu_forward(want, x, n);
+    dt_gelu_bias_forward(got, x, NULL, rows, cols);
+    CHECK(bits_equal(got, want, n), "gelu(x + no bias) [%zu, %zu]: gelu(x)", rows, cols);
+    free(x), free(bias), free(dout), free(sum), free(want), free(got), free(want_dx);
+}
+
 int main(void)
 {
     static const size_t sizes[] = {0, 1, 15, 16, 17, 1000, (1 << 20) + 3};
@@ -91,6 +119,10 @@ int main(void)
             check_size(sizes[i], 3.0f);
             check_size(sizes[i], 12.0f);
         }
+        check_bias(1, 1);
+        check_bias(3, 17);
+        check_bias(33, 1000);
+        check_bias(64, 1537); /* above the threaded split, rows of an odd width */
     }
     check_finite_differences();
     check_special_values();

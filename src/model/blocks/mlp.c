@@ -4,7 +4,8 @@
  * same rows), its bias whole and added once.
  * Buffers, N rows of the micro-batch (R between the products):
  *   res [R, C]       the residual sum after it          PRODUCT
- *   fc [N, F]        c_fc's output                      PRODUCT
+ *   fc [N, F]        c_fc's product, without its bias   PRODUCT
+ *                    (GELU adds it in its own pass: gelu.h)
  *   gelu [N, F]      GELU's                             ELEMENTWISE
  *   d_fcp [N, C], d_fc [N, F]                           SPLIT: the products'
  *                    output gradients, from the input half to the weights'
@@ -49,9 +50,10 @@ static int forward(dt_gpt *m, const dt_block_call *c, unsigned run)
 {
     const int C = m->cfg.n_embd, F = m->tp.mlp, N = c->N;
     if ((run & DT_RUN_PRODUCTS) &&
-        dt_linear_forward(m->prec, c->a[FC], c->x, c->w[FC_W], c->w[FC_B], N, C, F))
+        dt_linear_forward(m->prec, c->a[FC], c->x, c->w[FC_W], NULL, N, C, F))
         return dt_model_fail_matmul(m, "mlp.c_fc");
-    if (run & DT_RUN_ELEMENTWISE) dt_gelu_forward(c->a[GELU], c->a[FC], (size_t)N * F);
+    if (run & DT_RUN_ELEMENTWISE)
+        dt_gelu_bias_forward(c->a[GELU], c->a[FC], c->w[FC_B], (size_t)N, (size_t)F);
     if (!(run & DT_RUN_OUTPUT)) return 0;
     return dt_model_branch_out(m, c, c->a[GELU], c->w[PROJ_W], c->w[PROJ_B], F, "mlp.c_proj");
 }
@@ -63,7 +65,7 @@ static int backward(dt_gpt *m, const dt_block_call *c, dt_bwd_part what)
                                      c->a[D_FCP], c->a[GELU], c->w[PROJ_W], F,
                                      "mlp.c_proj backward"))
         return -1;
-    dt_gelu_backward(c->a[DFC], c->a[FC], c->a[DFC], (size_t)N * F);
+    dt_gelu_bias_backward(c->a[DFC], c->a[FC], c->w[FC_B], c->a[DFC], (size_t)N, (size_t)F);
     return dt_model_branch_in_backward(m, c, what, c->g[FC_W], c->g[FC_B], c->a[DFC],
                                        c->a[D_FC], c->w[FC_W], F, "mlp.c_fc backward");
 }

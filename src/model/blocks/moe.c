@@ -49,7 +49,7 @@
  *                   to and received from each rank              PRODUCT
  *   xs [S, C]       the rows gathered in expert order           ELEMENTWISE
  *   xr [R, C]       the rows received (P > 1; else xs)          PRODUCT
- *   h [R, F]        c_fc's (w1's) output                        PRODUCT
+ *   h [R, F]        c_fc's (w1's) product, without its bias     PRODUCT
  *   g [R, F]        GELU's (silu(h) * u)                        ELEMENTWISE
  *   u [R, F]        w3's output (SwiGLU; else none)             PRODUCT
  *   y [S, C]        c_proj's, back in this rank's slot order    PRODUCT
@@ -417,7 +417,7 @@ static const float *chunk_in(const dt_gpt *m, const dt_block_call *c, const chun
     return own + first * w;
 }
 
-/* A part's chunks forward: h = x W_fc + b, g = gelu(h), y = g W_proj (+ b,
+/* A part's chunks forward: h = x W_fc, g = gelu(h + b), y = g W_proj (+ b,
  * but under tensor parallelism: experts_output_sum); SwiGLU: h = x W1^T,
  * u = x W3^T, g = silu(h) u, y = g W2^T. xs: own rows. */
 static int experts_forward(dt_gpt *m, const dt_block_call *c, unsigned run, int part,
@@ -433,15 +433,14 @@ static int experts_forward(dt_gpt *m, const dt_block_call *c, unsigned run, int 
         float *h = c->a[H] + at, *g = c->a[G] + at, *u = c->a[U] + at;
         const float *x = chunk_in(m, c, &k, xr, xs, C);
         if ((run & DT_RUN_PRODUCTS) &&
-            (dt_linear_forward_l(m->prec, f->lay, h, x, W_(c, e, FC_W),
-                                 f->swiglu ? NULL : W_(c, e, FC_B), k.rows, C, F) ||
+            (dt_linear_forward_l(m->prec, f->lay, h, x, W_(c, e, FC_W), NULL, k.rows, C, F) ||
              (f->swiglu && dt_linear_forward_l(m->prec, f->lay, u, x, W_(c, e, UP_W), NULL,
                                                k.rows, C, F))))
             return dt_model_fail_matmul(m, "moe experts' c_fc");
         if ((run & DT_RUN_ELEMENTWISE) && f->swiglu)
             dt_swiglu_forward(g, h, u, (size_t)k.rows * F);
         else if (run & DT_RUN_ELEMENTWISE)
-            dt_gelu_forward(g, h, (size_t)k.rows * F);
+            dt_gelu_bias_forward(g, h, W_(c, e, FC_B), (size_t)k.rows, (size_t)F);
         if ((run & DT_RUN_PRODUCTS) &&
             dt_linear_forward_l(m->prec, f->lay, yr + k.first * C, g, W_(c, e, PROJ_W),
                                 bias ? W_(c, e, PROJ_B) : NULL, k.rows, F, C))
@@ -530,7 +529,9 @@ static int experts_hidden_grads(dt_gpt *m, const dt_block_call *c, int part, con
                                  W_(c, m->ep.e0 + k.j, PROJ_W), k.rows, F, C))
             return dt_model_fail_matmul(m, "moe experts' c_proj backward");
         if (f->swiglu) dt_swiglu_backward(dh + a, du + a, dg + a, c->a[H] + a, c->a[U] + a, n);
-        else dt_gelu_backward(dh + a, c->a[H] + a, dg + a, n);
+        else
+            dt_gelu_bias_backward(dh + a, c->a[H] + a, W_(c, m->ep.e0 + k.j, FC_B), dg + a,
+                                  (size_t)k.rows, (size_t)F);
     }
     return 0;
 }
