@@ -1,7 +1,9 @@
 /*
  * Linear layer, its weight in Conv1D [IN, OUT] or Linear [OUT, IN] layout.
  *   inp [N, IN], b [OUT], out/dout [N, OUT], dinp [N, IN]
- * Forward is one product with the bias fused in. Backward is two products
+ * Forward is one product with the bias fused in (or, for a product that
+ * joins the residual stream, added with the residual in one pass after
+ * it). Backward is two products
  * (dinp = dout @ W^T, dW += inp^T @ dout) and the bias gradient, a column
  * sum of dout; in bf16 the two products share one rounded copy of dout.
  */
@@ -59,6 +61,28 @@ static int backward_products(dt_precision prec, dt_wlayout lay, float *dinp, int
                              .lda = ld, .ldb = IN, .ldc = IN, .C = dW};
     if (dinp && dt_matmul_solve(&dx)) return -1;
     return dW ? dt_matmul_solve(t ? &lin : &conv) : 0;
+}
+
+/* Below this many elements one thread adds them (as PASS_PARALLEL_MIN_ELEMS
+ * in matmul.c: a team costs more than it saves). */
+#define RESIDUAL_PARALLEL_MIN_ELEMS (1 << 15)
+
+void dt_linear_bias_residual(float *out, const float *x, const float *b, const float *res,
+                             size_t rows, size_t cols)
+{
+    int nt = rows * cols >= RESIDUAL_PARALLEL_MIN_ELEMS ? dt_kernels_threads() : 1;
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (size_t r = 0; r < rows; r++) {
+        const float *xr = x + r * cols, *rr = res + r * cols;
+        float *o = out + r * cols;
+        if (b) {
+#pragma omp simd
+            for (size_t j = 0; j < cols; j++) o[j] = (xr[j] + b[j]) + rr[j];
+        } else {
+#pragma omp simd
+            for (size_t j = 0; j < cols; j++) o[j] = xr[j] + rr[j];
+        }
+    }
 }
 
 /* Columns a thread sums in one pass over the rows (16 KiB of double

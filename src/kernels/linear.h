@@ -6,6 +6,8 @@
 #ifndef DT_KERNELS_LINEAR_H
 #define DT_KERNELS_LINEAR_H
 
+#include <stddef.h>
+
 #include "kernels/matmul.h"
 
 typedef enum { DT_CONV1D = 0, DT_LINEAR = 1 } dt_wlayout;
@@ -27,6 +29,13 @@ int dt_linear_forward_l(dt_precision prec, dt_wlayout lay, float *out, const flo
 int dt_linear_backward_l(dt_precision prec, dt_wlayout lay, float *dinp, int dinp_accumulate,
                          float *dW, float *db, const float *dout, const float *inp,
                          const float *W, int N, int IN, int OUT);
+
+/* out[r][j] = (x[r][j] + b[j]) + res[r][j] for r < rows, j < cols (b NULL:
+ * x + res; out may alias x): a product's output joining the residual
+ * stream, its bias added in the same pass. The sum is the bias first, as
+ * a product with its bias fused in rounds it, then the residual. */
+void dt_linear_bias_residual(float *out, const float *x, const float *b, const float *res,
+                             size_t rows, size_t cols);
 
 /* Products that read one input (q, k and v; gate and up): Linear-layout
  * weights W[i] [out[i], IN], their outputs side by side in out [N, sum

@@ -43,23 +43,6 @@ size_t dt_model_region_first(const dt_gpt *m, size_t N)
     return m->tp.sp ? (size_t)m->tp.rank * dt_model_region_rows(m, N) : 0;
 }
 
-int dt_model_row_parallel(dt_gpt *m, dt_wlayout lay, float *out, const float *inp,
-                          const float *W, const float *bias, int N, int IN, const char *name)
-{
-    const int C = m->cfg.n_embd, split = m->tp.size > 1;
-    float *sum = m->tp.sp ? m->acts.d_c : out; /* [N, C]: not in use while a layer runs forward */
-    if (dt_linear_forward_l(m->prec, lay, sum, inp, W, split ? NULL : bias, N, IN, C))
-        return dt_model_fail_matmul(m, name);
-    if (!split) return 0;
-    if (dt_model_tp_reduce(m, sum, (size_t)N * C,
-                           m->tp.sp ? DT_TP_SCATTER_SUM_F32 : DT_TP_SUM_F32, name))
-        return -1;
-    const size_t R = dt_model_region_rows(m, (size_t)N);
-    for (size_t i = 0; i < R; i++)
-        for (int j = 0; j < C; j++) out[i * C + j] = sum[i * C + j] + (bias ? bias[j] : 0.0f);
-    return 0;
-}
-
 int dt_model_rows_gather(dt_gpt *m, float *out, int N, const char *name)
 {
     if (!m->tp.sp) return 0;
@@ -111,13 +94,24 @@ int dt_model_product_backward(dt_gpt *m, dt_bwd_part what, dt_wlayout lay, float
     return 0;
 }
 
+/* The product is row-parallel: unsplit, one product; split, this rank's
+ * partial product summed over the group (reduce-scattered to its rows with
+ * sequence parallelism). Either way the bias comes after the product, with
+ * the residual, in one pass (sgemm would copy the bias into its output
+ * first: one more pass over it). */
 int dt_model_branch_out(dt_gpt *m, const dt_block_call *c, const float *inp, const float *W,
                         const float *bias, int IN, const char *name)
 {
-    const size_t C = (size_t)m->cfg.n_embd;
-    if (dt_model_row_parallel(m, c->blk->kind->wlayout, c->a[0], inp, W, bias, c->N, IN, name))
+    const int C = m->cfg.n_embd, split = m->tp.size > 1;
+    float *out = c->a[0];
+    float *sum = m->tp.sp ? m->acts.d_c : out; /* [N, C]: not in use while a layer runs forward */
+    if (dt_linear_forward_l(m->prec, c->blk->kind->wlayout, sum, inp, W, NULL, c->N, IN, C))
+        return dt_model_fail_matmul(m, name);
+    if (split && dt_model_tp_reduce(m, sum, (size_t)c->N * C,
+                                    m->tp.sp ? DT_TP_SCATTER_SUM_F32 : DT_TP_SUM_F32, name))
         return -1;
-    dt_model_add_into(c->a[0], c->a[0], c->res, dt_model_region_rows(m, (size_t)c->N) * C);
+    dt_linear_bias_residual(out, sum, bias, c->res, dt_model_region_rows(m, (size_t)c->N),
+                            (size_t)C);
     return 0;
 }
 

@@ -43,12 +43,6 @@ int dt_model_tp_reduce(dt_gpt *m, void *buf, size_t n, dt_tp_op op, const char *
  * products: R rows from row `first`; all N without it. */
 size_t dt_model_region_rows(const dt_gpt *m, size_t N);
 size_t dt_model_region_first(const dt_gpt *m, size_t N);
-/* out [R, C] = inp [N, IN] @ W + bias (W in layout lay) for a row-parallel product: unsplit
- * one product; split, this rank's partial product summed over the group
- * (reduce-scattered to its rows with sequence parallelism), then the bias
- * once. */
-int dt_model_row_parallel(dt_gpt *m, dt_wlayout lay, float *out, const float *inp,
-                          const float *W, const float *bias, int N, int IN, const char *name);
 /* A norm's output [N, C] whose region rows this rank wrote: with sequence
  * parallelism the other rows gathered from the group (the column-parallel
  * product after it reads every row). */
@@ -83,7 +77,7 @@ int dt_model_product_weights(dt_gpt *m, const dt_block_call *c, float *dW, float
                              const char *name);
 
 /* A branch's last product, row-parallel from its inner width IN into the
- * residual stream: c->a[0] (its residual sum) = c->res + inp @ W + bias
+ * residual stream: c->a[0] (its residual sum) = (inp @ W + bias) + c->res
  * (W in the layout of c's kind).
  * And its backward's start: d(residual sum) gathered to every row, then
  * that product's backward (dinp [N, IN]; dW, db, or with a split backward

@@ -5,7 +5,8 @@
  * with and without bias, overwriting and accumulating
  * dinp, and skipping dinp or db. Groups of Linear-layout weights that
  * share their input (q, k and v), stored one after another (one product)
- * and apart (one each), against the same references.
+ * and apart (one each), against the same references. The bias and
+ * residual added after a product, bit for bit against (x + b) + res.
  */
 #include "bf16_ref.h"
 #include "kernel_test.h"
@@ -172,6 +173,25 @@ static void check_bias_sums(int N, int OUT)
 static const int shapes[][3] = {{1, 1, 1}, {1, 16, 48}, {7, 5, 3}, {33, 17, 65}, {64, 64, 64},
                                 {130, 48, 200}, {257, 100, 71}};
 
+/* (x + b) + res, written out; in place (out = x) too, and without b. */
+static void check_bias_residual(size_t rows, size_t cols)
+{
+    size_t n = rows * cols;
+    float *x = rnd_array(n, 3.0f), *b = rnd_array(cols, 1.0f), *res = rnd_array(n, 3.0f);
+    float *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        for (size_t i = 0; i < n; i++)
+            want[i] = with_bias ? (x[i] + b[i % cols]) + res[i] : x[i] + res[i];
+        dt_linear_bias_residual(got, x, with_bias ? b : NULL, res, rows, cols);
+        CHECK(bits_equal(got, want, n), "bias + residual [%zu, %zu]%s: not (x + b) + res",
+              rows, cols, with_bias ? "" : " without a bias");
+        memcpy(got, x, n * sizeof *got);
+        dt_linear_bias_residual(got, got, with_bias ? b : NULL, res, rows, cols);
+        CHECK(bits_equal(got, want, n), "bias + residual in place [%zu, %zu]", rows, cols);
+    }
+    free(x), free(b), free(res), free(want), free(got);
+}
+
 int main(void)
 {
     int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
@@ -187,6 +207,8 @@ int main(void)
                 check_backward((dt_precision)prec, N, IN, OUT, 0, 0, 0);
             }
         check_bias_sums(37, 50257);
+        check_bias_residual(3, 17);
+        check_bias_residual(129, 385); /* past the threaded split */
         /* Llama's q, k and v at 6 heads and 2 key/value heads of 8, and odd sizes. */
         static const int groups[][5] = {{64, 48, 48, 16, 16}, {37, 20, 13, 7, 5}};
         for (int prec = 0; prec < 2; prec++)
