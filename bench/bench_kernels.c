@@ -164,7 +164,8 @@ static void k_linear_fwd(void *a)
     ctx_t *c = a;
     dt_linear_forward(c->prec, c->y, c->x, c->w, c->b, N, c->lin_in, c->lin_out);
 }
-/* c_fc: its bias goes in with GELU (gelu.h), as training adds it */
+/* c_fc and the two projections: their biases go in with the pass after
+ * them (GELU; the residual's add), as training adds them */
 static void k_linear_fwd_no_bias(void *a)
 {
     ctx_t *c = a;
@@ -195,6 +196,11 @@ static void k_gelu_bwd(void *a)
 {
     ctx_t *c = a;
     dt_gelu_bias_backward(c->z, c->x, c->b, c->y, N, 4 * C);
+}
+static void k_bias_residual(void *a)
+{
+    ctx_t *c = a;
+    dt_linear_bias_residual(c->y, c->x, c->b, c->z, N, C);
 }
 static void k_crossentropy(void *a)
 {
@@ -244,10 +250,11 @@ static const kernel_entry kernels[] = {
     {"layernorm fwd", k_layernorm_fwd, 0, 0, 2 * L + 1, 0},
     {"linear fwd qkv", k_linear_fwd, C, 3 * C, L, 1},
     {"attention fwd", k_attention_fwd, 0, 0, L, 0},
-    {"linear fwd proj", k_linear_fwd, C, C, L, 1},
+    {"linear fwd proj", k_linear_fwd_no_bias, C, C, L, 1},
     {"linear fwd fc", k_linear_fwd_no_bias, C, 4 * C, L, 1},
     {"gelu fwd (+ c_fc bias)", k_gelu_fwd, 0, 0, L, 0},
-    {"linear fwd fcproj", k_linear_fwd, 4 * C, C, L, 1},
+    {"linear fwd fcproj", k_linear_fwd_no_bias, 4 * C, C, L, 1},
+    {"bias + residual", k_bias_residual, 0, 0, 2 * L, 0},
     {"linear fwd logits", k_linear_fwd, C, V, 1, 1},
     {"crossentropy fwd+bwd", k_crossentropy, 0, 0, 1, 0},
     {"linear bwd logits", k_linear_bwd, C, V, 1, 1},
