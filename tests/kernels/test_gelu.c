@@ -123,6 +123,7 @@ int main(void)
         check_bias(3, 17);
         check_bias(33, 1000);
         check_bias(64, 1537); /* above the threaded split, rows of an odd width */
+        check_bias(37, 3072); /* GPT-2 small's c_fc (4 x 768), an odd row count */
     }
     check_finite_differences();
     check_special_values();

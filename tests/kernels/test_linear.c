@@ -209,6 +209,7 @@ int main(void)
         check_bias_sums(37, 50257);
         check_bias_residual(3, 17);
         check_bias_residual(129, 385); /* past the threaded split */
+        check_bias_residual(45, 768);  /* GPT-2 small's width, an odd row count */
         /* Llama's q, k and v at 6 heads and 2 key/value heads of 8, and odd sizes. */
         static const int groups[][5] = {{64, 48, 48, 16, 16}, {37, 20, 13, 7, 5}};
         for (int prec = 0; prec < 2; prec++)
