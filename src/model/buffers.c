@@ -16,7 +16,9 @@ int dt_gpt_set_mixed(dt_gpt *m)
     if (m->prec != DT_PREC_BF16 || m->params || m->mixed.params16 || m->grads)
         return dt_strf(m->error, sizeof m->error, "model: mixed precision needs bf16 products "
                        "and a layout without buffers"), -1;
-    if (!(m->mixed.widened = calloc((size_t)dt_gpt_segments(m), 1)))
+    const size_t n = (size_t)dt_gpt_segments(m);
+    if (!(m->mixed.widened = calloc(n, sizeof(float *))) ||
+        !(m->mixed.spare = calloc(n, sizeof(float *))))
         return dt_strf(m->error, sizeof m->error, "model: out of memory"), -1;
     m->mixed.on = 1;
     return 0;
@@ -66,11 +68,11 @@ void dt_gpt_sync_working(dt_gpt *m, size_t lo, size_t hi)
 
 int dt_gpt_alloc_params(dt_gpt *m)
 {
-    /* Reserved here, not in dt_gpt_set_mixed: padding may still grow the layout. */
-    if (m->mixed.on && !m->mixed.wparams &&
-        !(m->mixed.wparams = dt_window_reserve_pooled(m->n_floats * sizeof(float))))
-        return dt_strf(m->error, sizeof m->error, "model: no address space for the widened "
-                       "parameters (%.1f MiB)", (double)m->n_floats * 4 / 1048576.0), -1;
+    /* Sized here, not in dt_gpt_set_mixed: padding may still grow the layout. */
+    for (int s = 0; m->mixed.on && s < dt_gpt_segments(m); s++) {
+        const size_t n = dt_gpt_segment_start(m, s + 1) - dt_gpt_segment_start(m, s);
+        if (n > m->mixed.copy_floats) m->mixed.copy_floats = n;
+    }
     if (m->mixed.on && !m->mixed.params16 &&
         !(m->mixed.params16 = dt_alloc(m->n_floats * sizeof(uint16_t), DT_MEM_PARAMS)))
         return dt_strf(m->error, sizeof m->error, "model: cannot allocate %zu bf16 parameters "
@@ -104,7 +106,9 @@ void dt_gpt_destroy(dt_gpt *m)
         dt_free(m->grads);
     }
     dt_free(m->accum.grads16);
-    if (m->mixed.wparams) dt_window_free(m->mixed.wparams, m->n_floats * sizeof(float));
+    for (int s = 0; m->mixed.widened && s < dt_gpt_segments(m); s++) free(m->mixed.widened[s]);
+    for (int i = 0; i < m->mixed.n_spare; i++) free(m->mixed.spare[i]);
+    free(m->mixed.spare);
     if (m->accum.apart) dt_window_free(m->accum.apart, m->n_floats * sizeof(float));
     free(m->mixed.widened);
     free(m->accum.widened);

@@ -46,7 +46,7 @@ static void embed_run(dt_gpt *m, const void *arg, size_t row, int pos, int nseq,
 {
     const embed_rows *e = arg;
     const int C = m->cfg.n_embd;
-    float *w = dt_model_weights(m);
+    float *w = dt_model_weights(m, 0); /* the embeddings' segment starts the layout */
     dt_embedding_forward_range(e->out + row * C, e->tokens + row, wte(m, w), wpe(m, w, pos),
                                nseq, len, C, m->tp.v0, m->tp.vocab);
 }

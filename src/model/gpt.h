@@ -73,8 +73,12 @@ typedef struct {
 
 /* Mixed precision (dt_gpt_set_mixed): the working parameters are bf16,
  * params16, 2 bytes each; forward and backward read them widened (exactly:
- * a bf16 value is an fp32 one) into the window wparams, one segment at a
- * time, from just before its use to just after. The model's params hold
+ * a bf16 value is an fp32 one) into a buffer of their own, one segment at
+ * a time, from just before its use to just after. The buffers (each the
+ * largest segment's size) are kept and handed to the next segment: the
+ * same pages every step, so no mapping changes while training runs (a
+ * window moved between the segments' addresses cost a page-table change
+ * per use, which a virtual machine that shadows page tables pays dearly). The model's params hold
  * the fp32 master weights that the optimizer updates and checkpoints
  * save; dt_gpt_sync_working rounds them into params16 once they change. A
  * strategy that shards the parameters (ZeRO) may make params and params16
@@ -82,8 +86,10 @@ typedef struct {
 typedef struct {
     int on;
     uint16_t *params16;
-    float *wparams;
-    unsigned char *widened; /* per segment: wparams holds it now */
+    float **widened; /* per segment: its fp32 copy while in use, else NULL */
+    float **spare;   /* copies not in use, ready for the next segment */
+    int n_spare;
+    size_t copy_floats; /* each copy's size: the largest segment's */
 } dt_gpt_mixed;
 
 /* How gradients accumulate over micro-batches.

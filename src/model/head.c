@@ -14,20 +14,17 @@
 /* The head's segment: 0 (tied to the embedding) or the final norm's. */
 static int head_segment(const dt_gpt *m) { return m->head_tensor ? m->cfg.n_layer + 1 : 0; }
 
-static float *head_w(const dt_gpt *m)
-{
-    return dt_model_weights(m) + m->tensors[m->head_tensor].offset;
-}
+static float *head_w(const dt_gpt *m) { return dt_model_tensor_weights(m, m->head_tensor); }
 
 static float *head_g(const dt_gpt *m)
 {
     return dt_model_grads_of(m, head_segment(m)) + m->tensors[m->head_tensor].offset;
 }
 
-/* The final norm's call on N rows of x, reading w and adding to g. */
-static void norm_call(dt_gpt *m, const float *x, int N, float *w, float *g, dt_block_call *c)
+/* The final norm's call on N rows of x, adding to g. */
+static void norm_call(dt_gpt *m, const float *x, int N, float *g, dt_block_call *c)
 {
-    dt_model_block_call(m, &m->final_norm, 0, w, g, c);
+    dt_model_block_call(m, &m->final_norm, 0, g, c);
     c->layer = m->cfg.n_layer, c->b = N, c->t = 1, c->N = N;
     c->x = x, c->res = NULL;
     c->a = m->acts.final;
@@ -40,7 +37,7 @@ int dt_model_head_forward(dt_gpt *m, const float *x, int N)
     if (dt_model_need(m, L + 1, DT_USE_FORWARD) || (head_segment(m) == 0 &&
                                                      dt_model_need(m, 0, DT_USE_FORWARD)))
         return -1;
-    norm_call(m, x, N, dt_model_weights(m), NULL, &c);
+    norm_call(m, x, N, NULL, &c);
     if (m->final_norm.kind->forward(m, &c, DT_RUN_ALL)) return -1;
     if (dt_matmul(m->prec, 0, 1, N, V, C, 1.0f, m->acts.final[0], C, head_w(m), C, 0.0f,
                   m->acts.logits, V))
@@ -93,7 +90,7 @@ int dt_model_head_backward(dt_gpt *m, const dt_gpt_slot *st, const float *lnf_in
                                            a->final[0], C, 1.0f, head_g(m), C)))
         return dt_model_fail_matmul(m, "lm_head backward");
     memset(a->d_res, 0, (size_t)N * C * sizeof(float));
-    norm_call(m, lnf_in, N, dt_model_weights(m), dt_model_grads_of(m, L + 1), &c);
+    norm_call(m, lnf_in, N, dt_model_grads_of(m, L + 1), &c);
     if (dt_model_input_grad_sum(m, N, "lm_head backward") ||
         m->final_norm.kind->backward(m, &c, what))
         return -1;

@@ -6,14 +6,14 @@
  * branch reads its norm's output and adds to the last one. */
 #include "model/model_internal.h"
 
-void dt_model_block_call(const dt_gpt *m, const dt_block *blk, int tensor0, float *w, float *g,
+void dt_model_block_call(const dt_gpt *m, const dt_block *blk, int tensor0, float *g,
                          dt_block_call *c)
 {
     c->blk = blk;
     for (int k = 0; k < blk->n_tensors; k++) {
-        const size_t off = m->tensors[tensor0 + blk->tensor0 + k].offset;
-        c->w[k] = w + off;
-        c->g[k] = g ? g + off : NULL;
+        const int i = tensor0 + blk->tensor0 + k;
+        c->w[k] = dt_model_tensor_weights(m, i);
+        c->g[k] = g ? g + m->tensors[i].offset : NULL;
     }
 }
 
@@ -26,8 +26,7 @@ static void layer_call(dt_gpt *m, int l, int i, const float *x, int b, int t, dt
     for (int j = 0; j < i; j++)
         if (m->blocks[j].kind->role == DT_BLOCK_BRANCH) res = bufs[m->blocks[j].act0];
     const dt_block *blk = &m->blocks[i];
-    dt_model_block_call(m, blk, dt_model_layer_tensor0(m, l), dt_model_weights(m),
-                        dt_model_grads_of(m, 1 + l), c);
+    dt_model_block_call(m, blk, dt_model_layer_tensor0(m, l), dt_model_grads_of(m, 1 + l), c);
     c->layer = l, c->b = b, c->t = t, c->N = b * t;
     c->a = bufs + blk->act0;
     c->x = blk->kind->role == DT_BLOCK_NORM ? res : bufs[m->blocks[i - 1].act0];

@@ -390,5 +390,5 @@ int dt_model_segment_of(const dt_gpt *m, int tensor)
 {
     if (tensor < m->embed_tensors) return 0;
     if (tensor >= m->final_norm.tensor0) return m->cfg.n_layer + 1;
-    return 1 + (tensor - 2) / m->layer_tensors;
+    return 1 + (tensor - m->embed_tensors) / m->layer_tensors;
 }

@@ -13,8 +13,11 @@
 
 /* ---- segment.c: the protocol a strategy hooks (gpt.h: dt_gpt_hooks) ---- */
 
-/* What forward and backward read: the parameters, or their widened copy. */
-float *dt_model_weights(const dt_gpt *m);
+/* What forward and backward read of a segment (its values from the
+ * first, while the segment is needed): the parameters, or their widened
+ * copy; and of one tensor. */
+float *dt_model_weights(const dt_gpt *m, int segment);
+float *dt_model_tensor_weights(const dt_gpt *m, int tensor);
 /* Where a segment's gradients are written now: its window apart, or grads. */
 float *dt_model_grads_of(const dt_gpt *m, int segment);
 /* Around each use of a segment's parameters: the strategy's hooks, the
@@ -136,9 +139,10 @@ int dt_model_layer_backward(dt_gpt *m, int l, const float *x, int b, int t, dt_b
 int dt_model_layer_weights(dt_gpt *m, int l, const float *x, int b, int t);
 /* Layer l's output (the last branch's residual sum) in the bound slot. */
 float *dt_model_layer_output(const dt_gpt *m, int l);
-/* A call of block `blk` (tensors from `tensor0` of the layout) on w and g,
- * the flat parameters and gradients it reads and adds to. */
-void dt_model_block_call(const dt_gpt *m, const dt_block *blk, int tensor0, float *w, float *g,
+/* A call of block `blk` (tensors from `tensor0` of the layout) on the
+ * weights forward and backward read (dt_model_tensor_weights) and g, the
+ * flat gradients it adds to. */
+void dt_model_block_call(const dt_gpt *m, const dt_block *blk, int tensor0, float *g,
                          dt_block_call *c);
 
 /* ---- embed.c, head.c: the parts before and after the layers ----------- */

@@ -5,6 +5,8 @@
  * Every block kind's parameters and gradients pass through here, so a
  * strategy that hooks a segment (ZeRO-3's gathers, DDP's buckets) never
  * needs to know the kinds. */
+#include <stdlib.h>
+
 #include "core/alloc.h"
 #include "core/fault.h"
 #include "core/str.h"
@@ -12,8 +14,27 @@
 #include "kernels/cast.h"
 #include "model/model_internal.h"
 
-/* What forward and backward read: the parameters, or their widened copy. */
-float *dt_model_weights(const dt_gpt *m) { return m->mixed.on ? m->mixed.wparams : m->params; }
+/* What forward and backward read of a segment, from its first value: the
+ * parameters, or their widened copy. */
+float *dt_model_weights(const dt_gpt *m, int segment)
+{
+    if (m->mixed.on) return m->mixed.widened[segment];
+    return m->params + dt_gpt_segment_start(m, segment);
+}
+
+float *dt_model_tensor_weights(const dt_gpt *m, int tensor)
+{
+    const int s = dt_model_segment_of(m, tensor);
+    return dt_model_weights(m, s) + (m->tensors[tensor].offset - dt_gpt_segment_start(m, s));
+}
+
+/* A copy for a segment's widened values: a spare one, else a new one. */
+static float *widened_copy(dt_gpt *m)
+{
+    if (m->mixed.n_spare) return m->mixed.spare[--m->mixed.n_spare];
+    return aligned_alloc(DT_ALIGN, (m->mixed.copy_floats * sizeof(float) + DT_ALIGN - 1) /
+                                       DT_ALIGN * DT_ALIGN);
+}
 
 /* Before a backward's first gradient of a segment lands: with bf16
  * accumulation its sum so far widened into the fp32 window; with fp32
@@ -57,10 +78,13 @@ int dt_model_need(dt_gpt *m, int segment, int use)
     size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
     if (use == DT_USE_BACKWARD && dt_model_grads_open(m, segment)) return -1;
     if (!m->mixed.on || use == DT_USE_INIT || m->mixed.widened[segment]) return 0;
-    dt_window_bring(m->mixed.wparams, lo * sizeof(float), hi * sizeof(float), 0);
-    dt_cast_bf16_to_f32(m->mixed.wparams + lo, m->mixed.params16 + lo, hi - lo);
+    float *w = widened_copy(m);
+    if (!w)
+        return dt_strf(m->error, sizeof m->error, "model: out of memory for a segment's "
+                       "widened parameters (%.1f MiB)", (double)(hi - lo) * 4 / 1048576.0), -1;
+    dt_cast_bf16_to_f32(w, m->mixed.params16 + lo, hi - lo);
     dt_mem_account(DT_MEM_PARAMS, (long long)((hi - lo) * sizeof(float)));
-    m->mixed.widened[segment] = 1;
+    m->mixed.widened[segment] = w;
     return 0;
 }
 
@@ -69,9 +93,9 @@ void dt_model_done(dt_gpt *m, int segment, int use)
     size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
     if (m->mixed.on && use == DT_USE_INIT) dt_gpt_sync_working(m, lo, hi);
     if (m->mixed.on && m->mixed.widened[segment]) {
-        dt_window_drop(m->mixed.wparams, lo * sizeof(float), hi * sizeof(float));
+        m->mixed.spare[m->mixed.n_spare++] = m->mixed.widened[segment];
         dt_mem_account(DT_MEM_PARAMS, -(long long)((hi - lo) * sizeof(float)));
-        m->mixed.widened[segment] = 0;
+        m->mixed.widened[segment] = NULL;
     }
     if (m->hooks.param_done) m->hooks.param_done(m->hooks.param_ctx, segment, use);
 }

@@ -1,9 +1,12 @@
 /* The initial weights: each normal tensor's values are its own stream's
- * numbers in row-major order (model/init.c), whatever the threads. The
- * reference here draws the stream one number after another, as the rule
- * states it; the model draws each element's numbers directly, split over
- * threads, and a tensor-parallel slice draws only what it holds. Every
- * value must be the reference's bits. */
+ * numbers in row-major order (model/init.c), whatever the threads; a
+ * norm's weights are ones and a bias's zeros. The reference here draws the
+ * stream one number after another, as the rule states it; the model draws
+ * each element's numbers directly, split over threads, and a
+ * tensor-parallel slice draws only what it holds. Every value must be the
+ * reference's bits, in both families (the Llama layout has no positions'
+ * table, so its layers' tensors start one earlier: every layer's first
+ * norm must still be ones). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -34,22 +37,26 @@ static double normal(uint64_t *s)
 static void check_tensor(const dt_gpt *m, int i)
 {
     const dt_param_tensor *t = &m->tensors[i];
-    if (t->init != DT_INIT_NORMAL && t->init != DT_INIT_RESIDUAL) return;
     const double std = t->init == DT_INIT_NORMAL ? 0.02 : 0.02 / sqrt(2.0 * L);
     uint64_t s = SEED * 0x9E3779B97F4A7C15ull + (uint64_t)i * 0xD1B54A32D192ED03ull;
     size_t bad = 0;
-    for (size_t k = 0; k < t->numel; k++)
-        bad += m->params[t->offset + k] != (float)(std * normal(&s));
-    CHECK(bad == 0, "tensor %s: %zu of %zu values differ from its stream", t->name, bad,
-          t->numel);
+    for (size_t k = 0; k < t->numel; k++) {
+        const float want = t->init == DT_INIT_ZERO  ? 0.0f
+                           : t->init == DT_INIT_ONE ? 1.0f
+                                                    : (float)(std * normal(&s));
+        bad += m->params[t->offset + k] != want;
+    }
+    CHECK(bad == 0, "tensor %s: %zu of %zu values differ from its rule (%d)", t->name, bad,
+          t->numel, (int)t->init);
 }
 
 int main(void)
 {
-    dt_gpt_config cfg = {.n_layer = L, .n_head = NH, .n_embd = C,
-                         .vocab_size = V, .block_size = BLOCK};
     char err[256] = "";
-    for (int threads = 1; threads <= 2; threads++) {
+    for (int run = 0; run < 4; run++) {
+        const int threads = 1 + run % 2, llama = run / 2;
+        dt_gpt_config cfg = {.n_layer = L, .n_head = NH, .n_embd = C, .vocab_size = V,
+                             .block_size = BLOCK, .arch = llama ? DT_ARCH_LLAMA : DT_ARCH_GPT2};
         dt_kernels_set_threads(threads);
         dt_gpt m;
         if (dt_gpt_create(&m, &cfg, DT_PREC_F32, err, sizeof err)) {
@@ -57,13 +64,20 @@ int main(void)
             return finish("model.init");
         }
         dt_gpt_init_weights(&m, SEED);
-        check_set_label(threads == 1 ? "1 thread: " : "2 threads: ");
-        int normals = 0;
+        static const char *const labels[4] = {"GPT-2, 1 thread: ", "GPT-2, 2 threads: ",
+                                              "Llama, 1 thread: ", "Llama, 2 threads: "};
+        check_set_label(labels[run]);
+        int normals = 0, ones = 0;
         for (int i = 0; i < m.n_tensors; i++) {
             check_tensor(&m, i);
             normals += m.tensors[i].init == DT_INIT_NORMAL || m.tensors[i].init == DT_INIT_RESIDUAL;
+            ones += m.tensors[i].init == DT_INIT_ONE;
         }
-        CHECK(normals >= 2 + 4 * L, "only %d tensors drawn from a normal", normals);
+        /* GPT-2: wte, wpe and 4 matrices a layer; Llama: the tokens' table,
+         * 7 matrices a layer and the head. Two norms a layer and the final. */
+        CHECK(normals >= (llama ? 2 + 7 * L : 2 + 4 * L), "only %d tensors drawn from a normal",
+              normals);
+        CHECK(ones == 2 * L + 1, "%d norm weights, expected %d", ones, 2 * L + 1);
         dt_gpt_destroy(&m);
     }
     return finish("model.init");
