@@ -17,9 +17,9 @@ int dt_gpt_set_mixed(dt_gpt *m)
         return dt_strf(m->error, sizeof m->error, "model: mixed precision needs bf16 products "
                        "and a layout without buffers"), -1;
     const size_t n = (size_t)dt_gpt_segments(m);
-    if (!(m->mixed.widened = calloc(n, sizeof(float *))) ||
-        !(m->mixed.spare = calloc(n, sizeof(float *))))
+    if (!(m->mixed.widened = calloc(n, sizeof(float *))))
         return dt_strf(m->error, sizeof m->error, "model: out of memory"), -1;
+    dt_slot_pool_init(&m->mixed.pool, 0, DT_MEM_PARAMS);
     m->mixed.on = 1;
     return 0;
 }
@@ -33,6 +33,47 @@ int dt_gpt_set_grads16(dt_gpt *m)
         return dt_strf(m->error, sizeof m->error, "model: out of memory"), -1;
     m->accum.bf16 = 1;
     return 0;
+}
+
+int dt_gpt_set_grad_slots(dt_gpt *m)
+{
+    if (m->grad_slots) return 0;
+    const int n = dt_gpt_segments(m);
+    if (!(m->grad_slots = calloc((size_t)n, sizeof(float *))) ||
+        !(m->grad_slot_holds = calloc((size_t)n, sizeof(int))))
+        return dt_strf(m->error, sizeof m->error, "model: out of memory"), -1;
+    dt_slot_pool_init(&m->grad_pool, 1, DT_MEM_GRADS);
+    return 0;
+}
+
+int dt_gpt_grads_hold(dt_gpt *m, int s)
+{
+    if (m->grad_slot_holds[s]++) return 0;
+    const size_t n = dt_gpt_segment_start(m, s + 1) - dt_gpt_segment_start(m, s);
+    float *slot = dt_slot_get(&m->grad_pool, n * sizeof(float));
+    if (!slot) {
+        m->grad_slot_holds[s]--;
+        return dt_strf(m->error, sizeof m->error, "model: out of memory for a segment's "
+                       "gradients (%.1f MiB)", (double)n * 4 / 1048576.0), -1;
+    }
+    memset(slot, 0, n * sizeof(float)); /* backward adds into them */
+    m->grad_slots[s] = slot;
+    return 0;
+}
+
+dt_gbuf dt_gpt_grads_at(const dt_gpt *m, size_t at)
+{
+    for (int s = 0; m->grad_slots && s < dt_gpt_segments(m); s++)
+        if (m->grad_slots[s] && at >= dt_gpt_segment_start(m, s) && at < dt_gpt_segment_start(m, s + 1))
+            return dt_gbuf_f32(m->grad_slots[s] + (at - dt_gpt_segment_start(m, s)));
+    return dt_gbuf_at(dt_gpt_grads(m), at);
+}
+
+void dt_gpt_grads_release(dt_gpt *m, int s)
+{
+    if (m->grad_slot_holds[s] == 0 || --m->grad_slot_holds[s]) return;
+    dt_slot_put(&m->grad_pool, m->grad_slots[s]);
+    m->grad_slots[s] = NULL;
 }
 
 dt_gbuf dt_gpt_grads(const dt_gpt *m)
@@ -68,11 +109,6 @@ void dt_gpt_sync_working(dt_gpt *m, size_t lo, size_t hi)
 
 int dt_gpt_alloc_params(dt_gpt *m)
 {
-    /* Sized here, not in dt_gpt_set_mixed: padding may still grow the layout. */
-    for (int s = 0; m->mixed.on && s < dt_gpt_segments(m); s++) {
-        const size_t n = dt_gpt_segment_start(m, s + 1) - dt_gpt_segment_start(m, s);
-        if (n > m->mixed.copy_floats) m->mixed.copy_floats = n;
-    }
     if (m->mixed.on && !m->mixed.params16 &&
         !(m->mixed.params16 = dt_alloc(m->n_floats * sizeof(uint16_t), DT_MEM_PARAMS)))
         return dt_strf(m->error, sizeof m->error, "model: cannot allocate %zu bf16 parameters "
@@ -106,12 +142,13 @@ void dt_gpt_destroy(dt_gpt *m)
         dt_free(m->grads);
     }
     dt_free(m->accum.grads16);
-    for (int s = 0; m->mixed.widened && s < dt_gpt_segments(m); s++) free(m->mixed.widened[s]);
-    for (int i = 0; i < m->mixed.n_spare; i++) free(m->mixed.spare[i]);
-    free(m->mixed.spare);
+    dt_slot_pool_free(&m->mixed.pool);
     if (m->accum.apart) dt_window_free(m->accum.apart, m->n_floats * sizeof(float));
     free(m->mixed.widened);
     free(m->accum.widened);
+    dt_slot_pool_free(&m->grad_pool);
+    free(m->grad_slots);
+    free(m->grad_slot_holds);
     free(m->accum.zero);
     free(m->accum.open);
     dt_gpt_free_acts(m);

@@ -94,7 +94,7 @@ static void embed_grad_run(dt_gpt *m, const void *arg, size_t row, int pos, int 
 {
     const embed_rows *g = arg;
     const int C = m->cfg.n_embd;
-    float *grads = dt_model_grads_of(m, 0);
+    float *grads = dt_model_grads_of(m, 0); /* segment 0 starts the layout */
     dt_embedding_backward_range(wte(m, grads), wpe(m, grads, pos), g->d + row * C,
                                 g->tokens + row, nseq, len, C, m->tp.v0, m->tp.vocab);
 }

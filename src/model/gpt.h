@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/slot_pool.h"
 #include "kernels/matmul.h"
 #include "model/acts.h"
 #include "model/arch.h"
@@ -73,12 +74,9 @@ typedef struct {
 
 /* Mixed precision (dt_gpt_set_mixed): the working parameters are bf16,
  * params16, 2 bytes each; forward and backward read them widened (exactly:
- * a bf16 value is an fp32 one) into a buffer of their own, one segment at
- * a time, from just before its use to just after. The buffers (each the
- * largest segment's size) are kept and handed to the next segment: the
- * same pages every step, so no mapping changes while training runs (a
- * window moved between the segments' addresses cost a page-table change
- * per use, which a virtual machine that shadows page tables pays dearly). The model's params hold
+ * a bf16 value is an fp32 one) into a slot of their own (core/slot_pool.h),
+ * one segment at a time, from just before its use to just after: the same
+ * pages every step, so no mapping changes while training runs. The model's params hold
  * the fp32 master weights that the optimizer updates and checkpoints
  * save; dt_gpt_sync_working rounds them into params16 once they change. A
  * strategy that shards the parameters (ZeRO) may make params and params16
@@ -86,10 +84,8 @@ typedef struct {
 typedef struct {
     int on;
     uint16_t *params16;
-    float **widened; /* per segment: its fp32 copy while in use, else NULL */
-    float **spare;   /* copies not in use, ready for the next segment */
-    int n_spare;
-    size_t copy_floats; /* each copy's size: the largest segment's */
+    float **widened;   /* per segment: its fp32 copy while in use, else NULL */
+    dt_slot_pool pool; /* the copies' slots (private: accounted while in use) */
 } dt_gpt_mixed;
 
 /* How gradients accumulate over micro-batches.
@@ -162,6 +158,13 @@ struct dt_gpt {
     float *params;    /* fp32 training: what forward and backward read; mixed
                          precision: the fp32 master weights */
     float *grads;     /* NULL until dt_gpt_alloc_grads */
+    /* Per segment (dt_gpt_set_grad_slots): where its gradients are while
+     * strategies hold them in a slot (dt_gpt_grads_hold: ZeRO-2/3's
+     * gradients of a micro-batch), from the segment's first value; NULL:
+     * at the segment's place in grads. */
+    float **grad_slots;
+    int *grad_slot_holds; /* the holders of each segment's slot */
+    dt_slot_pool grad_pool; /* the slots (communication memory) */
     dt_gpt_mixed mixed;
     dt_gpt_accum accum;
     dt_gpt_acts acts;
@@ -239,6 +242,20 @@ int dt_gpt_set_mixed(dt_gpt *m);
  * gradients itself (ZeRO-2 and 3 keep a shard) may clear accum.bf16 again
  * and keep the bf16 accumulation in its shard. 0, or -1 with m->error. */
 int dt_gpt_set_grads16(dt_gpt *m);
+/* Strategies will hold segments' gradients in slots (dt_gpt.grad_slots;
+ * core/slot_pool.h: the same pages each step, which peers read through
+ * their mapping). 0, or -1 with m->error. */
+int dt_gpt_set_grad_slots(dt_gpt *m);
+/* Segment s's gradients from now on in a slot, zeroed by its first holder;
+ * several strategies may hold one segment (ZeRO over the data-parallel
+ * ranks and over the expert-data-parallel ones each reduce their tensors
+ * of it). The last release gives the slot back. 0, or -1 with m->error. */
+int dt_gpt_grads_hold(dt_gpt *m, int s);
+void dt_gpt_grads_release(dt_gpt *m, int s);
+/* The gradients from element `at` of the layout on, to the end of its
+ * segment: in the segment's slot while held, else in dt_gpt_grads. What a
+ * strategy told of a segment (grad_ready) reads. */
+dt_gbuf dt_gpt_grads_at(const dt_gpt *m, size_t at);
 /* The accumulated gradients (grads16, or grads in fp32), and zeroing them
  * for a step's first micro-batch. */
 dt_gbuf dt_gpt_grads(const dt_gpt *m);

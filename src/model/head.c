@@ -18,7 +18,8 @@ static float *head_w(const dt_gpt *m) { return dt_model_tensor_weights(m, m->hea
 
 static float *head_g(const dt_gpt *m)
 {
-    return dt_model_grads_of(m, head_segment(m)) + m->tensors[m->head_tensor].offset;
+    const int s = head_segment(m);
+    return dt_model_grads_of(m, s) + (m->tensors[m->head_tensor].offset - dt_gpt_segment_start(m, s));
 }
 
 /* The final norm's call on N rows of x, adding to g. */

@@ -13,7 +13,8 @@ void dt_model_block_call(const dt_gpt *m, const dt_block *blk, int tensor0, floa
     for (int k = 0; k < blk->n_tensors; k++) {
         const int i = tensor0 + blk->tensor0 + k;
         c->w[k] = dt_model_tensor_weights(m, i);
-        c->g[k] = g ? g + m->tensors[i].offset : NULL;
+        const size_t at = m->tensors[i].offset - dt_gpt_segment_start(m, dt_model_segment_of(m, i));
+        c->g[k] = g ? g + at : NULL;
     }
 }
 

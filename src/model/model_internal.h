@@ -18,7 +18,8 @@
  * copy; and of one tensor. */
 float *dt_model_weights(const dt_gpt *m, int segment);
 float *dt_model_tensor_weights(const dt_gpt *m, int tensor);
-/* Where a segment's gradients are written now: its window apart, or grads. */
+/* Where a segment's gradients are written now, from its first value: its
+ * window apart, a strategy's slot, or grads. */
 float *dt_model_grads_of(const dt_gpt *m, int segment);
 /* Around each use of a segment's parameters: the strategy's hooks, the
  * widened copy of mixed precision, and (backward) its gradients opened. */
@@ -141,7 +142,8 @@ int dt_model_layer_weights(dt_gpt *m, int l, const float *x, int b, int t);
 float *dt_model_layer_output(const dt_gpt *m, int l);
 /* A call of block `blk` (tensors from `tensor0` of the layout) on the
  * weights forward and backward read (dt_model_tensor_weights) and g, the
- * flat gradients it adds to. */
+ * gradients of the block's segment it adds to (dt_model_grads_of), or
+ * NULL. */
 void dt_model_block_call(const dt_gpt *m, const dt_block *blk, int tensor0, float *g,
                          dt_block_call *c);
 

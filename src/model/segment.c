@@ -28,13 +28,6 @@ float *dt_model_tensor_weights(const dt_gpt *m, int tensor)
     return dt_model_weights(m, s) + (m->tensors[tensor].offset - dt_gpt_segment_start(m, s));
 }
 
-/* A copy for a segment's widened values: a spare one, else a new one. */
-static float *widened_copy(dt_gpt *m)
-{
-    if (m->mixed.n_spare) return m->mixed.spare[--m->mixed.n_spare];
-    return aligned_alloc(DT_ALIGN, (m->mixed.copy_floats * sizeof(float) + DT_ALIGN - 1) /
-                                       DT_ALIGN * DT_ALIGN);
-}
 
 /* Before a backward's first gradient of a segment lands: with bf16
  * accumulation its sum so far widened into the fp32 window; with fp32
@@ -61,11 +54,15 @@ int dt_model_grads_open(dt_gpt *m, int segment)
     return 0;
 }
 
-/* Where a segment's gradients are written: its window apart, or grads
- * (NULL for a model that only runs forward). */
+/* Where a segment's gradients are written, from its first value: its
+ * window apart, a strategy's slot, or grads (NULL for a model that only
+ * runs forward). */
 float *dt_model_grads_of(const dt_gpt *m, int segment)
 {
-    return m->accum.open && m->accum.open[segment] ? m->accum.apart : m->grads;
+    const size_t lo = dt_gpt_segment_start(m, segment);
+    if (m->accum.open && m->accum.open[segment]) return m->accum.apart + lo;
+    if (m->grad_slots && m->grad_slots[segment]) return m->grad_slots[segment];
+    return m->grads ? m->grads + lo : NULL;
 }
 
 /* The strategy's hooks (gpt.h), and with mixed precision the widened copy
@@ -78,7 +75,7 @@ int dt_model_need(dt_gpt *m, int segment, int use)
     size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
     if (use == DT_USE_BACKWARD && dt_model_grads_open(m, segment)) return -1;
     if (!m->mixed.on || use == DT_USE_INIT || m->mixed.widened[segment]) return 0;
-    float *w = widened_copy(m);
+    float *w = dt_slot_get(&m->mixed.pool, (hi - lo) * sizeof(float));
     if (!w)
         return dt_strf(m->error, sizeof m->error, "model: out of memory for a segment's "
                        "widened parameters (%.1f MiB)", (double)(hi - lo) * 4 / 1048576.0), -1;
@@ -93,7 +90,7 @@ void dt_model_done(dt_gpt *m, int segment, int use)
     size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
     if (m->mixed.on && use == DT_USE_INIT) dt_gpt_sync_working(m, lo, hi);
     if (m->mixed.on && m->mixed.widened[segment]) {
-        m->mixed.spare[m->mixed.n_spare++] = m->mixed.widened[segment];
+        dt_slot_put(&m->mixed.pool, m->mixed.widened[segment]);
         dt_mem_account(DT_MEM_PARAMS, -(long long)((hi - lo) * sizeof(float)));
         m->mixed.widened[segment] = NULL;
     }
@@ -114,7 +111,7 @@ void dt_model_segment_close(dt_gpt *m, int segment)
         m->accum.widened[segment] = 0;
         win = m->grads;
     } else if (m->accum.open[segment]) {
-        dt_gbuf_accumulate(dt_gbuf_f32(m->grads + lo), m->accum.apart + lo, hi - lo, 0);
+        dt_gbuf_accumulate(dt_gpt_grads_at(m, lo), m->accum.apart + lo, hi - lo, 0);
         m->accum.open[segment] = 0;
         win = m->accum.apart;
     }

@@ -45,7 +45,10 @@ typedef struct {
 static void add_hosted_sum(void *ctx, size_t lo, size_t hi)
 {
     hosted_add *h = ctx;
-    dt_gbuf_accumulate(dt_gbuf_f32(h->m->grads + lo), h->sum + lo, hi - lo, 0);
+    /* The fp32 sums: in the segment's slot while a layer holds one there. */
+    dt_gbuf g = dt_gpt_grads_at(h->m, lo);
+    if (!g.f32) g = dt_gbuf_f32(h->m->grads + lo);
+    dt_gbuf_accumulate(g, h->sum + lo, hi - lo, 0);
     h->added += hi - lo;
     if (h->report) h->report(h->ctx, lo, hi);
 }

@@ -195,8 +195,12 @@ def run_in(cgroup, args):
 
 
 def peak_rss(out):
+    """Each rank's peak RSS less the peers' communication memory it maps
+    (the table says how much: the RSS counts those shared pages in both
+    processes, a memory cgroup once)."""
     peak = out.split("peak memory per rank")[-1]
-    return [float(x) for x in re.findall(r"peak RSS ([0-9.]+)", peak)]
+    return [float(rss) - float(mapped or 0) for rss, mapped in
+            re.findall(r"peak RSS ([0-9.]+)(?:[^\n]*?peers' buffers mapped ([0-9.]+))?", peak)]
 
 
 def memory_cap(dtrain, tmp, nvme):

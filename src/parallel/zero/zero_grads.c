@@ -3,7 +3,7 @@
  * rank r ends with the mean of its pieces. Stage 1 does it
  * on the step's last micro-batch only, in place in the whole gradient
  * buffer; stages 2-3 on every micro-batch, folding this rank's piece into
- * the shard and giving the window's pages back. See zero.h. */
+ * the shard and giving the segment's slot back. See zero.h. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +30,15 @@ int dt_zero_wait(zero *z, dt_request **r, const char *name, size_t bytes)
     return rc;
 }
 
+/* Segment s's gradients of this micro-batch from element `at` of the
+ * layout on: in its slot (stages 2-3), or in the model's buffer (stage 1,
+ * fp32 or bf16). */
+static dt_gbuf seg_grads(const zero *z, int s, size_t at)
+{
+    (void)s;
+    return dt_gpt_grads_at(z->m, at);
+}
+
 /* The reduced piece, back from a copy in the wire's type. */
 static int wait_reduce_scatter(zero *z, int s)
 {
@@ -38,28 +47,31 @@ static int wait_reduce_scatter(zero *z, int s)
     int rc = dt_zero_wait(z, &g->rs, "reduce_scatter",
                           dt_zero_seg_len(z, s) * dt_dtype_size(z->o.wire));
     if (rc == 0)
-        dt_wire_result(&g->wire, p->lo - dt_zero_seg_lo(z, s),
-                       dt_gbuf_at(dt_gpt_grads(z->m), p->lo), p->hi - p->lo);
+        dt_wire_result(&g->wire, p->lo - dt_zero_seg_lo(z, s), seg_grads(z, s, p->lo),
+                       p->hi - p->lo);
     dt_wire_close(&g->wire);
     return rc ? dt_zero_fail(z, rc, "gradient reduce-scatter") : 0;
 }
 
 /* Waits for segment s's reduce-scatter; stages 2-3 fold the piece into the
- * shard (the step's first micro-batch copies, later ones add) and let the
- * window go: its pages read as zeros, ready for the next backward. */
+ * shard (the step's first micro-batch copies, later ones add) and give the
+ * segment's slot back. */
 static int fold(zero *z, int s, int micro)
 {
     zero_seg *g = &z->seg[s];
     if (!g->rs) return 0;
     const dt_flat_range *p = &z->map.mine[s];
     size_t n = p->hi - p->lo;
-    if (g->qsend ? dt_zero_qgz_finish(z, s, z->m->grads + p->lo) : wait_reduce_scatter(z, s))
+    if (g->qsend ? dt_zero_qgz_finish(z, s, seg_grads(z, s, p->lo).f32) : wait_reduce_scatter(z, s))
         return -1;
     if (z->o.stage < 2) return 0;
-    dt_gbuf_accumulate(dt_gbuf_at(z->shard_g, p->at), z->m->grads + p->lo, n, micro == 0);
-    /* Accounted from the segment's backward (hold_grads) to here. */
-    dt_zero_drop_segment(z, z->m->grads, sizeof(float), s, DT_MEM_GRADS, g->grads_held);
-    g->grads_held = 0;
+    dt_gbuf_accumulate(dt_gbuf_at(z->shard_g, p->at), seg_grads(z, s, p->lo).f32, n, micro == 0);
+    if (g->grads_held) {
+        dt_gpt_grads_release(z->m, s);
+        g->grads_held = 0;
+    } else { /* written in the model's window: its pages read as zeros again */
+        dt_zero_drop_segment(z, z->m->grads, sizeof(float), s, DT_MEM_GRADS, 0);
+    }
     return 0;
 }
 
@@ -74,13 +86,13 @@ static void on_grad_ready(void *ctx, size_t lo, size_t hi)
     if (z->o.stage >= 2 && s + 1 < z->nseg && fold(z, s + 1, z->micro)) return;
     zero_seg *g = &z->seg[s];
     dt_zero_note(z, "reduce_scatter", s);
-    if (z->o.quant_grads) { /* stage 3's gradients are fp32 in the window */
-        dt_zero_qgz_start(z, s, z->m->grads + lo);
+    if (z->o.quant_grads) { /* stage 3's gradients are fp32 in the slot */
+        dt_zero_qgz_start(z, s, seg_grads(z, s, lo).f32);
         return;
     }
     /* Stage 1 with bf16 accumulation reduces the model's bf16 sums; the
      * other cases the fp32 gradients of this micro-batch. */
-    if (dt_wire_open(&g->wire, dt_gbuf_at(dt_gpt_grads(z->m), lo), hi - lo, z->o.wire)) {
+    if (dt_wire_open(&g->wire, seg_grads(z, s, lo), hi - lo, z->o.wire)) {
         dt_strf(z->errmsg, sizeof z->errmsg, "out of memory for a gradient copy in the wire's type");
         z->error = -1;
         return;
@@ -97,7 +109,7 @@ void dt_zero_grads_hook(zero *z)
      * into: what forward did not settle is settled now. */
     if (z->micro == 0 && dt_zero_settle_all(z)) return;
     /* The previous micro-batch's last reduce-scatters ran during this
-     * forward; fold them before this backward writes the windows again. */
+     * forward; fold them before this backward writes the slots again. */
     for (int s = 0; s < z->nseg && z->micro > 0; s++)
         if (fold(z, s, z->micro - 1)) break;
     int communicate = z->o.stage >= 2 || z->last;

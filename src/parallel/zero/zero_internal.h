@@ -27,7 +27,7 @@ typedef struct {
     unsigned char *qbuf; /* qwZ: every rank's int8 piece and scales, on their way */
     unsigned char *qsend; /* qgZ: its gradients as quantized packets, N of them, and */
     unsigned char *qrecv; /* those of hop 1 received (zero_qgz.c) */
-    int grads_held;    /* stages 2-3: its gradient window is accounted */
+    int grads_held;    /* stages 2-3: its gradients of this micro-batch are in a slot */
     int persistent;    /* stage 3: small enough to stay gathered */
     int stale;         /* a deferred update has not reached its piece yet */
     size_t sec_at;     /* hpZ: where its secondary piece starts in z->sec (floats) */
@@ -64,6 +64,7 @@ typedef struct zero {
     void *prev_ctx;
     zero_seg *seg;
     int nseg, L;
+
     /* This rank's pieces of the fp32 parameters: stage 3, and every stage
      * with mixed precision (there they are the master weights; the model's
      * params is then only a window). NULL: the pieces sit in m->params. */

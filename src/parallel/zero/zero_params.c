@@ -354,14 +354,13 @@ static int prefetch(zero *z, int s, int use)
     return t >= 0 && !z->seg[t].gathered ? read_piece(z, t) : 0;
 }
 
-static void hold_grads(zero *z, int s)
+static int hold_grads(zero *z, int s)
 {
-    if (z->o.stage < 2 || z->seg[s].grads_held) return;
+    if (z->o.stage < 2 || z->seg[s].grads_held) return 0;
+    if (dt_gpt_grads_hold(z->m, s)) return -1; /* zeroed: backward adds into them */
     z->seg[s].grads_held = 1;
-    /* Backward adds into the gradients: they start at zero. */
-    bring_segment(z, z->m->grads, sizeof(float), s, 1);
     dt_gpt_grads_zeroed(z->m, seg_lo(z, s), seg_lo(z, s) + seg_len(z, s));
-    dt_mem_account(DT_MEM_GRADS, (long long)(seg_len(z, s) * sizeof(float)));
+    return 0;
 }
 
 /* The initialisation writes a whole segment of fp32 parameters (and the
@@ -374,7 +373,11 @@ static size_t init_bytes(const zero *z, int s)
 static int need(zero *z, int s, int use)
 {
     if (z->error) return -1;
-    if (use == DT_USE_BACKWARD) hold_grads(z, s);
+    if (use == DT_USE_BACKWARD && hold_grads(z, s)) return -1;
+    /* The embeddings' gradients come right after the first layer's, with
+     * no use of their parameters to hold them at when the head is not
+     * tied to them. */
+    if (use == DT_USE_BACKWARD && s == 1 && hold_grads(z, 0)) return -1;
     if (use == DT_USE_INIT && dt_zero_keeps_pieces(z)) {
         /* Only this rank's piece is drawn: the rest is dropped unread. */
         const dt_flat_range *p = &z->map.mine[s];
