@@ -124,7 +124,9 @@ expect_contains "$TMP/always.err" "dtrain launch: rank 1 failed again after 1 re
 # The last attempt follows the usual policy: the grace period, then SIGTERM.
 expect_contains "$TMP/always.err" "still running 0.3s after the failure; sending SIGTERM" \
     "grace period of the last attempt"
-[[ $ms -lt 3000 ]] || fail "took $ms ms"
+# Far below rank 0's 30 s sleep, which SIGTERM ends (two attempts took
+# 1.4 s alone and 3.2 s beside the rest of the suite on a Zen 5 VM).
+[[ $ms -lt 10000 ]] || fail "took $ms ms: rank 0 was not sent SIGTERM after the grace period"
 [[ ! -e "/dev/shm/dtrain-snap-$job" ]] || fail "the snapshot directory outlived a failed job"
 
 check "no --max-restarts (and --max-restarts 0): one attempt, fail fast as before"
