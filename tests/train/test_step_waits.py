@@ -11,9 +11,11 @@ the ranks' compute cannot reorder them).
 Every rank prints its own step lines (--log-ranks all), each with its own
 wait and the job's view. Checked against what the test knows independently:
 - the rank that waited least is the one slowed, named on every line of
-  both ranks (slowed rank 1, then rank 0, so that neither answer is fixed);
-- the other rank waited at least half the sleep each step, and the
-  exposed figure is the smaller of the two ranks' printed waits (computed
+  both ranks after the first (slowed rank 1, then rank 0, so that neither
+  answer is fixed; the first step's first touches of memory can cost a
+  rank more than the sleep on a VM that shadows the page tables);
+- the other rank waited at least half the sleep each step after the
+  first, and on every line the exposed figure is the smaller of the two ranks' printed waits (computed
   here from both ranks' own lines), the same on both ranks' lines;
 - rank 0's JSON log carries the same: comm_ms its own wait,
   comm_exposed_ms the least, comm_wait_max_ms the most, slowest_rank;
@@ -34,7 +36,7 @@ from checks import check, finish  # noqa: E402
 from dtrain_run import run  # noqa: E402
 
 SLEEP_MS = 400
-STEPS = 3
+STEPS = 4  # the first step's waits are timing: three after it are checked
 LINE = re.compile(r"^step (\d+)/\d+ .*\| comm ([\d.]+) ms exposed \(rank (\d) waited ([\d.]+), "
                   r"slowest rank (\d)\)", re.M)
 
@@ -72,15 +74,20 @@ def straggler(dtrain, slow, tmp, profile):
         if sorted(v) != [0, 1]:
             continue
         least = min(v[0][1], v[1][1])
+        check(abs(v[0][0] - least) <= 0.051 and abs(v[1][0] - least) <= 0.051,
+              "step %d: exposed %.1f / %.1f ms on the two ranks' lines = the least of their "
+              "waits, %.1f" % (step, v[0][0], v[1][0], least))
+        if step == 1:
+            # The first step's compute differs between the ranks by more
+            # than the sleep on some machines (first touches of memory on
+            # a VM that shadows the page tables): who waits is timing.
+            continue
         check(v[0][2] == slow and v[1][2] == slow,
               "step %d: both ranks name the slowed rank %d as the slowest (%d, %d)"
               % (step, slow, v[0][2], v[1][2]))
         check(v[other][1] >= SLEEP_MS / 2,
               "step %d: rank %d waited %.1f ms for the slowed rank (at least %d)"
               % (step, other, v[other][1], SLEEP_MS // 2))
-        check(abs(v[0][0] - least) <= 0.051 and abs(v[1][0] - least) <= 0.051,
-              "step %d: exposed %.1f / %.1f ms on the two ranks' lines = the least of their "
-              "waits, %.1f" % (step, v[0][0], v[1][0], least))
     entries = [json.loads(l) for l in open(log) if '"loss"' in l] if os.path.exists(log) else []
     ok = len(entries) == STEPS
     for e in entries:
@@ -91,7 +98,8 @@ def straggler(dtrain, slow, tmp, profile):
         waits = (v[0][1], v[1][1])
         ok &= (abs(e["comm_ms"] - waits[0]) <= 0.051 and
                abs(e["comm_exposed_ms"] - min(waits)) <= 0.051 and
-               abs(e["comm_wait_max_ms"] - max(waits)) <= 0.051 and e["slowest_rank"] == slow)
+               abs(e["comm_wait_max_ms"] - max(waits)) <= 0.051 and
+               e["slowest_rank"] == (slow if e["step"] > 0 else v[0][2]))
     check(ok, "rank %d slowed: rank 0's --log-json steps carry its wait, the least, the most and "
           "slowest_rank %d, as the two ranks printed them" % (slow, slow))
     summary_check(r.stdout, steps, slow)
@@ -110,9 +118,11 @@ def summary_check(out, steps, slow):
                       r"(\d+), in (\d+) of (\d+) steps$" % rank, out, re.M)
         want_exposed = sum(v[rank][0] for v in later) / n if n else -1
         want_mine = sum(v[rank][1] for v in later) / n if n else -1
+        # Each step line rounds to 0.1 ms and so does the mean of the exact
+        # waits: the two means differ by up to 0.05 + 0.05.
         check(m is not None and int(m.group(1)) == n == STEPS - 1 and
-              abs(float(m.group(2)) - want_exposed) <= 0.06 and
-              abs(float(m.group(3)) - want_mine) <= 0.06 and
+              abs(float(m.group(2)) - want_exposed) <= 0.101 and
+              abs(float(m.group(3)) - want_mine) <= 0.101 and
               m.group(4, 5, 6) == (str(slow), str(n), str(n)),
               "rank %d slowed: rank %d's line at the end: %d steps, exposed %.2f and waited %.2f "
               "ms a step, rank %d the slowest in all (%s)"
