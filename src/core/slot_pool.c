@@ -23,6 +23,11 @@ static int grow(dt_slot_pool *p)
 
 static void *make(const dt_slot_pool *p, size_t bytes)
 {
+    if (p->shared == DT_SLOTS_SHARED_HELD) {
+        void *at = dt_alloc_shared(bytes, p->kind);
+        if (at) dt_mem_account(p->kind, -(long long)bytes); /* the holder counts it */
+        return at;
+    }
     if (p->shared) return dt_alloc_shared(bytes, p->kind);
     return aligned_alloc(DT_ALIGN, (bytes + DT_ALIGN - 1) / DT_ALIGN * DT_ALIGN);
 }
@@ -60,7 +65,9 @@ void dt_slot_put(dt_slot_pool *p, void *slot)
 void dt_slot_pool_free(dt_slot_pool *p)
 {
     for (int i = 0; i < p->n_free + p->n_out; i++) {
-        void *at = i < p->n_free ? p->free[i].at : p->out[i - p->n_free].at;
+        const dt_slot *s = i < p->n_free ? &p->free[i] : &p->out[i - p->n_free];
+        void *at = s->at;
+        if (p->shared == DT_SLOTS_SHARED_HELD) dt_mem_account(p->kind, (long long)s->bytes);
         if (p->shared) dt_free(at);
         else free(at);
     }

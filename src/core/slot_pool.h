@@ -12,10 +12,11 @@
  * embeddings' on a layer: each size keeps its own), else a new slot of its
  * size; the pool keeps every slot it made, as many of each size as were
  * ever held at once. Slots of a shared pool are communication memory
- * (alloc.h: dt_alloc_shared, accounted to the pool's kind while they
- * exist): a peer reads one through its own mapping, not by cross-memory
- * attach. A private pool's slots are plain heap memory that the caller
- * accounts while it holds them. */
+ * (alloc.h: dt_alloc_shared): a peer reads one through its own mapping,
+ * not by cross-memory attach. They are accounted to the pool's kind while
+ * they exist (DT_SLOTS_SHARED), or like a private pool's by the caller
+ * while it holds them (DT_SLOTS_SHARED_HELD: a holder that counts what it
+ * holds anyway). A private pool's slots are plain heap memory. */
 #ifndef DT_CORE_SLOT_POOL_H
 #define DT_CORE_SLOT_POOL_H
 
@@ -28,8 +29,10 @@ typedef struct {
     size_t bytes;
 } dt_slot;
 
+enum { DT_SLOTS_PRIVATE, DT_SLOTS_SHARED, DT_SLOTS_SHARED_HELD };
+
 typedef struct {
-    int shared;       /* communication memory, accounted to kind */
+    int shared;       /* DT_SLOTS_*: communication memory, and who accounts it */
     dt_mem_kind kind;
     dt_slot *free;    /* the slots not handed out */
     dt_slot *out;     /* and those handed out */

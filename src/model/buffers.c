@@ -46,6 +46,14 @@ int dt_gpt_set_grad_slots(dt_gpt *m)
     return 0;
 }
 
+int dt_gpt_set_param_slots(dt_gpt *m)
+{
+    if (m->param_slots) return 0;
+    if (!(m->param_slots = calloc((size_t)dt_gpt_segments(m), sizeof(void *))))
+        return dt_strf(m->error, sizeof m->error, "model: out of memory"), -1;
+    return 0;
+}
+
 int dt_gpt_grads_hold(dt_gpt *m, int s)
 {
     if (m->grad_slot_holds[s]++) return 0;
@@ -143,14 +151,15 @@ void dt_gpt_destroy(dt_gpt *m)
     }
     dt_free(m->accum.grads16);
     dt_slot_pool_free(&m->mixed.pool);
-    if (m->accum.apart) dt_window_free(m->accum.apart, m->n_floats * sizeof(float));
+    dt_slot_pool_free(&m->accum.pool);
+    free(m->accum.apart);
     free(m->mixed.widened);
     free(m->accum.widened);
     dt_slot_pool_free(&m->grad_pool);
     free(m->grad_slots);
     free(m->grad_slot_holds);
+    free(m->param_slots);
     free(m->accum.zero);
-    free(m->accum.open);
     dt_gpt_free_acts(m);
     dt_model_moe_free(m);
     memset(m, 0, sizeof *m);
@@ -160,8 +169,9 @@ int dt_gpt_alloc_grads(dt_gpt *m)
 {
     size_t nseg = (size_t)dt_gpt_segments(m);
     if (!m->accum.zero) m->accum.zero = calloc(nseg, 1);
-    if (!m->accum.open) m->accum.open = calloc(nseg, 1);
-    if (!m->accum.zero || !m->accum.open)
+    if (!m->accum.apart && (m->accum.apart = calloc(nseg, sizeof(float *))))
+        dt_slot_pool_init(&m->accum.pool, 0, DT_MEM_GRADS);
+    if (!m->accum.zero || !m->accum.apart)
         return dt_strf(m->error, sizeof m->error, "model: out of memory"), -1;
     if (m->accum.bf16) {
         if (!m->grads && !(m->grads = dt_window_reserve(m->n_floats * sizeof(float))))

@@ -95,21 +95,22 @@ typedef struct {
  * rounded back once the segment is final, before grad_ready. So the sum
  * rounds to bf16 once per micro-batch, as a bf16 buffer does anywhere.
  * In fp32: a backward into a segment whose sum so far is not known to be
- * zero forms that micro-batch's gradient apart, in the window `apart`
- * (zeroed), and adds it into grads when the segment is through, before
+ * zero forms that micro-batch's gradient apart, in a zeroed slot of
+ * `pool` (a private slot pool: the same pages every micro-batch, no
+ * mapping changed), and adds it into grads when the segment is through, before
  * grad_ready. So the sum is g1 + g2 + ..., each micro-batch's gradient
  * whole and added once, in order: the sum data parallelism's reduction
  * forms from the ranks' gradients, and one process with N micro-batches
  * holds the bits of N ranks of one (a rank-order reduction). The whole
  * tied embedding (head and input terms) is one micro-batch's gradient, so
- * its window segment stays from the head's backward to the embeddings'. */
+ * its slot stays from the head's backward to the embeddings'. */
 typedef struct {
     int bf16;
     uint16_t *grads16;
     unsigned char *widened; /* bf16: per segment, grads holds it now */
-    float *apart;
+    float **apart;          /* per segment: the slot holding this backward's gradient */
     unsigned char *zero;    /* per segment: its accumulated gradient is all zeros */
-    unsigned char *open;    /* per segment: apart holds this backward's gradient */
+    dt_slot_pool pool;      /* apart's slots (accounted while held) */
 } dt_gpt_accum;
 
 /* What a strategy hooks. Backward calls grad_ready(grad_ctx, lo, hi) as
@@ -165,6 +166,12 @@ struct dt_gpt {
     float **grad_slots;
     int *grad_slot_holds; /* the holders of each segment's slot */
     dt_slot_pool grad_pool; /* the slots (communication memory) */
+    /* Per segment (dt_gpt_set_param_slots): where its working parameters
+     * (fp32, or params16's bf16 with mixed precision) are while a strategy
+     * holds them in a slot of its own (ZeRO-3's gathered segments), from
+     * the segment's first value; NULL: at the segment's place in params
+     * (params16). The strategy sets and clears the entries. */
+    void **param_slots;
     dt_gpt_mixed mixed;
     dt_gpt_accum accum;
     dt_gpt_acts acts;
@@ -246,6 +253,9 @@ int dt_gpt_set_grads16(dt_gpt *m);
  * core/slot_pool.h: the same pages each step, which peers read through
  * their mapping). 0, or -1 with m->error. */
 int dt_gpt_set_grad_slots(dt_gpt *m);
+/* A strategy will place segments' working parameters in slots of its own
+ * (dt_gpt.param_slots). 0, or -1 with m->error. */
+int dt_gpt_set_param_slots(dt_gpt *m);
 /* Segment s's gradients from now on in a slot, zeroed by its first holder;
  * several strategies may hold one segment (ZeRO over the data-parallel
  * ranks and over the expert-data-parallel ones each reduce their tensors

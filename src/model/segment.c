@@ -6,6 +6,7 @@
  * strategy that hooks a segment (ZeRO-3's gathers, DDP's buckets) never
  * needs to know the kinds. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/alloc.h"
 #include "core/fault.h"
@@ -19,7 +20,15 @@
 float *dt_model_weights(const dt_gpt *m, int segment)
 {
     if (m->mixed.on) return m->mixed.widened[segment];
+    if (m->param_slots && m->param_slots[segment]) return m->param_slots[segment];
     return m->params + dt_gpt_segment_start(m, segment);
+}
+
+/* Mixed precision: the segment's bf16 working parameters, from its first. */
+static const uint16_t *working16(const dt_gpt *m, int segment)
+{
+    if (m->param_slots && m->param_slots[segment]) return m->param_slots[segment];
+    return m->mixed.params16 + dt_gpt_segment_start(m, segment);
 }
 
 float *dt_model_tensor_weights(const dt_gpt *m, int tensor)
@@ -31,8 +40,8 @@ float *dt_model_tensor_weights(const dt_gpt *m, int tensor)
 
 /* Before a backward's first gradient of a segment lands: with bf16
  * accumulation its sum so far widened into the fp32 window; with fp32
- * accumulation onto a sum that is not zero, a zeroed window segment to
- * form this micro-batch's gradient apart (dt_gpt_accum). */
+ * accumulation onto a sum that is not zero, a zeroed slot to form this
+ * micro-batch's gradient apart (dt_gpt_accum). */
 int dt_model_grads_open(dt_gpt *m, int segment)
 {
     size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
@@ -41,26 +50,26 @@ int dt_model_grads_open(dt_gpt *m, int segment)
         dt_cast_bf16_to_f32(m->grads + lo, m->accum.grads16 + lo, hi - lo);
         m->accum.widened[segment] = 1;
     } else {
-        if (m->accum.zero[segment] || m->accum.open[segment]) return 0;
-        if (!m->accum.apart &&
-            !(m->accum.apart = dt_window_reserve_pooled(m->n_floats * sizeof(float))))
-            return dt_strf(m->error, sizeof m->error, "model: no address space for a "
-                           "micro-batch's gradients (%.1f MiB)",
-                           (double)m->n_floats * 4 / 1048576.0), -1;
-        dt_window_bring(m->accum.apart, lo * sizeof(float), hi * sizeof(float), 1);
-        m->accum.open[segment] = 1;
+        if (m->accum.zero[segment] || m->accum.apart[segment]) return 0;
+        float *slot = dt_slot_get(&m->accum.pool, (hi - lo) * sizeof(float));
+        if (!slot)
+            return dt_strf(m->error, sizeof m->error, "model: out of memory for a "
+                           "micro-batch's gradients of a segment (%.1f MiB)",
+                           (double)(hi - lo) * 4 / 1048576.0), -1;
+        memset(slot, 0, (hi - lo) * sizeof(float)); /* backward adds into it */
+        m->accum.apart[segment] = slot;
     }
     dt_mem_account(DT_MEM_GRADS, (long long)((hi - lo) * sizeof(float)));
     return 0;
 }
 
 /* Where a segment's gradients are written, from its first value: its
- * window apart, a strategy's slot, or grads (NULL for a model that only
+ * slot apart, a strategy's slot, or grads (NULL for a model that only
  * runs forward). */
 float *dt_model_grads_of(const dt_gpt *m, int segment)
 {
     const size_t lo = dt_gpt_segment_start(m, segment);
-    if (m->accum.open && m->accum.open[segment]) return m->accum.apart + lo;
+    if (m->accum.apart && m->accum.apart[segment]) return m->accum.apart[segment];
     if (m->grad_slots && m->grad_slots[segment]) return m->grad_slots[segment];
     return m->grads ? m->grads + lo : NULL;
 }
@@ -79,7 +88,7 @@ int dt_model_need(dt_gpt *m, int segment, int use)
     if (!w)
         return dt_strf(m->error, sizeof m->error, "model: out of memory for a segment's "
                        "widened parameters (%.1f MiB)", (double)(hi - lo) * 4 / 1048576.0), -1;
-    dt_cast_bf16_to_f32(w, m->mixed.params16 + lo, hi - lo);
+    dt_cast_bf16_to_f32(w, working16(m, segment), hi - lo);
     dt_mem_account(DT_MEM_PARAMS, (long long)((hi - lo) * sizeof(float)));
     m->mixed.widened[segment] = w;
     return 0;
@@ -99,24 +108,23 @@ void dt_model_done(dt_gpt *m, int segment, int use)
 
 /* Once this backward (or half) is through with a segment: with bf16
  * accumulation its fp32 window rounded back into grads16; a gradient
- * formed apart added into grads, its window given back. Either way the
+ * formed apart added into grads, its slot given back. Either way the
  * accumulated sum is no longer known to be zero. */
 void dt_model_segment_close(dt_gpt *m, int segment)
 {
     size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
-    float *win = NULL;
     m->accum.zero[segment] = 0;
     if (m->accum.bf16 && m->accum.widened[segment]) {
         dt_cast_f32_to_bf16(m->accum.grads16 + lo, m->grads + lo, hi - lo);
         m->accum.widened[segment] = 0;
-        win = m->grads;
-    } else if (m->accum.open[segment]) {
-        dt_gbuf_accumulate(dt_gpt_grads_at(m, lo), m->accum.apart + lo, hi - lo, 0);
-        m->accum.open[segment] = 0;
-        win = m->accum.apart;
+        dt_window_drop(m->grads, lo * sizeof(float), hi * sizeof(float));
+    } else if (m->accum.apart[segment]) {
+        dt_gbuf_accumulate(dt_gpt_grads_at(m, lo), m->accum.apart[segment], hi - lo, 0);
+        dt_slot_put(&m->accum.pool, m->accum.apart[segment]);
+        m->accum.apart[segment] = NULL;
+    } else {
+        return;
     }
-    if (!win) return;
-    dt_window_drop(win, lo * sizeof(float), hi * sizeof(float));
     dt_mem_account(DT_MEM_GRADS, -(long long)((hi - lo) * sizeof(float)));
 }
 

@@ -136,6 +136,10 @@ static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
         if (!z->shard16 || window((void **)&layout->mixed.params16, layout->n_floats * 2, &z->window16))
             return out_of_memory(z, "the bf16 parameter shard");
     }
+    if (z->o.stage >= 3) { /* a step's gathers go to slots (zero_params.c) */
+        dt_slot_pool_init(&z->param_pool, DT_SLOTS_SHARED_HELD, DT_MEM_PARAMS);
+        if (dt_gpt_set_param_slots(layout)) return out_of_memory(z, "the segment table");
+    }
     for (int s = 0; s < z->nseg && z->o.stage >= 3; s++)
         z->seg[s].persistent = dt_zero_seg_len(z, s) <= z->o.persist_floats;
     if (z->hpz_comm && secondary_partition(z)) return out_of_memory(z, "hpZ's secondary pieces");
@@ -280,9 +284,7 @@ static int zero_replicas(void *self, uint64_t *hash)
         int was = z->seg[s].gathered;
         if (z->o.stage >= 3 && dt_zero_gather_one(z, s))
             return free(h), failed(z, "replica check");
-        const char *w = dt_zero_working(z);
-        size_t esz = dt_zero_esz(z);
-        h[s] = dt_sum64(w + dt_zero_seg_lo(z, s) * esz, dt_zero_seg_len(z, s) * esz);
+        h[s] = dt_sum64(dt_zero_seg_working(z, s), dt_zero_seg_len(z, s) * dt_zero_esz(z));
         if (z->o.stage >= 3 && !was) dt_zero_release_one(z, s);
     }
     uint64_t all = dt_fnv1a64(h, (size_t)z->nseg * sizeof *h);
@@ -337,6 +339,9 @@ static void zero_destroy(void *self)
         for (int s = 0; z->seg && s < z->nseg; s++)
             if (z->seg[s].grads_held) dt_gpt_grads_release(z->m, s);
         if (z->window16) dt_window_free(z->m->mixed.params16, bytes / 2), z->m->mixed.params16 = NULL;
+        for (int s = 0; z->seg && z->m->param_slots && s < z->nseg; s++)
+            if (z->seg[s].slot) z->m->param_slots[s] = NULL;
+        dt_slot_pool_free(&z->param_pool);
         dt_mem_account(DT_MEM_PARAMS, -(long long)(z->live * esz));
         if (z->m->hooks.param_ctx == z) z->m->hooks.param_need = NULL, z->m->hooks.param_done = NULL;
         z->m->hooks.grad_ready = NULL;

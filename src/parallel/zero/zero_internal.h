@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "core/alloc.h"
+#include "core/slot_pool.h"
 #include "core/timer.h"
 #include "core/trace.h"
 #include "kernels/quant.h"
@@ -22,8 +23,9 @@ typedef struct {
     dt_request *rs;    /* its gradients' reduce-scatter, in flight */
     dt_wire wire;      /* what reduce-scatter works on: the gradients, or their copy in o.wire's type */
     dt_request *ag;    /* its parameters' gather, in flight (stage 3, or 1-2 after the update) */
-    int gathered;      /* stage 3: the window holds it (or a gather is on its way) */
-    int quantized;     /* qwZ: what the window holds was sent as int8 */
+    int gathered;      /* stage 3: slot or window holds it (or a gather is on its way) */
+    void *slot;        /* stage 3: the slot a step's gather fills (NULL: the window) */
+    int quantized;     /* qwZ: what it holds was sent as int8 */
     unsigned char *qbuf; /* qwZ: every rank's int8 piece and scales, on their way */
     unsigned char *qsend; /* qgZ: its gradients as quantized packets, N of them, and */
     unsigned char *qrecv; /* those of hop 1 received (zero_qgz.c) */
@@ -80,6 +82,11 @@ typedef struct zero {
     int error;       /* a failure inside a model hook (reported at the step's end) */
     char errmsg[256];
     size_t live;     /* stage 3: floats gathered now */
+    /* Stage 3: the slots of a step's gathers (communication memory, the
+     * same pages each step), and whether gathers go to the window instead:
+     * a whole-model gather that the save and evaluation read in place. */
+    dt_slot_pool param_pool;
+    int into_window;
     int backward;    /* stage 3: the layer being needed is for backward */
     /* hpZ: the group of consecutive ranks that hold the secondary
      * partition, and this rank's pieces of it (the working type). */
@@ -158,6 +165,9 @@ void dt_zero_param_done(void *ctx, int s, int use);
 /* The working parameters, what forward reads and the gathers fill: the
  * model's params (fp32), or params16 (mixed); and their element size. */
 void *dt_zero_working(const zero *z);
+/* Where segment s's gathered working values start (stage 3: its slot while
+ * a step's gather holds it there, else its place in the window). */
+char *dt_zero_seg_working(const zero *z, int s);
 static inline size_t dt_zero_esz(const zero *z) { return z->mixed ? sizeof(uint16_t) : sizeof(float); }
 /* After the pieces changed (the update, the start): with mixed precision
  * they are rounded to bf16 first; then stages 1-2 gather every segment,

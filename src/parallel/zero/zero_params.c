@@ -1,8 +1,11 @@
 /* ZeRO's parameters. Stages 1-2 hold the working parameters whole and
  * gather the updated pieces after each step. Stage 3 holds only its
- * pieces; the working parameters are a window (core/window.h) into which
- * each segment is gathered just before use, with the next `prefetch`
- * segments in the order of use gathered behind it, and let go after use.
+ * pieces; each segment is gathered into a slot (core/slot_pool.h) just
+ * before use, with the next `prefetch` segments in the order of use
+ * gathered behind it, and let go after use; the model reads it there
+ * (dt_gpt.param_slots). A gather of the whole model for a save or an
+ * evaluation goes to the working parameters' window (core/window.h)
+ * instead, where those read it in place.
  * With mixed precision the working parameters are the model's bf16
  * params16 (half the bytes to gather), and the pieces this rank updates are
  * fp32 master weights, rounded into the working copy after each update.
@@ -172,6 +175,47 @@ static char *working_at(const zero *z, size_t floats)
     return (char *)dt_zero_working(z) + floats * dt_zero_esz(z);
 }
 
+/* Where segment s's gathered working values start: its slot, or its
+ * place in the window. */
+static char *seg_working(const zero *z, int s)
+{
+    return z->seg[s].slot ? (char *)z->seg[s].slot : working_at(z, seg_lo(z, s));
+}
+
+char *dt_zero_seg_working(const zero *z, int s) { return seg_working(z, s); }
+
+/* Room for segment s's gather: a slot the model is told of, or with
+ * into_window its place in the window. */
+static int place_segment(zero *z, int s)
+{
+    zero_seg *g = &z->seg[s];
+    if (z->into_window) {
+        bring_segment(z, dt_zero_working(z), dt_zero_esz(z), s, 0);
+        return 0;
+    }
+    size_t bytes = seg_len(z, s) * dt_zero_esz(z);
+    if (!(g->slot = dt_slot_get(&z->param_pool, bytes)))
+        return dt_strf(z->m->error, sizeof z->m->error, "ZeRO-3: out of memory for a gathered "
+                       "segment (%.1f MiB)", (double)bytes / 1048576.0), io_failed(z);
+    z->m->param_slots[s] = g->slot;
+    return 0;
+}
+
+/* Segment s's gathered values let go: its slot back to the pool, or its
+ * window pages dropped. */
+static void unplace_segment(zero *z, int s)
+{
+    zero_seg *g = &z->seg[s];
+    if (!g->slot) {
+        dt_zero_drop_segment(z, dt_zero_working(z), dt_zero_esz(z), s, DT_MEM_PARAMS, 1);
+        return;
+    }
+    dt_slot_put(&z->param_pool, g->slot);
+    dt_mem_account(DT_MEM_PARAMS, -(long long)(seg_len(z, s) * dt_zero_esz(z)));
+    g->slot = NULL;
+    z->m->param_slots[s] = NULL;
+}
+
 static const void *piece_to_send(const zero *z, int s)
 {
     const dt_flat_range *p = &z->map.mine[s];
@@ -218,7 +262,7 @@ static void dequantize(zero *z, int s)
     zero_seg *g = &z->seg[s];
     size_t len = dt_zero_packet_bytes(z, s, 8), p = z->map.piece[s], B = (size_t)z->o.quant_block;
     for (int r = 0; r < z->n; r++) {
-        void *w = working_at(z, seg_lo(z, s) + (size_t)r * p);
+        void *w = seg_working(z, s) + (size_t)r * p * dt_zero_esz(z);
         const unsigned char *in = g->qbuf + len * (size_t)r;
         if (z->mixed) dt_quant_unpack_bf16(w, in, p, B, 8);
         else dt_quant_unpack(w, in, p, B, 8);
@@ -246,7 +290,7 @@ static size_t sec_count(const zero *z, int s) { return seg_len(z, s) / (size_t)z
 static int gather_secondary(zero *z, int s)
 {
     zero_seg *g = &z->seg[s];
-    int rc = dt_iallgather(z->hpz_comm, sec_piece(z, s), working_at(z, seg_lo(z, s)),
+    int rc = dt_iallgather(z->hpz_comm, sec_piece(z, s), seg_working(z, s),
                            sec_count(z, s), working_type(z), &g->ag);
     if (rc) return dt_zero_fail(z, rc, "hpZ parameter gather");
     g->gathered = 1;
@@ -264,7 +308,7 @@ static void keep_secondary(zero *z, int s)
     zero_seg *g = &z->seg[s];
     if (!z->sec || g->from_sec || g->sec_valid) return;
     size_t n = sec_count(z, s), esz = dt_zero_esz(z);
-    memcpy(sec_piece(z, s), working_at(z, seg_lo(z, s) + (size_t)z->hpz_me * n), n * esz);
+    memcpy(sec_piece(z, s), seg_working(z, s) + (size_t)z->hpz_me * n * esz, n * esz);
     g->sec_valid = 1;
     g->sec_quantized = g->quantized;
 }
@@ -274,18 +318,18 @@ static int gather(zero *z, int s, int exact)
     zero_seg *g = &z->seg[s];
     const int int8 = z->o.quant_weights && !exact;
     if (g->gathered && !(exact && g->quantized)) return 0;
-    if (g->gathered) { /* an int8 copy: its window stays accounted */
+    if (g->gathered) { /* an int8 copy: gathered again exactly where it is */
         if (wait_gather(z, s)) return -1;
         g->gathered = 0;
         z->live -= seg_len(z, s);
         dt_mem_account(DT_MEM_PARAMS, -(long long)(seg_len(z, s) * dt_zero_esz(z)));
     }
     dt_zero_note(z, "gather", s);
-    bring_segment(z, dt_zero_working(z), dt_zero_esz(z), s, 0);
+    if (!g->slot && place_segment(z, s)) return -1;
     if (z->backward && g->sec_valid && !exact) return gather_secondary(z, s);
     if (settle(z, s) || piece_ready(z, s)) return -1;
     int rc = int8 ? gather_int8(z, s)
-                  : dt_iallgather(z->comm, piece_to_send(z, s), working_at(z, seg_lo(z, s)),
+                  : dt_iallgather(z->comm, piece_to_send(z, s), seg_working(z, s),
                                   z->map.piece[s], working_type(z), &g->ag);
     if (rc) return dt_zero_fail(z, rc, "parameter gather");
     g->gathered = 1;
@@ -323,7 +367,7 @@ static int release(zero *z, int s, int force)
     zero_seg *g = &z->seg[s];
     if (!g->gathered || (g->persistent && !force)) return 0;
     if (wait_gather(z, s)) return -1;
-    dt_zero_drop_segment(z, dt_zero_working(z), dt_zero_esz(z), s, DT_MEM_PARAMS, 1);
+    unplace_segment(z, s);
     g->gathered = 0;
     z->live -= seg_len(z, s);
     return 0;
@@ -515,11 +559,16 @@ int dt_zero_gather_all(zero *z)
     if (dt_zero_settle_all(z)) return -1;
     if (z->mixed) return gather_master(z);
     if (z->o.stage < 3) return 0;
+    /* Whole, in the window, where the save and evaluation read it: what a
+     * slot holds (the persistent segments, a prefetch) is let go first. */
     for (int s = 0; s < z->nseg; s++)
-        if (gather(z, s, 1)) return -1;
-    for (int s = 0; s < z->nseg; s++)
-        if (wait_gather(z, s)) return -1;
-    return 0;
+        if (z->seg[s].slot && release(z, s, 1)) return -1;
+    z->into_window = 1;
+    int rc = 0;
+    for (int s = 0; s < z->nseg && !rc; s++) rc = gather(z, s, 1);
+    for (int s = 0; s < z->nseg && !rc; s++) rc = wait_gather(z, s);
+    z->into_window = 0;
+    return rc;
 }
 
 void dt_zero_drop_all(zero *z)
