@@ -1,6 +1,7 @@
 #include "core/slot_pool.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 void dt_slot_pool_init(dt_slot_pool *p, int shared, dt_mem_kind kind)
 {
@@ -50,6 +51,13 @@ void *dt_slot_get(dt_slot_pool *p, size_t bytes)
     }
     p->out[p->n_out++] = s;
     return s.at;
+}
+
+void *dt_slot_get_zeroed(dt_slot_pool *p, size_t bytes)
+{
+    void *s = dt_slot_get(p, bytes);
+    if (s) memset(s, 0, bytes);
+    return s;
 }
 
 void dt_slot_put(dt_slot_pool *p, void *slot)

@@ -43,6 +43,8 @@ void dt_slot_pool_init(dt_slot_pool *p, int shared, dt_mem_kind kind);
 /* A slot of at least `bytes` (its contents what it last held), or NULL when
  * memory runs out. */
 void *dt_slot_get(dt_slot_pool *p, size_t bytes);
+/* The same, its first `bytes` zeroed: for a buffer that is added into. */
+void *dt_slot_get_zeroed(dt_slot_pool *p, size_t bytes);
 void dt_slot_put(dt_slot_pool *p, void *slot);
 /* Frees every slot, handed out or not. */
 void dt_slot_pool_free(dt_slot_pool *p);

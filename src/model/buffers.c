@@ -19,7 +19,7 @@ int dt_gpt_set_mixed(dt_gpt *m)
     const size_t n = (size_t)dt_gpt_segments(m);
     if (!(m->mixed.widened = calloc(n, sizeof(float *))))
         return dt_strf(m->error, sizeof m->error, "model: out of memory"), -1;
-    dt_slot_pool_init(&m->mixed.pool, 0, DT_MEM_PARAMS);
+    dt_slot_pool_init(&m->mixed.pool, DT_SLOTS_PRIVATE, DT_MEM_PARAMS);
     m->mixed.on = 1;
     return 0;
 }
@@ -42,7 +42,7 @@ int dt_gpt_set_grad_slots(dt_gpt *m)
     if (!(m->grad_slots = calloc((size_t)n, sizeof(float *))) ||
         !(m->grad_slot_holds = calloc((size_t)n, sizeof(int))))
         return dt_strf(m->error, sizeof m->error, "model: out of memory"), -1;
-    dt_slot_pool_init(&m->grad_pool, 1, DT_MEM_GRADS);
+    dt_slot_pool_init(&m->grad_pool, DT_SLOTS_SHARED, DT_MEM_GRADS);
     return 0;
 }
 
@@ -58,13 +58,12 @@ int dt_gpt_grads_hold(dt_gpt *m, int s)
 {
     if (m->grad_slot_holds[s]++) return 0;
     const size_t n = dt_gpt_segment_start(m, s + 1) - dt_gpt_segment_start(m, s);
-    float *slot = dt_slot_get(&m->grad_pool, n * sizeof(float));
+    float *slot = dt_slot_get_zeroed(&m->grad_pool, n * sizeof(float)); /* backward adds */
     if (!slot) {
         m->grad_slot_holds[s]--;
         return dt_strf(m->error, sizeof m->error, "model: out of memory for a segment's "
                        "gradients (%.1f MiB)", (double)n * 4 / 1048576.0), -1;
     }
-    memset(slot, 0, n * sizeof(float)); /* backward adds into them */
     m->grad_slots[s] = slot;
     return 0;
 }
@@ -170,7 +169,7 @@ int dt_gpt_alloc_grads(dt_gpt *m)
     size_t nseg = (size_t)dt_gpt_segments(m);
     if (!m->accum.zero) m->accum.zero = calloc(nseg, 1);
     if (!m->accum.apart && (m->accum.apart = calloc(nseg, sizeof(float *))))
-        dt_slot_pool_init(&m->accum.pool, 0, DT_MEM_GRADS);
+        dt_slot_pool_init(&m->accum.pool, DT_SLOTS_PRIVATE, DT_MEM_GRADS);
     if (!m->accum.zero || !m->accum.apart)
         return dt_strf(m->error, sizeof m->error, "model: out of memory"), -1;
     if (m->accum.bf16) {

@@ -6,7 +6,6 @@
  * strategy that hooks a segment (ZeRO-3's gathers, DDP's buckets) never
  * needs to know the kinds. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "core/alloc.h"
 #include "core/fault.h"
@@ -51,12 +50,11 @@ int dt_model_grads_open(dt_gpt *m, int segment)
         m->accum.widened[segment] = 1;
     } else {
         if (m->accum.zero[segment] || m->accum.apart[segment]) return 0;
-        float *slot = dt_slot_get(&m->accum.pool, (hi - lo) * sizeof(float));
+        float *slot = dt_slot_get_zeroed(&m->accum.pool, (hi - lo) * sizeof(float));
         if (!slot)
             return dt_strf(m->error, sizeof m->error, "model: out of memory for a "
                            "micro-batch's gradients of a segment (%.1f MiB)",
                            (double)(hi - lo) * 4 / 1048576.0), -1;
-        memset(slot, 0, (hi - lo) * sizeof(float)); /* backward adds into it */
         m->accum.apart[segment] = slot;
     }
     dt_mem_account(DT_MEM_GRADS, (long long)((hi - lo) * sizeof(float)));

@@ -339,8 +339,7 @@ static void zero_destroy(void *self)
         for (int s = 0; z->seg && s < z->nseg; s++)
             if (z->seg[s].grads_held) dt_gpt_grads_release(z->m, s);
         if (z->window16) dt_window_free(z->m->mixed.params16, bytes / 2), z->m->mixed.params16 = NULL;
-        for (int s = 0; z->seg && z->m->param_slots && s < z->nseg; s++)
-            if (z->seg[s].slot) z->m->param_slots[s] = NULL;
+        for (int s = 0; z->m->param_slots && s < z->nseg; s++) z->m->param_slots[s] = NULL;
         dt_slot_pool_free(&z->param_pool);
         dt_mem_account(DT_MEM_PARAMS, -(long long)(z->live * esz));
         if (z->m->hooks.param_ctx == z) z->m->hooks.param_need = NULL, z->m->hooks.param_done = NULL;

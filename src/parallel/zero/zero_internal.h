@@ -23,8 +23,7 @@ typedef struct {
     dt_request *rs;    /* its gradients' reduce-scatter, in flight */
     dt_wire wire;      /* what reduce-scatter works on: the gradients, or their copy in o.wire's type */
     dt_request *ag;    /* its parameters' gather, in flight (stage 3, or 1-2 after the update) */
-    int gathered;      /* stage 3: slot or window holds it (or a gather is on its way) */
-    void *slot;        /* stage 3: the slot a step's gather fills (NULL: the window) */
+    int gathered;      /* stage 3: a slot (dt_gpt.param_slots) or the window holds it (or a gather is on its way) */
     int quantized;     /* qwZ: what it holds was sent as int8 */
     unsigned char *qbuf; /* qwZ: every rank's int8 piece and scales, on their way */
     unsigned char *qsend; /* qgZ: its gradients as quantized packets, N of them, and */

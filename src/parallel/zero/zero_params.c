@@ -26,6 +26,7 @@
 
 #define seg_lo dt_zero_seg_lo
 #define seg_len dt_zero_seg_len
+#define seg_working dt_zero_seg_working
 
 /* Segment s of a window (elements of esz bytes) backed by the window's
  * pool before it is written, zeroed when asked (core/window.h). */
@@ -175,29 +176,30 @@ static char *working_at(const zero *z, size_t floats)
     return (char *)dt_zero_working(z) + floats * dt_zero_esz(z);
 }
 
-/* Where segment s's gathered working values start: its slot, or its
- * place in the window. */
-static char *seg_working(const zero *z, int s)
+/* The slot segment s's gather filled (stage 3, a step's gather), or NULL:
+ * the model's table is the one record of it. */
+static void *slot_of(const zero *z, int s)
 {
-    return z->seg[s].slot ? (char *)z->seg[s].slot : working_at(z, seg_lo(z, s));
+    return z->m->param_slots ? z->m->param_slots[s] : NULL;
 }
 
-char *dt_zero_seg_working(const zero *z, int s) { return seg_working(z, s); }
+char *dt_zero_seg_working(const zero *z, int s)
+{
+    return slot_of(z, s) ? (char *)slot_of(z, s) : working_at(z, seg_lo(z, s));
+}
 
 /* Room for segment s's gather: a slot the model is told of, or with
  * into_window its place in the window. */
 static int place_segment(zero *z, int s)
 {
-    zero_seg *g = &z->seg[s];
     if (z->into_window) {
         bring_segment(z, dt_zero_working(z), dt_zero_esz(z), s, 0);
         return 0;
     }
     size_t bytes = seg_len(z, s) * dt_zero_esz(z);
-    if (!(g->slot = dt_slot_get(&z->param_pool, bytes)))
+    if (!(z->m->param_slots[s] = dt_slot_get(&z->param_pool, bytes)))
         return dt_strf(z->m->error, sizeof z->m->error, "ZeRO-3: out of memory for a gathered "
                        "segment (%.1f MiB)", (double)bytes / 1048576.0), io_failed(z);
-    z->m->param_slots[s] = g->slot;
     return 0;
 }
 
@@ -205,14 +207,12 @@ static int place_segment(zero *z, int s)
  * window pages dropped. */
 static void unplace_segment(zero *z, int s)
 {
-    zero_seg *g = &z->seg[s];
-    if (!g->slot) {
+    if (!slot_of(z, s)) {
         dt_zero_drop_segment(z, dt_zero_working(z), dt_zero_esz(z), s, DT_MEM_PARAMS, 1);
         return;
     }
-    dt_slot_put(&z->param_pool, g->slot);
+    dt_slot_put(&z->param_pool, z->m->param_slots[s]);
     dt_mem_account(DT_MEM_PARAMS, -(long long)(seg_len(z, s) * dt_zero_esz(z)));
-    g->slot = NULL;
     z->m->param_slots[s] = NULL;
 }
 
@@ -325,7 +325,7 @@ static int gather(zero *z, int s, int exact)
         dt_mem_account(DT_MEM_PARAMS, -(long long)(seg_len(z, s) * dt_zero_esz(z)));
     }
     dt_zero_note(z, "gather", s);
-    if (!g->slot && place_segment(z, s)) return -1;
+    if (!slot_of(z, s) && place_segment(z, s)) return -1;
     if (z->backward && g->sec_valid && !exact) return gather_secondary(z, s);
     if (settle(z, s) || piece_ready(z, s)) return -1;
     int rc = int8 ? gather_int8(z, s)
@@ -562,7 +562,7 @@ int dt_zero_gather_all(zero *z)
     /* Whole, in the window, where the save and evaluation read it: what a
      * slot holds (the persistent segments, a prefetch) is let go first. */
     for (int s = 0; s < z->nseg; s++)
-        if (z->seg[s].slot && release(z, s, 1)) return -1;
+        if (slot_of(z, s) && release(z, s, 1)) return -1;
     z->into_window = 1;
     int rc = 0;
     for (int s = 0; s < z->nseg && !rc; s++) rc = gather(z, s, 1);
