@@ -5,13 +5,14 @@
 # whatever libblas.so.3 is selected, and without it that is the reference
 # BLAS, some 10-30x slower than OpenBLAS: the benchmarks' peer, and the
 # tests' oracle, would crawl. libtorch-dev, pybind11-dev and python3-dev:
-# the C++ side dtrain_torch (src/torch/) builds against.
+# the C++ side dtrain_torch (src/torch/) builds against. ccache: the
+# objects of earlier builds, for the test command's three builds.
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config libssl-dev iproute2 procps python3
           libdnnl-dev libcjson-dev liburing-dev python3-torch python3-numpy fortunes
           libopenmpi-dev openmpi-bin libopenblas0-pthread nodejs
-          libtorch-dev pybind11-dev python3-dev)
+          libtorch-dev pybind11-dev python3-dev ccache)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -10,7 +10,8 @@
  * With --all-algos the matrix and the bit-identity check run once per
  * algorithm: pass k forces the k-th algorithm of every collective that has
  * a choice (wrapping round shorter lists), so every algorithm meets every
- * count, dtype, op and root. MPI's algorithms join only with --mpi (the
+ * count, dtype and root, sum and avg in every dtype and every op in f32
+ * and i32. MPI's algorithms join only with --mpi (the
  * job must then run under mpirun).
  *
  * Usage: test_collectives [--large N] [--quick] [--all-algos [--mpi]]
@@ -300,7 +301,12 @@ static void test_alltoall(dt_comm *c, caseinfo k)
 
 /* ---- the matrix ---------------------------------------------------------------- */
 
-static void run_matrix(dt_comm *c, size_t large, int quick)
+/* ops_on_two: the ops past sum and avg only on f32 and i32. An algorithm
+ * hands the op to the reduction kernels, so an op bug in an algorithm (an
+ * accumulator started at zero, say) shows in any dtype, and a dtype bug
+ * (an element size) in any op; --all-algos runs the matrix once per
+ * algorithm, and the full op x dtype matrix runs without it. */
+static void run_matrix(dt_comm *c, size_t large, int quick, int ops_on_two)
 {
     size_t counts[6] = {0, 1, (size_t)(size > 1 ? size - 1 : 2), (size_t)size,
                         (size_t)size + 1, large};
@@ -313,8 +319,9 @@ static void run_matrix(dt_comm *c, size_t large, int quick)
                  * more ranks than cores; f32 and one other dtype suffice. */
                 int big = ci == 5, full_ops = !big || t == DT_F32 || t == DT_BF16;
                 if (quick && big && t != DT_F32) continue;
+                if (ops_on_two && !big && t != DT_F32 && t != DT_I32) full_ops = 0;
                 for (int op = 0; op < DT_OP_COUNT; op++) {
-                    if (!full_ops && op != DT_SUM) continue;
+                    if (!full_ops && op != DT_SUM && !(op == DT_AVG && !big)) continue;
                     if (op >= DT_BAND && !is_integer((dt_dtype)t)) continue; /* refused */
                     caseinfo k = {"allreduce", (dt_dtype)t, (dt_op)op, n, 0, inplace};
                     test_allreduce(c, k);
@@ -530,7 +537,7 @@ int main(int argc, char **argv)
     check_set_label("rank %d: ", rank);
     int passes = 0;
     for (int pass = 0; all_algos ? force_pass(c, pass, with_mpi) : pass == 0; pass++, passes++) {
-        run_matrix(c, large, quick);
+        run_matrix(c, large, quick, all_algos);
         test_bit_identical(c, large + 13);
     }
     if (all_algos) {
