@@ -104,6 +104,9 @@ def rel_err(a, b, lr, steps):
     of lr whatever its size (so it is checked apart, within 2 lr a step)."""
     worst, name = 0.0, ""
     for k in b:
+        if k not in a or a[k].shape != b[k].shape:
+            return math.inf, "%s (shape %s, expected %s)" % (
+                k, tuple(a[k].shape) if k in a else "missing", tuple(b[k].shape))
         x, y = a[k].reshape(-1), b[k].reshape(-1)
         if k.endswith("c_attn.bias"):
             C = y.numel() // 3
