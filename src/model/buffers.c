@@ -1,12 +1,11 @@
 /* The model's buffers: the parameters (and mixed precision's bf16 working
- * copy), the gradients (fp32, or bf16 with an fp32 window), and freeing
- * them. See gpt.h. */
+ * copy), the gradients (fp32, or bf16 widened a segment at a time), and
+ * freeing them. See gpt.h. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/str.h"
-#include "core/window.h"
 #include "kernels/cast.h"
 #include "kernels/profile.h"
 #include "model/model_internal.h"
@@ -29,8 +28,6 @@ int dt_gpt_set_grads16(dt_gpt *m)
     if (!m->mixed.on || m->grads || m->accum.grads16)
         return dt_strf(m->error, sizeof m->error, "model: bf16 gradient accumulation needs "
                        "mixed precision and a layout without gradients"), -1;
-    if (!(m->accum.widened = calloc((size_t)dt_gpt_segments(m), 1)))
-        return dt_strf(m->error, sizeof m->error, "model: out of memory"), -1;
     m->accum.bf16 = 1;
     return 0;
 }
@@ -143,17 +140,12 @@ void dt_gpt_destroy(dt_gpt *m)
     free(m->tensors);
     dt_free(m->params);
     dt_free(m->mixed.params16);
-    if (m->accum.bf16 && m->grads) {
-        dt_window_free(m->grads, m->n_floats * sizeof(float));
-    } else {
-        dt_free(m->grads);
-    }
+    dt_free(m->grads);
     dt_free(m->accum.grads16);
     dt_slot_pool_free(&m->mixed.pool);
     dt_slot_pool_free(&m->accum.pool);
     free(m->accum.apart);
     free(m->mixed.widened);
-    free(m->accum.widened);
     dt_slot_pool_free(&m->grad_pool);
     free(m->grad_slots);
     free(m->grad_slot_holds);
@@ -173,9 +165,6 @@ int dt_gpt_alloc_grads(dt_gpt *m)
     if (!m->accum.zero || !m->accum.apart)
         return dt_strf(m->error, sizeof m->error, "model: out of memory"), -1;
     if (m->accum.bf16) {
-        if (!m->grads && !(m->grads = dt_window_reserve(m->n_floats * sizeof(float))))
-            return dt_strf(m->error, sizeof m->error, "model: no address space for the "
-                           "gradient window (%.1f MiB)", (double)m->n_floats * 4 / 1048576.0), -1;
         if (!m->accum.grads16 &&
             !(m->accum.grads16 = dt_alloc_shared(m->n_floats * sizeof(uint16_t), DT_MEM_GRADS)))
             return dt_strf(m->error, sizeof m->error, "model: cannot allocate bf16 gradients "

@@ -88,26 +88,28 @@ typedef struct {
     dt_slot_pool pool; /* the copies' slots (private: accounted while in use) */
 } dt_gpt_mixed;
 
-/* How gradients accumulate over micro-batches.
- * In bf16 (dt_gpt_set_grads16): grads16 holds them between micro-batches,
- * 2 bytes each, and the model's grads is a window: a segment's backward
- * accumulates into it in fp32, widened from grads16 just before and
- * rounded back once the segment is final, before grad_ready. So the sum
- * rounds to bf16 once per micro-batch, as a bf16 buffer does anywhere.
+/* How gradients accumulate over micro-batches. Either way a segment's
+ * backward writes into a slot of `pool` (a private slot pool: the same
+ * pages every micro-batch, no mapping changed; apart[s] while it is out).
+ * In bf16 (dt_gpt_set_grads16): grads16 holds the sums between
+ * micro-batches, 2 bytes each, and the model's grads is NULL. The slot
+ * holds a segment's sum widened to fp32 just before its backward, which
+ * accumulates into it, and is rounded back once the segment is final,
+ * before grad_ready. So the sum rounds to bf16 once per micro-batch, as a
+ * bf16 buffer does anywhere.
  * In fp32: a backward into a segment whose sum so far is not known to be
- * zero forms that micro-batch's gradient apart, in a zeroed slot of
- * `pool` (a private slot pool: the same pages every micro-batch, no
- * mapping changed), and adds it into grads when the segment is through, before
- * grad_ready. So the sum is g1 + g2 + ..., each micro-batch's gradient
- * whole and added once, in order: the sum data parallelism's reduction
- * forms from the ranks' gradients, and one process with N micro-batches
- * holds the bits of N ranks of one (a rank-order reduction). The whole
- * tied embedding (head and input terms) is one micro-batch's gradient, so
- * its slot stays from the head's backward to the embeddings'. */
+ * zero forms that micro-batch's gradient apart, in a zeroed slot, and adds
+ * it into grads when the segment is through, before grad_ready (a segment
+ * known to be zero is written in grads directly). So the sum is
+ * g1 + g2 + ..., each micro-batch's gradient whole and added once, in
+ * order: the sum data parallelism's reduction forms from the ranks'
+ * gradients, and one process with N micro-batches holds the bits of N
+ * ranks of one (a rank-order reduction). The whole tied embedding (head
+ * and input terms) is one micro-batch's gradient, so its slot stays from
+ * the head's backward to the embeddings'. */
 typedef struct {
     int bf16;
     uint16_t *grads16;
-    unsigned char *widened; /* bf16: per segment, grads holds it now */
     float **apart;          /* per segment: the slot holding this backward's gradient */
     unsigned char *zero;    /* per segment: its accumulated gradient is all zeros */
     dt_slot_pool pool;      /* apart's slots (accounted while held) */
@@ -283,7 +285,7 @@ void dt_gpt_sync_working(dt_gpt *m, size_t lo, size_t hi);
  * dt_gpt_create for the gradients. With mixed precision the parameters are
  * params16 (bf16, accounted as parameters) and the master params (fp32,
  * accounted as optimizer state: K = 12 counts them); with bf16 accumulation the
- * gradients are grads16 (accounted as gradients) and the window grads; a
+ * gradients are grads16 (accounted as gradients), and grads stays NULL; a
  * buffer a strategy already set is kept. 0, or -1 with m->error. */
 int dt_gpt_alloc_params(dt_gpt *m);
 int dt_gpt_alloc_grads(dt_gpt *m);

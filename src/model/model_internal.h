@@ -19,16 +19,16 @@
 float *dt_model_weights(const dt_gpt *m, int segment);
 float *dt_model_tensor_weights(const dt_gpt *m, int tensor);
 /* Where a segment's gradients are written now, from its first value: its
- * window apart, a strategy's slot, or grads. */
+ * slot apart, a strategy's slot, or grads. */
 float *dt_model_grads_of(const dt_gpt *m, int segment);
 /* Around each use of a segment's parameters: the strategy's hooks, the
  * widened copy of mixed precision, and (backward) its gradients opened. */
 int dt_model_need(dt_gpt *m, int segment, int use);
 void dt_model_done(dt_gpt *m, int segment, int use);
 /* Before a backward's first gradient of a segment lands (gpt.h:
- * dt_gpt_accum): its bf16 sum widened, or a zeroed window apart. */
+ * dt_gpt_accum): a slot holding its bf16 sum widened, or zeros. */
 int dt_model_grads_open(dt_gpt *m, int segment);
-/* This backward (or half) is through with the segment: its window folded
+/* This backward (or half) is through with the segment: its slot folded
  * into the sum; report: the segment's gradient is final (grad_ready);
  * done: both. */
 void dt_model_segment_close(dt_gpt *m, int segment);

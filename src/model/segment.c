@@ -37,27 +37,24 @@ float *dt_model_tensor_weights(const dt_gpt *m, int tensor)
 }
 
 
-/* Before a backward's first gradient of a segment lands: with bf16
- * accumulation its sum so far widened into the fp32 window; with fp32
- * accumulation onto a sum that is not zero, a zeroed slot to form this
- * micro-batch's gradient apart (dt_gpt_accum). */
+/* Before a backward's first gradient of a segment lands, a slot to write
+ * into (the same pages every micro-batch: dt_gpt_accum): with bf16
+ * accumulation the sum so far, widened; with fp32 accumulation onto a sum
+ * that is not zero, zeros, to form this micro-batch's gradient apart. */
 int dt_model_grads_open(dt_gpt *m, int segment)
 {
     size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
-    if (m->accum.bf16) {
-        if (m->accum.widened[segment]) return 0;
-        dt_cast_bf16_to_f32(m->grads + lo, m->accum.grads16 + lo, hi - lo);
-        m->accum.widened[segment] = 1;
-    } else {
-        if (m->accum.zero[segment] || m->accum.apart[segment]) return 0;
-        float *slot = dt_slot_get_zeroed(&m->accum.pool, (hi - lo) * sizeof(float));
-        if (!slot)
-            return dt_strf(m->error, sizeof m->error, "model: out of memory for a "
-                           "micro-batch's gradients of a segment (%.1f MiB)",
-                           (double)(hi - lo) * 4 / 1048576.0), -1;
-        m->accum.apart[segment] = slot;
-    }
-    dt_mem_account(DT_MEM_GRADS, (long long)((hi - lo) * sizeof(float)));
+    if (m->accum.apart[segment] || (!m->accum.bf16 && m->accum.zero[segment])) return 0;
+    const size_t bytes = (hi - lo) * sizeof(float);
+    float *slot = m->accum.bf16 ? dt_slot_get(&m->accum.pool, bytes)
+                                : dt_slot_get_zeroed(&m->accum.pool, bytes);
+    if (!slot)
+        return dt_strf(m->error, sizeof m->error, "model: out of memory for a "
+                       "micro-batch's gradients of a segment (%.1f MiB)",
+                       (double)(hi - lo) * 4 / 1048576.0), -1;
+    if (m->accum.bf16) dt_cast_bf16_to_f32(slot, m->accum.grads16 + lo, hi - lo);
+    m->accum.apart[segment] = slot;
+    dt_mem_account(DT_MEM_GRADS, (long long)bytes);
     return 0;
 }
 
@@ -104,25 +101,22 @@ void dt_model_done(dt_gpt *m, int segment, int use)
     if (m->hooks.param_done) m->hooks.param_done(m->hooks.param_ctx, segment, use);
 }
 
-/* Once this backward (or half) is through with a segment: with bf16
- * accumulation its fp32 window rounded back into grads16; a gradient
- * formed apart added into grads, its slot given back. Either way the
+/* Once this backward (or half) is through with a segment, its slot given
+ * back: with bf16 accumulation the sum rounded back into grads16 first;
+ * with fp32 the gradient formed apart added into grads. Either way the
  * accumulated sum is no longer known to be zero. */
 void dt_model_segment_close(dt_gpt *m, int segment)
 {
     size_t lo = dt_gpt_segment_start(m, segment), hi = dt_gpt_segment_start(m, segment + 1);
+    float *slot = m->accum.apart[segment];
     m->accum.zero[segment] = 0;
-    if (m->accum.bf16 && m->accum.widened[segment]) {
-        dt_cast_f32_to_bf16(m->accum.grads16 + lo, m->grads + lo, hi - lo);
-        m->accum.widened[segment] = 0;
-        dt_window_drop(m->grads, lo * sizeof(float), hi * sizeof(float));
-    } else if (m->accum.apart[segment]) {
-        dt_gbuf_accumulate(dt_gpt_grads_at(m, lo), m->accum.apart[segment], hi - lo, 0);
-        dt_slot_put(&m->accum.pool, m->accum.apart[segment]);
-        m->accum.apart[segment] = NULL;
-    } else {
-        return;
-    }
+    if (!slot) return;
+    if (m->accum.bf16)
+        dt_cast_f32_to_bf16(m->accum.grads16 + lo, slot, hi - lo);
+    else
+        dt_gbuf_accumulate(dt_gpt_grads_at(m, lo), slot, hi - lo, 0);
+    dt_slot_put(&m->accum.pool, slot);
+    m->accum.apart[segment] = NULL;
     dt_mem_account(DT_MEM_GRADS, -(long long)((hi - lo) * sizeof(float)));
 }
 
