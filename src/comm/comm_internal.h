@@ -290,6 +290,8 @@ struct dt_comm {
     size_t scratch_bytes;
     int spin_limit;
     uint64_t yield_ns; /* after the spin, yield the core this long before sleeping */
+    int kernel_ranks;  /* members on this one's kernel (its boot id), which share its
+                          CPUs whatever hosts they pose as; 0: not known */
     /* Algorithms: forced per collective (DT_ALGO_AUTO: choose), and auto's
      * choices by message size (log2 of bytes), valid for model_seen. */
     int algo_forced[DT_COLL_KIND_COUNT];

@@ -75,6 +75,27 @@ static int get_host(dt_comm *c, int r, char **name)
     return 0;
 }
 
+/* The boot id part of a published host ("name boot_id"), or NULL where
+ * none was read. */
+static const char *boot_part(const char *published)
+{
+    const char *b = strrchr(published, ' ');
+    return b && b[1] ? b + 1 : NULL;
+}
+
+/* Members that run on this one's kernel: ranks posing as hosts of their
+ * own (DTRAIN_HOSTNAME, a namespace's hostname) still share its CPUs. */
+static int count_kernel_ranks(const dt_comm *c, char **names)
+{
+    const char *mine = boot_part(names[c->rank]);
+    int n = 0;
+    for (int r = 0; mine && r < c->size; r++) {
+        const char *theirs = boot_part(names[r]);
+        n += theirs && !strcmp(theirs, mine);
+    }
+    return n;
+}
+
 int dt_topo_find_hosts(dt_comm *c)
 {
     char me[400], key[32];
@@ -93,6 +114,7 @@ int dt_topo_find_hosts(dt_comm *c)
                 break;
             }
     }
+    if (rc == 0) c->kernel_ranks = count_kernel_ranks(c, names);
     for (int r = 0; r < c->size; r++) free(names[r]);
     free(names);
     return rc;

@@ -27,7 +27,8 @@ struct dt_job;
  * job->boot_id (job->rank picks its entry of a DTRAIN_HOSTNAME list). */
 void dt_topo_read_host(struct dt_job *job);
 /* World communicator: exchange hosts through the store and number them
- * into c->host_of (collective). */
+ * into c->host_of, and count the members on this one's kernel into
+ * c->kernel_ranks (collective). */
 int dt_topo_find_hosts(dt_comm *c);
 /* From c->host_of: c->local_rank, c->local_size and c->nhosts. */
 void dt_topo_layout(dt_comm *c);
