@@ -10,7 +10,7 @@
 static int check_backward(dt_gpt *m, int k, const float *d_out, dt_bwd_part what)
 {
     const dt_gpt_slot *st = k >= 0 && k < m->acts.nslots ? &m->acts.slots[k] : NULL;
-    if ((!m->grads && !m->accum.grads16) || !m->accum.zero || !st || !st->b ||
+    if ((!m->grads && !m->accum.grads16 && !m->grad_slots) || !m->accum.zero || !st || !st->b ||
         (what != DT_BWD_WEIGHTS && (st->part.l1 == m->cfg.n_layer ? !st->targets : !d_out)))
         return dt_strf(m->error, sizeof m->error, "model: backward needs gradients "
                        "(dt_gpt_alloc_grads), a forward in slot %d, and its targets or the "

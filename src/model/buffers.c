@@ -171,7 +171,7 @@ int dt_gpt_alloc_grads(dt_gpt *m)
                            "(%.1f MiB)", (double)m->n_floats * 2 / 1048576.0), -1;
         return 0;
     }
-    if (m->grads) return 0;
+    if (m->grads || m->grad_slots) return 0; /* a strategy's slots hold every segment's */
     m->grads = dt_alloc_shared(m->n_floats * sizeof(float), DT_MEM_GRADS);
     if (!m->grads) {
         dt_strf(m->error, sizeof m->error, "model: cannot allocate gradients (%.1f MiB)",

@@ -285,8 +285,9 @@ void dt_gpt_sync_working(dt_gpt *m, size_t lo, size_t hi);
  * dt_gpt_create for the gradients. With mixed precision the parameters are
  * params16 (bf16, accounted as parameters) and the master params (fp32,
  * accounted as optimizer state: K = 12 counts them); with bf16 accumulation the
- * gradients are grads16 (accounted as gradients), and grads stays NULL; a
- * buffer a strategy already set is kept. 0, or -1 with m->error. */
+ * gradients are grads16 (accounted as gradients), and grads stays NULL, as
+ * it does where a strategy holds the gradients in slots; a buffer a
+ * strategy already set is kept. 0, or -1 with m->error. */
 int dt_gpt_alloc_params(dt_gpt *m);
 int dt_gpt_alloc_grads(dt_gpt *m);
 /* GPT-2's initialisation, as each tensor's rule says (dt_init_rule):

@@ -245,15 +245,16 @@ static void drain(ep_layer *L, int keep)
 static void on_grad_ready(void *ctx, size_t lo, size_t hi)
 {
     ep_layer *L = ctx;
-    const dt_dtype t = dt_gpt_grads(L->m).f32 ? DT_F32 : DT_BF16;
     pending_seg *p = &L->queue[L->tail++];
     *p = (pending_seg){.lo = lo, .hi = hi};
     for (int i = 0; i < L->ndense && !L->error && p->n < MAX_PIECES; i++) {
         const size_t a = L->dense[i].lo > lo ? L->dense[i].lo : lo;
         const size_t b = L->dense[i].hi < hi ? L->dense[i].hi : hi;
         if (a >= b) continue;
-        void *buf = dt_gbuf_ptr(dt_gpt_grads_at(L->m, a)); /* a slot's, under ZeRO-2/3 */
-        sum_failed(L, dt_iallreduce(L->ep, buf, buf, b - a, t, DT_SUM, &p->req[p->n++]));
+        const dt_gbuf g = dt_gpt_grads_at(L->m, a); /* a slot's, under ZeRO-2/3 */
+        void *buf = dt_gbuf_ptr(g);
+        sum_failed(L, dt_iallreduce(L->ep, buf, buf, b - a, g.f32 ? DT_F32 : DT_BF16, DT_SUM,
+                                    &p->req[p->n++]));
     }
     drain(L, ++L->reported >= L->expected ? 0 : 1);
 }

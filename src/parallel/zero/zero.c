@@ -107,10 +107,9 @@ static int zero_plan(void *self, dt_rank *r, dt_gpt *layout, dt_share *share)
         layout->accum.bf16 = 0;
         void *g = dt_alloc_shared(z->map.len * (accum16 ? sizeof(uint16_t) : sizeof(float)), DT_MEM_GRADS);
         z->shard_g = accum16 ? (dt_gbuf){NULL, g} : dt_gbuf_f32(g);
-        /* grads stays a window that nothing writes: each segment's
-         * gradients of a micro-batch go to a slot (hold_grads). */
-        if (!g || window((void **)&layout->grads, bytes, &z->window_g) ||
-            dt_gpt_set_grad_slots(layout))
+        /* Each segment's gradients of a micro-batch go to a slot
+         * (hold_grads); the model's grads buffer is never made. */
+        if (!g || dt_gpt_set_grad_slots(layout))
             return out_of_memory(z, "the gradient shard");
         z->S->grads_kept_zero = 1;
         z->S->shard_grads = z->shard_g;
@@ -335,7 +334,6 @@ static void zero_destroy(void *self)
         size_t bytes = z->m->n_floats * sizeof(float), esz = dt_zero_esz(z);
         if (z->master_whole) dt_mem_account(DT_MEM_PARAMS, -(long long)(z->held_floats * 4));
         if (z->window_p) dt_window_free(z->m->params, bytes), z->m->params = NULL;
-        if (z->window_g) dt_window_free(z->m->grads, bytes), z->m->grads = NULL;
         for (int s = 0; z->seg && s < z->nseg; s++)
             if (z->seg[s].grads_held) dt_gpt_grads_release(z->m, s);
         if (z->window16) dt_window_free(z->m->mixed.params16, bytes / 2), z->m->mixed.params16 = NULL;

@@ -10,7 +10,6 @@
 #include "core/alloc.h"
 #include "core/str.h"
 #include "core/timer.h"
-#include "core/window.h"
 #include "parallel/zero/zero_internal.h"
 
 static int segment_at(const zero *z, size_t lo)
@@ -65,13 +64,18 @@ static int fold(zero *z, int s, int micro)
     if (g->qsend ? dt_zero_qgz_finish(z, s, seg_grads(z, s, p->lo).f32) : wait_reduce_scatter(z, s))
         return -1;
     if (z->o.stage < 2) return 0;
-    dt_gbuf_accumulate(dt_gbuf_at(z->shard_g, p->at), seg_grads(z, s, p->lo).f32, n, micro == 0);
-    if (g->grads_held) {
-        dt_gpt_grads_release(z->m, s);
-        g->grads_held = 0;
-    } else { /* written in the model's window: its pages read as zeros again */
-        dt_zero_drop_segment(z, z->m->grads, sizeof(float), s, DT_MEM_GRADS, 0);
+    if (!g->grads_held) { /* every backward use holds one (zero_params.c: hold_grads) */
+        if (!z->error) {
+            z->error = -1;
+            dt_strf(z->errmsg, sizeof z->errmsg, "ZeRO-%d: segment %d's gradients were "
+                    "reported without a slot to hold them (a bug)", z->o.stage, s);
+            dt_strf(z->m->error, sizeof z->m->error, "%s", z->errmsg);
+        }
+        return -1;
     }
+    dt_gbuf_accumulate(dt_gbuf_at(z->shard_g, p->at), seg_grads(z, s, p->lo).f32, n, micro == 0);
+    dt_gpt_grads_release(z->m, s);
+    g->grads_held = 0;
     return 0;
 }
 

@@ -72,7 +72,7 @@ typedef struct zero {
     float *shard_p;
     uint16_t *shard16; /* stage 3 with mixed precision: the bf16 pieces gathered from */
     dt_gbuf shard_g; /* stages 2-3: this rank's pieces of the gradients (bf16 with bf16 accumulation) */
-    int window_p, window_g, window16; /* the model's params / grads / params16 are windows (core/window.h) */
+    int window_p, window16; /* the model's params / params16 are windows (core/window.h) */
     int mixed;       /* the model trains in mixed precision (bf16 working parameters) */
     int master_whole; /* mixed: the fp32 master weights are gathered whole in m->params */
     int micro, last; /* the micro-batch whose backward runs */
