@@ -17,6 +17,7 @@
  * Usage: test_collectives [--large N] [--quick] [--all-algos [--mpi]]
  * Exit 0 when every check passed; otherwise the first failures are printed.
  */
+#include <malloc.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -148,14 +149,51 @@ static int comm_mem(void)
     return on;
 }
 
-static void *alloc_bytes(size_t n) { return comm_mem() ? dt_comm_mem_alloc(n) : calloc(n ? n : 1, 1); }
+/* With --all-algos, communication memory given back is kept for the next
+ * case (zeroed again, as fresh memory is): fresh pages cost 15 us each on
+ * a virtual machine that shadows the page tables (see main), and that run
+ * is about the algorithms. The plain matrix frees and allocates each
+ * case's buffers, so peers meet freed regions and new ones at old
+ * addresses. A case holds at most a few buffers at once; each slot is one
+ * buffer, held or kept. */
+static int reuse_mem;
+enum { SLOTS = 8 };
+static struct {
+    void *p;
+    size_t n;
+    int held;
+} slots[SLOTS];
+
+static void *alloc_bytes(size_t n)
+{
+    if (!comm_mem()) return calloc(n ? n : 1, 1);
+    if (!reuse_mem) return dt_comm_mem_alloc(n);
+    int empty = -1;
+    for (int i = 0; i < SLOTS; i++) {
+        if (slots[i].p && !slots[i].held && slots[i].n >= n) {
+            slots[i].held = 1;
+            memset(slots[i].p, 0, n);
+            return slots[i].p;
+        }
+        if (!slots[i].p && empty < 0) empty = i;
+    }
+    void *p = dt_comm_mem_alloc(n);
+    if (p && empty >= 0) slots[empty].p = p, slots[empty].n = n, slots[empty].held = 1;
+    return p;
+}
 
 static void free_bytes(void *p)
 {
-    if (comm_mem())
-        dt_comm_mem_free(p);
-    else
+    if (!comm_mem()) {
         free(p);
+        return;
+    }
+    for (int i = 0; i < SLOTS; i++)
+        if (p && slots[i].p == p) {
+            slots[i].held = 0;
+            return;
+        }
+    dt_comm_mem_free(p);
 }
 
 /* ---- one test per collective ------------------------------------------------ */
@@ -511,6 +549,13 @@ static void test_bitwise_refused(dt_comm *c)
 
 int main(int argc, char **argv)
 {
+    /* Every case allocates its buffers afresh; glibc would map the large
+     * ones anew each time and unmap them after, and each first touch of
+     * a fresh page costs 15 us on a virtual machine that shadows the page
+     * tables (the 8-rank matrix spent half its time there). Kept in the
+     * heap, the pages are reused. */
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
     size_t large = 262147;
     int quick = 0, all_algos = 0, with_mpi = 0;
     for (int i = 1; i < argc; i++) {
@@ -519,7 +564,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
         else if (!strcmp(argv[i], "--all-algos"))
-            all_algos = 1;
+            all_algos = reuse_mem = 1;
         else if (!strcmp(argv[i], "--mpi"))
             with_mpi = 1;
         else {
