@@ -2,7 +2,9 @@
  *  - over two micro-batches, grads16 holds what fp32 accumulation gives
  *    when its buffer is rounded to bf16 after each micro-batch (the
  *    reference does that rounding itself, on a second model with fp32
- *    gradients and the same weights);
+ *    gradients and the same weights), on a small model and on one layer
+ *    of GPT-2's shapes (vocabulary 50257: segments of uneven sizes, the
+ *    embeddings' slot held from the head's backward to their own);
  *  - the optimizer (AdamW, Adam, SGD with momentum) and the gradient norm
  *    read bf16 gradients as the fp32 values they stand for: the same bits
  *    as on an fp32 buffer holding the widened values, over a range that
@@ -18,14 +20,12 @@
 
 enum { L = 2, NH = 2, C = 32, V = 67, BLOCK = 16, B = 2, T = 16 };
 
-static int make(dt_gpt *m, int accum16)
+static int make(dt_gpt *m, int accum16, const dt_gpt_config *cfg, int b, int t)
 {
-    dt_gpt_config cfg = {.n_layer = L, .n_head = NH, .n_embd = C,
-                         .vocab_size = V, .block_size = BLOCK};
     char err[256] = "";
-    if (dt_gpt_create_layout(m, &cfg, DT_PREC_BF16, err, sizeof err) || dt_gpt_set_mixed(m) ||
+    if (dt_gpt_create_layout(m, cfg, DT_PREC_BF16, err, sizeof err) || dt_gpt_set_mixed(m) ||
         (accum16 && dt_gpt_set_grads16(m)) || dt_gpt_alloc_params(m) ||
-        dt_gpt_alloc_grads(m) || dt_gpt_alloc_acts(m, B, T)) {
+        dt_gpt_alloc_grads(m) || dt_gpt_alloc_acts(m, b, t)) {
         CHECK(0, "model: %s %s", err, m->error);
         return -1;
     }
@@ -43,23 +43,25 @@ static void round_to_bf16(float *x, size_t n)
     free(h);
 }
 
-static void test_accumulation(void)
+static void test_accumulation(const dt_gpt_config *cfg, int b, int t)
 {
     dt_gpt a, ref;
-    if (make(&a, 1) || make(&ref, 0)) return;
-    int32_t tok[2 * B * T];
+    if (make(&a, 1, cfg, b, t) || make(&ref, 0, cfg, b, t)) return;
+    int32_t *tok = malloc(2 * (size_t)b * t * sizeof *tok);
     for (int k = 0; k < 2; k++) {
         rng_state = 77 + (uint64_t)k;
-        for (int i = 0; i < 2 * B * T; i++) tok[i] = (int32_t)(rnd_u64() % V);
+        for (int i = 0; i < 2 * b * t; i++) tok[i] = (int32_t)(rnd_u64() % cfg->vocab_size);
         for (dt_gpt *m = &a; m; m = m == &a ? &ref : NULL) {
-            if (dt_gpt_forward(m, tok, tok + B * T, B, T) < 0 ||
-                dt_gpt_backward(m, tok, B, T, 1.0f / (2 * B * T))) {
+            if (dt_gpt_forward(m, tok, tok + b * t, b, t) < 0 ||
+                dt_gpt_backward(m, tok, b, t, 1.0f / (2 * b * t))) {
                 CHECK(0, "micro-batch %d: %s", k, m->error);
+                free(tok);
                 return;
             }
         }
         round_to_bf16(ref.grads, ref.n_floats);
     }
+    free(tok);
     float *got = malloc(a.n_floats * sizeof *got);
     dt_cast_bf16_to_f32(got, a.accum.grads16, a.n_floats);
     size_t diff = 0, nonzero = 0, first = 0;
@@ -127,7 +129,12 @@ static void test_optimizer_reads(void)
 
 int main(void)
 {
-    test_accumulation();
+    const dt_gpt_config small = {.n_layer = L, .n_head = NH, .n_embd = C, .vocab_size = V,
+                                 .block_size = BLOCK};
+    const dt_gpt_config gpt2 = {.n_layer = 1, .n_head = 12, .n_embd = 768, .vocab_size = 50257,
+                                .block_size = 1024};
+    test_accumulation(&small, B, T);
+    test_accumulation(&gpt2, 1, 24);
     test_optimizer_reads();
     return finish("test_grads_bf16");
 }
