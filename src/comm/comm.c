@@ -61,8 +61,10 @@ static void set_waiting(dt_comm *c, int ranks_on_host)
     int crowded = (c->kernel_ranks > ranks_on_host ? c->kernel_ranks : ranks_on_host) > cpus;
     long spin = crowded ? 10 : 4000;
     char e[256];
-    if (dt_env_long("DTRAIN_SPIN", 0, 100000000, &spin, e, sizeof e) < 0) DT_WARN("%s", e);
+    int set = dt_env_long("DTRAIN_SPIN", 0, 100000000, &spin, e, sizeof e);
+    if (set < 0) DT_WARN("%s", e);
     c->spin_limit = (int)spin;
+    c->spin_ns = set > 0 ? UINT64_MAX : DT_SPIN_NS; /* a count asked for is spun in full */
     c->yield_ns = crowded ? DT_YIELD_NS : 0;
 }
 
@@ -300,6 +302,7 @@ int dt_comm_split(dt_comm *c, int color, int key, dt_comm **out)
     }
     free(members);
     s->spin_limit = c->spin_limit;
+    s->spin_ns = c->spin_ns;
     s->yield_ns = c->yield_ns;
     s->p2p_queue_limit = c->p2p_queue_limit;
     memcpy(s->algo_forced, c->algo_forced, sizeof s->algo_forced);

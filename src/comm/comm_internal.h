@@ -289,6 +289,7 @@ struct dt_comm {
     void *scratch;
     size_t scratch_bytes;
     int spin_limit;
+    uint64_t spin_ns;  /* and at most this long (DT_SPIN_NS; no cap when DTRAIN_SPIN is set) */
     uint64_t yield_ns; /* after the spin, yield the core this long before sleeping */
     int kernel_ranks;  /* members on this one's kernel (its boot id), which share its
                           CPUs whatever hosts they pose as; 0: not known */
@@ -365,6 +366,11 @@ int dt_have_mpi(void);
  * the same peer and direction complete in array order; at most
  * DT_P2P_MAX_OPS of them. */
 #define DT_P2P_MAX_OPS 64
+/* A wait spins at most this long by default, whatever its poll count: a
+ * poll over TCP is a recvmsg call, and 4000 of them took 6 ms (4000 polls
+ * of shared memory take 110-150 us; a sleep and a wake-up on a virtual
+ * machine 50-150). The progress thread's waits poll as long (async.c). */
+#define DT_SPIN_NS 100000ull
 /* With more ranks on a host than cores, a wait that spun in vain yields
  * the core for up to this long before it sleeps: the peer it waits for is
  * often runnable on the same core, and a yield hands it over in a couple

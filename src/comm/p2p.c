@@ -7,7 +7,8 @@
  * and tag in the passes (p2p_match.c), and a send takes its number in its
  * pair's stream as it starts.
  *
- * Waiting: spin a little (the peer is usually about to deliver), then
+ * Waiting: spin a little (the peer is usually about to deliver: up to
+ * spin_limit polls, and by default no longer than DT_SPIN_NS), then
  * block as the links say (dt_link_ops.pollfd): on the communicator's
  * doorbell (shared memory's futex), or in poll() on their descriptors
  * (TCP's sockets); links that move only when polled (MPI's) nap instead.
@@ -259,6 +260,7 @@ int dt_p2p_run_growing(dt_comm *c, dt_p2p *ops, int n, int cap, dt_p2p_refill_fn
     uint64_t last_progress = 0;
     const dt_doorbell *db = c->doorbell;
     int spins = 0, armed = 0;
+    uint64_t spin_start = 0;
     for (;;) {
         int progressed = 0;
         if (refill) n = refill(arg, ops, n, cap);
@@ -272,7 +274,11 @@ int dt_p2p_run_growing(dt_comm *c, dt_p2p *ops, int n, int cap, dt_p2p_refill_fn
             continue;
         }
         if (atomic_load(&c->job->aborted)) return dt_comm_fail_from_abort(c, "");
-        if (++spins < c->spin_limit) {
+        if (spins == 0) spin_start = dt_now_ns();
+        /* the clock read every 64 polls: a pass over shared memory takes
+         * tens of nanoseconds */
+        if (++spins < c->spin_limit &&
+            ((spins & 63) || dt_now_ns() - spin_start < c->spin_ns)) {
             cpu_relax();
             continue;
         }
@@ -296,7 +302,9 @@ int dt_p2p_run_growing(dt_comm *c, dt_p2p *ops, int n, int cap, dt_p2p_refill_fn
                    now - last_progress);
         db->disarm(c);
         armed = 0;
-        spins = c->spin_limit / 2; /* after a sleep, spin less before the next */
+        /* after a sleep, spin half as long before the next */
+        spins = c->spin_limit / 2;
+        spin_start = dt_now_ns() - c->spin_ns / 2;
     }
 }
 
