@@ -37,7 +37,8 @@ run_hosts() {
         if [[ $node -eq 0 ]]; then ns=$NS_A host=hostA; else ns=$NS_B host=hostB; fi
         LAUNCH_WRAP=(ip netns exec "$ns" unshare --uts --mount --propagation private
             sh -c "$HOST_SETUP" "$host")
-        start_job "$name$node" DTRAIN_TIMEOUT=60 -- -n 1 --nnodes 2 --node-rank $node \
+        start_job "$name$node" DTRAIN_TIMEOUT=60 DTRAIN_TEST_SLOW=forward:60:1 -- \
+            -n 1 --nnodes 2 --node-rank $node \
             --master-addr $ADDR_A --master-port $PORT --max-restarts 2 -- \
             "$DTRAIN" "${TRAIN[@]}" --log-json "$TMP/$name.json" --save-final "$TMP/$name.st"
         HOST_PID[$node]=$JOB_PID
@@ -64,15 +65,19 @@ logged() { # the steps a --log-json file holds so far (0 before it exists)
     echo "${n:-0}"
 }
 
-# lose NAME NODE: once 8 steps are logged, the host's rank is stopped, its
+# lose NAME NODE: once 4 steps are logged, the host's rank is stopped, its
 # snapshots emptied (in its mount namespace), and the rank killed: a host
 # lost at once. (Emptied first, a live rank could meet the empty directory
-# and exit on its own, and the kill then hit its replacement.)
+# and exit on its own, and the kill then hit its replacement.) Rank 1
+# sleeps 60 ms in every step's forward (DTRAIN_TEST_SLOW), so the 20 steps
+# after the 4th take over a second: on a loaded machine the tiny model's
+# steps once all ran between two looks of this loop, and the job ended
+# before the kill.
 lose() {
     local name=$1 node=$2 pid=${HOST_PID[$2]} i
     for i in $(seq 1 600); do
-        (($(logged "$TMP/$name.json") >= 8)) && break
-        alive "$pid" || fail "$name: host $node's launcher ended before 8 steps"
+        (($(logged "$TMP/$name.json") >= 4)) && break
+        alive "$pid" || fail "$name: host $node's launcher ended before 4 steps"
         sleep 0.05
     done
     pkill -STOP -P "$pid"
