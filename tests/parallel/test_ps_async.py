@@ -7,7 +7,11 @@ that stop at different steps.
   test_ps_async.py DTRAIN [--quick]
 
 (--quick: without the signals, for the sanitizer builds: under TSan a
-SIGTERM never reaches the trainer's watcher thread.)
+SIGTERM never reaches the trainer's watcher thread. Nor the three runs
+that pin the staleness to exactly K: they check arithmetic the plain
+build checks, where the sanitizers look at the server's threads, which
+the reproducible and resumed runs exercise as much: 32 -> 25 s alone
+under TSan.)
 
 Every run has 2 workers and a constant learning rate; the fixed-staleness
 runs have 2 servers and K = 2 unless said otherwise.
@@ -195,7 +199,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         write_words(os.path.join(tmp, "data.txt"), 11)
         vals = reproducible(dtrain, tmp)
-        exactly_k_late(dtrain, tmp, vals)
+        if not quick:
+            exactly_k_late(dtrain, tmp, vals)
         resumed(dtrain, tmp)
         if not quick:
             one_stops(dtrain, tmp, "stop-arrival0", ["--staleness", "0"])
