@@ -30,16 +30,31 @@ static inline uint64_t dt_splitmix64_at(uint64_t state0, uint64_t k)
     return dt_mix64(state0 + (k + 1) * DT_SPLITMIX_GAMMA);
 }
 
-/* Uniform in [0, 1), on 53 bits. */
-static inline double dt_uniform01(uint64_t *state)
+/* An integer below 2^52 as a double, exactly: placed in the mantissa of
+ * 2^52 and 2^52 taken off. AVX2 has no conversion of 64-bit integers, so
+ * `(double)v` would keep an AVX2 loop scalar; this vectorizes. */
+static inline __attribute__((always_inline)) double dt_u52_to_double(uint64_t v)
 {
-    return (double)(dt_splitmix64(state) >> 11) * (1.0 / 9007199254740992.0);
+    union { uint64_t u; double d; } b = {.u = v | 0x4330000000000000ull};
+    return b.d - 4503599627370496.0;
 }
 
-/* dt_uniform01's number k of the stream that starts at state0. */
-static inline double dt_uniform01_at(uint64_t state0, uint64_t k)
+/* x's top 53 bits as a number in [0, 1): (x >> 11) 2^-53, its bits as 32
+ * high and 21 low, each converted exactly (so a loop over it vectorizes;
+ * core/normal.h). */
+static inline __attribute__((always_inline)) double dt_unit_from_bits(uint64_t x)
 {
-    return (double)(dt_splitmix64_at(state0, k) >> 11) * (1.0 / 9007199254740992.0);
+    const double hi = dt_u52_to_double(x >> 32), lo = dt_u52_to_double((x >> 11) & 0x1FFFFF);
+    return (hi * 2097152.0 + lo) * (1.0 / 9007199254740992.0); /* every step exact */
+}
+
+/* Uniform in [0, 1), on 53 bits. */
+static inline double dt_uniform01(uint64_t *state) { return dt_unit_from_bits(dt_splitmix64(state)); }
+
+/* dt_uniform01's number k of the stream that starts at state0. */
+static inline __attribute__((always_inline)) double dt_uniform01_at(uint64_t state0, uint64_t k)
+{
+    return dt_unit_from_bits(dt_splitmix64_at(state0, k));
 }
 
 #endif
